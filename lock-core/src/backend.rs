@@ -1,0 +1,185 @@
+//! The contract between the lock state machines and a storage backend.
+//!
+//! A backend executes single, atomic lock operations (acquire, release, renew, inspect,
+//! force-release) and delivers release notifications. Everything that spans time (waiting,
+//! renewal, guards, reentrancy bookkeeping) lives in lock-core and is the same for every
+//! backend. The trait is object-safe so that composite locks can mix backends.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::notify::Listener;
+use crate::{Error, LockName};
+
+/// Which lock primitive an operation is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// The reentrant mutex (Redisson's `RLock`).
+    Mutex,
+}
+
+impl LockKind {
+    /// A short, stable label, used in metrics and logs.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Mutex => "mutex",
+        }
+    }
+}
+
+impl fmt::Display for LockKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The owner string stored in the backend: `"<client-uuid>:<holder>"`. Cheap to clone.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Owner(Arc<str>);
+
+impl Owner {
+    /// Builds the owner string of `holder` on the client identified by `client_id`.
+    #[must_use]
+    pub fn new(client_id: &str, holder: &str) -> Self {
+        Self(Arc::from(format!("{client_id}:{holder}")))
+    }
+
+    /// The owner string as stored.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One lock as seen by one owner: the subject of every backend operation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct LockRef {
+    /// The lock primitive.
+    pub kind: LockKind,
+    /// The lock's name.
+    pub name: LockName,
+    /// Who is asking.
+    pub owner: Owner,
+}
+
+impl LockRef {
+    /// Builds a lock reference.
+    #[must_use]
+    pub fn new(kind: LockKind, name: LockName, owner: Owner) -> Self {
+        Self { kind, name, owner }
+    }
+}
+
+/// The reply to an acquire attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Acquire {
+    /// The lock is now held; `holds` is the owner's hold count after this acquisition.
+    Acquired {
+        /// Hold count after this acquisition (1 for a fresh acquisition).
+        holds: u32,
+    },
+    /// Someone else holds the lock.
+    Busy {
+        /// The lock's remaining lease, if it has one: the longest a waiter should sleep
+        /// without a notification.
+        ttl: Option<Duration>,
+    },
+}
+
+/// The reply to a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Release {
+    /// The last hold was released; waiters were notified.
+    Released,
+    /// One hold was released and `holds` remain; the lease was re-armed.
+    StillHeld {
+        /// Holds that remain.
+        holds: u32,
+    },
+    /// The owner does not hold the lock; nothing changed.
+    NotHeld,
+}
+
+/// The outcome of renewing one lock in a batch.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Renewal {
+    /// The lease was re-armed.
+    Renewed,
+    /// The owner no longer holds the lock: the hold is lost.
+    Gone,
+    /// The renewal could not be performed; the caller retries while the lease lasts.
+    Failed(Arc<Error>),
+}
+
+/// What an inspection of a lock found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct LockState {
+    /// Whether anyone holds the lock.
+    pub locked: bool,
+    /// How many holds the inspecting owner has.
+    pub holds: u32,
+    /// The remaining lease, if the lock is held and has one.
+    pub ttl: Option<Duration>,
+}
+
+impl LockState {
+    /// Builds a lock state.
+    #[must_use]
+    pub fn new(locked: bool, holds: u32, ttl: Option<Duration>) -> Self {
+        Self { locked, holds, ttl }
+    }
+}
+
+/// A lock store: the atomic operations every lock is built from.
+///
+/// Implementations must make each operation atomic with respect to every other client of
+/// the same store, and must publish a notification to [`Backend::listen`] listeners when a
+/// lock becomes free.
+#[async_trait]
+pub trait Backend: fmt::Debug + Send + Sync + 'static {
+    /// Takes the lock (or one more hold of it) for `lock.owner` with the given lease.
+    async fn acquire(&self, lock: &LockRef, lease: Duration) -> Result<Acquire, Error>;
+
+    /// Releases one hold. When holds remain, the lease is re-armed to `lease`.
+    async fn release(&self, lock: &LockRef, lease: Duration) -> Result<Release, Error>;
+
+    /// Re-arms the lease of every lock in `locks` that its owner still holds.
+    ///
+    /// Returns one outcome per input, in order. Implementations batch the work (one script
+    /// per cluster slot and batch size) rather than issuing one request per lock.
+    async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal>;
+
+    /// Reads the lock's state as seen by `lock.owner`.
+    async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error>;
+
+    /// Deletes the lock whoever holds it and notifies waiters. Returns whether it was held.
+    async fn force_release(&self, lock: &LockRef) -> Result<bool, Error>;
+
+    /// Starts listening for the notification that tells `lock.owner` to try again.
+    ///
+    /// The returned listener is subscribed when this returns, so a release published after
+    /// this call is never missed. Listeners of one channel share one subscription.
+    async fn listen(&self, lock: &LockRef) -> Result<Listener, Error>;
+}

@@ -1,0 +1,277 @@
+//! The one error type of the lock crates.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::time::Duration;
+
+/// A boxed cause carried in [`Error`]'s `#[source]`.
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// What went wrong, without the details: match on this to decide what to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// An argument was rejected before anything was sent (empty name, zero lease, overflow).
+    InvalidArgument,
+    /// The configuration (a URL, a builder setting) is unusable.
+    InvalidConfig,
+    /// The wait for a lock ran out.
+    Timeout,
+    /// The caller does not hold the lock it tried to release.
+    NotHeld,
+    /// The hold was lost: its lease expired or renewal found another owner.
+    Lost,
+    /// A key used by the lock holds another Redis type.
+    WrongType,
+    /// The backend could not be reached, or did not answer in time.
+    Connection,
+    /// The backend refused the request (ACL, OOM, read-only replica, script error).
+    Backend,
+    /// The backend answered something this library does not understand.
+    Protocol,
+    /// The operation needs a tokio runtime and none was running.
+    NoRuntime,
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::InvalidArgument => "invalid argument",
+            Self::InvalidConfig => "invalid configuration",
+            Self::Timeout => "timed out",
+            Self::NotHeld => "lock not held",
+            Self::Lost => "lock lost",
+            Self::WrongType => "wrong Redis type",
+            Self::Connection => "connection failure",
+            Self::Backend => "backend error",
+            Self::Protocol => "protocol error",
+            Self::NoRuntime => "no tokio runtime",
+        })
+    }
+}
+
+/// The error returned by every fallible operation of the lock crates.
+///
+/// Match on [`Error::kind`] or use the predicates (`is_timeout`, `is_not_held`, ...).
+/// The cause from a driver, when there is one, is in [`std::error::Error::source`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An argument was rejected before anything was sent.
+    #[error("invalid argument `{argument}`: {reason}")]
+    InvalidArgument {
+        /// The argument's name, as in the API.
+        argument: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// The configuration is unusable.
+    #[error("invalid configuration: {reason}")]
+    InvalidConfig {
+        /// What is wrong with it.
+        reason: String,
+        /// The underlying parse or driver error, if any.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The wait for the lock ran out before it could be acquired.
+    #[error("timed out after {waited:?} waiting for lock `{name}`")]
+    Timeout {
+        /// The lock's name.
+        name: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+    /// The caller does not hold the lock it tried to release.
+    #[error("lock `{name}` is not held by this holder")]
+    NotHeld {
+        /// The lock's name.
+        name: String,
+    },
+    /// The hold was lost before it was released.
+    #[error("lock `{name}` was lost: {reason}")]
+    Lost {
+        /// The lock's name.
+        name: String,
+        /// What was observed.
+        reason: LostReason,
+    },
+    /// A key used by the lock holds a value of another Redis type.
+    #[error("key `{key}` holds a value of another type than the lock expects")]
+    WrongType {
+        /// The offending key.
+        key: String,
+    },
+    /// The backend could not be reached or did not answer in time.
+    #[error("cannot reach the lock backend while {during}")]
+    Connection {
+        /// What the client was doing.
+        during: &'static str,
+        /// The driver's error.
+        #[source]
+        source: BoxError,
+    },
+    /// The backend refused the request.
+    #[error("the lock backend refused the request while {during}")]
+    Backend {
+        /// What the client was doing.
+        during: &'static str,
+        /// The server's error.
+        #[source]
+        source: BoxError,
+    },
+    /// The backend answered something unexpected.
+    #[error("unexpected reply from the lock backend: {detail}")]
+    Protocol {
+        /// What was expected and what came.
+        detail: String,
+    },
+    /// The operation needs a tokio runtime and none was running.
+    #[error("no tokio runtime is running")]
+    NoRuntime,
+}
+
+/// Why a hold was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The lease ran out before it was renewed (explicit lease, or renewal kept failing).
+    LeaseExpired,
+    /// Renewal found that this holder no longer owns the lock on the server.
+    OwnerGone,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::LeaseExpired => "its lease expired before it was renewed",
+            Self::OwnerGone => "the server no longer lists this holder as its owner",
+        })
+    }
+}
+
+impl Error {
+    /// The category of this error.
+    #[must_use]
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::InvalidArgument { .. } => ErrorKind::InvalidArgument,
+            Self::InvalidConfig { .. } => ErrorKind::InvalidConfig,
+            Self::Timeout { .. } => ErrorKind::Timeout,
+            Self::NotHeld { .. } => ErrorKind::NotHeld,
+            Self::Lost { .. } => ErrorKind::Lost,
+            Self::WrongType { .. } => ErrorKind::WrongType,
+            Self::Connection { .. } => ErrorKind::Connection,
+            Self::Backend { .. } => ErrorKind::Backend,
+            Self::Protocol { .. } => ErrorKind::Protocol,
+            Self::NoRuntime => ErrorKind::NoRuntime,
+        }
+    }
+
+    /// The wait for a lock ran out.
+    #[must_use]
+    pub fn is_timeout(&self) -> bool {
+        self.kind() == ErrorKind::Timeout
+    }
+
+    /// The caller released a lock it does not hold.
+    #[must_use]
+    pub fn is_not_held(&self) -> bool {
+        self.kind() == ErrorKind::NotHeld
+    }
+
+    /// The hold was lost before it was released.
+    #[must_use]
+    pub fn is_lost(&self) -> bool {
+        self.kind() == ErrorKind::Lost
+    }
+
+    /// The backend failed (unreachable, refused, or answered nonsense); retrying may help.
+    #[must_use]
+    pub fn is_backend(&self) -> bool {
+        matches!(
+            self.kind(),
+            ErrorKind::Connection | ErrorKind::Backend | ErrorKind::Protocol
+        )
+    }
+
+    /// An argument or setting was rejected; retrying the same call cannot help.
+    #[must_use]
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(
+            self.kind(),
+            ErrorKind::InvalidArgument | ErrorKind::InvalidConfig | ErrorKind::WrongType
+        )
+    }
+
+    /// Builds an [`Error::InvalidArgument`].
+    #[must_use]
+    pub fn invalid_argument(argument: &'static str, reason: impl Into<String>) -> Self {
+        Self::InvalidArgument {
+            argument,
+            reason: reason.into(),
+        }
+    }
+
+    /// Builds an [`Error::InvalidConfig`] with an optional cause.
+    #[must_use]
+    pub fn invalid_config(reason: impl Into<String>, source: Option<BoxError>) -> Self {
+        Self::InvalidConfig {
+            reason: reason.into(),
+            source,
+        }
+    }
+
+    /// Builds an [`Error::Connection`] from a driver error.
+    #[must_use]
+    pub fn connection(during: &'static str, source: impl Into<BoxError>) -> Self {
+        Self::Connection {
+            during,
+            source: source.into(),
+        }
+    }
+
+    /// Builds an [`Error::Backend`] from a server refusal.
+    #[must_use]
+    pub fn backend(during: &'static str, source: impl Into<BoxError>) -> Self {
+        Self::Backend {
+            during,
+            source: source.into(),
+        }
+    }
+
+    /// Builds an [`Error::Protocol`].
+    #[must_use]
+    pub fn protocol(detail: impl Into<String>) -> Self {
+        Self::Protocol {
+            detail: detail.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cause_is_a_source_and_not_repeated_in_the_message() {
+        let cause = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused by peer");
+        let err = Error::connection("acquiring", cause);
+        assert_eq!(err.to_string(), "cannot reach the lock backend while acquiring");
+        assert_eq!(
+            err.source().map(ToString::to_string).as_deref(),
+            Some("refused by peer")
+        );
+        assert!(err.is_backend());
+        assert_eq!(err.kind(), ErrorKind::Connection);
+    }
+
+    #[test]
+    fn predicates_follow_the_kind() {
+        let err = Error::NotHeld { name: "a".into() };
+        assert!(err.is_not_held() && !err.is_timeout() && !err.is_backend());
+        let err = Error::invalid_argument("lease", "must be positive");
+        assert!(err.is_invalid_input());
+        assert_eq!(err.to_string(), "invalid argument `lease`: must be positive");
+    }
+}

@@ -1,0 +1,401 @@
+//! Release notifications: one subscription per channel per client, shared by its waiters.
+//!
+//! [`Subscriptions`] is the reference-counted registry a backend keeps: the first
+//! [`Listener`] of a channel subscribes, the last one to go unsubscribes. Subscribe and
+//! unsubscribe requests are sent to the transport in the order the registry changed, by one
+//! background task, so a late unsubscribe can never cancel a newer subscription.
+//!
+//! A message wakes one local listener ([`Wake::One`], a mutex release: only one waiter can
+//! win) or all of them ([`Wake::All`]). When the transport reconnects, every channel is
+//! subscribed again and every listener is woken, so that waiters re-poll at once instead of
+//! sleeping through a release whose message was lost with the old connection.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+use tokio::sync::{Notify, mpsc, watch};
+
+use crate::Error;
+
+/// How many local listeners a notification wakes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Wake {
+    /// One listener: the lock can be taken by one waiter only.
+    One,
+    /// Every listener: several waiters may proceed, or everybody must re-check.
+    All,
+}
+
+/// The transport side of notifications: how a backend (un)subscribes a channel.
+#[async_trait]
+pub trait PubSub: fmt::Debug + Send + Sync + 'static {
+    /// Subscribes `channel`; returns once the server confirmed it.
+    async fn subscribe(&self, channel: &str) -> Result<(), Error>;
+    /// Unsubscribes `channel`.
+    async fn unsubscribe(&self, channel: &str) -> Result<(), Error>;
+}
+
+/// A transport with nothing to subscribe: notifications are delivered in process.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InProcess;
+
+#[async_trait]
+impl PubSub for InProcess {
+    async fn subscribe(&self, _channel: &str) -> Result<(), Error> {
+        Ok(())
+    }
+    async fn unsubscribe(&self, _channel: &str) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone)]
+enum SubState {
+    Pending,
+    Ready,
+    Failed(Arc<Error>),
+}
+
+struct Entry {
+    channel: Arc<str>,
+    notify: Notify,
+    state: watch::Sender<SubState>,
+}
+
+enum Command {
+    Subscribe(Arc<Entry>),
+    Unsubscribe(Arc<str>),
+    Resubscribe,
+}
+
+struct Shared {
+    /// Channel -> (entry, number of live listeners).
+    channels: Mutex<HashMap<Arc<str>, (Arc<Entry>, usize)>>,
+    commands: mpsc::UnboundedSender<Command>,
+    /// The receiving end, until the worker task takes it on first use.
+    pending_worker: Mutex<Option<(mpsc::UnboundedReceiver<Command>, Arc<dyn PubSub>)>>,
+}
+
+impl Shared {
+    fn channels(&self) -> MutexGuard<'_, HashMap<Arc<str>, (Arc<Entry>, usize)>> {
+        // The map is only ever mutated in short critical sections that cannot panic
+        // half-way, so a poisoned lock still guards a consistent map.
+        self.channels.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The registry of channel subscriptions of one client connection.
+#[derive(Clone)]
+pub struct Subscriptions {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Subscriptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscriptions")
+            .field("channels", &self.shared.channels().len())
+            .finish()
+    }
+}
+
+impl Subscriptions {
+    /// A registry that (un)subscribes through `pubsub`.
+    #[must_use]
+    pub fn new(pubsub: Arc<dyn PubSub>) -> Self {
+        let (commands, rx) = mpsc::unbounded_channel();
+        Self {
+            shared: Arc::new(Shared {
+                channels: Mutex::new(HashMap::new()),
+                commands,
+                pending_worker: Mutex::new(Some((rx, pubsub))),
+            }),
+        }
+    }
+
+    /// Registers a listener on `channel`, subscribing it if it is the first.
+    ///
+    /// Returns once the subscription is confirmed. Must be called within a tokio runtime.
+    pub async fn listen(&self, channel: &str) -> Result<Listener, Error> {
+        self.start_worker()?;
+        let entry = {
+            let mut channels = self.shared.channels();
+            if let Some((entry, count)) = channels.get_mut(channel) {
+                *count += 1;
+                Arc::clone(entry)
+            } else {
+                let name: Arc<str> = Arc::from(channel);
+                let entry = Arc::new(Entry {
+                    channel: Arc::clone(&name),
+                    notify: Notify::new(),
+                    state: watch::Sender::new(SubState::Pending),
+                });
+                channels.insert(name, (Arc::clone(&entry), 1));
+                // Sent while the map is locked, so commands reach the worker in map order.
+                let _ = self.shared.commands.send(Command::Subscribe(Arc::clone(&entry)));
+                entry
+            }
+        };
+        let listener = Listener {
+            entry,
+            shared: Arc::clone(&self.shared),
+        };
+        let mut state = listener.entry.state.subscribe();
+        let outcome = state
+            .wait_for(|s| !matches!(s, SubState::Pending))
+            .await
+            .map(|s| s.clone());
+        match outcome {
+            Ok(SubState::Failed(err)) => Err(clone_error(&err)),
+            Ok(_) => Ok(listener),
+            Err(_) => Err(Error::protocol("the subscription worker stopped")),
+        }
+    }
+
+    /// Delivers a message received on `channel`.
+    pub fn deliver(&self, channel: &str, wake: Wake) {
+        let entry = self.shared.channels().get(channel).map(|(e, _)| Arc::clone(e));
+        if let Some(entry) = entry {
+            match wake {
+                Wake::One => entry.notify.notify_one(),
+                Wake::All => entry.notify.notify_waiters(),
+            }
+        }
+    }
+
+    /// Tells the registry that the transport reconnected: every channel is subscribed
+    /// again, then every listener is woken to re-poll.
+    pub fn reconnected(&self) {
+        let _ = self.shared.commands.send(Command::Resubscribe);
+    }
+
+    /// Wakes every listener of every channel (for example when messages may have been
+    /// dropped by a lagging receiver).
+    pub fn wake_all(&self) {
+        for (entry, _) in self.shared.channels().values() {
+            entry.notify.notify_waiters();
+        }
+    }
+
+    /// The channels that currently have listeners, sorted.
+    #[must_use]
+    pub fn channels(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .shared
+            .channels()
+            .keys()
+            .map(ToString::to_string)
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn start_worker(&self) -> Result<(), Error> {
+        let taken = self
+            .shared
+            .pending_worker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some((rx, pubsub)) = taken {
+            let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+            handle.spawn(run_worker(rx, pubsub, Arc::downgrade(&self.shared)));
+        }
+        Ok(())
+    }
+}
+
+async fn run_worker(
+    mut rx: mpsc::UnboundedReceiver<Command>,
+    pubsub: Arc<dyn PubSub>,
+    shared: std::sync::Weak<Shared>,
+) {
+    while let Some(command) = rx.recv().await {
+        match command {
+            Command::Subscribe(entry) => {
+                let state = match pubsub.subscribe(&entry.channel).await {
+                    Ok(()) => SubState::Ready,
+                    Err(err) => SubState::Failed(Arc::new(err)),
+                };
+                entry.state.send_replace(state);
+            }
+            Command::Unsubscribe(channel) => {
+                // A failure leaves a subscription nobody listens to; the connection is
+                // likely gone, and with it the subscription.
+                let _ = pubsub.unsubscribe(&channel).await;
+            }
+            Command::Resubscribe => {
+                let Some(shared) = shared.upgrade() else { break };
+                let entries: Vec<Arc<Entry>> =
+                    shared.channels().values().map(|(e, _)| Arc::clone(e)).collect();
+                for entry in &entries {
+                    // If this fails the connection dropped again and another reconnect
+                    // event follows; waiters are still bounded by the lock's ttl.
+                    let _ = pubsub.subscribe(&entry.channel).await;
+                }
+                for entry in &entries {
+                    entry.notify.notify_waiters();
+                }
+            }
+        }
+    }
+}
+
+/// Errors are not `Clone`; a failed subscription is reported to each waiting listener as
+/// an error of the same kind carrying the original as its source.
+fn clone_error(err: &Arc<Error>) -> Error {
+    Error::connection("subscribing to release notifications", SharedError(Arc::clone(err)))
+}
+
+#[derive(Debug)]
+struct SharedError(Arc<Error>);
+
+impl fmt::Display for SharedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for SharedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&*self.0)
+    }
+}
+
+/// One waiter's share of a channel subscription. Dropping it releases the share; the last
+/// one to go unsubscribes the channel.
+pub struct Listener {
+    entry: Arc<Entry>,
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Listener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Listener")
+            .field("channel", &self.entry.channel)
+            .finish()
+    }
+}
+
+impl Listener {
+    /// A future that completes at the next notification for this channel.
+    ///
+    /// To not miss a notification that arrives while the lock is re-tried, create and
+    /// [`enable`](tokio::sync::futures::Notified::enable) it *before* the retry.
+    #[must_use]
+    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.entry.notify.notified()
+    }
+
+    /// The channel listened to.
+    #[must_use]
+    pub fn channel(&self) -> &str {
+        &self.entry.channel
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let mut channels = self.shared.channels();
+        let last = match channels.get_mut(&*self.entry.channel) {
+            Some((entry, count)) if Arc::ptr_eq(entry, &self.entry) => {
+                *count -= 1;
+                *count == 0
+            }
+            _ => false,
+        };
+        if last {
+            channels.remove(&*self.entry.channel);
+            let _ = self
+                .shared
+                .commands
+                .send(Command::Unsubscribe(Arc::clone(&self.entry.channel)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[derive(Debug, Default)]
+    struct Recorder(Mutex<Vec<String>>);
+
+    #[async_trait]
+    impl PubSub for Recorder {
+        async fn subscribe(&self, channel: &str) -> Result<(), Error> {
+            self.0.lock().unwrap_or_else(PoisonError::into_inner).push(format!("+{channel}"));
+            Ok(())
+        }
+        async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
+            self.0.lock().unwrap_or_else(PoisonError::into_inner).push(format!("-{channel}"));
+            Ok(())
+        }
+    }
+
+    fn log(rec: &Recorder) -> Vec<String> {
+        rec.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    #[tokio::test]
+    async fn one_subscription_per_channel_released_by_the_last_listener() {
+        let rec = Arc::new(Recorder::default());
+        let subs = Subscriptions::new(rec.clone());
+        let a = subs.listen("c").await.expect("listen");
+        let b = subs.listen("c").await.expect("listen");
+        assert_eq!(subs.channels(), vec!["c".to_string()]);
+        drop(a);
+        assert_eq!(subs.channels(), vec!["c".to_string()]);
+        drop(b);
+        assert!(subs.channels().is_empty());
+        let c = subs.listen("c").await.expect("listen");
+        drop(c);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(log(&rec), vec!["+c", "-c", "+c", "-c"]);
+    }
+
+    #[tokio::test]
+    async fn wake_one_wakes_exactly_one_and_a_permit_is_not_lost() {
+        let subs = Subscriptions::new(Arc::new(InProcess));
+        let a = subs.listen("c").await.expect("listen");
+        let b = subs.listen("c").await.expect("listen");
+        let na = a.notified();
+        let nb = b.notified();
+        tokio::pin!(na, nb);
+        na.as_mut().enable();
+        nb.as_mut().enable();
+        subs.deliver("c", Wake::One);
+        let woke = tokio::select! {
+            () = &mut na => "a",
+            () = &mut nb => "b",
+        };
+        assert!(woke == "a" || woke == "b");
+        let other = tokio::time::timeout(Duration::from_millis(30), async {
+            if woke == "a" { nb.await } else { na.await }
+        })
+        .await;
+        assert!(other.is_err(), "a single release must wake a single waiter");
+    }
+
+    #[tokio::test]
+    async fn reconnect_resubscribes_and_wakes_everyone() {
+        let rec = Arc::new(Recorder::default());
+        let subs = Subscriptions::new(rec.clone());
+        let a = subs.listen("x").await.expect("listen");
+        let b = subs.listen("y").await.expect("listen");
+        let (na, nb) = (a.notified(), b.notified());
+        tokio::pin!(na, nb);
+        na.as_mut().enable();
+        nb.as_mut().enable();
+        subs.reconnected();
+        tokio::time::timeout(Duration::from_secs(1), async { tokio::join!(na, nb) })
+            .await
+            .expect("both woken");
+        let mut seen = log(&rec);
+        seen.sort();
+        assert_eq!(seen, vec!["+x", "+x", "+y", "+y"]);
+    }
+}

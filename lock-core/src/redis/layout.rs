@@ -1,0 +1,55 @@
+//! Key and channel names: Redisson's layout, so that Redisson peers share our locks.
+
+use crate::LockName;
+
+/// Prefix of the mutex release channel.
+pub const MUTEX_CHANNEL_PREFIX: &str = "redisson_lock__channel";
+
+/// The name with a cluster hash tag: `{name}`, or the name itself when it already holds a
+/// `{`, as Redisson does. Every derived key and channel embeds this, so all of a lock's
+/// keys live in the slot of the lock's own key.
+#[must_use]
+pub fn tagged(name: &LockName) -> String {
+    let name = name.as_str();
+    if name.contains('{') {
+        name.to_owned()
+    } else {
+        format!("{{{name}}}")
+    }
+}
+
+/// The key of the lock's hash: the name itself.
+#[must_use]
+pub fn lock_key(name: &LockName) -> &str {
+    name.as_str()
+}
+
+/// The channel a mutex release is published on: `redisson_lock__channel:{name}`.
+#[must_use]
+pub fn mutex_channel(name: &LockName) -> String {
+    format!("{MUTEX_CHANNEL_PREFIX}:{}", tagged(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::slot::key_slot;
+
+    fn name(s: &str) -> LockName {
+        LockName::new(s).expect("valid name")
+    }
+
+    #[test]
+    fn follows_redisson() {
+        assert_eq!(mutex_channel(&name("order:42")), "redisson_lock__channel:{order:42}");
+        assert_eq!(mutex_channel(&name("a{t}b")), "redisson_lock__channel:a{t}b");
+    }
+
+    #[test]
+    fn channel_shares_the_slot_of_the_lock() {
+        for n in ["order:42", "x", "a{t}b", "{user:1}:cart"] {
+            let n = name(n);
+            assert_eq!(key_slot(lock_key(&n)), key_slot(&mutex_channel(&n)), "{n}");
+        }
+    }
+}

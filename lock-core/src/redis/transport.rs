@@ -1,0 +1,129 @@
+//! What a Redis adapter provides: running scripts and (un)subscribing channels.
+
+use std::fmt;
+
+use async_trait::async_trait;
+
+use crate::error::BoxError;
+use crate::notify::{PubSub, Subscriptions, Wake};
+use crate::redis::script::Script;
+
+/// A reply from Redis, in the few shapes the scripts return.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reply {
+    /// Nil (RESP2 null bulk or array, RESP3 null).
+    Nil,
+    /// An integer (RESP3 booleans map to 0 and 1).
+    Int(i64),
+    /// A bulk string.
+    Bytes(Vec<u8>),
+    /// A simple status string.
+    Status(String),
+    /// An array, set or map flattened to its elements.
+    Array(Vec<Reply>),
+}
+
+/// An error reply from the server: `CODE message`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerError {
+    /// The error code, such as `WRONGTYPE`, `NOPERM` or `ERR`.
+    pub code: String,
+    /// The rest of the message.
+    pub message: String,
+}
+
+impl ServerError {
+    /// Builds a server error from its code and message.
+    #[must_use]
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ServerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for ServerError {}
+
+/// Why a script call failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// The server answered with an error.
+    Server(ServerError),
+    /// The request did not complete (refused, closed, timed out).
+    Io(BoxError),
+}
+
+/// The deployment a transport talks to; it decides how renewals are batched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Topology {
+    /// One master (standalone, or the master behind Sentinel): any keys in one script.
+    Single,
+    /// Redis Cluster: one script's keys must share a slot.
+    Cluster,
+}
+
+/// A Redis connection as the lock protocol needs it. Adapters implement this and nothing
+/// else: the scripts, their arguments and reply decoding are lock-core's.
+#[async_trait]
+pub trait Transport: PubSub {
+    /// Runs `script` (by SHA, loading it on `NOSCRIPT`). In a cluster the call is routed by
+    /// `keys[0]`; all keys share its slot.
+    async fn eval(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<Reply, TransportError>;
+
+    /// The kind of deployment.
+    fn topology(&self) -> Topology;
+}
+
+/// Where an adapter delivers what its subscription connection receives.
+///
+/// It holds the registry weakly: once the backend is gone, [`NotificationSink::is_closed`]
+/// turns true and the adapter's reader task should end.
+#[derive(Debug, Clone)]
+pub struct NotificationSink {
+    subscriptions: std::sync::Weak<()>,
+    registry: Subscriptions,
+}
+
+impl NotificationSink {
+    pub(crate) fn new(registry: Subscriptions, alive: &std::sync::Arc<()>) -> Self {
+        Self {
+            subscriptions: std::sync::Arc::downgrade(alive),
+            registry,
+        }
+    }
+
+    /// A message arrived on `channel`.
+    pub fn message(&self, channel: &str, payload: &[u8]) {
+        // Mutex releases publish `0`: one waiter can win, so one is woken. Anything else
+        // (a Redisson peer's other primitives) wakes everyone to re-check.
+        let wake = if payload == b"0" { Wake::One } else { Wake::All };
+        self.registry.deliver(channel, wake);
+    }
+
+    /// The subscription connection was re-established: resubscribe and wake every waiter.
+    /// Also call this when messages may have been dropped (a lagging receiver).
+    pub fn reconnected(&self) {
+        self.registry.reconnected();
+    }
+
+    /// Whether the backend this sink feeds is gone.
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.subscriptions.strong_count() == 0
+    }
+}
