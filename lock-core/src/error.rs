@@ -83,10 +83,15 @@ pub enum Error {
         waited: Duration,
     },
     /// The caller does not hold the lock it tried to release.
-    #[error("lock `{name}` is not held by this holder")]
+    #[error(
+        "lock `{name}` is not held by this holder{}",
+        .lost.map(|reason| format!(" (it was lost: {reason})")).unwrap_or_default()
+    )]
     NotHeld {
         /// The lock's name.
         name: String,
+        /// Set when the client knew the hold was lost before the release was asked for.
+        lost: Option<LostReason>,
     },
     /// The hold was lost before it was released.
     #[error("lock `{name}` was lost: {reason}")]
@@ -257,7 +262,10 @@ mod tests {
     fn cause_is_a_source_and_not_repeated_in_the_message() {
         let cause = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused by peer");
         let err = Error::connection("acquiring", cause);
-        assert_eq!(err.to_string(), "cannot reach the lock backend while acquiring");
+        assert_eq!(
+            err.to_string(),
+            "cannot reach the lock backend while acquiring"
+        );
         assert_eq!(
             err.source().map(ToString::to_string).as_deref(),
             Some("refused by peer")
@@ -268,10 +276,20 @@ mod tests {
 
     #[test]
     fn predicates_follow_the_kind() {
-        let err = Error::NotHeld { name: "a".into() };
+        let err = Error::NotHeld {
+            name: "a".into(),
+            lost: Some(LostReason::LeaseExpired),
+        };
+        assert_eq!(
+            err.to_string(),
+            "lock `a` is not held by this holder (it was lost: its lease expired before it was renewed)"
+        );
         assert!(err.is_not_held() && !err.is_timeout() && !err.is_backend());
         let err = Error::invalid_argument("lease", "must be positive");
         assert!(err.is_invalid_input());
-        assert_eq!(err.to_string(), "invalid argument `lease`: must be positive");
+        assert_eq!(
+            err.to_string(),
+            "invalid argument `lease`: must be positive"
+        );
     }
 }

@@ -110,7 +110,9 @@ mod tests {
     #[tokio::test]
     async fn scopes_nest_and_differ() {
         // The test body runs in `block_on`, not in a task; a spawned task has its own id.
-        let task = tokio::spawn(async { Holder::current() }).await.expect("task");
+        let task = tokio::spawn(async { Holder::current() })
+            .await
+            .expect("task");
         assert!(task.as_str().starts_with("task-"), "{task}");
         let (a, b) = tokio::join!(
             Holder::scope(async { (Holder::current(), Holder::current()) }),

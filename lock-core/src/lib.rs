@@ -12,15 +12,38 @@
 //!
 //! Most users depend on the `lock` facade crate instead, which re-exports this API and
 //! picks a backend by feature flag.
+//!
+//! # Guarantees
+//!
+//! - A lock is never released by someone who does not hold it: releases name the owner
+//!   (`"<client-uuid>:<holder>"`) and the server refuses any other.
+//! - A guard's [`Guard::is_held`] turns false, and [`Guard::lost`] resolves, no later
+//!   than the server could expire the lock: the local deadline counts from when the last
+//!   successful request was *sent*, minus a drift margin.
+//! - Dropping a guard, or a pending acquire future, never leaves a hold behind for longer
+//!   than its lease; with a runtime, the release is sent at once.
 
+mod acquire;
 pub mod backend;
+mod client;
+mod config;
 mod error;
+mod guard;
+mod hold;
 mod holder;
+pub mod memory;
+pub mod metrics;
+mod mutex;
 mod name;
 pub mod notify;
 pub mod redis;
+mod watchdog;
 
 pub use backend::{Backend, LockKind, LockRef, Owner};
+pub use client::{Locks, LocksBuilder};
+pub use config::{Config, MAX_DURATION};
 pub use error::{BoxError, Error, ErrorKind, LostReason};
+pub use guard::Guard;
 pub use holder::Holder;
+pub use mutex::Mutex;
 pub use name::{LockName, MAX_NAME_LEN};

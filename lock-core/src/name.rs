@@ -20,7 +20,10 @@ impl LockName {
     /// Validates `name`.
     pub fn new(name: &str) -> Result<Self, Error> {
         if name.is_empty() {
-            return Err(Error::invalid_argument("name", "a lock name must not be empty"));
+            return Err(Error::invalid_argument(
+                "name",
+                "a lock name must not be empty",
+            ));
         }
         if name.len() > MAX_NAME_LEN {
             return Err(Error::invalid_argument(
@@ -68,6 +71,12 @@ mod tests {
         assert!(LockName::new("").unwrap_err().is_invalid_input());
         let long = "x".repeat(MAX_NAME_LEN + 1);
         assert!(LockName::new(&long).unwrap_err().is_invalid_input());
-        assert_eq!(LockName::new("order:42").map(|n| n.to_string()).ok().as_deref(), Some("order:42"));
+        assert_eq!(
+            LockName::new("order:42")
+                .map(|n| n.to_string())
+                .ok()
+                .as_deref(),
+            Some("order:42")
+        );
     }
 }

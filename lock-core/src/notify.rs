@@ -71,16 +71,20 @@ enum Command {
     Resubscribe,
 }
 
+/// Channel -> (entry, number of live listeners).
+type ChannelMap = HashMap<Arc<str>, (Arc<Entry>, usize)>;
+
+/// What the worker task needs, kept until it is started on first use.
+type WorkerParts = (mpsc::UnboundedReceiver<Command>, Arc<dyn PubSub>);
+
 struct Shared {
-    /// Channel -> (entry, number of live listeners).
-    channels: Mutex<HashMap<Arc<str>, (Arc<Entry>, usize)>>,
+    channels: Mutex<ChannelMap>,
     commands: mpsc::UnboundedSender<Command>,
-    /// The receiving end, until the worker task takes it on first use.
-    pending_worker: Mutex<Option<(mpsc::UnboundedReceiver<Command>, Arc<dyn PubSub>)>>,
+    pending_worker: Mutex<Option<WorkerParts>>,
 }
 
 impl Shared {
-    fn channels(&self) -> MutexGuard<'_, HashMap<Arc<str>, (Arc<Entry>, usize)>> {
+    fn channels(&self) -> MutexGuard<'_, ChannelMap> {
         // The map is only ever mutated in short critical sections that cannot panic
         // half-way, so a poisoned lock still guards a consistent map.
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)
@@ -134,7 +138,10 @@ impl Subscriptions {
                 });
                 channels.insert(name, (Arc::clone(&entry), 1));
                 // Sent while the map is locked, so commands reach the worker in map order.
-                let _ = self.shared.commands.send(Command::Subscribe(Arc::clone(&entry)));
+                let _ = self
+                    .shared
+                    .commands
+                    .send(Command::Subscribe(Arc::clone(&entry)));
                 entry
             }
         };
@@ -156,7 +163,11 @@ impl Subscriptions {
 
     /// Delivers a message received on `channel`.
     pub fn deliver(&self, channel: &str, wake: Wake) {
-        let entry = self.shared.channels().get(channel).map(|(e, _)| Arc::clone(e));
+        let entry = self
+            .shared
+            .channels()
+            .get(channel)
+            .map(|(e, _)| Arc::clone(e));
         if let Some(entry) = entry {
             match wake {
                 Wake::One => entry.notify.notify_one(),
@@ -227,9 +238,14 @@ async fn run_worker(
                 let _ = pubsub.unsubscribe(&channel).await;
             }
             Command::Resubscribe => {
-                let Some(shared) = shared.upgrade() else { break };
-                let entries: Vec<Arc<Entry>> =
-                    shared.channels().values().map(|(e, _)| Arc::clone(e)).collect();
+                let Some(shared) = shared.upgrade() else {
+                    break;
+                };
+                let entries: Vec<Arc<Entry>> = shared
+                    .channels()
+                    .values()
+                    .map(|(e, _)| Arc::clone(e))
+                    .collect();
                 for entry in &entries {
                     // If this fails the connection dropped again and another reconnect
                     // event follows; waiters are still bounded by the lock's ttl.
@@ -246,7 +262,10 @@ async fn run_worker(
 /// Errors are not `Clone`; a failed subscription is reported to each waiting listener as
 /// an error of the same kind carrying the original as its source.
 fn clone_error(err: &Arc<Error>) -> Error {
-    Error::connection("subscribing to release notifications", SharedError(Arc::clone(err)))
+    Error::connection(
+        "subscribing to release notifications",
+        SharedError(Arc::clone(err)),
+    )
 }
 
 #[derive(Debug)]
@@ -275,7 +294,7 @@ impl fmt::Debug for Listener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Listener")
             .field("channel", &self.entry.channel)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -284,7 +303,6 @@ impl Listener {
     ///
     /// To not miss a notification that arrives while the lock is re-tried, create and
     /// [`enable`](tokio::sync::futures::Notified::enable) it *before* the retry.
-    #[must_use]
     pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
         self.entry.notify.notified()
     }
@@ -327,11 +345,17 @@ mod tests {
     #[async_trait]
     impl PubSub for Recorder {
         async fn subscribe(&self, channel: &str) -> Result<(), Error> {
-            self.0.lock().unwrap_or_else(PoisonError::into_inner).push(format!("+{channel}"));
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(format!("+{channel}"));
             Ok(())
         }
         async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
-            self.0.lock().unwrap_or_else(PoisonError::into_inner).push(format!("-{channel}"));
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(format!("-{channel}"));
             Ok(())
         }
     }

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::Error;
 use crate::backend::{Acquire, Backend, LockKind, LockRef, LockState, Release, Renewal};
 use crate::notify::{Listener, Subscriptions};
 use crate::redis::layout;
 use crate::redis::script::{self, Script};
 use crate::redis::slot::key_slot;
 use crate::redis::transport::{NotificationSink, Reply, Topology, Transport, TransportError};
-use crate::Error;
 
 /// How releases are published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -140,7 +140,10 @@ impl RedisBackend {
         let mut args: Vec<&str> = Vec::with_capacity(locks.len() + 1);
         args.push(lease_ms);
         args.extend(locks.iter().map(|l| l.owner.as_str()));
-        match self.eval("renewing", &script::MUTEX_RENEW, &keys, &args).await {
+        match self
+            .eval("renewing", &script::MUTEX_RENEW, &keys, &args)
+            .await
+        {
             Ok(Reply::Array(items)) if items.len() == locks.len() => items
                 .iter()
                 .map(|item| match item {
@@ -293,8 +296,12 @@ impl Backend for RedisBackend {
 
 fn classify(err: TransportError, during: &'static str, key: &str) -> Error {
     match err {
-        TransportError::Server(server) if server.code == "WRONGTYPE" || server.message.contains("WRONGTYPE") => {
-            Error::WrongType { key: key.to_owned() }
+        TransportError::Server(server)
+            if server.code == "WRONGTYPE" || server.message.contains("WRONGTYPE") =>
+        {
+            Error::WrongType {
+                key: key.to_owned(),
+            }
         }
         TransportError::Server(server) => Error::backend(during, server),
         TransportError::Io(source) => Error::Connection { during, source },
@@ -326,4 +333,3 @@ fn count(n: i64, reply: &Reply) -> Result<u32, Error> {
 fn unexpected(what: &str, reply: &Reply) -> Error {
     Error::protocol(format!("{what} script answered {reply:?}"))
 }
-

@@ -41,8 +41,14 @@ mod tests {
 
     #[test]
     fn follows_redisson() {
-        assert_eq!(mutex_channel(&name("order:42")), "redisson_lock__channel:{order:42}");
-        assert_eq!(mutex_channel(&name("a{t}b")), "redisson_lock__channel:a{t}b");
+        assert_eq!(
+            mutex_channel(&name("order:42")),
+            "redisson_lock__channel:{order:42}"
+        );
+        assert_eq!(
+            mutex_channel(&name("a{t}b")),
+            "redisson_lock__channel:a{t}b"
+        );
     }
 
     #[test]

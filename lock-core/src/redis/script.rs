@@ -35,7 +35,9 @@ impl Script {
 
 impl fmt::Debug for Script {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Script").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("Script")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 

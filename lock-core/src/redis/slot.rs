@@ -7,12 +7,11 @@ pub const SLOTS: u16 = 16384;
 #[must_use]
 pub fn hash_tag(key: &str) -> &[u8] {
     let bytes = key.as_bytes();
-    if let Some(open) = bytes.iter().position(|&b| b == b'{') {
-        if let Some(len) = bytes[open + 1..].iter().position(|&b| b == b'}') {
-            if len > 0 {
-                return &bytes[open + 1..open + 1 + len];
-            }
-        }
+    if let Some(open) = bytes.iter().position(|&b| b == b'{')
+        && let Some(len) = bytes[open + 1..].iter().position(|&b| b == b'}')
+        && len > 0
+    {
+        return &bytes[open + 1..open + 1 + len];
     }
     bytes
 }
@@ -29,7 +28,11 @@ fn crc16(data: &[u8]) -> u16 {
     for &byte in data {
         crc ^= u16::from(byte) << 8;
         for _ in 0..8 {
-            crc = if crc & 0x8000 == 0 { crc << 1 } else { (crc << 1) ^ 0x1021 };
+            crc = if crc & 0x8000 == 0 {
+                crc << 1
+            } else {
+                (crc << 1) ^ 0x1021
+            };
         }
     }
     crc
@@ -44,7 +47,10 @@ mod tests {
         // Reference values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
         assert_eq!(crc16(b"123456789"), 0x31C3);
         assert_eq!(key_slot("foo"), 12182);
-        assert_eq!(key_slot("{user1000}.following"), key_slot("{user1000}.followers"));
+        assert_eq!(
+            key_slot("{user1000}.following"),
+            key_slot("{user1000}.followers")
+        );
         assert_eq!(key_slot("foo{}{bar}"), key_slot("foo{}{bar}"));
         assert_eq!(hash_tag("foo{}{bar}"), b"foo{}{bar}");
         assert_eq!(hash_tag("foo{{bar}}zap"), b"{bar");

@@ -111,7 +111,11 @@ impl NotificationSink {
     pub fn message(&self, channel: &str, payload: &[u8]) {
         // Mutex releases publish `0`: one waiter can win, so one is woken. Anything else
         // (a Redisson peer's other primitives) wakes everyone to re-check.
-        let wake = if payload == b"0" { Wake::One } else { Wake::All };
+        let wake = if payload == b"0" {
+            Wake::One
+        } else {
+            Wake::All
+        };
         self.registry.deliver(channel, wake);
     }
 

@@ -1,0 +1,204 @@
+//! [`Locks`]: one client of a lock backend.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex as StdMutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::Config;
+use crate::hold::Hold;
+use crate::watchdog::Watchdog;
+use crate::{Backend, Error, LockRef, LostReason, Mutex};
+
+/// A client of a lock backend: the factory of lock handles.
+///
+/// Each client has its own UUID, so two clients (even in one process) exclude each other
+/// like two processes do. Cloning is cheap and shares the client. The watchdog renews the
+/// leases of all of the client's guards in one background task.
+#[derive(Clone)]
+pub struct Locks {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) client_id: String,
+    pub(crate) config: Config,
+    holds: StdMutex<HashMap<LockRef, Arc<Hold>>>,
+    pub(crate) watchdog: Watchdog,
+}
+
+impl fmt::Debug for Locks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Locks")
+            .field("client_id", &self.inner.client_id)
+            .field("backend", &self.inner.backend)
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Locks {
+    /// A client of `backend` with the default settings.
+    #[must_use]
+    pub fn new(backend: Arc<dyn Backend>) -> Self {
+        Self::from_parts(backend, Config::default())
+    }
+
+    /// A builder for a client of `backend`.
+    pub fn builder(backend: Arc<dyn Backend>) -> LocksBuilder {
+        LocksBuilder {
+            backend,
+            config: Config::default(),
+            interval_set: false,
+        }
+    }
+
+    fn from_parts(backend: Arc<dyn Backend>, config: Config) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                backend,
+                client_id: uuid::Uuid::new_v4().to_string(),
+                config,
+                holds: StdMutex::new(HashMap::new()),
+                watchdog: Watchdog::default(),
+            }),
+        }
+    }
+
+    /// A handle on the reentrant mutex `name`. No I/O; an invalid name is reported by the
+    /// first operation on the handle.
+    #[must_use]
+    pub fn mutex(&self, name: &str) -> Mutex {
+        Mutex::new(self.clone(), name)
+    }
+
+    /// This client's UUID: the first part of every owner string it writes.
+    #[must_use]
+    pub fn client_id(&self) -> &str {
+        &self.inner.client_id
+    }
+
+    /// The backend this client talks to.
+    #[must_use]
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.inner.backend
+    }
+
+    /// The client's settings.
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+}
+
+impl Inner {
+    fn holds(&self) -> MutexGuard<'_, HashMap<LockRef, Arc<Hold>>> {
+        self.holds.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a granted acquisition (sent at `sent`, `holds` holds after it) and returns
+    /// the hold the new guard belongs to.
+    pub(crate) fn attach(
+        self: &Arc<Self>,
+        lock: &LockRef,
+        holds_after: u32,
+        sent: Instant,
+        lease: Duration,
+        renew: bool,
+    ) -> Arc<Hold> {
+        let valid_for = lease.saturating_sub(self.config.drift(lease));
+        let hold = {
+            let mut holds = self.holds();
+            match holds.get(lock) {
+                // A reentry joins the live hold of the same owner.
+                Some(existing) if holds_after > 1 && existing.lost_reason().is_none() => {
+                    existing.extend(sent, valid_for);
+                    Arc::clone(existing)
+                }
+                existing => {
+                    // A fresh grant means any hold we still remember expired on the server.
+                    if let Some(stale) = existing {
+                        stale.mark_lost(LostReason::LeaseExpired);
+                    }
+                    let hold = Arc::new(Hold::new(lock.clone(), sent, valid_for));
+                    holds.insert(lock.clone(), Arc::clone(&hold));
+                    hold
+                }
+            }
+        };
+        if hold.add_guard(renew) {
+            self.watchdog.register(self, &hold);
+        }
+        hold
+    }
+
+    /// Removes a guard from its hold; forgets the hold when it was the last guard.
+    pub(crate) fn detach(&self, hold: &Arc<Hold>, renew: bool) {
+        if hold.remove_guard(renew) == 0 {
+            let mut holds = self.holds();
+            if holds.get(&hold.lock).is_some_and(|h| Arc::ptr_eq(h, hold)) {
+                holds.remove(&hold.lock);
+            }
+        }
+    }
+
+    /// Marks every hold of this client on `lock`'s name and kind lost (after a force
+    /// release, whoever the owner).
+    pub(crate) fn forget_all(&self, lock: &LockRef) {
+        let holds = self.holds();
+        for hold in holds.values() {
+            if hold.lock.name == lock.name && hold.lock.kind == lock.kind {
+                hold.mark_lost(LostReason::OwnerGone);
+            }
+        }
+    }
+
+    pub(crate) fn valid_for(&self, lease: Duration) -> Duration {
+        lease.saturating_sub(self.config.drift(lease))
+    }
+}
+
+/// Builds a [`Locks`] client. Every setting has Redisson's default.
+#[must_use = "a builder does nothing until `build` is called"]
+#[derive(Debug)]
+pub struct LocksBuilder {
+    backend: Arc<dyn Backend>,
+    config: Config,
+    interval_set: bool,
+}
+
+impl LocksBuilder {
+    /// The lease of locks taken without an explicit lease (default 30 s). Unless set
+    /// explicitly, the renewal interval follows as a third of it.
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.config.watchdog_lease = lease;
+        if !self.interval_set {
+            self.config.renew_interval = lease / 3;
+        }
+        self
+    }
+
+    /// How often the watchdog renews (default: a third of the watchdog lease).
+    pub fn renew_interval(mut self, interval: Duration) -> Self {
+        self.config.renew_interval = interval;
+        self.interval_set = true;
+        self
+    }
+
+    /// The clock-drift margin: a hold is given up `lease * factor + floor` before the
+    /// server would expire it (defaults 0.01 and 2 ms).
+    pub fn drift(mut self, factor: f64, floor: Duration) -> Self {
+        self.config.drift_factor = factor;
+        self.config.drift_floor = floor;
+        self
+    }
+
+    /// Validates the settings and builds the client.
+    pub fn build(self) -> Result<Locks, Error> {
+        self.config.validate()?;
+        Ok(Locks::from_parts(self.backend, self.config))
+    }
+}

@@ -1,0 +1,128 @@
+//! Client settings, with Redisson's defaults.
+
+use std::time::Duration;
+
+use crate::Error;
+
+/// Settings of a [`crate::Locks`] client. Build with [`crate::LocksBuilder`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Config {
+    /// Lease of a lock taken without an explicit lease; the watchdog keeps renewing it
+    /// while the guard lives. Default: 30 s (Redisson's `lockWatchdogTimeout`).
+    pub watchdog_lease: Duration,
+    /// How often the watchdog renews. Default: a third of `watchdog_lease`.
+    pub renew_interval: Duration,
+    /// Clock drift allowed for, as a fraction of a lease. A guard considers itself expired
+    /// `lease * drift_factor + drift_floor` before the server would. Default: 0.01.
+    pub drift_factor: f64,
+    /// The fixed part of the drift margin. Default: 2 ms.
+    pub drift_floor: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let watchdog_lease = Duration::from_secs(30);
+        Self {
+            watchdog_lease,
+            renew_interval: watchdog_lease / 3,
+            drift_factor: 0.01,
+            drift_floor: Duration::from_millis(2),
+        }
+    }
+}
+
+impl Config {
+    /// The safety margin for a lease: how much earlier than the server the client gives
+    /// a hold up.
+    #[must_use]
+    pub fn drift(&self, lease: Duration) -> Duration {
+        lease.mul_f64(self.drift_factor) + self.drift_floor
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        check_lease("watchdog_lease", self.watchdog_lease)?;
+        if self.renew_interval.is_zero() {
+            return Err(Error::invalid_argument(
+                "renew_interval",
+                "must be positive",
+            ));
+        }
+        if !(0.0..0.5).contains(&self.drift_factor) {
+            return Err(Error::invalid_argument(
+                "drift_factor",
+                "must be at least 0 and below 0.5",
+            ));
+        }
+        // A renewal must have time to arrive before the lease (minus drift) runs out.
+        let usable = self
+            .watchdog_lease
+            .saturating_sub(self.drift(self.watchdog_lease));
+        if self.renew_interval >= usable {
+            return Err(Error::invalid_argument(
+                "watchdog_lease",
+                format!(
+                    "a lease of {:?} is too short for renewals every {:?}: it must exceed the \
+                     renewal interval plus the drift margin of {:?}",
+                    self.watchdog_lease,
+                    self.renew_interval,
+                    self.drift(self.watchdog_lease)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The longest lease or wait accepted: about 292 years would overflow clocks and Redis'
+/// millisecond arithmetic well before; a year is more than any lock needs.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Rejects zero and overflowing leases.
+pub(crate) fn check_lease(argument: &'static str, lease: Duration) -> Result<(), Error> {
+    if lease < Duration::from_millis(1) {
+        return Err(Error::invalid_argument(
+            argument,
+            "a lease must be at least 1 ms",
+        ));
+    }
+    check_bound(argument, lease)
+}
+
+/// Rejects durations too large to add to a clock.
+pub(crate) fn check_bound(argument: &'static str, d: Duration) -> Result<(), Error> {
+    if d > MAX_DURATION {
+        return Err(Error::invalid_argument(
+            argument,
+            format!("{d:?} is longer than the maximum of {MAX_DURATION:?}"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_redisson() {
+        let c = Config::default();
+        assert_eq!(c.watchdog_lease, Duration::from_secs(30));
+        assert_eq!(c.renew_interval, Duration::from_secs(10));
+        assert!(c.validate().is_ok());
+        assert_eq!(c.drift(Duration::from_secs(10)), Duration::from_millis(102));
+    }
+
+    #[test]
+    fn rejects_unusable_settings() {
+        let c = Config {
+            renew_interval: Duration::from_secs(30),
+            ..Config::default()
+        };
+        assert!(c.validate().unwrap_err().is_invalid_input());
+        assert!(check_lease("lease", Duration::ZERO).is_err());
+        assert!(check_lease("lease", Duration::MAX).is_err());
+        assert!(check_bound("wait", Duration::MAX).is_err());
+        assert!(check_bound("wait", Duration::ZERO).is_ok());
+    }
+}

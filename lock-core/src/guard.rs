@@ -1,0 +1,176 @@
+//! [`Guard`]: proof of one hold on a lock.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::Release;
+use crate::client::Inner;
+use crate::hold::Hold;
+use crate::{Error, LockKind, LostReason, metrics};
+
+/// One hold on a lock. Release it with [`Guard::unlock`]; dropping it releases it in the
+/// background.
+///
+/// Each successful acquisition returns its own guard, and each guard releases exactly one
+/// hold: a reentrant acquisition by the same holder gives a second guard, and the lock is
+/// free once both are released. A guard can be moved to and released from any task.
+///
+/// While the guard lives, the lock is renewed by the client's watchdog unless it was
+/// taken with an explicit lease. Check [`Guard::is_held`] before acting on the protected
+/// resource, or race the work against [`Guard::lost`].
+#[must_use = "dropping a guard releases the lock at once"]
+pub struct Guard {
+    client: Arc<Inner>,
+    hold: Arc<Hold>,
+    lease: Duration,
+    renew: bool,
+    acquired_at: Instant,
+    released: bool,
+}
+
+impl fmt::Debug for Guard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Guard")
+            .field("kind", &self.hold.lock.kind)
+            .field("name", &self.hold.lock.name)
+            .field("owner", &self.hold.lock.owner)
+            .field("lease", &self.lease)
+            .field("watchdog", &self.renew)
+            .field("held", &self.is_held())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Guard {
+    pub(crate) fn new(client: Arc<Inner>, hold: Arc<Hold>, lease: Duration, renew: bool) -> Self {
+        metrics::held(hold.lock.kind, 1.0);
+        Self {
+            client,
+            hold,
+            lease,
+            renew,
+            acquired_at: Instant::now(),
+            released: false,
+        }
+    }
+
+    /// The lock's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        self.hold.lock.name.as_str()
+    }
+
+    /// The lock's kind.
+    #[must_use]
+    pub fn kind(&self) -> LockKind {
+        self.hold.lock.kind
+    }
+
+    /// The owner string stored in the backend (`"<client-uuid>:<holder>"`).
+    #[must_use]
+    pub fn owner(&self) -> &str {
+        self.hold.lock.owner.as_str()
+    }
+
+    /// Whether the hold is still valid by the local clock: not lost, and the last
+    /// successful renewal (or the acquisition) was sent less than a lease (minus drift)
+    /// ago. This does no I/O; it turns false at the deadline even if nothing was heard.
+    #[must_use]
+    pub fn is_held(&self) -> bool {
+        self.hold.lost_reason().is_none()
+    }
+
+    /// How long the hold stays valid without another successful renewal; `None` once lost.
+    #[must_use]
+    pub fn valid_for(&self) -> Option<Duration> {
+        self.hold.valid_for()
+    }
+
+    /// Resolves when the hold is lost: a renewal found another owner, or the lease ran
+    /// out (an explicit lease, or renewals that kept failing). Never resolves while the
+    /// hold is valid. Returns the [`Error::Lost`] to hand to the caller.
+    pub async fn lost(&self) -> Error {
+        let reason = self.hold.lost().await;
+        self.lost_error(reason)
+    }
+
+    fn lost_error(&self, reason: LostReason) -> Error {
+        Error::Lost {
+            name: self.name().to_owned(),
+            reason,
+        }
+    }
+
+    /// Releases this hold.
+    ///
+    /// Returns [`Error::NotHeld`] when the hold was already gone (its lease expired, or
+    /// the lock was force-released); nothing is changed on the server then. If the
+    /// request fails, the lock is released at the latest when its lease runs out (renewal
+    /// stops at once). Cancelling this future does not cancel the release.
+    pub async fn unlock(mut self) -> Result<(), Error> {
+        self.released = true;
+        self.finish();
+        if let Some(reason) = self.hold.lost_reason() {
+            return Err(Error::NotHeld {
+                name: self.name().to_owned(),
+                lost: Some(reason),
+            });
+        }
+        let release = spawn_release(&self.client, &self.hold, self.lease)?;
+        let sent = Instant::now();
+        let outcome = release
+            .await
+            .map_err(|_| Error::protocol("the release task was cancelled"))??;
+        match outcome {
+            Release::StillHeld { .. } => {
+                self.hold.extend(sent, self.client.valid_for(self.lease));
+                Ok(())
+            }
+            Release::NotHeld => {
+                self.hold.mark_lost(LostReason::OwnerGone);
+                Err(Error::NotHeld {
+                    name: self.name().to_owned(),
+                    lost: None,
+                })
+            }
+            Release::Released => Ok(()),
+        }
+    }
+
+    /// Synchronous bookkeeping shared by `unlock` and `Drop`.
+    fn finish(&self) {
+        self.client.detach(&self.hold, self.renew);
+        metrics::held(self.hold.lock.kind, -1.0);
+        metrics::released(self.hold.lock.kind, self.acquired_at.elapsed());
+    }
+}
+
+/// Sends the release in its own task, so that it completes even if the caller goes away.
+fn spawn_release(
+    client: &Arc<Inner>,
+    hold: &Arc<Hold>,
+    lease: Duration,
+) -> Result<tokio::task::JoinHandle<Result<Release, Error>>, Error> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+    let backend = Arc::clone(&client.backend);
+    let lock = hold.lock.clone();
+    Ok(runtime.spawn(async move { backend.release(&lock, lease).await }))
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.released = true;
+        self.finish();
+        if self.hold.lost_reason().is_none() {
+            // Without a runtime the release cannot be sent; renewal has stopped, so the
+            // lease runs out on its own.
+            let _ = spawn_release(&self.client, &self.hold, self.lease);
+        }
+    }
+}

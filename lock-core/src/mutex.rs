@@ -1,0 +1,162 @@
+//! [`Mutex`]: the reentrant distributed mutex (Redisson's `RLock`).
+
+use std::fmt;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::acquire::{self, Lease, Wait};
+use crate::config::{check_bound, check_lease};
+use crate::{Error, Guard, Holder, LockKind, LockName, LockRef, Locks, Owner};
+
+/// A handle on one reentrant mutex. Cheap to create and clone; does no I/O by itself.
+///
+/// Acquisitions by the same [`Holder`] re-enter (each returns its own [`Guard`]); other
+/// holders, in this client or any other, are excluded. Without an explicit lease the
+/// lock is renewed by the client's watchdog for as long as the guard lives.
+///
+/// ```no_run
+/// # async fn demo(locks: lock_core::Locks) -> Result<(), lock_core::Error> {
+/// let order = locks.mutex("order:42");
+/// let guard = order.lock().await?;
+/// // ... work on order 42 ...
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Mutex {
+    locks: Locks,
+    name: Result<LockName, String>,
+    holder: Option<Holder>,
+}
+
+impl fmt::Debug for Mutex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mutex")
+            .field("name", &self.name)
+            .field("holder", &self.holder)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Mutex {
+    pub(crate) fn new(locks: Locks, name: &str) -> Self {
+        let name = LockName::new(name).map_err(|err| match err {
+            Error::InvalidArgument { reason, .. } => reason,
+            other => other.to_string(),
+        });
+        Self {
+            locks,
+            name,
+            holder: None,
+        }
+    }
+
+    /// The same lock, acquired and inspected as `holder` instead of the ambient holder.
+    #[must_use]
+    pub fn with_holder(mut self, holder: Holder) -> Self {
+        self.holder = Some(holder);
+        self
+    }
+
+    /// The lock's name as given.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        match &self.name {
+            Ok(name) => name.as_str(),
+            Err(_) => "",
+        }
+    }
+
+    fn lock_ref(&self) -> Result<LockRef, Error> {
+        let name = self
+            .name
+            .clone()
+            .map_err(|reason| Error::invalid_argument("name", reason))?;
+        let holder = self.holder.clone().unwrap_or_else(Holder::current);
+        let owner = Owner::new(&self.locks.inner.client_id, holder.as_str());
+        Ok(LockRef::new(LockKind::Mutex, name, owner))
+    }
+
+    /// Waits until the lock is acquired; the watchdog renews it while the guard lives.
+    pub async fn lock(&self) -> Result<Guard, Error> {
+        self.acquire(Lease::Watchdog, Wait::Forever)
+            .await?
+            .ok_or_else(|| Error::protocol("an unbounded wait ended without the lock"))
+    }
+
+    /// Waits until the lock is acquired, with a lease that is never renewed: the lock is
+    /// released after `lease` even if the guard is still alive.
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<Guard, Error> {
+        check_lease("lease", lease)?;
+        self.acquire(Lease::Fixed(lease), Wait::Forever)
+            .await?
+            .ok_or_else(|| Error::protocol("an unbounded wait ended without the lock"))
+    }
+
+    /// One attempt, no waiting. `Ok(None)` when someone else holds the lock.
+    pub async fn try_lock(&self) -> Result<Option<Guard>, Error> {
+        self.acquire(Lease::Watchdog, Wait::Never).await
+    }
+
+    /// Waits at most `wait` for the lock. With `Some(lease)`, the lock is never renewed
+    /// and expires after `lease`; with `None`, the watchdog renews it. `Ok(None)` when
+    /// the wait ran out.
+    pub async fn try_lock_for(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<Guard>, Error> {
+        check_bound("wait", wait)?;
+        let lease = match lease {
+            Some(lease) => {
+                check_lease("lease", lease)?;
+                Lease::Fixed(lease)
+            }
+            None => Lease::Watchdog,
+        };
+        let deadline = Instant::now() + wait;
+        self.acquire(lease, Wait::Until(deadline)).await
+    }
+
+    async fn acquire(&self, lease: Lease, wait: Wait) -> Result<Option<Guard>, Error> {
+        let lock = self.lock_ref()?;
+        acquire::acquire(&self.locks.inner, lock, lease, wait).await
+    }
+
+    /// Whether anyone holds the lock.
+    pub async fn is_locked(&self) -> Result<bool, Error> {
+        Ok(self.inspect().await?.locked)
+    }
+
+    /// Whether the current holder (or the handle's explicit holder) holds the lock.
+    pub async fn is_held_by_current(&self) -> Result<bool, Error> {
+        Ok(self.inspect().await?.holds > 0)
+    }
+
+    /// How many holds the current holder has (0 when it does not hold the lock).
+    pub async fn hold_count(&self) -> Result<u32, Error> {
+        Ok(self.inspect().await?.holds)
+    }
+
+    /// The lock's remaining lease on the server; `None` when it is free.
+    pub async fn remaining_lease(&self) -> Result<Option<Duration>, Error> {
+        let state = self.inspect().await?;
+        Ok(state.ttl.filter(|_| state.locked))
+    }
+
+    async fn inspect(&self) -> Result<crate::backend::LockState, Error> {
+        let lock = self.lock_ref()?;
+        self.locks.inner.backend.inspect(&lock).await
+    }
+
+    /// Releases the lock whoever holds it, and wakes its waiters. Returns whether it was
+    /// held; on a free lock this is a no-op that returns `false`. Guards of this client
+    /// on the lock report it lost.
+    pub async fn force_unlock(&self) -> Result<bool, Error> {
+        let lock = self.lock_ref()?;
+        let released = self.locks.inner.backend.force_release(&lock).await?;
+        self.locks.inner.forget_all(&lock);
+        Ok(released)
+    }
+}

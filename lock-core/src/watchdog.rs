@@ -1,0 +1,120 @@
+//! The watchdog: one task per client renews the leases of all its watchdog guards.
+//!
+//! Every round (a third of the watchdog lease by default) it renews, in one batched call
+//! to the backend, every hold that needs renewal and was not armed in the last half
+//! interval. A renewal that finds the owner gone marks the hold lost at once; a failed
+//! renewal is retried sooner, and the hold is lost when its local deadline passes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::Renewal;
+use crate::client::Inner;
+use crate::hold::Hold;
+use crate::{LostReason, metrics};
+
+/// The shortest pause between rounds after a failed renewal.
+const MIN_RETRY: Duration = Duration::from_millis(10);
+
+#[derive(Debug, Default)]
+pub(crate) struct Watchdog {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    holds: HashMap<usize, Arc<Hold>>,
+    running: bool,
+}
+
+impl Watchdog {
+    /// Starts renewing `hold` (and the task, if it is not running).
+    pub(crate) fn register(&self, client: &Arc<Inner>, hold: &Arc<Hold>) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state
+            .holds
+            .insert(Arc::as_ptr(hold) as usize, Arc::clone(hold));
+        if !state.running
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            state.running = true;
+            runtime.spawn(run(Arc::downgrade(client)));
+        }
+    }
+
+    /// The holds due for renewal; forgets those that no longer need it. Stops (returns
+    /// `None`) when nothing is left to renew.
+    fn due(&self, older_than: Instant) -> Option<Vec<Arc<Hold>>> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.holds.retain(|_, hold| hold.needs_renewal());
+        if state.holds.is_empty() {
+            state.running = false;
+            return None;
+        }
+        Some(
+            state
+                .holds
+                .values()
+                .filter(|hold| hold.last_sent() <= older_than)
+                .cloned()
+                .collect(),
+        )
+    }
+}
+
+async fn run(client: Weak<Inner>) {
+    let mut pause = match client.upgrade() {
+        Some(inner) => inner.config.renew_interval,
+        None => return,
+    };
+    loop {
+        tokio::time::sleep(pause).await;
+        let Some(inner) = client.upgrade() else {
+            return;
+        };
+        let interval = inner.config.renew_interval;
+        let lease = inner.config.watchdog_lease;
+        let valid_for = inner.valid_for(lease);
+        let Some(due) = inner.watchdog.due(Instant::now() - interval / 2) else {
+            return;
+        };
+        let backend = Arc::clone(&inner.backend);
+        // Do not keep the client alive across the round trip.
+        drop(inner);
+        pause = interval;
+        if due.is_empty() {
+            continue;
+        }
+        let locks: Vec<_> = due.iter().map(|hold| hold.lock.clone()).collect();
+        let sent = Instant::now();
+        let outcomes = backend.renew(&locks, lease).await;
+        let (mut renewed, mut gone, mut failed) = (0, 0, 0);
+        for (hold, outcome) in due.iter().zip(outcomes) {
+            match outcome {
+                Renewal::Renewed => {
+                    renewed += 1;
+                    hold.extend(sent, valid_for);
+                }
+                Renewal::Gone => {
+                    gone += 1;
+                    hold.mark_lost(LostReason::OwnerGone);
+                }
+                // Retried sooner while the deadline allows.
+                Renewal::Failed(_) => {
+                    failed += 1;
+                    // A passed deadline marks the hold lost.
+                    let _ = hold.lost_reason();
+                }
+            }
+        }
+        metrics::renewals("renewed", renewed);
+        metrics::renewals("gone", gone);
+        metrics::renewals("failed", failed);
+        if failed > 0 {
+            pause = (interval / 4).max(MIN_RETRY);
+        }
+    }
+}
