@@ -1,0 +1,78 @@
+//! Fixtures: how the suite reaches a backend, and (for Redis) how it injects faults.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::memory::MemoryBackend;
+use lock_core::{Backend, Locks};
+
+/// A lock store the scenarios run against.
+#[async_trait]
+pub trait Fixture: Send + Sync {
+    /// A backend with its own connections to the shared store: two calls give two
+    /// independent clients of the same locks.
+    async fn backend(&self) -> Arc<dyn Backend>;
+
+    /// Channels subscribed for waiters, across the whole store.
+    async fn subscribed_channels(&self) -> Vec<String>;
+
+    /// Fault injection, for Redis fixtures.
+    fn redis(&self) -> Option<&dyn RedisControl> {
+        None
+    }
+
+    /// A client with its own connections and the given watchdog lease.
+    async fn client_with_lease(&self, watchdog_lease: Duration) -> Locks {
+        Locks::builder(self.backend().await)
+            .watchdog_lease(watchdog_lease)
+            .build()
+            .expect("valid client settings")
+    }
+
+    /// A client with its own connections and default settings.
+    async fn client(&self) -> Locks {
+        Locks::new(self.backend().await)
+    }
+}
+
+/// Server-side access to a Redis fixture, for layout checks and faults.
+#[async_trait]
+pub trait RedisControl: Send + Sync {
+    /// `CLIENT KILL TYPE pubsub` on every node; returns how many connections died.
+    async fn kill_pubsub_clients(&self) -> usize;
+    /// `SCRIPT FLUSH` on every node.
+    async fn script_flush(&self);
+    /// Restarts the node that owns `key`, losing its data.
+    async fn restart_node_of(&self, key: &str);
+    /// `SET key value` on the node that owns `key`.
+    async fn set_string(&self, key: &str, value: &str);
+    /// `HGETALL key`, as field/value pairs sorted by field.
+    async fn hash(&self, key: &str) -> Vec<(String, String)>;
+    /// `PTTL key`.
+    async fn pttl(&self, key: &str) -> i64;
+}
+
+/// The in-memory backend: every "client" shares one store.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryFixture {
+    store: MemoryBackend,
+}
+
+impl MemoryFixture {
+    /// A fresh store.
+    pub async fn start() -> Self {
+        Self::default()
+    }
+}
+
+#[async_trait]
+impl Fixture for MemoryFixture {
+    async fn backend(&self) -> Arc<dyn Backend> {
+        Arc::new(self.store.clone())
+    }
+
+    async fn subscribed_channels(&self) -> Vec<String> {
+        self.store.subscribed_channels()
+    }
+}

@@ -1,0 +1,170 @@
+//! Redis fixtures: a standalone server or a cluster started for one test, reached
+//! through any adapter.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use lock_core::{Backend, Error};
+use lock_testkit::{RedisCluster, RedisServer};
+use tokio::sync::Mutex;
+
+use crate::{Fixture, RedisControl};
+
+/// How a Redis adapter connects: node URLs and whether they form a cluster.
+pub type Connect = Arc<
+    dyn Fn(
+            Vec<String>,
+            bool,
+        ) -> Pin<Box<dyn Future<Output = Result<Arc<dyn Backend>, Error>> + Send>>
+        + Send
+        + Sync,
+>;
+
+enum Topology {
+    Standalone(Mutex<RedisServer>),
+    Cluster(Mutex<RedisCluster>),
+}
+
+/// A Redis deployment started for one test, reached through one adapter.
+pub struct RedisFixture {
+    topology: Topology,
+    connect: Connect,
+}
+
+impl fmt::Debug for RedisFixture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.topology {
+            Topology::Standalone(_) => "standalone",
+            Topology::Cluster(_) => "cluster",
+        };
+        f.debug_struct("RedisFixture")
+            .field("topology", &kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisFixture {
+    /// A standalone server, reached with `connect`.
+    pub async fn standalone(connect: Connect) -> Self {
+        Self {
+            topology: Topology::Standalone(Mutex::new(RedisServer::start().await)),
+            connect,
+        }
+    }
+
+    /// A three-master cluster, reached with `connect`.
+    pub async fn cluster(connect: Connect) -> Self {
+        Self {
+            topology: Topology::Cluster(Mutex::new(RedisCluster::start(3).await)),
+            connect,
+        }
+    }
+
+    async fn urls(&self) -> (Vec<String>, bool) {
+        match &self.topology {
+            Topology::Standalone(server) => (vec![server.lock().await.url()], false),
+            Topology::Cluster(cluster) => (cluster.lock().await.urls(), true),
+        }
+    }
+
+    /// Runs `args` on the node owning `key`.
+    async fn on_node_of<T: redis::FromRedisValue>(&self, key: &str, args: &[&str]) -> T {
+        match &self.topology {
+            Topology::Standalone(server) => server.lock().await.command(args).await,
+            Topology::Cluster(cluster) => {
+                let cluster = cluster.lock().await;
+                cluster.node_for_key(key).await.command(args).await
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Fixture for RedisFixture {
+    async fn backend(&self) -> Arc<dyn Backend> {
+        let (urls, cluster) = self.urls().await;
+        (self.connect)(urls, cluster)
+            .await
+            .expect("connect to the test Redis")
+    }
+
+    async fn subscribed_channels(&self) -> Vec<String> {
+        let mut channels: Vec<String> = match &self.topology {
+            Topology::Standalone(server) => {
+                server.lock().await.command(&["PUBSUB", "CHANNELS"]).await
+            }
+            Topology::Cluster(cluster) => cluster
+                .lock()
+                .await
+                .query_all::<Vec<String>>(&["PUBSUB", "CHANNELS"])
+                .await
+                .into_iter()
+                .flatten()
+                .collect(),
+        };
+        channels.sort();
+        channels.dedup();
+        channels
+    }
+
+    fn redis(&self) -> Option<&dyn RedisControl> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl RedisControl for RedisFixture {
+    async fn kill_pubsub_clients(&self) -> usize {
+        match &self.topology {
+            Topology::Standalone(server) => {
+                lock_testkit::kill_pubsub_clients(&*server.lock().await).await
+            }
+            Topology::Cluster(cluster) => {
+                let cluster = cluster.lock().await;
+                let mut killed = 0;
+                for node in cluster.nodes() {
+                    killed += lock_testkit::kill_pubsub_clients(node).await;
+                }
+                killed
+            }
+        }
+    }
+
+    async fn script_flush(&self) {
+        match &self.topology {
+            Topology::Standalone(server) => {
+                let () = server.lock().await.command(&["SCRIPT", "FLUSH"]).await;
+            }
+            Topology::Cluster(cluster) => {
+                let _: Vec<()> = cluster.lock().await.query_all(&["SCRIPT", "FLUSH"]).await;
+            }
+        }
+    }
+
+    async fn restart_node_of(&self, key: &str) {
+        match &self.topology {
+            Topology::Standalone(server) => server.lock().await.restart().await,
+            Topology::Cluster(cluster) => {
+                let mut cluster = cluster.lock().await;
+                cluster.restart_node_for_key(key).await;
+            }
+        }
+    }
+
+    async fn set_string(&self, key: &str, value: &str) {
+        let () = self.on_node_of(key, &["SET", key, value]).await;
+    }
+
+    async fn hash(&self, key: &str) -> Vec<(String, String)> {
+        let mut pairs: Vec<(String, String)> = self.on_node_of(key, &["HGETALL", key]).await;
+        pairs.sort();
+        pairs
+    }
+
+    async fn pttl(&self, key: &str) -> i64 {
+        self.on_node_of(key, &["PTTL", key]).await
+    }
+}

@@ -1,0 +1,633 @@
+//! The scenarios. Each takes a fixture and panics (with a message saying what broke) when
+//! the backend misbehaves. Timing checks use short leases and generous bounds.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lock_core::{Error, ErrorKind, Holder, LockKind, LockName, LockRef, Locks, Owner};
+use tokio::time::{Instant, sleep, timeout};
+
+use crate::Fixture;
+
+/// A unique lock name per call, so scenarios never collide on a shared store.
+fn unique(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "conformance:{prefix}:{}:{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Polls `check` every 10 ms until it is true or `within` passes.
+async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The kind of the error `r` must be.
+fn kind<T: std::fmt::Debug>(r: Result<T, Error>) -> ErrorKind {
+    r.expect_err("the call must fail").kind()
+}
+
+/// Hold count 0 -> 1 -> 2 -> 1 -> 0 through reentry by one holder.
+pub async fn hold_count_goes_up_and_down(fx: &dyn Fixture) {
+    let locks = fx.client().await;
+    let m = locks.mutex(&unique("count"));
+    Holder::scope(async {
+        assert_eq!(m.hold_count().await.unwrap(), 0);
+        let a = m.lock().await.unwrap();
+        assert_eq!(m.hold_count().await.unwrap(), 1);
+        let b = m.lock().await.unwrap();
+        assert_eq!(m.hold_count().await.unwrap(), 2);
+        a.unlock().await.unwrap();
+        assert_eq!(m.hold_count().await.unwrap(), 1);
+        assert!(m.is_locked().await.unwrap());
+        b.unlock().await.unwrap();
+        assert_eq!(m.hold_count().await.unwrap(), 0);
+        assert!(!m.is_locked().await.unwrap());
+    })
+    .await;
+}
+
+/// The same holder re-enters without waiting; a second guard is independent.
+pub async fn same_holder_reenters(fx: &dyn Fixture) {
+    let locks = fx.client().await;
+    let name = unique("reenter");
+    let holder = Holder::unique();
+    let m = locks.mutex(&name).with_holder(holder.clone());
+    let outer = m.lock().await.unwrap();
+    let inner = timeout(Duration::from_secs(2), m.lock())
+        .await
+        .expect("a holder must re-enter its own lock without waiting")
+        .unwrap();
+    assert!(m.is_held_by_current().await.unwrap());
+    assert_eq!(inner.owner(), outer.owner());
+    // Released from another task: a guard remembers its owner.
+    tokio::spawn(async move { inner.unlock().await })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.hold_count().await.unwrap(), 1);
+    outer.unlock().await.unwrap();
+    assert!(!m.is_locked().await.unwrap());
+}
+
+/// Two holders of one client exclude each other.
+pub async fn holders_exclude_each_other(fx: &dyn Fixture) {
+    let locks = fx.client().await;
+    let name = unique("holders");
+    let a = locks.mutex(&name).with_holder(Holder::unique());
+    let b = locks.mutex(&name).with_holder(Holder::unique());
+    let guard = a.lock().await.unwrap();
+    assert!(
+        b.try_lock().await.unwrap().is_none(),
+        "another holder got a held lock"
+    );
+    assert!(!b.is_held_by_current().await.unwrap());
+    assert!(b.is_locked().await.unwrap());
+    guard.unlock().await.unwrap();
+    let g = b.try_lock().await.unwrap().expect("free after release");
+    g.unlock().await.unwrap();
+}
+
+/// Two clients (own connections, own UUIDs) exclude each other, even with one holder id.
+pub async fn clients_exclude_each_other(fx: &dyn Fixture) {
+    let (c1, c2) = (fx.client().await, fx.client().await);
+    assert_ne!(c1.client_id(), c2.client_id());
+    let name = unique("clients");
+    let holder = Holder::new("same-holder-id").unwrap();
+    let g = c1
+        .mutex(&name)
+        .with_holder(holder.clone())
+        .lock()
+        .await
+        .unwrap();
+    let other = c2.mutex(&name).with_holder(holder);
+    assert!(other.try_lock().await.unwrap().is_none());
+    g.unlock().await.unwrap();
+    let g2 = other.try_lock().await.unwrap().expect("free after release");
+    g2.unlock().await.unwrap();
+}
+
+/// A release by a non-holder is a typed error and leaves the lock to its holder.
+pub async fn non_holder_cannot_release(fx: &dyn Fixture) {
+    let (c1, c2) = (fx.client().await, fx.client().await);
+    let name = unique("nonholder");
+    let m1 = c1.mutex(&name).with_holder(Holder::unique());
+    let stale = m1.lock().await.unwrap();
+    // Someone force-releases it and another client takes it.
+    assert!(c2.mutex(&name).force_unlock().await.unwrap());
+    let m2 = c2.mutex(&name).with_holder(Holder::unique());
+    let current = m2.lock().await.unwrap();
+    // The stale guard learns of the loss at its next renewal at the latest; its release
+    // is refused by the server either way.
+    let err = stale
+        .unlock()
+        .await
+        .expect_err("a stale guard must not release");
+    assert!(err.is_not_held(), "{err}");
+    assert!(
+        m2.is_held_by_current().await.unwrap(),
+        "the new holder lost its lock"
+    );
+    // Straight to the backend, as an owner that never held it.
+    let intruder = LockRef::new(
+        LockKind::Mutex,
+        LockName::new(&name).unwrap(),
+        Owner::new("00000000-0000-0000-0000-000000000000", "intruder"),
+    );
+    let reply = c2
+        .backend()
+        .release(&intruder, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(reply, lock_core::backend::Release::NotHeld);
+    assert_eq!(
+        m2.hold_count().await.unwrap(),
+        1,
+        "a non-holder changed the hold count"
+    );
+    current.unlock().await.unwrap();
+}
+
+/// A fixed lease expires while the guard lives; the guard then reports not held.
+pub async fn expired_lease_is_not_held(fx: &dyn Fixture) {
+    let locks = fx.client().await;
+    let name = unique("expire");
+    let m = locks.mutex(&name);
+    let g = m.lock_with_lease(Duration::from_millis(200)).await.unwrap();
+    assert!(g.is_held());
+    let lost = timeout(Duration::from_secs(2), g.lost())
+        .await
+        .expect("lost() resolves at the lease");
+    assert!(lost.is_lost());
+    assert!(!g.is_held());
+    let other = fx.client().await;
+    let taken = other
+        .mutex(&name)
+        .try_lock_for(Duration::from_secs(1), None)
+        .await
+        .unwrap()
+        .expect("an expired lock is free");
+    let err = g
+        .unlock()
+        .await
+        .expect_err("the old guard must not release");
+    assert!(err.is_not_held(), "{err}");
+    assert!(taken.is_held());
+    taken.unlock().await.unwrap();
+}
+
+/// The watchdog keeps a lock alive for more than three leases.
+pub async fn watchdog_keeps_the_lock(fx: &dyn Fixture) {
+    let lease = Duration::from_millis(300);
+    let locks = fx.client_with_lease(lease).await;
+    let other = fx.client().await;
+    let name = unique("watchdog");
+    let g = locks.mutex(&name).lock().await.unwrap();
+    let held_for = lease * 4;
+    tokio::select! {
+        err = g.lost() => panic!("the watchdog let the lock go: {err}"),
+        () = sleep(held_for) => {}
+    }
+    assert!(g.is_held());
+    assert!(other.mutex(&name).try_lock().await.unwrap().is_none());
+    let ttl = locks
+        .mutex(&name)
+        .remaining_lease()
+        .await
+        .unwrap()
+        .expect("a lease");
+    assert!(ttl <= lease, "ttl {ttl:?} above the lease");
+    g.unlock().await.unwrap();
+    assert!(!other.mutex(&name).is_locked().await.unwrap());
+}
+
+/// A guard dropped without unlock is released at once, not at the end of its lease.
+pub async fn dropped_guard_is_released(fx: &dyn Fixture) {
+    let locks = fx.client().await;
+    let name = unique("drop");
+    let g = locks.mutex(&name).lock().await.unwrap();
+    drop(g);
+    let m = locks.mutex(&name);
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            !m.is_locked().await.unwrap()
+        })
+        .await,
+        "a dropped guard kept its lock (the lease is 30 s)"
+    );
+}
+
+/// `try_lock_for` gives up after its wait, not much later.
+pub async fn try_lock_for_gives_up_after_its_wait(fx: &dyn Fixture) {
+    let (c1, c2) = (fx.client().await, fx.client().await);
+    let name = unique("trywait");
+    let g = c1.mutex(&name).lock().await.unwrap();
+    let wait = Duration::from_millis(250);
+    let start = Instant::now();
+    let got = c2.mutex(&name).try_lock_for(wait, None).await.unwrap();
+    let took = start.elapsed();
+    assert!(got.is_none(), "acquired a held lock");
+    assert!(took >= wait, "gave up early: {took:?}");
+    assert!(
+        took < wait + Duration::from_millis(250),
+        "gave up late: {took:?}"
+    );
+    g.unlock().await.unwrap();
+}
+
+/// A waiter wakes within a few ms of the release (the holder's lease is 30 s, so ttl
+/// polling would take that long).
+pub async fn waiter_wakes_on_release(fx: &dyn Fixture) {
+    let (c1, c2) = (fx.client().await, fx.client().await);
+    let name = unique("wake");
+    let g = c1.mutex(&name).lock().await.unwrap();
+    let m2 = c2.mutex(&name);
+    let waiter = tokio::spawn(async move {
+        let g = m2.lock().await.unwrap();
+        let at = Instant::now();
+        g.unlock().await.unwrap();
+        at
+    });
+    sleep(Duration::from_millis(150)).await;
+    let released = Instant::now();
+    g.unlock().await.unwrap();
+    let acquired = timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("waiter woke")
+        .unwrap();
+    let gap = acquired.saturating_duration_since(released);
+    assert!(
+        gap < Duration::from_millis(100),
+        "the waiter took {gap:?} to wake"
+    );
+}
+
+/// `tokio::join!` of two acquisitions under different holder scopes excludes.
+pub async fn join_of_two_scopes_excludes(fx: &dyn Fixture) {
+    let locks = fx.client().await;
+    let name = unique("join");
+    let inside = AtomicBool::new(false);
+    let overlaps = AtomicUsize::new(0);
+    let section = || async {
+        Holder::scope(async {
+            for _ in 0..5 {
+                let g = locks.mutex(&name).lock().await.unwrap();
+                if inside.swap(true, Ordering::SeqCst) {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                sleep(Duration::from_millis(5)).await;
+                inside.store(false, Ordering::SeqCst);
+                g.unlock().await.unwrap();
+            }
+        })
+        .await;
+    };
+    timeout(Duration::from_secs(20), async {
+        tokio::join!(section(), section())
+    })
+    .await
+    .expect("both scopes finish");
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "two scopes held the lock at once"
+    );
+}
+
+/// 16 clients x 100 read-modify-write increments under the lock give exactly 1600.
+pub async fn counter_under_lock_is_exact(fx: &dyn Fixture) {
+    let name = unique("counter");
+    let counter = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let locks = fx.client().await;
+        let (name, counter) = (name.clone(), Arc::clone(&counter));
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..100 {
+                let g = locks.mutex(&name).lock().await.unwrap();
+                // A deliberately racy read-modify-write: only the lock makes it exact.
+                let seen = counter.load(Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                counter.store(seen + 1, Ordering::SeqCst);
+                g.unlock().await.unwrap();
+            }
+        }));
+    }
+    timeout(
+        Duration::from_secs(60),
+        futures_util::future::join_all(tasks),
+    )
+    .await
+    .expect("1600 increments finish")
+    .into_iter()
+    .for_each(|r| r.unwrap());
+    assert_eq!(counter.load(Ordering::SeqCst), 1600);
+}
+
+/// No channel stays subscribed once the last waiter has left.
+pub async fn channels_are_unsubscribed_after_waiters_leave(fx: &dyn Fixture) {
+    let (c1, c2) = (fx.client().await, fx.client().await);
+    let name = unique("channels");
+    let g = c1.mutex(&name).lock().await.unwrap();
+    let m2 = c2.mutex(&name);
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let m = m2.clone();
+            tokio::spawn(async move {
+                let got = m.try_lock_for(Duration::from_secs(10), None).await.unwrap();
+                let g = got.expect("each waiter gets the lock in turn");
+                g.unlock().await.unwrap();
+            })
+        })
+        .collect();
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            !fx.subscribed_channels().await.is_empty()
+        })
+        .await,
+        "waiters never subscribed"
+    );
+    g.unlock().await.unwrap();
+    for w in waiters {
+        w.await.unwrap();
+    }
+    // A waiter that gives up leaves too.
+    let g = c1.mutex(&name).lock().await.unwrap();
+    assert!(
+        m2.try_lock_for(Duration::from_millis(100), None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    g.unlock().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            fx.subscribed_channels().await.is_empty()
+        })
+        .await,
+        "channels still subscribed: {:?}",
+        fx.subscribed_channels().await
+    );
+}
+
+/// Acquire futures dropped at any point never leave a hold behind.
+pub async fn cancelled_acquires_leave_no_hold(fx: &dyn Fixture) {
+    let (c1, c2) = (fx.client().await, fx.client().await);
+    let name = unique("cancel");
+    for round in 0..30u64 {
+        let g = c1.mutex(&name).lock().await.unwrap();
+        let m2 = c2.mutex(&name);
+        // The waiter is cancelled around the moment the lock is released, so that some
+        // rounds cancel while the grant is in flight.
+        let cancel_after = Duration::from_millis(20 + round % 7);
+        let waiter = tokio::spawn(async move {
+            let _ = timeout(cancel_after, async {
+                let g = m2.lock().await;
+                // Hold on to it so the timeout, not an unlock, ends it.
+                std::future::pending::<()>().await;
+                drop(g);
+            })
+            .await;
+        });
+        sleep(Duration::from_millis(20)).await;
+        g.unlock().await.unwrap();
+        waiter.await.unwrap();
+    }
+    let m = c1.mutex(&name);
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            !m.is_locked().await.unwrap()
+        })
+        .await,
+        "a cancelled acquire left a hold behind"
+    );
+}
+
+/// `force_unlock` frees a held lock, wakes its waiter and makes the old guard lost; on a
+/// free lock it is a no-op that returns false.
+pub async fn force_unlock_frees_and_marks_lost(fx: &dyn Fixture) {
+    let (c1, c2) = (fx.client().await, fx.client().await);
+    let name = unique("force");
+    let m1 = c1.mutex(&name);
+    assert!(
+        !m1.force_unlock().await.unwrap(),
+        "force-unlock of a free lock"
+    );
+    let g = m1.lock().await.unwrap();
+    let m2 = c2.mutex(&name);
+    let waiter = tokio::spawn(async move { m2.lock().await });
+    sleep(Duration::from_millis(100)).await;
+    assert!(m1.force_unlock().await.unwrap());
+    let w = timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("waiter woke")
+        .unwrap()
+        .unwrap();
+    assert!(!g.is_held(), "a force-released guard still claims the lock");
+    assert!(
+        g.unlock()
+            .await
+            .expect_err("not held any more")
+            .is_not_held()
+    );
+    w.unlock().await.unwrap();
+}
+
+/// Bad input gets a typed error before anything is sent, and nothing changes.
+pub async fn bad_arguments_are_typed_errors(fx: &dyn Fixture) {
+    let locks: Locks = fx.client().await;
+    assert_eq!(
+        kind(locks.mutex("").lock().await),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        kind(locks.mutex("").is_locked().await),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        kind(locks.mutex("").force_unlock().await),
+        ErrorKind::InvalidArgument
+    );
+    let m = locks.mutex(&unique("bad"));
+    assert_eq!(
+        kind(m.lock_with_lease(Duration::ZERO).await),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        kind(m.try_lock_for(Duration::MAX, None).await),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        kind(
+            m.try_lock_for(Duration::from_secs(1), Some(Duration::MAX))
+                .await
+        ),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        kind(
+            m.try_lock_for(Duration::from_secs(1), Some(Duration::ZERO))
+                .await
+        ),
+        ErrorKind::InvalidArgument
+    );
+    assert!(
+        !m.is_locked().await.unwrap(),
+        "a rejected call changed the lock"
+    );
+    let err = Locks::builder(fx.backend().await)
+        .watchdog_lease(Duration::from_millis(2))
+        .build()
+        .expect_err("a lease too short to renew");
+    assert!(err.is_invalid_input());
+    // Unlocking twice: the second release goes through a reentrant guard of the same
+    // hold; once both are gone the lock is free and a force-unlock is a no-op.
+    let h = m.clone().with_holder(Holder::unique());
+    let (a, b) = (h.lock().await.unwrap(), h.lock().await.unwrap());
+    a.unlock().await.unwrap();
+    b.unlock().await.unwrap();
+    assert!(!h.force_unlock().await.unwrap());
+}
+
+/// The data in Redis follows Redisson's layout.
+pub async fn redisson_data_layout(fx: &dyn Fixture) {
+    let redis = fx.redis().expect("a Redis fixture");
+    let locks = fx.client().await;
+    let name = unique("layout");
+    let holder = Holder::new("worker-7").unwrap();
+    let g = locks.mutex(&name).with_holder(holder).lock().await.unwrap();
+    let field = format!("{}:worker-7", locks.client_id());
+    assert_eq!(redis.hash(&name).await, vec![(field, "1".to_string())]);
+    let pttl = redis.pttl(&name).await;
+    assert!((29_000..=30_000).contains(&pttl), "PTTL {pttl}");
+    let other = fx.client().await;
+    let m2 = other.mutex(&name);
+    let waiter = tokio::spawn(async move { m2.lock().await.map(drop) });
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            fx.subscribed_channels().await.contains(&channel)
+        })
+        .await,
+        "waiters must listen on {channel}, saw {:?}",
+        fx.subscribed_channels().await
+    );
+    g.unlock().await.unwrap();
+    timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("waiter woke")
+        .unwrap()
+        .unwrap();
+}
+
+/// After the notification connection is killed, waiters still wake promptly.
+pub async fn waiters_wake_after_pubsub_connection_is_killed(fx: &dyn Fixture) {
+    let redis = fx.redis().expect("a Redis fixture");
+    let (c1, c2) = (fx.client().await, fx.client().await);
+    let name = unique("killpubsub");
+    let g = c1.mutex(&name).lock().await.unwrap();
+    let m2 = c2.mutex(&name);
+    let waiter = tokio::spawn(async move {
+        let g = m2.lock().await.unwrap();
+        let at = Instant::now();
+        g.unlock().await.unwrap();
+        at
+    });
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            fx.subscribed_channels().await.contains(&channel)
+        })
+        .await
+    );
+    assert!(
+        redis.kill_pubsub_clients().await > 0,
+        "no pub/sub connection to kill"
+    );
+    // Give the client time to notice and reconnect, then release.
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            fx.subscribed_channels().await.contains(&channel)
+        })
+        .await,
+        "the client did not resubscribe"
+    );
+    let released = Instant::now();
+    g.unlock().await.unwrap();
+    let acquired = timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("waiter woke")
+        .unwrap();
+    let gap = acquired.saturating_duration_since(released);
+    assert!(
+        gap < Duration::from_millis(500),
+        "waiter took {gap:?} after a pub/sub reconnect"
+    );
+}
+
+/// A lock survives `SCRIPT FLUSH`: scripts are reloaded on NOSCRIPT.
+pub async fn lock_survives_script_flush(fx: &dyn Fixture) {
+    let redis = fx.redis().expect("a Redis fixture");
+    let locks = fx.client().await;
+    let name = unique("flush");
+    let m = locks.mutex(&name);
+    let g = m.lock().await.unwrap();
+    redis.script_flush().await;
+    assert_eq!(m.hold_count().await.unwrap(), 1);
+    redis.script_flush().await;
+    g.unlock().await.unwrap();
+    redis.script_flush().await;
+    let g = m.try_lock().await.unwrap().expect("free");
+    g.unlock().await.unwrap();
+}
+
+/// A lock held while Redis restarts (without persistence) is reported lost.
+pub async fn restart_while_held_is_reported_lost(fx: &dyn Fixture) {
+    let redis = fx.redis().expect("a Redis fixture");
+    let lease = Duration::from_millis(600);
+    let locks = fx.client_with_lease(lease).await;
+    let name = unique("restart");
+    let g = locks.mutex(&name).lock().await.unwrap();
+    redis.restart_node_of(&name).await;
+    let err = timeout(lease * 4, g.lost())
+        .await
+        .expect("the loss is reported within a few leases");
+    assert!(err.is_lost());
+    assert!(!g.is_held());
+    // The client keeps working after the restart.
+    let again = timeout(Duration::from_secs(5), locks.mutex(&name).lock())
+        .await
+        .expect("lock after restart")
+        .unwrap();
+    again.unlock().await.unwrap();
+}
+
+/// A name whose key holds another Redis type gives a typed error and is left alone.
+pub async fn wrong_type_is_a_typed_error(fx: &dyn Fixture) {
+    let redis = fx.redis().expect("a Redis fixture");
+    let locks = fx.client().await;
+    let name = unique("wrongtype");
+    redis.set_string(&name, "not a lock").await;
+    let m = locks.mutex(&name);
+    assert_eq!(kind(m.lock().await), ErrorKind::WrongType);
+    assert_eq!(kind(m.try_lock().await), ErrorKind::WrongType);
+    assert_eq!(kind(m.is_locked().await), ErrorKind::WrongType);
+    assert_eq!(kind(m.force_unlock().await), ErrorKind::WrongType);
+    assert_eq!(redis.pttl(&name).await, -1, "the string was touched");
+}

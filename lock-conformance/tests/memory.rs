@@ -1,0 +1,3 @@
+//! The conformance suite on the in-memory backend.
+
+lock_conformance::conformance_tests!(lock_conformance::fixture::MemoryFixture::start());
