@@ -7,6 +7,9 @@
 //! expand to one `#[tokio::test]` per scenario for a fixture, so each test file of the
 //! matrix is a few lines and no scenario is ever copied.
 
+// This crate is a test suite: a panic is how a scenario reports a failure.
+#![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
+
 pub mod fixture;
 #[cfg(any())]
 pub mod redis_fixture;
