@@ -391,7 +391,11 @@ pub async fn cancelled_acquires_leave_no_hold(fx: &dyn Fixture) {
     let (c1, c2) = (fx.client().await, fx.client().await);
     let name = unique("cancel");
     for round in 0..30u64 {
-        let g = c1.mutex(&name).lock().await.unwrap();
+        // A hold leaked by an earlier round would block this for its 30 s lease.
+        let g = timeout(Duration::from_secs(2), c1.mutex(&name).lock())
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: a cancelled acquire left a hold behind"))
+            .unwrap();
         let m2 = c2.mutex(&name);
         // The waiter is cancelled around the moment the lock is released, so that some
         // rounds cancel while the grant is in flight.
