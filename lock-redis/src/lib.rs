@@ -1,1 +1,45 @@
-//! Placeholder, filled in by its own change.
+//! The adapter between the lock library and the [`redis`] crate.
+//!
+//! It is transport only: lock-core owns the scripts, the key layout (Redisson's) and the
+//! state machines; this crate runs those scripts over a connection and carries release
+//! notifications over a dedicated pub/sub connection that reconnects by itself.
+//!
+//! Deployments: a single server (`redis://`, `rediss://`, `unix://`) and Redis Cluster
+//! (`redis+cluster://host:port,host:port`). Connections: from a URL, or from a
+//! [`ConnectionManager`](redis::aio::ConnectionManager), a `bb8` pool or a
+//! [`ClusterConnection`](redis::cluster_async::ClusterConnection) the application already
+//! has (see [`Connector`]).
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), lock_core::Error> {
+//! let locks = lock_redis::connect("redis://127.0.0.1:6379").await?;
+//! let guard = locks.mutex("orders:42").lock().await?;
+//! // ... the critical section; the watchdog keeps the lease alive ...
+//! guard.unlock().await?;
+//! # Ok(()) }
+//! ```
+
+mod connector;
+mod error;
+mod notifications;
+mod transport;
+mod url;
+
+use std::sync::Arc;
+
+use lock_core::{Backend, Error, Locks};
+
+pub use connector::Connector;
+pub use lock_core::redis::{ProtocolOptions, PublishMode, RedisBackend};
+pub use transport::RedisPool;
+
+/// Connects to the deployment `url` names (see [`Connector::new`]) with default settings.
+pub async fn connect(url: &str) -> Result<Locks, Error> {
+    Connector::new(url).locks().await
+}
+
+/// Connects to the deployment `url` names and returns the backend, for
+/// [`Locks::builder`] or to combine several backends.
+pub async fn connect_backend(url: &str) -> Result<Arc<dyn Backend>, Error> {
+    Ok(Arc::new(Connector::new(url).connect().await?))
+}

@@ -1,0 +1,265 @@
+//! [`Connector`]: how a lock client reaches Redis, from a URL or from connections the
+//! application already has.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::redis::{ProtocolOptions, PublishMode, RedisBackend};
+use lock_core::{Error, Locks};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use tokio::sync::oneshot;
+
+use crate::notifications::{self, Link};
+use crate::transport::{Commands, RedisPool, RedisTransport};
+use crate::url::{self, Deployment};
+
+/// Redisson's `connectTimeout`.
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Redisson's `timeout` (response timeout).
+const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Redisson's `pingConnectionInterval`.
+const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Where script calls go, before connecting.
+#[derive(Clone)]
+enum Target {
+    Url(String),
+    Cluster(Vec<String>),
+    Manager(redis::Client, ConnectionManager),
+    Pool(redis::Client, RedisPool),
+    ClusterConnection(Vec<String>, ClusterConnection),
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // URLs may carry passwords: show only what kind of target this is.
+        let kind = match self {
+            Self::Url(_) => "url",
+            Self::Cluster(_) => "cluster",
+            Self::Manager(..) => "connection manager",
+            Self::Pool(..) => "bb8 pool",
+            Self::ClusterConnection(..) => "cluster connection",
+        };
+        f.write_str(kind)
+    }
+}
+
+/// Builds a Redis lock backend.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), lock_core::Error> {
+/// use std::time::Duration;
+///
+/// let locks = lock_redis::Connector::new("redis://127.0.0.1:6379")
+///     .connect_timeout(Duration::from_secs(2))
+///     .locks()
+///     .await?;
+/// let guard = locks.mutex("orders:42").lock().await?;
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct Connector {
+    target: Target,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    ping_interval: Duration,
+    protocol: ProtocolOptions,
+}
+
+impl Connector {
+    fn with_target(target: Target) -> Self {
+        Self {
+            target,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            ping_interval: DEFAULT_PING_INTERVAL,
+            protocol: ProtocolOptions::default(),
+        }
+    }
+
+    /// Connects to the deployment a URL names:
+    ///
+    /// - `redis://[user:password@]host:port[/db]` or `rediss://...` (TLS): a single server;
+    /// - `redis+cluster://[user:password@]host:port,host:port,...` (or `rediss+cluster://`):
+    ///   a Redis Cluster, discovered from any of the listed nodes.
+    ///
+    /// The URL is checked when connecting.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self::with_target(Target::Url(url.into()))
+    }
+
+    /// Connects to a Redis Cluster through any of `nodes` (each a `redis://` URL).
+    pub fn cluster<I, S>(nodes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::with_target(Target::Cluster(nodes.into_iter().map(Into::into).collect()))
+    }
+
+    /// Runs scripts over an existing connection manager; `client` (the one it was made
+    /// from) opens the dedicated notification connection.
+    pub fn from_manager(client: redis::Client, manager: ConnectionManager) -> Self {
+        Self::with_target(Target::Manager(client, manager))
+    }
+
+    /// Runs scripts over connections from an existing `bb8` pool; `client` (for the same
+    /// server) opens the dedicated notification connection.
+    pub fn from_pool(client: redis::Client, pool: RedisPool) -> Self {
+        Self::with_target(Target::Pool(client, pool))
+    }
+
+    /// Runs scripts over an existing cluster connection; notifications use a dedicated
+    /// connection to any of `nodes`.
+    pub fn from_cluster_connection<I, S>(nodes: I, connection: ClusterConnection) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::with_target(Target::ClusterConnection(
+            nodes.into_iter().map(Into::into).collect(),
+            connection,
+        ))
+    }
+
+    /// The longest wait for a connection to be established. Default: 10 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The longest wait for a reply to one command. Default: 3 s.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How often the idle notification connection is pinged, so that a silently dead
+    /// connection is noticed and replaced. Default: 30 s.
+    pub fn ping_interval(mut self, interval: Duration) -> Self {
+        self.ping_interval = interval;
+        self
+    }
+
+    /// How releases are published. Only [`PublishMode::Classic`] is supported by this
+    /// adapter so far; it works on every deployment.
+    pub fn publish_mode(mut self, mode: PublishMode) -> Self {
+        self.protocol = self.protocol.publish(mode);
+        self
+    }
+
+    /// Most locks renewed by one script call. Default: 100.
+    pub fn renew_batch(mut self, size: usize) -> Self {
+        self.protocol = self.protocol.renew_batch(size);
+        self
+    }
+
+    /// Connects and returns a client with default settings.
+    pub async fn locks(self) -> Result<Locks, Error> {
+        Ok(Locks::new(Arc::new(self.connect().await?)))
+    }
+
+    /// Connects and returns the backend, for [`Locks::builder`] or for composition.
+    pub async fn connect(self) -> Result<RedisBackend, Error> {
+        self.validate()?;
+        let Self {
+            target,
+            connect_timeout,
+            response_timeout,
+            ping_interval,
+            protocol,
+        } = self;
+        let (commands, nodes) = match target {
+            Target::Url(url) => match url::parse(&url)? {
+                Deployment::Single(client) => {
+                    let manager = manager(&client, connect_timeout, response_timeout).await?;
+                    (Commands::Manager(manager), vec![client])
+                }
+                Deployment::Cluster(urls) => {
+                    cluster(&urls, connect_timeout, response_timeout).await?
+                }
+            },
+            Target::Cluster(urls) => cluster(&urls, connect_timeout, response_timeout).await?,
+            Target::Manager(client, manager) => (Commands::Manager(manager), vec![client]),
+            Target::Pool(client, pool) => (Commands::Pool(pool), vec![client]),
+            Target::ClusterConnection(urls, connection) => {
+                (Commands::Cluster(connection), url::clients(&urls)?)
+            }
+        };
+        let (link, stream) = Link::open(nodes, connect_timeout, response_timeout).await?;
+        let (shutdown, stopped) = oneshot::channel();
+        let transport = RedisTransport::new(commands, link.clone(), response_timeout, shutdown);
+        let backend = RedisBackend::new(Arc::new(transport), protocol);
+        tokio::spawn(notifications::pump(
+            link,
+            stream,
+            backend.notification_sink(),
+            stopped,
+            ping_interval,
+        ));
+        Ok(backend)
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        for (name, value) in [
+            ("connect_timeout", self.connect_timeout),
+            ("response_timeout", self.response_timeout),
+            ("ping_interval", self.ping_interval),
+        ] {
+            if value.is_zero() {
+                return Err(Error::invalid_config(
+                    format!("{name} must be positive"),
+                    None,
+                ));
+            }
+        }
+        if self.protocol.publish != PublishMode::Classic {
+            return Err(Error::invalid_config(
+                "sharded publishing (SPUBLISH) is not supported by the redis adapter yet",
+                None,
+            ));
+        }
+        Ok(())
+    }
+}
+
+async fn manager(
+    client: &redis::Client,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+) -> Result<ConnectionManager, Error> {
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        .set_response_timeout(Some(response_timeout))
+        // Reconnects happen in the background; a call during one fails fast and the
+        // caller (the watchdog, or the user) decides whether to retry.
+        .set_number_of_retries(1);
+    let connecting = ConnectionManager::new_with_config(client.clone(), config);
+    match tokio::time::timeout(connect_timeout, connecting).await {
+        Ok(Ok(manager)) => Ok(manager),
+        Ok(Err(err)) => Err(crate::error::connection("connecting", err)),
+        Err(elapsed) => Err(Error::connection("connecting", elapsed)),
+    }
+}
+
+async fn cluster(
+    urls: &[String],
+    connect_timeout: Duration,
+    response_timeout: Duration,
+) -> Result<(Commands, Vec<redis::Client>), Error> {
+    let nodes = url::clients(urls)?;
+    let client = redis::cluster::ClusterClient::builder(urls.iter().map(String::as_str))
+        .connection_timeout(connect_timeout)
+        .response_timeout(response_timeout)
+        .build()
+        .map_err(|err| Error::invalid_config("invalid cluster settings", Some(err.into())))?;
+    match tokio::time::timeout(connect_timeout, client.get_async_connection()).await {
+        Ok(Ok(connection)) => Ok((Commands::Cluster(connection), nodes)),
+        Ok(Err(err)) => Err(crate::error::connection("connecting to the cluster", err)),
+        Err(elapsed) => Err(Error::connection("connecting to the cluster", elapsed)),
+    }
+}

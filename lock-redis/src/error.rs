@@ -1,0 +1,45 @@
+//! How driver errors become lock-core errors.
+
+use lock_core::Error;
+use lock_core::redis::{ServerError, TransportError};
+use redis::RedisError;
+
+/// A failure to reach or talk to the server.
+pub(crate) fn connection(during: &'static str, err: RedisError) -> Error {
+    if is_configuration(&err) {
+        return Error::invalid_config(
+            "the Redis connection settings were refused",
+            Some(err.into()),
+        );
+    }
+    Error::connection(during, err)
+}
+
+/// A failure the server reported.
+pub(crate) fn backend(during: &'static str, err: RedisError) -> Error {
+    Error::backend(during, err)
+}
+
+/// A script call's failure, as lock-core's protocol layer expects it.
+pub(crate) fn transport(err: RedisError) -> TransportError {
+    match err.code() {
+        Some(code) => {
+            let code = code.to_owned();
+            let message = err.detail().unwrap_or_default().to_owned();
+            TransportError::Server(ServerError::new(code, message))
+        }
+        None => TransportError::Io(err.into()),
+    }
+}
+
+/// Errors that retrying cannot fix: wrong credentials, a client setting the server
+/// rejects, or a cluster client pointed at a server without cluster support.
+fn is_configuration(err: &RedisError) -> bool {
+    use redis::ErrorKind;
+    matches!(
+        err.kind(),
+        ErrorKind::AuthenticationFailed
+            | ErrorKind::InvalidClientConfig
+            | ErrorKind::RESP3NotSupported
+    ) || matches!(err.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
+}

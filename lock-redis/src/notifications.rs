@@ -1,0 +1,192 @@
+//! The subscription connection: one dedicated pub/sub connection per client that carries
+//! release notifications, pings itself to notice half-open sockets, and reconnects (to
+//! any known node) when it breaks, telling lock-core so that channels are subscribed again
+//! and waiters re-check.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use lock_core::Error;
+use lock_core::redis::NotificationSink;
+use redis::aio::{PubSubSink, PubSubStream};
+use tokio::sync::{oneshot, watch};
+
+/// Shortest and longest pause between reconnect attempts.
+const RECONNECT_BACKOFF: (Duration, Duration) = (Duration::from_millis(20), Duration::from_secs(1));
+
+/// The shared state of the subscription connection.
+pub(crate) struct Link {
+    /// Nodes to connect to; in a cluster any node will do, because `PUBLISH` reaches
+    /// every node of the cluster.
+    nodes: Vec<redis::Client>,
+    /// The node to try first on the next connect, rotated on failure.
+    next: AtomicUsize,
+    /// The live connection's command half, `None` while reconnecting.
+    sink: watch::Sender<Option<PubSubSink>>,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl fmt::Debug for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Link")
+            .field("nodes", &self.nodes.len())
+            .field("connected", &self.sink.borrow().is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Link {
+    /// Connects to one of `nodes`, failing within `connect_timeout`.
+    pub(crate) async fn open(
+        nodes: Vec<redis::Client>,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Result<(Arc<Self>, PubSubStream), Error> {
+        let link = Arc::new(Self {
+            nodes,
+            next: AtomicUsize::new(0),
+            sink: watch::Sender::new(None),
+            connect_timeout,
+            response_timeout,
+        });
+        let (sink, stream) = link.connect_any().await?;
+        link.sink.send_replace(Some(sink));
+        Ok((link, stream))
+    }
+
+    /// One attempt on every node in turn, starting with the last one that worked.
+    async fn connect_any(&self) -> Result<(PubSubSink, PubSubStream), Error> {
+        let mut last = None;
+        for _ in 0..self.nodes.len() {
+            let index = self.next.load(Ordering::Relaxed) % self.nodes.len();
+            let attempt =
+                tokio::time::timeout(self.connect_timeout, self.nodes[index].get_async_pubsub())
+                    .await;
+            match attempt {
+                Ok(Ok(pubsub)) => return Ok(pubsub.split()),
+                Ok(Err(err)) => last = Some(crate::error::connection("connecting", err)),
+                Err(elapsed) => last = Some(Error::connection("connecting", elapsed)),
+            }
+            self.next.store(index + 1, Ordering::Relaxed);
+        }
+        Err(last.unwrap_or_else(|| Error::invalid_config("no Redis node to connect to", None)))
+    }
+
+    /// The live connection, waiting up to the connect timeout while it reconnects.
+    async fn live_sink(&self) -> Result<PubSubSink, Error> {
+        let mut sink = self.sink.subscribe();
+        match tokio::time::timeout(self.connect_timeout, sink.wait_for(Option::is_some)).await {
+            Ok(Ok(sink)) => sink.clone().ok_or_else(|| Error::protocol("unreachable")),
+            Ok(Err(_)) => Err(Error::protocol("the subscription connection was shut down")),
+            Err(elapsed) => Err(Error::connection("subscribing", elapsed)),
+        }
+    }
+
+    pub(crate) async fn subscribe(&self, channel: &str) -> Result<(), Error> {
+        let mut sink = self.live_sink().await?;
+        let outcome = tokio::time::timeout(self.response_timeout, sink.subscribe(channel)).await;
+        Self::settle("subscribing", outcome)
+    }
+
+    pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
+        let mut sink = self.live_sink().await?;
+        let outcome = tokio::time::timeout(self.response_timeout, sink.unsubscribe(channel)).await;
+        Self::settle("unsubscribing", outcome)
+    }
+
+    /// A server refusal is the caller's error. A connection that broke under the command
+    /// is not: the reader reconnects and lock-core subscribes every registered channel
+    /// again, then wakes its waiters, so the request is as good as done.
+    fn settle(
+        during: &'static str,
+        outcome: Result<redis::RedisResult<()>, tokio::time::error::Elapsed>,
+    ) -> Result<(), Error> {
+        match outcome {
+            Ok(Err(err)) if err.code().is_some() => Err(crate::error::backend(during, err)),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Reads notifications into `sink` until `shutdown` fires (the transport was dropped),
+/// reconnecting whenever the connection breaks or stops answering pings.
+pub(crate) async fn pump(
+    link: Arc<Link>,
+    mut stream: PubSubStream,
+    sink: NotificationSink,
+    mut shutdown: oneshot::Receiver<()>,
+    ping_interval: Duration,
+) {
+    let mut ping =
+        tokio::time::interval_at(tokio::time::Instant::now() + ping_interval, ping_interval);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let broken = tokio::select! {
+            biased;
+            _ = &mut shutdown => return,
+            message = stream.next() => match message {
+                Some(message) => {
+                    sink.message(message.get_channel_name(), message.get_payload_bytes());
+                    false
+                }
+                None => true,
+            },
+            _ = ping.tick() => !link.answers_ping().await,
+        };
+        if broken {
+            link.sink.send_replace(None);
+            match reconnect(&link, &mut shutdown).await {
+                Some((new_sink, new_stream)) => {
+                    link.sink.send_replace(Some(new_sink));
+                    stream = new_stream;
+                    // Messages may have been missed while disconnected: lock-core
+                    // resubscribes every channel, then wakes every waiter to re-check.
+                    sink.reconnected();
+                }
+                None => return,
+            }
+        }
+        if sink.is_closed() {
+            return;
+        }
+    }
+}
+
+impl Link {
+    async fn answers_ping(&self) -> bool {
+        let Some(mut sink) = self.sink.borrow().clone() else {
+            return false;
+        };
+        let pong = tokio::time::timeout(self.response_timeout, sink.ping::<redis::Value>()).await;
+        matches!(pong, Ok(Ok(_)))
+    }
+}
+
+/// Retries with capped exponential backoff; `None` if shut down meanwhile.
+async fn reconnect(
+    link: &Link,
+    shutdown: &mut oneshot::Receiver<()>,
+) -> Option<(PubSubSink, PubSubStream)> {
+    let (mut pause, longest) = RECONNECT_BACKOFF;
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut *shutdown => return None,
+            attempt = link.connect_any() => {
+                if let Ok(connection) = attempt {
+                    return Some(connection);
+                }
+            }
+        }
+        tokio::select! {
+            biased;
+            _ = &mut *shutdown => return None,
+            () = tokio::time::sleep(pause) => {}
+        }
+        pause = (pause * 2).min(longest);
+    }
+}

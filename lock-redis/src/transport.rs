@@ -1,0 +1,220 @@
+//! [`RedisTransport`]: lock-core's [`Transport`] over the `redis` crate.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::Error;
+use lock_core::notify::PubSub;
+use lock_core::redis::{Reply, Script, Topology, Transport, TransportError, script};
+use redis::Value;
+use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
+use tokio::sync::oneshot;
+
+use crate::notifications::Link;
+
+/// A pool of multiplexed connections, as `bb8-redis` builds it.
+pub type RedisPool = bb8::Pool<bb8_redis::RedisConnectionManager>;
+
+/// The connection that carries script calls.
+#[derive(Clone)]
+pub(crate) enum Commands {
+    Manager(ConnectionManager),
+    Cluster(ClusterConnection),
+    Pool(RedisPool),
+}
+
+impl Commands {
+    fn topology(&self) -> Topology {
+        match self {
+            Self::Manager(_) | Self::Pool(_) => Topology::Single,
+            Self::Cluster(_) => Topology::Cluster,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Manager(_) => "connection manager",
+            Self::Cluster(_) => "cluster connection",
+            Self::Pool(_) => "bb8 pool",
+        }
+    }
+}
+
+/// Script calls over the command connection; notifications over a dedicated pub/sub
+/// connection whose reader task stops when this transport is dropped.
+pub(crate) struct RedisTransport {
+    commands: Commands,
+    /// Driver scripts indexed by [`Script::index`]; each knows its SHA.
+    scripts: Vec<redis::Script>,
+    response_timeout: Duration,
+    link: Arc<Link>,
+    /// Dropping the transport drops this sender, which stops the reader task.
+    _shutdown: oneshot::Sender<()>,
+}
+
+impl fmt::Debug for RedisTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisTransport")
+            .field("commands", &self.commands.name())
+            .field("link", &self.link)
+            .field("response_timeout", &self.response_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisTransport {
+    pub(crate) fn new(
+        commands: Commands,
+        link: Arc<Link>,
+        response_timeout: Duration,
+        shutdown: oneshot::Sender<()>,
+    ) -> Self {
+        Self {
+            commands,
+            scripts: script::ALL
+                .iter()
+                .map(|s| redis::Script::new(s.source()))
+                .collect(),
+            response_timeout,
+            link,
+            _shutdown: shutdown,
+        }
+    }
+
+    async fn invoke(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<Value, TransportError> {
+        // Each arm clones a cheap handle to a multiplexed connection; the invocation runs
+        // EVALSHA and, on NOSCRIPT (a restart or SCRIPT FLUSH), loads the script and retries.
+        match &self.commands {
+            Commands::Manager(manager) => invocation
+                .invoke_async(&mut manager.clone())
+                .await
+                .map_err(crate::error::transport),
+            Commands::Cluster(cluster) => invocation
+                .invoke_async(&mut cluster.clone())
+                .await
+                .map_err(crate::error::transport),
+            Commands::Pool(pool) => {
+                let mut connection = pool
+                    .get()
+                    .await
+                    .map_err(|err| TransportError::Io(Box::new(PoolError(err.to_string()))))?;
+                invocation
+                    .invoke_async(&mut *connection)
+                    .await
+                    .map_err(crate::error::transport)
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl PubSub for RedisTransport {
+    async fn subscribe(&self, channel: &str) -> Result<(), Error> {
+        self.link.subscribe(channel).await
+    }
+
+    async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
+        self.link.unsubscribe(channel).await
+    }
+}
+
+#[async_trait]
+impl Transport for RedisTransport {
+    async fn eval(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<Reply, TransportError> {
+        let Some(prepared) = self.scripts.get(script.index()) else {
+            return Err(TransportError::Io(
+                format!("unknown script {}", script.name()).into(),
+            ));
+        };
+        let mut invocation = prepared.prepare_invoke();
+        for key in keys {
+            invocation.key(*key);
+        }
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        match tokio::time::timeout(self.response_timeout, self.invoke(&invocation)).await {
+            Ok(result) => result.map(reply),
+            Err(elapsed) => Err(TransportError::Io(Box::new(elapsed))),
+        }
+    }
+
+    fn topology(&self) -> Topology {
+        self.commands.topology()
+    }
+}
+
+/// A pool checkout that failed or timed out.
+#[derive(Debug)]
+struct PoolError(String);
+
+impl fmt::Display for PoolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "no pooled connection: {}", self.0)
+    }
+}
+
+impl std::error::Error for PoolError {}
+
+/// Flattens a driver value into the few shapes lock-core's scripts return.
+fn reply(value: Value) -> Reply {
+    match value {
+        Value::Int(n) => Reply::Int(n),
+        Value::Boolean(b) => Reply::Int(i64::from(b)),
+        Value::BulkString(bytes) => Reply::Bytes(bytes),
+        Value::SimpleString(s) => Reply::Status(s),
+        Value::Okay => Reply::Status("OK".to_owned()),
+        Value::Double(d) => Reply::Bytes(d.to_string().into_bytes()),
+        Value::VerbatimString { text, .. } => Reply::Bytes(text.into_bytes()),
+        Value::Array(items) | Value::Set(items) | Value::Push { data: items, .. } => {
+            Reply::Array(items.into_iter().map(reply).collect())
+        }
+        Value::Map(pairs) => Reply::Array(
+            pairs
+                .into_iter()
+                .flat_map(|(k, v)| [reply(k), reply(v)])
+                .collect(),
+        ),
+        Value::Attribute { data, .. } => reply(*data),
+        Value::ServerError(err) => Reply::Status(format!(
+            "{} {}",
+            err.code(),
+            err.details().unwrap_or_default()
+        )),
+        _ => Reply::Nil,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_flatten_to_lock_core_shapes() {
+        assert_eq!(reply(Value::Nil), Reply::Nil);
+        assert_eq!(reply(Value::Boolean(true)), Reply::Int(1));
+        assert_eq!(reply(Value::Okay), Reply::Status("OK".into()));
+        assert_eq!(
+            reply(Value::Map(vec![(
+                Value::Int(1),
+                Value::BulkString(b"x".to_vec())
+            )])),
+            Reply::Array(vec![Reply::Int(1), Reply::Bytes(b"x".to_vec())])
+        );
+        assert_eq!(
+            reply(Value::Array(vec![Value::Int(7), Value::Nil])),
+            Reply::Array(vec![Reply::Int(7), Reply::Nil])
+        );
+    }
+}

@@ -1,0 +1,128 @@
+//! Connection URLs: the driver's own forms plus a cluster form listing several nodes.
+
+use lock_core::Error;
+
+/// What a URL names.
+pub(crate) enum Deployment {
+    Single(redis::Client),
+    /// One `redis://` (or `rediss://`) URL per listed node.
+    Cluster(Vec<String>),
+}
+
+const CLUSTER_SCHEMES: [(&str, &str); 2] = [
+    ("redis+cluster://", "redis://"),
+    ("rediss+cluster://", "rediss://"),
+];
+
+/// Parses `redis://`, `rediss://`, `unix://` (single server) and `redis+cluster://`,
+/// `rediss+cluster://` (cluster: `user:password@host:port,host:port/?query`).
+pub(crate) fn parse(url: &str) -> Result<Deployment, Error> {
+    for (cluster_scheme, node_scheme) in CLUSTER_SCHEMES {
+        if let Some(rest) = strip_prefix_ignore_case(url, cluster_scheme) {
+            return split_cluster(rest, node_scheme).map(Deployment::Cluster);
+        }
+    }
+    client(url).map(Deployment::Single)
+}
+
+/// Opens a driver client, or explains why the URL is unusable (without echoing it: it
+/// may carry a password).
+pub(crate) fn client(url: &str) -> Result<redis::Client, Error> {
+    redis::Client::open(url)
+        .map_err(|err| Error::invalid_config("invalid Redis URL", Some(err.into())))
+}
+
+pub(crate) fn clients(urls: &[String]) -> Result<Vec<redis::Client>, Error> {
+    if urls.is_empty() {
+        return Err(Error::invalid_config(
+            "a cluster needs at least one node URL",
+            None,
+        ));
+    }
+    urls.iter().map(|url| client(url)).collect()
+}
+
+fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = s.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &s[prefix.len()..])
+}
+
+/// `user:pw@h1:p1,h2:p2/path?query` -> `scheme user:pw@h1:p1/path?query`, ...
+fn split_cluster(rest: &str, scheme: &str) -> Result<Vec<String>, Error> {
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, suffix) = rest.split_at(authority_end);
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    let urls: Vec<String> = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|host| !host.is_empty())
+        .map(|host| format!("{scheme}{userinfo}{host}{suffix}"))
+        .collect();
+    if urls.is_empty() {
+        return Err(Error::invalid_config(
+            "a cluster URL needs at least one host:port",
+            None,
+        ));
+    }
+    for url in &urls {
+        client(url)?;
+    }
+    Ok(urls)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes(url: &str) -> Vec<String> {
+        match parse(url) {
+            Ok(Deployment::Cluster(urls)) => urls,
+            Ok(Deployment::Single(_)) => panic!("{url} parsed as a single server"),
+            Err(err) => panic!("{url}: {err}"),
+        }
+    }
+
+    #[test]
+    fn cluster_urls_expand_to_one_url_per_node() {
+        assert_eq!(
+            nodes("redis+cluster://a:7000,b:7001"),
+            ["redis://a:7000", "redis://b:7001"]
+        );
+        assert_eq!(
+            nodes("redis+cluster://u:p@a:7000,b:7001/?protocol=resp3"),
+            [
+                "redis://u:p@a:7000/?protocol=resp3",
+                "redis://u:p@b:7001/?protocol=resp3"
+            ]
+        );
+        assert_eq!(nodes("REDIS+CLUSTER://a:1"), ["redis://a:1"]);
+    }
+
+    #[test]
+    fn single_server_urls_stay_single() {
+        assert!(matches!(
+            parse("redis://127.0.0.1:7000/2"),
+            Ok(Deployment::Single(_))
+        ));
+    }
+
+    #[test]
+    fn bad_urls_are_config_errors() {
+        for url in [
+            "",
+            "http://x",
+            "redis+cluster://",
+            "redis+cluster://,",
+            "redis://:notaport",
+        ] {
+            let err = parse(url)
+                .err()
+                .unwrap_or_else(|| panic!("{url:?} was accepted"));
+            assert_eq!(err.kind(), lock_core::ErrorKind::InvalidConfig, "{url:?}");
+        }
+    }
+}
