@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::backend::{Acquire, Backend};
+use crate::backend::{Acquire, AcquireRequest, Backend};
 use crate::client::Inner;
 use crate::guard::Guard;
 use crate::metrics::{self, AcquireOutcome};
@@ -73,7 +73,8 @@ async fn acquire_inner(
         Lease::Watchdog => (client.config.watchdog_lease, true),
         Lease::Fixed(d) => (d, false),
     };
-    if let Attempt::Acquired(guard) = attempt(client, &lock, lease_duration, renew).await? {
+    let request = AcquireRequest::new(lease_duration);
+    if let Attempt::Acquired(guard) = attempt(client, &lock, request, renew).await? {
         return Ok(Some(guard));
     }
     if matches!(wait, Wait::Never) || expired(wait) {
@@ -86,12 +87,28 @@ async fn acquire_inner(
         notified.as_mut().enable();
         // The first retry closes the race with a release that happened before the
         // subscription; later ones follow a notification or a ttl.
-        let ttl = match attempt(client, &lock, lease_duration, renew).await? {
+        let waited = started.elapsed();
+        let starving = client
+            .config
+            .starvation_threshold
+            .is_some_and(|threshold| waited >= threshold);
+        let request = request.waiting(waited, starving);
+        let ttl = match attempt(client, &lock, request, renew).await? {
             Attempt::Acquired(guard) => {
                 metrics::waited(lock.kind, started.elapsed());
                 return Ok(Some(guard));
             }
-            Attempt::Busy(ttl) => ttl,
+            Attempt::Busy { ttl, reserved } => {
+                if reserved {
+                    // The lock is free but reserved for a starving waiter, who may be
+                    // waiting in this client behind us: let every local waiter look,
+                    // then listen afresh so that this wake-up does not wake us again.
+                    listener.wake_all();
+                    notified.set(listener.notified());
+                    notified.as_mut().enable();
+                }
+                ttl
+            }
         };
         let remaining = match wait {
             Wait::Never => return Ok(None),
@@ -126,26 +143,30 @@ fn expired(wait: Wait) -> bool {
 
 enum Attempt {
     Acquired(Guard),
-    Busy(Option<Duration>),
+    Busy {
+        ttl: Option<Duration>,
+        reserved: bool,
+    },
 }
 
 /// One acquire request, cancel-safe: see the module docs.
 async fn attempt(
     client: &Arc<Inner>,
     lock: &LockRef,
-    lease: Duration,
+    request: AcquireRequest,
     renew: bool,
 ) -> Result<Attempt, Error> {
+    let lease = request.lease;
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
     let (tx, rx) = oneshot::channel();
     let backend = Arc::clone(&client.backend);
-    let request = lock.clone();
+    let lock_ref = lock.clone();
     let sent = Instant::now();
     runtime.spawn(async move {
-        let reply = backend.acquire(&request, lease).await;
+        let reply = backend.acquire(&lock_ref, request).await;
         if let Err(Ok(Acquire::Acquired { .. })) = tx.send(reply) {
             // The caller went away while the grant was in flight.
-            release_orphan(&*backend, &request, lease).await;
+            release_orphan(&*backend, &lock_ref, lease).await;
         }
     });
     let mut pending = PendingReply {
@@ -168,7 +189,7 @@ async fn attempt(
                 renew,
             )))
         }
-        Acquire::Busy { ttl } => Ok(Attempt::Busy(ttl)),
+        Acquire::Busy { ttl, reserved } => Ok(Attempt::Busy { ttl, reserved }),
     }
 }
 

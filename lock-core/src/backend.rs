@@ -97,12 +97,53 @@ pub enum Acquire {
         /// Hold count after this acquisition (1 for a fresh acquisition).
         holds: u32,
     },
-    /// Someone else holds the lock.
+    /// Someone else holds the lock, or it is free but reserved for a starving waiter.
     Busy {
-        /// The lock's remaining lease, if it has one: the longest a waiter should sleep
-        /// without a notification.
+        /// The lock's remaining lease (or the reservation's), if it has one: the longest a
+        /// waiter should sleep without a notification.
         ttl: Option<Duration>,
+        /// The lock is free but reserved for another owner's starving waiter. That waiter
+        /// may be in this client, so local waiters should all look again.
+        reserved: bool,
     },
+}
+
+/// What an acquire attempt asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AcquireRequest {
+    /// The lease to set (the watchdog's lease, or the caller's).
+    pub lease: Duration,
+    /// This attempt comes from a waiter that has waited past the starvation threshold.
+    ///
+    /// A starving waiter that finds the lock busy reserves its next free moment, so that
+    /// newcomers cannot keep overtaking it (in the manner of Go's `sync.Mutex` starvation
+    /// mode). Backends whose wake-ups are already first-come-first-served may ignore it.
+    pub starving: bool,
+    /// How long the caller has waited so far; among starving waiters the one that started
+    /// waiting first goes first.
+    pub waited: Duration,
+}
+
+impl AcquireRequest {
+    /// A plain attempt with `lease`.
+    #[must_use]
+    pub fn new(lease: Duration) -> Self {
+        Self {
+            lease,
+            starving: false,
+            waited: Duration::ZERO,
+        }
+    }
+
+    /// Marks the attempt as coming from a waiter that has waited `waited` and whether it
+    /// counts as starving.
+    #[must_use]
+    pub fn waiting(mut self, waited: Duration, starving: bool) -> Self {
+        self.waited = waited;
+        self.starving = starving;
+        self
+    }
 }
 
 /// The reply to a release.
@@ -159,8 +200,8 @@ impl LockState {
 /// lock becomes free.
 #[async_trait]
 pub trait Backend: fmt::Debug + Send + Sync + 'static {
-    /// Takes the lock (or one more hold of it) for `lock.owner` with the given lease.
-    async fn acquire(&self, lock: &LockRef, lease: Duration) -> Result<Acquire, Error>;
+    /// Takes the lock (or one more hold of it) for `lock.owner` as `request` says.
+    async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error>;
 
     /// Releases one hold. When holds remain, the lease is re-armed to `lease`.
     async fn release(&self, lock: &LockRef, lease: Duration) -> Result<Release, Error>;

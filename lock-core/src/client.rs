@@ -196,6 +196,13 @@ impl LocksBuilder {
         self
     }
 
+    /// How long a waiter waits before it reserves the lock's next free moment against
+    /// newcomers (default 10 ms); `None` turns reservations off.
+    pub fn starvation_threshold(mut self, threshold: Option<Duration>) -> Self {
+        self.config.starvation_threshold = threshold;
+        self
+    }
+
     /// Validates the settings and builds the client.
     pub fn build(self) -> Result<Locks, Error> {
         self.config.validate()?;

@@ -18,6 +18,10 @@ pub struct Config {
     pub drift_factor: f64,
     /// The fixed part of the drift margin. Default: 2 ms.
     pub drift_floor: Duration,
+    /// How long a waiter waits before it counts as starving and reserves the lock's next
+    /// free moment against newcomers (see [`crate::AcquireRequest::starving`]).
+    /// Default: 10 ms. `None` turns reservations off: pure barging, as Redisson's lock.
+    pub starvation_threshold: Option<Duration>,
 }
 
 impl Default for Config {
@@ -28,6 +32,7 @@ impl Default for Config {
             renew_interval: watchdog_lease / 3,
             drift_factor: 0.01,
             drift_floor: Duration::from_millis(2),
+            starvation_threshold: Some(Duration::from_millis(10)),
         }
     }
 }

@@ -39,7 +39,7 @@ pub mod notify;
 pub mod redis;
 mod watchdog;
 
-pub use backend::{Backend, LockKind, LockRef, Owner};
+pub use backend::{AcquireRequest, Backend, LockKind, LockRef, Owner};
 pub use client::{Locks, LocksBuilder};
 pub use config::{Config, MAX_DURATION};
 pub use error::{BoxError, Error, ErrorKind, LostReason};

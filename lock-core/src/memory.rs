@@ -12,7 +12,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::backend::{Acquire, Backend, LockKind, LockRef, LockState, Release, Renewal};
+use crate::backend::{
+    Acquire, AcquireRequest, Backend, LockKind, LockRef, LockState, Release, Renewal,
+};
 use crate::notify::{InProcess, Listener, Subscriptions, Wake};
 use crate::redis::layout;
 use crate::{Error, Owner};
@@ -103,7 +105,10 @@ impl MemoryBackend {
 
 #[async_trait]
 impl Backend for MemoryBackend {
-    async fn acquire(&self, lock: &LockRef, lease: Duration) -> Result<Acquire, Error> {
+    /// Wake-ups here are first-come-first-served already (one waiter per release, in
+    /// arrival order), so a starving attempt needs no reservation and is treated as any other.
+    async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
+        let lease = request.lease;
         let now = Instant::now();
         let key = Self::key(lock);
         let mut table = self.table();
@@ -123,6 +128,7 @@ impl Backend for MemoryBackend {
         } else {
             Ok(Acquire::Busy {
                 ttl: Some(entry.expires - now),
+                reserved: false,
             })
         }
     }

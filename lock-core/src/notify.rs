@@ -312,6 +312,11 @@ impl Listener {
     pub fn channel(&self) -> &str {
         &self.entry.channel
     }
+
+    /// Wakes every listener of this channel in this client that is currently waiting.
+    pub fn wake_all(&self) {
+        self.entry.notify.notify_waiters();
+    }
 }
 
 impl Drop for Listener {

@@ -8,7 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::Error;
-use crate::backend::{Acquire, Backend, LockKind, LockRef, LockState, Release, Renewal};
+use crate::backend::{
+    Acquire, AcquireRequest, Backend, LockKind, LockRef, LockState, Release, Renewal,
+};
 use crate::notify::{Listener, Subscriptions};
 use crate::redis::layout;
 use crate::redis::script::{self, Script};
@@ -44,6 +46,10 @@ pub struct ProtocolOptions {
     pub publish: PublishMode,
     /// Most locks renewed by one script call. Default: 100, as Redisson.
     pub renew_batch: usize,
+    /// How long a starving waiter's reservation of a lock's next free moment lasts
+    /// without being refreshed; it bounds how long a waiter that died while starving can
+    /// keep a free lock from others. Default: 100 ms.
+    pub reservation: Duration,
 }
 
 impl Default for ProtocolOptions {
@@ -51,6 +57,7 @@ impl Default for ProtocolOptions {
         Self {
             publish: PublishMode::Classic,
             renew_batch: 100,
+            reservation: Duration::from_millis(100),
         }
     }
 }
@@ -60,6 +67,13 @@ impl ProtocolOptions {
     #[must_use]
     pub fn publish(mut self, mode: PublishMode) -> Self {
         self.publish = mode;
+        self
+    }
+
+    /// Sets how long a starving waiter's reservation lasts (at least 1 ms).
+    #[must_use]
+    pub fn reservation(mut self, lifetime: Duration) -> Self {
+        self.reservation = lifetime.max(Duration::from_millis(1));
         self
     }
 
@@ -165,22 +179,38 @@ impl RedisBackend {
 
 #[async_trait]
 impl Backend for RedisBackend {
-    async fn acquire(&self, lock: &LockRef, lease: Duration) -> Result<Acquire, Error> {
-        let lease_ms = millis(lease).to_string();
+    async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
+        let lease_ms = millis(request.lease).to_string();
+        let reservation_ms = millis(self.options.reservation).to_string();
+        let waited_ms = millis(request.waited).to_string();
         let key = layout::lock_key(&lock.name);
+        let reservation = layout::reservation_key(&lock.name);
         let reply = self
             .eval(
                 "acquiring",
                 &script::MUTEX_ACQUIRE,
-                &[key],
-                &[&lease_ms, lock.owner.as_str()],
+                &[key, &reservation],
+                &[
+                    &lease_ms,
+                    lock.owner.as_str(),
+                    if request.starving { "1" } else { "0" },
+                    &reservation_ms,
+                    &waited_ms,
+                ],
             )
             .await?;
         match pair(&reply) {
             Some((1, holds)) => Ok(Acquire::Acquired {
                 holds: count(holds, &reply)?,
             }),
-            Some((0, ttl)) => Ok(Acquire::Busy { ttl: pttl(ttl) }),
+            Some((0, ttl)) => Ok(Acquire::Busy {
+                ttl: pttl(ttl),
+                reserved: false,
+            }),
+            Some((2, ttl)) => Ok(Acquire::Busy {
+                ttl: pttl(ttl),
+                reserved: true,
+            }),
             _ => Err(unexpected("acquire", &reply)),
         }
     }

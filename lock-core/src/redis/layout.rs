@@ -24,6 +24,17 @@ pub fn lock_key(name: &LockName) -> &str {
     name.as_str()
 }
 
+/// Prefix of the key a starving waiter reserves a lock's next free moment with.
+pub const RESERVATION_PREFIX: &str = "redisson_lock_reserved";
+
+/// The reservation key of a lock: `redisson_lock_reserved:{name}`, a string holding the
+/// owner of the starving waiter that goes next (not part of Redisson's layout: Redisson
+/// clients ignore it and may still overtake, which costs fairness, never exclusion).
+#[must_use]
+pub fn reservation_key(name: &LockName) -> String {
+    format!("{RESERVATION_PREFIX}:{}", tagged(name))
+}
+
 /// The channel a mutex release is published on: `redisson_lock__channel:{name}`.
 #[must_use]
 pub fn mutex_channel(name: &LockName) -> String {
@@ -56,6 +67,11 @@ mod tests {
         for n in ["order:42", "x", "a{t}b", "{user:1}:cart"] {
             let n = name(n);
             assert_eq!(key_slot(lock_key(&n)), key_slot(&mutex_channel(&n)), "{n}");
+            assert_eq!(
+                key_slot(lock_key(&n)),
+                key_slot(&reservation_key(&n)),
+                "{n}"
+            );
         }
     }
 }

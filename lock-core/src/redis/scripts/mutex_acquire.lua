@@ -1,14 +1,53 @@
 -- Takes the lock, or one more hold of it, for an owner.
--- KEYS[1] lock hash; ARGV[1] lease (ms); ARGV[2] owner.
+-- KEYS[1] lock hash; KEYS[2] reservation string '<wait start ms>:<owner>'.
+-- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] '1' if the caller is a starving waiter;
+-- ARGV[4] how long a reservation lasts (ms); ARGV[5] how long the caller has waited (ms).
 -- The expiry is only ever extended, never shortened, so that a client's local view of
 -- its lease (the latest request it sent plus that request's lease) stays on the safe side.
--- Reply: {1, holds} when the owner now holds it; {0, pttl} when someone else does.
-if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+-- Reply: {1, holds} when the owner now holds it; {0, pttl} when someone else does;
+-- {2, pttl of the reservation} when it is free but reserved for another owner.
+
+-- The reservation's wait start and owner; a malformed one counts as absent.
+local function reservation()
+    local value = redis.call('get', KEYS[2])
+    if not value then
+        return nil, nil
+    end
+    local sep = string.find(value, ':', 1, true)
+    if not sep then
+        return nil, nil
+    end
+    return tonumber(string.sub(value, 1, sep - 1)), string.sub(value, sep + 1)
+end
+
+if redis.call('exists', KEYS[1]) == 0 then
+    local _, reserved_for = reservation()
+    if reserved_for and reserved_for ~= ARGV[2] then
+        return {2, redis.call('pttl', KEYS[2])}
+    end
+    redis.call('del', KEYS[2])
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {1, 1}
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     -- Extend only: a reentry with a shorter lease must not cut an outer hold's lease.
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
     return {1, holds}
+end
+-- Busy. A starving waiter reserves the next free moment unless a waiter that started
+-- waiting earlier holds the reservation; its own reservation is refreshed on every attempt.
+-- Wait starts are on the server's clock (now minus the caller's own waited time), so
+-- clients need no synchronised clocks.
+if ARGV[3] == '1' then
+    local time = redis.call('time')
+    local start = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) - tonumber(ARGV[5])
+    local reserved_start, reserved_for = reservation()
+    if not reserved_for or reserved_for == ARGV[2] or start < reserved_start then
+        redis.call('set', KEYS[2], start .. ':' .. ARGV[2], 'px', ARGV[4])
+    end
 end
 return {0, redis.call('pttl', KEYS[1])}
