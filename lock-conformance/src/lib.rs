@@ -11,7 +11,6 @@
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
 pub mod fixture;
-#[cfg(any())]
 pub mod redis_fixture;
 pub mod scenarios;
 
@@ -54,6 +53,7 @@ macro_rules! redis_fault_tests {
             lock_survives_script_flush,
             restart_while_held_is_reported_lost,
             wrong_type_is_a_typed_error,
+            starving_waiter_goes_before_newcomers,
         );
     };
 }

@@ -1,0 +1,18 @@
+//! The conformance suite and the Redis fault scenarios on a standalone server, through
+//! the redis-crate adapter.
+
+use lock_conformance::redis_fixture::{Connect, RedisFixture};
+
+fn redis_adapter() -> Connect {
+    std::sync::Arc::new(|urls: Vec<String>, _cluster: bool| {
+        Box::pin(async move {
+            let backend = lock_redis::Connector::new(urls[0].clone())
+                .connect()
+                .await?;
+            Ok(std::sync::Arc::new(backend) as std::sync::Arc<dyn lock_core::Backend>)
+        })
+    })
+}
+
+lock_conformance::conformance_tests!(RedisFixture::standalone(redis_adapter()));
+lock_conformance::redis_fault_tests!(RedisFixture::standalone(redis_adapter()));
