@@ -1,0 +1,308 @@
+//! `contend`: N workers, each with its own client, fight over one lock and report how it
+//! went as one JSON line. Other tools (the benchmark, the chaos harness) rely on this
+//! contract, so its flags and output fields only ever grow.
+//!
+//! ```text
+//! contend --url URL [--backend redis|memory] [--kind mutex] [--name NAME]
+//!         --workers N --hold-ms H --think-ms T --seconds S
+//!         [--distinct] [--lease-ms L] [--check-key KEY]
+//! ```
+//!
+//! Each worker loops: acquire, hold H ms, release, pause T ms. Exclusion is checked with
+//! an independent in-process counter per lock name and, with `--check-key`, with an
+//! `INCR`/`DECR` of KEY on the same Redis (a violation whenever `INCR` returns anything
+//! but 1). Output fields: `backend`, `kind`, `workers`, `ops`, `ops_per_s`, `utilization`
+//! (total time held / wall time), `wait_ms_p50`/`p99`/`max`, `fairness_min_over_max`
+//! (fewest over most ops of one worker), `violations`.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lock::Locks;
+use tokio::time::Instant;
+
+#[derive(Debug, Clone)]
+struct Args {
+    url: Option<String>,
+    backend: String,
+    kind: String,
+    name: String,
+    workers: usize,
+    hold: Duration,
+    think: Duration,
+    seconds: f64,
+    distinct: bool,
+    lease: Option<Duration>,
+    check_key: Option<String>,
+}
+
+const USAGE: &str = "usage: contend --url URL [--backend redis|memory] [--kind mutex] [--name NAME] \
+--workers N --hold-ms H --think-ms T --seconds S [--distinct] [--lease-ms L] [--check-key KEY]";
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        url: std::env::var("REDIS_URL").ok(),
+        backend: "redis".into(),
+        kind: "mutex".into(),
+        name: "contend".into(),
+        workers: 8,
+        hold: Duration::from_millis(1),
+        think: Duration::from_millis(1),
+        seconds: 5.0,
+        distinct: false,
+        lease: None,
+        check_key: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--url" => args.url = Some(value()?),
+            "--backend" => args.backend = value()?,
+            "--kind" => args.kind = value()?,
+            "--name" => args.name = value()?,
+            "--workers" => args.workers = number(&flag, &value()?)?,
+            "--hold-ms" => args.hold = Duration::from_millis(number(&flag, &value()?)?),
+            "--think-ms" => args.think = Duration::from_millis(number(&flag, &value()?)?),
+            "--seconds" => {
+                args.seconds = value()?
+                    .parse()
+                    .map_err(|_| format!("{flag} takes a number of seconds"))?;
+            }
+            "--lease-ms" => args.lease = Some(Duration::from_millis(number(&flag, &value()?)?)),
+            "--check-key" => args.check_key = Some(value()?),
+            "--distinct" => args.distinct = true,
+            "--help" | "-h" => return Err(USAGE.into()),
+            other => return Err(format!("unknown flag {other}\n{USAGE}")),
+        }
+    }
+    if args.workers == 0 {
+        return Err("--workers must be at least 1".into());
+    }
+    if !(args.seconds > 0.0 && args.seconds.is_finite()) {
+        return Err("--seconds must be positive".into());
+    }
+    if args.kind != "mutex" {
+        return Err(format!("--kind {} is not supported (mutex)", args.kind));
+    }
+    Ok(args)
+}
+
+fn number<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T, String> {
+    value
+        .parse()
+        .map_err(|_| format!("{flag} takes a whole number, not {value:?}"))
+}
+
+/// One client per worker: its own connections and its own UUID.
+async fn client(args: &Args, memory: &lock::memory::MemoryBackend) -> Result<Locks, String> {
+    match args.backend.as_str() {
+        "memory" => Ok(Locks::new(Arc::new(memory.clone()))),
+        "redis" => {
+            let url = args
+                .url
+                .as_deref()
+                .ok_or("--url (or REDIS_URL) is required for redis")?;
+            lock::redis::connect(url).await.map_err(|e| error_chain(&e))
+        }
+        other => Err(format!(
+            "--backend {other} is not supported (redis, memory)"
+        )),
+    }
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[derive(Debug, Default)]
+struct WorkerReport {
+    ops: u64,
+    held: Duration,
+    waits_ms: Vec<f64>,
+    violations: u64,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(args).await {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(msg) => {
+            eprintln!("contend: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<String, String> {
+    let memory = lock::memory::MemoryBackend::new();
+    let checker = match &args.check_key {
+        Some(key) => {
+            let url = args.url.as_deref().ok_or("--check-key needs --url")?;
+            let client = redis::Client::open(url).map_err(|e| error_chain(&e))?;
+            let conn = client
+                .get_multiplexed_async_connection()
+                .await
+                .map_err(|e| error_chain(&e))?;
+            Some((conn, key.clone()))
+        }
+        None => None,
+    };
+    let mut clients = Vec::with_capacity(args.workers);
+    for _ in 0..args.workers {
+        clients.push(client(&args, &memory).await?);
+    }
+    let inside: Arc<HashMap<String, AtomicUsize>> = Arc::new(
+        (0..args.workers)
+            .map(|w| (lock_name(&args, w), AtomicUsize::new(0)))
+            .collect(),
+    );
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs_f64(args.seconds);
+    let errors = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for (w, locks) in clients.into_iter().enumerate() {
+        let args = args.clone();
+        let inside = Arc::clone(&inside);
+        let checker = checker.clone();
+        let errors = Arc::clone(&errors);
+        tasks.push(tokio::spawn(async move {
+            worker(w, &args, &locks, &inside, checker, deadline, &errors).await
+        }));
+    }
+    let mut reports = Vec::new();
+    for task in tasks {
+        reports.push(task.await.map_err(|e| e.to_string())?);
+    }
+    let wall = started.elapsed().as_secs_f64();
+    if errors.load(Ordering::Relaxed) > 0 && reports.iter().all(|r| r.ops == 0) {
+        return Err("every acquire failed; is the server reachable?".into());
+    }
+    Ok(summarize(&args, &reports, wall))
+}
+
+fn lock_name(args: &Args, worker: usize) -> String {
+    if args.distinct {
+        format!("{}:{worker}", args.name)
+    } else {
+        args.name.clone()
+    }
+}
+
+async fn worker(
+    w: usize,
+    args: &Args,
+    locks: &Locks,
+    inside: &HashMap<String, AtomicUsize>,
+    mut checker: Option<(redis::aio::MultiplexedConnection, String)>,
+    deadline: Instant,
+    errors: &AtomicU64,
+) -> WorkerReport {
+    let name = lock_name(args, w);
+    let mutex = locks.mutex(&name);
+    let mut report = WorkerReport::default();
+    let Some(counter) = inside.get(&name) else {
+        return report;
+    };
+    while Instant::now() < deadline {
+        let asked = Instant::now();
+        let acquired = match args.lease {
+            Some(lease) => mutex.lock_with_lease(lease).await,
+            None => mutex.lock().await,
+        };
+        let guard = match acquired {
+            Ok(guard) => guard,
+            Err(err) => {
+                errors.fetch_add(1, Ordering::Relaxed);
+                eprintln!("worker {w}: {}", error_chain(&err));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let entered = Instant::now();
+        report
+            .waits_ms
+            .push((entered - asked).as_secs_f64() * 1000.0);
+        if counter.fetch_add(1, Ordering::SeqCst) != 0 {
+            report.violations += 1;
+        }
+        if let Some((conn, key)) = checker.as_mut() {
+            let n: redis::RedisResult<i64> = redis::cmd("INCR").arg(&*key).query_async(conn).await;
+            if !matches!(n, Ok(1)) {
+                report.violations += 1;
+            }
+        }
+        tokio::time::sleep(args.hold).await;
+        if let Some((conn, key)) = checker.as_mut() {
+            let _: redis::RedisResult<i64> = redis::cmd("DECR").arg(&*key).query_async(conn).await;
+        }
+        counter.fetch_sub(1, Ordering::SeqCst);
+        report.held += entered.elapsed();
+        report.ops += 1;
+        if let Err(err) = guard.unlock().await {
+            errors.fetch_add(1, Ordering::Relaxed);
+            eprintln!("worker {w}: unlock: {}", error_chain(&err));
+        }
+        tokio::time::sleep(args.think).await;
+    }
+    report
+}
+
+fn summarize(args: &Args, reports: &[WorkerReport], wall: f64) -> String {
+    let ops: u64 = reports.iter().map(|r| r.ops).sum();
+    let held: f64 = reports.iter().map(|r| r.held.as_secs_f64()).sum();
+    let mut waits: Vec<f64> = reports
+        .iter()
+        .flat_map(|r| r.waits_ms.iter().copied())
+        .collect();
+    waits.sort_by(f64::total_cmp);
+    let pct = |p: f64| -> f64 {
+        if waits.is_empty() {
+            return 0.0;
+        }
+        let rank = ((p * waits.len() as f64).ceil() as usize).clamp(1, waits.len());
+        waits[rank - 1]
+    };
+    let most = reports.iter().map(|r| r.ops).max().unwrap_or(0);
+    let fewest = reports.iter().map(|r| r.ops).min().unwrap_or(0);
+    let fairness = if most == 0 {
+        0.0
+    } else {
+        fewest as f64 / most as f64
+    };
+    let round = |x: f64| (x * 1000.0).round() / 1000.0;
+    serde_json::json!({
+        "backend": args.backend,
+        "kind": args.kind,
+        "workers": args.workers,
+        "ops": ops,
+        "ops_per_s": round(ops as f64 / wall),
+        "utilization": round(held / wall),
+        "wait_ms_p50": round(pct(0.50)),
+        "wait_ms_p99": round(pct(0.99)),
+        "wait_ms_max": round(waits.last().copied().unwrap_or(0.0)),
+        "fairness_min_over_max": round(fairness),
+        "violations": reports.iter().map(|r| r.violations).sum::<u64>(),
+    })
+    .to_string()
+}
