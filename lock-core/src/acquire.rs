@@ -19,7 +19,7 @@ use crate::backend::{Acquire, AcquireRequest, Backend};
 use crate::client::Inner;
 use crate::guard::Guard;
 use crate::metrics::{self, AcquireOutcome};
-use crate::{Error, LockRef};
+use crate::{Error, LockKind, LockRef};
 
 /// How long a caller is prepared to wait.
 #[derive(Debug, Clone, Copy)]
@@ -73,8 +73,20 @@ async fn acquire_inner(
         Lease::Watchdog => (client.config.watchdog_lease, true),
         Lease::Fixed(d) => (d, false),
     };
-    let request = AcquireRequest::new(lease_duration);
+    let mut request = AcquireRequest::new(lease_duration).fencing(client.config.fencing);
+    // A fair lock's waiter joins the queue (a try never does) and leaves it again, even
+    // when its caller goes away, unless it ends up holding the lock.
+    let mut queued = None;
+    if lock.kind == LockKind::Fair && !matches!(wait, Wait::Never) {
+        request = request.enqueue(client.config.fair_waiter_timeout);
+        queued = Some(QueuedWaiter {
+            backend: Arc::clone(&client.backend),
+            lock: lock.clone(),
+            armed: true,
+        });
+    }
     if let Attempt::Acquired(guard) = attempt(client, &lock, request, renew).await? {
+        QueuedWaiter::served(&mut queued);
         return Ok(Some(guard));
     }
     if matches!(wait, Wait::Never) || expired(wait) {
@@ -95,6 +107,7 @@ async fn acquire_inner(
         let request = request.waiting(waited, starving);
         let ttl = match attempt(client, &lock, request, renew).await? {
             Attempt::Acquired(guard) => {
+                QueuedWaiter::served(&mut queued);
                 metrics::waited(lock.kind, started.elapsed());
                 return Ok(Some(guard));
             }
@@ -180,8 +193,8 @@ async fn attempt(
         .await
         .ok_or_else(|| Error::protocol("the acquire task ended without a reply"))??;
     match reply {
-        Acquire::Acquired { holds } => {
-            let hold = client.attach(lock, holds, sent, lease, renew);
+        Acquire::Acquired { holds, token } => {
+            let hold = client.attach(lock, holds, sent, lease, renew, token);
             Ok(Attempt::Acquired(Guard::new(
                 Arc::clone(client),
                 hold,
@@ -227,6 +240,40 @@ impl Drop for PendingReply {
             let lock = self.lock.clone();
             let lease = self.lease;
             runtime.spawn(async move { release_orphan(&*backend, &lock, lease).await });
+        }
+    }
+}
+
+/// A fair-lock waiter's place in the queue. Unless it was served, dropping it (the wait
+/// ended, failed or was cancelled) leaves the queue in the background, so that the waiters
+/// behind do not wait for its deadline.
+struct QueuedWaiter {
+    backend: Arc<dyn Backend>,
+    lock: LockRef,
+    armed: bool,
+}
+
+impl QueuedWaiter {
+    /// The waiter got the lock: the server already took it off the queue.
+    fn served(waiter: &mut Option<Self>) {
+        if let Some(waiter) = waiter {
+            waiter.armed = false;
+        }
+    }
+}
+
+impl Drop for QueuedWaiter {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Without a runtime the place lapses at its deadline instead.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let backend = Arc::clone(&self.backend);
+            let lock = self.lock.clone();
+            runtime.spawn(async move {
+                let _ = backend.cancel_wait(&lock).await;
+            });
         }
     }
 }

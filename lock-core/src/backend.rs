@@ -20,6 +20,13 @@ use crate::{Error, LockName};
 pub enum LockKind {
     /// The reentrant mutex (Redisson's `RLock`).
     Mutex,
+    /// The reentrant fair mutex: waiters are served in arrival order (Redisson's
+    /// `RFairLock`).
+    Fair,
+    /// The shared side of a read-write lock (Redisson's `RReadWriteLock.readLock()`).
+    Read,
+    /// The exclusive side of a read-write lock.
+    Write,
 }
 
 impl LockKind {
@@ -28,6 +35,9 @@ impl LockKind {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Mutex => "mutex",
+            Self::Fair => "fair",
+            Self::Read => "read",
+            Self::Write => "write",
         }
     }
 }
@@ -96,6 +106,8 @@ pub enum Acquire {
     Acquired {
         /// Hold count after this acquisition (1 for a fresh acquisition).
         holds: u32,
+        /// The fencing token of a fresh acquisition, when the request asked for one.
+        token: Option<u64>,
     },
     /// Someone else holds the lock, or it is free but reserved for a starving waiter.
     Busy {
@@ -123,6 +135,15 @@ pub struct AcquireRequest {
     /// How long the caller has waited so far; among starving waiters the one that started
     /// waiting first goes first.
     pub waited: Duration,
+    /// Return a fencing token on a fresh acquisition: a number strictly greater than every
+    /// token issued before for this name.
+    pub fencing: bool,
+    /// Fair locks: join the waiter queue when the lock is busy (a waiting acquire does, a
+    /// `try_lock` does not).
+    pub enqueue: bool,
+    /// Fair locks: how long a queued waiter keeps its place without asking again; a waiter
+    /// that died is skipped after this.
+    pub waiter_timeout: Duration,
 }
 
 impl AcquireRequest {
@@ -133,7 +154,26 @@ impl AcquireRequest {
             lease,
             starving: false,
             waited: Duration::ZERO,
+            fencing: false,
+            enqueue: false,
+            waiter_timeout: Duration::from_secs(5),
         }
+    }
+
+    /// Asks for a fencing token on a fresh acquisition.
+    #[must_use]
+    pub fn fencing(mut self, fencing: bool) -> Self {
+        self.fencing = fencing;
+        self
+    }
+
+    /// Fair locks: join the queue when busy, keeping the place for `waiter_timeout`
+    /// between attempts.
+    #[must_use]
+    pub fn enqueue(mut self, waiter_timeout: Duration) -> Self {
+        self.enqueue = true;
+        self.waiter_timeout = waiter_timeout;
+        self
     }
 
     /// Marks the attempt as coming from a waiter that has waited `waited` and whether it
@@ -202,6 +242,13 @@ impl LockState {
 pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// Takes the lock (or one more hold of it) for `lock.owner` as `request` says.
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error>;
+
+    /// A waiter gives up: a fair lock removes it from its queue (and wakes the next
+    /// waiter if it was first). Other kinds have nothing to undo.
+    async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
+        let _ = lock;
+        Ok(())
+    }
 
     /// Releases one hold. When holds remain, the lease is re-armed to `lease`.
     async fn release(&self, lock: &LockRef, lease: Duration) -> Result<Release, Error>;

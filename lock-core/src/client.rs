@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::config::Config;
 use crate::hold::Hold;
 use crate::watchdog::Watchdog;
-use crate::{Backend, Error, LockRef, LostReason, Mutex};
+use crate::{Backend, Error, Lock, LockKind, LockRef, LostReason, RwLock};
 
 /// A client of a lock backend: the factory of lock handles.
 ///
@@ -71,8 +71,22 @@ impl Locks {
     /// A handle on the reentrant mutex `name`. No I/O; an invalid name is reported by the
     /// first operation on the handle.
     #[must_use]
-    pub fn mutex(&self, name: &str) -> Mutex {
-        Mutex::new(self.clone(), name)
+    pub fn mutex(&self, name: &str) -> Lock {
+        Lock::new(self.clone(), name, LockKind::Mutex)
+    }
+
+    /// A handle on the reentrant fair mutex `name`: waiters, in this client or any other,
+    /// are served in arrival order (each woken alone), and `try_lock` never queues.
+    /// A waiter that dies is skipped after [`Config::fair_waiter_timeout`](crate::Config).
+    #[must_use]
+    pub fn fair_mutex(&self, name: &str) -> Lock {
+        Lock::new(self.clone(), name, LockKind::Fair)
+    }
+
+    /// A handle on the read-write lock `name`.
+    #[must_use]
+    pub fn rw_lock(&self, name: &str) -> RwLock {
+        RwLock::new(self, name)
     }
 
     /// This client's UUID: the first part of every owner string it writes.
@@ -108,6 +122,7 @@ impl Inner {
         sent: Instant,
         lease: Duration,
         renew: bool,
+        token: Option<u64>,
     ) -> Arc<Hold> {
         let valid_for = lease.saturating_sub(self.config.drift(lease));
         let hold = {
@@ -123,7 +138,7 @@ impl Inner {
                     if let Some(stale) = existing {
                         stale.mark_lost(LostReason::LeaseExpired);
                     }
-                    let hold = Arc::new(Hold::new(lock.clone(), sent, valid_for));
+                    let hold = Arc::new(Hold::new(lock.clone(), sent, valid_for, token));
                     holds.insert(lock.clone(), Arc::clone(&hold));
                     hold
                 }
@@ -200,6 +215,20 @@ impl LocksBuilder {
     /// newcomers (default 10 ms); `None` turns reservations off.
     pub fn starvation_threshold(mut self, threshold: Option<Duration>) -> Self {
         self.config.starvation_threshold = threshold;
+        self
+    }
+
+    /// Issues fencing tokens with every fresh acquisition (default off): see
+    /// [`Guard::fencing_token`](crate::Guard::fencing_token).
+    pub fn fencing(mut self, enabled: bool) -> Self {
+        self.config.fencing = enabled;
+        self
+    }
+
+    /// How long a fair-lock waiter keeps its place between its own attempts (default
+    /// 5 s): the longest a waiter that died holds up the queue.
+    pub fn fair_waiter_timeout(mut self, timeout: Duration) -> Self {
+        self.config.fair_waiter_timeout = timeout;
         self
     }
 

@@ -22,6 +22,13 @@ pub struct Config {
     /// free moment against newcomers (see [`crate::AcquireRequest::starving`]).
     /// Default: 10 ms. `None` turns reservations off: pure barging, as Redisson's lock.
     pub starvation_threshold: Option<Duration>,
+    /// Issue a fencing token with every fresh acquisition ([`crate::Guard::fencing_token`]).
+    /// Costs one counter key per lock name that never expires. Default: off.
+    pub fencing: bool,
+    /// How long a fair-lock waiter keeps its place in the queue between its own attempts;
+    /// live waiters ask again well within it, so this is how long a waiter that died can
+    /// hold up the queue. Default: 5 s.
+    pub fair_waiter_timeout: Duration,
 }
 
 impl Default for Config {
@@ -33,6 +40,8 @@ impl Default for Config {
             drift_factor: 0.01,
             drift_floor: Duration::from_millis(2),
             starvation_threshold: Some(Duration::from_millis(10)),
+            fencing: false,
+            fair_waiter_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -59,6 +68,13 @@ impl Config {
                 "must be at least 0 and below 0.5",
             ));
         }
+        if self.fair_waiter_timeout < Duration::from_millis(3) {
+            return Err(Error::invalid_argument(
+                "fair_waiter_timeout",
+                "must be at least 3 ms: waiters re-arm their place every third of it",
+            ));
+        }
+        check_bound("fair_waiter_timeout", self.fair_waiter_timeout)?;
         // A renewal must have time to arrive before the lease (minus drift) runs out.
         let usable = self
             .watchdog_lease

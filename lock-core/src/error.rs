@@ -31,6 +31,9 @@ pub enum ErrorKind {
     Protocol,
     /// The operation needs a tokio runtime and none was running.
     NoRuntime,
+    /// The request could never succeed because the caller itself stands in the way (a
+    /// reader asking for the write lock).
+    WouldDeadlock,
 }
 
 impl fmt::Display for ErrorKind {
@@ -46,6 +49,7 @@ impl fmt::Display for ErrorKind {
             Self::Backend => "backend error",
             Self::Protocol => "protocol error",
             Self::NoRuntime => "no tokio runtime",
+            Self::WouldDeadlock => "would deadlock",
         })
     }
 }
@@ -134,6 +138,15 @@ pub enum Error {
     /// The operation needs a tokio runtime and none was running.
     #[error("no tokio runtime is running")]
     NoRuntime,
+    /// The caller's own holds make the request impossible: a holder of the read lock
+    /// asked for the write lock, which would wait for itself forever.
+    #[error(
+        "holder cannot take the write lock `{name}` while it holds the read lock (no upgrade: release the read lock first)"
+    )]
+    WouldDeadlock {
+        /// The lock's name.
+        name: String,
+    },
 }
 
 /// Why a hold was lost.
@@ -170,6 +183,7 @@ impl Error {
             Self::Backend { .. } => ErrorKind::Backend,
             Self::Protocol { .. } => ErrorKind::Protocol,
             Self::NoRuntime => ErrorKind::NoRuntime,
+            Self::WouldDeadlock { .. } => ErrorKind::WouldDeadlock,
         }
     }
 

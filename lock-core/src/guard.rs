@@ -83,6 +83,19 @@ impl Guard {
         self.hold.lost_reason().is_none()
     }
 
+    /// The fencing token of this hold, when the client issues them
+    /// ([`LocksBuilder::fencing`](crate::LocksBuilder::fencing)): strictly greater than every
+    /// token issued before for this lock name, by any client. A reentrant acquisition
+    /// keeps the holder's token. Pass it to the storage you protect and have it reject
+    /// writes carrying a smaller token than it has seen: that stops a holder whose lease
+    /// silently expired (a long pause) from writing after the next holder.
+    ///
+    /// Read holds get tokens too; concurrent readers get different ones.
+    #[must_use]
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.hold.token
+    }
+
     /// How long the hold stays valid without another successful renewal; `None` once lost.
     #[must_use]
     pub fn valid_for(&self) -> Option<Duration> {

@@ -31,14 +31,22 @@ struct Counts {
 #[derive(Debug)]
 pub(crate) struct Hold {
     pub(crate) lock: LockRef,
+    /// The fencing token of the acquisition that created the hold (reentries keep it).
+    pub(crate) token: Option<u64>,
     status: watch::Sender<Status>,
     counts: Mutex<Counts>,
 }
 
 impl Hold {
-    pub(crate) fn new(lock: LockRef, sent: Instant, valid_for: Duration) -> Self {
+    pub(crate) fn new(
+        lock: LockRef,
+        sent: Instant,
+        valid_for: Duration,
+        token: Option<u64>,
+    ) -> Self {
         Self {
             lock,
+            token,
             status: watch::Sender::new(Status {
                 deadline: sent + valid_for,
                 lost: None,
@@ -174,7 +182,7 @@ mod tests {
             LockName::new("h").expect("name"),
             Owner::new("c", "h"),
         );
-        Hold::new(lock, Instant::now(), valid_for)
+        Hold::new(lock, Instant::now(), valid_for, None)
     }
 
     #[tokio::test(start_paused = true)]

@@ -4,8 +4,12 @@
 //! Redis backends are compared with. Use it for tests, for single-process services, and
 //! as the demo's fallback when no Redis is at hand. Locks are not shared between
 //! processes.
+//!
+//! The state mirrors the Redis layout: one entry per name whose fields are owners (or
+//! `owner:write` for a writer) with hold counts, an optional read-write `mode`, one expiry
+//! per read hold, a fair lock's waiter queue and a fencing counter.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -17,25 +21,126 @@ use crate::backend::{
 };
 use crate::notify::{InProcess, Listener, Subscriptions, Wake};
 use crate::redis::layout;
-use crate::{Error, Owner};
+use crate::{Error, LockName, Owner};
 
+/// A read-write lock's mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Read,
+    Write,
+}
+
+/// One held lock.
 #[derive(Debug)]
 struct Entry {
-    holders: HashMap<Owner, u32>,
+    /// Field -> hold count: `owner` for mutex, fair and read holds, `owner:write` for the
+    /// writer.
+    fields: HashMap<String, u32>,
+    /// `None` for mutex and fair locks.
+    mode: Option<Mode>,
+    /// The expiry of each read hold: (owner, n) for n = 1..count.
+    read_holds: HashMap<(String, u32), Instant>,
     expires: Instant,
 }
 
 impl Entry {
+    fn new(mode: Option<Mode>, now: Instant) -> Self {
+        Self {
+            fields: HashMap::new(),
+            mode,
+            read_holds: HashMap::new(),
+            expires: now,
+        }
+    }
+
     /// Extends, never shortens, the expiry (as the Redis scripts do).
     fn arm(&mut self, now: Instant, lease: Duration) {
         self.expires = self.expires.max(now + lease);
     }
+
+    fn count(&self, field: &str) -> u32 {
+        self.fields.get(field).copied().unwrap_or(0)
+    }
+
+    fn add(&mut self, field: &str) -> u32 {
+        let holds = self.fields.entry(field.to_owned()).or_insert(0);
+        *holds = holds.saturating_add(1);
+        *holds
+    }
+
+    /// Removes one hold of `field`; returns the holds left.
+    fn remove(&mut self, field: &str) -> u32 {
+        let left = self.count(field).saturating_sub(1);
+        if left == 0 {
+            self.fields.remove(field);
+        } else {
+            self.fields.insert(field.to_owned(), left);
+        }
+        left
+    }
 }
+
+/// A fair lock's waiters, first in line first.
+#[derive(Debug, Default)]
+struct Queue {
+    order: VecDeque<Owner>,
+    deadlines: HashMap<Owner, Instant>,
+}
+
+impl Queue {
+    /// Drops heads whose deadline passed; returns the first live waiter.
+    fn prune(&mut self, now: Instant) -> Option<&Owner> {
+        while let Some(head) = self.order.front() {
+            if self.deadlines.get(head).is_some_and(|d| *d > now) {
+                break;
+            }
+            self.deadlines.remove(head);
+            self.order.pop_front();
+        }
+        self.order.front()
+    }
+
+    fn leave(&mut self, owner: &Owner) {
+        self.order.retain(|o| o != owner);
+        self.deadlines.remove(owner);
+    }
+}
+
+#[derive(Debug, Default)]
+struct Store {
+    locks: HashMap<String, Entry>,
+    queues: HashMap<String, Queue>,
+    tokens: HashMap<String, u64>,
+}
+
+impl Store {
+    /// The live entry for `name`, dropping it first if it expired.
+    fn live(&mut self, name: &str, now: Instant) -> Option<&mut Entry> {
+        if self.locks.get(name).is_some_and(|e| e.expires <= now) {
+            self.locks.remove(name);
+        }
+        self.locks.get_mut(name)
+    }
+
+    fn token(&mut self, name: &str, fresh: bool, wanted: bool) -> Option<u64> {
+        if !wanted {
+            return None;
+        }
+        let counter = self.tokens.entry(name.to_owned()).or_insert(0);
+        if fresh {
+            *counter += 1;
+        }
+        Some(*counter).filter(|&t| t > 0)
+    }
+}
+
+/// Who to tell after an operation, once the store is unlocked.
+type Wakeup = Option<(String, Wake)>;
 
 /// Locks kept in this process's memory.
 #[derive(Debug, Clone)]
 pub struct MemoryBackend {
-    locks: Arc<Mutex<HashMap<(LockKind, String), Entry>>>,
+    store: Arc<Mutex<Store>>,
     subscriptions: Subscriptions,
 }
 
@@ -50,7 +155,7 @@ impl MemoryBackend {
     #[must_use]
     pub fn new() -> Self {
         Self {
-            locks: Arc::new(Mutex::new(HashMap::new())),
+            store: Arc::new(Mutex::new(Store::default())),
             subscriptions: Subscriptions::new(Arc::new(InProcess)),
         }
     }
@@ -61,46 +166,300 @@ impl MemoryBackend {
         self.subscriptions.channels()
     }
 
-    /// Locks (kind, name) currently held and not expired.
+    /// Names of the locks currently held and not expired.
     #[must_use]
     pub fn held_locks(&self) -> Vec<String> {
         let now = Instant::now();
         let mut names: Vec<String> = self
-            .table()
+            .store()
+            .locks
             .iter()
             .filter(|(_, e)| e.expires > now)
-            .map(|((_, name), _)| name.clone())
+            .map(|(name, _)| name.clone())
             .collect();
         names.sort();
         names
     }
 
-    fn table(&self) -> MutexGuard<'_, HashMap<(LockKind, String), Entry>> {
-        // Critical sections below cannot panic half-way, so a poisoned map is consistent.
-        self.locks.lock().unwrap_or_else(PoisonError::into_inner)
+    fn store(&self) -> MutexGuard<'_, Store> {
+        // Critical sections below cannot panic half-way, so a poisoned store is consistent.
+        self.store.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn key(lock: &LockRef) -> (LockKind, String) {
-        (lock.kind, lock.name.as_str().to_owned())
-    }
-
-    /// The live entry for `lock`, dropping it first if it expired.
-    fn live<'a>(
-        table: &'a mut HashMap<(LockKind, String), Entry>,
-        key: &(LockKind, String),
-        now: Instant,
-    ) -> Option<&'a mut Entry> {
-        if table.get(key).is_some_and(|e| e.expires <= now) {
-            table.remove(key);
+    fn wake(&self, wakeup: Wakeup) {
+        if let Some((channel, wake)) = wakeup {
+            self.subscriptions.deliver(&channel, wake);
         }
-        table.get_mut(key)
     }
 
+    /// The channel a waiter of `lock` listens on.
     fn channel(lock: &LockRef) -> String {
         match lock.kind {
-            LockKind::Mutex => layout::mutex_channel(&lock.name),
+            LockKind::Fair => layout::fair_waiter_channel(&lock.name, lock.owner.as_str()),
+            LockKind::Read | LockKind::Write => layout::rw_channel(&lock.name),
+            _ => layout::mutex_channel(&lock.name),
         }
     }
+
+    /// Wakes the first live waiter of a fair lock that just became free.
+    fn next_fair_waiter(store: &mut Store, name: &LockName, now: Instant) -> Wakeup {
+        let head = store.queues.get_mut(name.as_str())?.prune(now)?;
+        Some((layout::fair_waiter_channel(name, head.as_str()), Wake::One))
+    }
+}
+
+fn writer_field(owner: &Owner) -> String {
+    format!("{owner}:write")
+}
+
+fn busy(entry: &Entry, now: Instant) -> Acquire {
+    Acquire::Busy {
+        ttl: Some(entry.expires - now),
+        reserved: false,
+    }
+}
+
+fn acquire_exclusive(
+    store: &mut Store,
+    lock: &LockRef,
+    request: AcquireRequest,
+    now: Instant,
+) -> Acquire {
+    let name = lock.name.as_str();
+    let owner = lock.owner.as_str();
+    match store.live(name, now) {
+        Some(entry) if entry.fields.contains_key(owner) => {
+            let holds = entry.add(owner);
+            entry.arm(now, request.lease);
+            let token = store.token(name, false, request.fencing);
+            Acquire::Acquired { holds, token }
+        }
+        Some(entry) => busy(entry, now),
+        None => {
+            let mut entry = Entry::new(None, now);
+            entry.add(owner);
+            entry.arm(now, request.lease);
+            store.locks.insert(name.to_owned(), entry);
+            let token = store.token(name, true, request.fencing);
+            Acquire::Acquired { holds: 1, token }
+        }
+    }
+}
+
+/// The fair lock: first in the queue goes first; a waiter that stops asking lapses.
+fn acquire_fair(
+    store: &mut Store,
+    lock: &LockRef,
+    request: AcquireRequest,
+    now: Instant,
+) -> Acquire {
+    let name = lock.name.as_str();
+    let free = store.live(name, now).is_none();
+    let head = store
+        .queues
+        .get_mut(name)
+        .and_then(|q| q.prune(now).cloned());
+    if free && head.as_ref().is_none_or(|h| *h == lock.owner) {
+        if let Some(queue) = store.queues.get_mut(name) {
+            queue.leave(&lock.owner);
+        }
+        return acquire_exclusive(store, lock, request, now);
+    }
+    if !free
+        && store
+            .live(name, now)
+            .is_some_and(|e| e.fields.contains_key(lock.owner.as_str()))
+    {
+        return acquire_exclusive(store, lock, request, now);
+    }
+    let queue = store.queues.entry(name.to_owned()).or_default();
+    let queued = queue.deadlines.contains_key(&lock.owner);
+    if queued || request.enqueue {
+        if !queued {
+            queue.order.push_back(lock.owner.clone());
+        }
+        queue
+            .deadlines
+            .insert(lock.owner.clone(), now + request.waiter_timeout);
+    }
+    let first_deadline = queue
+        .order
+        .front()
+        .and_then(|h| queue.deadlines.get(h))
+        .copied();
+    let mut sleep = match store.live(name, now) {
+        Some(entry) => entry.expires - now,
+        None => first_deadline.map_or(request.waiter_timeout, |d| d.saturating_duration_since(now)),
+    };
+    if queued || request.enqueue {
+        sleep = sleep.min(request.waiter_timeout / 3);
+    }
+    Acquire::Busy {
+        ttl: Some(sleep.max(Duration::from_millis(1))),
+        reserved: false,
+    }
+}
+
+fn acquire_read(
+    store: &mut Store,
+    lock: &LockRef,
+    request: AcquireRequest,
+    now: Instant,
+) -> Acquire {
+    let name = lock.name.as_str();
+    let owner = lock.owner.as_str();
+    let writer = writer_field(&lock.owner);
+    let entry = match store.live(name, now) {
+        None => store
+            .locks
+            .entry(name.to_owned())
+            .or_insert_with(|| Entry::new(Some(Mode::Read), now)),
+        Some(entry) => {
+            let allowed = entry.mode == Some(Mode::Read)
+                || (entry.mode == Some(Mode::Write) && entry.fields.contains_key(&writer));
+            if !allowed {
+                return busy(entry, now);
+            }
+            entry
+        }
+    };
+    let holds = entry.add(owner);
+    entry
+        .read_holds
+        .insert((owner.to_owned(), holds), now + request.lease);
+    entry.arm(now, request.lease);
+    let token = store.token(name, holds == 1, request.fencing);
+    Acquire::Acquired { holds, token }
+}
+
+fn acquire_write(
+    store: &mut Store,
+    lock: &LockRef,
+    request: AcquireRequest,
+    now: Instant,
+) -> Result<Acquire, Error> {
+    let name = lock.name.as_str();
+    let writer = writer_field(&lock.owner);
+    let (holds, fresh) = match store.live(name, now) {
+        None => {
+            let mut entry = Entry::new(Some(Mode::Write), now);
+            entry.add(&writer);
+            entry.arm(now, request.lease);
+            store.locks.insert(name.to_owned(), entry);
+            (1, true)
+        }
+        Some(entry) if entry.mode == Some(Mode::Write) && entry.fields.contains_key(&writer) => {
+            let holds = entry.add(&writer);
+            entry.arm(now, request.lease);
+            (holds, false)
+        }
+        Some(entry)
+            if entry.mode == Some(Mode::Read) && entry.fields.contains_key(lock.owner.as_str()) =>
+        {
+            return Err(Error::WouldDeadlock {
+                name: name.to_owned(),
+            });
+        }
+        Some(entry) => return Ok(busy(entry, now)),
+    };
+    let token = store.token(name, fresh, request.fencing);
+    Ok(Acquire::Acquired { holds, token })
+}
+
+/// Releases one read hold; the lock lives as long as its longest live read hold.
+fn release_read(store: &mut Store, lock: &LockRef, now: Instant) -> (Release, Wakeup) {
+    let name = lock.name.as_str();
+    let owner = lock.owner.as_str();
+    let Some(entry) = store.live(name, now) else {
+        return (Release::NotHeld, None);
+    };
+    let holds = entry.count(owner);
+    if holds == 0 {
+        return (Release::NotHeld, None);
+    }
+    entry.read_holds.remove(&(owner.to_owned(), holds));
+    let left = entry.remove(owner);
+    let outcome = if left == 0 {
+        Release::Released
+    } else {
+        Release::StillHeld { holds: left }
+    };
+    if entry.mode == Some(Mode::Write) {
+        return (outcome, None);
+    }
+    let longest = entry
+        .read_holds
+        .values()
+        .filter(|expiry| **expiry > now)
+        .max()
+        .copied();
+    match longest {
+        Some(expiry) => {
+            entry.expires = expiry;
+            (outcome, None)
+        }
+        None => {
+            store.locks.remove(name);
+            (outcome, Some((layout::rw_channel(&lock.name), Wake::One)))
+        }
+    }
+}
+
+fn release_write(
+    store: &mut Store,
+    lock: &LockRef,
+    lease: Duration,
+    now: Instant,
+) -> (Release, Wakeup) {
+    let name = lock.name.as_str();
+    let writer = writer_field(&lock.owner);
+    let Some(entry) = store.live(name, now) else {
+        return (Release::NotHeld, None);
+    };
+    if entry.mode != Some(Mode::Write) || !entry.fields.contains_key(&writer) {
+        return (Release::NotHeld, None);
+    }
+    let left = entry.remove(&writer);
+    if left > 0 {
+        entry.arm(now, lease);
+        return (Release::StillHeld { holds: left }, None);
+    }
+    if entry.fields.is_empty() {
+        store.locks.remove(name);
+    } else {
+        entry.mode = Some(Mode::Read);
+    }
+    (
+        Release::Released,
+        Some((layout::rw_channel(&lock.name), Wake::All)),
+    )
+}
+
+fn release_exclusive(
+    store: &mut Store,
+    lock: &LockRef,
+    lease: Duration,
+    now: Instant,
+) -> (Release, Wakeup) {
+    let name = lock.name.as_str();
+    let owner = lock.owner.as_str();
+    let Some(entry) = store.live(name, now) else {
+        return (Release::NotHeld, None);
+    };
+    if !entry.fields.contains_key(owner) {
+        return (Release::NotHeld, None);
+    }
+    let left = entry.remove(owner);
+    if left > 0 {
+        entry.arm(now, lease);
+        return (Release::StillHeld { holds: left }, None);
+    }
+    store.locks.remove(name);
+    let wakeup = match lock.kind {
+        LockKind::Fair => MemoryBackend::next_fair_waiter(store, &lock.name, now),
+        _ => Some((layout::mutex_channel(&lock.name), Wake::One)),
+    };
+    (Release::Released, wakeup)
 }
 
 #[async_trait]
@@ -108,91 +467,130 @@ impl Backend for MemoryBackend {
     /// Wake-ups here are first-come-first-served already (one waiter per release, in
     /// arrival order), so a starving attempt needs no reservation and is treated as any other.
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
-        let lease = request.lease;
         let now = Instant::now();
-        let key = Self::key(lock);
-        let mut table = self.table();
-        let entry = match Self::live(&mut table, &key, now) {
-            Some(entry) => entry,
-            None => table.entry(key).or_insert(Entry {
-                holders: HashMap::new(),
-                expires: now,
-            }),
-        };
-        if entry.holders.is_empty() || entry.holders.contains_key(&lock.owner) {
-            let holds = entry.holders.entry(lock.owner.clone()).or_insert(0);
-            *holds = holds.saturating_add(1);
-            let holds = *holds;
-            entry.arm(now, lease);
-            Ok(Acquire::Acquired { holds })
-        } else {
-            Ok(Acquire::Busy {
-                ttl: Some(entry.expires - now),
-                reserved: false,
-            })
+        let mut store = self.store();
+        match lock.kind {
+            LockKind::Fair => Ok(acquire_fair(&mut store, lock, request, now)),
+            LockKind::Read => Ok(acquire_read(&mut store, lock, request, now)),
+            LockKind::Write => acquire_write(&mut store, lock, request, now),
+            _ => Ok(acquire_exclusive(&mut store, lock, request, now)),
         }
+    }
+
+    async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
+        if lock.kind != LockKind::Fair {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let wakeup = {
+            let mut store = self.store();
+            let name = lock.name.as_str();
+            let was_first = store
+                .queues
+                .get(name)
+                .and_then(|q| q.order.front())
+                .is_some_and(|head| *head == lock.owner);
+            if let Some(queue) = store.queues.get_mut(name) {
+                queue.leave(&lock.owner);
+            }
+            if was_first && store.live(name, now).is_none() {
+                Self::next_fair_waiter(&mut store, &lock.name, now)
+            } else {
+                None
+            }
+        };
+        self.wake(wakeup);
+        Ok(())
     }
 
     async fn release(&self, lock: &LockRef, lease: Duration) -> Result<Release, Error> {
         let now = Instant::now();
-        let key = Self::key(lock);
-        let mut table = self.table();
-        let Some(entry) = Self::live(&mut table, &key, now) else {
-            return Ok(Release::NotHeld);
+        let (outcome, wakeup) = {
+            let mut store = self.store();
+            match lock.kind {
+                LockKind::Read => release_read(&mut store, lock, now),
+                LockKind::Write => release_write(&mut store, lock, lease, now),
+                _ => release_exclusive(&mut store, lock, lease, now),
+            }
         };
-        let Some(holds) = entry.holders.get_mut(&lock.owner) else {
-            return Ok(Release::NotHeld);
-        };
-        *holds -= 1;
-        if *holds > 0 {
-            let holds = *holds;
-            entry.arm(now, lease);
-            return Ok(Release::StillHeld { holds });
-        }
-        table.remove(&key);
-        drop(table);
-        self.subscriptions.deliver(&Self::channel(lock), Wake::One);
-        Ok(Release::Released)
+        self.wake(wakeup);
+        Ok(outcome)
     }
 
     async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal> {
         let now = Instant::now();
-        let mut table = self.table();
+        let mut store = self.store();
         locks
             .iter()
-            .map(|lock| match Self::live(&mut table, &Self::key(lock), now) {
-                Some(entry) if entry.holders.contains_key(&lock.owner) => {
-                    entry.arm(now, lease);
-                    Renewal::Renewed
+            .map(|lock| {
+                let owner = lock.owner.as_str();
+                let Some(entry) = store.live(lock.name.as_str(), now) else {
+                    return Renewal::Gone;
+                };
+                let field = match lock.kind {
+                    LockKind::Write => writer_field(&lock.owner),
+                    _ => owner.to_owned(),
+                };
+                let holds = entry.count(&field);
+                if holds == 0 {
+                    return Renewal::Gone;
                 }
-                _ => Renewal::Gone,
+                if lock.kind == LockKind::Read {
+                    for n in 1..=holds {
+                        entry.read_holds.insert((owner.to_owned(), n), now + lease);
+                    }
+                }
+                entry.arm(now, lease);
+                Renewal::Renewed
             })
             .collect()
     }
 
     async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error> {
         let now = Instant::now();
-        let mut table = self.table();
-        Ok(match Self::live(&mut table, &Self::key(lock), now) {
-            Some(entry) => LockState::new(
-                true,
-                entry.holders.get(&lock.owner).copied().unwrap_or(0),
-                Some(entry.expires - now),
-            ),
+        let mut store = self.store();
+        Ok(match store.live(lock.name.as_str(), now) {
+            Some(entry) => {
+                let (field, mode) = match lock.kind {
+                    LockKind::Read => (lock.owner.as_str().to_owned(), Some(Mode::Read)),
+                    LockKind::Write => (writer_field(&lock.owner), Some(Mode::Write)),
+                    _ => (lock.owner.as_str().to_owned(), None),
+                };
+                let locked = mode.is_none() || entry.mode == mode;
+                LockState::new(locked, entry.count(&field), Some(entry.expires - now))
+            }
             None => LockState::default(),
         })
     }
 
     async fn force_release(&self, lock: &LockRef) -> Result<bool, Error> {
         let now = Instant::now();
-        let key = Self::key(lock);
-        let released = {
-            let mut table = self.table();
-            Self::live(&mut table, &key, now).is_some() && table.remove(&key).is_some()
+        let name = lock.name.as_str();
+        let (released, wakeup) = {
+            let mut store = self.store();
+            let wanted = match lock.kind {
+                LockKind::Read => Some(Mode::Read),
+                LockKind::Write => Some(Mode::Write),
+                _ => None,
+            };
+            let matches = store
+                .live(name, now)
+                .is_some_and(|e| wanted.is_none() || e.mode == wanted);
+            if matches {
+                store.locks.remove(name);
+                let wakeup = match lock.kind {
+                    LockKind::Fair => Self::next_fair_waiter(&mut store, &lock.name, now),
+                    LockKind::Read | LockKind::Write => {
+                        Some((layout::rw_channel(&lock.name), Wake::All))
+                    }
+                    _ => Some((layout::mutex_channel(&lock.name), Wake::One)),
+                };
+                (true, wakeup)
+            } else {
+                (false, None)
+            }
         };
-        if released {
-            self.subscriptions.deliver(&Self::channel(lock), Wake::One);
-        }
+        self.wake(wakeup);
         Ok(released)
     }
 

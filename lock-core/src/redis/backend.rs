@@ -143,21 +143,40 @@ impl RedisBackend {
             .map_err(|err| classify(err, during, keys.first().copied().unwrap_or("")))
     }
 
+    /// The channel a waiter of `lock` listens on.
     fn channel(lock: &LockRef) -> String {
         match lock.kind {
-            LockKind::Mutex => layout::mutex_channel(&lock.name),
+            LockKind::Fair => layout::fair_waiter_channel(&lock.name, lock.owner.as_str()),
+            LockKind::Read | LockKind::Write => layout::rw_channel(&lock.name),
+            _ => layout::mutex_channel(&lock.name),
         }
     }
 
+    /// Renews one batch of locks of one kind family in one slot.
     async fn renew_chunk(&self, locks: &[&LockRef], lease_ms: &str) -> Vec<Renewal> {
         let keys: Vec<&str> = locks.iter().map(|l| layout::lock_key(&l.name)).collect();
-        let mut args: Vec<&str> = Vec::with_capacity(locks.len() + 1);
+        let reads = locks.first().is_some_and(|l| l.kind == LockKind::Read);
+        // Per lock: the owner's field, and for read holds the prefix of its hold keys.
+        let per_lock: Vec<String> = locks
+            .iter()
+            .flat_map(|l| match l.kind {
+                LockKind::Read => vec![
+                    l.owner.as_str().to_owned(),
+                    layout::read_hold_prefix(&l.name, l.owner.as_str()),
+                ],
+                LockKind::Write => vec![format!("{}:write", l.owner)],
+                _ => vec![l.owner.as_str().to_owned()],
+            })
+            .collect();
+        let mut args: Vec<&str> = Vec::with_capacity(per_lock.len() + 1);
         args.push(lease_ms);
-        args.extend(locks.iter().map(|l| l.owner.as_str()));
-        match self
-            .eval("renewing", &script::MUTEX_RENEW, &keys, &args)
-            .await
-        {
+        args.extend(per_lock.iter().map(String::as_str));
+        let script = if reads {
+            &script::RW_READ_RENEW
+        } else {
+            &script::MUTEX_RENEW
+        };
+        match self.eval("renewing", script, &keys, &args).await {
             Ok(Reply::Array(items)) if items.len() == locks.len() => items
                 .iter()
                 .map(|item| match item {
@@ -177,60 +196,153 @@ impl RedisBackend {
     }
 }
 
+/// Renewal scripts take one kind family at a time: read holds have their own script.
+fn renew_family(kind: LockKind) -> u8 {
+    u8::from(kind == LockKind::Read)
+}
+
+fn flag(on: bool) -> &'static str {
+    if on { "1" } else { "0" }
+}
+
 #[async_trait]
 impl Backend for RedisBackend {
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
+        let name = &lock.name;
+        let owner = lock.owner.as_str();
         let lease_ms = millis(request.lease).to_string();
-        let reservation_ms = millis(self.options.reservation).to_string();
-        let waited_ms = millis(request.waited).to_string();
-        let key = layout::lock_key(&lock.name);
-        let reservation = layout::reservation_key(&lock.name);
-        let reply = self
-            .eval(
-                "acquiring",
-                &script::MUTEX_ACQUIRE,
-                &[key, &reservation],
-                &[
-                    &lease_ms,
-                    lock.owner.as_str(),
-                    if request.starving { "1" } else { "0" },
+        let key = layout::lock_key(name);
+        let token_key = layout::token_key(name);
+        let fencing = flag(request.fencing);
+        let reply = match lock.kind {
+            LockKind::Fair => {
+                let timeout_ms = millis(request.waiter_timeout).to_string();
+                let (queue, deadlines) = (
+                    layout::fair_queue_key(name),
+                    layout::fair_deadlines_key(name),
+                );
+                let args = [
+                    &*lease_ms,
+                    owner,
+                    flag(request.enqueue),
+                    &timeout_ms,
+                    fencing,
+                ];
+                let keys = [key, &queue, &deadlines, &token_key];
+                self.eval("acquiring", &script::FAIR_ACQUIRE, &keys, &args)
+                    .await?
+            }
+            LockKind::Read => {
+                let prefix = layout::read_hold_prefix(name, owner);
+                let args = [&*lease_ms, owner, &prefix, fencing];
+                self.eval(
+                    "acquiring",
+                    &script::RW_READ_ACQUIRE,
+                    &[key, &token_key],
+                    &args,
+                )
+                .await?
+            }
+            LockKind::Write => {
+                let args = [&*lease_ms, owner, fencing];
+                self.eval(
+                    "acquiring",
+                    &script::RW_WRITE_ACQUIRE,
+                    &[key, &token_key],
+                    &args,
+                )
+                .await?
+            }
+            _ => {
+                let reservation = layout::reservation_key(name);
+                let reservation_ms = millis(self.options.reservation).to_string();
+                let waited_ms = millis(request.waited).to_string();
+                let args = [
+                    &*lease_ms,
+                    owner,
+                    flag(request.starving),
                     &reservation_ms,
                     &waited_ms,
-                ],
-            )
-            .await?;
-        match pair(&reply) {
-            Some((1, holds)) => Ok(Acquire::Acquired {
-                holds: count(holds, &reply)?,
+                    fencing,
+                ];
+                let keys = [key, &reservation, &token_key];
+                self.eval("acquiring", &script::MUTEX_ACQUIRE, &keys, &args)
+                    .await?
+            }
+        };
+        let items: Option<Vec<i64>> = match &reply {
+            Reply::Array(items) => items
+                .iter()
+                .map(|item| match item {
+                    Reply::Int(n) => Some(*n),
+                    _ => None,
+                })
+                .collect(),
+            _ => None,
+        };
+        match items.as_deref() {
+            Some([1, holds, token]) => Ok(Acquire::Acquired {
+                holds: count(*holds, &reply)?,
+                token: u64::try_from(*token)
+                    .ok()
+                    .filter(|&t| request.fencing && t > 0),
             }),
-            Some((0, ttl)) => Ok(Acquire::Busy {
-                ttl: pttl(ttl),
+            Some([0, ttl]) => Ok(Acquire::Busy {
+                ttl: pttl(*ttl),
                 reserved: false,
             }),
-            Some((2, ttl)) => Ok(Acquire::Busy {
-                ttl: pttl(ttl),
+            Some([2, ttl]) => Ok(Acquire::Busy {
+                ttl: pttl(*ttl),
                 reserved: true,
+            }),
+            Some([3, _]) => Err(Error::WouldDeadlock {
+                name: name.as_str().to_owned(),
             }),
             _ => Err(unexpected("acquire", &reply)),
         }
     }
 
     async fn release(&self, lock: &LockRef, lease: Duration) -> Result<Release, Error> {
+        let name = &lock.name;
+        let owner = lock.owner.as_str();
         let lease_ms = millis(lease).to_string();
-        let channel = Self::channel(lock);
-        let reply = self
-            .eval(
-                "releasing",
-                &script::MUTEX_RELEASE,
-                &[layout::lock_key(&lock.name)],
-                &[
-                    &lease_ms,
-                    lock.owner.as_str(),
-                    &channel,
-                    self.options.publish.command(),
-                ],
-            )
-            .await?;
+        let key = layout::lock_key(name);
+        let publish = self.options.publish.command();
+        let reply = match lock.kind {
+            LockKind::Fair => {
+                let (queue, deadlines) = (
+                    layout::fair_queue_key(name),
+                    layout::fair_deadlines_key(name),
+                );
+                let prefix = layout::mutex_channel(name);
+                let args = [&*lease_ms, owner, &prefix, publish];
+                self.eval(
+                    "releasing",
+                    &script::FAIR_RELEASE,
+                    &[key, &queue, &deadlines],
+                    &args,
+                )
+                .await?
+            }
+            LockKind::Read => {
+                let (channel, tagged) = (layout::rw_channel(name), layout::tagged(name));
+                let args = [owner, &channel, publish, &tagged];
+                self.eval("releasing", &script::RW_READ_RELEASE, &[key], &args)
+                    .await?
+            }
+            LockKind::Write => {
+                let channel = layout::rw_channel(name);
+                let args = [&*lease_ms, owner, &channel, publish];
+                self.eval("releasing", &script::RW_WRITE_RELEASE, &[key], &args)
+                    .await?
+            }
+            _ => {
+                let channel = layout::mutex_channel(name);
+                let args = [&*lease_ms, owner, &channel, publish];
+                self.eval("releasing", &script::MUTEX_RELEASE, &[key], &args)
+                    .await?
+            }
+        };
         match reply {
             Reply::Int(-1) => Ok(Release::NotHeld),
             Reply::Int(0) => Ok(Release::Released),
@@ -243,15 +355,19 @@ impl Backend for RedisBackend {
 
     async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal> {
         let lease_ms = millis(lease).to_string();
-        // Group by slot in a cluster (one script's keys must share a slot); on a single
-        // master every lock fits one group. Order inside a group follows the input.
-        let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+        // Group by slot in a cluster (one script's keys must share a slot; on a single
+        // master every lock fits one group) and by script. Order inside a group follows
+        // the input.
+        let mut groups: BTreeMap<(u16, u8), Vec<usize>> = BTreeMap::new();
         for (i, lock) in locks.iter().enumerate() {
             let slot = match self.transport.topology() {
                 Topology::Cluster => key_slot(layout::lock_key(&lock.name)),
                 _ => 0,
             };
-            groups.entry(slot).or_default().push(i);
+            groups
+                .entry((slot, renew_family(lock.kind)))
+                .or_default()
+                .push(i);
         }
         let chunks: Vec<Vec<usize>> = groups
             .into_values()
@@ -282,12 +398,17 @@ impl Backend for RedisBackend {
     }
 
     async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error> {
+        let (field, mode) = match lock.kind {
+            LockKind::Read => (lock.owner.as_str().to_owned(), "read"),
+            LockKind::Write => (format!("{}:write", lock.owner), "write"),
+            _ => (lock.owner.as_str().to_owned(), ""),
+        };
         let reply = self
             .eval(
                 "inspecting",
                 &script::MUTEX_INSPECT,
                 &[layout::lock_key(&lock.name)],
-                &[lock.owner.as_str()],
+                &[&field, mode],
             )
             .await?;
         match &reply {
@@ -304,19 +425,72 @@ impl Backend for RedisBackend {
     }
 
     async fn force_release(&self, lock: &LockRef) -> Result<bool, Error> {
-        let channel = Self::channel(lock);
-        let reply = self
-            .eval(
-                "force-releasing",
-                &script::MUTEX_FORCE_RELEASE,
-                &[layout::lock_key(&lock.name)],
-                &[&channel, self.options.publish.command()],
-            )
-            .await?;
+        let name = &lock.name;
+        let key = layout::lock_key(name);
+        let publish = self.options.publish.command();
+        let reply = match lock.kind {
+            LockKind::Fair => {
+                let (queue, deadlines) = (
+                    layout::fair_queue_key(name),
+                    layout::fair_deadlines_key(name),
+                );
+                let prefix = layout::mutex_channel(name);
+                let keys = [key, &queue, &deadlines];
+                self.eval(
+                    "force-releasing",
+                    &script::FAIR_FORCE_RELEASE,
+                    &keys,
+                    &[&prefix, publish],
+                )
+                .await?
+            }
+            LockKind::Read | LockKind::Write => {
+                let mode = if lock.kind == LockKind::Read {
+                    "read"
+                } else {
+                    "write"
+                };
+                let channel = layout::rw_channel(name);
+                self.eval(
+                    "force-releasing",
+                    &script::RW_FORCE_RELEASE,
+                    &[key],
+                    &[mode, &channel, publish],
+                )
+                .await?
+            }
+            _ => {
+                let channel = layout::mutex_channel(name);
+                self.eval(
+                    "force-releasing",
+                    &script::MUTEX_FORCE_RELEASE,
+                    &[key],
+                    &[&channel, publish],
+                )
+                .await?
+            }
+        };
         match reply {
             Reply::Int(n) => Ok(n == 1),
             other => Err(unexpected("force release", &other)),
         }
+    }
+
+    async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
+        if lock.kind != LockKind::Fair {
+            return Ok(());
+        }
+        let name = &lock.name;
+        let (queue, deadlines) = (
+            layout::fair_queue_key(name),
+            layout::fair_deadlines_key(name),
+        );
+        let prefix = layout::mutex_channel(name);
+        let keys = [layout::lock_key(name), &queue, &deadlines];
+        let args = [lock.owner.as_str(), &prefix, self.options.publish.command()];
+        self.eval("leaving the queue", &script::FAIR_CANCEL, &keys, &args)
+            .await
+            .map(drop)
     }
 
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
@@ -340,16 +514,6 @@ fn classify(err: TransportError, during: &'static str, key: &str) -> Error {
 
 fn millis(d: Duration) -> u128 {
     d.as_millis().max(1)
-}
-
-fn pair(reply: &Reply) -> Option<(i64, i64)> {
-    match reply {
-        Reply::Array(items) => match items.as_slice() {
-            [Reply::Int(a), Reply::Int(b)] => Some((*a, *b)),
-            _ => None,
-        },
-        _ => None,
-    }
 }
 
 fn pttl(ms: i64) -> Option<Duration> {

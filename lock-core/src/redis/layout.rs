@@ -35,6 +35,43 @@ pub fn reservation_key(name: &LockName) -> String {
     format!("{RESERVATION_PREFIX}:{}", tagged(name))
 }
 
+/// The fair lock's waiter queue: `redisson_lock_queue:{name}` (a list of owners).
+#[must_use]
+pub fn fair_queue_key(name: &LockName) -> String {
+    format!("redisson_lock_queue:{}", tagged(name))
+}
+
+/// The fair lock's waiter deadlines: `redisson_lock_timeout:{name}` (a zset owner -> ms).
+#[must_use]
+pub fn fair_deadlines_key(name: &LockName) -> String {
+    format!("redisson_lock_timeout:{}", tagged(name))
+}
+
+/// The channel one fair-lock waiter listens on: `redisson_lock__channel:{name}:<owner>`.
+#[must_use]
+pub fn fair_waiter_channel(name: &LockName, owner: &str) -> String {
+    format!("{}:{owner}", mutex_channel(name))
+}
+
+/// The channel of a read-write lock: `redisson_rwlock:{name}`.
+#[must_use]
+pub fn rw_channel(name: &LockName) -> String {
+    format!("redisson_rwlock:{}", tagged(name))
+}
+
+/// The prefix of one owner's read-hold keys: `{name}:<owner>:rwlock_timeout` (hold `n`
+/// lives in `<prefix>:<n>`).
+#[must_use]
+pub fn read_hold_prefix(name: &LockName, owner: &str) -> String {
+    format!("{}:{owner}:rwlock_timeout", tagged(name))
+}
+
+/// The fencing counter: `redisson_lock_token:{name}`.
+#[must_use]
+pub fn token_key(name: &LockName) -> String {
+    format!("redisson_lock_token:{}", tagged(name))
+}
+
 /// The channel a mutex release is published on: `redisson_lock__channel:{name}`.
 #[must_use]
 pub fn mutex_channel(name: &LockName) -> String {

@@ -62,6 +62,16 @@ scripts! {
     2 MUTEX_RENEW = "mutex_renew";
     3 MUTEX_INSPECT = "mutex_inspect";
     4 MUTEX_FORCE_RELEASE = "mutex_force_release";
+    5 FAIR_ACQUIRE = "fair_acquire";
+    6 FAIR_RELEASE = "fair_release";
+    7 FAIR_CANCEL = "fair_cancel";
+    8 FAIR_FORCE_RELEASE = "fair_force_release";
+    9 RW_READ_ACQUIRE = "rw_read_acquire";
+    10 RW_WRITE_ACQUIRE = "rw_write_acquire";
+    11 RW_READ_RELEASE = "rw_read_release";
+    12 RW_WRITE_RELEASE = "rw_write_release";
+    13 RW_READ_RENEW = "rw_read_renew";
+    14 RW_FORCE_RELEASE = "rw_force_release";
 }
 
 #[cfg(test)]

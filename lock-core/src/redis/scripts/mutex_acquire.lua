@@ -1,10 +1,14 @@
 -- Takes the lock, or one more hold of it, for an owner.
--- KEYS[1] lock hash; KEYS[2] reservation string '<wait start ms>:<owner>'.
+-- KEYS[1] lock hash; KEYS[2] reservation string '<wait start ms>:<owner>';
+-- KEYS[3] fencing counter.
 -- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] '1' if the caller is a starving waiter;
--- ARGV[4] how long a reservation lasts (ms); ARGV[5] how long the caller has waited (ms).
+-- ARGV[4] how long a reservation lasts (ms); ARGV[5] how long the caller has waited (ms);
+-- ARGV[6] '1' to return a fencing token.
 -- The expiry is only ever extended, never shortened, so that a client's local view of
 -- its lease (the latest request it sent plus that request's lease) stays on the safe side.
--- Reply: {1, holds} when the owner now holds it; {0, pttl} when someone else does;
+-- Reply: {1, holds, token} when the owner now holds it (token 0 without fencing; a
+-- reentry reports the current counter, which is the holder's own token); {0, pttl} when
+-- someone else does;
 -- {2, pttl of the reservation} when it is free but reserved for another owner.
 
 -- The reservation's wait start and owner; a malformed one counts as absent.
@@ -28,7 +32,11 @@ if redis.call('exists', KEYS[1]) == 0 then
     redis.call('del', KEYS[2])
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
-    return {1, 1}
+    local token = 0
+    if ARGV[6] == '1' then
+        token = redis.call('incr', KEYS[3])
+    end
+    return {1, 1, token}
 end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
@@ -36,7 +44,11 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
-    return {1, holds}
+    local token = 0
+    if ARGV[6] == '1' then
+        token = tonumber(redis.call('get', KEYS[3]) or 0)
+    end
+    return {1, holds, token}
 end
 -- Busy. A starving waiter reserves the next free moment unless a waiter that started
 -- waiting earlier holds the reservation; its own reservation is refreshed on every attempt.

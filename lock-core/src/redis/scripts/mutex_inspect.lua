@@ -1,5 +1,6 @@
 -- Reads a lock as one owner sees it.
--- KEYS[1] lock hash; ARGV[1] owner.
+-- KEYS[1] lock hash; ARGV[1] the owner's field (`owner`, or `owner:write` for a writer);
+-- ARGV[2] the mode a read-write lock must be in to count as locked ('' for other kinds).
 -- Reply: {locked (0/1), holds of the owner, pttl}.
 local kind = redis.call('type', KEYS[1])['ok']
 if kind == 'none' then
@@ -8,5 +9,9 @@ end
 if kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind)
 end
+local locked = 1
+if ARGV[2] ~= '' and redis.call('hget', KEYS[1], 'mode') ~= ARGV[2] then
+    locked = 0
+end
 local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1])) or 0
-return {1, holds, redis.call('pttl', KEYS[1])}
+return {locked, holds, redis.call('pttl', KEYS[1])}

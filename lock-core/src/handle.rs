@@ -1,4 +1,6 @@
-//! [`Mutex`]: the reentrant distributed mutex (Redisson's `RLock`).
+//! [`Lock`]: a handle on one distributed lock of any kind: the reentrant mutex
+//! (Redisson's `RLock`), the fair mutex (`RFairLock`), or one side of a read-write lock
+//! (`RReadWriteLock`).
 
 use std::fmt;
 use std::time::Duration;
@@ -9,10 +11,12 @@ use crate::acquire::{self, Lease, Wait};
 use crate::config::{check_bound, check_lease};
 use crate::{Error, Guard, Holder, LockKind, LockName, LockRef, Locks, Owner};
 
-/// A handle on one reentrant mutex. Cheap to create and clone; does no I/O by itself.
+/// A handle on one lock. Cheap to create and clone; does no I/O by itself.
 ///
-/// Acquisitions by the same [`Holder`] re-enter (each returns its own [`Guard`]); other
-/// holders, in this client or any other, are excluded. Without an explicit lease the
+/// Made by [`Locks::mutex`], [`Locks::fair_mutex`] or [`crate::RwLock::read`] /
+/// [`crate::RwLock::write`]; every kind has the same operations. Acquisitions by the same
+/// [`Holder`] re-enter (each returns its own [`Guard`]); other holders, in this client or
+/// any other, are excluded (readers only exclude writers). Without an explicit lease the
 /// lock is renewed by the client's watchdog for as long as the guard lives.
 ///
 /// ```no_run
@@ -24,29 +28,32 @@ use crate::{Error, Guard, Holder, LockKind, LockName, LockRef, Locks, Owner};
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
-pub struct Mutex {
+pub struct Lock {
     locks: Locks,
+    kind: LockKind,
     name: Result<LockName, String>,
     holder: Option<Holder>,
 }
 
-impl fmt::Debug for Mutex {
+impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Mutex")
+        f.debug_struct("Lock")
+            .field("kind", &self.kind)
             .field("name", &self.name)
             .field("holder", &self.holder)
             .finish_non_exhaustive()
     }
 }
 
-impl Mutex {
-    pub(crate) fn new(locks: Locks, name: &str) -> Self {
+impl Lock {
+    pub(crate) fn new(locks: Locks, name: &str, kind: LockKind) -> Self {
         let name = LockName::new(name).map_err(|err| match err {
             Error::InvalidArgument { reason, .. } => reason,
             other => other.to_string(),
         });
         Self {
             locks,
+            kind,
             name,
             holder: None,
         }
@@ -57,6 +64,12 @@ impl Mutex {
     pub fn with_holder(mut self, holder: Holder) -> Self {
         self.holder = Some(holder);
         self
+    }
+
+    /// Which lock this is a handle on.
+    #[must_use]
+    pub fn kind(&self) -> LockKind {
+        self.kind
     }
 
     /// The lock's name as given.
@@ -75,7 +88,7 @@ impl Mutex {
             .map_err(|reason| Error::invalid_argument("name", reason))?;
         let holder = self.holder.clone().unwrap_or_else(Holder::current);
         let owner = Owner::new(&self.locks.inner.client_id, holder.as_str());
-        Ok(LockRef::new(LockKind::Mutex, name, owner))
+        Ok(LockRef::new(self.kind, name, owner))
     }
 
     /// Waits until the lock is acquired; the watchdog renews it while the guard lives.
@@ -158,5 +171,59 @@ impl Mutex {
         let released = self.locks.inner.backend.force_release(&lock).await?;
         self.locks.inner.forget_all(&lock);
         Ok(released)
+    }
+}
+
+/// The handle [`Locks::mutex`] returns; every lock kind shares [`Lock`]'s API.
+pub type Mutex = Lock;
+
+/// A handle on one read-write lock: many readers or one writer. Cheap; no I/O.
+///
+/// A writer may also take the read lock (a downgrade: release the write lock and keep
+/// reading). A reader asking for the write lock gets [`Error::WouldDeadlock`] instead of
+/// waiting for itself. Each read hold has its own lease, so a crashed reader's hold
+/// expires on its own and does not keep writers out.
+///
+/// ```no_run
+/// # async fn demo(locks: lock_core::Locks) -> Result<(), lock_core::Error> {
+/// let prices = locks.rw_lock("prices");
+/// let reading = prices.read().lock().await?;   // shared with other readers
+/// reading.unlock().await?;
+/// let writing = prices.write().lock().await?;  // exclusive
+/// writing.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RwLock {
+    read: Lock,
+    write: Lock,
+}
+
+impl fmt::Debug for RwLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwLock")
+            .field("name", &self.read.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RwLock {
+    pub(crate) fn new(locks: &Locks, name: &str) -> Self {
+        Self {
+            read: Lock::new(locks.clone(), name, LockKind::Read),
+            write: Lock::new(locks.clone(), name, LockKind::Write),
+        }
+    }
+
+    /// The shared side: inspection and force-unlock see read holds only.
+    #[must_use]
+    pub fn read(&self) -> Lock {
+        self.read.clone()
+    }
+
+    /// The exclusive side: inspection and force-unlock see the write hold only.
+    #[must_use]
+    pub fn write(&self) -> Lock {
+        self.write.clone()
     }
 }

@@ -1,0 +1,87 @@
+-- Takes the fair lock, or one more hold of it, in queue order.
+-- KEYS[1] lock hash; KEYS[2] waiter queue (list of owners); KEYS[3] waiter deadlines
+-- (zset owner -> server ms); KEYS[4] fencing counter.
+-- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] '1' to join the queue when busy;
+-- ARGV[4] waiter timeout (ms): a queued waiter that has not asked again for this long is
+-- skipped; ARGV[5] '1' to return a fencing token.
+-- Deadlines come from the server's clock, so clients need no synchronised clocks.
+-- Reply: {1, holds, token} when held; {0, ms} when not: ms is the longest the caller
+-- should wait for a message before asking again.
+local function now_ms()
+    local time = redis.call('time')
+    return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- Drops queue heads whose deadline passed: they stopped asking (died or gave up).
+local function prune(queue, deadlines, now)
+    while true do
+        local head = redis.call('lindex', queue, 0)
+        if not head then
+            return nil
+        end
+        local deadline = tonumber(redis.call('zscore', deadlines, head))
+        if deadline and deadline > now then
+            return head
+        end
+        redis.call('lpop', queue)
+        redis.call('zrem', deadlines, head)
+    end
+end
+
+local now = now_ms()
+local head = prune(KEYS[2], KEYS[3], now)
+local function token(fresh)
+    if ARGV[5] ~= '1' then
+        return 0
+    end
+    if fresh then
+        return redis.call('incr', KEYS[4])
+    end
+    return tonumber(redis.call('get', KEYS[4]) or 0)
+end
+
+if redis.call('exists', KEYS[1]) == 0 then
+    if not head or head == ARGV[2] then
+        if head then
+            redis.call('lpop', KEYS[2])
+        end
+        redis.call('zrem', KEYS[3], ARGV[2])
+        redis.call('hincrby', KEYS[1], ARGV[2], 1)
+        redis.call('pexpire', KEYS[1], ARGV[1])
+        return {1, 1, token(true)}
+    end
+elseif redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+        redis.call('pexpire', KEYS[1], ARGV[1])
+    end
+    return {1, holds, token(false)}
+end
+
+-- Busy, or free while another waiter is first. A waiting caller takes (or keeps) its
+-- place: its deadline moves on every attempt, so only a waiter that stopped asking lapses.
+local timeout = tonumber(ARGV[4])
+local queued = redis.call('zscore', KEYS[3], ARGV[2])
+if queued or ARGV[3] == '1' then
+    if not queued then
+        redis.call('rpush', KEYS[2], ARGV[2])
+    end
+    redis.call('zadd', KEYS[3], now + timeout, ARGV[2])
+    -- The queue lives only while waiters keep asking.
+    redis.call('pexpire', KEYS[2], timeout * 2)
+    redis.call('pexpire', KEYS[3], timeout * 2)
+end
+local sleep = redis.call('pttl', KEYS[1])
+if sleep < 0 then
+    -- Free: the first waiter either takes it or lapses at its deadline.
+    head = redis.call('lindex', KEYS[2], 0)
+    sleep = timeout
+    if head then
+        sleep = math.max(1, (tonumber(redis.call('zscore', KEYS[3], head)) or now) - now)
+    end
+end
+if queued or ARGV[3] == '1' then
+    -- Ask again in time to keep the place.
+    sleep = math.min(sleep, math.max(1, math.floor(timeout / 3)))
+end
+return {0, sleep}

@@ -1,0 +1,38 @@
+-- Deletes the fair lock whoever holds it and wakes the first waiter.
+-- KEYS[1] lock hash; KEYS[2] waiter queue; KEYS[3] waiter deadlines.
+-- ARGV[1] channel prefix; ARGV[2] publish command.
+-- Reply: 1 when a lock was deleted, 0 when it was free.
+local function now_ms()
+    local time = redis.call('time')
+    return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- Drops queue heads whose deadline passed: they stopped asking (died or gave up).
+local function prune(queue, deadlines, now)
+    while true do
+        local head = redis.call('lindex', queue, 0)
+        if not head then
+            return nil
+        end
+        local deadline = tonumber(redis.call('zscore', deadlines, head))
+        if deadline and deadline > now then
+            return head
+        end
+        redis.call('lpop', queue)
+        redis.call('zrem', deadlines, head)
+    end
+end
+
+local kind = redis.call('type', KEYS[1])['ok']
+if kind == 'none' then
+    return 0
+end
+if kind ~= 'hash' then
+    return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind)
+end
+redis.call('del', KEYS[1])
+local head = prune(KEYS[2], KEYS[3], now_ms())
+if head then
+    redis.call(ARGV[2], ARGV[1] .. ':' .. head, '0')
+end
+return 1

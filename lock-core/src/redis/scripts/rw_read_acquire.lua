@@ -1,0 +1,29 @@
+-- Takes a read hold of a read-write lock.
+-- KEYS[1] lock hash; KEYS[2] fencing counter.
+-- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] the owner's hold-key prefix
+-- ('{name}:<owner>:rwlock_timeout'; hold n lives in '<prefix>:<n>' with its own lease);
+-- ARGV[4] '1' to return a fencing token.
+-- Readers share the lock; the writer may also read (downgrade); anyone else waits.
+-- Reply: {1, holds, token} when held; {0, pttl} when a writer holds it.
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false or mode == 'read'
+    or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2] .. ':write') == 1) then
+    if mode == false then
+        redis.call('hset', KEYS[1], 'mode', 'read')
+    end
+    local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('set', ARGV[3] .. ':' .. holds, 1, 'px', ARGV[1])
+    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+        redis.call('pexpire', KEYS[1], ARGV[1])
+    end
+    local token = 0
+    if ARGV[4] == '1' then
+        if holds == 1 then
+            token = redis.call('incr', KEYS[2])
+        else
+            token = tonumber(redis.call('get', KEYS[2]) or 0)
+        end
+    end
+    return {1, holds, token}
+end
+return {0, redis.call('pttl', KEYS[1])}

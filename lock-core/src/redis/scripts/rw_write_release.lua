@@ -1,0 +1,25 @@
+-- Releases one write hold. The last one frees the lock, or, when the writer also holds
+-- read holds (a downgrade), turns it into a read lock; either way every waiter is woken
+-- ('1'), since any number of readers may now enter.
+-- KEYS[1] lock hash; ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] channel;
+-- ARGV[4] publish command.
+-- Reply: -1 not held (nothing changed); 0 released; n > 0 holds left.
+local writer = ARGV[2] .. ':write'
+if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], writer) == 0 then
+    return -1
+end
+local holds = redis.call('hincrby', KEYS[1], writer, -1)
+if holds > 0 then
+    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+        redis.call('pexpire', KEYS[1], ARGV[1])
+    end
+    return holds
+end
+redis.call('hdel', KEYS[1], writer)
+if redis.call('hlen', KEYS[1]) == 1 then
+    redis.call('del', KEYS[1])
+else
+    redis.call('hset', KEYS[1], 'mode', 'read')
+end
+redis.call(ARGV[4], ARGV[3], '1')
+return 0
