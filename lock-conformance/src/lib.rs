@@ -10,6 +10,7 @@
 // This crate is a test suite: a panic is how a scenario reports a failure.
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
+mod family;
 pub mod fixture;
 pub mod redis_fixture;
 pub mod scenarios;
@@ -38,6 +39,18 @@ macro_rules! conformance_tests {
             cancelled_acquires_leave_no_hold,
             force_unlock_frees_and_marks_lost,
             bad_arguments_are_typed_errors,
+            fair_order_is_arrival_order,
+            fair_lock_serves_500_waiters,
+            fair_dead_waiter_is_skipped_after_its_deadline,
+            fair_waiter_that_gives_up_leaves_the_queue,
+            read_write_compatibility,
+            writer_downgrades_to_reader,
+            read_hold_expiry_lets_a_writer_in,
+            write_release_wakes_all_readers,
+            watchdog_renews_every_kind,
+            force_unlock_of_every_kind,
+            fencing_tokens_strictly_increase,
+            family_bad_input_is_typed,
         );
     };
 }

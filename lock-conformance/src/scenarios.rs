@@ -11,7 +11,7 @@ use tokio::time::{Instant, sleep, timeout};
 use crate::Fixture;
 
 /// A unique lock name per call, so scenarios never collide on a shared store.
-fn unique(prefix: &str) -> String {
+pub(crate) fn unique(prefix: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     format!(
         "conformance:{prefix}:{}:{}",
@@ -21,7 +21,7 @@ fn unique(prefix: &str) -> String {
 }
 
 /// Polls `check` every 10 ms until it is true or `within` passes.
-async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
+pub(crate) async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -39,7 +39,7 @@ where
 }
 
 /// The kind of the error `r` must be.
-fn kind<T: std::fmt::Debug>(r: Result<T, Error>) -> ErrorKind {
+pub(crate) fn kind<T: std::fmt::Debug>(r: Result<T, Error>) -> ErrorKind {
     r.expect_err("the call must fail").kind()
 }
 
@@ -712,3 +712,5 @@ pub async fn starving_waiter_goes_before_newcomers(fx: &dyn Fixture) {
     );
     backend.release(&newcomer, lease).await.unwrap();
 }
+
+pub use crate::family::*;

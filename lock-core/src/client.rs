@@ -160,12 +160,13 @@ impl Inner {
         }
     }
 
-    /// Marks every hold of this client on `lock`'s name and kind lost (after a force
-    /// release, whoever the owner).
+    /// Marks every hold of this client on `lock`'s name lost (after a force release
+    /// deleted the lock, whoever the owner).
     pub(crate) fn forget_all(&self, lock: &LockRef) {
         let holds = self.holds();
         for hold in holds.values() {
-            if hold.lock.name == lock.name && hold.lock.kind == lock.kind {
+            // Every kind of one name lives in the same key, so all of them went.
+            if hold.lock.name == lock.name {
                 hold.mark_lost(LostReason::OwnerGone);
             }
         }

@@ -169,7 +169,9 @@ impl Lock {
     pub async fn force_unlock(&self) -> Result<bool, Error> {
         let lock = self.lock_ref()?;
         let released = self.locks.inner.backend.force_release(&lock).await?;
-        self.locks.inner.forget_all(&lock);
+        if released {
+            self.locks.inner.forget_all(&lock);
+        }
         Ok(released)
     }
 }

@@ -1,0 +1,496 @@
+//! Scenarios for the rest of the lock family: the fair mutex, the read-write lock and
+//! fencing tokens. Re-exported through [`crate::scenarios`].
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_core::backend::Acquire;
+use lock_core::{AcquireRequest, ErrorKind, Holder, LockKind, LockName, LockRef, Locks, Owner};
+use tokio::time::{Instant, sleep, timeout};
+
+use crate::Fixture;
+use crate::scenarios::{eventually, kind, unique};
+
+async fn client_with(
+    fx: &dyn Fixture,
+    configure: impl FnOnce(lock_core::LocksBuilder) -> lock_core::LocksBuilder,
+) -> Locks {
+    configure(Locks::builder(fx.backend().await))
+        .build()
+        .expect("valid client settings")
+}
+
+/// Waiters of a fair lock, each its own client, started 20 ms apart, get the lock in
+/// exactly their arrival order.
+pub async fn fair_order_is_arrival_order(fx: &dyn Fixture) {
+    let name = unique("fair-order");
+    let holder = fx.client().await;
+    let first = holder.fair_mutex(&name).lock().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..8 {
+        let locks = fx.client().await;
+        let (name, order) = (name.clone(), Arc::clone(&order));
+        waiters.push(tokio::spawn(async move {
+            let guard = locks.fair_mutex(&name).lock().await.unwrap();
+            order.lock().unwrap().push(i);
+            sleep(Duration::from_millis(2)).await;
+            guard.unlock().await.unwrap();
+        }));
+        sleep(Duration::from_millis(20)).await;
+    }
+    first.unlock().await.unwrap();
+    for waiter in waiters {
+        timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("every waiter is served")
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), (0..8).collect::<Vec<_>>());
+}
+
+/// 500 waiters of one fair lock, spread over 5 clients, all get it.
+pub async fn fair_lock_serves_500_waiters(fx: &dyn Fixture) {
+    let name = unique("fair-500");
+    let served = Arc::new(AtomicUsize::new(0));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..5 {
+        let locks = fx.client().await;
+        for _ in 0..100 {
+            let (locks, name) = (locks.clone(), name.clone());
+            let (served, inside) = (Arc::clone(&served), Arc::clone(&inside));
+            tasks.push(tokio::spawn(async move {
+                let guard = locks.fair_mutex(&name).lock().await.unwrap();
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two holders at once"
+                );
+                inside.fetch_sub(1, Ordering::SeqCst);
+                served.fetch_add(1, Ordering::SeqCst);
+                guard.unlock().await.unwrap();
+            }));
+        }
+    }
+    let all = futures_util::future::join_all(tasks);
+    let results = timeout(Duration::from_secs(60), all)
+        .await
+        .unwrap_or_else(|_| panic!("only {} of 500 served", served.load(Ordering::SeqCst)));
+    for result in results {
+        result.unwrap();
+    }
+    assert_eq!(served.load(Ordering::SeqCst), 500);
+}
+
+/// A queued waiter that died (stopped asking) holds the queue up by at most its
+/// deadline; a `try_lock` never queues.
+pub async fn fair_dead_waiter_is_skipped_after_its_deadline(fx: &dyn Fixture) {
+    let waiter_timeout = Duration::from_millis(300);
+    let name = unique("fair-dead");
+    let holder = fx.client().await;
+    let held = holder.fair_mutex(&name).lock().await.unwrap();
+
+    // A waiter that queues once and dies.
+    let backend = fx.backend().await;
+    let ghost = LockRef::new(
+        LockKind::Fair,
+        LockName::new(&name).unwrap(),
+        Owner::new("ghost", "task-0"),
+    );
+    let queued = AcquireRequest::new(Duration::from_secs(30)).enqueue(waiter_timeout);
+    let reply = backend.acquire(&ghost, queued).await.unwrap();
+    assert!(matches!(reply, Acquire::Busy { .. }), "{reply:?}");
+
+    // A try from another client does not queue: after the release it would be first.
+    let other = fx.client().await;
+    assert!(other.fair_mutex(&name).try_lock().await.unwrap().is_none());
+
+    let live = client_with(fx, |b| b.fair_waiter_timeout(waiter_timeout)).await;
+    let fair = live.fair_mutex(&name);
+    let waiting = tokio::spawn(async move {
+        let guard = fair.lock().await.unwrap();
+        let at = Instant::now();
+        guard.unlock().await.unwrap();
+        at
+    });
+    sleep(Duration::from_millis(50)).await;
+    let released = Instant::now();
+    held.unlock().await.unwrap();
+    let acquired = timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the live waiter is served once the dead one lapses")
+        .unwrap();
+    let delay = acquired - released;
+    assert!(
+        delay <= waiter_timeout + Duration::from_millis(400),
+        "a dead waiter held the queue up for {delay:?}"
+    );
+}
+
+/// A waiter that gives up leaves the queue at once: the one behind it does not wait for
+/// its deadline.
+pub async fn fair_waiter_that_gives_up_leaves_the_queue(fx: &dyn Fixture) {
+    let name = unique("fair-leave");
+    let holder = fx.client().await;
+    let held = holder.fair_mutex(&name).lock().await.unwrap();
+    let quitter = fx.client().await.fair_mutex(&name);
+    let quitting = tokio::spawn(async move {
+        let outcome = quitter.try_lock_for(Duration::from_millis(100), None).await;
+        outcome.map(|guard| guard.is_none())
+    });
+    sleep(Duration::from_millis(30)).await;
+    let fair = fx.client().await.fair_mutex(&name);
+    let waiting = tokio::spawn(async move {
+        let guard = fair.lock().await.unwrap();
+        let at = Instant::now();
+        guard.unlock().await.unwrap();
+        at
+    });
+    assert!(
+        quitting.await.unwrap().unwrap(),
+        "the quitter got a held lock"
+    );
+    sleep(Duration::from_millis(50)).await;
+    let released = Instant::now();
+    held.unlock().await.unwrap();
+    let acquired = timeout(Duration::from_secs(2), waiting)
+        .await
+        .expect("served")
+        .unwrap();
+    assert!(
+        acquired - released < Duration::from_millis(500),
+        "the waiter behind a quitter waited {:?}",
+        acquired - released
+    );
+}
+
+/// Readers share; a writer excludes readers and writers; a reader cannot upgrade.
+pub async fn read_write_compatibility(fx: &dyn Fixture) {
+    let name = unique("rw-matrix");
+    let (a, b, c) = (fx.client().await, fx.client().await, fx.client().await);
+    let (ra, wa) = (a.rw_lock(&name).read(), a.rw_lock(&name).write());
+    let rb = b.rw_lock(&name).read();
+    // A third client asks for the write lock: b, holding a read lock, would be refused
+    // as an upgrade.
+    let wc = c.rw_lock(&name).write();
+
+    let read_a = ra.lock().await.unwrap();
+    let read_b = rb.try_lock().await.unwrap().expect("readers share");
+    assert!(
+        wc.try_lock().await.unwrap().is_none(),
+        "a writer entered beside readers"
+    );
+    assert!(ra.is_locked().await.unwrap());
+    assert!(
+        !wa.is_locked().await.unwrap(),
+        "the write side is not locked"
+    );
+    // A reader asking for the write lock would wait for itself: a typed error.
+    assert_eq!(kind(wa.lock().await), ErrorKind::WouldDeadlock);
+    assert_eq!(kind(wa.try_lock().await), ErrorKind::WouldDeadlock);
+    read_a.unlock().await.unwrap();
+    read_b.unlock().await.unwrap();
+
+    let write_a = wa.lock().await.unwrap();
+    assert!(
+        rb.try_lock().await.unwrap().is_none(),
+        "a reader entered beside a writer"
+    );
+    assert!(wc.try_lock().await.unwrap().is_none(), "two writers");
+    assert!(wa.is_locked().await.unwrap());
+    assert_eq!(wa.hold_count().await.unwrap(), 1);
+    write_a.unlock().await.unwrap();
+    assert!(!ra.is_locked().await.unwrap() && !wa.is_locked().await.unwrap());
+}
+
+/// A writer may take the read lock, release the write lock and keep reading: other
+/// readers may then join, writers may not.
+pub async fn writer_downgrades_to_reader(fx: &dyn Fixture) {
+    let name = unique("rw-downgrade");
+    let (a, b, c) = (fx.client().await, fx.client().await, fx.client().await);
+    let rw = a.rw_lock(&name);
+    Holder::scope(async {
+        let write = rw.write().lock().await.unwrap();
+        let read = rw.read().lock().await.unwrap();
+        assert!(b.rw_lock(&name).read().try_lock().await.unwrap().is_none());
+        write.unlock().await.unwrap();
+        assert!(
+            rw.read().is_locked().await.unwrap(),
+            "the downgrade kept a read lock"
+        );
+        let other_reader = b.rw_lock(&name).read().try_lock().await.unwrap();
+        assert!(
+            other_reader.is_some(),
+            "readers may join after the downgrade"
+        );
+        assert!(c.rw_lock(&name).write().try_lock().await.unwrap().is_none());
+        other_reader.unwrap().unlock().await.unwrap();
+        read.unlock().await.unwrap();
+    })
+    .await;
+    let write = b.rw_lock(&name).write().try_lock().await.unwrap();
+    write
+        .expect("free after every read hold went")
+        .unlock()
+        .await
+        .unwrap();
+}
+
+/// A reader that crashed (its hold has an explicit lease and is never released) keeps a
+/// writer out only until that hold's own lease ends.
+pub async fn read_hold_expiry_lets_a_writer_in(fx: &dyn Fixture) {
+    let name = unique("rw-expiry");
+    let (a, b, c) = (fx.client().await, fx.client().await, fx.client().await);
+    let lease = Duration::from_millis(300);
+    let crashed = a
+        .rw_lock(&name)
+        .read()
+        .try_lock_for(Duration::ZERO, Some(lease))
+        .await;
+    let crashed = crashed.unwrap().expect("free");
+    // A live reader comes and goes while the crashed hold lingers.
+    let live = c.rw_lock(&name).read().lock().await.unwrap();
+    live.unlock().await.unwrap();
+    let started = Instant::now();
+    let write = timeout(Duration::from_secs(3), b.rw_lock(&name).write().lock())
+        .await
+        .expect("the writer gets in once the crashed read hold expires")
+        .unwrap();
+    assert!(
+        started.elapsed() < lease + Duration::from_millis(400),
+        "waited {:?}",
+        started.elapsed()
+    );
+    assert!(!crashed.is_held());
+    write.unlock().await.unwrap();
+    std::mem::forget(crashed);
+}
+
+/// A writer's release wakes every waiting reader at once: 20 readers that each hold for
+/// 200 ms all finish within about one hold time, not twenty.
+pub async fn write_release_wakes_all_readers(fx: &dyn Fixture) {
+    let name = unique("rw-wake");
+    let hold = Duration::from_millis(200);
+    let writer = fx.client().await;
+    let write = writer.rw_lock(&name).write().lock().await.unwrap();
+    let mut readers = Vec::new();
+    for _ in 0..20 {
+        let locks = fx.client().await;
+        let name = name.clone();
+        readers.push(tokio::spawn(async move {
+            let read = locks.rw_lock(&name).read().lock().await.unwrap();
+            sleep(hold).await;
+            read.unlock().await.unwrap();
+        }));
+    }
+    sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    write.unlock().await.unwrap();
+    for reader in readers {
+        timeout(Duration::from_secs(5), reader)
+            .await
+            .expect("reader done")
+            .unwrap();
+    }
+    assert!(
+        released.elapsed() < hold * 2 + Duration::from_millis(200),
+        "20 readers took {:?} after the write release",
+        released.elapsed()
+    );
+}
+
+/// The watchdog renews fair, read and write holds alike.
+pub async fn watchdog_renews_every_kind(fx: &dyn Fixture) {
+    let lease = Duration::from_millis(300);
+    let locks = fx.client_with_lease(lease).await;
+    let (fair, rw) = (unique("wd-fair"), unique("wd-rw"));
+    let fair_guard = locks.fair_mutex(&fair).lock().await.unwrap();
+    let write = locks.rw_lock(&rw).write().lock().await.unwrap();
+    let read = locks.rw_lock(&rw).read().lock().await.unwrap();
+    sleep(lease * 3).await;
+    for guard in [&fair_guard, &write, &read] {
+        assert!(
+            guard.is_held(),
+            "{:?} {} expired under the watchdog",
+            guard.kind(),
+            guard.name()
+        );
+    }
+    let other = fx.client().await;
+    assert!(other.fair_mutex(&fair).try_lock().await.unwrap().is_none());
+    assert!(
+        other
+            .rw_lock(&rw)
+            .read()
+            .try_lock()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    read.unlock().await.unwrap();
+    write.unlock().await.unwrap();
+    fair_guard.unlock().await.unwrap();
+    assert!(
+        other
+            .rw_lock(&rw)
+            .write()
+            .try_lock()
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+/// Force-unlock is mode-specific for read-write locks and frees a fair lock for its queue.
+pub async fn force_unlock_of_every_kind(fx: &dyn Fixture) {
+    let (a, b) = (fx.client().await, fx.client().await);
+    let rw_name = unique("force-rw");
+    let read = a.rw_lock(&rw_name).read().lock().await.unwrap();
+    assert!(
+        !b.rw_lock(&rw_name).write().force_unlock().await.unwrap(),
+        "no write lock to free"
+    );
+    // Force-unlocking through the holder's own client marks its guard lost at once
+    // (another client's guards learn it at their next renewal).
+    assert!(a.rw_lock(&rw_name).read().force_unlock().await.unwrap());
+    assert!(!read.is_held());
+    assert!(
+        b.rw_lock(&rw_name)
+            .write()
+            .try_lock()
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    let fair_name = unique("force-fair");
+    let held = a.fair_mutex(&fair_name).lock().await.unwrap();
+    let fair = b.fair_mutex(&fair_name);
+    let waiting = tokio::spawn(async move { fair.lock().await.map(drop) });
+    sleep(Duration::from_millis(50)).await;
+    let admin = fx.client().await;
+    assert!(admin.fair_mutex(&fair_name).force_unlock().await.unwrap());
+    timeout(Duration::from_secs(2), waiting)
+        .await
+        .expect("the queued waiter is woken by the force-unlock")
+        .unwrap()
+        .unwrap();
+    drop(held);
+}
+
+/// Fencing tokens strictly increase across 1000 handoffs between 4 clients, across
+/// every lock kind of one name family, and across a lease that expired on the server;
+/// a reentry keeps the holder's token.
+pub async fn fencing_tokens_strictly_increase(fx: &dyn Fixture) {
+    let name = unique("fencing");
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(client_with(fx, |b| b.fencing(true)).await);
+    }
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for locks in &clients {
+        let (locks, name, tokens) = (locks.clone(), name.clone(), Arc::clone(&tokens));
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..250 {
+                let guard = locks.mutex(&name).lock().await.unwrap();
+                let token = guard.fencing_token().expect("fencing is on");
+                tokens.lock().unwrap().push(token);
+                guard.unlock().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        timeout(Duration::from_secs(60), task)
+            .await
+            .expect("1000 handoffs")
+            .unwrap();
+    }
+    let tokens = tokens.lock().unwrap().clone();
+    assert_eq!(tokens.len(), 1000);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens must strictly increase in acquisition order"
+    );
+    let last = *tokens.last().unwrap();
+
+    // Reentry keeps the token; the next fresh acquisition gets a larger one.
+    let locks = &clients[0];
+    let m = locks.mutex(&name);
+    let (outer, inner) = Holder::scope(async {
+        let outer = m.lock().await.unwrap();
+        let inner = m.lock().await.unwrap();
+        (outer, inner)
+    })
+    .await;
+    assert!(outer.fencing_token().unwrap() > last);
+    assert_eq!(inner.fencing_token(), outer.fencing_token());
+    let reentered = outer.fencing_token().unwrap();
+    inner.unlock().await.unwrap();
+    outer.unlock().await.unwrap();
+
+    // A hold whose lease ran out on the server: the next holder's token is larger.
+    let short = m
+        .try_lock_for(Duration::ZERO, Some(Duration::from_millis(150)))
+        .await;
+    let expired = short.unwrap().expect("free");
+    assert!(expired.fencing_token().unwrap() > reentered);
+    sleep(Duration::from_millis(250)).await;
+    let next = clients[1].mutex(&name).lock().await.unwrap();
+    assert!(next.fencing_token().unwrap() > expired.fencing_token().unwrap());
+    next.unlock().await.unwrap();
+
+    // Tokens of other kinds come from the same counter of their own names.
+    let other = unique("fencing-kinds");
+    let fair = locks.fair_mutex(&other).lock().await.unwrap();
+    let fair_token = fair.fencing_token().unwrap();
+    fair.unlock().await.unwrap();
+    let write = locks.rw_lock(&other).write().lock().await.unwrap();
+    assert!(write.fencing_token().unwrap() > fair_token);
+    write.unlock().await.unwrap();
+    let read = locks.rw_lock(&other).read().lock().await.unwrap();
+    assert!(read.fencing_token().is_some());
+    read.unlock().await.unwrap();
+    assert!(
+        fx.client()
+            .await
+            .mutex(&other)
+            .lock()
+            .await
+            .unwrap()
+            .fencing_token()
+            .is_none(),
+        "a client without fencing gets no token"
+    );
+}
+
+/// Bad input for the family: a zero fair-waiter deadline is refused by the builder.
+pub async fn family_bad_input_is_typed(fx: &dyn Fixture) {
+    let zero = Locks::builder(fx.backend().await)
+        .fair_waiter_timeout(Duration::ZERO)
+        .build();
+    assert_eq!(kind(zero), ErrorKind::InvalidArgument);
+    let locks = fx.client().await;
+    assert_eq!(
+        kind(locks.fair_mutex("").lock().await),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        kind(locks.rw_lock("").read().lock().await),
+        ErrorKind::InvalidArgument
+    );
+    // Nothing held, nothing released.
+    let name = unique("family-free");
+    assert!(!locks.rw_lock(&name).write().force_unlock().await.unwrap());
+    assert!(!locks.fair_mutex(&name).force_unlock().await.unwrap());
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            fx.subscribed_channels().await.is_empty()
+        })
+        .await,
+        "channels left subscribed: {:?}",
+        fx.subscribed_channels().await
+    );
+}
