@@ -28,8 +28,8 @@
 //! exclude each other on the same Redis.
 
 pub use lock_core::{
-    Backend, Config, Error, ErrorKind, Guard, Holder, LockKind, LockName, Locks, LocksBuilder,
-    LostReason, Mutex,
+    Backend, Config, Error, ErrorKind, Guard, Holder, Lock, LockKind, LockName, Locks,
+    LocksBuilder, LostReason, Mutex, RwLock,
 };
 
 /// Metric names recorded through the `metrics` facade.

@@ -3,7 +3,7 @@
 //! contract, so its flags and output fields only ever grow.
 //!
 //! ```text
-//! contend --url URL [--backend redis|memory] [--kind mutex] [--name NAME]
+//! contend --url URL [--backend redis|memory] [--kind mutex|fair|read|write|mixed] [--name NAME]
 //!         --workers N --hold-ms H --think-ms T --seconds S
 //!         [--distinct] [--lease-ms L] [--check-key KEY]
 //! ```
@@ -11,14 +11,16 @@
 //! Each worker loops: acquire, hold H ms, release, pause T ms. Exclusion is checked with
 //! an independent in-process counter per lock name and, with `--check-key`, with an
 //! `INCR`/`DECR` of KEY on the same Redis (a violation whenever `INCR` returns anything
-//! but 1). Output fields: `backend`, `kind`, `workers`, `ops`, `ops_per_s`, `utilization`
+//! but 1). Kinds: `mutex`, `fair`, `read` (all readers), `write` (all writers) and
+//! `mixed` (one operation in five writes); for read-write kinds a writer adds 1 000 000 to
+//! KEY instead and must see exactly that, a reader adds 1 and must see no writer. Output fields: `backend`, `kind`, `workers`, `ops`, `ops_per_s`, `utilization`
 //! (total time held / wall time), `wait_ms_p50`/`p99`/`max`, `fairness_min_over_max`
 //! (fewest over most ops of one worker), `violations`.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lock::Locks;
@@ -39,7 +41,7 @@ struct Args {
     check_key: Option<String>,
 }
 
-const USAGE: &str = "usage: contend --url URL [--backend redis|memory] [--kind mutex] [--name NAME] \
+const USAGE: &str = "usage: contend --url URL [--backend redis|memory] [--kind mutex|fair|read|write|mixed] [--name NAME] \
 --workers N --hold-ms H --think-ms T --seconds S [--distinct] [--lease-ms L] [--check-key KEY]";
 
 fn parse_args() -> Result<Args, String> {
@@ -85,8 +87,11 @@ fn parse_args() -> Result<Args, String> {
     if !(args.seconds > 0.0 && args.seconds.is_finite()) {
         return Err("--seconds must be positive".into());
     }
-    if args.kind != "mutex" {
-        return Err(format!("--kind {} is not supported (mutex)", args.kind));
+    if !["mutex", "fair", "read", "write", "mixed"].contains(&args.kind.as_str()) {
+        return Err(format!(
+            "--kind {} is not supported (mutex, fair, read, write, mixed)",
+            args.kind
+        ));
     }
     Ok(args)
 }
@@ -172,9 +177,9 @@ async fn run(args: Args) -> Result<String, String> {
     for _ in 0..args.workers {
         clients.push(client(&args, &memory).await?);
     }
-    let inside: Arc<HashMap<String, AtomicUsize>> = Arc::new(
+    let inside: Arc<HashMap<String, AtomicU64>> = Arc::new(
         (0..args.workers)
-            .map(|w| (lock_name(&args, w), AtomicUsize::new(0)))
+            .map(|w| (lock_name(&args, w), AtomicU64::new(0)))
             .collect(),
     );
     let started = Instant::now();
@@ -209,26 +214,54 @@ fn lock_name(args: &Args, worker: usize) -> String {
     }
 }
 
+/// What one critical section counts as on the exclusion counters: a writer (or any
+/// exclusive lock) adds `WRITER`, a reader adds 1. A writer must find 0; a reader must find
+/// no writer.
+const WRITER: u64 = 1_000_000;
+
+/// Whether operation `op` of worker `w` writes. `mixed` makes one in five operations a
+/// write (80 % readers), spread evenly over workers and time.
+fn writes(kind: &str, w: usize, op: u64) -> bool {
+    match kind {
+        "read" => false,
+        "mixed" => (op + w as u64) % 5 == 0,
+        _ => true,
+    }
+}
+
+/// The handle a worker uses for one operation.
+fn handle(locks: &Locks, kind: &str, name: &str, write: bool) -> lock::Lock {
+    match kind {
+        "fair" => locks.fair_mutex(name),
+        "read" | "write" | "mixed" if write => locks.rw_lock(name).write(),
+        "read" | "write" | "mixed" => locks.rw_lock(name).read(),
+        _ => locks.mutex(name),
+    }
+}
+
 async fn worker(
     w: usize,
     args: &Args,
     locks: &Locks,
-    inside: &HashMap<String, AtomicUsize>,
+    inside: &HashMap<String, AtomicU64>,
     mut checker: Option<(redis::aio::MultiplexedConnection, String)>,
     deadline: Instant,
     errors: &AtomicU64,
 ) -> WorkerReport {
     let name = lock_name(args, w);
-    let mutex = locks.mutex(&name);
     let mut report = WorkerReport::default();
     let Some(counter) = inside.get(&name) else {
         return report;
     };
+    let mut op = 0u64;
     while Instant::now() < deadline {
+        let write = writes(&args.kind, w, op);
+        op += 1;
+        let lock = handle(locks, &args.kind, &name, write);
         let asked = Instant::now();
         let acquired = match args.lease {
-            Some(lease) => mutex.lock_with_lease(lease).await,
-            None => mutex.lock().await,
+            Some(lease) => lock.lock_with_lease(lease).await,
+            None => lock.lock().await,
         };
         let guard = match acquired {
             Ok(guard) => guard,
@@ -243,20 +276,43 @@ async fn worker(
         report
             .waits_ms
             .push((entered - asked).as_secs_f64() * 1000.0);
-        if counter.fetch_add(1, Ordering::SeqCst) != 0 {
+        let delta = if write { WRITER } else { 1 };
+        let before = counter.fetch_add(delta, Ordering::SeqCst);
+        if (write && before != 0) || (!write && before >= WRITER) {
             report.violations += 1;
         }
+        // The check key follows the contract: exclusive kinds INCR it and expect 1;
+        // read-write kinds add WRITER for a writer (expecting exactly WRITER) or 1 for a
+        // reader (expecting no writer).
+        let key_delta = if matches!(args.kind.as_str(), "mutex" | "fair") {
+            1
+        } else {
+            delta
+        };
         if let Some((conn, key)) = checker.as_mut() {
-            let n: redis::RedisResult<i64> = redis::cmd("INCR").arg(&*key).query_async(conn).await;
-            if !matches!(n, Ok(1)) {
+            let n: redis::RedisResult<u64> = redis::cmd("INCRBY")
+                .arg(&*key)
+                .arg(key_delta)
+                .query_async(conn)
+                .await;
+            let exclusive = match n {
+                Ok(n) if write => n == key_delta,
+                Ok(n) => n < WRITER,
+                Err(_) => false,
+            };
+            if !exclusive {
                 report.violations += 1;
             }
         }
         tokio::time::sleep(args.hold).await;
         if let Some((conn, key)) = checker.as_mut() {
-            let _: redis::RedisResult<i64> = redis::cmd("DECR").arg(&*key).query_async(conn).await;
+            let _: redis::RedisResult<i64> = redis::cmd("DECRBY")
+                .arg(&*key)
+                .arg(key_delta)
+                .query_async(conn)
+                .await;
         }
-        counter.fetch_sub(1, Ordering::SeqCst);
+        counter.fetch_sub(delta, Ordering::SeqCst);
         report.held += entered.elapsed();
         report.ops += 1;
         if let Err(err) = guard.unlock().await {
