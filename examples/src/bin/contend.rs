@@ -224,7 +224,7 @@ const WRITER: u64 = 1_000_000;
 fn writes(kind: &str, w: usize, op: u64) -> bool {
     match kind {
         "read" => false,
-        "mixed" => (op + w as u64) % 5 == 0,
+        "mixed" => (op + w as u64).is_multiple_of(5),
         _ => true,
     }
 }
