@@ -19,7 +19,7 @@ use crate::backend::{Acquire, AcquireRequest, Backend};
 use crate::client::Inner;
 use crate::guard::Guard;
 use crate::metrics::{self, AcquireOutcome};
-use crate::{Error, LockKind, LockRef};
+use crate::{Error, LockRef};
 
 /// How long a caller is prepared to wait.
 #[derive(Debug, Clone, Copy)]
@@ -74,10 +74,11 @@ async fn acquire_inner(
         Lease::Fixed(d) => (d, false),
     };
     let mut request = AcquireRequest::new(lease_duration).fencing(client.config.fencing);
-    // A fair lock's waiter joins the queue (a try never does) and leaves it again, even
-    // when its caller goes away, unless it ends up holding the lock.
+    // A caller that will wait says so (a fair lock queues it, a try never queues) and
+    // tells the backend when it gives up, even when its caller goes away, unless it ends
+    // up holding the lock.
     let mut queued = None;
-    if lock.kind == LockKind::Fair && !matches!(wait, Wait::Never) {
+    if !matches!(wait, Wait::Never) {
         request = request.enqueue(client.config.fair_waiter_timeout);
         queued = Some(QueuedWaiter {
             backend: Arc::clone(&client.backend),
@@ -244,9 +245,9 @@ impl Drop for PendingReply {
     }
 }
 
-/// A fair-lock waiter's place in the queue. Unless it was served, dropping it (the wait
-/// ended, failed or was cancelled) leaves the queue in the background, so that the waiters
-/// behind do not wait for its deadline.
+/// A waiter's standing with the backend (a fair lock's place in its queue, a composite
+/// lock's partial holds). Unless it was served, dropping it (the wait ended, failed or was
+/// cancelled) tells the backend in the background, so that a fair queue moves on at once.
 struct QueuedWaiter {
     backend: Arc<dyn Backend>,
     lock: LockRef,

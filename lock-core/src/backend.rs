@@ -138,8 +138,9 @@ pub struct AcquireRequest {
     /// Return a fencing token on a fresh acquisition: a number strictly greater than every
     /// token issued before for this name.
     pub fencing: bool,
-    /// Fair locks: join the waiter queue when the lock is busy (a waiting acquire does, a
-    /// `try_lock` does not).
+    /// The caller waits if the lock is busy (a `try_lock` does not): a fair lock queues
+    /// it, and a composite lock may keep what it took. Such a caller later succeeds or
+    /// calls [`Backend::cancel_wait`].
     pub enqueue: bool,
     /// Fair locks: how long a queued waiter keeps its place without asking again; a waiter
     /// that died is skipped after this.
@@ -243,8 +244,10 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// Takes the lock (or one more hold of it) for `lock.owner` as `request` says.
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error>;
 
-    /// A waiter gives up: a fair lock removes it from its queue (and wakes the next
-    /// waiter if it was first). Other kinds have nothing to undo.
+    /// A waiter gives up (its wait ran out, failed, or its future was dropped): a fair
+    /// lock removes it from its queue (and wakes the next waiter if it was first), a
+    /// composite lock releases what it kept. Called for every waiting acquire that did
+    /// not end with the lock, so implementations with nothing to undo must return at once.
     async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
         let _ = lock;
         Ok(())
