@@ -1,2 +1,303 @@
-//! Placeholder.
-fn main() {}
+//! Workspace tasks, run as `cargo xtask <command>` (an alias in `.cargo/config.toml`).
+//!
+//! - `cargo xtask test [-- ARGS]`: makes sure `redis-server` exists (installing it with
+//!   apt-get, `sudo -n apt-get` or brew when missing), then runs
+//!   `cargo test --workspace --all-features ARGS` with `REDIS_SERVER_BIN` set.
+//! - `cargo xtask demo [-- ARGS]`: runs the `demo` example against `$REDIS_URL`, else
+//!   against a throwaway local `redis-server`, else on the in-memory backend.
+//! - `cargo xtask redis standalone` / `cargo xtask redis cluster [--masters N]`: starts a
+//!   local topology, prints its URLs and keeps it up until Ctrl-C.
+//! - `cargo xtask help`: lists the commands.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, ExitStatus};
+use std::time::Instant;
+
+use lock_testkit::{RedisCluster, RedisServer, redis_server_binary};
+
+const HELP: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  test [-- ARGS]                  run `cargo test --workspace --all-features ARGS` against real
+                                  redis-server processes (installs redis-server if missing)
+  demo [-- ARGS]                  run the demo: against $REDIS_URL, else a throwaway local
+                                  redis-server, else the in-memory backend
+  redis standalone                start a standalone redis-server and print its URL; Ctrl-C stops it
+  redis cluster [--masters N]     start an N-master Redis Cluster (default 3); Ctrl-C stops it
+  help                            show this message
+";
+
+const NOT_FOUND: &str = "redis-server not found: install it (Debian/Ubuntu: apt-get install \
+     redis-server; macOS: brew install redis) or set REDIS_SERVER_BIN";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (command, rest) = match args.split_first() {
+        Some((command, rest)) => (command.as_str(), rest),
+        None => ("help", &[][..]),
+    };
+    let result = match command {
+        "test" => test(passthrough(rest)),
+        "demo" => demo(passthrough(rest)),
+        "redis" => redis(rest),
+        "help" | "-h" | "--help" => {
+            print!("{HELP}");
+            Ok(ExitCode::SUCCESS)
+        }
+        other => Err(format!("unknown command `{other}`\n\n{HELP}")),
+    };
+    result.unwrap_or_else(|message| {
+        eprintln!("xtask: {message}");
+        ExitCode::from(2)
+    })
+}
+
+/// The arguments after the command, without a leading `--`.
+fn passthrough(rest: &[String]) -> &[String] {
+    match rest.split_first() {
+        Some((first, tail)) if first == "--" => tail,
+        _ => rest,
+    }
+}
+
+/// `cargo xtask test`.
+fn test(extra: &[String]) -> Result<ExitCode, String> {
+    let started = Instant::now();
+    let binary = find_or_install_redis()?;
+    println!("xtask: using {}", binary.display());
+    let mut cargo = cargo();
+    cargo
+        .args(["test", "--workspace", "--all-features"])
+        .args(extra)
+        .env("REDIS_SERVER_BIN", &binary);
+    let status = run_streaming(cargo)?;
+    println!(
+        "xtask: tests {} in {:.1} s",
+        if status.success() { "passed" } else { "failed" },
+        started.elapsed().as_secs_f64()
+    );
+    Ok(exit_code(status))
+}
+
+/// `cargo xtask demo`.
+fn demo(extra: &[String]) -> Result<ExitCode, String> {
+    let runtime = runtime()?;
+    let mut server = None;
+    let mut redis_url = std::env::var("REDIS_URL")
+        .ok()
+        .filter(|url| !url.is_empty());
+    match (&redis_url, redis_server_binary()) {
+        (Some(url), _) => println!("xtask: using REDIS_URL={url}"),
+        (None, Some(_)) => {
+            let started = runtime.block_on(RedisServer::start());
+            println!(
+                "xtask: started a throwaway redis-server on 127.0.0.1:{}",
+                started.port()
+            );
+            redis_url = Some(started.url());
+            server = Some(started);
+        }
+        (None, None) => println!(
+            "xtask: no REDIS_URL and no redis-server found; the demo falls back to the \
+             in-memory backend"
+        ),
+    }
+    println!("xtask: building the demo (first run takes a minute)...");
+    let mut cargo = cargo();
+    cargo.args([
+        "run",
+        "--quiet",
+        "--release",
+        "-p",
+        "lock-examples",
+        "--bin",
+        "demo",
+    ]);
+    if !extra.is_empty() {
+        cargo.arg("--").args(extra);
+    }
+    match &redis_url {
+        Some(url) => cargo.env("REDIS_URL", url),
+        None => cargo.env_remove("REDIS_URL"),
+    };
+    let status = runtime.block_on(wait_through_ctrl_c(cargo));
+    if let Some(server) = server {
+        drop(server);
+        println!("xtask: stopped the throwaway redis-server");
+    }
+    Ok(exit_code(status?))
+}
+
+/// `cargo xtask redis standalone | cluster [--masters N]`.
+fn redis(rest: &[String]) -> Result<ExitCode, String> {
+    let runtime = runtime()?;
+    if redis_server_binary().is_none() {
+        return Err(NOT_FOUND.to_owned());
+    }
+    match rest {
+        [kind] if kind == "standalone" => runtime.block_on(async {
+            let server = RedisServer::start().await;
+            println!("standalone redis-server: {}", server.url());
+            hold_until_ctrl_c().await;
+            drop(server);
+            println!("stopped");
+        }),
+        [kind, options @ ..] if kind == "cluster" => {
+            let masters = parse_masters(options)?;
+            runtime.block_on(async {
+                let cluster = RedisCluster::start(masters).await;
+                println!("redis cluster with {masters} masters:");
+                for url in cluster.urls() {
+                    println!("  {url}");
+                }
+                hold_until_ctrl_c().await;
+                drop(cluster);
+                println!("stopped");
+            });
+        }
+        _ => {
+            return Err(format!(
+                "usage: cargo xtask redis standalone | cargo xtask redis cluster [--masters N]\n\n{HELP}"
+            ));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--masters N` (default 3).
+fn parse_masters(options: &[String]) -> Result<usize, String> {
+    let bad = || format!("expected `--masters N` with N of at least 1, got {options:?}");
+    match options {
+        [] => Ok(3),
+        [flag, n] if flag == "--masters" => n.parse().ok().filter(|n| *n >= 1).ok_or_else(bad),
+        [flag] => flag
+            .strip_prefix("--masters=")
+            .and_then(|n| n.parse().ok())
+            .filter(|n| *n >= 1)
+            .ok_or_else(bad),
+        _ => Err(bad()),
+    }
+}
+
+async fn hold_until_ctrl_c() {
+    println!("press Ctrl-C to stop");
+    if let Err(e) = tokio::signal::ctrl_c().await {
+        eprintln!("xtask: cannot wait for Ctrl-C ({e}); stopping");
+    }
+}
+
+/// `redis-server`, installed with the system's package manager when missing.
+fn find_or_install_redis() -> Result<PathBuf, String> {
+    if let Some(binary) = redis_server_binary() {
+        return Ok(binary);
+    }
+    println!("xtask: redis-server not found; trying to install it");
+    let apt = on_path("apt-get");
+    if apt && is_root() {
+        apt_install(&[])?;
+    } else if apt && succeeds(Command::new("sudo").args(["-n", "true"])) {
+        apt_install(&["sudo", "-n"])?;
+    } else if on_path("brew") {
+        let mut brew = Command::new("brew");
+        brew.args(["install", "redis"]);
+        check(run_streaming(brew)?, "brew install redis")?;
+    }
+    redis_server_binary().ok_or_else(|| NOT_FOUND.to_owned())
+}
+
+/// `apt-get update && apt-get install -y redis-server`, behind `prefix` (e.g. `sudo -n`).
+fn apt_install(prefix: &[&str]) -> Result<(), String> {
+    for args in [&["update"][..], &["install", "-y", "redis-server"][..]] {
+        let words: Vec<&str> = prefix
+            .iter()
+            .copied()
+            .chain(["apt-get"])
+            .chain(args.iter().copied())
+            .collect();
+        let mut command = Command::new(words[0]);
+        command
+            .args(&words[1..])
+            .env("DEBIAN_FRONTEND", "noninteractive");
+        check(run_streaming(command)?, &words.join(" "))?;
+    }
+    Ok(())
+}
+
+fn check(status: ExitStatus, what: &str) -> Result<(), String> {
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`{what}` failed ({status}); {NOT_FOUND}"))
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "0")
+}
+
+fn succeeds(command: &mut Command) -> bool {
+    command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| is_file(&dir.join(program))))
+}
+
+fn is_file(path: &Path) -> bool {
+    path.metadata().is_ok_and(|meta| meta.is_file())
+}
+
+/// `$CARGO`, or `cargo`.
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo")))
+}
+
+/// Runs `command` with inherited stdio and waits for it.
+fn run_streaming(mut command: Command) -> Result<ExitStatus, String> {
+    command
+        .status()
+        .map_err(|e| format!("cannot run {command:?}: {e}"))
+}
+
+/// Runs `command` with inherited stdio; a Ctrl-C reaches the child (same process group)
+/// while xtask keeps waiting for it, so cleanup after it still happens.
+async fn wait_through_ctrl_c(command: Command) -> Result<ExitStatus, String> {
+    let mut command = tokio::process::Command::from(command);
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("cannot run {:?}: {e}", command.as_std()))?;
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                return status.map_err(|e| format!("waiting for {:?}: {e}", command.as_std()));
+            }
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the tokio runtime: {e}"))
+}
+
+fn exit_code(status: ExitStatus) -> ExitCode {
+    match status.code() {
+        Some(0) => ExitCode::SUCCESS,
+        Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        None => ExitCode::FAILURE,
+    }
+}
