@@ -68,8 +68,13 @@ fn test(extra: &[String]) -> Result<ExitCode, String> {
     let binary = find_or_install_redis()?;
     println!("xtask: using {}", binary.display());
     let mut cargo = cargo();
+    cargo.arg("test");
+    // `-p NAME` narrows the run; `--workspace` would override it.
+    if !selects_packages(extra) {
+        cargo.arg("--workspace");
+    }
     cargo
-        .args(["test", "--workspace", "--all-features"])
+        .arg("--all-features")
         .args(extra)
         .env("REDIS_SERVER_BIN", &binary);
     let status = run_streaming(cargo)?;
@@ -79,6 +84,13 @@ fn test(extra: &[String]) -> Result<ExitCode, String> {
         started.elapsed().as_secs_f64()
     );
     Ok(exit_code(status))
+}
+
+/// Whether cargo arguments (before any `--`) pick packages with `-p` / `--package`.
+fn selects_packages(args: &[String]) -> bool {
+    args.iter()
+        .take_while(|arg| *arg != "--")
+        .any(|arg| arg.starts_with("-p") || arg.starts_with("--package"))
 }
 
 /// `cargo xtask demo`.
