@@ -301,16 +301,15 @@ pub async fn write_release_wakes_all_readers(fx: &dyn Fixture) {
     );
 }
 
-/// The watchdog renews fair, read and write holds alike.
+/// The watchdog renews read and write holds alike.
 pub async fn watchdog_renews_every_kind(fx: &dyn Fixture) {
     let lease = Duration::from_millis(300);
     let locks = fx.client_with_lease(lease).await;
-    let (fair, rw) = (unique("wd-fair"), unique("wd-rw"));
-    let fair_guard = locks.fair_mutex(&fair).lock().await.unwrap();
+    let rw = unique("wd-rw");
     let write = locks.rw_lock(&rw).write().lock().await.unwrap();
     let read = locks.rw_lock(&rw).read().lock().await.unwrap();
     sleep(lease * 3).await;
-    for guard in [&fair_guard, &write, &read] {
+    for guard in [&write, &read] {
         assert!(
             guard.is_held(),
             "{:?} {} expired under the watchdog",
@@ -319,7 +318,6 @@ pub async fn watchdog_renews_every_kind(fx: &dyn Fixture) {
         );
     }
     let other = fx.client().await;
-    assert!(other.fair_mutex(&fair).try_lock().await.unwrap().is_none());
     assert!(
         other
             .rw_lock(&rw)
@@ -331,7 +329,6 @@ pub async fn watchdog_renews_every_kind(fx: &dyn Fixture) {
     );
     read.unlock().await.unwrap();
     write.unlock().await.unwrap();
-    fair_guard.unlock().await.unwrap();
     assert!(
         other
             .rw_lock(&rw)
@@ -343,7 +340,7 @@ pub async fn watchdog_renews_every_kind(fx: &dyn Fixture) {
     );
 }
 
-/// Force-unlock is mode-specific for read-write locks and frees a fair lock for its queue.
+/// Force-unlock is mode-specific for read-write locks.
 pub async fn force_unlock_of_every_kind(fx: &dyn Fixture) {
     let (a, b) = (fx.client().await, fx.client().await);
     let rw_name = unique("force-rw");
@@ -364,20 +361,6 @@ pub async fn force_unlock_of_every_kind(fx: &dyn Fixture) {
             .unwrap()
             .is_some()
     );
-
-    let fair_name = unique("force-fair");
-    let held = a.fair_mutex(&fair_name).lock().await.unwrap();
-    let fair = b.fair_mutex(&fair_name);
-    let waiting = tokio::spawn(async move { fair.lock().await.map(drop) });
-    sleep(Duration::from_millis(50)).await;
-    let admin = fx.client().await;
-    assert!(admin.fair_mutex(&fair_name).force_unlock().await.unwrap());
-    timeout(Duration::from_secs(2), waiting)
-        .await
-        .expect("the queued waiter is woken by the force-unlock")
-        .unwrap()
-        .unwrap();
-    drop(held);
 }
 
 /// Fencing tokens strictly increase across 1000 handoffs between 4 clients, across
@@ -442,16 +425,13 @@ pub async fn fencing_tokens_strictly_increase(fx: &dyn Fixture) {
     assert!(next.fencing_token().unwrap() > expired.fencing_token().unwrap());
     next.unlock().await.unwrap();
 
-    // Tokens of other kinds come from the same counter of their own names.
+    // Tokens of the read-write lock come from the counter of its name.
     let other = unique("fencing-kinds");
-    let fair = locks.fair_mutex(&other).lock().await.unwrap();
-    let fair_token = fair.fencing_token().unwrap();
-    fair.unlock().await.unwrap();
     let write = locks.rw_lock(&other).write().lock().await.unwrap();
-    assert!(write.fencing_token().unwrap() > fair_token);
+    let write_token = write.fencing_token().unwrap();
     write.unlock().await.unwrap();
     let read = locks.rw_lock(&other).read().lock().await.unwrap();
-    assert!(read.fencing_token().is_some());
+    assert!(read.fencing_token().unwrap() > write_token);
     read.unlock().await.unwrap();
     assert!(
         fx.client()
@@ -493,4 +473,38 @@ pub async fn family_bad_input_is_typed(fx: &dyn Fixture) {
         "channels left subscribed: {:?}",
         fx.subscribed_channels().await
     );
+}
+
+/// The fair lock is renewed by the watchdog, fenced, and force-unlocked like the others:
+/// a force-unlock wakes its queue.
+pub async fn fair_lock_is_renewed_fenced_and_force_unlocked(fx: &dyn Fixture) {
+    let lease = Duration::from_millis(300);
+    let locks = client_with(fx, |b| b.watchdog_lease(lease).fencing(true)).await;
+    let name = unique("fair-wd");
+    let first = locks.fair_mutex(&name).lock().await.unwrap();
+    sleep(lease * 3).await;
+    assert!(first.is_held(), "a fair hold expired under the watchdog");
+    let other = fx.client().await;
+    assert!(other.fair_mutex(&name).try_lock().await.unwrap().is_none());
+    let token = first.fencing_token().unwrap();
+    first.unlock().await.unwrap();
+    let second = locks.fair_mutex(&name).lock().await.unwrap();
+    assert!(second.fencing_token().unwrap() > token);
+    second.unlock().await.unwrap();
+
+    let a = fx.client().await;
+    let b = fx.client().await;
+    let fair_name = unique("force-fair");
+    let held = a.fair_mutex(&fair_name).lock().await.unwrap();
+    let fair = b.fair_mutex(&fair_name);
+    let waiting = tokio::spawn(async move { fair.lock().await.map(drop) });
+    sleep(Duration::from_millis(50)).await;
+    let admin = fx.client().await;
+    assert!(admin.fair_mutex(&fair_name).force_unlock().await.unwrap());
+    timeout(Duration::from_secs(2), waiting)
+        .await
+        .expect("the queued waiter is woken by the force-unlock")
+        .unwrap()
+        .unwrap();
+    drop(held);
 }

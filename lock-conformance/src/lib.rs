@@ -39,10 +39,6 @@ macro_rules! conformance_tests {
             cancelled_acquires_leave_no_hold,
             force_unlock_frees_and_marks_lost,
             bad_arguments_are_typed_errors,
-            fair_order_is_arrival_order,
-            fair_lock_serves_500_waiters,
-            fair_dead_waiter_is_skipped_after_its_deadline,
-            fair_waiter_that_gives_up_leaves_the_queue,
             read_write_compatibility,
             writer_downgrades_to_reader,
             read_hold_expiry_lets_a_writer_in,
@@ -51,6 +47,20 @@ macro_rules! conformance_tests {
             force_unlock_of_every_kind,
             fencing_tokens_strictly_increase,
             family_bad_input_is_typed,
+        );
+    };
+}
+
+/// Expands to one test per fair-lock scenario.
+#[macro_export]
+macro_rules! fair_tests {
+    ($make:expr) => {
+        $crate::__scenario_tests!($make;
+            fair_order_is_arrival_order,
+            fair_lock_serves_500_waiters,
+            fair_dead_waiter_is_skipped_after_its_deadline,
+            fair_waiter_that_gives_up_leaves_the_queue,
+            fair_lock_is_renewed_fenced_and_force_unlocked,
         );
     };
 }

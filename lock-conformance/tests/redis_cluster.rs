@@ -13,4 +13,5 @@ fn redis_adapter() -> Connect {
 }
 
 lock_conformance::conformance_tests!(RedisFixture::cluster(redis_adapter()));
+lock_conformance::fair_tests!(RedisFixture::cluster(redis_adapter()));
 lock_conformance::redis_fault_tests!(RedisFixture::cluster(redis_adapter()));

@@ -15,4 +15,5 @@ fn redis_adapter() -> Connect {
 }
 
 lock_conformance::conformance_tests!(RedisFixture::standalone(redis_adapter()));
+lock_conformance::fair_tests!(RedisFixture::standalone(redis_adapter()));
 lock_conformance::redis_fault_tests!(RedisFixture::standalone(redis_adapter()));

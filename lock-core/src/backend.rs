@@ -253,6 +253,11 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
         Ok(())
     }
 
+    /// Raises the fencing counter of `lock`'s name to at least `token`, so that every
+    /// later token exceeds it. Composite locks whose parts count separately use it to
+    /// keep one order across parts.
+    async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error>;
+
     /// Releases one hold. When holds remain, the lease is re-armed to `lease`.
     async fn release(&self, lock: &LockRef, lease: Duration) -> Result<Release, Error>;
 

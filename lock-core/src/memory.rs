@@ -503,6 +503,16 @@ impl Backend for MemoryBackend {
         Ok(())
     }
 
+    async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
+        let mut store = self.store();
+        let counter = store
+            .tokens
+            .entry(lock.name.as_str().to_owned())
+            .or_insert(0);
+        *counter = (*counter).max(token);
+        Ok(())
+    }
+
     async fn release(&self, lock: &LockRef, lease: Duration) -> Result<Release, Error> {
         let now = Instant::now();
         let (outcome, wakeup) = {

@@ -161,6 +161,13 @@ impl Subscriptions {
         }
     }
 
+    /// A handle that delivers messages without keeping the registry alive, for a
+    /// forwarding task owned by the registry's own [`PubSub`].
+    #[must_use]
+    pub fn downgrade(&self) -> WeakSubscriptions {
+        WeakSubscriptions(Arc::downgrade(&self.shared))
+    }
+
     /// Delivers a message received on `channel`.
     pub fn deliver(&self, channel: &str, wake: Wake) {
         let entry = self
@@ -255,6 +262,40 @@ async fn run_worker(
                     entry.notify.notify_waiters();
                 }
             }
+        }
+    }
+}
+
+/// A [`Subscriptions`] handle that does not keep the registry alive.
+#[derive(Clone)]
+pub struct WeakSubscriptions(std::sync::Weak<Shared>);
+
+impl fmt::Debug for WeakSubscriptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WeakSubscriptions")
+            .field("alive", &(self.0.strong_count() > 0))
+            .finish()
+    }
+}
+
+impl WeakSubscriptions {
+    /// Whether `channel` currently has listeners.
+    #[must_use]
+    pub fn is_listened(&self, channel: &str) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|shared| shared.channels().contains_key(channel))
+    }
+
+    /// Delivers a message on `channel`; false once the registry is gone.
+    #[must_use = "a false return means nobody will ever listen again"]
+    pub fn deliver(&self, channel: &str, wake: Wake) -> bool {
+        match self.0.upgrade() {
+            Some(shared) => {
+                Subscriptions { shared }.deliver(channel, wake);
+                true
+            }
+            None => false,
         }
     }
 }

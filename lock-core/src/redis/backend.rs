@@ -302,6 +302,19 @@ impl Backend for RedisBackend {
         }
     }
 
+    async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
+        let key = layout::token_key(&lock.name);
+        let token = token.to_string();
+        self.eval(
+            "raising the fencing counter",
+            &script::FENCING_RAISE,
+            &[&key],
+            &[&token],
+        )
+        .await
+        .map(drop)
+    }
+
     async fn release(&self, lock: &LockRef, lease: Duration) -> Result<Release, Error> {
         let name = &lock.name;
         let owner = lock.owner.as_str();

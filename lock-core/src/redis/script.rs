@@ -72,6 +72,7 @@ scripts! {
     12 RW_WRITE_RELEASE = "rw_write_release";
     13 RW_READ_RENEW = "rw_read_renew";
     14 RW_FORCE_RELEASE = "rw_force_release";
+    15 FENCING_RAISE = "fencing_raise";
 }
 
 #[cfg(test)]

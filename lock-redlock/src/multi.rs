@@ -1,0 +1,355 @@
+//! [`MultiLock`]: several locks, on one or several backends, taken as one.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::future::join_all;
+use lock_core::backend::{Acquire, LockState, Release, Renewal};
+use lock_core::notify::Listener;
+use lock_core::{AcquireRequest, Backend, Error, LockName, LockRef, Locks};
+
+use crate::error::NodeErrors;
+use crate::relay::Relay;
+
+/// Builds a [`MultiLock`].
+#[must_use]
+pub struct MultiLockBuilder {
+    parts: Vec<(Arc<dyn Backend>, String)>,
+}
+
+impl fmt::Debug for MultiLockBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.parts.iter().map(|(_, n)| n.as_str()).collect();
+        f.debug_struct("MultiLockBuilder")
+            .field("names", &names)
+            .finish()
+    }
+}
+
+impl MultiLockBuilder {
+    /// Adds the lock `name` on `backend`.
+    pub fn lock(mut self, backend: Arc<dyn Backend>, name: impl Into<String>) -> Self {
+        self.parts.push((backend, name.into()));
+        self
+    }
+
+    /// Checks the names and builds the lock.
+    pub fn build(self) -> Result<MultiLock, Error> {
+        if self.parts.is_empty() {
+            return Err(Error::invalid_argument(
+                "locks",
+                "a MultiLock needs at least one lock",
+            ));
+        }
+        let mut parts = Vec::with_capacity(self.parts.len());
+        for (backend, name) in self.parts {
+            parts.push((backend, LockName::new(&name)?));
+        }
+        // One order for every client: a waiter keeps only the parts ordered before the
+        // one it waits for, so two clients locking overlapping sets can never each hold
+        // what the other waits for.
+        parts.sort_by(|a, b| a.1.as_str().cmp(b.1.as_str()));
+        Ok(MultiLock {
+            parts,
+            kept: Mutex::new(HashMap::new()),
+            relay: Relay::new(Duration::from_secs(1)),
+        })
+    }
+}
+
+/// Several locks taken as one: all of them or none, as a [`Backend`].
+///
+/// Wrap it in a [`Locks`] client ([`MultiLock::locks`]) and lock any name on it (the
+/// name only labels the guard): acquiring takes every part at once, concurrently. When
+/// some part is busy, a `try_lock` releases what it took; a waiting acquire keeps the
+/// parts ordered before the busy one (by name), releases the rest, and waits, through
+/// pub/sub, for any part to be released. Because every client orders parts the same way,
+/// overlapping MultiLocks taken in different orders neither deadlock nor livelock.
+///
+/// Leases, renewal, releases and fencing apply to every part; the guard is lost as soon
+/// as any part is.
+pub struct MultiLock {
+    parts: Vec<(Arc<dyn Backend>, LockName)>,
+    /// Per waiting owner: the parts it kept from its previous attempt, with their
+    /// fencing tokens.
+    kept: Mutex<HashMap<LockRef, Vec<Kept>>>,
+    relay: Relay,
+}
+
+impl fmt::Debug for MultiLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.parts.iter().map(|(_, n)| n.as_str()).collect();
+        f.debug_struct("MultiLock")
+            .field("names", &names)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether a waiter kept a part from its previous attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kept {
+    No,
+    Yes { token: Option<u64> },
+}
+
+/// One part's answer to an acquire attempt.
+enum Part {
+    Held { holds: u32, token: Option<u64> },
+    Busy(Option<Duration>),
+    Failed(Error),
+}
+
+impl MultiLock {
+    /// An empty builder; add parts with [`MultiLockBuilder::lock`].
+    pub fn builder() -> MultiLockBuilder {
+        MultiLockBuilder { parts: Vec::new() }
+    }
+
+    /// A client with default settings over this MultiLock.
+    #[must_use]
+    pub fn locks(self) -> Locks {
+        Locks::new(Arc::new(self))
+    }
+
+    fn part(&self, i: usize, lock: &LockRef) -> LockRef {
+        LockRef::new(lock.kind, self.parts[i].1.clone(), lock.owner.clone())
+    }
+
+    fn kept(&self) -> std::sync::MutexGuard<'_, HashMap<LockRef, Vec<Kept>>> {
+        // Single map operations only: a poisoned map is still consistent.
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes part `i`: a part kept from the previous attempt only has its lease re-armed
+    /// (so that its lease counts from this attempt, like the others').
+    async fn take(&self, i: usize, lock: &LockRef, request: AcquireRequest, kept: Kept) -> Part {
+        let backend = &self.parts[i].0;
+        let part = self.part(i, lock);
+        if let Kept::Yes { token } = kept {
+            let renewed = backend
+                .renew(std::slice::from_ref(&part), request.lease)
+                .await;
+            if matches!(renewed.first(), Some(Renewal::Renewed)) {
+                return Part::Held { holds: 1, token };
+            }
+        }
+        let plain = AcquireRequest::new(request.lease).fencing(request.fencing);
+        match backend.acquire(&part, plain).await {
+            Ok(Acquire::Acquired { holds, token }) => Part::Held { holds, token },
+            Ok(Acquire::Busy { ttl, .. }) => Part::Busy(ttl),
+            Ok(_) => Part::Failed(Error::protocol("a part answered an unknown reply")),
+            Err(err) => Part::Failed(err),
+        }
+    }
+
+    /// Releases the listed parts, concurrently.
+    async fn release_parts(&self, parts: &[usize], lock: &LockRef, lease: Duration) {
+        join_all(parts.iter().map(|&i| {
+            let part = self.part(i, lock);
+            async move {
+                let _ = self.parts[i].0.release(&part, lease).await;
+            }
+        }))
+        .await;
+    }
+}
+
+#[async_trait]
+impl Backend for MultiLock {
+    async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
+        let n = self.parts.len();
+        let kept = self
+            .kept()
+            .remove(lock)
+            .unwrap_or_else(|| vec![Kept::No; n]);
+        let answers = join_all((0..n).map(|i| self.take(i, lock, request, kept[i]))).await;
+        if answers.iter().all(|a| matches!(a, Part::Held { .. })) {
+            let (holds, token) = answers.iter().fold((1, None), |(h, t), a| match a {
+                Part::Held { holds, token } => (h.max(*holds), t.max(*token)),
+                _ => (h, t),
+            });
+            return Ok(Acquire::Acquired { holds, token });
+        }
+        let held: Vec<usize> = (0..n)
+            .filter(|&i| matches!(answers[i], Part::Held { .. }))
+            .collect();
+        let tokens: Vec<Option<u64>> = answers
+            .iter()
+            .map(|a| match a {
+                Part::Held { token, .. } => *token,
+                _ => None,
+            })
+            .collect();
+        // The first busy part, in the shared order, is the one to wait for.
+        let blocked = (0..n).find(|i| !held.contains(i)).unwrap_or(0);
+        let mut ttl = None;
+        let mut failures = Vec::new();
+        for (i, answer) in answers.into_iter().enumerate() {
+            match answer {
+                Part::Failed(err) => failures.push((i, err)),
+                Part::Busy(t) if i == blocked => ttl = t,
+                _ => {}
+            }
+        }
+        if !failures.is_empty() {
+            self.release_parts(&held, lock, request.lease).await;
+            return Err(Error::connection(
+                "acquiring every part of a multi-lock",
+                NodeErrors {
+                    nodes: failures,
+                    of: n,
+                },
+            ));
+        }
+        let (keep, give_back): (Vec<usize>, Vec<usize>) = if request.enqueue {
+            held.iter().partition(|&&i| i < blocked)
+        } else {
+            (Vec::new(), held)
+        };
+        self.release_parts(&give_back, lock, request.lease).await;
+        if !keep.is_empty() {
+            let mut mask = vec![Kept::No; n];
+            for i in keep {
+                mask[i] = Kept::Yes { token: tokens[i] };
+            }
+            self.kept().insert(lock.clone(), mask);
+        }
+        Ok(Acquire::Busy {
+            ttl,
+            reserved: false,
+        })
+    }
+
+    async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
+        let outcomes = join_all((0..self.parts.len()).map(|i| {
+            let part = self.part(i, lock);
+            async move { self.parts[i].0.raise_fencing(&part, token).await }
+        }))
+        .await;
+        outcomes.into_iter().collect()
+    }
+
+    async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
+        let kept = self.kept().remove(lock);
+        if let Some(mask) = kept {
+            let parts: Vec<usize> = (0..mask.len()).filter(|&i| mask[i] != Kept::No).collect();
+            // The lease does not matter for a last hold; use a short one for the rare
+            // reentrant case.
+            self.release_parts(&parts, lock, Duration::from_secs(1))
+                .await;
+        }
+        Ok(())
+    }
+
+    async fn release(&self, lock: &LockRef, lease: Duration) -> Result<Release, Error> {
+        let outcomes = join_all((0..self.parts.len()).map(|i| {
+            let part = self.part(i, lock);
+            async move { self.parts[i].0.release(&part, lease).await }
+        }))
+        .await;
+        let mut still = None::<u32>;
+        let (mut released, mut failures) = (0, Vec::new());
+        for (i, outcome) in outcomes.into_iter().enumerate() {
+            match outcome {
+                Ok(Release::StillHeld { holds }) => {
+                    still = Some(still.map_or(holds, |h| h.max(holds)));
+                }
+                Ok(Release::Released) => released += 1,
+                Ok(_) => {}
+                Err(err) => failures.push((i, err)),
+            }
+        }
+        if let Some(holds) = still {
+            return Ok(Release::StillHeld { holds });
+        }
+        if !failures.is_empty() {
+            return Err(Error::connection(
+                "releasing every part of a multi-lock",
+                NodeErrors {
+                    nodes: failures,
+                    of: self.parts.len(),
+                },
+            ));
+        }
+        Ok(if released > 0 {
+            Release::Released
+        } else {
+            Release::NotHeld
+        })
+    }
+
+    async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal> {
+        join_all(locks.iter().map(|lock| async move {
+            let parts = join_all((0..self.parts.len()).map(|i| {
+                let part = self.part(i, lock);
+                async move {
+                    self.parts[i]
+                        .0
+                        .renew(std::slice::from_ref(&part), lease)
+                        .await
+                }
+            }))
+            .await;
+            let mut failed = None;
+            for renewal in parts.into_iter().flatten() {
+                match renewal {
+                    Renewal::Renewed => {}
+                    Renewal::Failed(err) => failed = Some(Renewal::Failed(err)),
+                    _ => return Renewal::Gone,
+                }
+            }
+            failed.unwrap_or(Renewal::Renewed)
+        }))
+        .await
+    }
+
+    async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error> {
+        let states = join_all((0..self.parts.len()).map(|i| {
+            let part = self.part(i, lock);
+            async move { self.parts[i].0.inspect(&part).await }
+        }))
+        .await;
+        let (mut locked, mut holds, mut ttl) = (true, u32::MAX, None::<Duration>);
+        for state in states {
+            let state = state?;
+            locked &= state.locked;
+            holds = holds.min(state.holds);
+            if let Some(t) = state.ttl {
+                ttl = Some(ttl.map_or(t, |m| m.min(t)));
+            }
+        }
+        Ok(LockState::new(locked, holds, ttl.filter(|_| locked)))
+    }
+
+    async fn force_release(&self, lock: &LockRef) -> Result<bool, Error> {
+        let outcomes = join_all((0..self.parts.len()).map(|i| {
+            let part = self.part(i, lock);
+            async move { self.parts[i].0.force_release(&part).await }
+        }))
+        .await;
+        let mut any = false;
+        for outcome in outcomes {
+            any |= outcome?;
+        }
+        Ok(any)
+    }
+
+    async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
+        let channel = format!("{}|{}", lock.kind, lock.owner);
+        let parts = (0..self.parts.len())
+            .map(|i| (Arc::clone(&self.parts[i].0), self.part(i, lock)))
+            .collect();
+        self.relay.listen(&channel, parts).await
+    }
+}
+
+impl MultiLock {
+    /// Channels this client listens on for its waiters (for diagnostics and tests).
+    #[must_use]
+    pub fn subscribed_channels(&self) -> Vec<String> {
+        self.relay.channels()
+    }
+}

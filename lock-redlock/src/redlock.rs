@@ -1,0 +1,589 @@
+//! [`RedLock`]: one lock name on N independent nodes; held when a majority holds it.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use lock_core::backend::{Acquire, LockState, Release, Renewal};
+use lock_core::notify::Listener;
+use lock_core::{AcquireRequest, Backend, Error, ErrorKind, LockKind, LockRef, Locks};
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+
+use crate::error::{NodeErrors, timed_out};
+use crate::relay::Relay;
+
+/// What one node said to a release.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum NodeRelease {
+    /// The node released (or still holds, for a reentrant hold) as asked.
+    Done(Release),
+    /// The node failed or did not answer in time.
+    Failed(Arc<Error>),
+}
+
+/// Builds a [`RedLock`].
+#[derive(Debug)]
+#[must_use]
+pub struct RedLockBuilder {
+    nodes: Vec<Arc<dyn Backend>>,
+    node_timeout: Option<Duration>,
+    drift_factor: f64,
+    drift_floor: Duration,
+}
+
+impl RedLockBuilder {
+    /// The longest wait for one node's answer. Default: a twentieth of the lease, at least
+    /// 5 ms and at most 1 s (so 1 s with the watchdog's 30 s lease).
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
+        self
+    }
+
+    /// The clock-drift allowance: validity is `lease - elapsed - (lease * factor + floor)`.
+    /// Default: 0.01 and 2 ms.
+    pub fn drift(mut self, factor: f64, floor: Duration) -> Self {
+        self.drift_factor = factor;
+        self.drift_floor = floor;
+        self
+    }
+
+    /// Checks the settings.
+    pub fn build(self) -> Result<RedLock, Error> {
+        if self.nodes.is_empty() {
+            return Err(Error::invalid_argument(
+                "nodes",
+                "a RedLock needs at least one node",
+            ));
+        }
+        if self.node_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Error::invalid_argument("node_timeout", "must be positive"));
+        }
+        if !(0.0..0.5).contains(&self.drift_factor) {
+            return Err(Error::invalid_argument(
+                "drift_factor",
+                "must be at least 0 and below 0.5",
+            ));
+        }
+        let listen_timeout = self.node_timeout.unwrap_or(Duration::from_secs(1));
+        Ok(RedLock {
+            quorum: self.nodes.len() / 2 + 1,
+            nodes: self.nodes,
+            node_timeout: self.node_timeout,
+            drift_factor: self.drift_factor,
+            drift_floor: self.drift_floor,
+            relay: Relay::new(listen_timeout),
+            releases: Mutex::new(HashMap::new()),
+        })
+    }
+}
+
+/// The RedLock algorithm as a [`Backend`]: the same lock on N independent nodes, held
+/// while a majority (N/2 + 1) holds it.
+///
+/// Wrap it in a [`Locks`] client and every lock kind, reentrancy, the watchdog, fencing
+/// tokens, guards and cancel safety work as for a single node. Every request goes to all
+/// nodes at once, each bounded by the per-node timeout:
+///
+/// - acquire succeeds when a majority granted it within the lease's validity
+///   (`lease - elapsed - drift`, monotonic clock); otherwise it is released on every node
+///   that granted it or did not answer. The guard's [`valid_for`](lock_core::Guard::valid_for)
+///   is that validity, counted down from when the acquisition was sent;
+/// - a renewal counts when a majority confirms it; a node that lost the lock (a restart
+///   without persistence) while the majority still holds it gets it back;
+/// - the fencing token is the largest a majority granted (tokens of the nodes differ);
+/// - a release goes to every node; [`RedLock::last_release`] tells what each node said;
+/// - fair locks are refused (`InvalidArgument`): every node keeps its own queue, and
+///   concurrent waiters reach the nodes in different orders.
+///
+/// See the crate documentation for what RedLock does and does not guarantee.
+pub struct RedLock {
+    nodes: Vec<Arc<dyn Backend>>,
+    quorum: usize,
+    node_timeout: Option<Duration>,
+    drift_factor: f64,
+    drift_floor: Duration,
+    relay: Relay,
+    releases: Mutex<HashMap<LockRef, Vec<NodeRelease>>>,
+}
+
+impl fmt::Debug for RedLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedLock")
+            .field("nodes", &self.nodes.len())
+            .field("quorum", &self.quorum)
+            .field("node_timeout", &self.node_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether the grants of one acquire attempt count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    Pending,
+    Kept,
+    Undone,
+}
+
+/// Acquires on one node in a task of its own, so that the call completes even after the
+/// request stopped waiting for it. A grant that turns out not to count (the quorum failed,
+/// or the caller went away) is released by the task once the request has decided.
+fn spawn_acquire(
+    node: Arc<dyn Backend>,
+    lock: LockRef,
+    request: AcquireRequest,
+    mut decision: watch::Receiver<Decision>,
+) -> oneshot::Receiver<Result<Acquire, Error>> {
+    let (reply, answer) = oneshot::channel();
+    tokio::spawn(async move {
+        let result = node.acquire(&lock, request).await;
+        let maybe_held = !matches!(result, Ok(Acquire::Busy { .. }));
+        let _ = reply.send(result);
+        if maybe_held {
+            let kept = decision
+                .wait_for(|d| *d != Decision::Pending)
+                .await
+                .is_ok_and(|d| *d == Decision::Kept);
+            if !kept {
+                let _ = node.release(&lock, request.lease).await;
+            }
+        }
+    });
+    answer
+}
+
+/// One node's answer to an acquire.
+enum Granted {
+    Yes { holds: u32, token: Option<u64> },
+    Busy(Option<Duration>),
+    Failed(Error),
+}
+
+impl RedLock {
+    /// A RedLock over `nodes`, each an independent Redis master (or any backend).
+    pub fn builder(nodes: Vec<Arc<dyn Backend>>) -> RedLockBuilder {
+        RedLockBuilder {
+            nodes,
+            node_timeout: None,
+            drift_factor: 0.01,
+            drift_floor: Duration::from_millis(2),
+        }
+    }
+
+    /// A client with default settings over this RedLock.
+    #[must_use]
+    pub fn locks(self) -> Locks {
+        Locks::new(Arc::new(self))
+    }
+
+    /// How many nodes must agree.
+    #[must_use]
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    /// What each node answered to the latest release of `lock` by this client.
+    #[must_use]
+    pub fn last_release(&self, lock: &LockRef) -> Option<Vec<NodeRelease>> {
+        self.releases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(lock)
+            .cloned()
+    }
+
+    fn node_timeout(&self, lease: Duration) -> Duration {
+        self.node_timeout
+            .unwrap_or_else(|| (lease / 20).clamp(Duration::from_millis(5), Duration::from_secs(1)))
+    }
+
+    fn drift(&self, lease: Duration) -> Duration {
+        lease.mul_f64(self.drift_factor) + self.drift_floor
+    }
+
+    /// Runs `call` on every node at once, each bounded by `timeout`.
+    fn on_all<T, F, Fut>(
+        &self,
+        timeout: Duration,
+        call: F,
+    ) -> FuturesUnordered<impl Future<Output = (usize, Result<T, Error>)> + '_>
+    where
+        F: Fn(Arc<dyn Backend>) -> Fut,
+        Fut: Future<Output = Result<T, Error>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                // Each call runs in its own task: it finishes even if this request is
+                // dropped, so a late grant is still known to the node for release.
+                let task = tokio::spawn(call(Arc::clone(node)));
+                async move {
+                    let outcome = match tokio::time::timeout(timeout, task).await {
+                        Ok(Ok(result)) => result,
+                        Ok(Err(join)) => Err(Error::protocol(format!("node task failed: {join}"))),
+                        Err(_) => Err(timed_out(timeout)),
+                    };
+                    (i, outcome)
+                }
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl Backend for RedLock {
+    async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
+        if lock.kind == LockKind::Fair {
+            // Each node keeps its own queue, and concurrent waiters reach nodes in
+            // different orders: heads disagree and no waiter gets a majority.
+            return Err(Error::invalid_argument(
+                "kind",
+                "a fair lock cannot span RedLock nodes (each node's queue has its own order); \
+                 use a mutex",
+            ));
+        }
+        let started = Instant::now();
+        let timeout = self.node_timeout(request.lease);
+        let (decide, decision) = watch::channel(Decision::Pending);
+        let mut calls: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let answer =
+                    spawn_acquire(Arc::clone(node), lock.clone(), request, decision.clone());
+                async move {
+                    let outcome = match tokio::time::timeout(timeout, answer).await {
+                        Ok(Ok(result)) => result,
+                        Ok(Err(_)) => Err(Error::protocol("a node's task ended without a reply")),
+                        Err(_) => Err(timed_out(timeout)),
+                    };
+                    (i, outcome)
+                }
+            })
+            .collect();
+        let n = self.nodes.len();
+        let mut answers: Vec<Option<Granted>> = (0..n).map(|_| None).collect();
+        let (mut granted, mut answered) = (0, 0);
+        while let Some((i, outcome)) = calls.next().await {
+            answered += 1;
+            answers[i] = Some(match outcome {
+                Ok(Acquire::Acquired { holds, token }) => {
+                    granted += 1;
+                    Granted::Yes { holds, token }
+                }
+                Ok(Acquire::Busy { ttl, .. }) => Granted::Busy(ttl),
+                Ok(_) => Granted::Failed(Error::protocol("a node answered an unknown reply")),
+                Err(err) => Granted::Failed(err),
+            });
+            // Stop as soon as the outcome is decided; late answers are handled by the
+            // nodes' tasks.
+            if granted >= self.quorum || granted + (n - answered) < self.quorum {
+                break;
+            }
+        }
+        let elapsed = started.elapsed();
+        let valid = request
+            .lease
+            .checked_sub(elapsed + self.drift(request.lease))
+            .is_some_and(|v| !v.is_zero());
+        let (holds, token) = answers
+            .iter()
+            .flatten()
+            .filter_map(|a| match a {
+                Granted::Yes { holds, token } => Some((*holds, *token)),
+                _ => None,
+            })
+            .fold((0, None), |(h, t), (holds, token)| {
+                (h.max(holds), t.max(token))
+            });
+        // Nodes count tokens separately. The token is the largest the majority gave;
+        // raising a majority's counters to it makes every later majority (which shares
+        // a node with this one) give a larger one.
+        let fenced = match token {
+            Some(token) if granted >= self.quorum && valid => {
+                self.raise_fencing(lock, token, timeout).await
+            }
+            _ => true,
+        };
+        if granted >= self.quorum && valid && fenced {
+            let _ = decide.send(Decision::Kept);
+            return Ok(Acquire::Acquired { holds, token });
+        }
+        let _ = decide.send(Decision::Undone);
+        self.not_acquired(answers)
+    }
+
+    async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
+        if self
+            .raise_fencing(lock, token, self.node_timeout(Duration::from_secs(30)))
+            .await
+        {
+            Ok(())
+        } else {
+            Err(Error::protocol(
+                "a majority of nodes did not raise the fencing counter",
+            ))
+        }
+    }
+
+    async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
+        let timeout = self.node_timeout(Duration::from_secs(30));
+        let mut calls = self.on_all(timeout, |node| {
+            let lock = lock.clone();
+            async move { node.cancel_wait(&lock).await }
+        });
+        while calls.next().await.is_some() {}
+        Ok(())
+    }
+
+    async fn release(&self, lock: &LockRef, lease: Duration) -> Result<Release, Error> {
+        let timeout = self.node_timeout(lease);
+        let mut calls = self.on_all(timeout, |node| {
+            let lock = lock.clone();
+            async move { node.release(&lock, lease).await }
+        });
+        let mut report: Vec<Option<NodeRelease>> = vec![None; self.nodes.len()];
+        while let Some((i, outcome)) = calls.next().await {
+            report[i] = Some(match outcome {
+                Ok(release) => NodeRelease::Done(release),
+                Err(err) => NodeRelease::Failed(Arc::new(err)),
+            });
+        }
+        let report: Vec<NodeRelease> = report.into_iter().flatten().collect();
+        self.releases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(lock.clone(), report.clone());
+        let (mut released, mut still, mut failed) = (0, None::<u32>, Vec::new());
+        for (i, node) in report.iter().enumerate() {
+            match node {
+                NodeRelease::Done(Release::Released) => released += 1,
+                NodeRelease::Done(Release::StillHeld { holds }) => {
+                    still = Some(still.map_or(*holds, |h| h.max(*holds)));
+                }
+                NodeRelease::Done(_) => {}
+                NodeRelease::Failed(err) => {
+                    failed.push((i, Error::protocol(err.to_string())));
+                }
+            }
+        }
+        if let Some(holds) = still {
+            return Ok(Release::StillHeld { holds });
+        }
+        if released >= self.quorum
+            || (released > 0 && failed.len() <= self.nodes.len() - self.quorum)
+        {
+            return Ok(Release::Released);
+        }
+        if failed.len() > self.nodes.len() - self.quorum {
+            return Err(Error::connection(
+                "releasing on a majority of nodes",
+                NodeErrors {
+                    nodes: failed,
+                    of: self.nodes.len(),
+                },
+            ));
+        }
+        Ok(if released > 0 {
+            Release::Released
+        } else {
+            Release::NotHeld
+        })
+    }
+
+    async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal> {
+        let timeout = self.node_timeout(lease);
+        let batch: Arc<[LockRef]> = locks.into();
+        let mut calls = self.on_all(timeout, |node| {
+            let batch = Arc::clone(&batch);
+            async move { Ok(node.renew(&batch, lease).await) }
+        });
+        let mut per_node: Vec<Option<Result<Vec<Renewal>, Error>>> =
+            (0..self.nodes.len()).map(|_| None).collect();
+        while let Some((i, outcome)) = calls.next().await {
+            per_node[i] = Some(outcome);
+        }
+        let n = self.nodes.len();
+        locks
+            .iter()
+            .enumerate()
+            .map(|(k, lock)| {
+                let mut renewed = Vec::new();
+                let mut gone = Vec::new();
+                let mut failed = Vec::new();
+                for (i, outcome) in per_node.iter().enumerate() {
+                    match outcome {
+                        Some(Ok(renewals)) => match renewals.get(k) {
+                            Some(Renewal::Renewed) => renewed.push(i),
+                            Some(Renewal::Failed(err)) => {
+                                failed.push((i, Error::protocol(err.to_string())));
+                            }
+                            _ => gone.push(i),
+                        },
+                        Some(Err(err)) => failed.push((i, Error::protocol(err.to_string()))),
+                        None => failed.push((i, timed_out(timeout))),
+                    }
+                }
+                if renewed.len() >= self.quorum {
+                    // The majority holds it: give it back to nodes that lost it (a
+                    // restart without persistence), so that the majority stays robust.
+                    for i in gone {
+                        let (node, lock) = (Arc::clone(&self.nodes[i]), lock.clone());
+                        tokio::spawn(async move {
+                            let _ = node.acquire(&lock, AcquireRequest::new(lease)).await;
+                        });
+                    }
+                    Renewal::Renewed
+                } else if gone.len() > n - self.quorum {
+                    Renewal::Gone
+                } else {
+                    Renewal::Failed(Arc::new(Error::connection(
+                        "renewing on a majority of nodes",
+                        NodeErrors {
+                            nodes: failed,
+                            of: n,
+                        },
+                    )))
+                }
+            })
+            .collect()
+    }
+
+    async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error> {
+        let timeout = self.node_timeout(Duration::from_secs(30));
+        let mut calls = self.on_all(timeout, |node| {
+            let lock = lock.clone();
+            async move { node.inspect(&lock).await }
+        });
+        let (mut locked, mut holds, mut ttl, mut failed) = (0, Vec::new(), None, Vec::new());
+        while let Some((i, outcome)) = calls.next().await {
+            match outcome {
+                Ok(state) => {
+                    if state.locked {
+                        locked += 1;
+                        ttl = match (ttl, state.ttl) {
+                            (Some(a), Some(b)) => Some(std::cmp::min(a, b)),
+                            (a, b) => a.or(b),
+                        };
+                    }
+                    holds.push(state.holds);
+                }
+                Err(err) => failed.push((i, err)),
+            }
+        }
+        if failed.len() > self.nodes.len() - self.quorum {
+            return Err(Error::connection(
+                "inspecting a majority of nodes",
+                NodeErrors {
+                    nodes: failed,
+                    of: self.nodes.len(),
+                },
+            ));
+        }
+        // The count a majority agrees on: the quorum-th largest.
+        holds.sort_unstable_by(|a, b| b.cmp(a));
+        let majority_holds = holds.get(self.quorum - 1).copied().unwrap_or(0);
+        let is_locked = locked >= self.quorum;
+        Ok(LockState::new(
+            is_locked,
+            majority_holds,
+            ttl.filter(|_| is_locked),
+        ))
+    }
+
+    async fn force_release(&self, lock: &LockRef) -> Result<bool, Error> {
+        let timeout = self.node_timeout(Duration::from_secs(30));
+        let mut calls = self.on_all(timeout, |node| {
+            let lock = lock.clone();
+            async move { node.force_release(&lock).await }
+        });
+        let mut any = false;
+        while let Some((_, outcome)) = calls.next().await {
+            any |= matches!(outcome, Ok(true));
+        }
+        Ok(any)
+    }
+
+    async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
+        let channel = format!("{}|{}|{}", lock.kind, lock.name, lock.owner);
+        let parts = self
+            .nodes
+            .iter()
+            .map(|node| (Arc::clone(node), lock.clone()))
+            .collect();
+        self.relay.listen(&channel, parts).await
+    }
+}
+
+impl RedLock {
+    /// The answer to an acquire that did not get a majority: the caller's own error if a
+    /// majority refused it for a reason no retry changes, every node's error if too many
+    /// failed, else busy until the shortest lease among the holders' nodes.
+    fn not_acquired(&self, answers: Vec<Option<Granted>>) -> Result<Acquire, Error> {
+        let n = self.nodes.len();
+        let mut failures = Vec::new();
+        let mut ttl: Option<Duration> = None;
+        for (i, answer) in answers.into_iter().enumerate() {
+            match answer {
+                Some(Granted::Failed(err)) => failures.push((i, err)),
+                Some(Granted::Busy(Some(t))) => ttl = Some(ttl.map_or(t, |m| m.min(t))),
+                _ => {}
+            }
+        }
+        // An answer that no retry can change (the caller holds the read lock, or the key
+        // has another type) is the caller's error, not the nodes'.
+        let refused = failures
+            .iter()
+            .filter(|(_, err)| {
+                matches!(err.kind(), ErrorKind::WouldDeadlock | ErrorKind::WrongType)
+            })
+            .count();
+        if refused >= self.quorum
+            && let Some(index) = failures.iter().position(|(_, err)| {
+                matches!(err.kind(), ErrorKind::WouldDeadlock | ErrorKind::WrongType)
+            })
+        {
+            return Err(failures.swap_remove(index).1);
+        }
+        if failures.len() > n - self.quorum {
+            return Err(Error::connection(
+                "acquiring on a majority of nodes",
+                NodeErrors {
+                    nodes: failures,
+                    of: n,
+                },
+            ));
+        }
+        Ok(Acquire::Busy {
+            ttl,
+            reserved: false,
+        })
+    }
+
+    /// Raises the fencing counter on every node; true when a majority did.
+    async fn raise_fencing(&self, lock: &LockRef, token: u64, timeout: Duration) -> bool {
+        let mut calls = self.on_all(timeout, |node| {
+            let lock = lock.clone();
+            async move { node.raise_fencing(&lock, token).await }
+        });
+        let mut raised = 0;
+        while let Some((_, outcome)) = calls.next().await {
+            raised += usize::from(outcome.is_ok());
+        }
+        raised >= self.quorum
+    }
+
+    /// Channels this client listens on for its waiters (for diagnostics and tests).
+    #[must_use]
+    pub fn subscribed_channels(&self) -> Vec<String> {
+        self.relay.channels()
+    }
+}

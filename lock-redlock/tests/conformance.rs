@@ -1,0 +1,104 @@
+//! The conformance suite on RedLocks: over three in-memory nodes and over three real
+//! Redis servers. Every lock kind, reentrancy, fencing, guards and cancel safety must
+//! behave exactly as on one node.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use lock_conformance::Fixture;
+use lock_core::Backend;
+use lock_core::memory::MemoryBackend;
+use lock_redlock::RedLock;
+use lock_testkit::RedisServer;
+
+/// Three in-memory nodes; every client is a new RedLock over the same three stores.
+#[derive(Debug)]
+struct MemoryNodes(Vec<MemoryBackend>);
+
+impl MemoryNodes {
+    #[allow(clippy::unused_async)] // reason: the test macros await every fixture constructor.
+    async fn start() -> Self {
+        Self((0..3).map(|_| MemoryBackend::new()).collect())
+    }
+}
+
+#[async_trait]
+impl Fixture for MemoryNodes {
+    async fn backend(&self) -> Arc<dyn Backend> {
+        let nodes = self
+            .0
+            .iter()
+            .map(|m| Arc::new(m.clone()) as Arc<dyn Backend>)
+            .collect();
+        Arc::new(RedLock::builder(nodes).build().expect("valid RedLock"))
+    }
+
+    async fn subscribed_channels(&self) -> Vec<String> {
+        self.0
+            .iter()
+            .flat_map(MemoryBackend::subscribed_channels)
+            .collect()
+    }
+}
+
+/// Three Redis servers; every client is a new RedLock with its own connections.
+#[derive(Debug)]
+struct RedisNodes(Vec<RedisServer>);
+
+impl RedisNodes {
+    async fn start() -> Self {
+        let mut servers = Vec::new();
+        for _ in 0..3 {
+            servers.push(RedisServer::start().await);
+        }
+        Self(servers)
+    }
+}
+
+#[async_trait]
+impl Fixture for RedisNodes {
+    async fn backend(&self) -> Arc<dyn Backend> {
+        let mut nodes = Vec::new();
+        for server in &self.0 {
+            nodes.push(
+                lock_redis::connect_backend(&server.url())
+                    .await
+                    .expect("connect to a test node"),
+            );
+        }
+        Arc::new(RedLock::builder(nodes).build().expect("valid RedLock"))
+    }
+
+    async fn subscribed_channels(&self) -> Vec<String> {
+        let mut channels = Vec::new();
+        for server in &self.0 {
+            let on_node: Vec<String> = server.command(&["PUBSUB", "CHANNELS"]).await;
+            channels.extend(on_node);
+        }
+        channels
+    }
+}
+
+mod memory {
+    use super::MemoryNodes;
+    lock_conformance::conformance_tests!(MemoryNodes::start());
+}
+
+mod redis {
+    use super::RedisNodes;
+    lock_conformance::conformance_tests!(RedisNodes::start());
+}
+
+/// Fair locks cannot span RedLock nodes: a typed error, and nothing is left behind.
+#[tokio::test]
+async fn fair_lock_over_redlock_is_refused() {
+    let nodes = MemoryNodes::start().await;
+    let locks = lock_core::Locks::new(nodes.backend().await);
+    let err = locks
+        .fair_mutex("redlock:fair")
+        .lock()
+        .await
+        .expect_err("a fair RedLock must be refused");
+    assert_eq!(err.kind(), lock_core::ErrorKind::InvalidArgument);
+    assert!(nodes.0.iter().all(|node| node.held_locks().is_empty()));
+}
