@@ -21,6 +21,7 @@
 //! | feature | module | backend |
 //! |---|---|---|
 //! | `redis` (default) | [`redis`] | the `redis` crate: standalone Redis, Redis Cluster |
+//! | `redlock` | `redlock` | MultiLock and RedLock over any of the others |
 //! | always | [`memory`] | in-process, for tests and single-process services |
 //!
 //! Every backend passes the same conformance suite, and the Redis data layout is
@@ -50,4 +51,10 @@ pub mod memory {
 #[cfg(feature = "redis")]
 pub mod redis {
     pub use lock_redis::*;
+}
+
+/// MultiLock (all of N locks) and RedLock (a majority of N nodes) over any backends.
+#[cfg(feature = "redlock")]
+pub mod redlock {
+    pub use lock_redlock::*;
 }

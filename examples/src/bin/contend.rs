@@ -3,7 +3,7 @@
 //! contract, so its flags and output fields only ever grow.
 //!
 //! ```text
-//! contend --url URL [--backend redis|memory] [--kind mutex|fair|read|write|mixed] [--name NAME]
+//! contend --url URL [--backend redis|redlock|memory] [--kind mutex|fair|read|write|mixed|multi] [--name NAME]
 //!         --workers N --hold-ms H --think-ms T --seconds S
 //!         [--distinct] [--lease-ms L] [--check-key KEY]
 //! ```
@@ -13,7 +13,9 @@
 //! `INCR`/`DECR` of KEY on the same Redis (a violation whenever `INCR` returns anything
 //! but 1). Kinds: `mutex`, `fair`, `read` (all readers), `write` (all writers) and
 //! `mixed` (one operation in five writes); for read-write kinds a writer adds 1 000 000 to
-//! KEY instead and must see exactly that, a reader adds 1 and must see no writer. Output fields: `backend`, `kind`, `workers`, `ops`, `ops_per_s`, `utilization`
+//! KEY instead and must see exactly that, a reader adds 1 and must see no writer.
+//! `--backend redlock --url URL1,URL2,...` runs a RedLock over those nodes; `--kind multi
+//! --name a,b,c` takes a MultiLock over the listed names. Output fields: `backend`, `kind`, `workers`, `ops`, `ops_per_s`, `utilization`
 //! (total time held / wall time), `wait_ms_p50`/`p99`/`max`, `fairness_min_over_max`
 //! (fewest over most ops of one worker), `violations`.
 
@@ -41,7 +43,7 @@ struct Args {
     check_key: Option<String>,
 }
 
-const USAGE: &str = "usage: contend --url URL [--backend redis|memory] [--kind mutex|fair|read|write|mixed] [--name NAME] \
+const USAGE: &str = "usage: contend --url URL [--backend redis|redlock|memory] [--kind mutex|fair|read|write|mixed|multi] [--name NAME] \
 --workers N --hold-ms H --think-ms T --seconds S [--distinct] [--lease-ms L] [--check-key KEY]";
 
 fn parse_args() -> Result<Args, String> {
@@ -87,9 +89,9 @@ fn parse_args() -> Result<Args, String> {
     if !(args.seconds > 0.0 && args.seconds.is_finite()) {
         return Err("--seconds must be positive".into());
     }
-    if !["mutex", "fair", "read", "write", "mixed"].contains(&args.kind.as_str()) {
+    if !["mutex", "fair", "read", "write", "mixed", "multi"].contains(&args.kind.as_str()) {
         return Err(format!(
-            "--kind {} is not supported (mutex, fair, read, write, mixed)",
+            "--kind {} is not supported (mutex, fair, read, write, mixed, multi)",
             args.kind
         ));
     }
@@ -104,19 +106,44 @@ fn number<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T, String> {
 
 /// One client per worker: its own connections and its own UUID.
 async fn client(args: &Args, memory: &lock::memory::MemoryBackend) -> Result<Locks, String> {
-    match args.backend.as_str() {
-        "memory" => Ok(Locks::new(Arc::new(memory.clone()))),
-        "redis" => {
-            let url = args
-                .url
-                .as_deref()
-                .ok_or("--url (or REDIS_URL) is required for redis")?;
-            lock::redis::connect(url).await.map_err(|e| error_chain(&e))
+    let url = || {
+        args.url
+            .as_deref()
+            .ok_or_else(|| format!("--url (or REDIS_URL) is required for {}", args.backend))
+    };
+    let backend: Arc<dyn lock::Backend> = match args.backend.as_str() {
+        "memory" => Arc::new(memory.clone()),
+        "redis" => lock::redis::connect_backend(url()?)
+            .await
+            .map_err(|e| error_chain(&e))?,
+        "redlock" => {
+            let mut nodes = Vec::new();
+            for node in url()?.split(',') {
+                nodes.push(
+                    lock::redis::connect_backend(node.trim())
+                        .await
+                        .map_err(|e| error_chain(&e))?,
+                );
+            }
+            let redlock = lock::redlock::RedLock::builder(nodes)
+                .build()
+                .map_err(|e| error_chain(&e))?;
+            Arc::new(redlock)
         }
-        other => Err(format!(
-            "--backend {other} is not supported (redis, memory)"
-        )),
+        other => {
+            return Err(format!(
+                "--backend {other} is not supported (redis, redlock, memory)"
+            ));
+        }
+    };
+    if args.kind == "multi" {
+        let mut multi = lock::redlock::MultiLock::builder();
+        for name in args.name.split(',') {
+            multi = multi.lock(Arc::clone(&backend), name.trim());
+        }
+        return Ok(multi.build().map_err(|e| error_chain(&e))?.locks());
     }
+    Ok(Locks::new(backend))
 }
 
 fn error_chain(err: &dyn std::error::Error) -> String {
@@ -233,6 +260,8 @@ fn writes(kind: &str, w: usize, op: u64) -> bool {
 fn handle(locks: &Locks, kind: &str, name: &str, write: bool) -> lock::Lock {
     match kind {
         "fair" => locks.fair_mutex(name),
+        // A MultiLock client: the name only labels the guard.
+        "multi" => locks.mutex("multi"),
         "read" | "write" | "mixed" if write => locks.rw_lock(name).write(),
         "read" | "write" | "mixed" => locks.rw_lock(name).read(),
         _ => locks.mutex(name),
@@ -284,7 +313,7 @@ async fn worker(
         // The check key follows the contract: exclusive kinds INCR it and expect 1;
         // read-write kinds add WRITER for a writer (expecting exactly WRITER) or 1 for a
         // reader (expecting no writer).
-        let key_delta = if matches!(args.kind.as_str(), "mutex" | "fair") {
+        let key_delta = if matches!(args.kind.as_str(), "mutex" | "fair" | "multi") {
             1
         } else {
             delta

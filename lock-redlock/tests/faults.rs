@@ -1,0 +1,275 @@
+//! RedLock and MultiLock under faults, on real redis-server processes: paused, killed and
+//! restarted nodes; racing and overlapping multi-locks.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lock_core::{Backend, ErrorKind, Locks};
+use lock_redlock::{MultiLock, NodeErrors, NodeRelease, RedLock};
+use lock_testkit::RedisServer;
+use tokio::time::{Instant, sleep, timeout};
+
+async fn servers(n: usize) -> Vec<RedisServer> {
+    let mut servers = Vec::with_capacity(n);
+    for _ in 0..n {
+        servers.push(RedisServer::start().await);
+    }
+    servers
+}
+
+async fn connect(server: &RedisServer) -> Arc<dyn Backend> {
+    let backend = lock_redis::Connector::new(server.url())
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .expect("connect to a test node");
+    Arc::new(backend)
+}
+
+async fn nodes(servers: &[RedisServer]) -> Vec<Arc<dyn Backend>> {
+    let mut nodes = Vec::with_capacity(servers.len());
+    for server in servers {
+        nodes.push(connect(server).await);
+    }
+    nodes
+}
+
+async fn fields(server: &RedisServer, key: &str) -> Vec<String> {
+    server.command(&["HKEYS", key]).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquires_and_releases_on_every_node() {
+    let servers = servers(5).await;
+    let redlock = Arc::new(RedLock::builder(nodes(&servers).await).build().unwrap());
+    let locks = Locks::new(redlock.clone());
+    let guard = locks.mutex("rl:basic").lock().await.unwrap();
+    let owner = guard.owner().to_owned();
+    for server in &servers {
+        assert_eq!(fields(server, "rl:basic").await, vec![owner.clone()]);
+    }
+    let valid = guard.valid_for().expect("held");
+    assert!(
+        valid > Duration::from_secs(29) && valid <= Duration::from_secs(30),
+        "{valid:?}"
+    );
+    let lock_ref = lock_core::LockRef::new(
+        lock_core::LockKind::Mutex,
+        lock_core::LockName::new("rl:basic").unwrap(),
+        lock_core::Owner::new(locks.client_id(), owner.rsplit_once(':').unwrap().1),
+    );
+    guard.unlock().await.unwrap();
+    for server in &servers {
+        assert!(fields(server, "rl:basic").await.is_empty());
+    }
+    let report = redlock.last_release(&lock_ref).expect("a release report");
+    assert_eq!(report.len(), 5);
+    assert!(
+        report
+            .iter()
+            .all(|r| matches!(r, NodeRelease::Done(lock_core::backend::Release::Released)))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_paused_nodes_still_acquire_within_the_node_timeout() {
+    let servers = servers(5).await;
+    let node_timeout = Duration::from_millis(200);
+    let redlock = RedLock::builder(nodes(&servers).await)
+        .node_timeout(node_timeout)
+        .build()
+        .unwrap();
+    let locks = redlock.locks();
+    let rival = RedLock::builder(nodes(&servers).await)
+        .node_timeout(node_timeout)
+        .build()
+        .unwrap()
+        .locks();
+    servers[1].pause();
+    servers[3].pause();
+    let started = Instant::now();
+    let guard = timeout(Duration::from_secs(3), locks.mutex("rl:paused").lock())
+        .await
+        .expect("a majority answers")
+        .unwrap();
+    assert!(
+        started.elapsed() < node_timeout * 4,
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(guard.is_held());
+    // Another client cannot take it meanwhile.
+    assert!(rival.mutex("rl:paused").try_lock().await.unwrap().is_none());
+    servers[1].resume();
+    servers[3].resume();
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_dead_nodes_fail_within_the_wait_with_every_nodes_error() {
+    let mut servers = servers(5).await;
+    let redlock = RedLock::builder(nodes(&servers).await)
+        .node_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let locks = redlock.locks();
+    // Kill three nodes (dropping a server kills it).
+    servers.truncate(2);
+    let started = Instant::now();
+    let wait = Duration::from_secs(2);
+    let err = locks
+        .mutex("rl:dead")
+        .try_lock_for(wait, None)
+        .await
+        .expect_err("no majority");
+    assert!(started.elapsed() < wait, "took {:?}", started.elapsed());
+    assert_eq!(err.kind(), ErrorKind::Connection);
+    let nodes = std::error::Error::source(&err)
+        .and_then(|s| s.downcast_ref::<NodeErrors>())
+        .expect("every node's error");
+    assert_eq!(nodes.of, 5);
+    assert_eq!(
+        nodes.nodes.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        vec![2, 3, 4]
+    );
+    // What the live nodes granted is released (by the nodes' tasks, right after the
+    // attempt failed).
+    for server in &servers {
+        let mut released = false;
+        for _ in 0..50 {
+            if fields(server, "rl:dead").await.is_empty() {
+                released = true;
+                break;
+            }
+            sleep(Duration::from_millis(20)).await;
+        }
+        assert!(released, "a failed attempt left its grant on a live node");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_gets_the_lock_back_from_the_majority() {
+    let mut servers = servers(5).await;
+    let lease = Duration::from_millis(600);
+    let redlock = RedLock::builder(nodes(&servers).await)
+        .node_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let locks = Locks::builder(Arc::new(redlock))
+        .watchdog_lease(lease)
+        .build()
+        .unwrap();
+    let guard = locks.mutex("rl:restart").lock().await.unwrap();
+    servers[0].restart().await;
+    assert!(
+        fields(&servers[0], "rl:restart").await.is_empty(),
+        "data lost"
+    );
+    // Renewals (every lease/3) keep the majority and put the lock back on the node.
+    let mut restored = false;
+    for _ in 0..30 {
+        sleep(lease / 6).await;
+        if fields(&servers[0], "rl:restart").await == vec![guard.owner().to_owned()] {
+            restored = true;
+            break;
+        }
+    }
+    assert!(restored, "the restarted node never got the lock back");
+    assert!(guard.is_held());
+    guard.unlock().await.unwrap();
+}
+
+/// One MultiLock client per task, all over the same three names.
+async fn multi_clients(server: &RedisServer, names: &[&str], n: usize) -> Vec<Locks> {
+    let mut clients = Vec::with_capacity(n);
+    for _ in 0..n {
+        let backend = connect(server).await;
+        let mut builder = MultiLock::builder();
+        for name in names {
+            builder = builder.lock(Arc::clone(&backend), *name);
+        }
+        clients.push(builder.build().expect("valid multi-lock").locks());
+    }
+    clients
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_clients_race_for_a_multilock_and_one_wins_each_round() {
+    let server = RedisServer::start().await;
+    let clients = multi_clients(&server, &["order:1", "stock:7", "payment:3"], 10).await;
+    for round in 0..20 {
+        let attempts = clients
+            .iter()
+            .map(|locks| async move { locks.mutex("checkout").try_lock().await.unwrap() });
+        let guards: Vec<_> = futures_util::future::join_all(attempts)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        assert_eq!(guards.len(), 1, "round {round}: {} winners", guards.len());
+        for guard in guards {
+            guard.unlock().await.unwrap();
+        }
+        // Losers gave back what they took.
+        for key in ["order:1", "stock:7", "payment:3"] {
+            assert!(
+                fields(&server, key).await.is_empty(),
+                "round {round}: {key} left held"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_multilocks_in_opposite_orders_both_progress() {
+    let server = RedisServer::start().await;
+    let forward = multi_clients(&server, &["a", "b", "c"], 1).await;
+    let backward = multi_clients(&server, &["c", "b", "a"], 1).await;
+    let inside = Arc::new(AtomicUsize::new(0));
+    let run = |locks: Locks, inside: Arc<AtomicUsize>| async move {
+        for _ in 0..100 {
+            let guard = locks.mutex("abc").lock().await.unwrap();
+            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "both inside");
+            inside.fetch_sub(1, Ordering::SeqCst);
+            guard.unlock().await.unwrap();
+        }
+    };
+    let both = async {
+        tokio::join!(
+            tokio::spawn(run(forward[0].clone(), Arc::clone(&inside))),
+            tokio::spawn(run(backward[0].clone(), Arc::clone(&inside))),
+        )
+    };
+    let (a, b) = timeout(Duration::from_secs(30), both)
+        .await
+        .expect("no deadlock or livelock: both finish 100 rounds");
+    a.unwrap();
+    b.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_multilock_keeps_nothing_after_it_gives_up() {
+    let server = RedisServer::start().await;
+    let holder = multi_clients(&server, &["x:2"], 1).await;
+    let waiter = multi_clients(&server, &["x:1", "x:2", "x:3"], 1).await;
+    let held = holder[0].mutex("x").lock().await.unwrap();
+    let outcome = waiter[0]
+        .mutex("xs")
+        .try_lock_for(Duration::from_millis(300), None)
+        .await
+        .unwrap();
+    assert!(outcome.is_none());
+    // x:1 (ordered before the busy x:2) was kept while waiting and is given back.
+    let mut freed = false;
+    for _ in 0..50 {
+        if fields(&server, "x:1").await.is_empty() && fields(&server, "x:3").await.is_empty() {
+            freed = true;
+            break;
+        }
+        sleep(Duration::from_millis(20)).await;
+    }
+    assert!(freed, "a waiter that gave up kept parts");
+    held.unlock().await.unwrap();
+}
