@@ -152,6 +152,15 @@ impl Connector {
         self
     }
 
+    /// Makes grants wait `quarantine` after the server lost its data (a restart without
+    /// persistence), so that a holder from before the restart can never overlap a new
+    /// one. Set it to at least the longest lease in use; a fresh server's first grants
+    /// wait it too. Default: off.
+    pub fn restart_quarantine(mut self, quarantine: Duration) -> Self {
+        self.protocol = self.protocol.restart_quarantine(Some(quarantine));
+        self
+    }
+
     /// Most locks renewed by one script call. Default: 100.
     pub fn renew_batch(mut self, size: usize) -> Self {
         self.protocol = self.protocol.renew_batch(size);

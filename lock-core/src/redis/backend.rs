@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::Error;
 use crate::backend::{
     Acquire, AcquireRequest, Backend, LockKind, LockRef, LockState, Release, Renewal,
 };
@@ -16,6 +15,7 @@ use crate::redis::layout;
 use crate::redis::script::{self, Script};
 use crate::redis::slot::key_slot;
 use crate::redis::transport::{NotificationSink, Reply, Topology, Transport, TransportError};
+use crate::{Error, LockName};
 
 /// How releases are published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -46,6 +46,11 @@ pub struct ProtocolOptions {
     pub publish: PublishMode,
     /// Most locks renewed by one script call. Default: 100, as Redisson.
     pub renew_batch: usize,
+    /// Grants wait this long after the server's data was lost (a restart without
+    /// persistence), so that no holder from before can still believe it holds a lock
+    /// granted again. Set it to at least the longest lease in use; the first use of a
+    /// fresh server waits it too. Default: off.
+    pub restart_quarantine: Option<Duration>,
     /// How long a starving waiter's reservation of a lock's next free moment lasts
     /// without being refreshed; it bounds how long a waiter that died while starving can
     /// keep a free lock from others. Default: 100 ms.
@@ -58,6 +63,7 @@ impl Default for ProtocolOptions {
             publish: PublishMode::Classic,
             renew_batch: 100,
             reservation: Duration::from_millis(100),
+            restart_quarantine: None,
         }
     }
 }
@@ -67,6 +73,14 @@ impl ProtocolOptions {
     #[must_use]
     pub fn publish(mut self, mode: PublishMode) -> Self {
         self.publish = mode;
+        self
+    }
+
+    /// Makes grants wait `quarantine` after the server lost its data (see
+    /// [`ProtocolOptions::restart_quarantine`]).
+    #[must_use]
+    pub fn restart_quarantine(mut self, quarantine: Option<Duration>) -> Self {
+        self.restart_quarantine = quarantine;
         self
     }
 
@@ -88,6 +102,8 @@ impl ProtocolOptions {
 /// The Redis lock protocol (Redisson's data layout) over a [`Transport`].
 pub struct RedisBackend {
     transport: Arc<dyn Transport>,
+    /// Cluster hash tags by slot, for the per-slot restart epoch keys.
+    slot_tags: std::sync::Mutex<std::collections::HashMap<u16, String>>,
     subscriptions: Subscriptions,
     options: ProtocolOptions,
     alive: Arc<()>,
@@ -112,6 +128,7 @@ impl RedisBackend {
         let subscriptions = Subscriptions::new(transport.clone());
         Self {
             transport,
+            slot_tags: std::sync::Mutex::new(std::collections::HashMap::new()),
             subscriptions,
             options,
             alive: Arc::new(()),
@@ -141,6 +158,29 @@ impl RedisBackend {
             .eval(script, keys, args)
             .await
             .map_err(|err| classify(err, during, keys.first().copied().unwrap_or("")))
+    }
+
+    /// The restart epoch key for `name`: one per server, or one per slot in a cluster
+    /// (a script's keys share the lock's slot).
+    fn epoch_key(&self, name: &LockName) -> String {
+        if self.transport.topology() != Topology::Cluster {
+            return layout::EPOCH_PREFIX.to_owned();
+        }
+        let slot = key_slot(layout::lock_key(name));
+        let mut tags = self
+            .slot_tags
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let tag = tags
+            .entry(slot)
+            .or_insert_with(|| layout::tag_for_slot(slot));
+        format!("{}:{{{tag}}}", layout::EPOCH_PREFIX)
+    }
+
+    fn quarantine_ms(&self) -> String {
+        self.options
+            .restart_quarantine
+            .map_or_else(|| "0".to_owned(), |q| millis(q).to_string())
     }
 
     /// The channel a waiter of `lock` listens on.
@@ -214,6 +254,8 @@ impl Backend for RedisBackend {
         let key = layout::lock_key(name);
         let token_key = layout::token_key(name);
         let fencing = flag(request.fencing);
+        let epoch = self.epoch_key(name);
+        let quarantine = self.quarantine_ms();
         let reply = match lock.kind {
             LockKind::Fair => {
                 let timeout_ms = millis(request.waiter_timeout).to_string();
@@ -227,31 +269,24 @@ impl Backend for RedisBackend {
                     flag(request.enqueue),
                     &timeout_ms,
                     fencing,
+                    &quarantine,
                 ];
-                let keys = [key, &queue, &deadlines, &token_key];
+                let keys = [key, &queue, &deadlines, &token_key, &epoch];
                 self.eval("acquiring", &script::FAIR_ACQUIRE, &keys, &args)
                     .await?
             }
             LockKind::Read => {
                 let prefix = layout::read_hold_prefix(name, owner);
-                let args = [&*lease_ms, owner, &prefix, fencing];
-                self.eval(
-                    "acquiring",
-                    &script::RW_READ_ACQUIRE,
-                    &[key, &token_key],
-                    &args,
-                )
-                .await?
+                let args = [&*lease_ms, owner, &prefix, fencing, &quarantine];
+                let keys = [key, &token_key, &epoch];
+                self.eval("acquiring", &script::RW_READ_ACQUIRE, &keys, &args)
+                    .await?
             }
             LockKind::Write => {
-                let args = [&*lease_ms, owner, fencing];
-                self.eval(
-                    "acquiring",
-                    &script::RW_WRITE_ACQUIRE,
-                    &[key, &token_key],
-                    &args,
-                )
-                .await?
+                let args = [&*lease_ms, owner, fencing, &quarantine];
+                let keys = [key, &token_key, &epoch];
+                self.eval("acquiring", &script::RW_WRITE_ACQUIRE, &keys, &args)
+                    .await?
             }
             _ => {
                 let reservation = layout::reservation_key(name);
@@ -264,8 +299,9 @@ impl Backend for RedisBackend {
                     &reservation_ms,
                     &waited_ms,
                     fencing,
+                    &quarantine,
                 ];
-                let keys = [key, &reservation, &token_key];
+                let keys = [key, &reservation, &token_key, &epoch];
                 self.eval("acquiring", &script::MUTEX_ACQUIRE, &keys, &args)
                     .await?
             }

@@ -72,6 +72,21 @@ pub fn token_key(name: &LockName) -> String {
     format!("redisson_lock_token:{}", tagged(name))
 }
 
+/// The restart epoch key (`redisson_lock_epoch`, or `redisson_lock_epoch:{tag}` per
+/// cluster slot): when the server started granting locks, for the restart quarantine.
+pub const EPOCH_PREFIX: &str = "redisson_lock_epoch";
+
+/// A short hash tag whose key slot is `slot`, so that a per-slot key can join a lock's
+/// script in a cluster.
+#[must_use]
+pub fn tag_for_slot(slot: u16) -> String {
+    // Every slot is hit well within a million candidates (about 16 384 on average).
+    (0u32..1_000_000)
+        .map(|n| n.to_string())
+        .find(|tag| crate::redis::slot::key_slot(tag) == slot)
+        .unwrap_or_default()
+}
+
 /// The channel a mutex release is published on: `redisson_lock__channel:{name}`.
 #[must_use]
 pub fn mutex_channel(name: &LockName) -> String {
@@ -85,6 +100,13 @@ mod tests {
 
     fn name(s: &str) -> LockName {
         LockName::new(s).expect("valid name")
+    }
+
+    #[test]
+    fn every_slot_has_a_tag() {
+        for slot in [0, 1, 5461, 12182, 16383] {
+            assert_eq!(key_slot(&tag_for_slot(slot)), slot);
+        }
     }
 
     #[test]

@@ -48,7 +48,10 @@ macro_rules! scripts {
             pub static $ident: Script = Script {
                 index: $index,
                 name: $file,
-                source: include_str!(concat!("scripts/", $file, ".lua")),
+                source: concat!(
+                    include_str!("scripts/prelude.lua"),
+                    include_str!(concat!("scripts/", $file, ".lua"))
+                ),
             };
         )*
         /// Every script, indexed by [`Script::index`].

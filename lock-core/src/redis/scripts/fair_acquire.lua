@@ -1,33 +1,17 @@
 -- Takes the fair lock, or one more hold of it, in queue order.
 -- KEYS[1] lock hash; KEYS[2] waiter queue (list of owners); KEYS[3] waiter deadlines
--- (zset owner -> server ms); KEYS[4] fencing counter.
+-- (zset owner -> server ms); KEYS[4] fencing counter; KEYS[5] restart epoch.
 -- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] '1' to join the queue when busy;
 -- ARGV[4] waiter timeout (ms): a queued waiter that has not asked again for this long is
--- skipped; ARGV[5] '1' to return a fencing token.
+-- skipped; ARGV[5] '1' to return a fencing token; ARGV[6] restart quarantine (ms).
 -- Deadlines come from the server's clock, so clients need no synchronised clocks.
 -- Reply: {1, holds, token} when held; {0, ms} when not: ms is the longest the caller
 -- should wait for a message before asking again.
-local function now_ms()
-    local time = redis.call('time')
-    return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-end
 
--- Drops queue heads whose deadline passed: they stopped asking (died or gave up).
-local function prune(queue, deadlines, now)
-    while true do
-        local head = redis.call('lindex', queue, 0)
-        if not head then
-            return nil
-        end
-        local deadline = tonumber(redis.call('zscore', deadlines, head))
-        if deadline and deadline > now then
-            return head
-        end
-        redis.call('lpop', queue)
-        redis.call('zrem', deadlines, head)
-    end
+local quarantined = quarantine_left(KEYS[5], ARGV[6])
+if quarantined > 0 then
+    return {0, quarantined}
 end
-
 local now = now_ms()
 local head = prune(KEYS[2], KEYS[3], now)
 local function token(fresh)
@@ -35,7 +19,7 @@ local function token(fresh)
         return 0
     end
     if fresh then
-        return redis.call('incr', KEYS[4])
+        return next_token(KEYS[4])
     end
     return tonumber(redis.call('get', KEYS[4]) or 0)
 end

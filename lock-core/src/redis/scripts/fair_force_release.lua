@@ -2,26 +2,6 @@
 -- KEYS[1] lock hash; KEYS[2] waiter queue; KEYS[3] waiter deadlines.
 -- ARGV[1] channel prefix; ARGV[2] publish command.
 -- Reply: 1 when a lock was deleted, 0 when it was free.
-local function now_ms()
-    local time = redis.call('time')
-    return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-end
-
--- Drops queue heads whose deadline passed: they stopped asking (died or gave up).
-local function prune(queue, deadlines, now)
-    while true do
-        local head = redis.call('lindex', queue, 0)
-        if not head then
-            return nil
-        end
-        local deadline = tonumber(redis.call('zscore', deadlines, head))
-        if deadline and deadline > now then
-            return head
-        end
-        redis.call('lpop', queue)
-        redis.call('zrem', deadlines, head)
-    end
-end
 
 local kind = redis.call('type', KEYS[1])['ok']
 if kind == 'none' then

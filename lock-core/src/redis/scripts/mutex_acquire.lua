@@ -1,15 +1,20 @@
 -- Takes the lock, or one more hold of it, for an owner.
 -- KEYS[1] lock hash; KEYS[2] reservation string '<wait start ms>:<owner>';
--- KEYS[3] fencing counter.
+-- KEYS[3] fencing counter; KEYS[4] restart epoch.
 -- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] '1' if the caller is a starving waiter;
 -- ARGV[4] how long a reservation lasts (ms); ARGV[5] how long the caller has waited (ms);
--- ARGV[6] '1' to return a fencing token.
+-- ARGV[6] '1' to return a fencing token; ARGV[7] restart quarantine (ms, '0' off).
 -- The expiry is only ever extended, never shortened, so that a client's local view of
 -- its lease (the latest request it sent plus that request's lease) stays on the safe side.
 -- Reply: {1, holds, token} when the owner now holds it (token 0 without fencing; a
 -- reentry reports the current counter, which is the holder's own token); {0, pttl} when
 -- someone else does;
 -- {2, pttl of the reservation} when it is free but reserved for another owner.
+
+local quarantined = quarantine_left(KEYS[4], ARGV[7])
+if quarantined > 0 then
+    return {0, quarantined}
+end
 
 -- The reservation's wait start and owner; a malformed one counts as absent.
 local function reservation()
@@ -34,7 +39,7 @@ if redis.call('exists', KEYS[1]) == 0 then
     redis.call('pexpire', KEYS[1], ARGV[1])
     local token = 0
     if ARGV[6] == '1' then
-        token = redis.call('incr', KEYS[3])
+        token = next_token(KEYS[3])
     end
     return {1, 1, token}
 end
@@ -55,8 +60,7 @@ end
 -- Wait starts are on the server's clock (now minus the caller's own waited time), so
 -- clients need no synchronised clocks.
 if ARGV[3] == '1' then
-    local time = redis.call('time')
-    local start = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) - tonumber(ARGV[5])
+    local start = now_ms() - tonumber(ARGV[5])
     local reserved_start, reserved_for = reservation()
     if not reserved_for or reserved_for == ARGV[2] or start < reserved_start then
         redis.call('set', KEYS[2], start .. ':' .. ARGV[2], 'px', ARGV[4])

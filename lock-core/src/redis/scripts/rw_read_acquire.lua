@@ -1,10 +1,14 @@
 -- Takes a read hold of a read-write lock.
--- KEYS[1] lock hash; KEYS[2] fencing counter.
+-- KEYS[1] lock hash; KEYS[2] fencing counter; KEYS[3] restart epoch.
 -- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] the owner's hold-key prefix
 -- ('{name}:<owner>:rwlock_timeout'; hold n lives in '<prefix>:<n>' with its own lease);
--- ARGV[4] '1' to return a fencing token.
+-- ARGV[4] '1' to return a fencing token; ARGV[5] restart quarantine (ms, '0' off).
 -- Readers share the lock; the writer may also read (downgrade); anyone else waits.
 -- Reply: {1, holds, token} when held; {0, pttl} when a writer holds it.
+local quarantined = quarantine_left(KEYS[3], ARGV[5])
+if quarantined > 0 then
+    return {0, quarantined}
+end
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false or mode == 'read'
     or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2] .. ':write') == 1) then
@@ -19,7 +23,7 @@ if mode == false or mode == 'read'
     local token = 0
     if ARGV[4] == '1' then
         if holds == 1 then
-            token = redis.call('incr', KEYS[2])
+            token = next_token(KEYS[2])
         else
             token = tonumber(redis.call('get', KEYS[2]) or 0)
         end

@@ -1,9 +1,13 @@
 -- Takes the write hold of a read-write lock, or one more of it.
--- KEYS[1] lock hash; KEYS[2] fencing counter.
+-- KEYS[1] lock hash; KEYS[2] fencing counter; KEYS[3] restart epoch.
 -- ARGV[1] lease (ms); ARGV[2] owner (the writer's field is '<owner>:write');
--- ARGV[3] '1' to return a fencing token.
+-- ARGV[3] '1' to return a fencing token; ARGV[4] restart quarantine (ms, '0' off).
 -- Reply: {1, holds, token} when held; {0, pttl} when busy; {3, 0} when the owner holds
 -- the read lock (an upgrade would wait for itself forever).
+local quarantined = quarantine_left(KEYS[3], ARGV[4])
+if quarantined > 0 then
+    return {0, quarantined}
+end
 local mode = redis.call('hget', KEYS[1], 'mode')
 local writer = ARGV[2] .. ':write'
 local function token(fresh)
@@ -11,7 +15,7 @@ local function token(fresh)
         return 0
     end
     if fresh then
-        return redis.call('incr', KEYS[2])
+        return next_token(KEYS[2])
     end
     return tonumber(redis.call('get', KEYS[2]) or 0)
 end
