@@ -1,0 +1,359 @@
+//! The fenced store: a separate process that workers report every critical section to,
+//! timestamped on one monotonic clock (this process's), and that accepts a write for a
+//! name only with a fencing token at least as large as the last one it accepted.
+//!
+//! Line protocol (one command per line, fields separated by spaces):
+//!
+//! | command | meaning | reply |
+//! |---|---|---|
+//! | `ENTER name worker token mode` | a worker took the lock (`mode` r or w) | none |
+//! | `VALID name worker` | sent right *before* the worker checks `is_held()` | none |
+//! | `WRITE name worker token` | the check said held: write with the token | `OK` or `STALE` |
+//! | `READ name worker` | the check said held (a reader): read | `OK` |
+//! | `LOST name worker` | the check said not held: the write is skipped | none |
+//! | `LEAVE name worker` | the worker released | none |
+//! | `WAIT name worker ms` | the acquisition that just entered waited `ms` | none |
+//! | `DEAD worker` | (from the runner) the worker was killed | none |
+//! | `REPORT` | the analysis so far | one JSON line |
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
+
+/// One critical section, on the store's clock (microseconds since the store started).
+#[derive(Debug, Clone)]
+struct Section {
+    worker: String,
+    write_mode: bool,
+    enter: u64,
+    /// When the worker was about to check `is_held()`.
+    checking: Option<u64>,
+    /// `checking`, once the check said held (the worker wrote).
+    valid: Option<u64>,
+    leave: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct Name {
+    sections: Vec<Section>,
+    /// Index in `sections` of each worker's open section.
+    open: HashMap<String, usize>,
+    last_token: Option<u64>,
+    /// The latest `enter` among sections whose write was accepted.
+    newest_writer_enter: Option<u64>,
+    waits: Vec<(u64, u64)>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    names: HashMap<String, Name>,
+    writes_accepted: u64,
+    writes_rejected: u64,
+    stale_writes_accepted: u64,
+    lost_reported: u64,
+}
+
+impl State {
+    fn close_open(name: &mut Name, worker: &str, now: u64) {
+        if let Some(index) = name.open.remove(worker) {
+            name.sections[index].leave = Some(now);
+        }
+    }
+
+    /// Applies one command; returns the reply, if the command has one.
+    fn apply(&mut self, line: &str, now: u64) -> Option<String> {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields.as_slice() {
+            ["ENTER", name, worker, _token, mode] => {
+                let entry = self.names.entry((*name).to_owned()).or_default();
+                Self::close_open(entry, worker, now);
+                entry.sections.push(Section {
+                    worker: (*worker).to_owned(),
+                    write_mode: *mode == "w",
+                    enter: now,
+                    checking: None,
+                    valid: None,
+                    leave: None,
+                });
+                let index = entry.sections.len() - 1;
+                entry.open.insert((*worker).to_owned(), index);
+                None
+            }
+            ["VALID", name, worker] => {
+                let entry = self.names.entry((*name).to_owned()).or_default();
+                if let Some(&index) = entry.open.get(*worker) {
+                    entry.sections[index].checking = Some(now);
+                }
+                None
+            }
+            ["LOST", _name, _worker] => {
+                self.lost_reported += 1;
+                None
+            }
+            ["WRITE", name, worker, token] => Some(self.write(name, worker, token)),
+            ["READ", name, worker] => {
+                let entry = self.names.entry((*name).to_owned()).or_default();
+                if let Some(&index) = entry.open.get(*worker) {
+                    let section = &mut entry.sections[index];
+                    section.valid = section.checking;
+                }
+                Some("OK".to_owned())
+            }
+            ["LEAVE", name, worker] => {
+                let entry = self.names.entry((*name).to_owned()).or_default();
+                Self::close_open(entry, worker, now);
+                None
+            }
+            ["WAIT", name, _worker, ms] => {
+                let waited = ms.parse::<u64>().unwrap_or(0) * 1000;
+                let entry = self.names.entry((*name).to_owned()).or_default();
+                entry.waits.push((now.saturating_sub(waited), now));
+                None
+            }
+            ["DEAD", worker] => {
+                for entry in self.names.values_mut() {
+                    Self::close_open(entry, worker, now);
+                }
+                None
+            }
+            _ => Some(format!("ERR unknown command {line:?}")),
+        }
+    }
+
+    fn write(&mut self, name: &str, worker: &str, token: &str) -> String {
+        let Ok(token) = token.parse::<u64>() else {
+            return "ERR token".to_owned();
+        };
+        let entry = self.names.entry(name.to_owned()).or_default();
+        // The check before this write said held: the section was valid from its entry
+        // until the check began.
+        if let Some(&index) = entry.open.get(worker) {
+            let section = &mut entry.sections[index];
+            section.valid = section.checking;
+        }
+        if entry.last_token.is_some_and(|last| token < last) {
+            self.writes_rejected += 1;
+            return "STALE".to_owned();
+        }
+        entry.last_token = Some(token);
+        self.writes_accepted += 1;
+        // Accepted out of order: a section that entered later already wrote.
+        if let Some(&index) = entry.open.get(worker) {
+            let enter = entry.sections[index].enter;
+            if entry.newest_writer_enter.is_some_and(|newest| newest > enter) {
+                self.stale_writes_accepted += 1;
+            }
+            entry.newest_writer_enter = Some(entry.newest_writer_enter.unwrap_or(0).max(enter));
+        }
+        "OK".to_owned()
+    }
+
+    fn report(&self, now: u64, stuck_after: u64) -> String {
+        let mut overlaps = 0u64;
+        let mut stuck = 0u64;
+        let mut sections = 0u64;
+        for name in self.names.values() {
+            sections += name.sections.len() as u64;
+            overlaps += overlaps_both_valid(&name.sections);
+            stuck += stuck_waiters(&name.sections, &name.waits, now, stuck_after);
+        }
+        serde_json::json!({
+            "sections": sections,
+            "writes_accepted": self.writes_accepted,
+            "writes_rejected": self.writes_rejected,
+            "overlaps_both_valid": overlaps,
+            "stale_writes_accepted": self.stale_writes_accepted,
+            "lost_reported": self.lost_reported,
+            "stuck_waiters": stuck,
+        })
+        .to_string()
+    }
+}
+
+/// Pairs of sections of one name whose valid periods (`enter` to the check that said
+/// held) overlap while at least one of them writes (readers may share).
+fn overlaps_both_valid(sections: &[Section]) -> u64 {
+    let mut valid: Vec<&Section> = sections.iter().filter(|s| s.valid.is_some()).collect();
+    valid.sort_by_key(|s| s.enter);
+    let mut count = 0;
+    for (i, a) in valid.iter().enumerate() {
+        let a_end = a.valid.unwrap_or(a.enter);
+        for b in &valid[i + 1..] {
+            if b.enter >= a_end {
+                break;
+            }
+            if b.worker != a.worker && (a.write_mode || b.write_mode) {
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
+/// Acquisitions whose wait spanned a period of more than `stuck_after` in which nobody
+/// held the name: a waiter that should have been served and was not.
+fn stuck_waiters(sections: &[Section], waits: &[(u64, u64)], now: u64, stuck_after: u64) -> u64 {
+    let mut busy: Vec<(u64, u64)> = sections
+        .iter()
+        .map(|s| (s.enter, s.leave.unwrap_or(now)))
+        .collect();
+    busy.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (start, end) in busy {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    let mut stuck = 0;
+    for &(from, to) in waits {
+        // Free gaps inside [from, to].
+        let mut cursor = from;
+        let mut longest = 0;
+        for &(start, end) in &merged {
+            if end <= cursor {
+                continue;
+            }
+            if start >= to {
+                break;
+            }
+            longest = longest.max(start.saturating_sub(cursor));
+            cursor = cursor.max(end);
+        }
+        longest = longest.max(to.saturating_sub(cursor));
+        if longest > stuck_after {
+            stuck += 1;
+        }
+    }
+    stuck
+}
+
+/// Serves the store on `listen`, printing `PORT <port>` first; `stuck_after` is the
+/// longest free period a waiter may sit through.
+pub(crate) async fn serve(listen: &str, stuck_after: Duration) -> Result<(), String> {
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("store: cannot listen on {listen}: {e}"))?;
+    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+    println!("PORT {port}");
+    let started = Instant::now();
+    let state = Arc::new(Mutex::new(State::default()));
+    let stuck_after = stuck_after.as_micros() as u64;
+    loop {
+        let (socket, _) = listener.accept().await.map_err(|e| e.to_string())?;
+        let state = Arc::clone(&state);
+        tokio::spawn(async move {
+            let _ = session(socket, &state, started, stuck_after).await;
+        });
+    }
+}
+
+async fn session(
+    socket: TcpStream,
+    state: &Mutex<State>,
+    started: Instant,
+    stuck_after: u64,
+) -> std::io::Result<()> {
+    let _ = socket.set_nodelay(true);
+    let (read, mut write) = socket.into_split();
+    let mut lines = BufReader::new(read).lines();
+    while let Some(line) = lines.next_line().await? {
+        let now = started.elapsed().as_micros() as u64;
+        let reply = {
+            let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+            if line.trim() == "REPORT" {
+                Some(state.report(now, stuck_after))
+            } else {
+                state.apply(&line, now)
+            }
+        };
+        if let Some(reply) = reply {
+            write.write_all(reply.as_bytes()).await?;
+            write.write_all(b"\n").await?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(state: &mut State, script: &[(u64, &str)]) {
+        for (at, line) in script {
+            state.apply(line, *at);
+        }
+    }
+
+    #[test]
+    fn overlapping_valid_writers_are_counted() {
+        let mut state = State::default();
+        run(
+            &mut state,
+            &[
+                (0, "ENTER n a 1 w"),
+                (10, "ENTER n b 2 w"),
+                (20, "VALID n a"),
+                (30, "VALID n b"),
+            ],
+        );
+        assert_eq!(state.write("n", "a", "1"), "OK");
+        assert_eq!(state.write("n", "b", "2"), "OK");
+        run(&mut state, &[(40, "LEAVE n a"), (50, "LEAVE n b")]);
+        assert_eq!(overlaps_both_valid(&state.names["n"].sections), 1);
+    }
+
+    #[test]
+    fn a_lost_check_or_readers_are_no_overlap() {
+        let mut state = State::default();
+        run(
+            &mut state,
+            &[
+                (0, "ENTER n a 1 w"),
+                (10, "ENTER n b 2 w"),
+                (20, "VALID n a"),
+                (25, "LOST n a"),
+                (30, "VALID n b"),
+                (40, "ENTER n c 3 r"),
+                (41, "ENTER n d 4 r"),
+                (45, "VALID n c"),
+                (46, "VALID n d"),
+            ],
+        );
+        // b overlaps the readers c and d (b writes); c and d share.
+        assert_eq!(state.write("n", "b", "2"), "OK");
+        assert_eq!(state.write("n", "c", "3"), "OK");
+        assert_eq!(state.write("n", "d", "4"), "OK");
+        assert_eq!(overlaps_both_valid(&state.names["n"].sections), 0);
+    }
+
+    #[test]
+    fn fencing_rejects_smaller_tokens_and_counts_reordered_acceptance() {
+        let mut state = State::default();
+        run(&mut state, &[(0, "ENTER n a 5 w"), (10, "ENTER n b 5 w")]);
+        assert_eq!(state.write("n", "b", "5"), "OK");
+        // The older section writes with an equal token: accepted by the >= rule, but out
+        // of order.
+        assert_eq!(state.write("n", "a", "5"), "OK");
+        assert_eq!(state.stale_writes_accepted, 1);
+        assert_eq!(state.write("n", "a", "4"), "STALE");
+    }
+
+    #[test]
+    fn a_waiter_that_sat_through_a_long_free_period_is_stuck() {
+        let sections = vec![Section {
+            worker: "a".into(),
+            write_mode: true,
+            enter: 0,
+            checking: None,
+            valid: None,
+            leave: Some(100),
+        }];
+        assert_eq!(stuck_waiters(&sections, &[(50, 150)], 200, 40), 1);
+        assert_eq!(stuck_waiters(&sections, &[(50, 120)], 200, 40), 0);
+    }
+}

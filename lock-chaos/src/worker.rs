@@ -1,0 +1,171 @@
+//! A worker process: loops on a few names, taking the lock, writing to the fenced store
+//! with its token (after checking `is_held()`), holding a random short time, releasing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock::{Backend, Lock, Locks};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::time::Instant;
+
+use crate::rng::Rng;
+
+/// What a worker is told on its command line.
+#[derive(Debug, Clone)]
+pub(crate) struct WorkerArgs {
+    pub(crate) id: String,
+    pub(crate) backend: String,
+    pub(crate) urls: Vec<String>,
+    pub(crate) kind: String,
+    pub(crate) names: usize,
+    pub(crate) store: String,
+    pub(crate) lease: Duration,
+    pub(crate) wait: Duration,
+}
+
+/// The connection to the store: commands in order, replies when a command has one.
+struct Store {
+    write: OwnedWriteHalf,
+    read: tokio::io::Lines<BufReader<OwnedReadHalf>>,
+}
+
+impl Store {
+    async fn send(&mut self, line: String) -> Result<(), String> {
+        self.write
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .map_err(|e| format!("store: {e}"))
+    }
+
+    async fn ask(&mut self, line: String) -> Result<String, String> {
+        self.send(line).await?;
+        self.read
+            .next_line()
+            .await
+            .map_err(|e| format!("store: {e}"))?
+            .ok_or_else(|| "store: closed".to_owned())
+    }
+}
+
+async fn backend(args: &WorkerArgs) -> Result<Arc<dyn Backend>, String> {
+    // Grants wait out a restart of a node that lost its data: the quarantine covers the
+    // longest lease in use.
+    let quarantine = args.lease * 2;
+    let connect = |url: String| async move {
+        lock::redis::Connector::new(url)
+            .connect_timeout(Duration::from_secs(2))
+            .response_timeout(Duration::from_millis(500))
+            .ping_interval(Duration::from_secs(1))
+            .restart_quarantine(quarantine)
+            .connect()
+            .await
+            .map(|b| Arc::new(b) as Arc<dyn Backend>)
+            .map_err(|e| format!("connect: {e}"))
+    };
+    match args.backend.as_str() {
+        "redis" => connect(args.urls[0].clone()).await,
+        "redlock" => {
+            let mut nodes = Vec::new();
+            for url in &args.urls {
+                // A node that is down when the worker (re)starts is left out of nothing:
+                // keep retrying until it answers, the runner restarts killed nodes.
+                nodes.push(loop {
+                    match connect(url.clone()).await {
+                        Ok(node) => break node,
+                        Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                    }
+                });
+            }
+            let redlock = lock::redlock::RedLock::builder(nodes)
+                .node_timeout(Duration::from_millis(100))
+                .build()
+                .map_err(|e| e.to_string())?;
+            Ok(Arc::new(redlock))
+        }
+        other => Err(format!("unknown backend {other}")),
+    }
+}
+
+fn handle(locks: &Locks, kind: &str, name: &str, write: bool) -> Lock {
+    match kind {
+        "fair" => locks.fair_mutex(name),
+        "rw" if write => locks.rw_lock(name).write(),
+        "rw" => locks.rw_lock(name).read(),
+        _ => locks.mutex(name),
+    }
+}
+
+/// Runs until killed.
+pub(crate) async fn run(args: WorkerArgs) -> Result<(), String> {
+    let backend = loop {
+        match backend(&args).await {
+            Ok(backend) => break backend,
+            Err(err) => {
+                eprintln!("worker {}: {err}; retrying", args.id);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    // A killed worker's place in a fair queue lapses after two leases.
+    let locks = Locks::builder(backend)
+        .watchdog_lease(args.lease)
+        .fair_waiter_timeout(args.lease * 2)
+        .fencing(true)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let socket = TcpStream::connect(&args.store)
+        .await
+        .map_err(|e| format!("store: {e}"))?;
+    let _ = socket.set_nodelay(true);
+    let (read, write) = socket.into_split();
+    let mut store = Store {
+        write,
+        read: BufReader::new(read).lines(),
+    };
+    let mut rng = Rng::new(crate::rng::seed());
+    let id = args.id.clone();
+    loop {
+        let name = format!("chaos:{}", rng.range(0, args.names as u64));
+        let writes = args.kind != "rw" || rng.chance(20);
+        let lock = handle(&locks, &args.kind, &name, writes);
+        let asked = Instant::now();
+        let guard = match lock.try_lock_for(args.wait, None).await {
+            Ok(Some(guard)) => guard,
+            Ok(None) => continue,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let waited = asked.elapsed().as_millis();
+        let token = guard.fencing_token().unwrap_or(0);
+        let mode = if writes { "w" } else { "r" };
+        store.send(format!("WAIT {name} {id} {waited}")).await?;
+        store.send(format!("ENTER {name} {id} {token} {mode}")).await?;
+        // Mostly short holds; one in ten spans several renewals, so that faults land
+        // while locks are held.
+        let hold = if rng.chance(10) {
+            rng.range(50, args.lease.as_millis() as u64)
+        } else {
+            rng.range(0, 15)
+        };
+        tokio::time::sleep(Duration::from_millis(hold)).await;
+        // Announce the check before making it: if this process pauses in between, the
+        // store's record of the valid period ends early, never late.
+        store.send(format!("VALID {name} {id}")).await?;
+        if guard.is_held() {
+            if writes {
+                store.ask(format!("WRITE {name} {id} {token}")).await?;
+            } else {
+                store.ask(format!("READ {name} {id}")).await?;
+            }
+        } else {
+            store.send(format!("LOST {name} {id}")).await?;
+        }
+        let _ = guard.unlock().await;
+        store.send(format!("LEAVE {name} {id}")).await?;
+        tokio::time::sleep(Duration::from_millis(rng.range(0, 5))).await;
+    }
+}
