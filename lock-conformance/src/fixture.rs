@@ -14,6 +14,12 @@ pub trait Fixture: Send + Sync {
     /// independent clients of the same locks.
     async fn backend(&self) -> Arc<dyn Backend>;
 
+    /// A backend with the given Redis protocol settings; other backends ignore them.
+    async fn backend_with(&self, options: lock_core::redis::ProtocolOptions) -> Arc<dyn Backend> {
+        let _ = options;
+        self.backend().await
+    }
+
     /// Channels subscribed for waiters, across the whole store.
     async fn subscribed_channels(&self) -> Vec<String>;
 

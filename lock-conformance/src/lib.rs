@@ -77,6 +77,7 @@ macro_rules! redis_fault_tests {
             restart_while_held_is_reported_lost,
             wrong_type_is_a_typed_error,
             starving_waiter_goes_before_newcomers,
+            restart_quarantine_keeps_holders_apart,
         );
     };
 }

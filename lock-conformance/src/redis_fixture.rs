@@ -7,17 +7,20 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use lock_core::redis::ProtocolOptions;
 use lock_core::{Backend, Error};
 use lock_testkit::{RedisCluster, RedisServer};
 use tokio::sync::Mutex;
 
 use crate::{Fixture, RedisControl};
 
-/// How a Redis adapter connects: node URLs and whether they form a cluster.
+/// How a Redis adapter connects: node URLs, whether they form a cluster, and the
+/// protocol settings to use.
 pub type Connect = Arc<
     dyn Fn(
             Vec<String>,
             bool,
+            ProtocolOptions,
         ) -> Pin<Box<dyn Future<Output = Result<Arc<dyn Backend>, Error>> + Send>>
         + Send
         + Sync,
@@ -85,8 +88,12 @@ impl RedisFixture {
 #[async_trait]
 impl Fixture for RedisFixture {
     async fn backend(&self) -> Arc<dyn Backend> {
+        self.backend_with(ProtocolOptions::default()).await
+    }
+
+    async fn backend_with(&self, options: ProtocolOptions) -> Arc<dyn Backend> {
         let (urls, cluster) = self.urls().await;
-        (self.connect)(urls, cluster)
+        (self.connect)(urls, cluster, options)
             .await
             .expect("connect to the test Redis")
     }

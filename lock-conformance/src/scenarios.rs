@@ -713,4 +713,55 @@ pub async fn starving_waiter_goes_before_newcomers(fx: &dyn Fixture) {
     backend.release(&newcomer, lease).await.unwrap();
 }
 
+/// With a restart quarantine, a lock held while its node restarts (losing its data) is
+/// never granted to another holder while the first one's guard still says held.
+pub async fn restart_quarantine_keeps_holders_apart(fx: &dyn Fixture) {
+    let redis = fx.redis().expect("a Redis fixture");
+    let lease = Duration::from_millis(500);
+    let quarantine = Duration::from_secs(1);
+    let options = lock_core::redis::ProtocolOptions::default().restart_quarantine(Some(quarantine));
+    let client = |backend| {
+        Locks::builder(backend)
+            .watchdog_lease(lease)
+            .build()
+            .expect("valid settings")
+    };
+    let first = client(fx.backend_with(options).await);
+    let second = client(fx.backend_with(options).await);
+    let name = unique("quarantine");
+    // The first grant on a fresh server waits out the quarantine too.
+    let held = timeout(quarantine * 4, first.mutex(&name).lock())
+        .await
+        .expect("granted after the quarantine")
+        .unwrap();
+    redis.restart_node_of(&name).await;
+    let restarted = Instant::now();
+    // The restart breaks the connections: the first requests may fail while the client
+    // reconnects.
+    let taken = timeout(Duration::from_secs(10), async {
+        loop {
+            match second.mutex(&name).lock().await {
+                Ok(guard) => return guard,
+                Err(err) if err.kind() == ErrorKind::Connection => {
+                    sleep(Duration::from_millis(20)).await;
+                }
+                Err(err) => panic!("unexpected error after the restart: {err:?}"),
+            }
+        }
+    })
+    .await
+    .expect("the second holder gets it after the quarantine");
+    assert!(
+        !held.is_held(),
+        "the first holder still believed it held the lock when the second got it"
+    );
+    assert!(
+        restarted.elapsed() >= Duration::from_millis(900),
+        "granted {:?} after the restart, inside the quarantine",
+        restarted.elapsed()
+    );
+    taken.unlock().await.unwrap();
+    drop(held);
+}
+
 pub use crate::family::*;

@@ -4,14 +4,17 @@
 use lock_conformance::redis_fixture::{Connect, RedisFixture};
 
 fn redis_adapter() -> Connect {
-    std::sync::Arc::new(|urls: Vec<String>, _cluster: bool| {
-        Box::pin(async move {
-            let backend = lock_redis::Connector::new(urls[0].clone())
-                .connect()
-                .await?;
-            Ok(std::sync::Arc::new(backend) as std::sync::Arc<dyn lock_core::Backend>)
-        })
-    })
+    std::sync::Arc::new(
+        |urls: Vec<String>, _cluster: bool, options: lock_core::redis::ProtocolOptions| {
+            Box::pin(async move {
+                let backend = lock_redis::Connector::new(urls[0].clone())
+                    .protocol(options)
+                    .connect()
+                    .await?;
+                Ok(std::sync::Arc::new(backend) as std::sync::Arc<dyn lock_core::Backend>)
+            })
+        },
+    )
 }
 
 lock_conformance::conformance_tests!(RedisFixture::standalone(redis_adapter()));

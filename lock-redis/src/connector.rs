@@ -161,6 +161,12 @@ impl Connector {
         self
     }
 
+    /// Replaces every lock-protocol setting at once.
+    pub fn protocol(mut self, options: ProtocolOptions) -> Self {
+        self.protocol = options;
+        self
+    }
+
     /// Most locks renewed by one script call. Default: 100.
     pub fn renew_batch(mut self, size: usize) -> Self {
         self.protocol = self.protocol.renew_batch(size);
