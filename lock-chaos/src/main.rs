@@ -35,7 +35,9 @@ fn options(args: &[String]) -> Result<Vec<(String, String)>, String> {
     let mut pairs = Vec::new();
     let mut it = args.iter();
     while let Some(flag) = it.next() {
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
+        let value = it
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
         pairs.push((flag.clone(), value.clone()));
     }
     Ok(pairs)
@@ -70,10 +72,16 @@ fn run_args(args: &[String]) -> Result<runner::RunArgs, String> {
         }
     }
     if !["redis", "redlock"].contains(&run.backend.as_str()) {
-        return Err(format!("--backend {} is not supported (redis, redlock)", run.backend));
+        return Err(format!(
+            "--backend {} is not supported (redis, redlock)",
+            run.backend
+        ));
     }
     if !["mutex", "fair", "rw"].contains(&run.kind.as_str()) {
-        return Err(format!("--kind {} is not supported (mutex, fair, rw)", run.kind));
+        return Err(format!(
+            "--kind {} is not supported (mutex, fair, rw)",
+            run.kind
+        ));
     }
     if run.backend == "redlock" && run.kind == "fair" {
         return Err("fair locks cannot span RedLock nodes".into());

@@ -113,7 +113,10 @@ fn signal(pid: u32, sig: &str) {
         .status();
 }
 
-async fn start_store(exe: &std::path::Path, stuck_after: Duration) -> Result<(Child, String), String> {
+async fn start_store(
+    exe: &std::path::Path,
+    stuck_after: Duration,
+) -> Result<(Child, String), String> {
     let mut store = Command::new(exe)
         .args(["store", "--stuck-ms", &stuck_after.as_millis().to_string()])
         .stdin(Stdio::null())
@@ -188,15 +191,16 @@ pub(crate) async fn run(args: RunArgs) -> Result<(String, bool), String> {
     for worker in &run.workers {
         run.tell_store(&format!("DEAD {}", worker.id)).await?;
     }
-    let report = run
-        .tell_store("REPORT")
-        .await?
-        .ok_or("store: no report")?;
+    let report = run.tell_store("REPORT").await?.ok_or("store: no report")?;
     let mut verdict: serde_json::Value =
         serde_json::from_str(&report).map_err(|e| format!("store report {report:?}: {e}"))?;
-    let ok = ["overlaps_both_valid", "stale_writes_accepted", "stuck_waiters"]
-        .iter()
-        .all(|k| verdict[*k].as_u64() == Some(0));
+    let ok = [
+        "overlaps_both_valid",
+        "stale_writes_accepted",
+        "stuck_waiters",
+    ]
+    .iter()
+    .all(|k| verdict[*k].as_u64() == Some(0));
     verdict["seconds"] = started.elapsed().as_secs().into();
     verdict["ops"] = verdict["sections"].clone();
     verdict["backend"] = args.backend.clone().into();
@@ -250,7 +254,8 @@ async fn inject(run: &mut Run, rng: &mut Rng, fault: &str) -> Result<(), String>
                     .unwrap_or("");
                 if !id.is_empty() && rng.chance(30) {
                     // Our own connection may be among them; it is a fresh one each time.
-                    let _: redis::RedisResult<i64> = try_command(node, &["CLIENT", "KILL", "ID", id]).await;
+                    let _: redis::RedisResult<i64> =
+                        try_command(node, &["CLIENT", "KILL", "ID", id]).await;
                 }
             }
         }
@@ -268,7 +273,8 @@ async fn inject(run: &mut Run, rng: &mut Rng, fault: &str) -> Result<(), String>
         "kill_minority" => {
             // Two of five nodes die for a while, then come back empty.
             let first = rng.range(0, run.nodes.len() as u64) as usize;
-            let second = (first + 1 + rng.range(0, run.nodes.len() as u64 - 1) as usize) % run.nodes.len();
+            let second =
+                (first + 1 + rng.range(0, run.nodes.len() as u64 - 1) as usize) % run.nodes.len();
             for i in [first, second] {
                 signal(run.nodes[i].pid(), "-KILL");
             }

@@ -144,7 +144,10 @@ impl State {
         // Accepted out of order: a section that entered later already wrote.
         if let Some(&index) = entry.open.get(worker) {
             let enter = entry.sections[index].enter;
-            if entry.newest_writer_enter.is_some_and(|newest| newest > enter) {
+            if entry
+                .newest_writer_enter
+                .is_some_and(|newest| newest > enter)
+            {
                 self.stale_writes_accepted += 1;
             }
             entry.newest_writer_enter = Some(entry.newest_writer_enter.unwrap_or(0).max(enter));

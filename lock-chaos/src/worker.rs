@@ -143,7 +143,9 @@ pub(crate) async fn run(args: WorkerArgs) -> Result<(), String> {
         let token = guard.fencing_token().unwrap_or(0);
         let mode = if writes { "w" } else { "r" };
         store.send(format!("WAIT {name} {id} {waited}")).await?;
-        store.send(format!("ENTER {name} {id} {token} {mode}")).await?;
+        store
+            .send(format!("ENTER {name} {id} {token} {mode}"))
+            .await?;
         // Mostly short holds; one in ten spans several renewals, so that faults land
         // while locks are held.
         let hold = if rng.chance(10) {
