@@ -108,8 +108,10 @@ impl Run {
 }
 
 fn signal(pid: u32, sig: &str) {
+    // A worker killed while paused is gone by the time its SIGCONT comes: that is fine.
     let _ = std::process::Command::new("kill")
         .args([sig, &pid.to_string()])
+        .stderr(Stdio::null())
         .status();
 }
 

@@ -7,6 +7,8 @@
 //!   against a throwaway local `redis-server`, else on the in-memory backend.
 //! - `cargo xtask redis standalone` / `cargo xtask redis cluster [--masters N]`: starts a
 //!   local topology, prints its URLs and keeps it up until Ctrl-C.
+//! - `cargo xtask chaos [ARGS]`: builds `lock-chaos` in release and runs a fault-injection
+//!   pass (`lock-chaos run ARGS`, default 60 s on the redis adapter).
 //! - `cargo xtask help`: lists the commands.
 
 use std::ffi::OsString;
@@ -26,6 +28,9 @@ commands:
                                   redis-server, else the in-memory backend
   redis standalone                start a standalone redis-server and print its URL; Ctrl-C stops it
   redis cluster [--masters N]     start an N-master Redis Cluster (default 3); Ctrl-C stops it
+  chaos [--seconds S] [--backend redis|redlock] [--kind mutex|fair|rw] [...]
+                                  fault injection: worker processes, a fenced store, random
+                                  crashes, pauses and Redis failures; fails on any violation
   help                            show this message
 ";
 
@@ -42,6 +47,7 @@ fn main() -> ExitCode {
         "test" => test(passthrough(rest)),
         "demo" => demo(passthrough(rest)),
         "redis" => redis(rest),
+        "chaos" => chaos(passthrough(rest)),
         "help" | "-h" | "--help" => {
             print!("{HELP}");
             Ok(ExitCode::SUCCESS)
@@ -84,6 +90,31 @@ fn test(extra: &[String]) -> Result<ExitCode, String> {
         started.elapsed().as_secs_f64()
     );
     Ok(exit_code(status))
+}
+
+/// `cargo xtask chaos`: the harness lives in the `lock-chaos` crate; this builds and runs it.
+fn chaos(extra: &[String]) -> Result<ExitCode, String> {
+    let binary = find_or_install_redis()?;
+    println!("xtask: building lock-chaos (release)...");
+    let mut build = cargo();
+    build.args(["build", "--quiet", "--release", "-p", "lock-chaos"]);
+    let status = run_streaming(build)?;
+    if !status.success() {
+        return Ok(exit_code(status));
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace_root().join("target"), PathBuf::from);
+    let mut run = Command::new(target.join("release").join("lock-chaos"));
+    run.arg("run").args(extra).env("REDIS_SERVER_BIN", &binary);
+    println!("xtask: lock-chaos run {}", extra.join(" "));
+    Ok(exit_code(run_streaming(run)?))
+}
+
+/// The workspace root: xtask's manifest directory's parent.
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
 /// Whether cargo arguments (before any `--`) pick packages with `-p` / `--package`.
