@@ -89,13 +89,13 @@ impl Link {
     pub(crate) async fn subscribe(&self, channel: &str) -> Result<(), Error> {
         let mut sink = self.live_sink().await?;
         let outcome = tokio::time::timeout(self.response_timeout, sink.subscribe(channel)).await;
-        Self::settle("subscribing", outcome)
+        Self::settle("subscribing", "SUBSCRIBE", channel, outcome)
     }
 
     pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
         let mut sink = self.live_sink().await?;
         let outcome = tokio::time::timeout(self.response_timeout, sink.unsubscribe(channel)).await;
-        Self::settle("unsubscribing", outcome)
+        Self::settle("unsubscribing", "UNSUBSCRIBE", channel, outcome)
     }
 
     /// A server refusal is the caller's error. A connection that broke under the command
@@ -103,10 +103,18 @@ impl Link {
     /// again, then wakes its waiters, so the request is as good as done.
     fn settle(
         during: &'static str,
+        command: &str,
+        channel: &str,
         outcome: Result<redis::RedisResult<()>, tokio::time::error::Elapsed>,
     ) -> Result<(), Error> {
         match outcome {
-            Ok(Err(err)) if err.code().is_some() => Err(crate::error::backend(during, err)),
+            Ok(Err(err)) if err.code().is_some() => Err(Error::backend(
+                during,
+                crate::error::Refused {
+                    what: format!("{command} {channel}"),
+                    source: err,
+                },
+            )),
             _ => Ok(()),
         }
     }

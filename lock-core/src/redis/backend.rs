@@ -14,7 +14,9 @@ use crate::notify::{Listener, Subscriptions};
 use crate::redis::layout;
 use crate::redis::script::{self, Script};
 use crate::redis::slot::key_slot;
-use crate::redis::transport::{NotificationSink, Reply, Topology, Transport, TransportError};
+use crate::redis::transport::{
+    NotificationSink, Reply, ServerError, Topology, Transport, TransportError,
+};
 use crate::{Error, LockName};
 
 /// How releases are published.
@@ -157,6 +159,12 @@ impl RedisBackend {
         self.transport
             .eval(script, keys, args)
             .await
+            .map_err(|err| match err {
+                TransportError::Server(server) => {
+                    TransportError::Server(name_refused_command(server, script, keys, args))
+                }
+                other => other,
+            })
             .map_err(|err| classify(err, during, keys.first().copied().unwrap_or("")))
     }
 
@@ -544,6 +552,62 @@ impl Backend for RedisBackend {
 
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
         self.subscriptions.listen(&Self::channel(lock)).await
+    }
+}
+
+/// A command a script ran was refused (an ACL without it): Redis names the script line,
+/// not the command. Finds the command on that line (a literal, or the `KEYS`/`ARGV`
+/// element it names) and says which one it was.
+fn name_refused_command(
+    server: ServerError,
+    script: &Script,
+    keys: &[&str],
+    args: &[&str],
+) -> ServerError {
+    let refused = server.code == "NOPERM" || server.message.contains("can't run this command");
+    let line = server
+        .message
+        .rsplit_once("@user_script:")
+        .and_then(|(_, rest)| rest.trim_end_matches('.').trim().parse::<usize>().ok());
+    let (true, Some(line)) = (refused, line) else {
+        return server;
+    };
+    let command = script
+        .source()
+        .lines()
+        .nth(line.saturating_sub(1))
+        .and_then(|text| {
+            text.split_once("redis.call(")
+                .or_else(|| text.split_once("redis.pcall("))
+        })
+        .and_then(|(_, call)| call.split([',', ')']).next())
+        .map(str::trim)
+        .and_then(|first| {
+            let index = |prefix: &str| {
+                first
+                    .strip_prefix(prefix)?
+                    .strip_suffix(']')?
+                    .parse::<usize>()
+                    .ok()
+            };
+            if let Some(i) = index("ARGV[") {
+                args.get(i.checked_sub(1)?).map(|a| (*a).to_owned())
+            } else if let Some(i) = index("KEYS[") {
+                keys.get(i.checked_sub(1)?).map(|k| (*k).to_owned())
+            } else {
+                Some(first.trim_matches('\'').to_owned())
+            }
+        });
+    match command {
+        Some(command) => ServerError::new(
+            "NOPERM",
+            format!(
+                "the server refused `{command}` in the lock script `{}` (ACL): {}",
+                script.name(),
+                server.message
+            ),
+        ),
+        None => server,
     }
 }
 
