@@ -32,9 +32,11 @@ mod cluster;
 mod ports;
 mod pubsub;
 mod scratch;
+mod sentinel;
 mod server;
 
 pub use binary::redis_server_binary;
 pub use cluster::RedisCluster;
 pub use pubsub::kill_pubsub_clients;
+pub use sentinel::RedisSentinel;
 pub use server::{RedisServer, RedisServerBuilder};

@@ -32,6 +32,8 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) struct Config {
     /// Run as a cluster node (`cluster-enabled yes`, bus port = port + 10000).
     pub(crate) cluster: bool,
+    /// Run as a Sentinel (`--sentinel`).
+    pub(crate) sentinel: bool,
     /// Extra `redis.conf` lines, written verbatim after the fixed ones.
     pub(crate) extra: Vec<String>,
 }
@@ -65,6 +67,12 @@ impl RedisServerBuilder {
     /// Makes the server a cluster node. Used by [`crate::RedisCluster`].
     pub(crate) fn cluster_node(mut self) -> Self {
         self.config.cluster = true;
+        self
+    }
+
+    /// Makes the process a Sentinel. Used by [`crate::RedisSentinel`].
+    pub(crate) fn sentinel(mut self) -> Self {
+        self.config.sentinel = true;
         self
     }
 
@@ -174,7 +182,7 @@ impl RedisServer {
         let deadline = Instant::now() + timeout;
         loop {
             clear_logs(self.dir.path());
-            self.child = spawn(&self.binary, self.dir.path());
+            self.child = spawn(&self.binary, self.dir.path(), self.config.sentinel);
             match wait_ready(&mut self.child, self.port, deadline, self.config.cluster).await {
                 Ok(()) => return,
                 // The port was grabbed in the moment it was free: wait and try again.
@@ -226,7 +234,7 @@ impl RedisServer {
             let port = ports::reserve(config.cluster);
             write_config(dir.path(), port, &config);
             clear_logs(dir.path());
-            let mut child = spawn(&binary, dir.path());
+            let mut child = spawn(&binary, dir.path(), config.sentinel);
             match wait_ready(&mut child, port, deadline, false).await {
                 Ok(()) => {
                     return RedisServer {
@@ -345,15 +353,19 @@ fn quote(path: &Path) -> String {
     format!("\"{}\"", raw.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
-fn spawn(binary: &Path, dir: &Path) -> Child {
+fn spawn(binary: &Path, dir: &Path, sentinel: bool) -> Child {
     let stderr_path = dir.join("stderr.log");
     let stderr = File::options()
         .create(true)
         .append(true)
         .open(&stderr_path)
         .unwrap_or_else(|e| panic!("open {}: {e}", stderr_path.display()));
-    Command::new(binary)
-        .arg(dir.join("redis.conf"))
+    let mut command = Command::new(binary);
+    command.arg(dir.join("redis.conf"));
+    if sentinel {
+        command.arg("--sentinel");
+    }
+    command
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
