@@ -51,6 +51,11 @@ pub trait RedisControl: Send + Sync {
     async fn script_flush(&self);
     /// Restarts the node that owns `key`, losing its data.
     async fn restart_node_of(&self, key: &str);
+    /// Kills the master of a Sentinel deployment and waits for the replica's promotion.
+    /// Only Sentinel fixtures support it (their scenarios are the only callers).
+    async fn fail_over(&self) {
+        panic!("this fixture cannot fail over");
+    }
     /// `SET key value` on the node that owns `key`.
     async fn set_string(&self, key: &str, value: &str);
     /// `HGETALL key`, as field/value pairs sorted by field.

@@ -65,6 +65,16 @@ macro_rules! fair_tests {
     };
 }
 
+/// Expands to one test per Sentinel scenario, for a Sentinel fixture.
+#[macro_export]
+macro_rules! sentinel_tests {
+    ($make:expr) => {
+        $crate::__scenario_tests!($make;
+            failover_never_leaves_two_holders,
+        );
+    };
+}
+
 /// Expands to one test per Redis fault scenario, for a fixture whose
 /// [`Fixture::redis`] is `Some`.
 #[macro_export]

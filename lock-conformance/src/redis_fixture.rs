@@ -9,7 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use lock_core::redis::ProtocolOptions;
 use lock_core::{Backend, Error};
-use lock_testkit::{RedisCluster, RedisServer};
+use lock_testkit::{RedisCluster, RedisSentinel, RedisServer};
 use tokio::sync::Mutex;
 
 use crate::{Fixture, RedisControl};
@@ -29,6 +29,7 @@ pub type Connect = Arc<
 enum Topology {
     Standalone(Mutex<RedisServer>),
     Cluster(Mutex<RedisCluster>),
+    Sentinel(Mutex<RedisSentinel>),
 }
 
 /// A Redis deployment started for one test, reached through one adapter.
@@ -42,6 +43,7 @@ impl fmt::Debug for RedisFixture {
         let kind = match self.topology {
             Topology::Standalone(_) => "standalone",
             Topology::Cluster(_) => "cluster",
+            Topology::Sentinel(_) => "sentinel",
         };
         f.debug_struct("RedisFixture")
             .field("topology", &kind)
@@ -66,10 +68,20 @@ impl RedisFixture {
         }
     }
 
+    /// A master, a replica and three Sentinels, reached with `connect` through a
+    /// `redis+sentinel://` URL.
+    pub async fn sentinel(connect: Connect) -> Self {
+        Self {
+            topology: Topology::Sentinel(Mutex::new(RedisSentinel::start().await)),
+            connect,
+        }
+    }
+
     async fn urls(&self) -> (Vec<String>, bool) {
         match &self.topology {
             Topology::Standalone(server) => (vec![server.lock().await.url()], false),
             Topology::Cluster(cluster) => (cluster.lock().await.urls(), true),
+            Topology::Sentinel(deployment) => (vec![deployment.lock().await.url()], false),
         }
     }
 
@@ -77,6 +89,7 @@ impl RedisFixture {
     async fn on_node_of<T: redis::FromRedisValue>(&self, key: &str, args: &[&str]) -> T {
         match &self.topology {
             Topology::Standalone(server) => server.lock().await.command(args).await,
+            Topology::Sentinel(deployment) => deployment.lock().await.master().command(args).await,
             Topology::Cluster(cluster) => {
                 let cluster = cluster.lock().await;
                 cluster.node_for_key(key).await.command(args).await
@@ -111,6 +124,14 @@ impl Fixture for RedisFixture {
                 .into_iter()
                 .flatten()
                 .collect(),
+            Topology::Sentinel(deployment) => {
+                let deployment = deployment.lock().await;
+                let all: Vec<String> = deployment.master().command(&["PUBSUB", "CHANNELS"]).await;
+                // The Sentinels talk to each other through the master's pub/sub.
+                all.into_iter()
+                    .filter(|channel| !channel.starts_with("__sentinel__:"))
+                    .collect()
+            }
         };
         channels.sort();
         channels.dedup();
@@ -137,6 +158,9 @@ impl RedisControl for RedisFixture {
                 }
                 killed
             }
+            Topology::Sentinel(deployment) => {
+                lock_testkit::kill_pubsub_clients(deployment.lock().await.master()).await
+            }
         }
     }
 
@@ -148,6 +172,14 @@ impl RedisControl for RedisFixture {
             Topology::Cluster(cluster) => {
                 let _: Vec<()> = cluster.lock().await.query_all(&["SCRIPT", "FLUSH"]).await;
             }
+            Topology::Sentinel(deployment) => {
+                let () = deployment
+                    .lock()
+                    .await
+                    .master()
+                    .command(&["SCRIPT", "FLUSH"])
+                    .await;
+            }
         }
     }
 
@@ -158,6 +190,14 @@ impl RedisControl for RedisFixture {
                 let mut cluster = cluster.lock().await;
                 cluster.restart_node_for_key(key).await;
             }
+            Topology::Sentinel(deployment) => deployment.lock().await.restart_master().await,
+        }
+    }
+
+    async fn fail_over(&self) {
+        match &self.topology {
+            Topology::Sentinel(deployment) => deployment.lock().await.kill_master().await,
+            _ => panic!("only a Sentinel deployment fails over"),
         }
     }
 

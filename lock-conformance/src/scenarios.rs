@@ -764,4 +764,41 @@ pub async fn restart_quarantine_keeps_holders_apart(fx: &dyn Fixture) {
     drop(held);
 }
 
+/// A Sentinel failover while a lock is held (asynchronous replication, no replica
+/// acknowledgement): the lock survives or the holder reports it lost, and a second
+/// holder never overlaps the first by more than one renewal period.
+pub async fn failover_never_leaves_two_holders(fx: &dyn Fixture) {
+    let redis = fx.redis().expect("a Redis fixture");
+    let lease = Duration::from_millis(1500);
+    let first = fx.client_with_lease(lease).await;
+    let second = fx.client_with_lease(lease).await;
+    let name = unique("failover");
+    let held = first.mutex(&name).lock().await.unwrap();
+    // Give asynchronous replication a moment, as a real deployment would have.
+    sleep(Duration::from_millis(100)).await;
+    redis.fail_over().await;
+    let taken = timeout(Duration::from_secs(20), async {
+        loop {
+            match second.mutex(&name).lock().await {
+                Ok(guard) => return guard,
+                Err(err) if err.kind() == ErrorKind::Connection || err.is_backend() => {
+                    sleep(Duration::from_millis(50)).await;
+                }
+                Err(err) => panic!("unexpected error during the failover: {err:?}"),
+            }
+        }
+    })
+    .await
+    .expect("the second client gets the lock after the failover");
+    if held.is_held() {
+        // Both believe they hold it: the first must learn within one renewal period.
+        let renew_interval = lease / 3;
+        timeout(renew_interval + Duration::from_millis(300), held.lost())
+            .await
+            .expect("the first holder learns of the loss within one renewal period");
+    }
+    taken.unlock().await.unwrap();
+    drop(held);
+}
+
 pub use crate::family::*;

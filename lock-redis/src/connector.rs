@@ -12,6 +12,7 @@ use redis::cluster_async::ClusterConnection;
 use tokio::sync::oneshot;
 
 use crate::notifications::{self, Link};
+use crate::sentinel::Failover;
 use crate::transport::{Commands, RedisPool, RedisTransport};
 use crate::url::{self, Deployment};
 
@@ -85,7 +86,10 @@ impl Connector {
     ///
     /// - `redis://[user:password@]host:port[/db]` or `rediss://...` (TLS): a single server;
     /// - `redis+cluster://[user:password@]host:port,host:port,...` (or `rediss+cluster://`):
-    ///   a Redis Cluster, discovered from any of the listed nodes.
+    ///   a Redis Cluster, discovered from any of the listed nodes;
+    /// - `redis+sentinel://[user:password@]host:port,host:port,.../NAME`: the master named
+    ///   `NAME` as the listed Sentinels know it, found again after a failover (the
+    ///   credentials are the master's).
     ///
     /// The URL is checked when connecting.
     pub fn new(url: impl Into<String>) -> Self {
@@ -188,6 +192,7 @@ impl Connector {
             ping_interval,
             protocol,
         } = self;
+        let mut failover_target = None;
         let (commands, nodes) = match target {
             Target::Url(url) => match url::parse(&url)? {
                 Deployment::Single(client) => {
@@ -197,6 +202,24 @@ impl Connector {
                 Deployment::Cluster(urls) => {
                     cluster(&urls, connect_timeout, response_timeout).await?
                 }
+                Deployment::Sentinel {
+                    sentinels,
+                    master,
+                    node,
+                } => {
+                    let failover = Arc::new(
+                        Failover::connect(
+                            &sentinels,
+                            &master,
+                            node,
+                            connect_timeout,
+                            response_timeout,
+                        )
+                        .await?,
+                    );
+                    failover_target = Some(Arc::clone(&failover));
+                    (Commands::Sentinel(failover), Vec::new())
+                }
             },
             Target::Cluster(urls) => cluster(&urls, connect_timeout, response_timeout).await?,
             Target::Manager(client, manager) => (Commands::Manager(manager), vec![client]),
@@ -205,7 +228,8 @@ impl Connector {
                 (Commands::Cluster(connection), url::clients(&urls)?)
             }
         };
-        let (link, stream) = Link::open(nodes, connect_timeout, response_timeout).await?;
+        let (link, stream) =
+            Link::open(nodes, failover_target, connect_timeout, response_timeout).await?;
         let (shutdown, stopped) = oneshot::channel();
         let transport = RedisTransport::new(commands, link.clone(), response_timeout, shutdown);
         let backend = RedisBackend::new(Arc::new(transport), protocol);
@@ -242,7 +266,7 @@ impl Connector {
     }
 }
 
-async fn manager(
+pub(crate) async fn manager(
     client: &redis::Client,
     connect_timeout: Duration,
     response_timeout: Duration,

@@ -4,8 +4,9 @@
 //! state machines; this crate runs those scripts over a connection and carries release
 //! notifications over a dedicated pub/sub connection that reconnects by itself.
 //!
-//! Deployments: a single server (`redis://`, `rediss://`, `unix://`) and Redis Cluster
-//! (`redis+cluster://host:port,host:port`). Connections: from a URL, or from a
+//! Deployments: a single server (`redis://`, `rediss://`, `unix://`), Redis Cluster
+//! (`redis+cluster://host:port,host:port`) and Sentinel
+//! (`redis+sentinel://host:port,host:port/NAME`). Connections: from a URL, or from a
 //! [`ConnectionManager`](redis::aio::ConnectionManager), a `bb8` pool or a
 //! [`ClusterConnection`](redis::cluster_async::ClusterConnection) the application already
 //! has (see [`Connector`]).
@@ -22,6 +23,7 @@
 mod connector;
 mod error;
 mod notifications;
+mod sentinel;
 mod transport;
 mod url;
 

@@ -12,6 +12,8 @@ use futures_util::StreamExt;
 use lock_core::Error;
 use lock_core::redis::NotificationSink;
 use redis::aio::{PubSubSink, PubSubStream};
+
+use crate::sentinel::Failover;
 use tokio::sync::{oneshot, watch};
 
 /// Shortest and longest pause between reconnect attempts.
@@ -22,6 +24,8 @@ pub(crate) struct Link {
     /// Nodes to connect to; in a cluster any node will do, because `PUBLISH` reaches
     /// every node of the cluster.
     nodes: Vec<redis::Client>,
+    /// Behind Sentinel: the master is asked for anew on every connect.
+    failover: Option<Arc<Failover>>,
     /// The node to try first on the next connect, rotated on failure.
     next: AtomicUsize,
     /// The live connection's command half, `None` while reconnecting.
@@ -43,11 +47,13 @@ impl Link {
     /// Connects to one of `nodes`, failing within `connect_timeout`.
     pub(crate) async fn open(
         nodes: Vec<redis::Client>,
+        failover: Option<Arc<Failover>>,
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Result<(Arc<Self>, PubSubStream), Error> {
         let link = Arc::new(Self {
             nodes,
+            failover,
             next: AtomicUsize::new(0),
             sink: watch::Sender::new(None),
             connect_timeout,
@@ -60,6 +66,15 @@ impl Link {
 
     /// One attempt on every node in turn, starting with the last one that worked.
     async fn connect_any(&self) -> Result<(PubSubSink, PubSubStream), Error> {
+        if let Some(failover) = &self.failover {
+            let master = failover.resolve().await?;
+            return match tokio::time::timeout(self.connect_timeout, master.get_async_pubsub()).await
+            {
+                Ok(Ok(pubsub)) => Ok(pubsub.split()),
+                Ok(Err(err)) => Err(crate::error::connection("connecting", err)),
+                Err(elapsed) => Err(Error::connection("connecting", elapsed)),
+            };
+        }
         let mut last = None;
         for _ in 0..self.nodes.len() {
             let index = self.next.load(Ordering::Relaxed) % self.nodes.len();

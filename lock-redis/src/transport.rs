@@ -14,6 +14,7 @@ use redis::cluster_async::ClusterConnection;
 use tokio::sync::oneshot;
 
 use crate::notifications::Link;
+use crate::sentinel::Failover;
 
 /// A pool of multiplexed connections, as `bb8-redis` builds it.
 pub type RedisPool = bb8::Pool<bb8_redis::RedisConnectionManager>;
@@ -24,12 +25,13 @@ pub(crate) enum Commands {
     Manager(ConnectionManager),
     Cluster(ClusterConnection),
     Pool(RedisPool),
+    Sentinel(Arc<Failover>),
 }
 
 impl Commands {
     fn topology(&self) -> Topology {
         match self {
-            Self::Manager(_) | Self::Pool(_) => Topology::Single,
+            Self::Manager(_) | Self::Pool(_) | Self::Sentinel(_) => Topology::Single,
             Self::Cluster(_) => Topology::Cluster,
         }
     }
@@ -39,6 +41,7 @@ impl Commands {
             Self::Manager(_) => "connection manager",
             Self::Cluster(_) => "cluster connection",
             Self::Pool(_) => "bb8 pool",
+            Self::Sentinel(_) => "sentinel",
         }
     }
 }
@@ -99,6 +102,20 @@ impl RedisTransport {
                 .invoke_async(&mut cluster.clone())
                 .await
                 .map_err(crate::error::transport),
+            Commands::Sentinel(failover) => {
+                let result = invocation.invoke_async(&mut failover.manager()).await;
+                if let Err(err) = &result {
+                    // A broken connection, or a master that became a replica: the
+                    // Sentinels may know a new master by now.
+                    let moved = err
+                        .code()
+                        .is_some_and(|c| c == "READONLY" || c == "MASTERDOWN");
+                    if moved || err.code().is_none() {
+                        failover.refresh().await;
+                    }
+                }
+                result.map_err(crate::error::transport)
+            }
             Commands::Pool(pool) => {
                 let mut connection = pool
                     .get()

@@ -7,6 +7,12 @@ pub(crate) enum Deployment {
     Single(redis::Client),
     /// One `redis://` (or `rediss://`) URL per listed node.
     Cluster(Vec<String>),
+    /// Sentinel URLs, the master's name, and credentials for the master.
+    Sentinel {
+        sentinels: Vec<String>,
+        master: String,
+        node: Option<redis::RedisConnectionInfo>,
+    },
 }
 
 const CLUSTER_SCHEMES: [(&str, &str); 2] = [
@@ -17,6 +23,9 @@ const CLUSTER_SCHEMES: [(&str, &str); 2] = [
 /// Parses `redis://`, `rediss://`, `unix://` (single server) and `redis+cluster://`,
 /// `rediss+cluster://` (cluster: `user:password@host:port,host:port/?query`).
 pub(crate) fn parse(url: &str) -> Result<Deployment, Error> {
+    if let Some(rest) = strip_prefix_ignore_case(url, "redis+sentinel://") {
+        return sentinel(rest);
+    }
     for (cluster_scheme, node_scheme) in CLUSTER_SCHEMES {
         if let Some(rest) = strip_prefix_ignore_case(url, cluster_scheme) {
             return split_cluster(rest, node_scheme).map(Deployment::Cluster);
@@ -40,6 +49,35 @@ pub(crate) fn clients(urls: &[String]) -> Result<Vec<redis::Client>, Error> {
         ));
     }
     urls.iter().map(|url| client(url)).collect()
+}
+
+/// `user:pw@h1:p1,h2:p2/NAME`: the Sentinels (without the credentials, which are the
+/// master's) and the master's name.
+fn sentinel(rest: &str) -> Result<Deployment, Error> {
+    let (authority, name) = rest.split_once('/').unwrap_or((rest, ""));
+    let master = name.split(['?', '/']).next().unwrap_or("").to_owned();
+    if master.is_empty() {
+        return Err(Error::invalid_config(
+            "a Sentinel URL names the master: redis+sentinel://host:port,.../NAME",
+            None,
+        ));
+    }
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(at) => (&authority[..at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    let sentinels = split_cluster(hosts, "redis://")?;
+    let node = if userinfo.is_empty() {
+        None
+    } else {
+        let probe = client(&format!("redis://{userinfo}@127.0.0.1:1"))?;
+        Some(probe.get_connection_info().redis_settings().clone())
+    };
+    Ok(Deployment::Sentinel {
+        sentinels,
+        master,
+        node,
+    })
 }
 
 fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
@@ -81,7 +119,7 @@ mod tests {
     fn nodes(url: &str) -> Vec<String> {
         match parse(url) {
             Ok(Deployment::Cluster(urls)) => urls,
-            Ok(Deployment::Single(_)) => panic!("{url} parsed as a single server"),
+            Ok(_) => panic!("{url} is not a cluster URL"),
             Err(err) => panic!("{url}: {err}"),
         }
     }
@@ -100,6 +138,26 @@ mod tests {
             ]
         );
         assert_eq!(nodes("REDIS+CLUSTER://a:1"), ["redis://a:1"]);
+    }
+
+    #[test]
+    fn sentinel_urls_name_the_master() {
+        match parse("redis+sentinel://u:p@a:26379,b:26379/locks") {
+            Ok(Deployment::Sentinel {
+                sentinels,
+                master,
+                node,
+            }) => {
+                assert_eq!(sentinels, ["redis://a:26379", "redis://b:26379"]);
+                assert_eq!(master, "locks");
+                assert_eq!(
+                    node.and_then(|n| n.password().map(str::to_owned)),
+                    Some("p".into())
+                );
+            }
+            _ => panic!("not a Sentinel deployment"),
+        }
+        assert!(parse("redis+sentinel://a:26379").is_err());
     }
 
     #[test]
