@@ -197,6 +197,7 @@ impl Connector {
             Target::Url(url) => match url::parse(&url)? {
                 Deployment::Single(client) => {
                     let manager = manager(&client, connect_timeout, response_timeout).await?;
+                    refuse_cluster_node(manager.clone(), response_timeout).await?;
                     (Commands::Manager(manager), vec![client])
                 }
                 Deployment::Cluster(urls) => {
@@ -282,6 +283,25 @@ pub(crate) async fn manager(
         Ok(Ok(manager)) => Ok(manager),
         Ok(Err(err)) => Err(crate::error::connection("connecting", err)),
         Err(elapsed) => Err(Error::connection("connecting", elapsed)),
+    }
+}
+
+/// A single-server URL that points at a cluster node would fail on every other key
+/// with `MOVED`: say so at once.
+async fn refuse_cluster_node(
+    mut manager: ConnectionManager,
+    timeout: Duration,
+) -> Result<(), Error> {
+    let mut command = redis::cmd("INFO");
+    command.arg("cluster");
+    let info = command.query_async::<String>(&mut manager);
+    match tokio::time::timeout(timeout, info).await {
+        Ok(Ok(info)) if info.contains("cluster_enabled:1") => Err(Error::invalid_config(
+            "this server is a Redis Cluster node: connect with redis+cluster://host:port,...",
+            None,
+        )),
+        // A server that does not answer INFO (an ACL without it) is taken at its word.
+        _ => Ok(()),
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lock_core::ErrorKind;
 use lock_redis::Connector;
-use lock_testkit::{RedisCluster, RedisServer};
+use lock_testkit::{RedisCluster, RedisSentinel, RedisServer};
 use tokio::time::Instant;
 
 const SHORT: Duration = Duration::from_millis(500);
@@ -163,4 +163,36 @@ async fn connects_to_a_cluster_by_url_and_by_connection() {
         .await
         .unwrap();
     round_trip(&locks).await;
+}
+
+#[tokio::test]
+async fn single_server_url_on_a_cluster_node_is_a_config_error() {
+    let cluster = RedisCluster::start(3).await;
+    let err = Connector::new(cluster.urls()[0].clone())
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .expect_err("a cluster node behind a single-server URL");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_with_an_unknown_master_is_an_error_within_the_timeout() {
+    let deployment = RedisSentinel::start().await;
+    let url = deployment
+        .url()
+        .replace(deployment.master_name(), "no-such-master");
+    let started = Instant::now();
+    let result = Connector::new(url)
+        .connect_timeout(Duration::from_secs(1))
+        .connect()
+        .await;
+    assert!(result.is_err(), "connected to a master nobody monitors");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    // The right name works.
+    round_trip(&Connector::new(deployment.url()).locks().await.unwrap()).await;
 }
