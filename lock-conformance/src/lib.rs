@@ -71,6 +71,7 @@ macro_rules! sentinel_tests {
     ($make:expr) => {
         $crate::__scenario_tests!($make;
             failover_never_leaves_two_holders,
+            replica_ack_keeps_the_lock_across_a_failover,
         );
     };
 }

@@ -801,4 +801,37 @@ pub async fn failover_never_leaves_two_holders(fx: &dyn Fixture) {
     drop(held);
 }
 
+/// With replica acknowledgement, a lock held across a failover survives it: the promoted
+/// replica has it, so nobody else gets it while the holder's lease lasts.
+pub async fn replica_ack_keeps_the_lock_across_a_failover(fx: &dyn Fixture) {
+    let redis = fx.redis().expect("a Redis fixture");
+    let lease = Duration::from_secs(10);
+    let options =
+        lock_core::redis::ProtocolOptions::default().replica_ack(1, Duration::from_secs(1));
+    let first = Locks::builder(fx.backend_with(options).await)
+        .watchdog_lease(lease)
+        .build()
+        .unwrap();
+    let second = fx.client().await;
+    let name = unique("ack-failover");
+    let held = first.mutex(&name).lock().await.unwrap();
+    redis.fail_over().await;
+    let busy = timeout(Duration::from_secs(10), async {
+        loop {
+            match second.mutex(&name).try_lock().await {
+                Ok(guard) => return guard,
+                Err(err) if err.kind() == ErrorKind::Connection || err.is_backend() => {
+                    sleep(Duration::from_millis(50)).await;
+                }
+                Err(err) => panic!("unexpected error after the failover: {err:?}"),
+            }
+        }
+    })
+    .await
+    .expect("the new master answers");
+    assert!(busy.is_none(), "the lock was lost in the failover");
+    assert!(held.is_held());
+    drop(held);
+}
+
 pub use crate::family::*;

@@ -34,6 +34,8 @@ pub enum ErrorKind {
     /// The request could never succeed because the caller itself stands in the way (a
     /// reader asking for the write lock).
     WouldDeadlock,
+    /// Replica acknowledgement was required and too few replicas confirmed in time.
+    NotReplicated,
 }
 
 impl fmt::Display for ErrorKind {
@@ -50,6 +52,7 @@ impl fmt::Display for ErrorKind {
             Self::Protocol => "protocol error",
             Self::NoRuntime => "no tokio runtime",
             Self::WouldDeadlock => "would deadlock",
+            Self::NotReplicated => "not replicated",
         })
     }
 }
@@ -147,6 +150,17 @@ pub enum Error {
         /// The lock's name.
         name: String,
     },
+    /// Replica acknowledgement was required, and fewer replicas than asked confirmed the
+    /// write in time. An acquisition that was not confirmed was released again.
+    #[error("lock `{name}`: {acknowledged} of {wanted} replicas confirmed the write in time")]
+    NotReplicated {
+        /// The lock's name.
+        name: String,
+        /// How many replicas were required.
+        wanted: u32,
+        /// How many confirmed.
+        acknowledged: u32,
+    },
 }
 
 /// Why a hold was lost.
@@ -184,6 +198,7 @@ impl Error {
             Self::Protocol { .. } => ErrorKind::Protocol,
             Self::NoRuntime => ErrorKind::NoRuntime,
             Self::WouldDeadlock { .. } => ErrorKind::WouldDeadlock,
+            Self::NotReplicated { .. } => ErrorKind::NotReplicated,
         }
     }
 

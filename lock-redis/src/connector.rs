@@ -171,6 +171,16 @@ impl Connector {
         self
     }
 
+    /// Requires `replicas` replicas to confirm every acquisition and renewal within
+    /// `timeout` (`WAIT`), as Redisson's replica sync check: a lock then survives a
+    /// failover to a replica, and an unconfirmed acquisition is an
+    /// [`Error::NotReplicated`](lock_core::Error::NotReplicated) error. Not on Redis
+    /// Cluster. Default: off.
+    pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.protocol = self.protocol.replica_ack(replicas, timeout);
+        self
+    }
+
     /// Most locks renewed by one script call. Default: 100.
     pub fn renew_batch(mut self, size: usize) -> Self {
         self.protocol = self.protocol.renew_batch(size);

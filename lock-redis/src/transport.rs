@@ -141,8 +141,78 @@ impl PubSub for RedisTransport {
     }
 }
 
+impl RedisTransport {
+    /// Runs a pipeline on one connection of the deployment (not on a cluster: `WAIT`
+    /// has no key to route by).
+    async fn query_pipeline<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> Result<T, TransportError> {
+        let result = match &self.commands {
+            Commands::Manager(manager) => pipe.query_async(&mut manager.clone()).await,
+            Commands::Sentinel(failover) => pipe.query_async(&mut failover.manager()).await,
+            Commands::Pool(pool) => {
+                let mut connection = pool
+                    .get()
+                    .await
+                    .map_err(|err| TransportError::Io(Box::new(PoolError(err.to_string()))))?;
+                pipe.query_async(&mut *connection).await
+            }
+            Commands::Cluster(_) => {
+                return Err(TransportError::Io(
+                    "replica acknowledgement is not supported on Redis Cluster".into(),
+                ));
+            }
+        };
+        result.map_err(crate::error::transport)
+    }
+}
+
 #[async_trait]
 impl Transport for RedisTransport {
+    async fn eval_replicated(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<(Reply, u32), TransportError> {
+        let Some(prepared) = self.scripts.get(script.index()) else {
+            return Err(TransportError::Io(
+                format!("unknown script {}", script.name()).into(),
+            ));
+        };
+        // The script and the WAIT go down one connection back to back: WAIT covers the
+        // writes this connection made before it.
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVALSHA")
+            .arg(prepared.get_hash())
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args);
+        pipe.cmd("WAIT")
+            .arg(replicas)
+            .arg(timeout.as_millis() as u64);
+        let run = async {
+            match self.query_pipeline::<(Value, i64)>(&pipe).await {
+                Err(TransportError::Server(err)) if err.code == "NOSCRIPT" => {
+                    let mut load = redis::pipe();
+                    load.cmd("SCRIPT").arg("LOAD").arg(script.source());
+                    self.query_pipeline::<(String,)>(&load).await?;
+                    self.query_pipeline::<(Value, i64)>(&pipe).await
+                }
+                other => other,
+            }
+        };
+        match tokio::time::timeout(self.response_timeout + timeout, run).await {
+            Ok(result) => {
+                result.map(|(value, acks)| (reply(value), u32::try_from(acks).unwrap_or(0)))
+            }
+            Err(elapsed) => Err(TransportError::Io(Box::new(elapsed))),
+        }
+    }
+
     async fn eval(
         &self,
         script: &Script,

@@ -53,6 +53,11 @@ pub struct ProtocolOptions {
     /// granted again. Set it to at least the longest lease in use; the first use of a
     /// fresh server waits it too. Default: off.
     pub restart_quarantine: Option<Duration>,
+    /// Wait for this many replicas (`WAIT`) after every acquisition and renewal, each
+    /// time for at most the given time, as Redisson's replica sync check does; fewer is
+    /// [`Error::NotReplicated`] (and an unconfirmed acquisition is released again). With
+    /// it, a lock survives a failover to a replica. Default: off.
+    pub replica_ack: Option<(u32, Duration)>,
     /// How long a starving waiter's reservation of a lock's next free moment lasts
     /// without being refreshed; it bounds how long a waiter that died while starving can
     /// keep a free lock from others. Default: 100 ms.
@@ -66,6 +71,7 @@ impl Default for ProtocolOptions {
             renew_batch: 100,
             reservation: Duration::from_millis(100),
             restart_quarantine: None,
+            replica_ack: None,
         }
     }
 }
@@ -83,6 +89,14 @@ impl ProtocolOptions {
     #[must_use]
     pub fn restart_quarantine(mut self, quarantine: Option<Duration>) -> Self {
         self.restart_quarantine = quarantine;
+        self
+    }
+
+    /// Requires `replicas` replicas to confirm every acquisition and renewal within
+    /// `timeout` (see [`ProtocolOptions::replica_ack`]).
+    #[must_use]
+    pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replica_ack = Some((replicas, timeout));
         self
     }
 
@@ -147,6 +161,28 @@ impl RedisBackend {
     #[must_use]
     pub fn subscribed_channels(&self) -> Vec<String> {
         self.subscriptions.channels()
+    }
+
+    /// Runs a script that writes a hold (acquire, renew): with replica acknowledgement
+    /// on, also returns how many replicas confirmed (else `None`).
+    async fn eval_write(
+        &self,
+        during: &'static str,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<(Reply, Option<u32>), Error> {
+        let Some((replicas, timeout)) = self.options.replica_ack else {
+            return self
+                .eval(during, script, keys, args)
+                .await
+                .map(|r| (r, None));
+        };
+        self.transport
+            .eval_replicated(script, keys, args, replicas, timeout)
+            .await
+            .map(|(reply, acks)| (reply, Some(acks)))
+            .map_err(|err| classify(err, during, keys.first().copied().unwrap_or("")))
     }
 
     async fn eval(
@@ -224,15 +260,33 @@ impl RedisBackend {
         } else {
             &script::MUTEX_RENEW
         };
-        match self.eval("renewing", script, &keys, &args).await {
-            Ok(Reply::Array(items)) if items.len() == locks.len() => items
+        match self.eval_write("renewing", script, &keys, &args).await {
+            Ok((_, Some(acknowledged)))
+                if self
+                    .options
+                    .replica_ack
+                    .is_some_and(|(wanted, _)| acknowledged < wanted) =>
+            {
+                let wanted = self.options.replica_ack.map_or(0, |(wanted, _)| wanted);
+                locks
+                    .iter()
+                    .map(|lock| {
+                        Renewal::Failed(Arc::new(Error::NotReplicated {
+                            name: lock.name.as_str().to_owned(),
+                            wanted,
+                            acknowledged,
+                        }))
+                    })
+                    .collect()
+            }
+            Ok((Reply::Array(items), _)) if items.len() == locks.len() => items
                 .iter()
                 .map(|item| match item {
                     Reply::Int(1) => Renewal::Renewed,
                     _ => Renewal::Gone,
                 })
                 .collect(),
-            Ok(other) => {
+            Ok((other, _)) => {
                 let err = Arc::new(unexpected("renew", &other));
                 locks.iter().map(|_| Renewal::Failed(err.clone())).collect()
             }
@@ -264,7 +318,7 @@ impl Backend for RedisBackend {
         let fencing = flag(request.fencing);
         let epoch = self.epoch_key(name);
         let quarantine = self.quarantine_ms();
-        let reply = match lock.kind {
+        let (reply, acknowledged) = match lock.kind {
             LockKind::Fair => {
                 let timeout_ms = millis(request.waiter_timeout).to_string();
                 let (queue, deadlines) = (
@@ -280,20 +334,20 @@ impl Backend for RedisBackend {
                     &quarantine,
                 ];
                 let keys = [key, &queue, &deadlines, &token_key, &epoch];
-                self.eval("acquiring", &script::FAIR_ACQUIRE, &keys, &args)
+                self.eval_write("acquiring", &script::FAIR_ACQUIRE, &keys, &args)
                     .await?
             }
             LockKind::Read => {
                 let prefix = layout::read_hold_prefix(name, owner);
                 let args = [&*lease_ms, owner, &prefix, fencing, &quarantine];
                 let keys = [key, &token_key, &epoch];
-                self.eval("acquiring", &script::RW_READ_ACQUIRE, &keys, &args)
+                self.eval_write("acquiring", &script::RW_READ_ACQUIRE, &keys, &args)
                     .await?
             }
             LockKind::Write => {
                 let args = [&*lease_ms, owner, fencing, &quarantine];
                 let keys = [key, &token_key, &epoch];
-                self.eval("acquiring", &script::RW_WRITE_ACQUIRE, &keys, &args)
+                self.eval_write("acquiring", &script::RW_WRITE_ACQUIRE, &keys, &args)
                     .await?
             }
             _ => {
@@ -310,7 +364,7 @@ impl Backend for RedisBackend {
                     &quarantine,
                 ];
                 let keys = [key, &reservation, &token_key, &epoch];
-                self.eval("acquiring", &script::MUTEX_ACQUIRE, &keys, &args)
+                self.eval_write("acquiring", &script::MUTEX_ACQUIRE, &keys, &args)
                     .await?
             }
         };
@@ -324,6 +378,18 @@ impl Backend for RedisBackend {
                 .collect(),
             _ => None,
         };
+        if let (Some([1, ..]), Some((wanted, _)), Some(acknowledged)) =
+            (items.as_deref(), self.options.replica_ack, acknowledged)
+            && acknowledged < wanted
+        {
+            // Not confirmed: a failover could lose it. Give the hold back and say why.
+            let _ = self.release(lock, request.lease).await;
+            return Err(Error::NotReplicated {
+                name: name.as_str().to_owned(),
+                wanted,
+                acknowledged,
+            });
+        }
         match items.as_deref() {
             Some([1, holds, token]) => Ok(Acquire::Acquired {
                 holds: count(*holds, &reply)?,

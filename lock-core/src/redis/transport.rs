@@ -85,6 +85,24 @@ pub trait Transport: PubSub {
         args: &[&str],
     ) -> Result<Reply, TransportError>;
 
+    /// Runs `script` like [`Transport::eval`], then waits (`WAIT`) until `replicas`
+    /// replicas acknowledged this connection's writes or `timeout` passed, and returns the
+    /// reply with how many replicas acknowledged. Adapters that cannot do this keep the
+    /// default, which refuses.
+    async fn eval_replicated(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+        replicas: u32,
+        timeout: std::time::Duration,
+    ) -> Result<(Reply, u32), TransportError> {
+        let _ = (script, keys, args, replicas, timeout);
+        Err(TransportError::Io(
+            "replica acknowledgement is not supported by this adapter or deployment".into(),
+        ))
+    }
+
     /// The kind of deployment.
     fn topology(&self) -> Topology;
 }
