@@ -65,6 +65,7 @@ impl fmt::Debug for Target {
 #[must_use]
 pub struct Connector {
     target: Target,
+    tls: url::Tls,
     connect_timeout: Duration,
     response_timeout: Duration,
     ping_interval: Duration,
@@ -75,6 +76,7 @@ impl Connector {
     fn with_target(target: Target) -> Self {
         Self {
             target,
+            tls: url::Tls::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             ping_interval: DEFAULT_PING_INTERVAL,
@@ -128,6 +130,14 @@ impl Connector {
             nodes.into_iter().map(Into::into).collect(),
             connection,
         ))
+    }
+
+    /// Trusts this PEM root certificate for `rediss://` connections, instead of the
+    /// system's roots (feature `tls`).
+    #[cfg(feature = "tls")]
+    pub fn root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root_certificate = Some(pem.into());
+        self
     }
 
     /// The longest wait for a connection to be established. Default: 10 s.
@@ -197,6 +207,7 @@ impl Connector {
         self.validate()?;
         let Self {
             target,
+            tls,
             connect_timeout,
             response_timeout,
             ping_interval,
@@ -204,14 +215,14 @@ impl Connector {
         } = self;
         let mut failover_target = None;
         let (commands, nodes) = match target {
-            Target::Url(url) => match url::parse(&url)? {
+            Target::Url(url) => match url::parse(&url, &tls)? {
                 Deployment::Single(client) => {
                     let manager = manager(&client, connect_timeout, response_timeout).await?;
                     refuse_cluster_node(manager.clone(), response_timeout).await?;
                     (Commands::Manager(manager), vec![client])
                 }
                 Deployment::Cluster(urls) => {
-                    cluster(&urls, connect_timeout, response_timeout).await?
+                    cluster(&urls, &tls, connect_timeout, response_timeout).await?
                 }
                 Deployment::Sentinel {
                     sentinels,
@@ -232,11 +243,13 @@ impl Connector {
                     (Commands::Sentinel(failover), Vec::new())
                 }
             },
-            Target::Cluster(urls) => cluster(&urls, connect_timeout, response_timeout).await?,
+            Target::Cluster(urls) => {
+                cluster(&urls, &tls, connect_timeout, response_timeout).await?
+            }
             Target::Manager(client, manager) => (Commands::Manager(manager), vec![client]),
             Target::Pool(client, pool) => (Commands::Pool(pool), vec![client]),
             Target::ClusterConnection(urls, connection) => {
-                (Commands::Cluster(connection), url::clients(&urls)?)
+                (Commands::Cluster(connection), url::clients(&urls, &tls)?)
             }
         };
         let (link, stream) =
@@ -317,13 +330,20 @@ async fn refuse_cluster_node(
 
 async fn cluster(
     urls: &[String],
+    tls: &url::Tls,
     connect_timeout: Duration,
     response_timeout: Duration,
 ) -> Result<(Commands, Vec<redis::Client>), Error> {
-    let nodes = url::clients(urls)?;
-    let client = redis::cluster::ClusterClient::builder(urls.iter().map(String::as_str))
+    let nodes = url::clients(urls, tls)?;
+    let builder = redis::cluster::ClusterClient::builder(urls.iter().map(String::as_str))
         .connection_timeout(connect_timeout)
-        .response_timeout(response_timeout)
+        .response_timeout(response_timeout);
+    #[cfg(feature = "tls")]
+    let builder = match tls.certificates() {
+        Some(certificates) => builder.certs(certificates),
+        None => builder,
+    };
+    let client = builder
         .build()
         .map_err(|err| Error::invalid_config("invalid cluster settings", Some(err.into())))?;
     match tokio::time::timeout(connect_timeout, client.get_async_connection()).await {

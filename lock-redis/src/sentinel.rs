@@ -40,9 +40,11 @@ impl Failover {
     ) -> Result<Self, Error> {
         let node =
             node.map(|info| SentinelNodeConnectionInfo::default().set_redis_connection_info(info));
+        // The driver takes a `String` without TLS and any `AsRef<str>` with it.
+        let service: String = master_name.into();
         let client = SentinelClient::build(
             sentinels.to_vec(),
-            master_name.to_owned(),
+            service,
             node,
             SentinelServerType::Master,
         )

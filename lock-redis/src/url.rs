@@ -20,9 +20,37 @@ const CLUSTER_SCHEMES: [(&str, &str); 2] = [
     ("rediss+cluster://", "rediss://"),
 ];
 
+/// TLS settings for `rediss://` connections.
+#[derive(Clone, Default)]
+pub(crate) struct Tls {
+    /// A PEM root certificate to trust instead of the system's.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    pub(crate) root_certificate: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("root_certificate", &self.root_certificate.is_some())
+            .finish()
+    }
+}
+
+impl Tls {
+    #[cfg(feature = "tls")]
+    pub(crate) fn certificates(&self) -> Option<redis::TlsCertificates> {
+        self.root_certificate
+            .as_ref()
+            .map(|root| redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root.clone()),
+            })
+    }
+}
+
 /// Parses `redis://`, `rediss://`, `unix://` (single server) and `redis+cluster://`,
 /// `rediss+cluster://` (cluster: `user:password@host:port,host:port/?query`).
-pub(crate) fn parse(url: &str) -> Result<Deployment, Error> {
+pub(crate) fn parse(url: &str, tls: &Tls) -> Result<Deployment, Error> {
     if let Some(rest) = strip_prefix_ignore_case(url, "redis+sentinel://") {
         return sentinel(rest);
     }
@@ -31,24 +59,30 @@ pub(crate) fn parse(url: &str) -> Result<Deployment, Error> {
             return split_cluster(rest, node_scheme).map(Deployment::Cluster);
         }
     }
-    client(url).map(Deployment::Single)
+    client(url, tls).map(Deployment::Single)
 }
 
 /// Opens a driver client, or explains why the URL is unusable (without echoing it: it
 /// may carry a password).
-pub(crate) fn client(url: &str) -> Result<redis::Client, Error> {
-    redis::Client::open(url)
-        .map_err(|err| Error::invalid_config("invalid Redis URL", Some(err.into())))
+pub(crate) fn client(url: &str, tls: &Tls) -> Result<redis::Client, Error> {
+    let invalid =
+        |err: redis::RedisError| Error::invalid_config("invalid Redis URL", Some(err.into()));
+    #[cfg(feature = "tls")]
+    if let Some(certificates) = tls.certificates() {
+        return redis::Client::build_with_tls(url, certificates).map_err(invalid);
+    }
+    let _ = tls;
+    redis::Client::open(url).map_err(invalid)
 }
 
-pub(crate) fn clients(urls: &[String]) -> Result<Vec<redis::Client>, Error> {
+pub(crate) fn clients(urls: &[String], tls: &Tls) -> Result<Vec<redis::Client>, Error> {
     if urls.is_empty() {
         return Err(Error::invalid_config(
             "a cluster needs at least one node URL",
             None,
         ));
     }
-    urls.iter().map(|url| client(url)).collect()
+    urls.iter().map(|url| client(url, tls)).collect()
 }
 
 /// `user:pw@h1:p1,h2:p2/NAME`: the Sentinels (without the credentials, which are the
@@ -70,7 +104,7 @@ fn sentinel(rest: &str) -> Result<Deployment, Error> {
     let node = if userinfo.is_empty() {
         None
     } else {
-        let probe = client(&format!("redis://{userinfo}@127.0.0.1:1"))?;
+        let probe = client(&format!("redis://{userinfo}@127.0.0.1:1"), &Tls::default())?;
         Some(probe.get_connection_info().redis_settings().clone())
     };
     Ok(Deployment::Sentinel {
@@ -107,7 +141,7 @@ fn split_cluster(rest: &str, scheme: &str) -> Result<Vec<String>, Error> {
         ));
     }
     for url in &urls {
-        client(url)?;
+        client(url, &Tls::default())?;
     }
     Ok(urls)
 }
@@ -117,7 +151,7 @@ mod tests {
     use super::*;
 
     fn nodes(url: &str) -> Vec<String> {
-        match parse(url) {
+        match parse(url, &Tls::default()) {
             Ok(Deployment::Cluster(urls)) => urls,
             Ok(_) => panic!("{url} is not a cluster URL"),
             Err(err) => panic!("{url}: {err}"),
@@ -142,7 +176,10 @@ mod tests {
 
     #[test]
     fn sentinel_urls_name_the_master() {
-        match parse("redis+sentinel://u:p@a:26379,b:26379/locks") {
+        match parse(
+            "redis+sentinel://u:p@a:26379,b:26379/locks",
+            &Tls::default(),
+        ) {
             Ok(Deployment::Sentinel {
                 sentinels,
                 master,
@@ -157,13 +194,13 @@ mod tests {
             }
             _ => panic!("not a Sentinel deployment"),
         }
-        assert!(parse("redis+sentinel://a:26379").is_err());
+        assert!(parse("redis+sentinel://a:26379", &Tls::default()).is_err());
     }
 
     #[test]
     fn single_server_urls_stay_single() {
         assert!(matches!(
-            parse("redis://127.0.0.1:7000/2"),
+            parse("redis://127.0.0.1:7000/2", &Tls::default()),
             Ok(Deployment::Single(_))
         ));
     }
@@ -177,7 +214,7 @@ mod tests {
             "redis+cluster://,",
             "redis://:notaport",
         ] {
-            let err = parse(url)
+            let err = parse(url, &Tls::default())
                 .err()
                 .unwrap_or_else(|| panic!("{url:?} was accepted"));
             assert_eq!(err.kind(), lock_core::ErrorKind::InvalidConfig, "{url:?}");
