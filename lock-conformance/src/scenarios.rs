@@ -648,9 +648,18 @@ pub async fn wrong_type_is_a_typed_error(fx: &dyn Fixture) {
     assert_eq!(kind(m.is_locked().await), ErrorKind::WrongType);
     assert_eq!(kind(m.force_unlock().await), ErrorKind::WrongType);
     // Every kind reads the same key.
-    assert_eq!(kind(locks.fair_mutex(&name).try_lock().await), ErrorKind::WrongType);
-    assert_eq!(kind(locks.rw_lock(&name).read().try_lock().await), ErrorKind::WrongType);
-    assert_eq!(kind(locks.rw_lock(&name).write().try_lock().await), ErrorKind::WrongType);
+    assert_eq!(
+        kind(locks.fair_mutex(&name).try_lock().await),
+        ErrorKind::WrongType
+    );
+    assert_eq!(
+        kind(locks.rw_lock(&name).read().try_lock().await),
+        ErrorKind::WrongType
+    );
+    assert_eq!(
+        kind(locks.rw_lock(&name).write().try_lock().await),
+        ErrorKind::WrongType
+    );
     assert_eq!(redis.pttl(&name).await, -1, "the string was touched");
 }
 
