@@ -22,6 +22,7 @@
 //! |---|---|---|
 //! | `redis` (default) | [`redis`] | the `redis` crate: standalone Redis, Redis Cluster |
 //! | `redlock` | `redlock` | MultiLock and RedLock over any of the others |
+//! | `macros` (default) | [`distributed_lock`] | the attribute macro |
 //! | always | [`memory`] | in-process, for tests and single-process services |
 //!
 //! Every backend passes the same conformance suite, and the Redis data layout is
@@ -32,6 +33,40 @@ pub use lock_core::{
     Backend, Config, Error, ErrorKind, Guard, Holder, Lock, LockKind, LockName, Locks,
     LocksBuilder, LostReason, Mutex, RwLock,
 };
+
+mod macro_support;
+
+pub use macro_support::{__private, current_guard, default_client, set_default};
+
+/// Runs an async fn under a distributed lock (feature `macros`, on by default).
+///
+/// ```no_run
+/// # #[derive(Debug)] struct AppError;
+/// # impl From<lock::Error> for AppError { fn from(_: lock::Error) -> Self { AppError } }
+/// # struct Order { id: u64 }
+/// #[lock::distributed_lock("order:{order.id}", wait = "5s")]
+/// async fn settle(order: &Order) -> Result<(), AppError> {
+///     // ... runs while holding the lock `order:<id>` ...
+///     Ok(())
+/// }
+/// ```
+///
+/// - The name is a template: each `{...}` is an argument, or a field path on one
+///   (`{order.id}`), formatted with `Display`; `{{`/`}}` are literal braces.
+/// - `wait = "5s"`: give up after 5 s with `Err(lock::Error::Timeout)` converted by
+///   `From` (absent: wait as long as it takes; `"0s"`: try once).
+/// - `lease = "10s"`: an explicit lease (absent: the watchdog renews while the body runs).
+/// - `kind = fair | read | write` (default: the mutex).
+/// - `client = expr`: a `Locks` (absent: the one set with [`set_default`]).
+/// - `crate = "path"`: where this crate is, when it is renamed.
+///
+/// The function must be `async` and return `Result<T, E>` with `E: From<lock::Error>`.
+/// The lock is released when the body returns (also through `?`), when it panics and
+/// when the returned future is dropped. Nested annotated calls with the same name
+/// re-enter; two concurrent outermost calls exclude each other. The body sees its guard
+/// through [`current_guard`] and should watch `guard.lost()` when a lost lease matters.
+#[cfg(feature = "macros")]
+pub use lock_macros::distributed_lock;
 
 /// Metric names recorded through the `metrics` facade.
 pub use lock_core::metrics;

@@ -1,0 +1,184 @@
+//! The expansion: the user's function, unchanged on the outside, whose body runs under
+//! the lock through the facade's `__private::run`.
+
+use proc_macro2::TokenStream;
+use quote::{ToTokens, quote};
+use syn::{FnArg, ItemFn, Pat, ReturnType, Type};
+
+use crate::args::{Args, Kind};
+use crate::template;
+
+/// Expands `#[distributed_lock(attr)] item`. On error, emits the error *and* the
+/// function unchanged, so that the user sees only the real mistake.
+pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let function: ItemFn = match syn::parse2::<ItemFn>(item.clone()) {
+        Ok(function) => function,
+        Err(err) => {
+            let mut tokens = err.to_compile_error();
+            tokens.extend(item);
+            return tokens;
+        }
+    };
+    match expand_fn(attr, &function) {
+        Ok(tokens) => tokens,
+        Err(err) => {
+            let err = err.to_compile_error();
+            quote!(#err #function)
+        }
+    }
+}
+
+/// The names a template may use: the plain identifier arguments and `self`.
+fn argument_names(function: &ItemFn) -> Vec<String> {
+    function
+        .sig
+        .inputs
+        .iter()
+        .filter_map(|input| match input {
+            FnArg::Receiver(_) => Some("self".to_owned()),
+            FnArg::Typed(typed) => match &*typed.pat {
+                Pat::Ident(ident) => Some(ident.ident.to_string()),
+                _ => None,
+            },
+        })
+        .collect()
+}
+
+/// The function must return `Result<T, E>`.
+fn check_result(function: &ItemFn) -> syn::Result<()> {
+    let message = "#[distributed_lock] needs a function returning `Result<T, E>` \
+                   with `E: From<lock::Error>`: a busy or failed lock becomes `Err`";
+    match &function.sig.output {
+        ReturnType::Type(_, ty) => match &**ty {
+            Type::Path(path)
+                if path
+                    .path
+                    .segments
+                    .last()
+                    .is_some_and(|segment| segment.ident == "Result") =>
+            {
+                Ok(())
+            }
+            other => Err(syn::Error::new_spanned(other, message)),
+        },
+        ReturnType::Default => Err(syn::Error::new_spanned(&function.sig.ident, message)),
+    }
+}
+
+fn millis(duration: Option<std::time::Duration>) -> TokenStream {
+    match duration {
+        Some(d) => {
+            let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+            quote!(::core::option::Option::Some(::core::time::Duration::from_millis(#ms)))
+        }
+        None => quote!(::core::option::Option::None),
+    }
+}
+
+fn expand_fn(attr: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
+    let args: Args = syn::parse2(attr)?;
+    if function.sig.asyncness.is_none() {
+        return Err(syn::Error::new_spanned(
+            function.sig.fn_token,
+            "#[distributed_lock] needs an `async fn`: the lock is taken and released with I/O",
+        ));
+    }
+    check_result(function)?;
+    let name = template::name_expression(&args.template, &argument_names(function))?;
+    let krate = args
+        .krate
+        .map_or_else(|| quote!(::lock), ToTokens::into_token_stream);
+    let client = match &args.client {
+        // Method syntax, so that a `Locks` and a `&Locks` both give a `Locks`.
+        Some(expr) => quote!(::core::option::Option::Some((#expr).clone())),
+        None => quote!(#krate::__private::default_client()),
+    };
+    let kind = match args.kind {
+        Kind::Mutex => quote!(#krate::__private::Kind::Mutex),
+        Kind::Fair => quote!(#krate::__private::Kind::Fair),
+        Kind::Read => quote!(#krate::__private::Kind::Read),
+        Kind::Write => quote!(#krate::__private::Kind::Write),
+    };
+    let (wait, lease) = (millis(args.wait), millis(args.lease));
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = function;
+    let ReturnType::Type(_, output) = &sig.output else {
+        return Err(syn::Error::new_spanned(&sig.ident, "missing return type"));
+    };
+    // The body keeps its own `return`s and `?`s: it becomes an async block whose output
+    // type is pinned to the function's by its last expression.
+    Ok(quote! {
+        #(#attrs)*
+        #vis #sig {
+            let __lock_name: ::std::string::String = #name;
+            let __lock_client = #client;
+            #krate::__private::run(
+                __lock_client,
+                #kind,
+                __lock_name,
+                #wait,
+                #lease,
+                async move {
+                    // A body that always returns early or panics is the user's business.
+                    #[allow(clippy::diverging_sub_expression, unreachable_code)]
+                    let __lock_result: #output = #block;
+                    #[allow(unreachable_code)]
+                    __lock_result
+                },
+            )
+            .await
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand_str(attr: &str, item: &str) -> String {
+        expand(attr.parse().unwrap(), item.parse().unwrap()).to_string()
+    }
+
+    #[test]
+    fn a_valid_function_runs_under_the_lock() {
+        let out = expand_str(
+            r#""order:{id}", wait = "5s""#,
+            "pub async fn f(id: u64) -> Result<(), MyError> { Ok(()) }",
+        );
+        assert!(out.contains("__private :: run"), "{out}");
+        assert!(out.contains("from_millis (5000u64)"), "{out}");
+        assert!(!out.contains("compile_error"), "{out}");
+    }
+
+    #[test]
+    fn errors_keep_the_function() {
+        for (attr, item, message) in [
+            (r#""a""#, "fn f() -> Result<(), E> { Ok(()) }", "async fn"),
+            (r#""a""#, "async fn f() -> u32 { 1 }", "Result"),
+            (
+                r#""a:{nope}""#,
+                "async fn f(x: u8) -> Result<(), E> { Ok(()) }",
+                "not an argument",
+            ),
+            (
+                r#""a", colour = "red""#,
+                "async fn f() -> Result<(), E> { Ok(()) }",
+                "unknown option",
+            ),
+            (
+                r#""a", wait = "soon""#,
+                "async fn f() -> Result<(), E> { Ok(()) }",
+                "duration",
+            ),
+        ] {
+            let out = expand_str(attr, item);
+            assert!(out.contains("compile_error"), "{item}: {out}");
+            assert!(out.contains(message), "{item}: {out}");
+            assert!(out.contains("fn f"), "the function was dropped: {out}");
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! The runtime half of `#[distributed_lock]`: the process-wide default client, the
+//! current guard of an annotated function, and the function the expansion calls.
+
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use crate::{Error, Guard, Holder, Locks};
+
+static DEFAULT: OnceLock<Locks> = OnceLock::new();
+
+tokio::task_local! {
+    static CURRENT: Arc<Guard>;
+}
+
+/// Sets the client `#[distributed_lock]` functions use when they name none. Once per
+/// process: a second call is an `InvalidConfig` error and changes nothing.
+pub fn set_default(locks: Locks) -> Result<(), Error> {
+    DEFAULT
+        .set(locks)
+        .map_err(|_| Error::invalid_config("the default lock client is already set", None))
+}
+
+/// The client set with [`set_default`], if any.
+#[must_use]
+pub fn default_client() -> Option<Locks> {
+    DEFAULT.get().cloned()
+}
+
+/// The guard of the innermost `#[distributed_lock]` function running in this task.
+///
+/// The body uses it to notice a lost lease instead of ignoring it:
+///
+/// ```no_run
+/// # #[derive(Debug)] struct AppError;
+/// # impl From<lock::Error> for AppError { fn from(_: lock::Error) -> Self { AppError } }
+/// # async fn write(_: u64) {}
+/// #[lock::distributed_lock("order:{id}")]
+/// async fn settle(id: u64) -> Result<(), AppError> {
+///     let guard = lock::current_guard().expect("inside the lock");
+///     tokio::select! {
+///         () = write(id) => Ok(()),
+///         err = guard.lost() => Err(err.into()),
+///     }
+/// }
+/// ```
+#[must_use]
+pub fn current_guard() -> Option<Arc<Guard>> {
+    CURRENT.try_with(Arc::clone).ok()
+}
+
+/// Used by the code `#[distributed_lock]` generates; not a public API.
+#[doc(hidden)]
+pub mod __private {
+    use super::{Arc, CURRENT, Duration, Error, Future, Holder, Locks};
+
+    pub use super::default_client;
+
+    /// The lock kind an annotated function asked for.
+    #[derive(Debug, Clone, Copy)]
+    #[non_exhaustive]
+    pub enum Kind {
+        /// `kind = mutex` (the default).
+        Mutex,
+        /// `kind = fair`.
+        Fair,
+        /// `kind = read`.
+        Read,
+        /// `kind = write`.
+        Write,
+    }
+
+    /// Takes the lock, runs `body` with its guard as [`super::current_guard`], releases.
+    ///
+    /// The outermost annotated call opens a fresh [`Holder::scope`], so that nested
+    /// annotated calls re-enter while concurrent outermost calls exclude each other.
+    /// Dropping the returned future (cancellation) or a panic in `body` drops the guard,
+    /// which releases the lock in the background.
+    pub async fn run<T, E, F>(
+        client: Option<Locks>,
+        kind: Kind,
+        name: String,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+        body: F,
+    ) -> Result<T, E>
+    where
+        E: From<Error>,
+        F: Future<Output = Result<T, E>>,
+    {
+        let Some(locks) = client else {
+            return Err(E::from(Error::invalid_config(
+                "no default lock client: call lock::set_default(locks) first, or pass \
+                 `client = ...` to #[distributed_lock]",
+                None,
+            )));
+        };
+        // Boxed: the caller's future stays small however deep annotated calls nest.
+        let work = Box::pin(async move {
+            let lock = match kind {
+                Kind::Mutex => locks.mutex(&name),
+                Kind::Fair => locks.fair_mutex(&name),
+                Kind::Read => locks.rw_lock(&name).read(),
+                Kind::Write => locks.rw_lock(&name).write(),
+            };
+            let acquired = match (wait, lease) {
+                (None, None) => lock.lock().await.map(Some),
+                (None, Some(lease)) => lock.lock_with_lease(lease).await.map(Some),
+                (Some(wait), lease) => lock.try_lock_for(wait, lease).await,
+            };
+            let guard = match acquired {
+                Ok(Some(guard)) => Arc::new(guard),
+                Ok(None) => {
+                    return Err(E::from(Error::Timeout {
+                        name,
+                        waited: wait.unwrap_or_default(),
+                    }));
+                }
+                Err(err) => return Err(E::from(err)),
+            };
+            let result = CURRENT.scope(Arc::clone(&guard), body).await;
+            // The body saw the guard and could react to a loss; a release that finds
+            // the lock already gone changes nothing for the result.
+            if let Ok(guard) = Arc::try_unwrap(guard) {
+                let _ = guard.unlock().await;
+            }
+            result
+        });
+        if Holder::ambient().is_none() {
+            Holder::scope(work).await
+        } else {
+            work.await
+        }
+    }
+}
