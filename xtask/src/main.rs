@@ -9,6 +9,8 @@
 //!   local topology, prints its URLs and keeps it up until Ctrl-C.
 //! - `cargo xtask chaos [ARGS]`: builds `lock-chaos` and runs a fault-injection
 //!   pass (`lock-chaos run ARGS`, default 60 s on the redis adapter).
+//! - `cargo xtask bench [--quick] [--scenario NAME]`: builds `lock-bench` in release and
+//!   runs it; it writes `target/bench/report.{json,md,svg}`.
 //! - `cargo xtask help`: lists the commands.
 
 use std::ffi::OsString;
@@ -31,6 +33,9 @@ commands:
   chaos [--seconds S] [--backend redis|redlock] [--kind mutex|fair|rw] [...]
                                   fault injection: worker processes, a fenced store, random
                                   crashes, pauses and Redis failures; fails on any violation
+  bench [--quick] [--scenario NAME]
+                                  benchmarks side by side with the rslock peer; writes
+                                  target/bench/report.json, report.md and report.svg
   help                            show this message
 ";
 
@@ -48,6 +53,7 @@ fn main() -> ExitCode {
         "demo" => demo(passthrough(rest)),
         "redis" => redis(rest),
         "chaos" => chaos(passthrough(rest)),
+        "bench" => bench(passthrough(rest)),
         "help" | "-h" | "--help" => {
             print!("{HELP}");
             Ok(ExitCode::SUCCESS)
@@ -110,6 +116,34 @@ fn chaos(extra: &[String]) -> Result<ExitCode, String> {
     run.arg("run").args(extra).env("REDIS_SERVER_BIN", &binary);
     println!("xtask: lock-chaos run {}", extra.join(" "));
     Ok(exit_code(run_streaming(run)?))
+}
+
+/// `cargo xtask bench`: the measurements live in the `lock-bench` crate; this builds it
+/// in release and runs it from the workspace root.
+fn bench(extra: &[String]) -> Result<ExitCode, String> {
+    let binary = find_or_install_redis()?;
+    println!("xtask: building lock-bench (release)...");
+    let mut build = cargo();
+    build.args(["build", "--quiet", "--release", "-p", "lock-bench"]);
+    let status = run_streaming(build)?;
+    if !status.success() {
+        return Ok(exit_code(status));
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace_root().join("target"), PathBuf::from);
+    let mut run = Command::new(target.join("release").join("lock-bench"));
+    run.args(extra)
+        .arg("--out")
+        .arg(target.join("bench"))
+        .current_dir(workspace_root())
+        .env("REDIS_SERVER_BIN", &binary);
+    let started = Instant::now();
+    let status = run_streaming(run)?;
+    println!(
+        "xtask: bench finished in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(exit_code(status))
 }
 
 /// The workspace root: xtask's manifest directory's parent.

@@ -1,0 +1,300 @@
+//! The report: every figure (`report.json`), tables with the targets (`report.md`) and a
+//! chart (`report.svg`). A target that is missed is listed as missed, with its figure.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde_json::json;
+
+use crate::scenarios::Results;
+
+type All = BTreeMap<String, Results>;
+
+/// One target: a ratio or bound over figures of one run.
+struct Target {
+    name: &'static str,
+    wanted: &'static str,
+    measured: f64,
+    met: bool,
+}
+
+fn figure(all: &All, scenario: &str, contender: &str, metric: &str) -> Option<f64> {
+    all.get(scenario)?.get(contender)?.get(metric).copied()
+}
+
+fn targets(all: &All) -> Vec<Target> {
+    let mut targets = Vec::new();
+    let mut push = |name, target, measured: Option<f64>, met: fn(f64) -> bool| {
+        if let Some(measured) = measured {
+            let measured = (measured * 1000.0).round() / 1000.0;
+            targets.push(Target {
+                name,
+                wanted: target,
+                measured,
+                met: met(measured),
+            });
+        }
+    };
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    };
+    let u = |c| figure(all, "uncontended", c, "pairs_per_s");
+    push(
+        "uncontended vs peer",
+        ">= 1.0x",
+        ratio(u("lock (redis)"), u("rslock")),
+        |m| m >= 1.0,
+    );
+    push(
+        "uncontended vs server limit",
+        ">= 0.6x",
+        ratio(u("lock (redis)"), u("server limit")),
+        |m| m >= 0.6,
+    );
+    let c = |who, metric| figure(all, "contended", who, metric);
+    push(
+        "contended mutex utilization",
+        ">= 0.85",
+        c("lock mutex (redis)", "utilization"),
+        |m| m >= 0.85,
+    );
+    push(
+        "contended mutex p99 wait vs peer",
+        "<= 0.333x",
+        ratio(
+            c("lock mutex (redis)", "wait_ms_p99"),
+            c("rslock", "wait_ms_p99"),
+        ),
+        |m| m <= 1.0 / 3.0,
+    );
+    push(
+        "contended fair lock fairness",
+        ">= 0.95",
+        c("lock fair (redis)", "fairness_min_over_max"),
+        |m| m >= 0.95,
+    );
+    push(
+        "handoff p50 vs loopback PING p50",
+        "<= 3x",
+        ratio(
+            figure(all, "handoff", "lock (redis)", "handoff_ms_p50"),
+            figure(all, "handoff", "loopback", "ping_ms_p50"),
+        ),
+        |m| m <= 3.0,
+    );
+    push(
+        "watchdog script calls per 100 locks per round",
+        "<= 1",
+        figure(
+            all,
+            "watchdog",
+            "lock (redis)",
+            "script_calls_per_100_locks_per_round",
+        ),
+        |m| m <= 1.0,
+    );
+    push(
+        "watchdog kept every lock",
+        "1 (yes)",
+        figure(all, "watchdog", "lock (redis)", "all_held"),
+        |m| m >= 1.0,
+    );
+    push(
+        "redlock x5 p50 vs single node",
+        "<= 1.5x",
+        ratio(
+            figure(all, "redlock", "lock redlock x5", "pair_ms_p50"),
+            figure(all, "redlock", "lock single", "pair_ms_p50"),
+        ),
+        |m| m <= 1.5,
+    );
+    push(
+        "waiters memory per waiter (bytes)",
+        "<= 2048",
+        figure(all, "waiters", "lock (redis)", "bytes_per_waiter"),
+        |m| m <= 2048.0,
+    );
+    push(
+        "waiters subscriptions per name",
+        "1",
+        figure(all, "waiters", "lock (redis)", "max_subscriptions_per_name"),
+        |m| (m - 1.0).abs() < f64::EPSILON,
+    );
+    targets
+}
+
+fn machine() -> serde_json::Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().next().map(str::to_owned))
+        .unwrap_or_default();
+    json!({ "cpu": cpu, "cores": cores, "memory": memory, "os": std::env::consts::OS })
+}
+
+/// Writes the three files into `dir`; returns a short summary for the terminal.
+pub(crate) fn write(dir: &Path, quick: bool, all: &All) -> std::io::Result<String> {
+    std::fs::create_dir_all(dir)?;
+    let targets = targets(all);
+    let report = json!({
+        "machine": machine(),
+        "quick": quick,
+        "scenarios": all,
+        "targets": targets.iter().map(|t| json!({
+            "name": t.name, "target": t.wanted, "measured": t.measured, "met": t.met,
+        })).collect::<Vec<_>>(),
+    });
+    std::fs::write(
+        dir.join("report.json"),
+        serde_json::to_string_pretty(&report)?,
+    )?;
+    std::fs::write(
+        dir.join("report.md"),
+        markdown(quick, all, &targets, &report["machine"]),
+    )?;
+    std::fs::write(dir.join("report.svg"), svg(all))?;
+    let met = targets.iter().filter(|t| t.met).count();
+    Ok(format!(
+        "lock-bench: {met} of {} targets met; wrote {}/report.{{json,md,svg}}",
+        targets.len(),
+        dir.display()
+    ))
+}
+
+fn markdown(quick: bool, all: &All, targets: &[Target], machine: &serde_json::Value) -> String {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "# Benchmark report{}\n",
+        if quick { " (quick)" } else { "" }
+    );
+    let _ = writeln!(
+        md,
+        "Machine: {} ({} cores), {}; local redis-server processes started by the run.\n",
+        machine["cpu"].as_str().unwrap_or("?"),
+        machine["cores"],
+        machine["memory"].as_str().unwrap_or("?")
+    );
+    let _ = writeln!(
+        md,
+        "## Targets\n\n| target | wanted | measured | met |\n|---|---|---|---|"
+    );
+    for t in targets {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            t.name,
+            t.wanted,
+            t.measured,
+            if t.met { "yes" } else { "**no**" }
+        );
+    }
+    for (scenario, results) in all {
+        let metrics: Vec<&String> = results
+            .values()
+            .flat_map(BTreeMap::keys)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let _ = writeln!(md, "\n## {scenario}\n");
+        let _ = write!(md, "| contender |");
+        for m in &metrics {
+            let _ = write!(md, " {m} |");
+        }
+        let _ = write!(md, "\n|---|");
+        for _ in &metrics {
+            let _ = write!(md, "---|");
+        }
+        let _ = writeln!(md);
+        for (contender, figures) in results {
+            let _ = write!(md, "| {contender} |");
+            for m in &metrics {
+                match figures.get(*m) {
+                    Some(v) => {
+                        let _ = write!(md, " {v} |");
+                    }
+                    None => {
+                        let _ = write!(md, " |");
+                    }
+                }
+            }
+            let _ = writeln!(md);
+        }
+    }
+    md
+}
+
+/// Bars: uncontended throughput, and contended wait p50/p99 per contender.
+fn svg(all: &All) -> String {
+    let mut bars: Vec<(String, f64, &str)> = Vec::new();
+    if let Some(results) = all.get("uncontended") {
+        for (contender, figures) in results {
+            if let Some(v) = figures.get("pairs_per_s") {
+                bars.push((format!("uncontended {contender} (pairs/s)"), *v, "#4c78a8"));
+            }
+        }
+    }
+    if let Some(results) = all.get("contended") {
+        for (contender, figures) in results {
+            for (metric, colour) in [("wait_ms_p50", "#72b7b2"), ("wait_ms_p99", "#e45756")] {
+                if let Some(v) = figures.get(metric) {
+                    bars.push((format!("contended {contender} {metric}"), *v, colour));
+                }
+            }
+        }
+    }
+    let width = 900.0;
+    let row = 26.0;
+    let height = row * bars.len() as f64 + 40.0;
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
+         font-family=\"sans-serif\" font-size=\"12\">\n<text x=\"10\" y=\"20\" font-size=\"14\">\
+         lock-bench: throughput (blue, per group max) and contended waits in ms (teal p50, red p99)</text>\n"
+    );
+    // Each group is scaled to its own maximum: pairs/s and milliseconds do not share a unit.
+    let max_of = |prefix: &str| {
+        bars.iter()
+            .filter(|b| b.0.starts_with(prefix))
+            .map(|b| b.1)
+            .fold(0.0_f64, f64::max)
+            .max(f64::MIN_POSITIVE)
+    };
+    let (max_u, max_c) = (max_of("uncontended"), max_of("contended"));
+    for (i, (label, value, colour)) in bars.iter().enumerate() {
+        let y = 34.0 + row * i as f64;
+        let max = if label.starts_with("uncontended") {
+            max_u
+        } else {
+            max_c
+        };
+        let w = (value / max) * 420.0;
+        let _ = writeln!(
+            out,
+            "<text x=\"10\" y=\"{:.0}\">{}</text><rect x=\"380\" y=\"{:.0}\" width=\"{w:.1}\" \
+             height=\"18\" fill=\"{colour}\"/><text x=\"{:.0}\" y=\"{:.0}\">{value}</text>",
+            y + 13.0,
+            escape(label),
+            y,
+            385.0 + w,
+            y + 13.0
+        );
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}

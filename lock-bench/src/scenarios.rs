@@ -1,0 +1,581 @@
+//! The scenarios. Each returns, per contender, named figures; every figure that matters
+//! is compared with a peer or a limit measured in the same run.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use lock::{Locks, redis as adapter};
+use lock_testkit::RedisServer;
+use tokio::time::{Instant, sleep};
+
+/// Figures of one contender in one scenario.
+pub(crate) type Figures = BTreeMap<String, f64>;
+/// Figures by contender.
+pub(crate) type Results = BTreeMap<String, Figures>;
+
+/// How long each timed scenario runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Scale {
+    pub(crate) seconds: f64,
+    pub(crate) watchdog_locks: usize,
+    pub(crate) watchdog_seconds: u64,
+    pub(crate) waiters: usize,
+}
+
+fn figures(pairs: &[(&str, f64)]) -> Figures {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), round(*v)))
+        .collect()
+}
+
+fn round(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// The p-th percentile (0..=1) of sorted samples, in milliseconds.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn sorted(mut samples: Vec<f64>) -> Vec<f64> {
+    samples.sort_by(f64::total_cmp);
+    samples
+}
+
+async fn ours(server: &RedisServer) -> Locks {
+    adapter::connect(&server.url()).await.expect("connect")
+}
+
+fn peer(urls: &[String]) -> rslock::LockManager {
+    rslock::LockManager::new(urls.to_vec())
+}
+
+/// Lock+unlock pairs per second: 64 tasks, distinct names, one client.
+pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
+    let duration = Duration::from_secs_f64(scale.seconds);
+    let locks = ours(server).await;
+    let count = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + duration;
+    let mut tasks = Vec::new();
+    for task in 0..64 {
+        let (locks, count) = (locks.clone(), Arc::clone(&count));
+        tasks.push(tokio::spawn(async move {
+            let mutex = locks.mutex(&format!("bench:u:{task}"));
+            while Instant::now() < deadline {
+                if let Ok(guard) = mutex.lock().await
+                    && guard.unlock().await.is_ok()
+                {
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    let ours_rate = count.load(Ordering::Relaxed) as f64 / duration.as_secs_f64();
+
+    let manager = Arc::new(peer(&[server.url()]));
+    let count = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + duration;
+    let mut tasks = Vec::new();
+    for task in 0..64 {
+        let (manager, count) = (Arc::clone(&manager), Arc::clone(&count));
+        tasks.push(tokio::spawn(async move {
+            let name = format!("bench:p:{task}");
+            while Instant::now() < deadline {
+                if let Ok(lock) = manager.lock(name.as_bytes(), Duration::from_secs(30)).await {
+                    manager.unlock(&lock).await;
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    let peer_rate = count.load(Ordering::Relaxed) as f64 / duration.as_secs_f64();
+    let limit = server_limit(server).await;
+    let mut results = Results::new();
+    results.insert(
+        "lock (redis)".into(),
+        figures(&[("pairs_per_s", ours_rate)]),
+    );
+    results.insert("rslock".into(), figures(&[("pairs_per_s", peer_rate)]));
+    results.insert("server limit".into(), figures(&[("pairs_per_s", limit)]));
+    results
+}
+
+/// `redis-benchmark` pipelined on our acquire script, halved (a pair is two calls).
+async fn server_limit(server: &RedisServer) -> f64 {
+    let sha: String = server
+        .command(&[
+            "SCRIPT",
+            "LOAD",
+            lock_core::redis::script::MUTEX_ACQUIRE.source(),
+        ])
+        .await;
+    let binary = lock_testkit::redis_server_binary()
+        .and_then(|b| b.parent().map(|d| d.join("redis-benchmark")))
+        .filter(|b| b.exists());
+    let Some(binary) = binary else {
+        return 0.0;
+    };
+    let output = tokio::process::Command::new(binary)
+        .args([
+            "-p",
+            &server.port().to_string(),
+            "-P",
+            "16",
+            "-n",
+            "200000",
+            "-r",
+            "100000",
+            "-q",
+            "EVALSHA",
+            &sha,
+            "4",
+            "k:__rand_int__",
+            "r:__rand_int__",
+            "t:__rand_int__",
+            "e",
+            "30000",
+            "owner",
+            "0",
+            "100",
+            "0",
+            "0",
+            "0",
+        ])
+        .output()
+        .await;
+    let text = output
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    // "EVALSHA ...: 123456.79 requests per second"
+    let rps = text
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .windows(3)
+        .find(|w| w[1] == "requests" && w[2] == "per")
+        .and_then(|w| w[0].parse::<f64>().ok())
+        .unwrap_or(0.0);
+    rps / 2.0
+}
+
+/// One contended run: workers with their own clients loop acquire, hold, release, think.
+async fn contend_ours(server: &RedisServer, fair: bool, seconds: f64) -> Figures {
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(ours(server).await);
+    }
+    let name = if fair {
+        "bench:c:fair"
+    } else {
+        "bench:c:mutex"
+    };
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for locks in clients {
+        tasks.push(tokio::spawn(async move {
+            let lock = if fair {
+                locks.fair_mutex(name)
+            } else {
+                locks.mutex(name)
+            };
+            let (mut waits, mut held, mut ops) = (Vec::new(), Duration::ZERO, 0u64);
+            while Instant::now() < deadline {
+                let asked = Instant::now();
+                let Ok(guard) = lock.lock().await else {
+                    continue;
+                };
+                let entered = Instant::now();
+                waits.push((entered - asked).as_secs_f64() * 1000.0);
+                sleep(Duration::from_millis(1)).await;
+                held += entered.elapsed();
+                let _ = guard.unlock().await;
+                ops += 1;
+                sleep(Duration::from_millis(1)).await;
+            }
+            (waits, held, ops)
+        }));
+    }
+    summarize(tasks, started).await
+}
+
+async fn contend_peer(server: &RedisServer, seconds: f64) -> Figures {
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let manager = peer(&[server.url()]);
+        tasks.push(tokio::spawn(async move {
+            let (mut waits, mut held, mut ops) = (Vec::new(), Duration::ZERO, 0u64);
+            while Instant::now() < deadline {
+                let asked = Instant::now();
+                let Ok(lock) = manager
+                    .acquire_no_guard("bench:c:peer".as_bytes(), Duration::from_secs(30))
+                    .await
+                else {
+                    continue;
+                };
+                let entered = Instant::now();
+                waits.push((entered - asked).as_secs_f64() * 1000.0);
+                sleep(Duration::from_millis(1)).await;
+                held += entered.elapsed();
+                manager.unlock(&lock).await;
+                ops += 1;
+                sleep(Duration::from_millis(1)).await;
+            }
+            (waits, held, ops)
+        }));
+    }
+    summarize(tasks, started).await
+}
+
+async fn summarize(
+    tasks: Vec<tokio::task::JoinHandle<(Vec<f64>, Duration, u64)>>,
+    started: Instant,
+) -> Figures {
+    let (mut waits, mut held, mut ops) = (Vec::new(), Duration::ZERO, Vec::new());
+    for task in tasks {
+        if let Ok((w, h, o)) = task.await {
+            waits.extend(w);
+            held += h;
+            ops.push(o);
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let waits = sorted(waits);
+    let most = ops.iter().copied().max().unwrap_or(0).max(1);
+    let fewest = ops.iter().copied().min().unwrap_or(0);
+    figures(&[
+        ("ops", ops.iter().sum::<u64>() as f64),
+        ("utilization", held.as_secs_f64() / wall),
+        ("wait_ms_p50", percentile(&waits, 0.50)),
+        ("wait_ms_p99", percentile(&waits, 0.99)),
+        ("wait_ms_max", waits.last().copied().unwrap_or(0.0)),
+        ("fairness_min_over_max", fewest as f64 / most as f64),
+    ])
+}
+
+/// 8 workers, one name, hold 1 ms, think 1 ms: the mutex, the fair lock and the peer.
+pub(crate) async fn contended(server: &RedisServer, scale: Scale) -> Results {
+    let mut results = Results::new();
+    results.insert(
+        "lock mutex (redis)".into(),
+        contend_ours(server, false, scale.seconds).await,
+    );
+    results.insert(
+        "lock fair (redis)".into(),
+        contend_ours(server, true, scale.seconds).await,
+    );
+    results.insert("rslock".into(), contend_peer(server, scale.seconds).await);
+    results
+}
+
+/// Two clients ping-pong one lock: from one release returning to the other acquiring.
+pub(crate) async fn handoff(server: &RedisServer, scale: Scale) -> Results {
+    let (a, b) = (ours(server).await, ours(server).await);
+    let rounds = (scale.seconds * 200.0) as usize;
+    let released_at = Arc::new(std::sync::Mutex::new(Instant::now()));
+    let mut samples = Vec::with_capacity(rounds);
+    let (ma, mb) = (a.mutex("bench:h"), b.mutex("bench:h"));
+    for _ in 0..rounds {
+        let held = ma.lock().await.expect("lock");
+        let waiting = {
+            let (mb, released_at) = (mb.clone(), Arc::clone(&released_at));
+            tokio::spawn(async move {
+                let guard = mb.lock().await.expect("lock");
+                let at = Instant::now();
+                let since = at
+                    - *released_at
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let _ = guard.unlock().await;
+                since
+            })
+        };
+        // Let the waiter subscribe and sleep.
+        sleep(Duration::from_millis(2)).await;
+        let _ = held.unlock().await;
+        *released_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
+        if let Ok(since) = waiting.await {
+            samples.push(since.as_secs_f64() * 1000.0);
+        }
+    }
+    let samples = sorted(samples);
+    let ping = ping_ms(server).await;
+    let mut results = Results::new();
+    results.insert(
+        "lock (redis)".into(),
+        figures(&[
+            ("handoff_ms_p50", percentile(&samples, 0.5)),
+            ("handoff_ms_p99", percentile(&samples, 0.99)),
+        ]),
+    );
+    results.insert("loopback".into(), figures(&[("ping_ms_p50", ping)]));
+    results
+}
+
+async fn ping_ms(server: &RedisServer) -> f64 {
+    let client = redis::Client::open(server.url()).expect("url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let mut samples = Vec::new();
+    for _ in 0..500 {
+        let started = Instant::now();
+        let _: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut conn).await;
+        samples.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    percentile(&sorted(samples), 0.5)
+}
+
+/// CPU time of this process (user + system), from `/proc/self/stat`.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may contain spaces) start after ") ".
+    let after = stat.rsplit_once(") ").map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Resident memory of this process in bytes, from `/proc/self/status`.
+fn rss_bytes() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb * 1024.0)
+}
+
+async fn script_calls(server: &RedisServer) -> f64 {
+    let info: String = server.command(&["INFO", "commandstats"]).await;
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split([':', ','])
+                .find_map(|f| f.strip_prefix("calls="))
+                .and_then(|c| c.parse::<f64>().ok())
+        })
+        .sum()
+}
+
+/// One client holds many locks with a 3 s lease for 12 s.
+pub(crate) async fn watchdog(server: &RedisServer, scale: Scale) -> Results {
+    let lease = Duration::from_secs(3);
+    let locks = Locks::builder(
+        lock::redis::connect_backend(&server.url())
+            .await
+            .expect("connect"),
+    )
+    .watchdog_lease(lease)
+    .build()
+    .expect("settings");
+    let mut guards = Vec::with_capacity(scale.watchdog_locks);
+    for i in 0..scale.watchdog_locks {
+        guards.push(
+            locks
+                .mutex(&format!("bench:w:{i}"))
+                .lock()
+                .await
+                .expect("lock"),
+        );
+    }
+    let calls_before = script_calls(server).await;
+    let cpu_before = cpu_seconds();
+    let hold = Duration::from_secs(scale.watchdog_seconds);
+    sleep(hold).await;
+    let calls = script_calls(server).await - calls_before;
+    let cpu = cpu_seconds() - cpu_before;
+    let rounds = hold.as_secs_f64() / (lease.as_secs_f64() / 3.0);
+    let still_valid = guards.iter().filter(|g| g.is_held()).count();
+    let on_server: i64 = server.command(&["DBSIZE"]).await;
+    let all_held =
+        still_valid == scale.watchdog_locks && on_server as usize >= scale.watchdog_locks;
+    for guard in guards {
+        let _ = guard.unlock().await;
+    }
+    let per_100 = calls / rounds / (scale.watchdog_locks as f64 / 100.0);
+    let mut results = Results::new();
+    results.insert(
+        "lock (redis)".into(),
+        figures(&[
+            ("locks", scale.watchdog_locks as f64),
+            ("script_calls_per_round", calls / rounds),
+            ("script_calls_per_100_locks_per_round", per_100),
+            ("client_cpu_seconds", cpu),
+            ("all_held", if all_held { 1.0 } else { 0.0 }),
+        ]),
+    );
+    results
+}
+
+async fn latency_ours(locks: &Locks, rounds: usize) -> Figures {
+    let mutex = locks.mutex("bench:r");
+    let mut samples = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let started = Instant::now();
+        if let Ok(guard) = mutex.lock().await {
+            let _ = guard.unlock().await;
+            samples.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    let samples = sorted(samples);
+    figures(&[
+        ("pair_ms_p50", percentile(&samples, 0.5)),
+        ("pair_ms_p99", percentile(&samples, 0.99)),
+    ])
+}
+
+async fn latency_peer(manager: &rslock::LockManager, rounds: usize) -> Figures {
+    let mut samples = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let started = Instant::now();
+        if let Ok(lock) = manager
+            .lock("bench:rp".as_bytes(), Duration::from_secs(30))
+            .await
+        {
+            manager.unlock(&lock).await;
+            samples.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    let samples = sorted(samples);
+    figures(&[
+        ("pair_ms_p50", percentile(&samples, 0.5)),
+        ("pair_ms_p99", percentile(&samples, 0.99)),
+    ])
+}
+
+/// Acquire+release latency on 5 nodes and on 1, ours and the peer's.
+pub(crate) async fn redlock(nodes: &[RedisServer], scale: Scale) -> Results {
+    let rounds = (scale.seconds * 300.0) as usize;
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let mut backends = Vec::new();
+    for url in &urls {
+        backends.push(adapter::connect_backend(url).await.expect("connect"));
+    }
+    let five = lock::redlock::RedLock::builder(backends)
+        .build()
+        .expect("nodes")
+        .locks();
+    let one = adapter::connect(&urls[0]).await.expect("connect");
+    let mut results = Results::new();
+    results.insert("lock redlock x5".into(), latency_ours(&five, rounds).await);
+    results.insert("lock single".into(), latency_ours(&one, rounds).await);
+    results.insert("rslock x5".into(), latency_peer(&peer(&urls), rounds).await);
+    results.insert(
+        "rslock single".into(),
+        latency_peer(&peer(&urls[..1]), rounds).await,
+    );
+    results
+}
+
+/// Many tasks waiting on 100 names in one process.
+pub(crate) async fn waiters(server: &RedisServer, scale: Scale) -> Results {
+    let names = 100;
+    let holder = ours(server).await;
+    let locks = ours(server).await;
+    let mut held = Vec::new();
+    for n in 0..names {
+        held.push(
+            holder
+                .mutex(&format!("bench:wt:{n}"))
+                .lock()
+                .await
+                .expect("lock"),
+        );
+    }
+    let before = rss_bytes();
+    let done = Arc::new(AtomicU64::new(0));
+    let go = Arc::new(AtomicBool::new(true));
+    let mut tasks = Vec::with_capacity(scale.waiters);
+    for i in 0..scale.waiters {
+        let (locks, done, go) = (locks.clone(), Arc::clone(&done), Arc::clone(&go));
+        tasks.push(tokio::spawn(async move {
+            let mutex = locks.mutex(&format!("bench:wt:{}", i % names));
+            if let Ok(guard) = mutex.lock().await {
+                let _ = guard.unlock().await;
+                if go.load(Ordering::Relaxed) {
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    // Let every waiter subscribe and settle.
+    let settle_until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let channels: Vec<String> = server
+            .command(&["PUBSUB", "CHANNELS", "redisson_lock__channel:*"])
+            .await;
+        if channels.len() >= names || Instant::now() > settle_until {
+            break;
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    sleep(Duration::from_millis(500)).await;
+    let after = rss_bytes();
+    let mut numsub_args = vec!["PUBSUB".to_owned(), "NUMSUB".to_owned()];
+    numsub_args.extend((0..names).map(|n| format!("redisson_lock__channel:{{bench:wt:{n}}}")));
+    let refs: Vec<&str> = numsub_args.iter().map(String::as_str).collect();
+    let numsub: Vec<redis::Value> = server.command(&refs).await;
+    let counts: Vec<i64> = numsub
+        .chunks(2)
+        .filter_map(|pair| match pair.get(1) {
+            Some(redis::Value::Int(n)) => Some(*n),
+            _ => None,
+        })
+        .collect();
+    let max_subscriptions = counts.iter().copied().max().unwrap_or(0);
+    let started = Instant::now();
+    for guard in held {
+        let _ = guard.unlock().await;
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    let drain = started.elapsed().as_secs_f64();
+    let mut results = Results::new();
+    results.insert(
+        "lock (redis)".into(),
+        figures(&[
+            ("waiters", scale.waiters as f64),
+            (
+                "bytes_per_waiter",
+                (after - before).max(0.0) / scale.waiters as f64,
+            ),
+            ("max_subscriptions_per_name", max_subscriptions as f64),
+            (
+                "all_acquired",
+                if done.load(Ordering::Relaxed) as usize == scale.waiters {
+                    1.0
+                } else {
+                    0.0
+                },
+            ),
+            ("drain_seconds", drain),
+        ]),
+    );
+    results
+}
