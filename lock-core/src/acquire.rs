@@ -86,7 +86,9 @@ async fn acquire_inner(
             armed: true,
         });
     }
-    if let Attempt::Acquired(guard) = attempt(client, &lock, request, renew).await? {
+    // Attempts are boxed: a waiter spends its life between attempts, and its resident
+    // state should not reserve room for one (thousands of waiters add up).
+    if let Attempt::Acquired(guard) = Box::pin(attempt(client, &lock, request, renew)).await? {
         QueuedWaiter::served(&mut queued);
         return Ok(Some(guard));
     }
@@ -106,7 +108,7 @@ async fn acquire_inner(
             .starvation_threshold
             .is_some_and(|threshold| waited >= threshold);
         let request = request.waiting(waited, starving);
-        let ttl = match attempt(client, &lock, request, renew).await? {
+        let ttl = match Box::pin(attempt(client, &lock, request, renew)).await? {
             Attempt::Acquired(guard) => {
                 QueuedWaiter::served(&mut queued);
                 metrics::waited(lock.kind, started.elapsed());
