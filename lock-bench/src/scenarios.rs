@@ -492,25 +492,11 @@ pub(crate) async fn redlock(nodes: &[RedisServer], scale: Scale) -> Results {
     results
 }
 
-/// Many tasks waiting on 100 names in one process. A first round warms the allocator and
-/// the connection's buffers (resident memory only grows); the second round is measured.
+/// Many tasks waiting on 100 names in one process.
 pub(crate) async fn waiters(server: &RedisServer, scale: Scale) -> Results {
+    let names = 100;
     let holder = ours(server).await;
     let locks = ours(server).await;
-    let _warm_up = waiting_round(server, &holder, &locks, scale).await;
-    let measured = waiting_round(server, &holder, &locks, scale).await;
-    let mut results = Results::new();
-    results.insert("lock (redis)".into(), measured);
-    results
-}
-
-async fn waiting_round(
-    server: &RedisServer,
-    holder: &Locks,
-    locks: &Locks,
-    scale: Scale,
-) -> Figures {
-    let names = 100;
     let mut held = Vec::new();
     for n in 0..names {
         held.push(
@@ -570,21 +556,26 @@ async fn waiting_round(
         let _ = task.await;
     }
     let drain = started.elapsed().as_secs_f64();
-    figures(&[
-        ("waiters", scale.waiters as f64),
-        (
-            "bytes_per_waiter",
-            (after - before).max(0.0) / scale.waiters as f64,
-        ),
-        ("max_subscriptions_per_name", max_subscriptions as f64),
-        (
-            "all_acquired",
-            if done.load(Ordering::Relaxed) as usize == scale.waiters {
-                1.0
-            } else {
-                0.0
-            },
-        ),
-        ("drain_seconds", drain),
-    ])
+    let mut results = Results::new();
+    results.insert(
+        "lock (redis)".into(),
+        figures(&[
+            ("waiters", scale.waiters as f64),
+            (
+                "bytes_per_waiter",
+                (after - before).max(0.0) / scale.waiters as f64,
+            ),
+            ("max_subscriptions_per_name", max_subscriptions as f64),
+            (
+                "all_acquired",
+                if done.load(Ordering::Relaxed) as usize == scale.waiters {
+                    1.0
+                } else {
+                    0.0
+                },
+            ),
+            ("drain_seconds", drain),
+        ]),
+    );
+    results
 }
