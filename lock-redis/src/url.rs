@@ -1,8 +1,10 @@
-//! Connection URLs: the driver's own forms plus a cluster form listing several nodes.
+//! Connection URLs: lock-core splits the URL forms (cluster and Sentinel list several
+//! servers); this module turns each server URL into a driver client.
 
 use lock_core::Error;
+use lock_core::redis::url::{self as forms, SentinelUrl};
 
-/// What a URL names.
+/// What a URL names, as driver clients.
 pub(crate) enum Deployment {
     Single(redis::Client),
     /// One `redis://` (or `rediss://`) URL per listed node.
@@ -14,11 +16,6 @@ pub(crate) enum Deployment {
         node: Option<redis::RedisConnectionInfo>,
     },
 }
-
-const CLUSTER_SCHEMES: [(&str, &str); 2] = [
-    ("redis+cluster://", "redis://"),
-    ("rediss+cluster://", "rediss://"),
-];
 
 /// TLS settings for `rediss://` connections.
 #[derive(Clone, Default)]
@@ -48,18 +45,20 @@ impl Tls {
     }
 }
 
-/// Parses `redis://`, `rediss://`, `unix://` (single server) and `redis+cluster://`,
-/// `rediss+cluster://` (cluster: `user:password@host:port,host:port/?query`).
+/// Parses every URL form lock-core knows and checks each server URL with the driver.
 pub(crate) fn parse(url: &str, tls: &Tls) -> Result<Deployment, Error> {
-    if let Some(rest) = strip_prefix_ignore_case(url, "redis+sentinel://") {
-        return sentinel(rest);
-    }
-    for (cluster_scheme, node_scheme) in CLUSTER_SCHEMES {
-        if let Some(rest) = strip_prefix_ignore_case(url, cluster_scheme) {
-            return split_cluster(rest, node_scheme).map(Deployment::Cluster);
+    match forms::parse(url)? {
+        forms::Deployment::Single(url) => client(&url, tls).map(Deployment::Single),
+        forms::Deployment::Cluster(urls) => {
+            clients(&urls, &Tls::default())?;
+            Ok(Deployment::Cluster(urls))
         }
+        forms::Deployment::Sentinel(sentinel) => sentinel_deployment(sentinel),
+        _ => Err(Error::invalid_config(
+            "this URL form is not supported by the redis adapter",
+            None,
+        )),
     }
-    client(url, tls).map(Deployment::Single)
 }
 
 /// Opens a driver client, or explains why the URL is unusable (without echoing it: it
@@ -85,107 +84,34 @@ pub(crate) fn clients(urls: &[String], tls: &Tls) -> Result<Vec<redis::Client>, 
     urls.iter().map(|url| client(url, tls)).collect()
 }
 
-/// `user:pw@h1:p1,h2:p2/NAME`: the Sentinels (without the credentials, which are the
-/// master's) and the master's name.
-fn sentinel(rest: &str) -> Result<Deployment, Error> {
-    let (authority, name) = rest.split_once('/').unwrap_or((rest, ""));
-    let master = name.split(['?', '/']).next().unwrap_or("").to_owned();
-    if master.is_empty() {
-        return Err(Error::invalid_config(
-            "a Sentinel URL names the master: redis+sentinel://host:port,.../NAME",
-            None,
-        ));
-    }
-    let (userinfo, hosts) = match authority.rfind('@') {
-        Some(at) => (&authority[..at], &authority[at + 1..]),
-        None => ("", authority),
-    };
-    let sentinels = split_cluster(hosts, "redis://")?;
-    let node = if userinfo.is_empty() {
-        None
-    } else {
-        let probe = client(&format!("redis://{userinfo}@127.0.0.1:1"), &Tls::default())?;
-        Some(probe.get_connection_info().redis_settings().clone())
+fn sentinel_deployment(sentinel: SentinelUrl) -> Result<Deployment, Error> {
+    clients(&sentinel.sentinels, &Tls::default())?;
+    let node = match &sentinel.userinfo {
+        None => None,
+        Some(userinfo) => {
+            // The driver parses (and percent-decodes) credentials only as part of a URL.
+            let probe = client(&format!("redis://{userinfo}@127.0.0.1:1"), &Tls::default())?;
+            Some(probe.get_connection_info().redis_settings().clone())
+        }
     };
     Ok(Deployment::Sentinel {
-        sentinels,
-        master,
+        sentinels: sentinel.sentinels,
+        master: sentinel.master,
         node,
     })
-}
-
-fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
-    let head = s.get(..prefix.len())?;
-    head.eq_ignore_ascii_case(prefix)
-        .then(|| &s[prefix.len()..])
-}
-
-/// `user:pw@h1:p1,h2:p2/path?query` -> `scheme user:pw@h1:p1/path?query`, ...
-fn split_cluster(rest: &str, scheme: &str) -> Result<Vec<String>, Error> {
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, suffix) = rest.split_at(authority_end);
-    let (userinfo, hosts) = match authority.rfind('@') {
-        Some(at) => (&authority[..=at], &authority[at + 1..]),
-        None => ("", authority),
-    };
-    let urls: Vec<String> = hosts
-        .split(',')
-        .map(str::trim)
-        .filter(|host| !host.is_empty())
-        .map(|host| format!("{scheme}{userinfo}{host}{suffix}"))
-        .collect();
-    if urls.is_empty() {
-        return Err(Error::invalid_config(
-            "a cluster URL needs at least one host:port",
-            None,
-        ));
-    }
-    for url in &urls {
-        client(url, &Tls::default())?;
-    }
-    Ok(urls)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn nodes(url: &str) -> Vec<String> {
-        match parse(url, &Tls::default()) {
-            Ok(Deployment::Cluster(urls)) => urls,
-            Ok(_) => panic!("{url} is not a cluster URL"),
-            Err(err) => panic!("{url}: {err}"),
-        }
-    }
-
     #[test]
-    fn cluster_urls_expand_to_one_url_per_node() {
-        assert_eq!(
-            nodes("redis+cluster://a:7000,b:7001"),
-            ["redis://a:7000", "redis://b:7001"]
-        );
-        assert_eq!(
-            nodes("redis+cluster://u:p@a:7000,b:7001/?protocol=resp3"),
-            [
-                "redis://u:p@a:7000/?protocol=resp3",
-                "redis://u:p@b:7001/?protocol=resp3"
-            ]
-        );
-        assert_eq!(nodes("REDIS+CLUSTER://a:1"), ["redis://a:1"]);
-    }
-
-    #[test]
-    fn sentinel_urls_name_the_master() {
+    fn sentinel_credentials_are_the_masters() {
         match parse(
             "redis+sentinel://u:p@a:26379,b:26379/locks",
             &Tls::default(),
         ) {
-            Ok(Deployment::Sentinel {
-                sentinels,
-                master,
-                node,
-            }) => {
-                assert_eq!(sentinels, ["redis://a:26379", "redis://b:26379"]);
+            Ok(Deployment::Sentinel { node, master, .. }) => {
                 assert_eq!(master, "locks");
                 assert_eq!(
                     node.and_then(|n| n.password().map(str::to_owned)),
@@ -194,7 +120,6 @@ mod tests {
             }
             _ => panic!("not a Sentinel deployment"),
         }
-        assert!(parse("redis+sentinel://a:26379", &Tls::default()).is_err());
     }
 
     #[test]
@@ -212,6 +137,7 @@ mod tests {
             "http://x",
             "redis+cluster://",
             "redis+cluster://,",
+            "redis+cluster://a:notaport",
             "redis://:notaport",
         ] {
             let err = parse(url, &Tls::default())

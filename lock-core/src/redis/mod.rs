@@ -7,6 +7,7 @@ pub mod layout;
 pub mod script;
 pub mod slot;
 mod transport;
+pub mod url;
 
 pub use backend::{ProtocolOptions, PublishMode, RedisBackend};
 pub use script::Script;

@@ -1,0 +1,179 @@
+//! The connection URL forms every Redis adapter accepts, split into what the driver
+//! understands: one URL per server.
+//!
+//! - `redis://[user:password@]host:port[/db]` or `rediss://...` (TLS): a single server;
+//! - `redis+cluster://[user:password@]host:port,host:port,...` (or `rediss+cluster://`):
+//!   a Redis Cluster, discovered from any listed node;
+//! - `redis+sentinel://[user:password@]host:port,host:port,.../NAME`: the master Sentinels
+//!   know as `NAME` (the credentials are the master's).
+//!
+//! Checking each server URL is the driver's business; this module only splits.
+
+use crate::Error;
+
+/// What a URL names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Deployment {
+    /// One server: the URL as given.
+    Single(String),
+    /// A cluster: one `redis://` (or `rediss://`) URL per listed node, each with the
+    /// credentials, path and query of the original.
+    Cluster(Vec<String>),
+    /// A master behind Sentinel.
+    Sentinel(SentinelUrl),
+}
+
+/// The parts of a `redis+sentinel://` URL.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SentinelUrl {
+    /// One `redis://host:port` URL per Sentinel, without credentials.
+    pub sentinels: Vec<String>,
+    /// The master's name as the Sentinels know it.
+    pub master: String,
+    /// `user:password` (still percent-encoded) for the master, if the URL had any.
+    pub userinfo: Option<String>,
+}
+
+impl std::fmt::Debug for SentinelUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The user info may carry a password.
+        f.debug_struct("SentinelUrl")
+            .field("sentinels", &self.sentinels)
+            .field("master", &self.master)
+            .field("userinfo", &self.userinfo.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+const CLUSTER_SCHEMES: [(&str, &str); 2] = [
+    ("redis+cluster://", "redis://"),
+    ("rediss+cluster://", "rediss://"),
+];
+
+/// Splits `url` into the servers it names. Errors never echo the URL: it may carry a
+/// password.
+pub fn parse(url: &str) -> Result<Deployment, Error> {
+    if let Some(rest) = strip_prefix_ignore_case(url, "redis+sentinel://") {
+        return sentinel(rest).map(Deployment::Sentinel);
+    }
+    for (cluster_scheme, node_scheme) in CLUSTER_SCHEMES {
+        if let Some(rest) = strip_prefix_ignore_case(url, cluster_scheme) {
+            return split_hosts(rest, node_scheme).map(Deployment::Cluster);
+        }
+    }
+    Ok(Deployment::Single(url.to_owned()))
+}
+
+/// `user:pw@h1:p1,h2:p2/NAME`.
+fn sentinel(rest: &str) -> Result<SentinelUrl, Error> {
+    let (authority, name) = rest.split_once('/').unwrap_or((rest, ""));
+    let master = name.split(['?', '/']).next().unwrap_or("").to_owned();
+    if master.is_empty() {
+        return Err(Error::invalid_config(
+            "a Sentinel URL names the master: redis+sentinel://host:port,.../NAME",
+            None,
+        ));
+    }
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(at) => (Some(authority[..at].to_owned()), &authority[at + 1..]),
+        None => (None, authority),
+    };
+    Ok(SentinelUrl {
+        sentinels: split_hosts(hosts, "redis://")?,
+        master,
+        userinfo: userinfo.filter(|info| !info.is_empty()),
+    })
+}
+
+fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = s.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &s[prefix.len()..])
+}
+
+/// `user:pw@h1:p1,h2:p2/path?query` -> `scheme user:pw@h1:p1/path?query`, ...
+fn split_hosts(rest: &str, scheme: &str) -> Result<Vec<String>, Error> {
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, suffix) = rest.split_at(authority_end);
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    let urls: Vec<String> = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|host| !host.is_empty())
+        .map(|host| format!("{scheme}{userinfo}{host}{suffix}"))
+        .collect();
+    if urls.is_empty() {
+        return Err(Error::invalid_config(
+            "the URL needs at least one host:port",
+            None,
+        ));
+    }
+    Ok(urls)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes(url: &str) -> Vec<String> {
+        match parse(url) {
+            Ok(Deployment::Cluster(urls)) => urls,
+            Ok(other) => panic!("{url} is not a cluster URL: {other:?}"),
+            Err(err) => panic!("{url}: {err}"),
+        }
+    }
+
+    #[test]
+    fn cluster_urls_expand_to_one_url_per_node() {
+        assert_eq!(
+            nodes("redis+cluster://a:7000,b:7001"),
+            ["redis://a:7000", "redis://b:7001"]
+        );
+        assert_eq!(
+            nodes("redis+cluster://u:p@a:7000,b:7001/?protocol=resp3"),
+            [
+                "redis://u:p@a:7000/?protocol=resp3",
+                "redis://u:p@b:7001/?protocol=resp3"
+            ]
+        );
+        assert_eq!(nodes("REDIS+CLUSTER://a:1"), ["redis://a:1"]);
+        assert_eq!(nodes("rediss+cluster://a:1"), ["rediss://a:1"]);
+    }
+
+    #[test]
+    fn sentinel_urls_name_the_master() {
+        let parsed = parse("redis+sentinel://u:p@a:26379,b:26379/locks");
+        let Ok(Deployment::Sentinel(sentinel)) = parsed else {
+            panic!("not a Sentinel deployment: {parsed:?}");
+        };
+        assert_eq!(sentinel.sentinels, ["redis://a:26379", "redis://b:26379"]);
+        assert_eq!(sentinel.master, "locks");
+        assert_eq!(sentinel.userinfo.as_deref(), Some("u:p"));
+        assert!(!format!("{sentinel:?}").contains("u:p"), "Debug hides it");
+        assert!(parse("redis+sentinel://a:26379").is_err());
+        assert!(parse("redis+sentinel:///locks").is_err());
+    }
+
+    #[test]
+    fn single_server_urls_stay_single() {
+        assert_eq!(
+            parse("redis://127.0.0.1:7000/2").ok(),
+            Some(Deployment::Single("redis://127.0.0.1:7000/2".into()))
+        );
+    }
+
+    #[test]
+    fn clusters_without_hosts_are_config_errors() {
+        for url in ["redis+cluster://", "redis+cluster://,", "redis+cluster://u:p@/"] {
+            let err = parse(url)
+                .err()
+                .unwrap_or_else(|| panic!("{url:?} was accepted"));
+            assert_eq!(err.kind(), crate::ErrorKind::InvalidConfig, "{url:?}");
+        }
+    }
+}
