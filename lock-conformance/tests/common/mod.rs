@@ -1,5 +1,5 @@
-//! How the Redis fixtures connect through the redis-crate adapter, shared by the
-//! standalone, cluster and Sentinel test files.
+//! How the Redis fixtures connect through each adapter, shared by the standalone,
+//! cluster and Sentinel test files of both.
 
 use std::sync::Arc;
 
@@ -9,6 +9,7 @@ use lock_core::redis::ProtocolOptions;
 
 /// Connects to the fixture's URLs: a cluster from all of them, anything else (a single
 /// server, a `redis+sentinel://` URL) from the first.
+#[allow(dead_code)] // reason: each test file uses one of the two adapters.
 pub(crate) fn redis_adapter() -> Connect {
     Arc::new(
         |urls: Vec<String>, cluster: bool, options: ProtocolOptions| {
@@ -23,4 +24,34 @@ pub(crate) fn redis_adapter() -> Connect {
             })
         },
     )
+}
+
+/// Connects like [`redis_adapter`], through the fred adapter.
+#[allow(dead_code)] // reason: each test file uses one of the two adapters.
+pub(crate) fn fred_adapter() -> Connect {
+    Arc::new(
+        |urls: Vec<String>, cluster: bool, options: ProtocolOptions| {
+            Box::pin(async move {
+                let url = if cluster {
+                    cluster_url(&urls)
+                } else {
+                    urls[0].clone()
+                };
+                let backend = lock_fred::Connector::new(url)
+                    .protocol(options)
+                    .connect()
+                    .await?;
+                Ok(Arc::new(backend) as Arc<dyn Backend>)
+            })
+        },
+    )
+}
+
+/// `redis://h:p` URLs as one `redis+cluster://h:p,h:p` URL.
+fn cluster_url(urls: &[String]) -> String {
+    let hosts: Vec<&str> = urls
+        .iter()
+        .map(|url| url.trim_start_matches("redis://").trim_end_matches('/'))
+        .collect();
+    format!("redis+cluster://{}", hosts.join(","))
 }

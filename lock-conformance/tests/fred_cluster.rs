@@ -1,0 +1,11 @@
+//! The conformance suite and the Redis fault scenarios on a three-master Redis Cluster,
+//! through the fred adapter.
+
+mod common;
+
+use common::fred_adapter;
+use lock_conformance::redis_fixture::RedisFixture;
+
+lock_conformance::conformance_tests!(RedisFixture::cluster(fred_adapter()));
+lock_conformance::fair_tests!(RedisFixture::cluster(fred_adapter()));
+lock_conformance::redis_fault_tests!(RedisFixture::cluster(fred_adapter()));

@@ -1,0 +1,11 @@
+//! The conformance suite and the Redis fault scenarios on a standalone server, through
+//! the fred adapter.
+
+mod common;
+
+use common::fred_adapter;
+use lock_conformance::redis_fixture::RedisFixture;
+
+lock_conformance::conformance_tests!(RedisFixture::standalone(fred_adapter()));
+lock_conformance::fair_tests!(RedisFixture::standalone(fred_adapter()));
+lock_conformance::redis_fault_tests!(RedisFixture::standalone(fred_adapter()));

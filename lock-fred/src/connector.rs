@@ -1,0 +1,374 @@
+//! [`Connector`]: how a lock client reaches Redis through fred, from a URL or from a
+//! client or pool the application already has.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::clients::SubscriberClient;
+use fred::prelude::{Builder, Client, ClientLike, Config, Pool, ReconnectPolicy};
+use fred::types::InfoKind;
+use lock_core::redis::{ProtocolOptions, PublishMode, RedisBackend};
+use lock_core::{Error, Locks};
+use tokio::sync::oneshot;
+
+use crate::config::{self, Timeouts, Tls};
+use crate::notifications::{self, Owned};
+use crate::transport::{Commands, FredTransport};
+
+/// Redisson's `connectTimeout`.
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Redisson's `timeout` (response timeout).
+const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Redisson's `pingConnectionInterval`.
+const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(30);
+/// Room for bursts of release messages before the reader counts as lagging.
+const MESSAGE_BUFFER: usize = 1024;
+
+/// Where script calls go, before connecting.
+#[derive(Clone)]
+enum Target {
+    Url(String),
+    Client(Client),
+    Pool(Pool),
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // URLs may carry passwords: show only what kind of target this is.
+        f.write_str(match self {
+            Self::Url(_) => "url",
+            Self::Client(_) => "fred client",
+            Self::Pool(_) => "fred pool",
+        })
+    }
+}
+
+/// Builds a Redis lock backend over fred.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), lock_core::Error> {
+/// use std::time::Duration;
+///
+/// let locks = lock_fred::Connector::new("redis://127.0.0.1:6379")
+///     .connect_timeout(Duration::from_secs(2))
+///     .locks()
+///     .await?;
+/// let guard = locks.mutex("orders:42").lock().await?;
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct Connector {
+    target: Target,
+    tls: Tls,
+    pool_size: usize,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    ping_interval: Duration,
+    protocol: ProtocolOptions,
+}
+
+impl Connector {
+    fn with_target(target: Target) -> Self {
+        Self {
+            target,
+            tls: Tls::default(),
+            pool_size: 1,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            ping_interval: DEFAULT_PING_INTERVAL,
+            protocol: ProtocolOptions::default(),
+        }
+    }
+
+    /// Connects to the deployment a URL names:
+    ///
+    /// - `redis://[user:password@]host:port[/db]` or `rediss://...` (TLS, feature `tls`):
+    ///   a single server;
+    /// - `redis+cluster://[user:password@]host:port,host:port,...` (or `rediss+cluster://`):
+    ///   a Redis Cluster, discovered from any of the listed nodes;
+    /// - `redis+sentinel://[user:password@]host:port,host:port,.../NAME`: the master named
+    ///   `NAME` as the listed Sentinels know it, followed through failovers (the
+    ///   credentials are the master's).
+    ///
+    /// The URL is checked when connecting.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self::with_target(Target::Url(url.into()))
+    }
+
+    /// Runs scripts over a fred client the application already has (connected or not;
+    /// it is connected if need be). Notifications use a dedicated subscriber client with
+    /// the same configuration. The client is left open when the backend is dropped.
+    pub fn from_client(client: Client) -> Self {
+        Self::with_target(Target::Client(client))
+    }
+
+    /// Runs scripts over a fred pool the application already has, like
+    /// [`Connector::from_client`].
+    pub fn from_pool(pool: Pool) -> Self {
+        Self::with_target(Target::Pool(pool))
+    }
+
+    /// Trusts this PEM root certificate for `rediss://` connections, instead of the
+    /// system's roots (feature `tls`).
+    #[cfg(feature = "tls")]
+    pub fn root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root_certificate = Some(pem.into());
+        self
+    }
+
+    /// How many clients (each one multiplexed connection per server) carry script calls
+    /// when connecting from a URL. Default: 1, which is plenty for most services.
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// The longest wait for a connection to be established. Default: 10 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The longest wait for a reply to one command. Default: 3 s.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How often the idle notification connection is pinged, so that a silently dead
+    /// connection is noticed and replaced. Default: 30 s.
+    pub fn ping_interval(mut self, interval: Duration) -> Self {
+        self.ping_interval = interval;
+        self
+    }
+
+    /// How releases are published. Only [`PublishMode::Classic`] is supported so far; it
+    /// works on every deployment.
+    pub fn publish_mode(mut self, mode: PublishMode) -> Self {
+        self.protocol = self.protocol.publish(mode);
+        self
+    }
+
+    /// Makes grants wait `quarantine` after the server lost its data (a restart without
+    /// persistence), so that a holder from before the restart can never overlap a new
+    /// one. Set it to at least the longest lease in use; a fresh server's first grants
+    /// wait it too. Default: off.
+    pub fn restart_quarantine(mut self, quarantine: Duration) -> Self {
+        self.protocol = self.protocol.restart_quarantine(Some(quarantine));
+        self
+    }
+
+    /// Requires `replicas` replicas to confirm every acquisition and renewal within
+    /// `timeout` (`WAIT`), as Redisson's replica sync check: a lock then survives a
+    /// failover to a replica, and an unconfirmed acquisition is an
+    /// [`Error::NotReplicated`](lock_core::Error::NotReplicated) error. Not on Redis
+    /// Cluster. Default: off.
+    pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.protocol = self.protocol.replica_ack(replicas, timeout);
+        self
+    }
+
+    /// Most locks renewed by one script call. Default: 100.
+    pub fn renew_batch(mut self, size: usize) -> Self {
+        self.protocol = self.protocol.renew_batch(size);
+        self
+    }
+
+    /// Replaces every lock-protocol setting at once.
+    pub fn protocol(mut self, options: ProtocolOptions) -> Self {
+        self.protocol = options;
+        self
+    }
+
+    /// Connects and returns a client with default settings.
+    pub async fn locks(self) -> Result<Locks, Error> {
+        Ok(Locks::new(Arc::new(self.connect().await?)))
+    }
+
+    /// Connects and returns the backend, for [`Locks::builder`] or for composition.
+    pub async fn connect(self) -> Result<RedisBackend, Error> {
+        self.validate()?;
+        let timeouts = Timeouts {
+            connect: self.connect_timeout,
+            response: self.response_timeout,
+        };
+        let (commands, subscriber_builder, owned) = match self.target {
+            Target::Url(url) => {
+                let builder = config::builder(config::from_url(&url, &self.tls)?, timeouts);
+                let commands = if self.pool_size > 1 {
+                    Commands::Pool(builder.build_pool(self.pool_size).map_err(invalid)?)
+                } else {
+                    Commands::Client(builder.build().map_err(invalid)?)
+                };
+                start(&commands, timeouts).await?;
+                (commands, builder, true)
+            }
+            Target::Client(client) => {
+                let builder = like(&client, timeouts);
+                let commands = Commands::Client(client);
+                start(&commands, timeouts).await?;
+                (commands, builder, false)
+            }
+            Target::Pool(pool) => {
+                let builder = like(pool.next(), timeouts);
+                let commands = Commands::Pool(pool);
+                start(&commands, timeouts).await?;
+                (commands, builder, false)
+            }
+        };
+        let subscriber = match subscribe_client(subscriber_builder, timeouts).await {
+            Ok(subscriber) => subscriber,
+            Err(err) => {
+                if owned {
+                    commands.quit().await;
+                }
+                return Err(err);
+            }
+        };
+        let (shutdown, stopped) = oneshot::channel();
+        let transport = FredTransport::new(
+            commands.clone(),
+            subscriber.clone(),
+            self.response_timeout,
+            shutdown,
+        );
+        let backend = RedisBackend::new(Arc::new(transport), self.protocol);
+        let owned = Owned {
+            subscriber,
+            commands: owned.then_some(commands),
+        };
+        tokio::spawn(notifications::pump(
+            owned,
+            backend.notification_sink(),
+            stopped,
+            self.ping_interval,
+        ));
+        Ok(backend)
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        for (name, value) in [
+            ("connect_timeout", self.connect_timeout),
+            ("response_timeout", self.response_timeout),
+            ("ping_interval", self.ping_interval),
+        ] {
+            if value.is_zero() {
+                return Err(Error::invalid_config(
+                    format!("{name} must be positive"),
+                    None,
+                ));
+            }
+        }
+        if self.pool_size == 0 {
+            return Err(Error::invalid_config("pool_size must be positive", None));
+        }
+        if self.protocol.publish != PublishMode::Classic {
+            return Err(Error::invalid_config(
+                "sharded publishing (SPUBLISH) is not supported by the fred adapter yet",
+                None,
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn invalid(err: fred::error::Error) -> Error {
+    Error::invalid_config("invalid fred settings", Some(err.into()))
+}
+
+/// A builder with an application client's configuration, for the subscriber client.
+fn like(client: &Client, timeouts: Timeouts) -> Builder {
+    let mut builder = Builder::from_config(client.client_config());
+    builder.set_connection_config(client.connection_config().clone());
+    builder.set_performance_config(client.perf_config());
+    builder.set_policy(
+        client
+            .client_reconnect_policy()
+            .unwrap_or_else(|| ReconnectPolicy::new_exponential(0, 20, 1_000, 2)),
+    );
+    let _ = timeouts;
+    builder
+}
+
+/// Connects the command clients (unless the application already did) and checks that
+/// the server answers and is the kind of deployment the configuration says.
+async fn start(commands: &Commands, timeouts: Timeouts) -> Result<(), Error> {
+    let client = match commands {
+        Commands::Client(client) => client.clone(),
+        Commands::Pool(pool) => pool.next().clone(),
+    };
+    if !client.is_connected() {
+        let connecting = async {
+            match commands {
+                Commands::Client(client) => client.init().await.map(drop),
+                Commands::Pool(pool) => pool.init().await.map(drop),
+            }
+        };
+        match tokio::time::timeout(timeouts.connect, connecting).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => return Err(crate::error::connection("connecting", err)),
+            Err(elapsed) => {
+                // Stop the reconnect loop the attempt started.
+                let _ = tokio::time::timeout(timeouts.response, commands.quit()).await;
+                return Err(Error::connection("connecting", elapsed));
+            }
+        }
+    }
+    if let Err(err) = check_server(&client, timeouts).await {
+        let _ = tokio::time::timeout(timeouts.response, commands.quit()).await;
+        return Err(err);
+    }
+    Ok(())
+}
+
+/// A server that accepts connections but does not answer is a connection error; a
+/// cluster node behind a single-server URL (every other key would be `MOVED`) is a
+/// configuration error.
+async fn check_server(client: &Client, timeouts: Timeouts) -> Result<(), Error> {
+    let within = timeouts.connect.min(timeouts.response);
+    match tokio::time::timeout(within, client.ping::<String>(None)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(err)) => return Err(crate::error::connection("connecting", err)),
+        Err(elapsed) => return Err(Error::connection("connecting", elapsed)),
+    }
+    if client.is_clustered() {
+        return Ok(());
+    }
+    let info = client.info::<String>(Some(InfoKind::Cluster));
+    match tokio::time::timeout(within, info).await {
+        Ok(Ok(info)) if info.contains("cluster_enabled:1") => Err(Error::invalid_config(
+            "this server is a Redis Cluster node: connect with redis+cluster://host:port,...",
+            None,
+        )),
+        // A server that does not answer INFO (an ACL without it) is taken at its word.
+        _ => Ok(()),
+    }
+}
+
+/// The dedicated subscriber client for release notifications.
+async fn subscribe_client(
+    mut builder: Builder,
+    timeouts: Timeouts,
+) -> Result<SubscriberClient, Error> {
+    builder.with_performance_config(|performance| {
+        performance.broadcast_channel_capacity = MESSAGE_BUFFER;
+    });
+    let subscriber = builder.build_subscriber_client().map_err(invalid)?;
+    match tokio::time::timeout(timeouts.connect, subscriber.init()).await {
+        Ok(Ok(_)) => Ok(subscriber),
+        Ok(Err(err)) => Err(crate::error::connection("connecting", err)),
+        Err(elapsed) => {
+            let _ = tokio::time::timeout(timeouts.response, subscriber.quit()).await;
+            Err(Error::connection("connecting", elapsed))
+        }
+    }
+}
+
+/// The configuration a connector's URL produces (for tests and diagnostics).
+#[allow(dead_code)]
+pub(crate) fn url_config(url: &str) -> Result<Config, Error> {
+    config::from_url(url, &Tls::default())
+}

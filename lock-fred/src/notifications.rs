@@ -1,0 +1,73 @@
+//! The subscriber client's reader: release notifications into lock-core, and a
+//! resubscription whenever the connection was re-established or messages were dropped.
+
+use std::time::Duration;
+
+use fred::clients::SubscriberClient;
+use fred::prelude::{ClientLike, EventInterface, HeartbeatInterface, Value};
+use lock_core::redis::NotificationSink;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::oneshot;
+
+use crate::transport::Commands;
+
+/// What the reader closes when it stops.
+pub(crate) struct Owned {
+    pub(crate) subscriber: SubscriberClient,
+    /// The command clients, when this adapter opened them (not the application's).
+    pub(crate) commands: Option<Commands>,
+}
+
+/// Reads notifications into `sink` until `shutdown` fires (the transport was dropped)
+/// or the backend is gone, then closes what this adapter opened.
+pub(crate) async fn pump(
+    owned: Owned,
+    sink: NotificationSink,
+    mut shutdown: oneshot::Receiver<()>,
+    ping_interval: Duration,
+) {
+    let subscriber = &owned.subscriber;
+    let mut messages = subscriber.message_rx();
+    let mut reconnects = subscriber.reconnect_rx();
+    // A subscribed connection is otherwise silent: pings make a dead one noticed (the
+    // unresponsive check closes it) and replaced.
+    let heartbeat = subscriber.enable_heartbeat(ping_interval, false);
+    tokio::pin!(heartbeat);
+    let mut heartbeat_ended = false;
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut shutdown => break,
+            message = messages.recv() => match message {
+                Ok(message) => sink.message(&message.channel, &payload(&message.value)),
+                // Dropped messages are handled like a reconnect: every waiter re-checks.
+                Err(RecvError::Lagged(_)) => sink.reconnected(),
+                Err(RecvError::Closed) => break,
+            },
+            reconnect = reconnects.recv() => match reconnect {
+                Ok(_) | Err(RecvError::Lagged(_)) => sink.reconnected(),
+                Err(RecvError::Closed) => break,
+            },
+            _ = &mut heartbeat, if !heartbeat_ended => heartbeat_ended = true,
+        }
+        if sink.is_closed() {
+            break;
+        }
+    }
+    let quit = async {
+        let _ = subscriber.quit().await;
+        if let Some(commands) = &owned.commands {
+            commands.quit().await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), quit).await;
+}
+
+fn payload(value: &Value) -> Vec<u8> {
+    match value {
+        Value::String(s) => s.as_bytes().to_vec(),
+        Value::Bytes(b) => b.to_vec(),
+        Value::Integer(n) => n.to_string().into_bytes(),
+        _ => Vec::new(),
+    }
+}

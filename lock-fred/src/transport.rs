@@ -1,0 +1,315 @@
+//! [`FredTransport`]: lock-core's [`Transport`] over fred.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fred::clients::SubscriberClient;
+use fred::prelude::{Client, ClientLike, LuaInterface, Options, Pool, PubsubInterface, ServerInterface, Value};
+use fred::types::scripts::Script as FredScript;
+use fred::types::{ClusterHash, CustomCommand};
+use lock_core::Error;
+use lock_core::notify::PubSub;
+use lock_core::redis::{Reply, Script, Topology, Transport, TransportError, script};
+use tokio::sync::oneshot;
+
+/// The clients that carry script calls.
+#[derive(Clone)]
+pub(crate) enum Commands {
+    Client(Client),
+    Pool(Pool),
+}
+
+impl Commands {
+    /// One client: each is one multiplexed connection per server.
+    fn next(&self) -> &Client {
+        match self {
+            Self::Client(client) => client,
+            Self::Pool(pool) => pool.next(),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Client(_) => "client",
+            Self::Pool(_) => "pool",
+        }
+    }
+
+    /// Closes the connections (for clients this adapter opened itself).
+    pub(crate) async fn quit(&self) {
+        let _ = match self {
+            Self::Client(client) => client.quit().await,
+            Self::Pool(pool) => pool.quit().await,
+        };
+    }
+}
+
+/// Script calls over the command clients; notifications over a dedicated subscriber
+/// client whose reader task stops when this transport is dropped.
+pub(crate) struct FredTransport {
+    commands: Commands,
+    subscriber: SubscriberClient,
+    /// The SHA1 of every script, indexed by [`Script::index`].
+    hashes: Vec<String>,
+    /// Per-call options: one attempt (a lock script must not run twice because a
+    /// connection broke after it was sent) within the response timeout.
+    options: Options,
+    response_timeout: Duration,
+    /// Dropping the transport drops this sender, which stops the reader task.
+    _shutdown: oneshot::Sender<()>,
+}
+
+impl fmt::Debug for FredTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FredTransport")
+            .field("commands", &self.commands.name())
+            .field("subscriber", &self.subscriber.state())
+            .field("response_timeout", &self.response_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FredTransport {
+    pub(crate) fn new(
+        commands: Commands,
+        subscriber: SubscriberClient,
+        response_timeout: Duration,
+        shutdown: oneshot::Sender<()>,
+    ) -> Self {
+        Self {
+            commands,
+            subscriber,
+            hashes: script::ALL
+                .iter()
+                .map(|s| FredScript::from_lua(s.source()).sha1().to_string())
+                .collect(),
+            options: Options {
+                max_attempts: Some(1),
+                timeout: Some(response_timeout),
+                ..Options::default()
+            },
+            response_timeout,
+            _shutdown: shutdown,
+        }
+    }
+
+    fn hash(&self, script: &Script) -> Result<&str, TransportError> {
+        self.hashes.get(script.index()).map(String::as_str).ok_or_else(|| {
+            TransportError::Io(format!("unknown script {}", script.name()).into())
+        })
+    }
+
+    /// EVALSHA, then EVAL (which loads the script) when the server does not know it
+    /// (after a restart or `SCRIPT FLUSH`). EVAL is routed by key like EVALSHA, so in a
+    /// cluster the script lands on the node that needs it.
+    async fn invoke(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<Value, TransportError> {
+        let client = self.commands.next().with_options(&self.options);
+        let hash = self.hash(script)?;
+        let keys: Vec<String> = keys.iter().map(|&k| k.to_owned()).collect();
+        let args: Vec<String> = args.iter().map(|&a| a.to_owned()).collect();
+        match client
+            .evalsha::<Value, _, _, _>(hash, keys.clone(), args.clone())
+            .await
+        {
+            Err(err) if is_noscript(&err) => client
+                .eval::<Value, _, _, _>(script.source(), keys, args)
+                .await
+                .map_err(crate::error::transport),
+            other => other.map_err(crate::error::transport),
+        }
+    }
+
+    /// Runs the script (by SHA, or its source when `load`) and `WAIT` back to back in
+    /// one pipeline, so both go down one connection: WAIT covers the script's writes.
+    async fn pipelined_with_wait(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+        load: bool,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<(Value, i64), TransportError> {
+        let pipeline = self.commands.next().pipeline();
+        // fred's pipelines have no script methods: EVAL/EVALSHA go as custom commands.
+        let (command, first) = if load {
+            ("EVAL", script.source().to_owned())
+        } else {
+            ("EVALSHA", self.hash(script)?.to_owned())
+        };
+        let mut arguments = Vec::with_capacity(2 + keys.len() + args.len());
+        arguments.push(first);
+        arguments.push(keys.len().to_string());
+        arguments.extend(keys.iter().chain(args).map(|&s| s.to_owned()));
+        pipeline
+            .custom::<(), _>(
+                CustomCommand::new_static(command, ClusterHash::FirstKey, false),
+                arguments,
+            )
+            .await
+            .map_err(crate::error::transport)?;
+        let millis = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
+        pipeline
+            .wait::<()>(i64::from(replicas), millis)
+            .await
+            .map_err(crate::error::transport)?;
+        let mut results = pipeline.try_all::<Value>().await.into_iter();
+        let (Some(reply), Some(acks)) = (results.next(), results.next()) else {
+            return Err(TransportError::Io("the pipeline lost a reply".into()));
+        };
+        let reply = reply.map_err(|err| {
+            if is_noscript(&err) {
+                TransportError::Server(lock_core::redis::ServerError::new("NOSCRIPT", ""))
+            } else {
+                crate::error::transport(err)
+            }
+        })?;
+        let acks = acks
+            .map_err(crate::error::transport)?
+            .as_i64()
+            .unwrap_or(0);
+        Ok((reply, acks))
+    }
+}
+
+fn is_noscript(err: &fred::error::Error) -> bool {
+    err.details().starts_with("NOSCRIPT")
+}
+
+#[async_trait]
+impl PubSub for FredTransport {
+    async fn subscribe(&self, channel: &str) -> Result<(), Error> {
+        let outcome =
+            tokio::time::timeout(self.response_timeout, self.subscriber.subscribe(channel)).await;
+        settle("subscribing", "SUBSCRIBE", channel, outcome)
+    }
+
+    async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
+        let outcome =
+            tokio::time::timeout(self.response_timeout, self.subscriber.unsubscribe(channel))
+                .await;
+        settle("unsubscribing", "UNSUBSCRIBE", channel, outcome)
+    }
+}
+
+/// A server refusal is the caller's error. A connection that broke under the command is
+/// not: the subscriber reconnects, and lock-core then subscribes every registered
+/// channel again and wakes its waiters, so the request is as good as done.
+fn settle(
+    during: &'static str,
+    command: &str,
+    channel: &str,
+    outcome: Result<Result<(), fred::error::Error>, tokio::time::error::Elapsed>,
+) -> Result<(), Error> {
+    match outcome {
+        Ok(Err(err)) if crate::error::server_reply(&err).is_some() => Err(Error::backend(
+            during,
+            crate::error::Refused {
+                what: format!("{command} {channel}"),
+                source: err,
+            },
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[async_trait]
+impl Transport for FredTransport {
+    async fn eval(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<Reply, TransportError> {
+        // fred applies the timeout too; this one also bounds the NOSCRIPT reload.
+        match tokio::time::timeout(self.response_timeout * 2, self.invoke(script, keys, args))
+            .await
+        {
+            Ok(result) => result.map(reply),
+            Err(elapsed) => Err(TransportError::Io(Box::new(elapsed))),
+        }
+    }
+
+    async fn eval_replicated(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<(Reply, u32), TransportError> {
+        if self.topology() == Topology::Cluster {
+            return Err(TransportError::Io(
+                "replica acknowledgement is not supported on Redis Cluster".into(),
+            ));
+        }
+        let run = async {
+            match self
+                .pipelined_with_wait(script, keys, args, false, replicas, timeout)
+                .await
+            {
+                Err(TransportError::Server(err)) if err.code == "NOSCRIPT" => {
+                    self.pipelined_with_wait(script, keys, args, true, replicas, timeout)
+                        .await
+                }
+                other => other,
+            }
+        };
+        match tokio::time::timeout(self.response_timeout * 2 + timeout, run).await {
+            Ok(result) => {
+                result.map(|(value, acks)| (reply(value), u32::try_from(acks).unwrap_or(0)))
+            }
+            Err(elapsed) => Err(TransportError::Io(Box::new(elapsed))),
+        }
+    }
+
+    fn topology(&self) -> Topology {
+        if self.commands.next().is_clustered() {
+            Topology::Cluster
+        } else {
+            Topology::Single
+        }
+    }
+}
+
+/// Flattens a fred value into the few shapes lock-core's scripts return.
+fn reply(value: Value) -> Reply {
+    match value {
+        Value::Integer(n) => Reply::Int(n),
+        Value::Boolean(b) => Reply::Int(i64::from(b)),
+        Value::String(s) => Reply::Bytes(s.as_bytes().to_vec()),
+        Value::Bytes(bytes) => Reply::Bytes(bytes.to_vec()),
+        Value::Double(d) => Reply::Bytes(d.to_string().into_bytes()),
+        Value::Queued => Reply::Status("QUEUED".to_owned()),
+        Value::Array(items) => Reply::Array(items.into_iter().map(reply).collect()),
+        Value::Map(map) => Reply::Array(
+            map.inner()
+                .into_iter()
+                .flat_map(|(k, v)| [reply(Value::from(k)), reply(v)])
+                .collect(),
+        ),
+        _ => Reply::Nil,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_flatten_to_lock_core_shapes() {
+        assert_eq!(reply(Value::Null), Reply::Nil);
+        assert_eq!(reply(Value::Boolean(true)), Reply::Int(1));
+        assert_eq!(reply(Value::from("x")), Reply::Bytes(b"x".to_vec()));
+        assert_eq!(
+            reply(Value::Array(vec![Value::Integer(7), Value::Null])),
+            Reply::Array(vec![Reply::Int(7), Reply::Nil])
+        );
+    }
+}
