@@ -10,6 +10,7 @@
 // This crate is a test suite: a panic is how a scenario reports a failure.
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
+pub mod adapter;
 mod family;
 pub mod fixture;
 pub mod redis_fixture;

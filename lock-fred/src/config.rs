@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use fred::prelude::{Builder, Config, ConnectionConfig, PerformanceConfig, ReconnectPolicy, Server, ServerConfig};
+use fred::prelude::{
+    Builder, Config, ConnectionConfig, PerformanceConfig, ReconnectPolicy, Server, ServerConfig,
+};
 use fred::types::config::{ClusterDiscoveryPolicy, UnresponsiveConfig};
 use lock_core::Error;
 use lock_core::redis::url::{self, Deployment};
@@ -84,7 +86,9 @@ pub(crate) fn from_url(url: &str, tls: &Tls) -> Result<Config, Error> {
 
 /// One server's URL, checked by fred.
 fn single(url: &str) -> Result<Config, Error> {
-    let scheme = url.split_once("://").map(|(scheme, _)| scheme.to_ascii_lowercase());
+    let scheme = url
+        .split_once("://")
+        .map(|(scheme, _)| scheme.to_ascii_lowercase());
     if !matches!(scheme.as_deref(), Some("redis" | "rediss")) {
         return Err(Error::invalid_config(
             "a Redis URL starts with redis://, rediss://, redis+cluster:// or redis+sentinel://",
@@ -125,12 +129,22 @@ fn uses_tls(url: &str) -> bool {
         .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss"))
 }
 
+/// Reconnects for ever, backing off from 20 ms to 1 s.
+pub(crate) fn reconnect_policy() -> ReconnectPolicy {
+    ReconnectPolicy::new_exponential(0, RECONNECT.0, RECONNECT.1, 2)
+}
+
 /// A builder for `config` with the connector's timeouts: commands are never re-sent
 /// after a broken connection (a lock script must run at most once per call), and a
 /// silent connection is replaced after the response timeout.
 pub(crate) fn builder(config: Config, timeouts: Timeouts) -> Builder {
     let mut builder = Builder::from_config(config);
-    builder.set_policy(ReconnectPolicy::new_exponential(0, RECONNECT.0, RECONNECT.1, 2));
+    builder.set_policy(ReconnectPolicy::new_exponential(
+        0,
+        RECONNECT.0,
+        RECONNECT.1,
+        2,
+    ));
     builder.set_connection_config(ConnectionConfig {
         connection_timeout: timeouts.connect,
         internal_command_timeout: timeouts.response,
@@ -159,7 +173,10 @@ mod tests {
     #[test]
     fn every_url_form_maps_to_fred() {
         let single = config("redis://u:p@127.0.0.1:7000/2");
-        assert_eq!(single.server, ServerConfig::new_centralized("127.0.0.1", 7000));
+        assert_eq!(
+            single.server,
+            ServerConfig::new_centralized("127.0.0.1", 7000)
+        );
         assert_eq!(single.password.as_deref(), Some("p"));
         assert_eq!(single.database, Some(2));
 
@@ -180,7 +197,13 @@ mod tests {
 
     #[test]
     fn bad_urls_are_config_errors() {
-        for url in ["", "http://x", "redis+cluster://", "redis://:notaport", "redis+sentinel://a:1"] {
+        for url in [
+            "",
+            "http://x",
+            "redis+cluster://",
+            "redis://:notaport",
+            "redis+sentinel://a:1",
+        ] {
             let err = from_url(url, &Tls::default())
                 .err()
                 .unwrap_or_else(|| panic!("{url:?} was accepted"));

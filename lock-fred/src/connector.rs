@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::SubscriberClient;
-use fred::prelude::{Builder, Client, ClientLike, Config, Pool, ReconnectPolicy};
+use fred::prelude::{Builder, Client, ClientLike, Pool};
 use fred::types::InfoKind;
 use lock_core::redis::{ProtocolOptions, PublishMode, RedisBackend};
 use lock_core::{Error, Locks};
@@ -207,13 +207,13 @@ impl Connector {
                 (commands, builder, true)
             }
             Target::Client(client) => {
-                let builder = like(&client, timeouts);
+                let builder = like(&client);
                 let commands = Commands::Client(client);
                 start(&commands, timeouts).await?;
                 (commands, builder, false)
             }
             Target::Pool(pool) => {
-                let builder = like(pool.next(), timeouts);
+                let builder = like(pool.next());
                 let commands = Commands::Pool(pool);
                 start(&commands, timeouts).await?;
                 (commands, builder, false)
@@ -223,7 +223,7 @@ impl Connector {
             Ok(subscriber) => subscriber,
             Err(err) => {
                 if owned {
-                    commands.quit().await;
+                    close_in_background(commands);
                 }
                 return Err(err);
             }
@@ -280,16 +280,15 @@ fn invalid(err: fred::error::Error) -> Error {
 }
 
 /// A builder with an application client's configuration, for the subscriber client.
-fn like(client: &Client, timeouts: Timeouts) -> Builder {
+fn like(client: &Client) -> Builder {
     let mut builder = Builder::from_config(client.client_config());
     builder.set_connection_config(client.connection_config().clone());
     builder.set_performance_config(client.perf_config());
     builder.set_policy(
         client
             .client_reconnect_policy()
-            .unwrap_or_else(|| ReconnectPolicy::new_exponential(0, 20, 1_000, 2)),
+            .unwrap_or_else(config::reconnect_policy),
     );
-    let _ = timeouts;
     builder
 }
 
@@ -311,17 +310,24 @@ async fn start(commands: &Commands, timeouts: Timeouts) -> Result<(), Error> {
             Ok(Ok(())) => {}
             Ok(Err(err)) => return Err(crate::error::connection("connecting", err)),
             Err(elapsed) => {
-                // Stop the reconnect loop the attempt started.
-                let _ = tokio::time::timeout(timeouts.response, commands.quit()).await;
+                close_in_background(commands.clone());
                 return Err(Error::connection("connecting", elapsed));
             }
         }
     }
     if let Err(err) = check_server(&client, timeouts).await {
-        let _ = tokio::time::timeout(timeouts.response, commands.quit()).await;
+        close_in_background(commands.clone());
         return Err(err);
     }
     Ok(())
+}
+
+/// Stops the reconnect loop a failed attempt started, without making the caller wait
+/// for a server that may never answer.
+fn close_in_background(commands: Commands) {
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(Duration::from_secs(5), commands.quit()).await;
+    });
 }
 
 /// A server that accepts connections but does not answer is a connection error; a
@@ -361,14 +367,10 @@ async fn subscribe_client(
         Ok(Ok(_)) => Ok(subscriber),
         Ok(Err(err)) => Err(crate::error::connection("connecting", err)),
         Err(elapsed) => {
-            let _ = tokio::time::timeout(timeouts.response, subscriber.quit()).await;
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(Duration::from_secs(5), subscriber.quit()).await;
+            });
             Err(Error::connection("connecting", elapsed))
         }
     }
-}
-
-/// The configuration a connector's URL produces (for tests and diagnostics).
-#[allow(dead_code)]
-pub(crate) fn url_config(url: &str) -> Result<Config, Error> {
-    config::from_url(url, &Tls::default())
 }

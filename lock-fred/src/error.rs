@@ -65,9 +65,11 @@ impl std::error::Error for Refused {
 /// Errors that retrying cannot fix: wrong credentials, a bad URL or setting, or a
 /// cluster client pointed at a server without cluster support.
 fn is_configuration(err: &FredError) -> bool {
-    matches!(err.kind(), FredKind::Auth | FredKind::Config | FredKind::Url)
-        || server_reply(err)
-            .is_some_and(|reply| matches!(reply.code.as_str(), "NOAUTH" | "WRONGPASS" | "NOPERM"))
+    matches!(
+        err.kind(),
+        FredKind::Auth | FredKind::Config | FredKind::Url
+    ) || server_reply(err)
+        .is_some_and(|reply| matches!(reply.code.as_str(), "NOAUTH" | "WRONGPASS" | "NOPERM"))
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ pub(crate) async fn pump(
         tokio::select! {
             biased;
             _ = &mut shutdown => break,
+            () = sink.closed() => break,
             message = messages.recv() => match message {
                 Ok(message) => sink.message(&message.channel, &payload(&message.value)),
                 // Dropped messages are handled like a reconnect: every waiter re-checks.

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fred::clients::SubscriberClient;
-use fred::prelude::{Client, ClientLike, LuaInterface, Options, Pool, PubsubInterface, ServerInterface, Value};
+use fred::prelude::{
+    Client, ClientLike, LuaInterface, Options, Pool, PubsubInterface, ServerInterface, Value,
+};
 use fred::types::scripts::Script as FredScript;
 use fred::types::{ClusterHash, CustomCommand};
 use lock_core::Error;
@@ -50,6 +52,8 @@ impl Commands {
 pub(crate) struct FredTransport {
     commands: Commands,
     subscriber: SubscriberClient,
+    /// Serializes (un)subscriptions; see [`FredTransport::subscribe_confirmed`].
+    subscribing: tokio::sync::Mutex<()>,
     /// The SHA1 of every script, indexed by [`Script::index`].
     hashes: Vec<String>,
     /// Per-call options: one attempt (a lock script must not run twice because a
@@ -80,6 +84,7 @@ impl FredTransport {
         Self {
             commands,
             subscriber,
+            subscribing: tokio::sync::Mutex::new(()),
             hashes: script::ALL
                 .iter()
                 .map(|s| FredScript::from_lua(s.source()).sha1().to_string())
@@ -95,9 +100,10 @@ impl FredTransport {
     }
 
     fn hash(&self, script: &Script) -> Result<&str, TransportError> {
-        self.hashes.get(script.index()).map(String::as_str).ok_or_else(|| {
-            TransportError::Io(format!("unknown script {}", script.name()).into())
-        })
+        self.hashes
+            .get(script.index())
+            .map(String::as_str)
+            .ok_or_else(|| TransportError::Io(format!("unknown script {}", script.name()).into()))
     }
 
     /// EVALSHA, then EVAL (which loads the script) when the server does not know it
@@ -170,10 +176,7 @@ impl FredTransport {
                 crate::error::transport(err)
             }
         })?;
-        let acks = acks
-            .map_err(crate::error::transport)?
-            .as_i64()
-            .unwrap_or(0);
+        let acks = acks.map_err(crate::error::transport)?.as_i64().unwrap_or(0);
         Ok((reply, acks))
     }
 }
@@ -182,18 +185,53 @@ fn is_noscript(err: &fred::error::Error) -> bool {
     err.details().starts_with("NOSCRIPT")
 }
 
+impl FredTransport {
+    /// Subscribes and waits for the server's answer.
+    ///
+    /// fred completes `SUBSCRIBE` once it is written and drops the reply, so a refusal
+    /// (an ACL without the channel) would go unnoticed. Replies come in order, so a
+    /// `PING` right after tells: fred hands it the refusal if that was still unclaimed,
+    /// and otherwise its shape says whether the connection is subscribed at all (a
+    /// subscribed RESP2 connection answers `["pong", ""]`, any other `PONG`). Calls are
+    /// serialized so that no refusal reaches another call's `PING`.
+    async fn subscribe_confirmed(&self, channel: &str) -> Result<(), fred::error::Error> {
+        let _one_at_a_time = self.subscribing.lock().await;
+        self.subscriber.subscribe(channel).await?;
+        // In a cluster fred sends every SUBSCRIBE to the node that owns the slot of the
+        // client's id; the PING must take the same connection.
+        let same_connection = Options {
+            cluster_hash: Some(ClusterHash::Custom(fred::util::redis_keyslot(
+                self.subscriber.id().as_bytes(),
+            ))),
+            ..Options::default()
+        };
+        let pong = self
+            .subscriber
+            .with_options(&same_connection)
+            .ping::<Value>(None)
+            .await?;
+        match pong {
+            Value::Array(_) => Ok(()),
+            _ => Err(fred::error::Error::new(
+                fred::error::ErrorKind::Unknown,
+                "NOPERM the subscription was not confirmed (the server dropped it)",
+            )),
+        }
+    }
+}
+
 #[async_trait]
 impl PubSub for FredTransport {
     async fn subscribe(&self, channel: &str) -> Result<(), Error> {
         let outcome =
-            tokio::time::timeout(self.response_timeout, self.subscriber.subscribe(channel)).await;
+            tokio::time::timeout(self.response_timeout, self.subscribe_confirmed(channel)).await;
         settle("subscribing", "SUBSCRIBE", channel, outcome)
     }
 
     async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
+        let _one_at_a_time = self.subscribing.lock().await;
         let outcome =
-            tokio::time::timeout(self.response_timeout, self.subscriber.unsubscribe(channel))
-                .await;
+            tokio::time::timeout(self.response_timeout, self.subscriber.unsubscribe(channel)).await;
         settle("unsubscribing", "UNSUBSCRIBE", channel, outcome)
     }
 }
@@ -228,8 +266,7 @@ impl Transport for FredTransport {
         args: &[&str],
     ) -> Result<Reply, TransportError> {
         // fred applies the timeout too; this one also bounds the NOSCRIPT reload.
-        match tokio::time::timeout(self.response_timeout * 2, self.invoke(script, keys, args))
-            .await
+        match tokio::time::timeout(self.response_timeout * 2, self.invoke(script, keys, args)).await
         {
             Ok(result) => result.map(reply),
             Err(elapsed) => Err(TransportError::Io(Box::new(elapsed))),
@@ -294,7 +331,7 @@ fn reply(value: Value) -> Reply {
                 .flat_map(|(k, v)| [reply(Value::from(k)), reply(v)])
                 .collect(),
         ),
-        _ => Reply::Nil,
+        Value::Null => Reply::Nil,
     }
 }
 

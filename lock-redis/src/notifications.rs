@@ -151,6 +151,7 @@ pub(crate) async fn pump(
         let broken = tokio::select! {
             biased;
             _ = &mut shutdown => return,
+            () = sink.closed() => return,
             message = stream.next() => match message {
                 Some(message) => {
                     sink.message(message.get_channel_name(), message.get_payload_bytes());

@@ -34,9 +34,18 @@ mod pubsub;
 mod scratch;
 mod sentinel;
 mod server;
+mod tls;
 
 pub use binary::redis_server_binary;
 pub use cluster::RedisCluster;
 pub use pubsub::kill_pubsub_clients;
 pub use sentinel::RedisSentinel;
 pub use server::{RedisServer, RedisServerBuilder};
+pub use tls::TestCertificates;
+
+/// A free port on 127.0.0.1 (never 6379), kept from other testkit servers of this
+/// process, for a listener a test adds itself (a TLS port, a silent fake server).
+#[must_use]
+pub fn free_port() -> u16 {
+    ports::reserve(false)
+}

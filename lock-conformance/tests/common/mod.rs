@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use lock_conformance::adapter::{AdapterConnect, ConnectSpec};
 use lock_conformance::redis_fixture::Connect;
 use lock_core::Backend;
 use lock_core::redis::ProtocolOptions;
@@ -54,4 +55,40 @@ fn cluster_url(urls: &[String]) -> String {
         .map(|url| url.trim_start_matches("redis://").trim_end_matches('/'))
         .collect();
     format!("redis+cluster://{}", hosts.join(","))
+}
+
+/// The redis-crate adapter as the adapter suite connects it.
+#[allow(dead_code)] // reason: each test file uses one of the two adapters.
+pub(crate) fn redis_connector() -> AdapterConnect {
+    Arc::new(|spec: ConnectSpec| {
+        Box::pin(async move {
+            let mut connector =
+                lock_redis::Connector::new(spec.url).connect_timeout(spec.connect_timeout);
+            if let Some(pem) = spec.root_certificate {
+                connector = connector.root_certificate(pem);
+            }
+            if let Some((replicas, timeout)) = spec.replica_ack {
+                connector = connector.replica_ack(replicas, timeout);
+            }
+            Ok(Arc::new(connector.connect().await?) as Arc<dyn Backend>)
+        })
+    })
+}
+
+/// The fred adapter as the adapter suite connects it.
+#[allow(dead_code)] // reason: each test file uses one of the two adapters.
+pub(crate) fn fred_connector() -> AdapterConnect {
+    Arc::new(|spec: ConnectSpec| {
+        Box::pin(async move {
+            let mut connector =
+                lock_fred::Connector::new(spec.url).connect_timeout(spec.connect_timeout);
+            if let Some(pem) = spec.root_certificate {
+                connector = connector.root_certificate(pem);
+            }
+            if let Some((replicas, timeout)) = spec.replica_ack {
+                connector = connector.replica_ack(replicas, timeout);
+            }
+            Ok(Arc::new(connector.connect().await?) as Arc<dyn Backend>)
+        })
+    })
 }

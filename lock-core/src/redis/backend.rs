@@ -122,7 +122,8 @@ pub struct RedisBackend {
     slot_tags: std::sync::Mutex<std::collections::HashMap<u16, String>>,
     subscriptions: Subscriptions,
     options: ProtocolOptions,
-    alive: Arc<()>,
+    /// Dropped with the last handle to the backend, which ends the adapter's reader.
+    alive: Arc<tokio::sync::watch::Sender<()>>,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -147,7 +148,7 @@ impl RedisBackend {
             slot_tags: std::sync::Mutex::new(std::collections::HashMap::new()),
             subscriptions,
             options,
-            alive: Arc::new(()),
+            alive: Arc::new(tokio::sync::watch::Sender::new(())),
         }
     }
 

@@ -109,20 +109,31 @@ pub trait Transport: PubSub {
 
 /// Where an adapter delivers what its subscription connection receives.
 ///
-/// It holds the registry weakly: once the backend is gone, [`NotificationSink::is_closed`]
-/// turns true and the adapter's reader task should end.
+/// Once the backend is gone, [`NotificationSink::is_closed`] turns true and
+/// [`NotificationSink::closed`] resolves: the adapter's reader task should then end (the
+/// sink and the transport keep each other alive otherwise, through the registry).
 #[derive(Debug, Clone)]
 pub struct NotificationSink {
-    subscriptions: std::sync::Weak<()>,
+    alive: tokio::sync::watch::Receiver<()>,
     registry: Subscriptions,
 }
 
 impl NotificationSink {
-    pub(crate) fn new(registry: Subscriptions, alive: &std::sync::Arc<()>) -> Self {
+    pub(crate) fn new(
+        registry: Subscriptions,
+        alive: &std::sync::Arc<tokio::sync::watch::Sender<()>>,
+    ) -> Self {
         Self {
-            subscriptions: std::sync::Arc::downgrade(alive),
+            alive: alive.subscribe(),
             registry,
         }
+    }
+
+    /// Resolves once the backend this sink feeds is gone.
+    pub async fn closed(&self) {
+        let mut alive = self.alive.clone();
+        // Nothing is ever sent: `changed` returns only when the sender is dropped.
+        while alive.changed().await.is_ok() {}
     }
 
     /// A message arrived on `channel`.
@@ -146,6 +157,6 @@ impl NotificationSink {
     /// Whether the backend this sink feeds is gone.
     #[must_use]
     pub fn is_closed(&self) -> bool {
-        self.subscriptions.strong_count() == 0
+        self.alive.has_changed().is_err()
     }
 }

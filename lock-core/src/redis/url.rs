@@ -169,7 +169,11 @@ mod tests {
 
     #[test]
     fn clusters_without_hosts_are_config_errors() {
-        for url in ["redis+cluster://", "redis+cluster://,", "redis+cluster://u:p@/"] {
+        for url in [
+            "redis+cluster://",
+            "redis+cluster://,",
+            "redis+cluster://u:p@/",
+        ] {
             let err = parse(url)
                 .err()
                 .unwrap_or_else(|| panic!("{url:?} was accepted"));

@@ -1,0 +1,443 @@
+//! The adapter suite: what every Redis adapter must do when connecting, whatever the
+//! driver. Bad input is a typed error within the connect timeout; the URL forms reach
+//! their deployments; the minimal ACL is enough and a missing permission is named; replica
+//! acknowledgement confirms or refuses; TLS works and fails cleanly.
+//!
+//! An adapter's test file passes an [`AdapterConnect`] to [`adapter_tests!`](crate::adapter_tests).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use lock_core::{Backend, Error, ErrorKind, Locks};
+use lock_testkit::{RedisCluster, RedisSentinel, RedisServer};
+use tokio::time::Instant;
+
+/// What a scenario asks an adapter to connect with: a URL and settings every adapter's
+/// connector has.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ConnectSpec {
+    /// Any URL form (`redis://`, `rediss://`, `redis+cluster://`, `redis+sentinel://`).
+    pub url: String,
+    /// The connector's connect timeout.
+    pub connect_timeout: Duration,
+    /// A PEM root certificate to trust for `rediss://`.
+    pub root_certificate: Option<Vec<u8>>,
+    /// Replica acknowledgement: how many replicas, within how long.
+    pub replica_ack: Option<(u32, Duration)>,
+}
+
+impl ConnectSpec {
+    fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            connect_timeout: Duration::from_secs(2),
+            root_certificate: None,
+            replica_ack: None,
+        }
+    }
+}
+
+/// Connects an adapter as the spec says.
+pub type AdapterConnect =
+    Arc<dyn Fn(ConnectSpec) -> BoxFuture<'static, Result<Arc<dyn Backend>, Error>> + Send + Sync>;
+
+/// Expands to one test per adapter scenario, for the adapter `$connect` (an
+/// [`AdapterConnect`]).
+#[macro_export]
+macro_rules! adapter_tests {
+    ($connect:expr) => {
+        $crate::__adapter_tests!($connect;
+            bad_urls_are_config_errors_before_any_network,
+            refused_connection_is_a_connection_error,
+            silent_server_is_a_connection_error_within_the_timeout,
+            cluster_url_on_a_standalone_server_is_an_error,
+            single_server_url_on_a_cluster_node_is_a_config_error,
+            sentinel_with_an_unknown_master_is_an_error_within_the_timeout,
+            wrong_password_is_a_config_error_within_the_timeout,
+            the_minimal_acl_is_enough_for_every_lock_kind,
+            a_missing_command_permission_is_named_in_the_error,
+            a_missing_channel_permission_is_named_in_the_error,
+            without_a_replica_an_acquisition_is_not_replicated_and_given_back,
+            with_a_replica_every_lock_kind_works,
+            locks_work_over_tls_and_a_wrong_setup_is_a_typed_error,
+            dropping_a_client_closes_its_connections,
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __adapter_tests {
+    ($connect:expr; $($scenario:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                $crate::adapter::$scenario(&$connect).await;
+            }
+        )*
+    };
+}
+
+async fn locks(connect: &AdapterConnect, spec: ConnectSpec) -> Result<Locks, Error> {
+    connect(spec).await.map(Locks::new)
+}
+
+/// Connecting with `spec` fails, within the connect timeout plus a margin; returns the
+/// error.
+async fn fails_in_time(connect: &AdapterConnect, spec: ConnectSpec) -> Error {
+    let bound = spec.connect_timeout * 2 + Duration::from_secs(1);
+    let started = Instant::now();
+    let result = connect(spec).await;
+    let took = started.elapsed();
+    assert!(took < bound, "failing took {took:?}");
+    match result {
+        Ok(_) => panic!("connected where it should have failed"),
+        Err(err) => err,
+    }
+}
+
+/// Takes and hands over one lock between two clients: the waiter is woken by the
+/// release notification.
+async fn hand_over(a: &Locks, b: &Locks, name: &str) {
+    let held = a.mutex(name).lock().await.unwrap();
+    let waiter = {
+        let mutex = b.mutex(name);
+        tokio::spawn(async move { mutex.lock().await.map(drop) })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    held.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter was woken")
+        .unwrap()
+        .unwrap();
+}
+
+/// The error's whole chain, as a person would read it.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+pub async fn bad_urls_are_config_errors_before_any_network(connect: &AdapterConnect) {
+    for url in [
+        "",
+        "http://localhost",
+        "redis://:notaport",
+        "redis+cluster://",
+        "redis+sentinel://127.0.0.1:1",
+        "not a url",
+    ] {
+        let started = Instant::now();
+        let err = fails_in_time(connect, ConnectSpec::new(url)).await;
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{url:?}: {err}");
+        assert!(!chain(&err).contains("notaport"), "the URL is not echoed");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{url:?} took a while"
+        );
+    }
+}
+
+pub async fn refused_connection_is_a_connection_error(connect: &AdapterConnect) {
+    // A port that was free a moment ago: nothing listens there.
+    let port = lock_testkit::free_port();
+    let mut spec = ConnectSpec::new(format!("redis://127.0.0.1:{port}"));
+    spec.connect_timeout = Duration::from_millis(500);
+    let err = fails_in_time(connect, spec).await;
+    assert_eq!(err.kind(), ErrorKind::Connection, "{}", chain(&err));
+}
+
+pub async fn silent_server_is_a_connection_error_within_the_timeout(connect: &AdapterConnect) {
+    // Accepts connections and never answers: the handshake must not hang.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepting = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let mut spec = ConnectSpec::new(format!("redis://127.0.0.1:{port}"));
+    spec.connect_timeout = Duration::from_millis(500);
+    let err = fails_in_time(connect, spec).await;
+    assert_eq!(err.kind(), ErrorKind::Connection, "{}", chain(&err));
+    accepting.abort();
+}
+
+pub async fn cluster_url_on_a_standalone_server_is_an_error(connect: &AdapterConnect) {
+    let server = RedisServer::start().await;
+    let spec = ConnectSpec::new(format!("redis+cluster://127.0.0.1:{}", server.port()));
+    let err = fails_in_time(connect, spec).await;
+    assert!(
+        matches!(err.kind(), ErrorKind::InvalidConfig | ErrorKind::Connection),
+        "{}",
+        chain(&err)
+    );
+}
+
+pub async fn single_server_url_on_a_cluster_node_is_a_config_error(connect: &AdapterConnect) {
+    let cluster = RedisCluster::start(3).await;
+    let err = fails_in_time(connect, ConnectSpec::new(cluster.urls()[0].clone())).await;
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{}", chain(&err));
+    // The cluster form of the same nodes works.
+    let hosts: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|node| format!("127.0.0.1:{}", node.port()))
+        .collect();
+    let url = format!("redis+cluster://{}", hosts.join(","));
+    let a = locks(connect, ConnectSpec::new(url.clone())).await.unwrap();
+    let b = locks(connect, ConnectSpec::new(url)).await.unwrap();
+    hand_over(&a, &b, "adapter:cluster").await;
+}
+
+pub async fn sentinel_with_an_unknown_master_is_an_error_within_the_timeout(
+    connect: &AdapterConnect,
+) {
+    let deployment = RedisSentinel::start().await;
+    let url = deployment
+        .url()
+        .replace(deployment.master_name(), "no-such-master");
+    let mut spec = ConnectSpec::new(url);
+    spec.connect_timeout = Duration::from_secs(1);
+    let err = fails_in_time(connect, spec).await;
+    assert!(
+        matches!(err.kind(), ErrorKind::InvalidConfig | ErrorKind::Connection),
+        "{}",
+        chain(&err)
+    );
+    // The right name works.
+    let a = locks(connect, ConnectSpec::new(deployment.url()))
+        .await
+        .unwrap();
+    let b = locks(connect, ConnectSpec::new(deployment.url()))
+        .await
+        .unwrap();
+    hand_over(&a, &b, "adapter:sentinel").await;
+}
+
+/// The commands the lock scripts and the adapters run (documented in the READMEs).
+pub const LOCK_COMMANDS: &str = "+ping +hello +evalsha +eval +script|load \
+     +subscribe +unsubscribe +exists +type +time +get +set +incr +del +pexpire +pttl \
+     +hexists +hget +hset +hdel +hlen +hgetall +hincrby +publish +lindex +lpop +rpush \
+     +lrem +zadd +zscore +zrem";
+
+/// The channels waiters listen on.
+pub const LOCK_CHANNELS: &str = "resetchannels &redisson_lock__channel:* &redisson_rwlock:*";
+
+/// A server with three users: `locker` (exactly the minimal ACL), `nopublish` (without
+/// PUBLISH) and `nochannels` (without the channels). Every password is `s3cret`.
+async fn acl_server() -> RedisServer {
+    RedisServer::builder()
+        .config_line(format!(
+            "user locker on >s3cret ~* {LOCK_CHANNELS} -@all {LOCK_COMMANDS}"
+        ))
+        .config_line(format!(
+            "user nopublish on >s3cret ~* {LOCK_CHANNELS} -@all {} ",
+            LOCK_COMMANDS.replace("+publish", "")
+        ))
+        .config_line(format!(
+            "user nochannels on >s3cret ~* resetchannels -@all {LOCK_COMMANDS}"
+        ))
+        .start()
+        .await
+}
+
+fn user_spec(server: &RedisServer, user: &str) -> ConnectSpec {
+    ConnectSpec::new(format!("redis://{user}:s3cret@127.0.0.1:{}", server.port()))
+}
+
+pub async fn wrong_password_is_a_config_error_within_the_timeout(connect: &AdapterConnect) {
+    let server = acl_server().await;
+    let wrong = ConnectSpec::new(format!("redis://locker:nope@127.0.0.1:{}", server.port()));
+    let err = fails_in_time(connect, wrong).await;
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{}", chain(&err));
+    assert!(!chain(&err).contains("nope"), "the password is not echoed");
+}
+
+pub async fn the_minimal_acl_is_enough_for_every_lock_kind(connect: &AdapterConnect) {
+    let server = acl_server().await;
+    let a = locks(connect, user_spec(&server, "locker")).await.unwrap();
+    let b = locks(connect, user_spec(&server, "locker")).await.unwrap();
+    hand_over(&a, &b, "acl:m").await;
+    let fair = a.fair_mutex("acl:f").lock().await.unwrap();
+    fair.unlock().await.unwrap();
+    let read = a.rw_lock("acl:rw").read().lock().await.unwrap();
+    read.unlock().await.unwrap();
+    let write = a.rw_lock("acl:rw").write().lock().await.unwrap();
+    write.unlock().await.unwrap();
+    let fenced = Locks::builder(connect(user_spec(&server, "locker")).await.unwrap())
+        .fencing(true)
+        .build()
+        .unwrap();
+    let guard = fenced.mutex("acl:t").lock().await.unwrap();
+    assert!(guard.fencing_token().is_some());
+    guard.unlock().await.unwrap();
+    assert!(a.mutex("acl:m").force_unlock().await.is_ok());
+}
+
+pub async fn a_missing_command_permission_is_named_in_the_error(connect: &AdapterConnect) {
+    let server = acl_server().await;
+    let locks = locks(connect, user_spec(&server, "nopublish"))
+        .await
+        .unwrap();
+    // Taking the lock needs no PUBLISH; releasing it does.
+    let guard = locks.mutex("acl:nopub").lock().await.unwrap();
+    let err = guard.unlock().await.expect_err("the release publishes");
+    let text = chain(&err);
+    assert_eq!(err.kind(), ErrorKind::Backend, "{text}");
+    assert!(
+        text.contains("NOPERM") && text.contains("publish"),
+        "{text}"
+    );
+}
+
+pub async fn a_missing_channel_permission_is_named_in_the_error(connect: &AdapterConnect) {
+    let server = acl_server().await;
+    let holder = locks(connect, user_spec(&server, "locker")).await.unwrap();
+    let waiter = locks(connect, user_spec(&server, "nochannels"))
+        .await
+        .unwrap();
+    let held = holder.mutex("acl:nochan").lock().await.unwrap();
+    // Waiting needs a subscription to the lock's channel.
+    let err = tokio::time::timeout(Duration::from_secs(5), waiter.mutex("acl:nochan").lock())
+        .await
+        .expect("refused, not hung")
+        .expect_err("subscribing is refused");
+    let text = chain(&err);
+    assert!(
+        text.contains("refused `SUBSCRIBE redisson_lock__channel:{acl:nochan}`"),
+        "{text}"
+    );
+    held.unlock().await.unwrap();
+}
+
+pub async fn without_a_replica_an_acquisition_is_not_replicated_and_given_back(
+    connect: &AdapterConnect,
+) {
+    let server = RedisServer::start().await;
+    let mut spec = ConnectSpec::new(server.url());
+    spec.replica_ack = Some((1, Duration::from_millis(200)));
+    let acked = locks(connect, spec).await.unwrap();
+    let err = acked
+        .mutex("ack:none")
+        .lock()
+        .await
+        .expect_err("no replica confirms");
+    assert_eq!(err.kind(), ErrorKind::NotReplicated, "{err}");
+    assert!(err.to_string().contains("0 of 1 replicas"), "{err}");
+    let plain = locks(connect, ConnectSpec::new(server.url()))
+        .await
+        .unwrap();
+    let guard = plain.mutex("ack:none").try_lock().await.unwrap();
+    assert!(guard.is_some(), "the unconfirmed acquisition was left held");
+}
+
+pub async fn with_a_replica_every_lock_kind_works(connect: &AdapterConnect) {
+    let deployment = RedisSentinel::start().await;
+    let mut spec = ConnectSpec::new(deployment.url());
+    spec.replica_ack = Some((1, Duration::from_secs(1)));
+    let locks = locks(connect, spec).await.unwrap();
+    locks
+        .mutex("ack:m")
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    let fair = locks.fair_mutex("ack:f").lock().await.unwrap();
+    fair.unlock().await.unwrap();
+    let read = locks.rw_lock("ack:rw").read().lock().await.unwrap();
+    read.unlock().await.unwrap();
+    // The acquisition reached the replica before the call returned.
+    let held = locks.rw_lock("ack:rw").write().lock().await.unwrap();
+    let replica = deployment.replica().unwrap();
+    let fields: Vec<String> = replica.command(&["HKEYS", "ack:rw"]).await;
+    assert!(fields.contains(&"mode".to_owned()), "{fields:?}");
+    held.unlock().await.unwrap();
+}
+
+/// Needs the adapter's TLS support (its `tls` feature).
+pub async fn locks_work_over_tls_and_a_wrong_setup_is_a_typed_error(connect: &AdapterConnect) {
+    let certificates = lock_testkit::TestCertificates::generate();
+    let tls_port = lock_testkit::free_port();
+    let server = certificates
+        .serve(RedisServer::builder(), tls_port)
+        .start()
+        .await;
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let trusting = |url: &str| {
+        let mut spec = ConnectSpec::new(url);
+        spec.root_certificate = Some(certificates.ca_pem());
+        spec
+    };
+    let a = match locks(connect, trusting(&url)).await {
+        Ok(locks) => locks,
+        Err(err) => panic!("connecting over TLS: {}", chain(&err)),
+    };
+    let b = locks(connect, trusting(&url)).await.unwrap();
+    hand_over(&a, &b, "tls:m").await;
+
+    // An untrusted server certificate.
+    let err = fails_in_time(connect, ConnectSpec::new(url.clone())).await;
+    assert!(
+        matches!(err.kind(), ErrorKind::Connection | ErrorKind::InvalidConfig),
+        "{}",
+        chain(&err)
+    );
+    // TLS to the plain port.
+    let plain = format!("rediss://127.0.0.1:{}", server.port());
+    let err = fails_in_time(connect, trusting(&plain)).await;
+    assert!(
+        matches!(err.kind(), ErrorKind::Connection | ErrorKind::InvalidConfig),
+        "{}",
+        chain(&err)
+    );
+}
+
+/// How many clients the server has, not counting the one asking.
+async fn client_count(server: &RedisServer) -> usize {
+    let list: String = server.command(&["CLIENT", "LIST"]).await;
+    list.lines().count().saturating_sub(1)
+}
+
+pub async fn dropping_a_client_closes_its_connections(connect: &AdapterConnect) {
+    let server = RedisServer::start().await;
+    let before = client_count(&server).await;
+    let a = locks(connect, ConnectSpec::new(server.url()))
+        .await
+        .unwrap();
+    let b = locks(connect, ConnectSpec::new(server.url()))
+        .await
+        .unwrap();
+    // The hand-over subscribes b's notification connection.
+    hand_over(&a, &b, "adapter:drop").await;
+    assert!(
+        client_count(&server).await >= before + 4,
+        "commands and notifications each"
+    );
+    drop((a, b));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = client_count(&server).await;
+        if now == before {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} connections left open",
+            now - before
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
