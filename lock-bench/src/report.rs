@@ -48,6 +48,12 @@ fn targets(all: &All) -> Vec<Target> {
         |m| m >= 1.0,
     );
     push(
+        "uncontended (fred adapter) vs peer",
+        ">= 1.0x",
+        ratio(u("lock (fred)"), u("rslock")),
+        |m| m >= 1.0,
+    );
+    push(
         "uncontended vs server limit",
         ">= 0.6x",
         ratio(u("lock (redis)"), u("server limit")),
@@ -65,6 +71,15 @@ fn targets(all: &All) -> Vec<Target> {
         "<= 0.333x",
         ratio(
             c("lock mutex (redis)", "wait_ms_p99"),
+            c("rslock", "wait_ms_p99"),
+        ),
+        |m| m <= 1.0 / 3.0,
+    );
+    push(
+        "contended mutex (fred adapter) p99 wait vs peer",
+        "<= 0.333x",
+        ratio(
+            c("lock mutex (fred)", "wait_ms_p99"),
             c("rslock", "wait_ms_p99"),
         ),
         |m| m <= 1.0 / 3.0,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use lock::{Locks, redis as adapter};
+use lock::Locks;
 use lock_testkit::RedisServer;
 use tokio::time::{Instant, sleep};
 
@@ -49,18 +49,29 @@ fn sorted(mut samples: Vec<f64>) -> Vec<f64> {
     samples
 }
 
+/// Which of our Redis adapters a contender uses.
+#[derive(Debug, Clone, Copy)]
+enum Adapter {
+    Redis,
+    Fred,
+}
+
+impl Adapter {
+    async fn connect(self, server: &RedisServer) -> Locks {
+        let connected = match self {
+            Self::Redis => lock::redis::connect(&server.url()).await,
+            Self::Fred => lock::fred::connect(&server.url()).await,
+        };
+        connected.expect("connect")
+    }
+}
+
 async fn ours(server: &RedisServer) -> Locks {
-    adapter::connect(&server.url()).await.expect("connect")
+    Adapter::Redis.connect(server).await
 }
 
-fn peer(urls: &[String]) -> rslock::LockManager {
-    rslock::LockManager::new(urls.to_vec())
-}
-
-/// Lock+unlock pairs per second: 64 tasks, distinct names, one client.
-pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
-    let duration = Duration::from_secs_f64(scale.seconds);
-    let locks = ours(server).await;
+/// Lock+unlock pairs per second of 64 tasks on distinct names through one client.
+async fn pairs_per_second(locks: &Locks, duration: Duration) -> f64 {
     let count = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + duration;
     let mut tasks = Vec::new();
@@ -80,7 +91,18 @@ pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
     for task in tasks {
         let _ = task.await;
     }
-    let ours_rate = count.load(Ordering::Relaxed) as f64 / duration.as_secs_f64();
+    count.load(Ordering::Relaxed) as f64 / duration.as_secs_f64()
+}
+
+fn peer(urls: &[String]) -> rslock::LockManager {
+    rslock::LockManager::new(urls.to_vec())
+}
+
+/// Lock+unlock pairs per second: 64 tasks, distinct names, one client.
+pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
+    let duration = Duration::from_secs_f64(scale.seconds);
+    let ours_rate = pairs_per_second(&Adapter::Redis.connect(server).await, duration).await;
+    let fred_rate = pairs_per_second(&Adapter::Fred.connect(server).await, duration).await;
 
     let manager = Arc::new(peer(&[server.url()]));
     let count = Arc::new(AtomicU64::new(0));
@@ -108,6 +130,7 @@ pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
         "lock (redis)".into(),
         figures(&[("pairs_per_s", ours_rate)]),
     );
+    results.insert("lock (fred)".into(), figures(&[("pairs_per_s", fred_rate)]));
     results.insert("rslock".into(), figures(&[("pairs_per_s", peer_rate)]));
     results.insert("server limit".into(), figures(&[("pairs_per_s", limit)]));
     results
@@ -171,10 +194,10 @@ async fn server_limit(server: &RedisServer) -> f64 {
 }
 
 /// One contended run: workers with their own clients loop acquire, hold, release, think.
-async fn contend_ours(server: &RedisServer, fair: bool, seconds: f64) -> Figures {
+async fn contend_ours(server: &RedisServer, adapter: Adapter, fair: bool, seconds: f64) -> Figures {
     let mut clients = Vec::new();
     for _ in 0..8 {
-        clients.push(ours(server).await);
+        clients.push(adapter.connect(server).await);
     }
     let name = if fair {
         "bench:c:fair"
@@ -272,11 +295,15 @@ pub(crate) async fn contended(server: &RedisServer, scale: Scale) -> Results {
     let mut results = Results::new();
     results.insert(
         "lock mutex (redis)".into(),
-        contend_ours(server, false, scale.seconds).await,
+        contend_ours(server, Adapter::Redis, false, scale.seconds).await,
+    );
+    results.insert(
+        "lock mutex (fred)".into(),
+        contend_ours(server, Adapter::Fred, false, scale.seconds).await,
     );
     results.insert(
         "lock fair (redis)".into(),
-        contend_ours(server, true, scale.seconds).await,
+        contend_ours(server, Adapter::Redis, true, scale.seconds).await,
     );
     results.insert("rslock".into(), contend_peer(server, scale.seconds).await);
     results
@@ -474,13 +501,13 @@ pub(crate) async fn redlock(nodes: &[RedisServer], scale: Scale) -> Results {
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     let mut backends = Vec::new();
     for url in &urls {
-        backends.push(adapter::connect_backend(url).await.expect("connect"));
+        backends.push(lock::redis::connect_backend(url).await.expect("connect"));
     }
     let five = lock::redlock::RedLock::builder(backends)
         .build()
         .expect("nodes")
         .locks();
-    let one = adapter::connect(&urls[0]).await.expect("connect");
+    let one = lock::redis::connect(&urls[0]).await.expect("connect");
     let mut results = Results::new();
     results.insert("lock redlock x5".into(), latency_ours(&five, rounds).await);
     results.insert("lock single".into(), latency_ours(&one, rounds).await);

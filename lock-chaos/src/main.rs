@@ -1,7 +1,7 @@
 //! `lock-chaos`: fault injection for the lock library, in the spirit of Jepsen.
 //!
 //! ```text
-//! lock-chaos run [--seconds S] [--backend redis|redlock] [--kind mutex|fair|rw]
+//! lock-chaos run [--seconds S] [--backend redis|fred|redlock] [--kind mutex|fair|rw]
 //!                [--workers W] [--names K] [--lease-ms L] [--seed N]
 //! ```
 //!
@@ -27,7 +27,7 @@ mod worker;
 use std::process::ExitCode;
 use std::time::Duration;
 
-const USAGE: &str = "usage: lock-chaos run [--seconds S] [--backend redis|redlock] \
+const USAGE: &str = "usage: lock-chaos run [--seconds S] [--backend redis|fred|redlock] \
 [--kind mutex|fair|rw] [--workers W] [--names K] [--lease-ms L] [--seed N]";
 
 /// `--flag value` pairs after the role.
@@ -71,9 +71,9 @@ fn run_args(args: &[String]) -> Result<runner::RunArgs, String> {
             other => return Err(format!("unknown flag {other}\n{USAGE}")),
         }
     }
-    if !["redis", "redlock"].contains(&run.backend.as_str()) {
+    if !["redis", "fred", "redlock"].contains(&run.backend.as_str()) {
         return Err(format!(
-            "--backend {} is not supported (redis, redlock)",
+            "--backend {} is not supported (redis, fred, redlock)",
             run.backend
         ));
     }

@@ -66,6 +66,15 @@ async fn backend(args: &WorkerArgs) -> Result<Arc<dyn Backend>, String> {
     };
     match args.backend.as_str() {
         "redis" => connect(args.urls[0].clone()).await,
+        "fred" => lock::fred::Connector::new(args.urls[0].clone())
+            .connect_timeout(Duration::from_secs(2))
+            .response_timeout(Duration::from_millis(500))
+            .ping_interval(Duration::from_secs(1))
+            .restart_quarantine(quarantine)
+            .connect()
+            .await
+            .map(|b| Arc::new(b) as Arc<dyn Backend>)
+            .map_err(|e| format!("connect: {e}")),
         "redlock" => {
             let mut nodes = Vec::new();
             for url in &args.urls {

@@ -5,9 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fred::clients::SubscriberClient;
-use fred::prelude::{
-    Client, ClientLike, LuaInterface, Options, Pool, PubsubInterface, ServerInterface, Value,
-};
+use fred::prelude::{Client, ClientLike, Options, Pool, PubsubInterface, ServerInterface, Value};
 use fred::types::scripts::Script as FredScript;
 use fred::types::{ClusterHash, CustomCommand};
 use lock_core::Error;
@@ -106,9 +104,40 @@ impl FredTransport {
             .ok_or_else(|| TransportError::Io(format!("unknown script {}", script.name()).into()))
     }
 
+    /// `EVALSHA sha n keys.. args..`, or `EVAL source ...` when `load`, as a custom
+    /// command routed by the first key's slot.
+    ///
+    /// fred's own `evalsha` never pipelines (it waits for each script's reply before
+    /// sending the next on a connection, so that a `NOSCRIPT` cannot be followed by
+    /// commands that needed the script); custom commands pipeline. Every call here
+    /// handles its own `NOSCRIPT`, so pipelining is safe, and it is what lets one
+    /// connection carry many concurrent lock calls.
+    fn script_command(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+        load: bool,
+    ) -> Result<(CustomCommand, Vec<String>), TransportError> {
+        let (command, first) = if load {
+            ("EVAL", script.source().to_owned())
+        } else {
+            ("EVALSHA", self.hash(script)?.to_owned())
+        };
+        let slot = keys
+            .first()
+            .map_or(0, |key| fred::util::redis_keyslot(key.as_bytes()));
+        let mut arguments = Vec::with_capacity(2 + keys.len() + args.len());
+        arguments.push(first);
+        arguments.push(keys.len().to_string());
+        arguments.extend(keys.iter().chain(args).map(|&s| s.to_owned()));
+        let command = CustomCommand::new_static(command, ClusterHash::Custom(slot), false);
+        Ok((command, arguments))
+    }
+
     /// EVALSHA, then EVAL (which loads the script) when the server does not know it
-    /// (after a restart or `SCRIPT FLUSH`). EVAL is routed by key like EVALSHA, so in a
-    /// cluster the script lands on the node that needs it.
+    /// (after a restart or `SCRIPT FLUSH`). EVAL is routed like EVALSHA, so in a cluster
+    /// the script lands on the node that needs it.
     async fn invoke(
         &self,
         script: &Script,
@@ -116,17 +145,15 @@ impl FredTransport {
         args: &[&str],
     ) -> Result<Value, TransportError> {
         let client = self.commands.next().with_options(&self.options);
-        let hash = self.hash(script)?;
-        let keys: Vec<String> = keys.iter().map(|&k| k.to_owned()).collect();
-        let args: Vec<String> = args.iter().map(|&a| a.to_owned()).collect();
-        match client
-            .evalsha::<Value, _, _, _>(hash, keys.clone(), args.clone())
-            .await
-        {
-            Err(err) if is_noscript(&err) => client
-                .eval::<Value, _, _, _>(script.source(), keys, args)
-                .await
-                .map_err(crate::error::transport),
+        let (command, arguments) = self.script_command(script, keys, args, false)?;
+        match client.custom::<Value, _>(command, arguments).await {
+            Err(err) if is_noscript(&err) => {
+                let (command, arguments) = self.script_command(script, keys, args, true)?;
+                client
+                    .custom::<Value, _>(command, arguments)
+                    .await
+                    .map_err(crate::error::transport)
+            }
             other => other.map_err(crate::error::transport),
         }
     }
@@ -143,21 +170,9 @@ impl FredTransport {
         timeout: Duration,
     ) -> Result<(Value, i64), TransportError> {
         let pipeline = self.commands.next().pipeline();
-        // fred's pipelines have no script methods: EVAL/EVALSHA go as custom commands.
-        let (command, first) = if load {
-            ("EVAL", script.source().to_owned())
-        } else {
-            ("EVALSHA", self.hash(script)?.to_owned())
-        };
-        let mut arguments = Vec::with_capacity(2 + keys.len() + args.len());
-        arguments.push(first);
-        arguments.push(keys.len().to_string());
-        arguments.extend(keys.iter().chain(args).map(|&s| s.to_owned()));
+        let (command, arguments) = self.script_command(script, keys, args, load)?;
         pipeline
-            .custom::<(), _>(
-                CustomCommand::new_static(command, ClusterHash::FirstKey, false),
-                arguments,
-            )
+            .custom::<(), _>(command, arguments)
             .await
             .map_err(crate::error::transport)?;
         let millis = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);

@@ -20,7 +20,9 @@
 //!
 //! | feature | module | backend |
 //! |---|---|---|
-//! | `redis` (default) | [`redis`] | the `redis` crate: standalone Redis, Redis Cluster |
+//! | `redis` (default) | [`redis`] | the `redis` crate: standalone Redis, Redis Cluster, Sentinel |
+//! | `fred` | `fred` | the `fred` crate: the same deployments and URL forms |
+//! | `tls` | | `rediss://` for the enabled Redis adapters |
 //! | `redlock` | `redlock` | MultiLock and RedLock over any of the others |
 //! | `macros` (default) | [`distributed_lock`] | the attribute macro |
 //! | always | [`memory`] | in-process, for tests and single-process services |
@@ -86,6 +88,12 @@ pub mod memory {
 #[cfg(feature = "redis")]
 pub mod redis {
     pub use lock_redis::*;
+}
+
+/// The backend over the `fred` crate.
+#[cfg(feature = "fred")]
+pub mod fred {
+    pub use lock_fred::*;
 }
 
 /// MultiLock (all of N locks) and RedLock (a majority of N nodes) over any backends.

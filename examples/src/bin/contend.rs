@@ -3,7 +3,7 @@
 //! contract, so its flags and output fields only ever grow.
 //!
 //! ```text
-//! contend --url URL [--backend redis|redlock|memory] [--kind mutex|fair|read|write|mixed|multi] [--name NAME]
+//! contend --url URL [--backend redis|fred|redlock|memory] [--kind mutex|fair|read|write|mixed|multi] [--name NAME]
 //!         --workers N --hold-ms H --think-ms T --seconds S
 //!         [--distinct] [--lease-ms L] [--check-key KEY]
 //! ```
@@ -14,6 +14,9 @@
 //! but 1). Kinds: `mutex`, `fair`, `read` (all readers), `write` (all writers) and
 //! `mixed` (one operation in five writes); for read-write kinds a writer adds 1 000 000 to
 //! KEY instead and must see exactly that, a reader adds 1 and must see no writer.
+//! `--url` takes every URL form of the adapters (`redis://`, `rediss://`,
+//! `redis+cluster://h:p,h:p`, `redis+sentinel://h:p,h:p/NAME`) for `redis` and `fred`;
+//! `--check-key` needs a single-server URL.
 //! `--backend redlock --url URL1,URL2,...` runs a RedLock over those nodes; `--kind multi
 //! --name a,b,c` takes a MultiLock over the listed names. Output fields: `backend`, `kind`, `workers`, `ops`, `ops_per_s`, `utilization`
 //! (total time held / wall time), `wait_ms_p50`/`p99`/`max`, `fairness_min_over_max`
@@ -43,7 +46,7 @@ struct Args {
     check_key: Option<String>,
 }
 
-const USAGE: &str = "usage: contend --url URL [--backend redis|redlock|memory] [--kind mutex|fair|read|write|mixed|multi] [--name NAME] \
+const USAGE: &str = "usage: contend --url URL [--backend redis|fred|redlock|memory] [--kind mutex|fair|read|write|mixed|multi] [--name NAME] \
 --workers N --hold-ms H --think-ms T --seconds S [--distinct] [--lease-ms L] [--check-key KEY]";
 
 fn parse_args() -> Result<Args, String> {
@@ -116,6 +119,9 @@ async fn client(args: &Args, memory: &lock::memory::MemoryBackend) -> Result<Loc
         "redis" => lock::redis::connect_backend(url()?)
             .await
             .map_err(|e| error_chain(&e))?,
+        "fred" => lock::fred::connect_backend(url()?)
+            .await
+            .map_err(|e| error_chain(&e))?,
         "redlock" => {
             let mut nodes = Vec::new();
             for node in url()?.split(',') {
@@ -132,7 +138,7 @@ async fn client(args: &Args, memory: &lock::memory::MemoryBackend) -> Result<Loc
         }
         other => {
             return Err(format!(
-                "--backend {other} is not supported (redis, redlock, memory)"
+                "--backend {other} is not supported (redis, fred, redlock, memory)"
             ));
         }
     };
