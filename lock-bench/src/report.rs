@@ -23,74 +23,98 @@ fn figure(all: &All, scenario: &str, contender: &str, metric: &str) -> Option<f6
     all.get(scenario)?.get(contender)?.get(metric).copied()
 }
 
-fn targets(all: &All) -> Vec<Target> {
-    let mut targets = Vec::new();
-    let mut push = |name, target, measured: Option<f64>, met: fn(f64) -> bool| {
+/// The targets met or missed so far.
+#[derive(Default)]
+struct Targets(Vec<Target>);
+
+impl Targets {
+    /// Records a target, if its figure was measured in this run.
+    fn check(
+        &mut self,
+        name: &'static str,
+        wanted: &'static str,
+        measured: Option<f64>,
+        met: fn(f64) -> bool,
+    ) {
         if let Some(measured) = measured {
             let measured = (measured * 1000.0).round() / 1000.0;
-            targets.push(Target {
+            self.0.push(Target {
                 name,
-                wanted: target,
+                wanted,
                 measured,
                 met: met(measured),
             });
         }
-    };
-    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+    }
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
         (Some(a), Some(b)) if b > 0.0 => Some(a / b),
         _ => None,
-    };
-    let u = |c| figure(all, "uncontended", c, "pairs_per_s");
-    push(
-        "uncontended vs peer",
-        ">= 1.0x",
-        ratio(u("lock (redis)"), u("rslock")),
-        |m| m >= 1.0,
-    );
-    push(
-        "uncontended (fred adapter) vs peer",
-        ">= 1.0x",
-        ratio(u("lock (fred)"), u("rslock")),
-        |m| m >= 1.0,
-    );
-    push(
+    }
+}
+
+fn targets(all: &All) -> Vec<Target> {
+    let mut targets = Targets::default();
+    peer_targets(all, &mut targets);
+    own_targets(all, &mut targets);
+    targets.0
+}
+
+/// Comparisons with the peer, for each adapter.
+fn peer_targets(all: &All, targets: &mut Targets) {
+    let u = |c: &str| figure(all, "uncontended", c, "pairs_per_s");
+    let c = |who: &str, metric: &str| figure(all, "contended", who, metric);
+    for (uncontended, contended, adapter) in [
+        (
+            "uncontended vs peer",
+            "contended mutex p99 wait vs peer",
+            "redis",
+        ),
+        (
+            "uncontended (fred adapter) vs peer",
+            "contended mutex (fred adapter) p99 wait vs peer",
+            "fred",
+        ),
+    ] {
+        let ours = format!("lock ({adapter})");
+        targets.check(uncontended, ">= 1.0x", ratio(u(&ours), u("rslock")), |m| {
+            m >= 1.0
+        });
+        let p99 = c(&format!("lock mutex ({adapter})"), "wait_ms_p99");
+        targets.check(
+            contended,
+            "<= 0.333x",
+            ratio(p99, c("rslock", "wait_ms_p99")),
+            |m| m <= 1.0 / 3.0,
+        );
+    }
+}
+
+/// Limits and absolute bounds.
+fn own_targets(all: &All, targets: &mut Targets) {
+    let u = |c: &str| figure(all, "uncontended", c, "pairs_per_s");
+    let c = |who: &str, metric: &str| figure(all, "contended", who, metric);
+    targets.check(
         "uncontended vs server limit",
         ">= 0.6x",
         ratio(u("lock (redis)"), u("server limit")),
         |m| m >= 0.6,
     );
-    let c = |who, metric| figure(all, "contended", who, metric);
-    push(
+    targets.check(
         "contended mutex utilization",
         ">= 0.85",
         c("lock mutex (redis)", "utilization"),
         |m| m >= 0.85,
     );
-    push(
-        "contended mutex p99 wait vs peer",
-        "<= 0.333x",
-        ratio(
-            c("lock mutex (redis)", "wait_ms_p99"),
-            c("rslock", "wait_ms_p99"),
-        ),
-        |m| m <= 1.0 / 3.0,
-    );
-    push(
-        "contended mutex (fred adapter) p99 wait vs peer",
-        "<= 0.333x",
-        ratio(
-            c("lock mutex (fred)", "wait_ms_p99"),
-            c("rslock", "wait_ms_p99"),
-        ),
-        |m| m <= 1.0 / 3.0,
-    );
-    push(
+    targets.check(
         "contended fair lock fairness",
         ">= 0.95",
         c("lock fair (redis)", "fairness_min_over_max"),
         |m| m >= 0.95,
     );
-    push(
+    targets.check(
         "handoff p50 vs loopback PING p50",
         "<= 3x",
         ratio(
@@ -99,7 +123,7 @@ fn targets(all: &All) -> Vec<Target> {
         ),
         |m| m <= 3.0,
     );
-    push(
+    targets.check(
         "watchdog script calls per 100 locks per round",
         "<= 1",
         figure(
@@ -110,13 +134,13 @@ fn targets(all: &All) -> Vec<Target> {
         ),
         |m| m <= 1.0,
     );
-    push(
+    targets.check(
         "watchdog kept every lock",
         "1 (yes)",
         figure(all, "watchdog", "lock (redis)", "all_held"),
         |m| m >= 1.0,
     );
-    push(
+    targets.check(
         "redlock x5 p50 vs single node",
         "<= 1.5x",
         ratio(
@@ -125,19 +149,18 @@ fn targets(all: &All) -> Vec<Target> {
         ),
         |m| m <= 1.5,
     );
-    push(
+    targets.check(
         "waiters memory per waiter (bytes)",
         "<= 2048",
         figure(all, "waiters", "lock (redis)", "bytes_per_waiter"),
         |m| m <= 2048.0,
     );
-    push(
+    targets.check(
         "waiters subscriptions per name",
         "1",
         figure(all, "waiters", "lock (redis)", "max_subscriptions_per_name"),
         |m| (m - 1.0).abs() < f64::EPSILON,
     );
-    targets
 }
 
 fn machine() -> serde_json::Value {
