@@ -98,6 +98,13 @@ async fn fails_in_time(connect: &AdapterConnect, spec: ConnectSpec) -> Error {
     }
 }
 
+/// Takes and releases one lock through `locks`.
+pub async fn round_trip(locks: &Locks) {
+    let guard = locks.mutex("adapter:round-trip").lock().await.unwrap();
+    assert!(guard.is_held());
+    guard.unlock().await.unwrap();
+}
+
 /// Takes and hands over one lock between two clients: the waiter is woken by the
 /// release notification.
 async fn hand_over(a: &Locks, b: &Locks, name: &str) {

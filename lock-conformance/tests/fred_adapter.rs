@@ -1,6 +1,75 @@
 //! The adapter suite (connecting, bad input, ACL, replica acknowledgement, TLS) for the
-//! fred adapter.
+//! fred adapter, and the ways in only this adapter has: a fred client or pool the
+//! application already has.
 
 mod common;
 
+use std::time::Duration;
+
+use fred::prelude::{Builder, ClientLike, Config};
+use lock_conformance::adapter::round_trip;
+use lock_fred::Connector;
+use lock_testkit::{RedisCluster, RedisServer};
+
 lock_conformance::adapter_tests!(common::fred_connector());
+
+#[tokio::test]
+async fn zero_settings_are_config_errors() {
+    // The shared settings are checked by lock-core's ConnectorSettings (unit-tested
+    // there); the pool size is this adapter's.
+    let zero = Connector::new("redis://127.0.0.1:1")
+        .pool_size(0)
+        .connect()
+        .await;
+    let err = zero.expect_err("a pool of no clients");
+    assert_eq!(err.kind(), lock_core::ErrorKind::InvalidConfig, "{err}");
+    let zero = Connector::new("redis://127.0.0.1:1").connect_timeout(Duration::ZERO);
+    let err = zero.connect().await.expect_err("no time to connect");
+    assert_eq!(err.kind(), lock_core::ErrorKind::InvalidConfig, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connects_from_url_pool_client_and_pool() {
+    let server = RedisServer::start().await;
+    round_trip(&lock_fred::connect(&server.url()).await.unwrap()).await;
+    let pooled = Connector::new(server.url())
+        .pool_size(3)
+        .locks()
+        .await
+        .unwrap();
+    round_trip(&pooled).await;
+
+    // An application's client, not connected yet: the connector connects it, and
+    // leaves it open when the lock client is dropped.
+    let config = Config::from_url(&server.url()).unwrap();
+    let client = Builder::from_config(config.clone()).build().unwrap();
+    let locks = Connector::from_client(client.clone())
+        .locks()
+        .await
+        .unwrap();
+    round_trip(&locks).await;
+    drop(locks);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(client.is_connected(), "the application's client was closed");
+
+    let pool = Builder::from_config(config).build_pool(2).unwrap();
+    pool.init().await.unwrap();
+    round_trip(&Connector::from_pool(pool).locks().await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connects_from_a_cluster_client() {
+    let cluster = RedisCluster::start(3).await;
+    let hosts: Vec<(String, u16)> = cluster
+        .nodes()
+        .iter()
+        .map(|node| ("127.0.0.1".to_owned(), node.port()))
+        .collect();
+    let config = Config {
+        server: fred::prelude::ServerConfig::new_clustered(hosts),
+        ..Config::default()
+    };
+    let client = Builder::from_config(config).build().unwrap();
+    let locks = Connector::from_client(client).locks().await.unwrap();
+    round_trip(&locks).await;
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 use fred::clients::SubscriberClient;
 use fred::prelude::{Builder, Client, ClientLike, Pool};
 use fred::types::InfoKind;
-use lock_core::redis::{ProtocolOptions, PublishMode, RedisBackend};
+use lock_core::redis::{ConnectorSettings, RedisBackend};
 use lock_core::{Error, Locks};
 use tokio::sync::oneshot;
 
@@ -16,12 +16,6 @@ use crate::config::{self, Timeouts, Tls};
 use crate::notifications::{self, Owned};
 use crate::transport::{Commands, FredTransport};
 
-/// Redisson's `connectTimeout`.
-const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Redisson's `timeout` (response timeout).
-const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
-/// Redisson's `pingConnectionInterval`.
-const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(30);
 /// Room for bursts of release messages before the reader counts as lagging.
 const MESSAGE_BUFFER: usize = 1024;
 
@@ -64,10 +58,7 @@ pub struct Connector {
     target: Target,
     tls: Tls,
     pool_size: usize,
-    connect_timeout: Duration,
-    response_timeout: Duration,
-    ping_interval: Duration,
-    protocol: ProtocolOptions,
+    settings: ConnectorSettings,
 }
 
 impl Connector {
@@ -76,10 +67,7 @@ impl Connector {
             target,
             tls: Tls::default(),
             pool_size: 1,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
-            ping_interval: DEFAULT_PING_INTERVAL,
-            protocol: ProtocolOptions::default(),
+            settings: ConnectorSettings::default(),
         }
     }
 
@@ -126,62 +114,7 @@ impl Connector {
         self
     }
 
-    /// The longest wait for a connection to be established. Default: 10 s.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// The longest wait for a reply to one command. Default: 3 s.
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
-        self
-    }
-
-    /// How often the idle notification connection is pinged, so that a silently dead
-    /// connection is noticed and replaced. Default: 30 s.
-    pub fn ping_interval(mut self, interval: Duration) -> Self {
-        self.ping_interval = interval;
-        self
-    }
-
-    /// How releases are published. Only [`PublishMode::Classic`] is supported so far; it
-    /// works on every deployment.
-    pub fn publish_mode(mut self, mode: PublishMode) -> Self {
-        self.protocol = self.protocol.publish(mode);
-        self
-    }
-
-    /// Makes grants wait `quarantine` after the server lost its data (a restart without
-    /// persistence), so that a holder from before the restart can never overlap a new
-    /// one. Set it to at least the longest lease in use; a fresh server's first grants
-    /// wait it too. Default: off.
-    pub fn restart_quarantine(mut self, quarantine: Duration) -> Self {
-        self.protocol = self.protocol.restart_quarantine(Some(quarantine));
-        self
-    }
-
-    /// Requires `replicas` replicas to confirm every acquisition and renewal within
-    /// `timeout` (`WAIT`), as Redisson's replica sync check: a lock then survives a
-    /// failover to a replica, and an unconfirmed acquisition is an
-    /// [`Error::NotReplicated`](lock_core::Error::NotReplicated) error. Not on Redis
-    /// Cluster. Default: off.
-    pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.protocol = self.protocol.replica_ack(replicas, timeout);
-        self
-    }
-
-    /// Most locks renewed by one script call. Default: 100.
-    pub fn renew_batch(mut self, size: usize) -> Self {
-        self.protocol = self.protocol.renew_batch(size);
-        self
-    }
-
-    /// Replaces every lock-protocol setting at once.
-    pub fn protocol(mut self, options: ProtocolOptions) -> Self {
-        self.protocol = options;
-        self
-    }
+    lock_core::connector_settings!();
 
     /// Connects and returns a client with default settings.
     pub async fn locks(self) -> Result<Locks, Error> {
@@ -192,8 +125,8 @@ impl Connector {
     pub async fn connect(self) -> Result<RedisBackend, Error> {
         self.validate()?;
         let timeouts = Timeouts {
-            connect: self.connect_timeout,
-            response: self.response_timeout,
+            connect: self.settings.connect_timeout,
+            response: self.settings.response_timeout,
         };
         let (commands, subscriber_builder, owned) = match self.target {
             Target::Url(url) => {
@@ -232,10 +165,10 @@ impl Connector {
         let transport = FredTransport::new(
             commands.clone(),
             subscriber.clone(),
-            self.response_timeout,
+            self.settings.response_timeout,
             shutdown,
         );
-        let backend = RedisBackend::new(Arc::new(transport), self.protocol);
+        let backend = RedisBackend::new(Arc::new(transport), self.settings.protocol);
         let owned = Owned {
             subscriber,
             commands: owned.then_some(commands),
@@ -244,34 +177,16 @@ impl Connector {
             owned,
             backend.notification_sink(),
             stopped,
-            self.ping_interval,
+            self.settings.ping_interval,
         ));
         Ok(backend)
     }
 
     fn validate(&self) -> Result<(), Error> {
-        for (name, value) in [
-            ("connect_timeout", self.connect_timeout),
-            ("response_timeout", self.response_timeout),
-            ("ping_interval", self.ping_interval),
-        ] {
-            if value.is_zero() {
-                return Err(Error::invalid_config(
-                    format!("{name} must be positive"),
-                    None,
-                ));
-            }
-        }
         if self.pool_size == 0 {
             return Err(Error::invalid_config("pool_size must be positive", None));
         }
-        if self.protocol.publish != PublishMode::Classic {
-            return Err(Error::invalid_config(
-                "sharded publishing (SPUBLISH) is not supported by the fred adapter yet",
-                None,
-            ));
-        }
-        Ok(())
+        self.settings.validate()
     }
 }
 

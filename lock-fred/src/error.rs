@@ -43,25 +43,6 @@ pub(crate) fn transport(err: FredError) -> TransportError {
     }
 }
 
-/// A command the server refused, named (fred's message may not say which).
-#[derive(Debug)]
-pub(crate) struct Refused {
-    pub(crate) what: String,
-    pub(crate) source: FredError,
-}
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the server refused `{}`", self.what)
-    }
-}
-
-impl std::error::Error for Refused {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
-}
-
 /// Errors that retrying cannot fix: wrong credentials, a bad URL or setting, or a
 /// cluster client pointed at a server without cluster support.
 fn is_configuration(err: &FredError) -> bool {

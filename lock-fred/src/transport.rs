@@ -263,10 +263,7 @@ fn settle(
     match outcome {
         Ok(Err(err)) if crate::error::server_reply(&err).is_some() => Err(Error::backend(
             during,
-            crate::error::Refused {
-                what: format!("{command} {channel}"),
-                source: err,
-            },
+            lock_core::redis::Refused::new(format!("{command} {channel}"), err),
         )),
         _ => Ok(()),
     }

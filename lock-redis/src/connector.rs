@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::redis::{ProtocolOptions, PublishMode, RedisBackend};
+use lock_core::redis::{ConnectorSettings, RedisBackend};
 use lock_core::{Error, Locks};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
@@ -15,13 +15,6 @@ use crate::notifications::{self, Link};
 use crate::sentinel::Failover;
 use crate::transport::{Commands, RedisPool, RedisTransport};
 use crate::url::{self, Deployment};
-
-/// Redisson's `connectTimeout`.
-const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Redisson's `timeout` (response timeout).
-const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
-/// Redisson's `pingConnectionInterval`.
-const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Where script calls go, before connecting.
 #[derive(Clone)]
@@ -66,10 +59,7 @@ impl fmt::Debug for Target {
 pub struct Connector {
     target: Target,
     tls: url::Tls,
-    connect_timeout: Duration,
-    response_timeout: Duration,
-    ping_interval: Duration,
-    protocol: ProtocolOptions,
+    settings: ConnectorSettings,
 }
 
 impl Connector {
@@ -77,10 +67,7 @@ impl Connector {
         Self {
             target,
             tls: url::Tls::default(),
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
-            ping_interval: DEFAULT_PING_INTERVAL,
-            protocol: ProtocolOptions::default(),
+            settings: ConnectorSettings::default(),
         }
     }
 
@@ -140,62 +127,7 @@ impl Connector {
         self
     }
 
-    /// The longest wait for a connection to be established. Default: 10 s.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// The longest wait for a reply to one command. Default: 3 s.
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
-        self
-    }
-
-    /// How often the idle notification connection is pinged, so that a silently dead
-    /// connection is noticed and replaced. Default: 30 s.
-    pub fn ping_interval(mut self, interval: Duration) -> Self {
-        self.ping_interval = interval;
-        self
-    }
-
-    /// How releases are published. Only [`PublishMode::Classic`] is supported by this
-    /// adapter so far; it works on every deployment.
-    pub fn publish_mode(mut self, mode: PublishMode) -> Self {
-        self.protocol = self.protocol.publish(mode);
-        self
-    }
-
-    /// Makes grants wait `quarantine` after the server lost its data (a restart without
-    /// persistence), so that a holder from before the restart can never overlap a new
-    /// one. Set it to at least the longest lease in use; a fresh server's first grants
-    /// wait it too. Default: off.
-    pub fn restart_quarantine(mut self, quarantine: Duration) -> Self {
-        self.protocol = self.protocol.restart_quarantine(Some(quarantine));
-        self
-    }
-
-    /// Replaces every lock-protocol setting at once.
-    pub fn protocol(mut self, options: ProtocolOptions) -> Self {
-        self.protocol = options;
-        self
-    }
-
-    /// Requires `replicas` replicas to confirm every acquisition and renewal within
-    /// `timeout` (`WAIT`), as Redisson's replica sync check: a lock then survives a
-    /// failover to a replica, and an unconfirmed acquisition is an
-    /// [`Error::NotReplicated`](lock_core::Error::NotReplicated) error. Not on Redis
-    /// Cluster. Default: off.
-    pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.protocol = self.protocol.replica_ack(replicas, timeout);
-        self
-    }
-
-    /// Most locks renewed by one script call. Default: 100.
-    pub fn renew_batch(mut self, size: usize) -> Self {
-        self.protocol = self.protocol.renew_batch(size);
-        self
-    }
+    lock_core::connector_settings!();
 
     /// Connects and returns a client with default settings.
     pub async fn locks(self) -> Result<Locks, Error> {
@@ -204,15 +136,19 @@ impl Connector {
 
     /// Connects and returns the backend, for [`Locks::builder`] or for composition.
     pub async fn connect(self) -> Result<RedisBackend, Error> {
-        self.validate()?;
+        self.settings.validate()?;
         let Self {
             target,
             tls,
+            settings,
+        } = self;
+        let ConnectorSettings {
             connect_timeout,
             response_timeout,
             ping_interval,
             protocol,
-        } = self;
+            ..
+        } = settings;
         let mut failover_target = None;
         let (commands, nodes) = match target {
             Target::Url(url) => match url::parse(&url, &tls)? {
@@ -265,28 +201,6 @@ impl Connector {
             ping_interval,
         ));
         Ok(backend)
-    }
-
-    fn validate(&self) -> Result<(), Error> {
-        for (name, value) in [
-            ("connect_timeout", self.connect_timeout),
-            ("response_timeout", self.response_timeout),
-            ("ping_interval", self.ping_interval),
-        ] {
-            if value.is_zero() {
-                return Err(Error::invalid_config(
-                    format!("{name} must be positive"),
-                    None,
-                ));
-            }
-        }
-        if self.protocol.publish != PublishMode::Classic {
-            return Err(Error::invalid_config(
-                "sharded publishing (SPUBLISH) is not supported by the redis adapter yet",
-                None,
-            ));
-        }
-        Ok(())
     }
 }
 

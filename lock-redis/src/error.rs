@@ -15,25 +15,6 @@ pub(crate) fn connection(during: &'static str, err: RedisError) -> Error {
     Error::connection(during, err)
 }
 
-/// A command the server refused, named (the driver's message may not say which).
-#[derive(Debug)]
-pub(crate) struct Refused {
-    pub(crate) what: String,
-    pub(crate) source: RedisError,
-}
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the server refused `{}`", self.what)
-    }
-}
-
-impl std::error::Error for Refused {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
-}
-
 /// A script call's failure, as lock-core's protocol layer expects it.
 pub(crate) fn transport(err: RedisError) -> TransportError {
     match err.code() {

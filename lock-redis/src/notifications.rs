@@ -125,10 +125,7 @@ impl Link {
         match outcome {
             Ok(Err(err)) if err.code().is_some() => Err(Error::backend(
                 during,
-                crate::error::Refused {
-                    what: format!("{command} {channel}"),
-                    source: err,
-                },
+                lock_core::redis::Refused::new(format!("{command} {channel}"), err),
             )),
             _ => Ok(()),
         }

@@ -322,10 +322,7 @@ impl Backend for RedisBackend {
         let (reply, acknowledged) = match lock.kind {
             LockKind::Fair => {
                 let timeout_ms = millis(request.waiter_timeout).to_string();
-                let (queue, deadlines) = (
-                    layout::fair_queue_key(name),
-                    layout::fair_deadlines_key(name),
-                );
+                let (queue, deadlines) = layout::fair_queue_keys(name);
                 let args = [
                     &*lease_ms,
                     owner,
@@ -434,10 +431,7 @@ impl Backend for RedisBackend {
         let publish = self.options.publish.command();
         let reply = match lock.kind {
             LockKind::Fair => {
-                let (queue, deadlines) = (
-                    layout::fair_queue_key(name),
-                    layout::fair_deadlines_key(name),
-                );
+                let (queue, deadlines) = layout::fair_queue_keys(name);
                 let prefix = layout::mutex_channel(name);
                 let args = [&*lease_ms, owner, &prefix, publish];
                 self.eval(
@@ -554,10 +548,7 @@ impl Backend for RedisBackend {
         let publish = self.options.publish.command();
         let reply = match lock.kind {
             LockKind::Fair => {
-                let (queue, deadlines) = (
-                    layout::fair_queue_key(name),
-                    layout::fair_deadlines_key(name),
-                );
+                let (queue, deadlines) = layout::fair_queue_keys(name);
                 let prefix = layout::mutex_channel(name);
                 let keys = [key, &queue, &deadlines];
                 self.eval(
@@ -605,10 +596,7 @@ impl Backend for RedisBackend {
             return Ok(());
         }
         let name = &lock.name;
-        let (queue, deadlines) = (
-            layout::fair_queue_key(name),
-            layout::fair_deadlines_key(name),
-        );
+        let (queue, deadlines) = layout::fair_queue_keys(name);
         let prefix = layout::mutex_channel(name);
         let keys = [layout::lock_key(name), &queue, &deadlines];
         let args = [lock.owner.as_str(), &prefix, self.options.publish.command()];

@@ -47,6 +47,13 @@ pub fn fair_deadlines_key(name: &LockName) -> String {
     format!("redisson_lock_timeout:{}", tagged(name))
 }
 
+/// The fair lock's waiter queue and deadline keys, which every fair script takes after
+/// the lock key.
+#[must_use]
+pub fn fair_queue_keys(name: &LockName) -> (String, String) {
+    (fair_queue_key(name), fair_deadlines_key(name))
+}
+
 /// The channel one fair-lock waiter listens on: `redisson_lock__channel:{name}:<owner>`.
 #[must_use]
 pub fn fair_waiter_channel(name: &LockName, owner: &str) -> String {

@@ -5,10 +5,14 @@
 mod backend;
 pub mod layout;
 pub mod script;
+pub mod settings;
 pub mod slot;
 mod transport;
 pub mod url;
 
 pub use backend::{ProtocolOptions, PublishMode, RedisBackend};
 pub use script::Script;
-pub use transport::{NotificationSink, Reply, ServerError, Topology, Transport, TransportError};
+pub use settings::ConnectorSettings;
+pub use transport::{
+    NotificationSink, Refused, Reply, ServerError, Topology, Transport, TransportError,
+};

@@ -52,6 +52,36 @@ impl fmt::Display for ServerError {
 
 impl std::error::Error for ServerError {}
 
+/// A command the server refused, named: drivers' messages do not always say which
+/// command or channel it was. Adapters put it in an [`Error::Backend`](crate::Error).
+#[derive(Debug)]
+pub struct Refused {
+    what: String,
+    source: BoxError,
+}
+
+impl Refused {
+    /// `what` names the command (and its channel or key), `source` is the driver's error.
+    pub fn new(what: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Self {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the server refused `{}`", self.what)
+    }
+}
+
+impl std::error::Error for Refused {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
+}
+
 /// Why a script call failed.
 #[derive(Debug)]
 #[non_exhaustive]

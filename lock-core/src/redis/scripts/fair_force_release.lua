@@ -3,12 +3,8 @@
 -- ARGV[1] channel prefix; ARGV[2] publish command.
 -- Reply: 1 when a lock was deleted, 0 when it was free.
 
-local kind = redis.call('type', KEYS[1])['ok']
-if kind == 'none' then
+if not lock_exists(KEYS[1]) then
     return 0
-end
-if kind ~= 'hash' then
-    return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind)
 end
 redis.call('del', KEYS[1])
 local head = prune(KEYS[2], KEYS[3], now_ms())

@@ -1,12 +1,8 @@
 -- Deletes a lock whoever holds it and wakes its waiters.
 -- KEYS[1] lock hash; ARGV[1] channel; ARGV[2] publish command.
 -- Reply: 1 when a lock was deleted, 0 when it was free.
-local kind = redis.call('type', KEYS[1])['ok']
-if kind == 'none' then
+if not lock_exists(KEYS[1]) then
     return 0
-end
-if kind ~= 'hash' then
-    return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind)
 end
 redis.call('del', KEYS[1])
 redis.call(ARGV[2], ARGV[1], '0')

@@ -2,12 +2,8 @@
 -- KEYS[1] lock hash; ARGV[1] the owner's field (`owner`, or `owner:write` for a writer);
 -- ARGV[2] the mode a read-write lock must be in to count as locked ('' for other kinds).
 -- Reply: {locked (0/1), holds of the owner, pttl}.
-local kind = redis.call('type', KEYS[1])['ok']
-if kind == 'none' then
+if not lock_exists(KEYS[1]) then
     return {0, 0, -2}
-end
-if kind ~= 'hash' then
-    return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind)
 end
 local locked = 1
 if ARGV[2] ~= '' and redis.call('hget', KEYS[1], 'mode') ~= ARGV[2] then

@@ -5,11 +5,8 @@
 if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
     return -1
 end
-local holds = redis.call('hincrby', KEYS[1], ARGV[2], -1)
+local holds = drop_hold(KEYS[1], ARGV[2], ARGV[1])
 if holds > 0 then
-    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-        redis.call('pexpire', KEYS[1], ARGV[1])
-    end
     return holds
 end
 redis.call('del', KEYS[1])

@@ -50,3 +50,26 @@ local function prune(queue, deadlines, now)
     end
 end
 
+
+-- Whether the lock key exists (false when missing). A key of another type ends the
+-- script with a WRONGTYPE error naming the type: a lock must never overwrite user data.
+local function lock_exists(key)
+    local kind = redis.call('type', key)['ok']
+    if kind == 'none' then
+        return false
+    end
+    if kind ~= 'hash' then
+        error({err = 'WRONGTYPE the lock key holds a ' .. kind})
+    end
+    return true
+end
+
+-- Takes one hold of `field` back and returns how many are left; while any are, the
+-- lease is extended to `lease_ms` (never shortened).
+local function drop_hold(key, field, lease_ms)
+    local holds = redis.call('hincrby', key, field, -1)
+    if holds > 0 and redis.call('pttl', key) < tonumber(lease_ms) then
+        redis.call('pexpire', key, lease_ms)
+    end
+    return holds
+end

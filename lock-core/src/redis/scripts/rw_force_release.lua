@@ -2,12 +2,8 @@
 -- KEYS[1] lock hash; ARGV[1] mode ('read' or 'write'); ARGV[2] channel;
 -- ARGV[3] publish command.
 -- Reply: 1 when a lock in that mode was deleted, else 0.
-local kind = redis.call('type', KEYS[1])['ok']
-if kind == 'none' then
+if not lock_exists(KEYS[1]) then
     return 0
-end
-if kind ~= 'hash' then
-    return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind)
 end
 if redis.call('hget', KEYS[1], 'mode') ~= ARGV[1] then
     return 0

@@ -8,11 +8,8 @@ local writer = ARGV[2] .. ':write'
 if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], writer) == 0 then
     return -1
 end
-local holds = redis.call('hincrby', KEYS[1], writer, -1)
+local holds = drop_hold(KEYS[1], writer, ARGV[1])
 if holds > 0 then
-    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-        redis.call('pexpire', KEYS[1], ARGV[1])
-    end
     return holds
 end
 redis.call('hdel', KEYS[1], writer)

@@ -1,0 +1,162 @@
+//! The settings every Redis adapter's connector has, with Redisson's defaults, and the
+//! builder methods that set them (generated into each connector by
+//! [`connector_settings!`](crate::connector_settings), so both adapters offer the same
+//! API with the same documentation).
+
+use std::time::Duration;
+
+use crate::Error;
+use crate::redis::{ProtocolOptions, PublishMode};
+
+/// Redisson's `connectTimeout`.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Redisson's `timeout` (response timeout).
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Redisson's `pingConnectionInterval`.
+pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Timeouts and protocol options of a connector.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ConnectorSettings {
+    /// The longest wait for a connection to be established.
+    pub connect_timeout: Duration,
+    /// The longest wait for a reply to one command.
+    pub response_timeout: Duration,
+    /// How often the idle notification connection is pinged.
+    pub ping_interval: Duration,
+    /// The lock protocol's options.
+    pub protocol: ProtocolOptions,
+}
+
+impl Default for ConnectorSettings {
+    fn default() -> Self {
+        Self {
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            ping_interval: DEFAULT_PING_INTERVAL,
+            protocol: ProtocolOptions::default(),
+        }
+    }
+}
+
+impl ConnectorSettings {
+    /// Refuses zero durations and the publish modes adapters do not support yet.
+    pub fn validate(&self) -> Result<(), Error> {
+        for (name, value) in [
+            ("connect_timeout", self.connect_timeout),
+            ("response_timeout", self.response_timeout),
+            ("ping_interval", self.ping_interval),
+        ] {
+            if value.is_zero() {
+                return Err(Error::invalid_config(
+                    format!("{name} must be positive"),
+                    None,
+                ));
+            }
+        }
+        if self.protocol.publish != PublishMode::Classic {
+            return Err(Error::invalid_config(
+                "sharded publishing (SPUBLISH) is not supported by the Redis adapters yet",
+                None,
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Generates the builder methods for [`ConnectorSettings`] on an adapter's connector,
+/// a struct with a field `settings: ConnectorSettings`.
+#[macro_export]
+macro_rules! connector_settings {
+    () => {
+        /// The longest wait for a connection to be established. Default: 10 s.
+        pub fn connect_timeout(mut self, timeout: ::std::time::Duration) -> Self {
+            self.settings.connect_timeout = timeout;
+            self
+        }
+
+        /// The longest wait for a reply to one command. Default: 3 s.
+        pub fn response_timeout(mut self, timeout: ::std::time::Duration) -> Self {
+            self.settings.response_timeout = timeout;
+            self
+        }
+
+        /// How often the idle notification connection is pinged, so that a silently dead
+        /// connection is noticed and replaced. Default: 30 s.
+        pub fn ping_interval(mut self, interval: ::std::time::Duration) -> Self {
+            self.settings.ping_interval = interval;
+            self
+        }
+
+        /// How releases are published. Only
+        /// [`PublishMode::Classic`]($crate::redis::PublishMode::Classic) is supported so
+        /// far; it works on every deployment.
+        pub fn publish_mode(mut self, mode: $crate::redis::PublishMode) -> Self {
+            self.settings.protocol = self.settings.protocol.publish(mode);
+            self
+        }
+
+        /// Makes grants wait `quarantine` after the server lost its data (a restart
+        /// without persistence), so that a holder from before the restart can never
+        /// overlap a new one. Set it to at least the longest lease in use; a fresh
+        /// server's first grants wait it too. Default: off.
+        pub fn restart_quarantine(mut self, quarantine: ::std::time::Duration) -> Self {
+            self.settings.protocol = self.settings.protocol.restart_quarantine(Some(quarantine));
+            self
+        }
+
+        /// Requires `replicas` replicas to confirm every acquisition and renewal within
+        /// `timeout` (`WAIT`), as Redisson's replica sync check: a lock then survives a
+        /// failover to a replica, and an unconfirmed acquisition is an
+        /// [`Error::NotReplicated`]($crate::Error::NotReplicated) error. Not on Redis
+        /// Cluster. Default: off.
+        pub fn replica_ack(mut self, replicas: u32, timeout: ::std::time::Duration) -> Self {
+            self.settings.protocol = self.settings.protocol.replica_ack(replicas, timeout);
+            self
+        }
+
+        /// Most locks renewed by one script call. Default: 100.
+        pub fn renew_batch(mut self, size: usize) -> Self {
+            self.settings.protocol = self.settings.protocol.renew_batch(size);
+            self
+        }
+
+        /// Replaces every lock-protocol setting at once.
+        pub fn protocol(mut self, options: $crate::redis::ProtocolOptions) -> Self {
+            self.settings.protocol = options;
+            self
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_durations_and_sharded_publishing_are_refused() {
+        assert!(ConnectorSettings::default().validate().is_ok());
+        for settings in [
+            ConnectorSettings {
+                connect_timeout: Duration::ZERO,
+                ..ConnectorSettings::default()
+            },
+            ConnectorSettings {
+                response_timeout: Duration::ZERO,
+                ..ConnectorSettings::default()
+            },
+            ConnectorSettings {
+                ping_interval: Duration::ZERO,
+                ..ConnectorSettings::default()
+            },
+            ConnectorSettings {
+                protocol: ProtocolOptions::default().publish(PublishMode::Sharded),
+                ..ConnectorSettings::default()
+            },
+        ] {
+            let err = settings.validate().expect_err("refused");
+            assert_eq!(err.kind(), crate::ErrorKind::InvalidConfig, "{settings:?}");
+        }
+    }
+}
