@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use fred::prelude::{
     Builder, Config, ConnectionConfig, PerformanceConfig, ReconnectPolicy, Server, ServerConfig,
+    TcpConfig,
 };
 use fred::types::config::{ClusterDiscoveryPolicy, UnresponsiveConfig};
 use lock_core::Error;
@@ -149,6 +150,12 @@ pub(crate) fn builder(config: Config, timeouts: Timeouts) -> Builder {
         connection_timeout: timeouts.connect,
         internal_command_timeout: timeouts.response,
         max_command_attempts: 1,
+        // Lock calls are small and latency-bound: without this, a command written right
+        // after another can sit out a delayed ACK (about 40 ms on Linux).
+        tcp: TcpConfig {
+            nodelay: Some(true),
+            ..TcpConfig::default()
+        },
         unresponsive: UnresponsiveConfig {
             max_timeout: Some(timeouts.response),
             interval: (timeouts.response / 3).max(Duration::from_millis(10)),

@@ -277,6 +277,9 @@ async fn subscribe_client(
     builder.with_performance_config(|performance| {
         performance.broadcast_channel_capacity = MESSAGE_BUFFER;
     });
+    // The subscriber is this adapter's own connection, even when built from an
+    // application's client: no Nagle delay between a SUBSCRIBE and its confirming PING.
+    builder.with_connection_config(|connection| connection.tcp.nodelay = Some(true));
     let subscriber = builder.build_subscriber_client().map_err(invalid)?;
     match tokio::time::timeout(timeouts.connect, subscriber.init()).await {
         Ok(Ok(_)) => Ok(subscriber),
