@@ -10,7 +10,7 @@ use lock_core::{AcquireRequest, ErrorKind, Holder, LockKind, LockName, LockRef, 
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::Fixture;
-use crate::scenarios::{eventually, kind, unique};
+use crate::scenarios::{eventually, handover_gap, kind, spawn_waiter, unique};
 
 async fn client_with(
     fx: &dyn Fixture,
@@ -108,21 +108,10 @@ pub async fn fair_dead_waiter_is_skipped_after_its_deadline(fx: &dyn Fixture) {
     assert!(other.fair_mutex(&name).try_lock().await.unwrap().is_none());
 
     let live = client_with(fx, |b| b.fair_waiter_timeout(waiter_timeout)).await;
-    let fair = live.fair_mutex(&name);
-    let waiting = tokio::spawn(async move {
-        let guard = fair.lock().await.unwrap();
-        let at = Instant::now();
-        guard.unlock().await.unwrap();
-        at
-    });
+    // The live waiter is served once the dead one lapses.
+    let waiting = spawn_waiter(live.fair_mutex(&name));
     sleep(Duration::from_millis(50)).await;
-    let released = Instant::now();
-    held.unlock().await.unwrap();
-    let acquired = timeout(Duration::from_secs(5), waiting)
-        .await
-        .expect("the live waiter is served once the dead one lapses")
-        .unwrap();
-    let delay = acquired - released;
+    let delay = handover_gap(held, waiting, Duration::from_secs(5)).await;
     assert!(
         delay <= waiter_timeout + Duration::from_millis(400),
         "a dead waiter held the queue up for {delay:?}"
@@ -141,28 +130,16 @@ pub async fn fair_waiter_that_gives_up_leaves_the_queue(fx: &dyn Fixture) {
         outcome.map(|guard| guard.is_none())
     });
     sleep(Duration::from_millis(30)).await;
-    let fair = fx.client().await.fair_mutex(&name);
-    let waiting = tokio::spawn(async move {
-        let guard = fair.lock().await.unwrap();
-        let at = Instant::now();
-        guard.unlock().await.unwrap();
-        at
-    });
+    let waiting = spawn_waiter(fx.client().await.fair_mutex(&name));
     assert!(
         quitting.await.unwrap().unwrap(),
         "the quitter got a held lock"
     );
     sleep(Duration::from_millis(50)).await;
-    let released = Instant::now();
-    held.unlock().await.unwrap();
-    let acquired = timeout(Duration::from_secs(2), waiting)
-        .await
-        .expect("served")
-        .unwrap();
+    let gap = handover_gap(held, waiting, Duration::from_secs(2)).await;
     assert!(
-        acquired - released < Duration::from_millis(500),
-        "the waiter behind a quitter waited {:?}",
-        acquired - released
+        gap < Duration::from_millis(500),
+        "the waiter behind a quitter waited {gap:?}"
     );
 }
 

@@ -39,6 +39,32 @@ where
 }
 
 /// The kind of the error `r` must be.
+/// A task that waits for `lock`, lets go at once and returns when it got it.
+pub(crate) fn spawn_waiter(lock: lock_core::Lock) -> tokio::task::JoinHandle<Instant> {
+    tokio::spawn(async move {
+        let guard = lock.lock().await.unwrap();
+        let at = Instant::now();
+        guard.unlock().await.unwrap();
+        at
+    })
+}
+
+/// Releases `held` and returns how long after the release `waiter` got the lock; the
+/// waiter must be served within `bound`.
+pub(crate) async fn handover_gap(
+    held: lock_core::Guard,
+    waiter: tokio::task::JoinHandle<Instant>,
+    bound: Duration,
+) -> Duration {
+    let released = Instant::now();
+    held.unlock().await.unwrap();
+    let acquired = timeout(bound, waiter)
+        .await
+        .expect("the waiter was served")
+        .unwrap();
+    acquired.saturating_duration_since(released)
+}
+
 pub(crate) fn kind<T: std::fmt::Debug>(r: Result<T, Error>) -> ErrorKind {
     r.expect_err("the call must fail").kind()
 }
@@ -257,21 +283,9 @@ pub async fn waiter_wakes_on_release(fx: &dyn Fixture) {
     let (c1, c2) = (fx.client().await, fx.client().await);
     let name = unique("wake");
     let g = c1.mutex(&name).lock().await.unwrap();
-    let m2 = c2.mutex(&name);
-    let waiter = tokio::spawn(async move {
-        let g = m2.lock().await.unwrap();
-        let at = Instant::now();
-        g.unlock().await.unwrap();
-        at
-    });
+    let waiter = spawn_waiter(c2.mutex(&name));
     sleep(Duration::from_millis(150)).await;
-    let released = Instant::now();
-    g.unlock().await.unwrap();
-    let acquired = timeout(Duration::from_secs(5), waiter)
-        .await
-        .expect("waiter woke")
-        .unwrap();
-    let gap = acquired.saturating_duration_since(released);
+    let gap = handover_gap(g, waiter, Duration::from_secs(5)).await;
     assert!(
         gap < Duration::from_millis(100),
         "the waiter took {gap:?} to wake"
@@ -546,13 +560,7 @@ pub async fn waiters_wake_after_pubsub_connection_is_killed(fx: &dyn Fixture) {
     let (c1, c2) = (fx.client().await, fx.client().await);
     let name = unique("killpubsub");
     let g = c1.mutex(&name).lock().await.unwrap();
-    let m2 = c2.mutex(&name);
-    let waiter = tokio::spawn(async move {
-        let g = m2.lock().await.unwrap();
-        let at = Instant::now();
-        g.unlock().await.unwrap();
-        at
-    });
+    let waiter = spawn_waiter(c2.mutex(&name));
     let channel = format!("redisson_lock__channel:{{{name}}}");
     assert!(
         eventually(Duration::from_secs(2), || async {
@@ -572,13 +580,7 @@ pub async fn waiters_wake_after_pubsub_connection_is_killed(fx: &dyn Fixture) {
         .await,
         "the client did not resubscribe"
     );
-    let released = Instant::now();
-    g.unlock().await.unwrap();
-    let acquired = timeout(Duration::from_secs(5), waiter)
-        .await
-        .expect("waiter woke")
-        .unwrap();
-    let gap = acquired.saturating_duration_since(released);
+    let gap = handover_gap(g, waiter, Duration::from_secs(5)).await;
     assert!(
         gap < Duration::from_millis(500),
         "waiter took {gap:?} after a pub/sub reconnect"

@@ -21,10 +21,17 @@ pub struct RedisSentinel {
 }
 
 impl RedisSentinel {
-    /// Starts the deployment and waits until every Sentinel knows the master, the
-    /// replica and the other Sentinels, so that a failover can happen.
+    /// Starts the deployment and waits until the replica follows the master. The
+    /// Sentinels answer for the master at once (it is in their configuration); they
+    /// find the replica and each other over the next seconds, which only a failover
+    /// needs, so [`RedisSentinel::kill_master`] waits for that itself.
     pub async fn start() -> RedisSentinel {
-        let master = RedisServer::start().await;
+        // Diskless full syncs wait 5 s by default for more replicas to join one transfer;
+        // there is only one.
+        let master = RedisServer::builder()
+            .config_line("repl-diskless-sync-delay 0")
+            .start()
+            .await;
         let replica = RedisServer::builder()
             .config_line(format!("replicaof 127.0.0.1 {}", master.port()))
             .start()
@@ -52,16 +59,18 @@ impl RedisSentinel {
             replica,
             sentinels,
         };
-        deployment.settle().await;
+        deployment.settle(false).await;
         deployment
     }
 
-    async fn settle(&self) {
+    /// Waits until the replica's link to the master is up and, with `for_failover`,
+    /// until every Sentinel knows the replica and the other Sentinels.
+    async fn settle(&self, for_failover: bool) {
         let deadline = Instant::now() + SETTLE_TIMEOUT;
         loop {
             let linked: String = self.replica.command(&["INFO", "replication"]).await;
             let mut ready = linked.contains("master_link_status:up");
-            for sentinel in &self.sentinels {
+            for sentinel in self.sentinels.iter().filter(|_| for_failover) {
                 let replicas: Vec<redis::Value> = sentinel
                     .command(&["SENTINEL", "REPLICAS", MASTER_NAME])
                     .await;
@@ -128,10 +137,10 @@ impl RedisSentinel {
     /// Kills the master (kill -9, its data gone) and waits until the Sentinels have
     /// promoted the replica.
     pub async fn kill_master(&mut self) {
-        let Some(master) = self.master.take() else {
-            panic!("the master was already killed");
-        };
-        drop(master);
+        assert!(self.master.is_some(), "the master was already killed");
+        // A failover needs Sentinels that know the replica and each other.
+        self.settle(true).await;
+        drop(self.master.take());
         let wanted = self.replica.port().to_string();
         let deadline = Instant::now() + SETTLE_TIMEOUT;
         loop {
