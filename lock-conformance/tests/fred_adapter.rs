@@ -73,3 +73,37 @@ async fn connects_from_a_cluster_client() {
     let locks = Connector::from_client(client).locks().await.unwrap();
     round_trip(&locks).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_notification_reader_wakes_every_waiter() {
+    let server = RedisServer::start().await;
+    let holder = lock_fred::connect(&server.url()).await.unwrap();
+    // One message of room: a burst of releases overflows it, and the dropped messages
+    // must not strand their waiters until the holders' leases would have run out (30 s).
+    let waiting = Connector::new(server.url())
+        .notification_buffer(1)
+        .locks()
+        .await
+        .unwrap();
+    let names: Vec<String> = (0..200).map(|i| format!("lag:{i}")).collect();
+    let mut held = Vec::new();
+    for name in &names {
+        held.push(holder.mutex(name).lock().await.unwrap());
+    }
+    let waiters: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let mutex = waiting.mutex(name);
+            tokio::spawn(async move { mutex.lock().await.map(drop) })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    futures_util::future::join_all(held.into_iter().map(lock_core::Guard::unlock)).await;
+    let all_served = futures_util::future::join_all(waiters);
+    let results = tokio::time::timeout(Duration::from_secs(5), all_served)
+        .await
+        .expect("every waiter was served although messages were dropped");
+    for result in results {
+        result.unwrap().unwrap();
+    }
+}

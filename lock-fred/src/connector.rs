@@ -58,6 +58,7 @@ pub struct Connector {
     target: Target,
     tls: Tls,
     pool_size: usize,
+    notification_buffer: usize,
     settings: ConnectorSettings,
 }
 
@@ -67,6 +68,7 @@ impl Connector {
             target,
             tls: Tls::default(),
             pool_size: 1,
+            notification_buffer: MESSAGE_BUFFER,
             settings: ConnectorSettings::default(),
         }
     }
@@ -114,6 +116,15 @@ impl Connector {
         self
     }
 
+    /// How many release messages may wait for the reader before it counts as lagging
+    /// (then every waiter is woken to re-check). Default: 1024; small values are for
+    /// tests.
+    #[doc(hidden)]
+    pub fn notification_buffer(mut self, messages: usize) -> Self {
+        self.notification_buffer = messages.max(1);
+        self
+    }
+
     lock_core::connector_settings!();
 
     /// Connects and returns a client with default settings.
@@ -152,15 +163,16 @@ impl Connector {
                 (commands, builder, false)
             }
         };
-        let subscriber = match subscribe_client(subscriber_builder, timeouts).await {
-            Ok(subscriber) => subscriber,
-            Err(err) => {
-                if owned {
-                    close_in_background(commands);
+        let subscriber =
+            match subscribe_client(subscriber_builder, timeouts, self.notification_buffer).await {
+                Ok(subscriber) => subscriber,
+                Err(err) => {
+                    if owned {
+                        close_in_background(commands);
+                    }
+                    return Err(err);
                 }
-                return Err(err);
-            }
-        };
+            };
         let (shutdown, stopped) = oneshot::channel();
         let transport = FredTransport::new(
             commands.clone(),
@@ -273,9 +285,10 @@ async fn check_server(client: &Client, timeouts: Timeouts) -> Result<(), Error> 
 async fn subscribe_client(
     mut builder: Builder,
     timeouts: Timeouts,
+    buffer: usize,
 ) -> Result<SubscriberClient, Error> {
     builder.with_performance_config(|performance| {
-        performance.broadcast_channel_capacity = MESSAGE_BUFFER;
+        performance.broadcast_channel_capacity = buffer;
     });
     // The subscriber is this adapter's own connection, even when built from an
     // application's client: no Nagle delay between a SUBSCRIBE and its confirming PING.
