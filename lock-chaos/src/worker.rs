@@ -53,28 +53,24 @@ async fn backend(args: &WorkerArgs) -> Result<Arc<dyn Backend>, String> {
     // Grants wait out a restart of a node that lost its data: the quarantine covers the
     // longest lease in use.
     let quarantine = args.lease * 2;
-    let connect = |url: String| async move {
-        lock::redis::Connector::new(url)
-            .connect_timeout(Duration::from_secs(2))
-            .response_timeout(Duration::from_millis(500))
-            .ping_interval(Duration::from_secs(1))
-            .restart_quarantine(quarantine)
-            .connect()
-            .await
-            .map(|b| Arc::new(b) as Arc<dyn Backend>)
-            .map_err(|e| format!("connect: {e}"))
-    };
+    // The same settings through either adapter's connector.
+    macro_rules! connected {
+        ($connector:expr) => {
+            $connector
+                .connect_timeout(Duration::from_secs(2))
+                .response_timeout(Duration::from_millis(500))
+                .ping_interval(Duration::from_secs(1))
+                .restart_quarantine(quarantine)
+                .connect()
+                .await
+                .map(|b| Arc::new(b) as Arc<dyn Backend>)
+                .map_err(|e| format!("connect: {e}"))
+        };
+    }
+    let connect = |url: String| async move { connected!(lock::redis::Connector::new(url)) };
     match args.backend.as_str() {
         "redis" => connect(args.urls[0].clone()).await,
-        "fred" => lock::fred::Connector::new(args.urls[0].clone())
-            .connect_timeout(Duration::from_secs(2))
-            .response_timeout(Duration::from_millis(500))
-            .ping_interval(Duration::from_secs(1))
-            .restart_quarantine(quarantine)
-            .connect()
-            .await
-            .map(|b| Arc::new(b) as Arc<dyn Backend>)
-            .map_err(|e| format!("connect: {e}")),
+        "fred" => connected!(lock::fred::Connector::new(args.urls[0].clone())),
         "redlock" => {
             let mut nodes = Vec::new();
             for url in &args.urls {

@@ -140,6 +140,8 @@ pub async fn bad_urls_are_config_errors_before_any_network(connect: &AdapterConn
         "http://localhost",
         "redis://:notaport",
         "redis+cluster://",
+        "redis+cluster://,",
+        "redis+cluster://a:notaport",
         "redis+sentinel://127.0.0.1:1",
         "not a url",
     ] {

@@ -226,7 +226,10 @@ async fn start(commands: &Commands, timeouts: Timeouts) -> Result<(), Error> {
         Commands::Client(client) => client.clone(),
         Commands::Pool(pool) => pool.next().clone(),
     };
-    if !client.is_connected() {
+    // Connections this call opened are closed again on failure; an application's
+    // connected client is left as it was.
+    let opened_here = !client.is_connected();
+    if opened_here {
         let connecting = async {
             match commands {
                 Commands::Client(client) => client.init().await.map(drop),
@@ -243,7 +246,9 @@ async fn start(commands: &Commands, timeouts: Timeouts) -> Result<(), Error> {
         }
     }
     if let Err(err) = check_server(&client, timeouts).await {
-        close_in_background(commands.clone());
+        if opened_here {
+            close_in_background(commands.clone());
+        }
         return Err(err);
     }
     Ok(())

@@ -101,7 +101,7 @@ impl FredTransport {
         self.hashes
             .get(script.index())
             .map(String::as_str)
-            .ok_or_else(|| TransportError::Io(format!("unknown script {}", script.name()).into()))
+            .ok_or_else(|| TransportError::unknown_script(script))
     }
 
     /// `EVALSHA sha n keys.. args..`, or `EVAL source ...` when `load`, as a custom
@@ -278,11 +278,10 @@ impl Transport for FredTransport {
         args: &[&str],
     ) -> Result<Reply, TransportError> {
         // fred applies the timeout too; this one also bounds the NOSCRIPT reload.
-        match tokio::time::timeout(self.response_timeout * 2, self.invoke(script, keys, args)).await
-        {
-            Ok(result) => result.map(reply),
-            Err(elapsed) => Err(TransportError::Io(Box::new(elapsed))),
-        }
+        let call = self.invoke(script, keys, args);
+        TransportError::within(self.response_timeout * 2, call)
+            .await
+            .map(reply)
     }
 
     async fn eval_replicated(
@@ -310,12 +309,9 @@ impl Transport for FredTransport {
                 other => other,
             }
         };
-        match tokio::time::timeout(self.response_timeout * 2 + timeout, run).await {
-            Ok(result) => {
-                result.map(|(value, acks)| (reply(value), u32::try_from(acks).unwrap_or(0)))
-            }
-            Err(elapsed) => Err(TransportError::Io(Box::new(elapsed))),
-        }
+        TransportError::within(self.response_timeout * 2 + timeout, run)
+            .await
+            .map(|(value, acks)| (reply(value), u32::try_from(acks).unwrap_or(0)))
     }
 
     fn topology(&self) -> Topology {

@@ -179,9 +179,7 @@ impl Transport for RedisTransport {
         timeout: Duration,
     ) -> Result<(Reply, u32), TransportError> {
         let Some(prepared) = self.scripts.get(script.index()) else {
-            return Err(TransportError::Io(
-                format!("unknown script {}", script.name()).into(),
-            ));
+            return Err(TransportError::unknown_script(script));
         };
         // The script and the WAIT go down one connection back to back: WAIT covers the
         // writes this connection made before it.
@@ -205,12 +203,9 @@ impl Transport for RedisTransport {
                 other => other,
             }
         };
-        match tokio::time::timeout(self.response_timeout + timeout, run).await {
-            Ok(result) => {
-                result.map(|(value, acks)| (reply(value), u32::try_from(acks).unwrap_or(0)))
-            }
-            Err(elapsed) => Err(TransportError::Io(Box::new(elapsed))),
-        }
+        TransportError::within(self.response_timeout + timeout, run)
+            .await
+            .map(|(value, acks)| (reply(value), u32::try_from(acks).unwrap_or(0)))
     }
 
     async fn eval(
@@ -220,9 +215,7 @@ impl Transport for RedisTransport {
         args: &[&str],
     ) -> Result<Reply, TransportError> {
         let Some(prepared) = self.scripts.get(script.index()) else {
-            return Err(TransportError::Io(
-                format!("unknown script {}", script.name()).into(),
-            ));
+            return Err(TransportError::unknown_script(script));
         };
         let mut invocation = prepared.prepare_invoke();
         for key in keys {
@@ -231,10 +224,9 @@ impl Transport for RedisTransport {
         for arg in args {
             invocation.arg(*arg);
         }
-        match tokio::time::timeout(self.response_timeout, self.invoke(&invocation)).await {
-            Ok(result) => result.map(reply),
-            Err(elapsed) => Err(TransportError::Io(Box::new(elapsed))),
-        }
+        TransportError::within(self.response_timeout, self.invoke(&invocation))
+            .await
+            .map(reply)
     }
 
     fn topology(&self) -> Topology {

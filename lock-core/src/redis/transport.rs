@@ -92,6 +92,24 @@ pub enum TransportError {
     Io(BoxError),
 }
 
+impl TransportError {
+    /// Runs `call`; taking longer than `limit` is an [`TransportError::Io`].
+    pub async fn within<T>(
+        limit: std::time::Duration,
+        call: impl Future<Output = Result<T, Self>>,
+    ) -> Result<T, Self> {
+        tokio::time::timeout(limit, call)
+            .await
+            .unwrap_or_else(|elapsed| Err(Self::Io(Box::new(elapsed))))
+    }
+
+    /// The adapter has no prepared form of `script`.
+    #[must_use]
+    pub fn unknown_script(script: &Script) -> Self {
+        Self::Io(format!("unknown script {}", script.name()).into())
+    }
+}
+
 /// The deployment a transport talks to; it decides how renewals are batched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
