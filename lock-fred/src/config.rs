@@ -8,27 +8,12 @@ use fred::prelude::{
 };
 use fred::types::config::{ClusterDiscoveryPolicy, UnresponsiveConfig};
 use lock_core::Error;
+pub(crate) use lock_core::redis::settings::TlsTrust as Tls;
 use lock_core::redis::url::{self, Deployment};
 
 /// Reconnect pauses: from 20 ms, doubling, up to 1 s, for ever (a lock client must come
 /// back whenever the server does).
 const RECONNECT: (u32, u32) = (20, 1_000);
-
-/// TLS settings for `rediss://` connections.
-#[derive(Clone, Default)]
-pub(crate) struct Tls {
-    /// A PEM root certificate to trust instead of the system's.
-    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    pub(crate) root_certificate: Option<Vec<u8>>,
-}
-
-impl std::fmt::Debug for Tls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tls")
-            .field("root_certificate", &self.root_certificate.is_some())
-            .finish()
-    }
-}
 
 /// Timeouts the connector applies to every client it builds.
 #[derive(Debug, Clone, Copy)]
@@ -107,7 +92,7 @@ fn apply_tls(config: &mut Config, url: &str, tls: &Tls) -> Result<(), Error> {
     if !uses_tls(url) {
         return Ok(());
     }
-    if let Some(pem) = &tls.root_certificate {
+    if let Some(pem) = tls.root_certificate() {
         config.tls = Some(crate::tls::connector(pem)?.into());
     }
     Ok(())

@@ -105,7 +105,7 @@ impl Connector {
     /// system's roots (feature `tls`).
     #[cfg(feature = "tls")]
     pub fn root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls.root_certificate = Some(pem.into());
+        self.tls.set_root_certificate(pem.into());
         self
     }
 

@@ -123,7 +123,7 @@ impl Connector {
     /// system's roots (feature `tls`).
     #[cfg(feature = "tls")]
     pub fn root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls.root_certificate = Some(pem.into());
+        self.tls.set_root_certificate(pem.into());
         self
     }
 
@@ -253,7 +253,7 @@ async fn cluster(
         .connection_timeout(connect_timeout)
         .response_timeout(response_timeout);
     #[cfg(feature = "tls")]
-    let builder = match tls.certificates() {
+    let builder = match url::certificates(tls) {
         Some(certificates) => builder.certs(certificates),
         None => builder,
     };

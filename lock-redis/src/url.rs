@@ -2,6 +2,7 @@
 //! servers); this module turns each server URL into a driver client.
 
 use lock_core::Error;
+pub(crate) use lock_core::redis::settings::TlsTrust as Tls;
 use lock_core::redis::url::{self as forms, SentinelUrl};
 
 /// What a URL names, as driver clients.
@@ -17,32 +18,13 @@ pub(crate) enum Deployment {
     },
 }
 
-/// TLS settings for `rediss://` connections.
-#[derive(Clone, Default)]
-pub(crate) struct Tls {
-    /// A PEM root certificate to trust instead of the system's.
-    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    pub(crate) root_certificate: Option<Vec<u8>>,
-}
-
-impl std::fmt::Debug for Tls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tls")
-            .field("root_certificate", &self.root_certificate.is_some())
-            .finish()
-    }
-}
-
-impl Tls {
-    #[cfg(feature = "tls")]
-    pub(crate) fn certificates(&self) -> Option<redis::TlsCertificates> {
-        self.root_certificate
-            .as_ref()
-            .map(|root| redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(root.clone()),
-            })
-    }
+/// The driver's form of the trusted root, if one was given.
+#[cfg(feature = "tls")]
+pub(crate) fn certificates(tls: &Tls) -> Option<redis::TlsCertificates> {
+    tls.root_certificate().map(|root| redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(root.to_vec()),
+    })
 }
 
 /// Parses every URL form lock-core knows and checks each server URL with the driver.
@@ -67,7 +49,7 @@ pub(crate) fn client(url: &str, tls: &Tls) -> Result<redis::Client, Error> {
     let invalid =
         |err: redis::RedisError| Error::invalid_config("invalid Redis URL", Some(err.into()));
     #[cfg(feature = "tls")]
-    if let Some(certificates) = tls.certificates() {
+    if let Some(certificates) = certificates(tls) {
         return redis::Client::build_with_tls(url, certificates).map_err(invalid);
     }
     let _ = tls;

@@ -65,6 +65,33 @@ impl ConnectorSettings {
     }
 }
 
+/// Whom `rediss://` connections trust: the system's roots, or one PEM root certificate.
+#[derive(Clone, Default)]
+pub struct TlsTrust {
+    root_certificate: Option<Vec<u8>>,
+}
+
+impl TlsTrust {
+    /// The PEM root certificate to trust instead of the system's, if one was given.
+    #[must_use]
+    pub fn root_certificate(&self) -> Option<&[u8]> {
+        self.root_certificate.as_deref()
+    }
+
+    /// Trusts this PEM root certificate instead of the system's roots.
+    pub fn set_root_certificate(&mut self, pem: Vec<u8>) {
+        self.root_certificate = Some(pem);
+    }
+}
+
+impl std::fmt::Debug for TlsTrust {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsTrust")
+            .field("root_certificate", &self.root_certificate.is_some())
+            .finish()
+    }
+}
+
 /// Generates the builder methods for [`ConnectorSettings`] on an adapter's connector,
 /// a struct with a field `settings: ConnectorSettings`.
 #[macro_export]
