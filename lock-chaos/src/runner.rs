@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;
 
-use lock_testkit::RedisServer;
+use lock_testkit::{FaultProxy, ProxyFault, RedisServer};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
@@ -25,13 +25,14 @@ pub(crate) struct RunArgs {
     pub(crate) seed: u64,
 }
 
-/// The faults, by name.
-const FAULTS: [&str; 6] = [
+/// The faults, by name. The last one needs several nodes.
+const FAULTS: [&str; 7] = [
     "kill_worker",
     "pause_worker",
     "client_kill",
     "restart_node",
     "pause_node",
+    "lose_reply",
     "kill_minority",
 ];
 
@@ -44,6 +45,8 @@ struct Worker {
 struct Run {
     args: RunArgs,
     nodes: Vec<RedisServer>,
+    /// One per node: workers reach the nodes only through them.
+    proxies: Vec<FaultProxy>,
     store: Child,
     store_addr: String,
     workers: Vec<Worker>,
@@ -53,9 +56,9 @@ struct Run {
 
 impl Run {
     fn urls(&self) -> String {
-        self.nodes
+        self.proxies
             .iter()
-            .map(RedisServer::url)
+            .map(FaultProxy::url)
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -145,8 +148,13 @@ pub(crate) async fn run(args: RunArgs) -> Result<(String, bool), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let node_count = if args.backend == "redlock" { 5 } else { 1 };
     let mut nodes = Vec::with_capacity(node_count);
+    let mut proxies = Vec::with_capacity(node_count);
     for _ in 0..node_count {
-        nodes.push(RedisServer::start().await);
+        let node = RedisServer::start().await;
+        let address = format!("127.0.0.1:{}", node.port());
+        let upstream = address.parse().map_err(|e| format!("{address}: {e}"))?;
+        proxies.push(FaultProxy::start(upstream).await);
+        nodes.push(node);
     }
     // A waiter may sit through a free period of a restart quarantine plus a lease plus
     // the fault that caused it; longer is a waiter that was not served.
@@ -155,6 +163,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<(String, bool), String> {
     let mut run = Run {
         args: args.clone(),
         nodes,
+        proxies,
         store,
         store_addr,
         workers: Vec::new(),
@@ -218,7 +227,7 @@ fn pick(rng: &mut Rng, backend: &str) -> &'static str {
     let choices = if backend == "redlock" {
         &FAULTS[..]
     } else {
-        &FAULTS[..5]
+        &FAULTS[..FAULTS.len() - 1]
     };
     choices[rng.range(0, choices.len() as u64) as usize]
 }
@@ -271,6 +280,12 @@ async fn inject(run: &mut Run, rng: &mut Rng, fault: &str) -> Result<(), String>
             node.pause();
             tokio::time::sleep(pause).await;
             node.resume();
+        }
+        "lose_reply" => {
+            // The next lock script through one node's proxy runs, and its reply is lost
+            // with the connection (it fires once).
+            let proxy = &run.proxies[rng.range(0, run.proxies.len() as u64) as usize];
+            proxy.set(ProxyFault::LoseReplyTo(b"EVALSHA".to_vec()));
         }
         "kill_minority" => {
             // Two of five nodes die for a while, then come back empty.

@@ -49,8 +49,10 @@ pub trait RedisControl: Send + Sync {
     async fn kill_pubsub_clients(&self) -> usize;
     /// `SCRIPT FLUSH` on every node.
     async fn script_flush(&self);
-    /// Restarts the node that owns `key`, losing its data.
+    /// Restarts the node that owns `key`: it loses every write since its last `SAVE`.
     async fn restart_node_of(&self, key: &str);
+    /// `SAVE` on the node that owns `key`: a restart reloads this snapshot.
+    async fn save_node_of(&self, key: &str);
     /// Kills the master of a Sentinel deployment and waits for the replica's promotion.
     /// Only Sentinel fixtures support it (their scenarios are the only callers).
     async fn fail_over(&self) {
@@ -62,6 +64,8 @@ pub trait RedisControl: Send + Sync {
     async fn hash(&self, key: &str) -> Vec<(String, String)>;
     /// `PTTL key`.
     async fn pttl(&self, key: &str) -> i64;
+    /// Runs `args` on the node that owns `key` (a peer's raw commands).
+    async fn run(&self, key: &str, args: &[&str]) -> redis::Value;
 }
 
 /// The in-memory backend: every "client" shares one store.

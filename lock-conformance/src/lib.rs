@@ -12,8 +12,10 @@
 
 pub mod adapter;
 mod family;
+pub mod faulty;
 pub mod fixture;
 pub mod redis_fixture;
+mod safety;
 pub mod scenarios;
 
 pub use fixture::{Fixture, RedisControl};
@@ -48,6 +50,15 @@ macro_rules! conformance_tests {
             force_unlock_of_every_kind,
             fencing_tokens_strictly_increase,
             family_bad_input_is_typed,
+            read_holds_released_out_of_order,
+            expired_read_hold_leaves_no_count,
+            watchdog_renews_a_hold_taken_between_rounds,
+            replies_of_one_holder_in_any_order,
+            a_lost_reply_is_retried_and_counted_once,
+            an_unanswered_grant_is_undone,
+            a_bounded_wait_ends_on_time_when_subscribing_is_slow,
+            an_unconfirmed_subscription_is_tried_again,
+            a_replayed_grant_keeps_its_exact_fencing_token,
         );
     };
 }
@@ -62,6 +73,7 @@ macro_rules! fair_tests {
             fair_dead_waiter_is_skipped_after_its_deadline,
             fair_waiter_that_gives_up_leaves_the_queue,
             fair_lock_is_renewed_fenced_and_force_unlocked,
+            fair_waiter_cancelled_mid_attempt_leaves_no_place,
         );
     };
 }
@@ -90,6 +102,7 @@ macro_rules! redis_fault_tests {
             wrong_type_is_a_typed_error,
             starving_waiter_goes_before_newcomers,
             restart_quarantine_keeps_holders_apart,
+            a_redisson_reader_never_cuts_our_read_hold_short,
         );
     };
 }

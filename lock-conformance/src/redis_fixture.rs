@@ -194,6 +194,25 @@ impl RedisControl for RedisFixture {
         }
     }
 
+    async fn run(&self, key: &str, args: &[&str]) -> redis::Value {
+        match &self.topology {
+            Topology::Standalone(server) => server.lock().await.command(args).await,
+            Topology::Cluster(cluster) => {
+                let cluster = cluster.lock().await;
+                cluster.node_for_key(key).await.command(args).await
+            }
+            Topology::Sentinel(deployment) => deployment.lock().await.master().command(args).await,
+        }
+    }
+
+    async fn save_node_of(&self, key: &str) {
+        match &self.topology {
+            Topology::Standalone(server) => save(&*server.lock().await).await,
+            Topology::Cluster(cluster) => save(cluster.lock().await.node_for_key(key).await).await,
+            Topology::Sentinel(deployment) => save(deployment.lock().await.master()).await,
+        }
+    }
+
     async fn fail_over(&self) {
         match &self.topology {
             Topology::Sentinel(deployment) => deployment.lock().await.kill_master().await,
@@ -214,4 +233,8 @@ impl RedisControl for RedisFixture {
     async fn pttl(&self, key: &str) -> i64 {
         self.on_node_of(key, &["PTTL", key]).await
     }
+}
+
+async fn save(server: &RedisServer) {
+    let () = server.command(&["SAVE"]).await;
 }

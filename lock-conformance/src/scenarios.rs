@@ -178,7 +178,10 @@ pub async fn non_holder_cannot_release(fx: &dyn Fixture) {
     );
     let reply = c2
         .backend()
-        .release(&intruder, Duration::from_secs(30))
+        .release(
+            &intruder,
+            lock_core::ReleaseRequest::new(Duration::from_secs(30)),
+        )
         .await
         .unwrap();
     assert_eq!(reply, lock_core::backend::Release::NotHeld);
@@ -678,12 +681,13 @@ pub async fn starving_waiter_goes_before_newcomers(fx: &dyn Fixture) {
     let (holder, young, old, newcomer) =
         (owner("holder"), owner("young"), owner("old"), owner("new"));
     let lease = Duration::from_secs(5);
-    let plain = AcquireRequest::new(lease);
-    let starving = |waited_ms| plain.waiting(Duration::from_millis(waited_ms), true);
+    // Every call is a new request (its own id): reusing one would be a retry.
+    let plain = || AcquireRequest::new(lease);
+    let starving = |waited_ms| plain().waiting(Duration::from_millis(waited_ms), true);
     let acquired = |reply: Acquire| matches!(reply, Acquire::Acquired { .. });
     let reserved = |reply: Acquire| matches!(reply, Acquire::Busy { reserved: true, .. });
 
-    assert!(acquired(backend.acquire(&holder, plain).await.unwrap()));
+    assert!(acquired(backend.acquire(&holder, plain()).await.unwrap()));
     // Two starving waiters find it busy; the one waiting longer holds the reservation.
     assert!(!acquired(
         backend.acquire(&young, starving(20)).await.unwrap()
@@ -691,8 +695,11 @@ pub async fn starving_waiter_goes_before_newcomers(fx: &dyn Fixture) {
     assert!(!acquired(
         backend.acquire(&old, starving(500)).await.unwrap()
     ));
-    backend.release(&holder, lease).await.unwrap();
-    let reply = backend.acquire(&newcomer, plain).await.unwrap();
+    backend
+        .release(&holder, lock_core::ReleaseRequest::new(lease))
+        .await
+        .unwrap();
+    let reply = backend.acquire(&newcomer, plain()).await.unwrap();
     assert!(
         reserved(reply),
         "a newcomer overtook a starving waiter: {reply:?}"
@@ -703,18 +710,24 @@ pub async fn starving_waiter_goes_before_newcomers(fx: &dyn Fixture) {
     assert!(acquired(
         backend.acquire(&old, starving(510)).await.unwrap()
     ));
-    backend.release(&old, lease).await.unwrap();
+    backend
+        .release(&old, lock_core::ReleaseRequest::new(lease))
+        .await
+        .unwrap();
 
     // The young waiter reserves next, then goes away: its reservation lapses.
-    assert!(acquired(backend.acquire(&holder, plain).await.unwrap()));
+    assert!(acquired(backend.acquire(&holder, plain()).await.unwrap()));
     assert!(!acquired(
         backend.acquire(&young, starving(40)).await.unwrap()
     ));
-    backend.release(&holder, lease).await.unwrap();
-    assert!(reserved(backend.acquire(&newcomer, plain).await.unwrap()));
+    backend
+        .release(&holder, lock_core::ReleaseRequest::new(lease))
+        .await
+        .unwrap();
+    assert!(reserved(backend.acquire(&newcomer, plain()).await.unwrap()));
     let lapsed = timeout(Duration::from_secs(2), async {
         loop {
-            if acquired(backend.acquire(&newcomer, plain).await.unwrap()) {
+            if acquired(backend.acquire(&newcomer, plain()).await.unwrap()) {
                 break;
             }
             sleep(Duration::from_millis(10)).await;
@@ -725,7 +738,10 @@ pub async fn starving_waiter_goes_before_newcomers(fx: &dyn Fixture) {
         lapsed.is_ok(),
         "an abandoned reservation kept the lock free but unusable"
     );
-    backend.release(&newcomer, lease).await.unwrap();
+    backend
+        .release(&newcomer, lock_core::ReleaseRequest::new(lease))
+        .await
+        .unwrap();
 }
 
 /// With a restart quarantine, a lock held while its node restarts (losing its data) is
@@ -744,10 +760,24 @@ pub async fn restart_quarantine_keeps_holders_apart(fx: &dyn Fixture) {
     let first = client(fx.backend_with(options).await);
     let second = client(fx.backend_with(options).await);
     let name = unique("quarantine");
-    // The first grant on a fresh server waits out the quarantine too.
-    let held = timeout(quarantine * 4, first.mutex(&name).lock())
+    // The first grant on a fresh server waits out the quarantine too (a lock in the
+    // same cluster slot as `name`, whose quarantine state it shares).
+    let warm_up = first.mutex(&format!("{{{name}}}:warm-up"));
+    timeout(quarantine * 4, warm_up.lock())
         .await
         .expect("granted after the quarantine")
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    // A snapshot from before the lock under test was granted: the restart below
+    // reloads it, so the server comes back with its quarantine state but without the
+    // lock (review #4: an RDB snapshot or an AOF written every second loses the latest
+    // grants, not everything).
+    redis.save_node_of(&name).await;
+    let held = timeout(Duration::from_secs(1), first.mutex(&name).lock())
+        .await
+        .expect("granted at once outside a quarantine")
         .unwrap();
     redis.restart_node_of(&name).await;
     let restarted = Instant::now();
@@ -850,3 +880,4 @@ pub async fn replica_ack_keeps_the_lock_across_a_failover(fx: &dyn Fixture) {
 }
 
 pub use crate::family::*;
+pub use crate::safety::*;

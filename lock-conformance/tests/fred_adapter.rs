@@ -6,10 +6,11 @@ mod common;
 
 use std::time::Duration;
 
-use fred::prelude::{Builder, ClientLike, Config};
+use fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy};
 use lock_conformance::adapter::round_trip;
+use lock_core::Holder;
 use lock_fred::Connector;
-use lock_testkit::{RedisCluster, RedisServer};
+use lock_testkit::{FaultProxy, ProxyFault, RedisCluster, RedisServer};
 
 lock_conformance::adapter_tests!(common::fred_connector());
 
@@ -106,4 +107,44 @@ async fn a_lagging_notification_reader_wakes_every_waiter() {
     for result in results {
         result.unwrap().unwrap();
     }
+}
+
+/// Review #2 on the replica-acknowledgement path: an application's client keeps fred's
+/// default of three attempts, yet a script pipelined with `WAIT` whose reply was lost
+/// (the connection reset after the server ran it) is not sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applications_client_never_sends_a_replicated_script_again() {
+    let server = RedisServer::start().await;
+    let address = format!("127.0.0.1:{}", server.port());
+    let proxy = FaultProxy::start(address.parse().unwrap()).await;
+    let mut builder = Builder::from_config(Config::from_url(&proxy.url()).unwrap());
+    builder.set_policy(ReconnectPolicy::new_constant(0, 20));
+    let client = builder.build().unwrap();
+    let locks = Connector::from_client(client)
+        .replica_ack(0, Duration::from_millis(100))
+        .locks()
+        .await
+        .unwrap();
+    let mutex = locks.mutex("fred:lost-ack").with_holder(Holder::unique());
+    // Every script is loaded first, so the reply lost is the reentry's.
+    mutex.lock().await.unwrap().unlock().await.unwrap();
+    let outer = mutex.lock().await.unwrap();
+    proxy.set(ProxyFault::LoseReplyTo(b"EVALSHA".to_vec()));
+    // A waiting acquisition: lock-core sends it again under the same id, and the
+    // server answers that from its latch, so only a re-send by fred could count twice.
+    let reentry = tokio::time::timeout(Duration::from_secs(5), mutex.lock()).await;
+    assert_eq!(proxy.lost_replies(), 1, "no reply was lost: {reentry:?}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let holds = loop {
+        match mutex.hold_count().await {
+            Ok(holds) => break holds,
+            Err(err) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "the client never reconnected: {err}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(holds, 2, "the reentry ran {} times", holds - 1);
+    drop(outer);
 }

@@ -62,11 +62,14 @@ async fn apply(backend: &dyn Backend, op: Op, lock: &LockRef) -> Seen {
                 Acquire::Acquired { holds, .. } => Seen::Acquired(holds),
                 _ => Seen::Busy,
             }),
-        Op::Release => backend.release(lock, lease).await.map(|reply| match reply {
-            Release::Released => Seen::Released,
-            Release::StillHeld { holds } => Seen::StillHeld(holds),
-            _ => Seen::NotHeld,
-        }),
+        Op::Release => backend
+            .release(lock, lock_core::ReleaseRequest::new(lease))
+            .await
+            .map(|reply| match reply {
+                Release::Released => Seen::Released,
+                Release::StillHeld { holds } => Seen::StillHeld(holds),
+                _ => Seen::NotHeld,
+            }),
         Op::Inspect => backend
             .inspect(lock)
             .await

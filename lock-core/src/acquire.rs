@@ -14,12 +14,14 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
+use tracing::Instrument;
 
-use crate::backend::{Acquire, AcquireRequest, Backend};
+use crate::backend::{Acquire, AcquireRequest, Backend, ReleaseRequest};
 use crate::client::Inner;
 use crate::guard::Guard;
 use crate::metrics::{self, AcquireOutcome};
 use crate::{Error, LockRef};
+use crate::{events, retry};
 
 /// How long a caller is prepared to wait.
 #[derive(Debug, Clone, Copy)]
@@ -50,7 +52,16 @@ pub(crate) async fn acquire(
 ) -> Result<Option<Guard>, Error> {
     let started = Instant::now();
     let kind = lock.kind;
-    let result = acquire_inner(client, lock, lease, wait, started).await;
+    let span = tracing::debug_span!(
+        target: events::TARGET,
+        "acquire",
+        kind = %lock.kind,
+        name = %lock.name,
+        owner = %lock.owner,
+    );
+    let result = acquire_inner(client, lock, lease, wait, started)
+        .instrument(span)
+        .await;
     let elapsed = started.elapsed();
     let outcome = match &result {
         Ok(Some(_)) => AcquireOutcome::Acquired,
@@ -73,7 +84,9 @@ async fn acquire_inner(
         Lease::Watchdog => (client.config.watchdog_lease, true),
         Lease::Fixed(d) => (d, false),
     };
-    let mut request = AcquireRequest::new(lease_duration).fencing(client.config.fencing);
+    let mut request = AcquireRequest::new(lease_duration)
+        .fencing(client.config.fencing)
+        .retry_window(client.config.retry_window);
     // A caller that will wait says so (a fair lock queues it, a try never queues) and
     // tells the backend when it gives up, even when its caller goes away, unless it ends
     // up holding the lock.
@@ -84,18 +97,28 @@ async fn acquire_inner(
             backend: Arc::clone(&client.backend),
             lock: lock.clone(),
             armed: true,
+            attempt_done: None,
         });
     }
     // Attempts are boxed: a waiter spends its life between attempts, and its resident
     // state should not reserve room for one (thousands of waiters add up).
-    if let Attempt::Acquired(guard) = Box::pin(attempt(client, &lock, request, renew)).await? {
+    let first = attempt(client, &lock, request, renew, wait, queued.as_mut());
+    if let Attempt::Acquired(guard) = Box::pin(first).await? {
         QueuedWaiter::served(&mut queued);
         return Ok(Some(guard));
     }
     if matches!(wait, Wait::Never) || expired(wait) {
         return Ok(None);
     }
-    let listener = client.backend.listen(&lock).await?;
+    // Subscribing and every attempt end with the caller's wait: a slow subscription (a
+    // connection being re-established) must not hold a bounded wait past its deadline.
+    // Both are cancel-safe. A subscription that was not confirmed is tried again.
+    let retry_until = Instant::now() + client.config.retry_window;
+    let subscribing = retry::until_answered(retry_until, || client.backend.listen(&lock));
+    let Some(listener) = Box::pin(within(wait, Duration::ZERO, subscribing)).await else {
+        return Ok(None);
+    };
+    let listener = listener?;
     loop {
         let notified = listener.notified();
         tokio::pin!(notified);
@@ -108,7 +131,13 @@ async fn acquire_inner(
             .starvation_threshold
             .is_some_and(|threshold| waited >= threshold);
         let request = request.waiting(waited, starving);
-        let ttl = match Box::pin(attempt(client, &lock, request, renew)).await? {
+        let retry = attempt(client, &lock, request, renew, wait, queued.as_mut());
+        // An attempt begun before the deadline (the last one begins right at it, after
+        // the sleep) may take a round trip's slack to be answered.
+        let Some(outcome) = Box::pin(within(wait, ATTEMPT_SLACK, retry)).await else {
+            return Ok(None);
+        };
+        let ttl = match outcome? {
             Attempt::Acquired(guard) => {
                 QueuedWaiter::served(&mut queued);
                 metrics::waited(lock.kind, started.elapsed());
@@ -153,6 +182,17 @@ async fn acquire_inner(
     }
 }
 
+/// How long past the caller's deadline an attempt begun before it may take.
+const ATTEMPT_SLACK: Duration = Duration::from_millis(100);
+
+/// Runs `step` within the caller's wait plus `slack`; `None` when that ran out first.
+async fn within<T>(wait: Wait, slack: Duration, step: impl Future<Output = T>) -> Option<T> {
+    match wait {
+        Wait::Until(deadline) => tokio::time::timeout_at(deadline + slack, step).await.ok(),
+        Wait::Never | Wait::Forever => Some(step.await),
+    }
+}
+
 fn expired(wait: Wait) -> bool {
     matches!(wait, Wait::Until(deadline) if Instant::now() >= deadline)
 }
@@ -165,31 +205,56 @@ enum Attempt {
     },
 }
 
-/// One acquire request, cancel-safe: see the module docs.
+/// One acquire request, cancel-safe: see the module docs. A waiter's standing, if any,
+/// learns when the request is over, so that giving up never overtakes it.
+///
+/// A request whose outcome is unknown is sent again (same id) while the caller's wait
+/// and the retry window allow; if it stays unknown, or the caller went away, a grant it
+/// may have got is undone in the background (see [`crate::retry`]).
 async fn attempt(
     client: &Arc<Inner>,
     lock: &LockRef,
     request: AcquireRequest,
     renew: bool,
+    wait: Wait,
+    queued: Option<&mut QueuedWaiter>,
 ) -> Result<Attempt, Error> {
     let lease = request.lease;
+    let request = request.fresh_id();
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
     let (tx, rx) = oneshot::channel();
+    let (done, attempt_done) = oneshot::channel::<()>();
+    if let Some(queued) = queued {
+        queued.attempt_done = Some(attempt_done);
+    }
     let backend = Arc::clone(&client.backend);
     let lock_ref = lock.clone();
     let sent = Instant::now();
+    let answer_by = match wait {
+        Wait::Never => sent,
+        Wait::Until(deadline) => deadline.min(sent + request.retry_window),
+        Wait::Forever => sent + request.retry_window,
+    };
     runtime.spawn(async move {
-        let reply = backend.acquire(&lock_ref, request).await;
-        if let Err(Ok(Acquire::Acquired { .. })) = tx.send(reply) {
+        let reply = retry::until_answered(answer_by, || backend.acquire(&lock_ref, request)).await;
+        let unknown = retry::unanswered(&reply);
+        let undo = match tx.send(reply) {
             // The caller went away while the grant was in flight.
-            release_orphan(&*backend, &lock_ref, lease).await;
+            Err(Ok(Acquire::Acquired { .. })) => true,
+            // The caller got an error, or went away, not knowing whether it was granted.
+            _ => unknown,
+        };
+        if undo {
+            undo_grant(&*backend, &lock_ref, request).await;
         }
+        // Dropping `done` tells a waiter that gave up that its cancellation may go now.
+        drop(done);
     });
     let mut pending = PendingReply {
         rx: Some(rx),
         backend: Arc::clone(&client.backend),
         lock: lock.clone(),
-        lease,
+        request,
     };
     let reply = pending
         .receive()
@@ -203,15 +268,24 @@ async fn attempt(
                 hold,
                 lease,
                 renew,
+                sent,
             )))
         }
         Acquire::Busy { ttl, reserved } => Ok(Attempt::Busy { ttl, reserved }),
     }
 }
 
-async fn release_orphan(backend: &dyn Backend, lock: &LockRef, lease: Duration) {
-    // Nothing to report to: the caller is gone. The lease bounds the hold if this fails.
-    let _ = backend.release(lock, lease).await;
+/// Releases what `request` was granted, if the backend remembers granting it: the caller
+/// never learnt of the grant. Nobody awaits this: a failure can only be logged, and the
+/// lease bounds the hold.
+async fn undo_grant(backend: &dyn Backend, lock: &LockRef, request: AcquireRequest) {
+    let undo = ReleaseRequest::new(request.lease)
+        .retry_window(request.retry_window)
+        .undoing(request.id);
+    let until = Instant::now() + request.retry_window;
+    if let Err(err) = retry::until_answered(until, || backend.release(lock, undo)).await {
+        events::release_failed(lock, "a grant its caller never learnt of", &err);
+    }
 }
 
 /// The receiving end of an attempt. If it is dropped after the reply arrived but before
@@ -220,7 +294,7 @@ struct PendingReply {
     rx: Option<oneshot::Receiver<Result<Acquire, Error>>>,
     backend: Arc<dyn Backend>,
     lock: LockRef,
-    lease: Duration,
+    request: AcquireRequest,
 }
 
 impl PendingReply {
@@ -236,13 +310,21 @@ impl PendingReply {
 impl Drop for PendingReply {
     fn drop(&mut self) {
         let Some(mut rx) = self.rx.take() else { return };
-        if let Ok(Ok(Acquire::Acquired { .. })) = rx.try_recv()
+        // Close first: a reply sent after this point comes back to the attempt task,
+        // which releases the grant itself; one sent before it is taken below. Without
+        // the close, a reply landing between `try_recv` and the drop would be lost with
+        // the receiver, and its hold with it.
+        rx.close();
+        let reply = rx.try_recv();
+        #[cfg(test)]
+        tests::before_the_receiver_drops();
+        if let Ok(Ok(Acquire::Acquired { .. })) = reply
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             let backend = Arc::clone(&self.backend);
             let lock = self.lock.clone();
-            let lease = self.lease;
-            runtime.spawn(async move { release_orphan(&*backend, &lock, lease).await });
+            let request = self.request;
+            runtime.spawn(async move { undo_grant(&*backend, &lock, request).await });
         }
     }
 }
@@ -254,6 +336,10 @@ struct QueuedWaiter {
     backend: Arc<dyn Backend>,
     lock: LockRef,
     armed: bool,
+    /// Resolves when the latest attempt is over: a cancellation sent before it could
+    /// reach the backend first and be undone by the attempt (a fair queue entry made
+    /// again, a composite lock's parts kept again).
+    attempt_done: Option<oneshot::Receiver<()>>,
 }
 
 impl QueuedWaiter {
@@ -274,9 +360,72 @@ impl Drop for QueuedWaiter {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let backend = Arc::clone(&self.backend);
             let lock = self.lock.clone();
+            let attempt_done = self.attempt_done.take();
             runtime.spawn(async move {
-                let _ = backend.cancel_wait(&lock).await;
+                if let Some(attempt_done) = attempt_done {
+                    // Only "the attempt ended" matters, not how.
+                    let _ = attempt_done.await;
+                }
+                if let Err(err) = backend.cancel_wait(&lock).await {
+                    events::cancel_failed(&lock, &err);
+                }
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+    use crate::memory::MemoryBackend;
+    use crate::{LockKind, LockName, Owner};
+
+    thread_local! {
+        /// Runs inside `PendingReply::drop`, after its last look at the channel and
+        /// before the receiver goes: where a racing reply lands in the worst case.
+        static RACE: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
+    }
+
+    pub(super) fn before_the_receiver_drops() {
+        if let Some(race) = RACE.with(|race| race.borrow_mut().take()) {
+            race();
+        }
+    }
+
+    /// Review #6: a grant sent while the receiving side is being dropped must come back
+    /// to the sender (the attempt task, which then releases it), never vanish with the
+    /// receiver.
+    #[tokio::test]
+    async fn a_grant_sent_while_the_reply_is_dropped_returns_to_the_sender() {
+        let lock = LockRef::new(
+            LockKind::Mutex,
+            LockName::new("race").expect("name"),
+            Owner::new("c", "h"),
+        );
+        let (tx, rx) = oneshot::channel();
+        let pending = PendingReply {
+            rx: Some(rx),
+            backend: Arc::new(MemoryBackend::new()),
+            lock,
+            request: AcquireRequest::new(Duration::from_secs(1)),
+        };
+        let returned = std::rc::Rc::new(std::cell::Cell::new(false));
+        let seen = std::rc::Rc::clone(&returned);
+        RACE.with(|race| {
+            *race.borrow_mut() = Some(Box::new(move || {
+                let grant = Acquire::Acquired {
+                    holds: 1,
+                    token: None,
+                };
+                seen.set(tx.send(Ok(grant)).is_err());
+            }));
+        });
+        drop(pending);
+        assert!(
+            returned.get(),
+            "the grant was accepted by a receiver that was being dropped: it is lost"
+        );
     }
 }

@@ -98,6 +98,36 @@ impl LockRef {
     }
 }
 
+/// Identifies one request across its retries: a backend answers a request it already
+/// ran with that run's answer (within [`AcquireRequest::retry_window`]), so a request
+/// whose reply was lost can be sent again without counting twice. Shown as 32 lowercase
+/// hex digits, like Redisson's request ids.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RequestId(u128);
+
+impl RequestId {
+    /// A fresh random id.
+    #[must_use]
+    pub fn random() -> Self {
+        Self(uuid::Uuid::new_v4().as_u128())
+    }
+}
+
+impl fmt::Debug for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RequestId({self})")
+    }
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// How long a backend remembers a request's answer by default, for its retries.
+pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(5);
+
 /// The reply to an acquire attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -145,6 +175,12 @@ pub struct AcquireRequest {
     /// Fair locks: how long a queued waiter keeps its place without asking again; a waiter
     /// that died is skipped after this.
     pub waiter_timeout: Duration,
+    /// This request's id. A grant is remembered under it for `retry_window`: the same
+    /// request sent again (its reply was lost) gets that grant back instead of a second
+    /// hold. Composite backends pass it on to their parts.
+    pub id: RequestId,
+    /// How long the caller may send the request again.
+    pub retry_window: Duration,
 }
 
 impl AcquireRequest {
@@ -158,7 +194,23 @@ impl AcquireRequest {
             fencing: false,
             enqueue: false,
             waiter_timeout: Duration::from_secs(5),
+            id: RequestId::random(),
+            retry_window: DEFAULT_RETRY_WINDOW,
         }
+    }
+
+    /// The same request under a fresh id: a new attempt, not a retry of the last one.
+    #[must_use]
+    pub fn fresh_id(mut self) -> Self {
+        self.id = RequestId::random();
+        self
+    }
+
+    /// Sets how long the caller may retry the request (and the backend remember it).
+    #[must_use]
+    pub fn retry_window(mut self, window: Duration) -> Self {
+        self.retry_window = window;
+        self
     }
 
     /// Asks for a fencing token on a fresh acquisition.
@@ -183,6 +235,51 @@ impl AcquireRequest {
     pub fn waiting(mut self, waited: Duration, starving: bool) -> Self {
         self.waited = waited;
         self.starving = starving;
+        self
+    }
+}
+
+/// What a release asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReleaseRequest {
+    /// The lease to re-arm when holds remain.
+    pub lease: Duration,
+    /// This request's id: the answer is remembered under it for `retry_window`, so the
+    /// release sent again after a lost reply never releases a second hold (Redisson's
+    /// unlock latch).
+    pub id: RequestId,
+    /// How long the caller may send the request again.
+    pub retry_window: Duration,
+    /// The release undoes the grant of this acquire request (a composite lock giving a
+    /// part back, a grant whose caller went away): the grant is forgotten, so that a
+    /// retry of that acquire request is not answered with it.
+    pub undoes: Option<RequestId>,
+}
+
+impl ReleaseRequest {
+    /// A release re-arming `lease` on the holds left, with a fresh id.
+    #[must_use]
+    pub fn new(lease: Duration) -> Self {
+        Self {
+            lease,
+            id: RequestId::random(),
+            retry_window: DEFAULT_RETRY_WINDOW,
+            undoes: None,
+        }
+    }
+
+    /// Sets how long the caller may retry the request (and the backend remember it).
+    #[must_use]
+    pub fn retry_window(mut self, window: Duration) -> Self {
+        self.retry_window = window;
+        self
+    }
+
+    /// Marks the release as the undo of the grant of acquire request `grant`.
+    #[must_use]
+    pub fn undoing(mut self, grant: RequestId) -> Self {
+        self.undoes = Some(grant);
         self
     }
 }
@@ -241,7 +338,9 @@ impl LockState {
 /// lock becomes free.
 #[async_trait]
 pub trait Backend: fmt::Debug + Send + Sync + 'static {
-    /// Takes the lock (or one more hold of it) for `lock.owner` as `request` says.
+    /// Takes the lock (or one more hold of it) for `lock.owner` as `request` says. A
+    /// request sent again with the same id (within its retry window) after it was
+    /// granted answers with that grant and takes nothing more.
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error>;
 
     /// A waiter gives up (its wait ran out, failed, or its future was dropped): a fair
@@ -258,8 +357,10 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// keep one order across parts.
     async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error>;
 
-    /// Releases one hold. When holds remain, the lease is re-armed to `lease`.
-    async fn release(&self, lock: &LockRef, lease: Duration) -> Result<Release, Error>;
+    /// Releases one hold. When holds remain, the lease is re-armed to the request's
+    /// lease. Sent again with the same id, it answers as the first time and changes
+    /// nothing.
+    async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error>;
 
     /// Re-arms the lease of every lock in `locks` that its owner still holds.
     ///

@@ -128,17 +128,22 @@ impl Inner {
         let hold = {
             let mut holds = self.holds();
             match holds.get(lock) {
-                // A reentry joins the live hold of the same owner.
-                Some(existing) if holds_after > 1 && existing.lost_reason().is_none() => {
+                // A reentry joins the live hold of the same owner, and so does a grant
+                // that was counted before the one that created it but answered later.
+                Some(existing)
+                    if existing.lost_reason().is_none() && existing.claims(holds_after) =>
+                {
                     existing.extend(sent, valid_for);
                     Arc::clone(existing)
                 }
                 existing => {
-                    // A fresh grant means any hold we still remember expired on the server.
+                    // Otherwise a fresh grant means any hold we still remember expired
+                    // on the server (or was force-released there).
                     if let Some(stale) = existing {
                         stale.mark_lost(LostReason::LeaseExpired);
                     }
-                    let hold = Arc::new(Hold::new(lock.clone(), sent, valid_for, token));
+                    let hold =
+                        Arc::new(Hold::new(lock.clone(), holds_after, sent, valid_for, token));
                     holds.insert(lock.clone(), Arc::clone(&hold));
                     hold
                 }
@@ -230,6 +235,14 @@ impl LocksBuilder {
     /// 5 s): the longest a waiter that died holds up the queue.
     pub fn fair_waiter_timeout(mut self, timeout: Duration) -> Self {
         self.config.fair_waiter_timeout = timeout;
+        self
+    }
+
+    /// How long a request whose outcome is unknown is sent again, and how long backends
+    /// remember each answer for it (default 5 s): see
+    /// [`Config::retry_window`](crate::Config::retry_window).
+    pub fn retry_window(mut self, window: Duration) -> Self {
+        self.config.retry_window = window;
         self
     }
 

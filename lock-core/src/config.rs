@@ -29,6 +29,11 @@ pub struct Config {
     /// live waiters ask again well within it, so this is how long a waiter that died can
     /// hold up the queue. Default: 5 s.
     pub fair_waiter_timeout: Duration,
+    /// How long a request whose outcome is unknown (a connection error: it may have run)
+    /// is sent again, and how long backends remember each request's answer for that.
+    /// A waiting acquisition retries within its wait; a grant nobody learnt of is undone
+    /// within this window. Default: 5 s.
+    pub retry_window: Duration,
 }
 
 impl Default for Config {
@@ -42,6 +47,7 @@ impl Default for Config {
             starvation_threshold: Some(Duration::from_millis(10)),
             fencing: false,
             fair_waiter_timeout: Duration::from_secs(5),
+            retry_window: crate::backend::DEFAULT_RETRY_WINDOW,
         }
     }
 }
@@ -75,6 +81,13 @@ impl Config {
             ));
         }
         check_bound("fair_waiter_timeout", self.fair_waiter_timeout)?;
+        if self.retry_window < Duration::from_millis(1) {
+            return Err(Error::invalid_argument(
+                "retry_window",
+                "must be at least 1 ms: backends remember answers that long",
+            ));
+        }
+        check_bound("retry_window", self.retry_window)?;
         // A renewal must have time to arrive before the lease (minus drift) runs out.
         let usable = self
             .watchdog_lease

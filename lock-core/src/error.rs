@@ -283,6 +283,32 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The message followed by every cause, `": "`-separated, as a person reads it in a
+    /// log line: `Display` shows the message only, and the causes are in
+    /// [`source`](std::error::Error::source).
+    #[must_use]
+    pub fn chain(&self) -> Chain<'_> {
+        Chain(self)
+    }
+}
+
+/// [`Error::chain`]: an error and its causes, displayed on one line.
+#[derive(Debug, Clone, Copy)]
+pub struct Chain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cause = self.0.source();
+        while let Some(err) = cause {
+            write!(f, ": {err}")?;
+            cause = err.source();
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,6 +327,10 @@ mod tests {
         );
         assert!(err.is_backend());
         assert_eq!(err.kind(), ErrorKind::Connection);
+        assert_eq!(
+            err.chain().to_string(),
+            "cannot reach the lock backend while acquiring: refused by peer"
+        );
     }
 
     #[test]

@@ -6,10 +6,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::Release;
+use crate::backend::{Release, ReleaseRequest};
 use crate::client::Inner;
 use crate::hold::Hold;
-use crate::{Error, LockKind, LostReason, metrics};
+use crate::{Error, LockKind, LostReason, events, metrics, retry};
+
+const DROPPED: &str = "a dropped guard";
 
 /// One hold on a lock. Release it with [`Guard::unlock`]; dropping it releases it in the
 /// background.
@@ -28,6 +30,9 @@ pub struct Guard {
     lease: Duration,
     renew: bool,
     acquired_at: Instant,
+    /// When this hold ends on its own: a read hold with a caller's lease has its own
+    /// expiry on the server, whatever the owner's other read holds do.
+    own_deadline: Option<Instant>,
     released: bool,
 }
 
@@ -45,16 +50,36 @@ impl fmt::Debug for Guard {
 }
 
 impl Guard {
-    pub(crate) fn new(client: Arc<Inner>, hold: Arc<Hold>, lease: Duration, renew: bool) -> Self {
+    /// A guard for a hold granted by a request sent at `sent`.
+    pub(crate) fn new(
+        client: Arc<Inner>,
+        hold: Arc<Hold>,
+        lease: Duration,
+        renew: bool,
+        sent: Instant,
+    ) -> Self {
         metrics::held(hold.lock.kind, 1.0);
+        let own_deadline =
+            (hold.lock.kind == LockKind::Read && !renew).then(|| sent + client.valid_for(lease));
         Self {
             client,
             hold,
             lease,
             renew,
             acquired_at: Instant::now(),
+            own_deadline,
             released: false,
         }
+    }
+
+    /// Why this hold is gone, if it is: the owner's hold was lost, or this read hold's
+    /// own lease ran out.
+    fn lost_reason(&self) -> Option<LostReason> {
+        self.hold.lost_reason().or_else(|| {
+            self.own_deadline
+                .is_some_and(|deadline| Instant::now() >= deadline)
+                .then_some(LostReason::LeaseExpired)
+        })
     }
 
     /// The lock's name.
@@ -80,7 +105,7 @@ impl Guard {
     /// ago. This does no I/O; it turns false at the deadline even if nothing was heard.
     #[must_use]
     pub fn is_held(&self) -> bool {
-        self.hold.lost_reason().is_none()
+        self.lost_reason().is_none()
     }
 
     /// The fencing token of this hold, when the client issues them
@@ -99,14 +124,27 @@ impl Guard {
     /// How long the hold stays valid without another successful renewal; `None` once lost.
     #[must_use]
     pub fn valid_for(&self) -> Option<Duration> {
-        self.hold.valid_for()
+        let shared = self.hold.valid_for()?;
+        match self.own_deadline {
+            Some(deadline) => {
+                let own = deadline.saturating_duration_since(Instant::now());
+                (!own.is_zero()).then(|| shared.min(own))
+            }
+            None => Some(shared),
+        }
     }
 
     /// Resolves when the hold is lost: a renewal found another owner, or the lease ran
     /// out (an explicit lease, or renewals that kept failing). Never resolves while the
     /// hold is valid. Returns the [`Error::Lost`] to hand to the caller.
     pub async fn lost(&self) -> Error {
-        let reason = self.hold.lost().await;
+        let reason = match self.own_deadline {
+            Some(deadline) => tokio::select! {
+                reason = self.hold.lost() => reason,
+                () = tokio::time::sleep_until(deadline) => LostReason::LeaseExpired,
+            },
+            None => self.hold.lost().await,
+        };
         self.lost_error(reason)
     }
 
@@ -126,19 +164,23 @@ impl Guard {
     pub async fn unlock(mut self) -> Result<(), Error> {
         self.released = true;
         self.finish();
-        if let Some(reason) = self.hold.lost_reason() {
+        if let Some(reason) = self.lost_reason() {
             return Err(Error::NotHeld {
                 name: self.name().to_owned(),
                 lost: Some(reason),
             });
         }
-        let release = spawn_release(&self.client, &self.hold, self.lease)?;
+        // Taken before the request can run: the re-armed lease counts from no earlier.
         let sent = Instant::now();
+        let release = spawn_release(&self.client, &self.hold, self.lease, None)?;
         let outcome = release
             .await
             .map_err(|_| Error::protocol("the release task was cancelled"))??;
         match outcome {
-            Release::StillHeld { .. } => {
+            // A mutex or write release re-arms the lease of the holds left. A read
+            // release re-arms nothing: the owner's remaining read holds keep their own
+            // expiries, which the local deadline already covers.
+            Release::StillHeld { .. } if self.kind() != LockKind::Read => {
                 self.hold.extend(sent, self.client.valid_for(self.lease));
                 Ok(())
             }
@@ -149,7 +191,7 @@ impl Guard {
                     lost: None,
                 })
             }
-            Release::Released => Ok(()),
+            Release::StillHeld { .. } | Release::Released => Ok(()),
         }
     }
 
@@ -162,15 +204,36 @@ impl Guard {
 }
 
 /// Sends the release in its own task, so that it completes even if the caller goes away.
+/// `unawaited` names the release when nobody awaits its outcome (a dropped guard): a
+/// failure is then reported through `tracing`.
 fn spawn_release(
     client: &Arc<Inner>,
     hold: &Arc<Hold>,
     lease: Duration,
+    unawaited: Option<&'static str>,
 ) -> Result<tokio::task::JoinHandle<Result<Release, Error>>, Error> {
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
     let backend = Arc::clone(&client.backend);
-    let lock = hold.lock.clone();
-    Ok(runtime.spawn(async move { backend.release(&lock, lease).await }))
+    let hold = Arc::clone(hold);
+    let window = client.config.retry_window;
+    let request = ReleaseRequest::new(lease).retry_window(window);
+    Ok(runtime.spawn(async move {
+        // Sent again (same id) while its outcome is unknown: a release that already ran
+        // answers as the first time.
+        let until = Instant::now() + window;
+        let outcome = retry::until_answered(until, || backend.release(&hold.lock, request)).await;
+        if let Ok(Release::Released) = outcome
+            && hold.guards() > 0
+        {
+            // The backend holds nothing more for the owner, yet guards of this hold
+            // remain: they must not go on believing they hold it.
+            hold.mark_lost(LostReason::OwnerGone);
+        }
+        if let (Some(of), Err(err)) = (unawaited, &outcome) {
+            events::release_failed(&hold.lock, of, err);
+        }
+        outcome
+    }))
 }
 
 impl Drop for Guard {
@@ -180,10 +243,12 @@ impl Drop for Guard {
         }
         self.released = true;
         self.finish();
-        if self.hold.lost_reason().is_none() {
+        if self.lost_reason().is_none()
+            && let Err(err) = spawn_release(&self.client, &self.hold, self.lease, Some(DROPPED))
+        {
             // Without a runtime the release cannot be sent; renewal has stopped, so the
             // lease runs out on its own.
-            let _ = spawn_release(&self.client, &self.hold, self.lease);
+            events::release_failed(&self.hold.lock, DROPPED, &err);
         }
     }
 }

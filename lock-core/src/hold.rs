@@ -25,6 +25,10 @@ struct Status {
 struct Counts {
     guards: usize,
     renewing: usize,
+    /// Grants the server counted before the one that created this hold whose replies
+    /// have not arrived yet (concurrent acquisitions by one owner can be answered out of
+    /// order): each joins this hold when it comes.
+    unclaimed: u32,
 }
 
 /// One owner's hold on one lock, shared by its guards.
@@ -33,13 +37,17 @@ pub(crate) struct Hold {
     pub(crate) lock: LockRef,
     /// The fencing token of the acquisition that created the hold (reentries keep it).
     pub(crate) token: Option<u64>,
+    /// The owner's hold count after the grant that created this hold.
+    born_holds: u32,
     status: watch::Sender<Status>,
     counts: Mutex<Counts>,
 }
 
 impl Hold {
+    /// A hold created by a grant that left the owner `holds` holds on the server.
     pub(crate) fn new(
         lock: LockRef,
+        holds: u32,
         sent: Instant,
         valid_for: Duration,
         token: Option<u64>,
@@ -47,13 +55,30 @@ impl Hold {
         Self {
             lock,
             token,
+            born_holds: holds,
             status: watch::Sender::new(Status {
                 deadline: sent + valid_for,
                 lost: None,
                 last_sent: sent,
             }),
-            counts: Mutex::new(Counts::default()),
+            counts: Mutex::new(Counts {
+                unclaimed: holds.saturating_sub(1),
+                ..Counts::default()
+            }),
         }
+    }
+
+    /// Whether a grant that left the owner `holds` holds belongs to this live hold
+    /// (a reentry, or an earlier concurrent acquisition answered late), rather than
+    /// starting a new hold after this one was lost on the server. Claims the grant.
+    pub(crate) fn claims(&self, holds: u32) -> bool {
+        let mut counts = self.counts();
+        if holds < self.born_holds && counts.unclaimed > 0 {
+            counts.unclaimed -= 1;
+            return true;
+        }
+        // A fresh grant (1) that nothing explains means the server lost this hold.
+        holds > 1
     }
 
     /// Records a successful request sent at `sent` that armed the lease for `valid_for`
@@ -86,8 +111,14 @@ impl Hold {
         });
         if marked {
             metrics::lost(self.lock.kind, reason);
+            crate::events::hold_lost(&self.lock, reason);
         }
         marked
+    }
+
+    /// Marks the hold lost if its deadline has passed.
+    pub(crate) fn expire_if_due(&self) {
+        self.lost_reason();
     }
 
     /// Why the hold is lost, if it is; a passed deadline marks it lost now.
@@ -110,6 +141,11 @@ impl Hold {
                 .deadline
                 .saturating_duration_since(Instant::now()),
         )
+    }
+
+    /// The local deadline (meaningless once lost).
+    pub(crate) fn deadline(&self) -> Instant {
+        self.status.borrow().deadline
     }
 
     pub(crate) fn last_sent(&self) -> Instant {
@@ -166,6 +202,11 @@ impl Hold {
         c.guards
     }
 
+    /// How many guards share the hold.
+    pub(crate) fn guards(&self) -> usize {
+        self.counts().guards
+    }
+
     pub(crate) fn needs_renewal(&self) -> bool {
         self.counts().renewing > 0 && self.status.borrow().lost.is_none()
     }
@@ -182,7 +223,7 @@ mod tests {
             LockName::new("h").expect("name"),
             Owner::new("c", "h"),
         );
-        Hold::new(lock, Instant::now(), valid_for, None)
+        Hold::new(lock, 1, Instant::now(), valid_for, None)
     }
 
     #[tokio::test(start_paused = true)]

@@ -33,12 +33,14 @@ pub struct Holder(Arc<str>);
 impl Holder {
     /// A holder with an explicit id, for re-entering across tasks on purpose.
     ///
-    /// The id must be non-empty and must not contain whitespace.
+    /// The id must be non-empty and contain no whitespace and no `:`. The owner string
+    /// is `"<client-uuid>:<holder>"`, and a writer's field is `"<owner>:write"`: a holder
+    /// `a:write` would be read as the writer of holder `a`.
     pub fn new(id: &str) -> Result<Self, Error> {
-        if id.is_empty() || id.chars().any(char::is_whitespace) {
+        if id.is_empty() || id.chars().any(|c| c.is_whitespace() || c == ':') {
             return Err(Error::invalid_argument(
                 "holder",
-                "a holder id must be non-empty and contain no whitespace",
+                "a holder id must be non-empty and contain no whitespace and no `:`",
             ));
         }
         Ok(Self(Arc::from(id)))
@@ -139,6 +141,8 @@ mod tests {
     fn rejects_bad_ids() {
         assert!(Holder::new("").is_err());
         assert!(Holder::new("a b").is_err());
+        let colon = Holder::new("a:write").expect_err("`:` would alias a writer's field");
+        assert!(colon.is_invalid_input(), "{colon}");
         assert!(Holder::new("worker-1").is_ok());
     }
 }

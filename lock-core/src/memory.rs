@@ -17,7 +17,8 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::backend::{
-    Acquire, AcquireRequest, Backend, LockKind, LockRef, LockState, Release, Renewal,
+    Acquire, AcquireRequest, Backend, LockKind, LockRef, LockState, Release, ReleaseRequest,
+    Renewal, RequestId,
 };
 use crate::notify::{InProcess, Listener, Subscriptions, Wake};
 use crate::redis::layout;
@@ -38,8 +39,10 @@ struct Entry {
     fields: HashMap<String, u32>,
     /// `None` for mutex and fair locks.
     mode: Option<Mode>,
-    /// The expiry of each read hold: (owner, n) for n = 1..count.
-    read_holds: HashMap<(String, u32), Instant>,
+    /// The expiries of each reader's holds (as many as its count). Releases do not say
+    /// which hold they end, so a release drops the shortest: the expiries left still
+    /// cover the holds left, as the Redis scripts keep them.
+    read_holds: HashMap<String, Vec<Instant>>,
     expires: Instant,
 }
 
@@ -66,6 +69,32 @@ impl Entry {
         let holds = self.fields.entry(field.to_owned()).or_insert(0);
         *holds = holds.saturating_add(1);
         *holds
+    }
+
+    /// Drops `owner`'s read holds whose leases ended; returns how many are live.
+    fn live_reads(&mut self, owner: &str, now: Instant) -> u32 {
+        let Some(expiries) = self.read_holds.get_mut(owner) else {
+            return 0;
+        };
+        expiries.retain(|expiry| *expiry > now);
+        let live = u32::try_from(expiries.len()).unwrap_or(u32::MAX);
+        if live == 0 {
+            self.read_holds.remove(owner);
+            self.fields.remove(owner);
+        } else {
+            self.fields.insert(owner.to_owned(), live);
+        }
+        live
+    }
+
+    /// The latest expiry of any live read hold.
+    fn longest_read(&self, now: Instant) -> Option<Instant> {
+        self.read_holds
+            .values()
+            .flatten()
+            .filter(|expiry| **expiry > now)
+            .max()
+            .copied()
     }
 
     /// Removes one hold of `field`; returns the holds left.
@@ -111,9 +140,80 @@ struct Store {
     locks: HashMap<String, Entry>,
     queues: HashMap<String, Queue>,
     tokens: HashMap<String, u64>,
+    /// Answers remembered for retries of the same request (the Redis scripts' latches):
+    /// grants by acquire request, answers by release request, until they expire.
+    grants: HashMap<(String, RequestId), (Acquire, Instant)>,
+    releases: HashMap<(String, RequestId), (Release, Instant)>,
+    remembered: u64,
 }
 
 impl Store {
+    /// Forgets expired answers now and then, so that they take no memory for long.
+    fn forget_expired(&mut self, now: Instant) {
+        self.remembered += 1;
+        if self.remembered.is_multiple_of(256) {
+            self.grants.retain(|_, (_, until)| *until > now);
+            self.releases.retain(|_, (_, until)| *until > now);
+        }
+    }
+
+    fn grant_replayed(&self, name: &str, id: RequestId, now: Instant) -> Option<Acquire> {
+        self.grants
+            .get(&(name.to_owned(), id))
+            .filter(|(_, until)| *until > now)
+            .map(|(grant, _)| *grant)
+    }
+
+    fn remember_grant(
+        &mut self,
+        name: &str,
+        request: &AcquireRequest,
+        grant: Acquire,
+        now: Instant,
+    ) {
+        if matches!(grant, Acquire::Acquired { .. }) {
+            self.forget_expired(now);
+            self.grants.insert(
+                (name.to_owned(), request.id),
+                (grant, now + request.retry_window),
+            );
+        }
+    }
+
+    fn release_replayed(
+        &mut self,
+        name: &str,
+        request: &ReleaseRequest,
+        now: Instant,
+    ) -> Option<Release> {
+        if let Some((answer, until)) = self.releases.get(&(name.to_owned(), request.id))
+            && *until > now
+        {
+            return Some(*answer);
+        }
+        let undone = request.undoes?;
+        // An undo releases only a grant still remembered, and forgets it.
+        match self.grants.remove(&(name.to_owned(), undone)) {
+            Some((_, until)) if until > now => None,
+            _ => Some(self.remember_release(name, request, Release::NotHeld, now)),
+        }
+    }
+
+    fn remember_release(
+        &mut self,
+        name: &str,
+        request: &ReleaseRequest,
+        answer: Release,
+        now: Instant,
+    ) -> Release {
+        self.forget_expired(now);
+        self.releases.insert(
+            (name.to_owned(), request.id),
+            (answer, now + request.retry_window),
+        );
+        answer
+    }
+
     /// The live entry for `name`, dropping it first if it expired.
     fn live(&mut self, name: &str, now: Instant) -> Option<&mut Entry> {
         if self.locks.get(name).is_some_and(|e| e.expires <= now) {
@@ -323,10 +423,13 @@ fn acquire_read(
             entry
         }
     };
+    entry.live_reads(owner, now);
     let holds = entry.add(owner);
     entry
         .read_holds
-        .insert((owner.to_owned(), holds), now + request.lease);
+        .entry(owner.to_owned())
+        .or_default()
+        .push(now + request.lease);
     entry.arm(now, request.lease);
     let token = store.token(name, holds == 1, request.fencing);
     Acquire::Acquired { holds, token }
@@ -353,12 +456,18 @@ fn acquire_write(
             entry.arm(now, request.lease);
             (holds, false)
         }
-        Some(entry)
-            if entry.mode == Some(Mode::Read) && entry.fields.contains_key(lock.owner.as_str()) =>
-        {
-            return Err(Error::WouldDeadlock {
-                name: name.to_owned(),
-            });
+        Some(entry) if entry.mode == Some(Mode::Read) => {
+            // Only live read holds of the owner make an upgrade wait for itself.
+            if entry.live_reads(lock.owner.as_str(), now) > 0 {
+                return Err(Error::WouldDeadlock {
+                    name: name.to_owned(),
+                });
+            }
+            if !entry.fields.is_empty() {
+                return Ok(busy(entry, now));
+            }
+            store.locks.remove(name);
+            return acquire_write(store, lock, request, now);
         }
         Some(entry) => return Ok(busy(entry, now)),
     };
@@ -373,12 +482,15 @@ fn release_read(store: &mut Store, lock: &LockRef, now: Instant) -> (Release, Wa
     let Some(entry) = store.live(name, now) else {
         return (Release::NotHeld, None);
     };
-    let holds = entry.count(owner);
-    if holds == 0 {
+    if entry.live_reads(owner, now) == 0 {
         return (Release::NotHeld, None);
     }
-    entry.read_holds.remove(&(owner.to_owned(), holds));
-    let left = entry.remove(owner);
+    if let Some(expiries) = entry.read_holds.get_mut(owner)
+        && let Some(shortest) = (0..expiries.len()).min_by_key(|&i| expiries[i])
+    {
+        expiries.swap_remove(shortest);
+    }
+    let left = entry.live_reads(owner, now);
     let outcome = if left == 0 {
         Release::Released
     } else {
@@ -387,13 +499,7 @@ fn release_read(store: &mut Store, lock: &LockRef, now: Instant) -> (Release, Wa
     if entry.mode == Some(Mode::Write) {
         return (outcome, None);
     }
-    let longest = entry
-        .read_holds
-        .values()
-        .filter(|expiry| **expiry > now)
-        .max()
-        .copied();
-    match longest {
+    match entry.longest_read(now) {
         Some(expiry) => {
             entry.expires = expiry;
             (outcome, None)
@@ -469,12 +575,18 @@ impl Backend for MemoryBackend {
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
         let now = Instant::now();
         let mut store = self.store();
-        match lock.kind {
-            LockKind::Fair => Ok(acquire_fair(&mut store, lock, request, now)),
-            LockKind::Read => Ok(acquire_read(&mut store, lock, request, now)),
-            LockKind::Write => acquire_write(&mut store, lock, request, now),
-            _ => Ok(acquire_exclusive(&mut store, lock, request, now)),
+        let name = lock.name.as_str();
+        if let Some(grant) = store.grant_replayed(name, request.id, now) {
+            return Ok(grant);
         }
+        let reply = match lock.kind {
+            LockKind::Fair => acquire_fair(&mut store, lock, request, now),
+            LockKind::Read => acquire_read(&mut store, lock, request, now),
+            LockKind::Write => acquire_write(&mut store, lock, request, now)?,
+            _ => acquire_exclusive(&mut store, lock, request, now),
+        };
+        store.remember_grant(name, &request, reply, now);
+        Ok(reply)
     }
 
     async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
@@ -513,15 +625,21 @@ impl Backend for MemoryBackend {
         Ok(())
     }
 
-    async fn release(&self, lock: &LockRef, lease: Duration) -> Result<Release, Error> {
+    async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
         let now = Instant::now();
+        let lease = request.lease;
         let (outcome, wakeup) = {
             let mut store = self.store();
-            match lock.kind {
+            let name = lock.name.as_str();
+            if let Some(answer) = store.release_replayed(name, &request, now) {
+                return Ok(answer);
+            }
+            let (outcome, wakeup) = match lock.kind {
                 LockKind::Read => release_read(&mut store, lock, now),
                 LockKind::Write => release_write(&mut store, lock, lease, now),
                 _ => release_exclusive(&mut store, lock, lease, now),
-            }
+            };
+            (store.remember_release(name, &request, outcome, now), wakeup)
         };
         self.wake(wakeup);
         Ok(outcome)
@@ -537,17 +655,20 @@ impl Backend for MemoryBackend {
                 let Some(entry) = store.live(lock.name.as_str(), now) else {
                     return Renewal::Gone;
                 };
-                let field = match lock.kind {
-                    LockKind::Write => writer_field(&lock.owner),
-                    _ => owner.to_owned(),
+                let holds = match lock.kind {
+                    LockKind::Write => entry.count(&writer_field(&lock.owner)),
+                    LockKind::Read => entry.live_reads(owner, now),
+                    _ => entry.count(owner),
                 };
-                let holds = entry.count(&field);
                 if holds == 0 {
                     return Renewal::Gone;
                 }
-                if lock.kind == LockKind::Read {
-                    for n in 1..=holds {
-                        entry.read_holds.insert((owner.to_owned(), n), now + lease);
+                if let Some(expiries) = entry.read_holds.get_mut(owner)
+                    && lock.kind == LockKind::Read
+                {
+                    // Extend only: a hold with a longer lease of its own keeps it.
+                    for expiry in expiries {
+                        *expiry = (*expiry).max(now + lease);
                     }
                 }
                 entry.arm(now, lease);

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 use tokio::sync::{Notify, mpsc, watch};
 
-use crate::Error;
+use crate::{Error, events};
 
 /// How many local listeners a notification wakes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,12 +136,16 @@ impl Subscriptions {
                     notify: Notify::new(),
                     state: watch::Sender::new(SubState::Pending),
                 });
-                channels.insert(name, (Arc::clone(&entry), 1));
                 // Sent while the map is locked, so commands reach the worker in map order.
-                let _ = self
+                let sent = self
                     .shared
                     .commands
                     .send(Command::Subscribe(Arc::clone(&entry)));
+                if sent.is_err() {
+                    // Nobody would ever confirm the subscription: fail instead of waiting.
+                    return Err(Error::protocol("the subscription worker stopped"));
+                }
+                channels.insert(name, (Arc::clone(&entry), 1));
                 entry
             }
         };
@@ -242,7 +246,9 @@ async fn run_worker(
             Command::Unsubscribe(channel) => {
                 // A failure leaves a subscription nobody listens to; the connection is
                 // likely gone, and with it the subscription.
-                let _ = pubsub.unsubscribe(&channel).await;
+                if let Err(err) = pubsub.unsubscribe(&channel).await {
+                    events::unsubscribe_failed(&channel, &err);
+                }
             }
             Command::Resubscribe => {
                 let Some(shared) = shared.upgrade() else {
@@ -253,11 +259,16 @@ async fn run_worker(
                     .values()
                     .map(|(e, _)| Arc::clone(e))
                     .collect();
+                let mut failed = 0;
                 for entry in &entries {
                     // If this fails the connection dropped again and another reconnect
                     // event follows; waiters are still bounded by the lock's ttl.
-                    let _ = pubsub.subscribe(&entry.channel).await;
+                    if let Err(err) = pubsub.subscribe(&entry.channel).await {
+                        events::subscribe_failed(&entry.channel, &err);
+                        failed += 1;
+                    }
                 }
+                events::resubscribed(entries.len(), failed);
                 for entry in &entries {
                     entry.notify.notify_waiters();
                 }

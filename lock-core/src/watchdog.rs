@@ -1,9 +1,11 @@
 //! The watchdog: one task per client renews the leases of all its watchdog guards.
 //!
 //! Every round (a third of the watchdog lease by default) it renews, in one batched call
-//! to the backend, every hold that needs renewal and was not armed in the last half
-//! interval. A renewal that finds the owner gone marks the hold lost at once; a failed
-//! renewal is retried sooner, and the hold is lost when its local deadline passes.
+//! to the backend, every hold that needs renewal and is due: armed more than half an
+//! interval ago, or valid for less than one and a half intervals (so that a hold taken
+//! just after a round, with an interval close to the lease, is never left to expire
+//! before the next one). A renewal that finds the owner gone marks the hold lost at once;
+//! a failed renewal is retried sooner, and the hold is lost when its local deadline passes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -13,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::backend::Renewal;
 use crate::client::Inner;
+use crate::events;
 use crate::hold::Hold;
 use crate::{LostReason, metrics};
 
@@ -47,7 +50,7 @@ impl Watchdog {
 
     /// The holds due for renewal; forgets those that no longer need it. Stops (returns
     /// `None`) when nothing is left to renew.
-    fn due(&self, older_than: Instant) -> Option<Vec<Arc<Hold>>> {
+    fn due(&self, older_than: Instant, expiring_before: Instant) -> Option<Vec<Arc<Hold>>> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.holds.retain(|_, hold| hold.needs_renewal());
         if state.holds.is_empty() {
@@ -58,7 +61,7 @@ impl Watchdog {
             state
                 .holds
                 .values()
-                .filter(|hold| hold.last_sent() <= older_than)
+                .filter(|hold| hold.last_sent() <= older_than || hold.deadline() <= expiring_before)
                 .cloned()
                 .collect(),
         )
@@ -78,7 +81,11 @@ async fn run(client: Weak<Inner>) {
         let interval = inner.config.renew_interval;
         let lease = inner.config.watchdog_lease;
         let valid_for = inner.valid_for(lease);
-        let Some(due) = inner.watchdog.due(Instant::now() - interval / 2) else {
+        let now = Instant::now();
+        let Some(due) = inner
+            .watchdog
+            .due(now - interval / 2, now + interval + interval / 2)
+        else {
             return;
         };
         let backend = Arc::clone(&inner.backend);
@@ -103,10 +110,10 @@ async fn run(client: Weak<Inner>) {
                     hold.mark_lost(LostReason::OwnerGone);
                 }
                 // Retried sooner while the deadline allows.
-                Renewal::Failed(_) => {
+                Renewal::Failed(err) => {
                     failed += 1;
-                    // A passed deadline marks the hold lost.
-                    let _ = hold.lost_reason();
+                    events::renewal_failed(&hold.lock, &err);
+                    hold.expire_if_due();
                 }
             }
         }

@@ -134,6 +134,15 @@ impl Connector {
 
     /// Connects and returns the backend, for [`Locks::builder`] or for composition.
     pub async fn connect(self) -> Result<RedisBackend, Error> {
+        let url = match &self.target {
+            Target::Url(url) => Some(url.clone()),
+            _ => None,
+        };
+        // Boxed: connecting is a large state machine, and every caller would carry it.
+        lock_core::redis::url::naming_hosts_on_failure(url, Box::pin(self.connect_target())).await
+    }
+
+    async fn connect_target(self) -> Result<RedisBackend, Error> {
         self.validate()?;
         let timeouts = Timeouts {
             connect: self.settings.connect_timeout,

@@ -42,7 +42,7 @@ pub(crate) async fn pump(
             message = messages.recv() => match message {
                 Ok(message) => sink.message(&message.channel, &payload(&message.value)),
                 // Dropped messages are handled like a reconnect: every waiter re-checks.
-                Err(RecvError::Lagged(_)) => sink.reconnected(),
+                Err(RecvError::Lagged(_)) => sink.messages_dropped(),
                 Err(RecvError::Closed) => break,
             },
             reconnect = reconnects.recv() => match reconnect {

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fred::clients::SubscriberClient;
+use fred::clients::{Pipeline, SubscriberClient};
 use fred::prelude::{Client, ClientLike, Options, Pool, PubsubInterface, ServerInterface, Value};
 use fred::types::scripts::Script as FredScript;
 use fred::types::{ClusterHash, CustomCommand};
@@ -169,7 +169,9 @@ impl FredTransport {
         replicas: u32,
         timeout: Duration,
     ) -> Result<(Value, i64), TransportError> {
-        let pipeline = self.commands.next().pipeline();
+        // With this transport's options (one attempt), also for an application's client
+        // whose own configuration would send a command again.
+        let pipeline = Pipeline::from(self.commands.next().with_options(&self.options));
         let (command, arguments) = self.script_command(script, keys, args, load)?;
         pipeline
             .custom::<(), _>(command, arguments)
@@ -251,9 +253,9 @@ impl PubSub for FredTransport {
     }
 }
 
-/// A server refusal is the caller's error. A connection that broke under the command is
-/// not: the subscriber reconnects, and lock-core then subscribes every registered
-/// channel again and wakes its waiters, so the request is as good as done.
+/// A server refusal is a backend error. A command the server did not confirm (the
+/// connection broke, or no answer came in time) is a connection error, which lock-core
+/// retries: an unconfirmed subscription must never pass for one.
 fn settle(
     during: &'static str,
     command: &str,
@@ -261,11 +263,13 @@ fn settle(
     outcome: Result<Result<(), fred::error::Error>, tokio::time::error::Elapsed>,
 ) -> Result<(), Error> {
     match outcome {
+        Ok(Ok(())) => Ok(()),
         Ok(Err(err)) if crate::error::server_reply(&err).is_some() => Err(Error::backend(
             during,
             lock_core::redis::Refused::new(format!("{command} {channel}"), err),
         )),
-        _ => Ok(()),
+        Ok(Err(err)) => Err(Error::connection(during, err)),
+        Err(elapsed) => Err(Error::connection(during, elapsed)),
     }
 }
 

@@ -108,6 +108,10 @@ impl Connector {
 
     /// Runs scripts over an existing cluster connection; notifications use a dedicated
     /// connection to any of `nodes`.
+    ///
+    /// Build the connection's client with `.retries(0)`: redis-rs sends a request again
+    /// after a connection error by default, and a lock script whose reply was lost has
+    /// already run, so running it again would release (or re-enter) twice.
     pub fn from_cluster_connection<I, S>(nodes: I, connection: ClusterConnection) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -136,6 +140,15 @@ impl Connector {
 
     /// Connects and returns the backend, for [`Locks::builder`] or for composition.
     pub async fn connect(self) -> Result<RedisBackend, Error> {
+        let url = match &self.target {
+            Target::Url(url) => Some(url.clone()),
+            _ => None,
+        };
+        // Boxed: connecting is a large state machine, and every caller would carry it.
+        lock_core::redis::url::naming_hosts_on_failure(url, Box::pin(self.connect_target())).await
+    }
+
+    async fn connect_target(self) -> Result<RedisBackend, Error> {
         self.settings.validate()?;
         let Self {
             target,
@@ -224,7 +237,9 @@ pub(crate) async fn manager(
 }
 
 /// A single-server URL that points at a cluster node would fail on every other key
-/// with `MOVED`: say so at once.
+/// with `MOVED`: say so at once. A server that wants a password the URL lacks answers
+/// `NOAUTH` here: also said at once, not at the first lock (the connection manager
+/// connects without checking).
 async fn refuse_cluster_node(
     mut manager: ConnectionManager,
     timeout: Duration,
@@ -237,6 +252,9 @@ async fn refuse_cluster_node(
             "this server is a Redis Cluster node: connect with redis+cluster://host:port,...",
             None,
         )),
+        Ok(Err(err)) if matches!(err.code(), Some("NOAUTH" | "WRONGPASS")) => {
+            Err(crate::error::connection("connecting", err))
+        }
         // A server that does not answer INFO (an ACL without it) is taken at its word.
         _ => Ok(()),
     }
@@ -251,7 +269,10 @@ async fn cluster(
     let nodes = url::clients(urls, tls)?;
     let builder = redis::cluster::ClusterClient::builder(urls.iter().map(String::as_str))
         .connection_timeout(connect_timeout)
-        .response_timeout(response_timeout);
+        .response_timeout(response_timeout)
+        // Never send a request again: after a reset the script may have run, and running
+        // a release (or a reentrant acquire) twice would count twice.
+        .retries(0);
     #[cfg(feature = "tls")]
     let builder = match url::certificates(tls) {
         Some(certificates) => builder.certs(certificates),

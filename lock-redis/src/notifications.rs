@@ -113,9 +113,9 @@ impl Link {
         Self::settle("unsubscribing", "UNSUBSCRIBE", channel, outcome)
     }
 
-    /// A server refusal is the caller's error. A connection that broke under the command
-    /// is not: the reader reconnects and lock-core subscribes every registered channel
-    /// again, then wakes its waiters, so the request is as good as done.
+    /// A server refusal is a backend error. A command the server did not confirm (the
+    /// connection broke, or no answer came in time) is a connection error, which
+    /// lock-core retries: an unconfirmed subscription must never pass for one.
     fn settle(
         during: &'static str,
         command: &str,
@@ -123,11 +123,13 @@ impl Link {
         outcome: Result<redis::RedisResult<()>, tokio::time::error::Elapsed>,
     ) -> Result<(), Error> {
         match outcome {
+            Ok(Ok(())) => Ok(()),
             Ok(Err(err)) if err.code().is_some() => Err(Error::backend(
                 during,
                 lock_core::redis::Refused::new(format!("{command} {channel}"), err),
             )),
-            _ => Ok(()),
+            Ok(Err(err)) => Err(Error::connection(during, err)),
+            Err(elapsed) => Err(Error::connection(during, elapsed)),
         }
     }
 }
@@ -159,6 +161,7 @@ pub(crate) async fn pump(
             _ = ping.tick() => !link.answers_ping().await,
         };
         if broken {
+            sink.disconnected();
             link.sink.send_replace(None);
             match reconnect(&link, &mut shutdown).await {
                 Some((new_sink, new_stream)) => {

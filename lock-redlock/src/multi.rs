@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use futures_util::future::join_all;
 use lock_core::backend::{Acquire, LockState, Release, Renewal};
 use lock_core::notify::Listener;
-use lock_core::{AcquireRequest, Backend, Error, LockName, LockRef, Locks};
+use lock_core::{AcquireRequest, Backend, Error, LockName, LockRef, Locks, ReleaseRequest};
 
 use crate::error::NodeErrors;
 use crate::relay::Relay;
@@ -50,8 +50,21 @@ impl MultiLockBuilder {
         }
         // One order for every client: a waiter keeps only the parts ordered before the
         // one it waits for, so two clients locking overlapping sets can never each hold
-        // what the other waits for.
+        // what the other waits for. Names must be unique for that order to be total:
+        // backends have no identity shared by every client, so two parts named alike
+        // (on two backends) could be ordered differently by two clients, and each could
+        // keep the part the other waits for.
         parts.sort_by(|a, b| a.1.as_str().cmp(b.1.as_str()));
+        if let Some(pair) = parts.windows(2).find(|pair| pair[0].1 == pair[1].1) {
+            return Err(Error::invalid_argument(
+                "locks",
+                format!(
+                    "the name `{}` is used by two parts of one MultiLock: give every part \
+                     its own name",
+                    pair[0].1
+                ),
+            ));
+        }
         Ok(MultiLock {
             parts,
             kept: Mutex::new(HashMap::new()),
@@ -136,7 +149,12 @@ impl MultiLock {
                 return Part::Held { holds: 1, token };
             }
         }
-        let plain = AcquireRequest::new(request.lease).fencing(request.fencing);
+        // The caller's id goes to every part (each keeps its own latch, by name), so
+        // that a retry of this request is answered by each part as the first time.
+        let mut plain = AcquireRequest::new(request.lease)
+            .fencing(request.fencing)
+            .retry_window(request.retry_window);
+        plain.id = request.id;
         match backend.acquire(&part, plain).await {
             Ok(Acquire::Acquired { holds, token }) => Part::Held { holds, token },
             Ok(Acquire::Busy { ttl, .. }) => Part::Busy(ttl),
@@ -146,11 +164,18 @@ impl MultiLock {
     }
 
     /// Releases the listed parts, concurrently.
-    async fn release_parts(&self, parts: &[usize], lock: &LockRef, lease: Duration) {
+    async fn release_parts(&self, parts: &[usize], lock: &LockRef, release: ReleaseRequest) {
         join_all(parts.iter().map(|&i| {
             let part = self.part(i, lock);
             async move {
-                let _ = self.parts[i].0.release(&part, lease).await;
+                if let Err(err) = self.parts[i].0.release(&part, release).await {
+                    tracing::warn!(
+                        target: "lock",
+                        part = %part.name,
+                        error = %err.chain(),
+                        "a MultiLock part could not be given back; it holds until its lease ends"
+                    );
+                }
             }
         }))
         .await;
@@ -194,8 +219,16 @@ impl Backend for MultiLock {
                 _ => {}
             }
         }
+        // What this attempt took goes back as the undo of its grants: a part whose
+        // request failed without an answer is released only if it granted it.
+        let undo = ReleaseRequest::new(request.lease)
+            .retry_window(request.retry_window)
+            .undoing(request.id);
         if !failures.is_empty() {
-            self.release_parts(&held, lock, request.lease).await;
+            let taken: Vec<usize> = (0..n)
+                .filter(|i| held.contains(i) || failures.iter().any(|(f, _)| f == i))
+                .collect();
+            self.release_parts(&taken, lock, undo).await;
             return Err(Error::connection(
                 "acquiring every part of a multi-lock",
                 NodeErrors {
@@ -209,7 +242,7 @@ impl Backend for MultiLock {
         } else {
             (Vec::new(), held)
         };
-        self.release_parts(&give_back, lock, request.lease).await;
+        self.release_parts(&give_back, lock, undo).await;
         if !keep.is_empty() {
             let mut mask = vec![Kept::No; n];
             for i in keep {
@@ -238,33 +271,35 @@ impl Backend for MultiLock {
             let parts: Vec<usize> = (0..mask.len()).filter(|&i| mask[i] != Kept::No).collect();
             // The lease does not matter for a last hold; use a short one for the rare
             // reentrant case.
-            self.release_parts(&parts, lock, Duration::from_secs(1))
-                .await;
+            let release = ReleaseRequest::new(Duration::from_secs(1));
+            self.release_parts(&parts, lock, release).await;
         }
         Ok(())
     }
 
-    async fn release(&self, lock: &LockRef, lease: Duration) -> Result<Release, Error> {
+    async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
         let outcomes = join_all((0..self.parts.len()).map(|i| {
             let part = self.part(i, lock);
-            async move { self.parts[i].0.release(&part, lease).await }
+            async move { self.parts[i].0.release(&part, request).await }
         }))
         .await;
-        let mut still = None::<u32>;
+        let mut still = Vec::new();
         let (mut released, mut failures) = (0, Vec::new());
         for (i, outcome) in outcomes.into_iter().enumerate() {
             match outcome {
-                Ok(Release::StillHeld { holds }) => {
-                    still = Some(still.map_or(holds, |h| h.max(holds)));
-                }
+                Ok(Release::StillHeld { holds }) => still.push(holds),
                 Ok(Release::Released) => released += 1,
                 Ok(_) => {}
                 Err(err) => failures.push((i, err)),
             }
         }
-        if let Some(holds) = still {
+        // The whole lock is still held only if every part still is.
+        if still.len() == self.parts.len()
+            && let Some(&holds) = still.iter().min()
+        {
             return Ok(Release::StillHeld { holds });
         }
+        released += still.len();
         if !failures.is_empty() {
             return Err(Error::connection(
                 "releasing every part of a multi-lock",

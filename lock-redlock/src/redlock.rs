@@ -10,8 +10,10 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use lock_core::backend::{Acquire, LockState, Release, Renewal};
 use lock_core::notify::Listener;
-use lock_core::{AcquireRequest, Backend, Error, ErrorKind, LockKind, LockRef, Locks};
-use tokio::sync::{oneshot, watch};
+use lock_core::{
+    AcquireRequest, Backend, Error, ErrorKind, LockKind, LockRef, Locks, ReleaseRequest,
+};
+use tokio::sync::{RwLock, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::error::{NodeErrors, timed_out};
@@ -78,7 +80,8 @@ impl RedLockBuilder {
             drift_factor: self.drift_factor,
             drift_floor: self.drift_floor,
             relay: Relay::new(listen_timeout),
-            releases: Mutex::new(HashMap::new()),
+            last_release: Mutex::new(None),
+            in_flight: Arc::new(InFlight::default()),
         })
     }
 }
@@ -97,7 +100,14 @@ impl RedLockBuilder {
 /// - a renewal counts when a majority confirms it; a node that lost the lock (a restart
 ///   without persistence) while the majority still holds it gets it back;
 /// - the fencing token is the largest a majority granted (tokens of the nodes differ);
-/// - a release goes to every node; [`RedLock::last_release`] tells what each node said;
+/// - a release goes to every node, after any acquisition of the lock still running on
+///   that node (so a late grant is released too); the lock is still held only while a
+///   majority still holds it. [`RedLock::last_release`] tells what each node said to the
+///   latest release;
+/// - a node request that failed without an answer is undone as the undo of that
+///   request's grant, which the node performs only if it granted it (undoing a reentry
+///   that never ran would take the outer hold away); every node remembers each request's
+///   answer, so a request sent again after a lost reply never counts twice;
 /// - fair locks are refused (`InvalidArgument`): every node keeps its own queue, and
 ///   concurrent waiters reach the nodes in different orders.
 ///
@@ -109,7 +119,38 @@ pub struct RedLock {
     drift_factor: f64,
     drift_floor: Duration,
     relay: Relay,
-    releases: Mutex<HashMap<LockRef, Vec<NodeRelease>>>,
+    /// What each node said to the latest release (of any lock) by this client.
+    last_release: Mutex<Option<(LockRef, Vec<NodeRelease>)>>,
+    in_flight: Arc<InFlight>,
+}
+
+/// Acquisitions still running on a node, per lock. A release on that node waits for
+/// them, so that a grant answered after the lock was released there (a slow node the
+/// quorum did not wait for) is released too, instead of holding the node for a lease.
+/// Entries live only while something runs: the map does not grow with the locks taken.
+#[derive(Debug, Default)]
+struct InFlight(Mutex<HashMap<(usize, LockRef), Gate>>);
+
+/// Acquisitions of one lock on one node share it for reading; a release takes it for
+/// writing, after them.
+type Gate = Arc<RwLock<()>>;
+
+impl InFlight {
+    fn gate(&self, node: usize, lock: &LockRef) -> Gate {
+        let mut gates = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(gates.entry((node, lock.clone())).or_default())
+    }
+
+    /// Drops `gate` (and the guard taken from it, dropped before) and forgets the entry
+    /// when nobody else uses it.
+    fn done(&self, node: usize, lock: &LockRef, gate: Gate) {
+        let mut gates = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        drop(gate);
+        let key = (node, lock.clone());
+        if gates.get(&key).is_some_and(|g| Arc::strong_count(g) == 1) {
+            gates.remove(&key);
+        }
+    }
 }
 
 impl fmt::Debug for RedLock {
@@ -130,17 +171,30 @@ enum Decision {
     Undone,
 }
 
-/// Acquires on one node in a task of its own, so that the call completes even after the
-/// request stopped waiting for it. A grant that turns out not to count (the quorum failed,
-/// or the caller went away) is released by the task once the request has decided.
+/// Acquires on node `index` in a task of its own, so that the call completes even after
+/// the request stopped waiting for it. A grant that turns out not to count (the quorum
+/// failed, or the caller went away) is released by the task once the request has decided.
+/// A request that failed without an answer is undone as an undo of *its* grant, which
+/// the node performs only if it granted that request: undoing a reentry that never ran
+/// must not take the outer hold away.
 fn spawn_acquire(
-    node: Arc<dyn Backend>,
+    (index, node): (usize, Arc<dyn Backend>),
     lock: LockRef,
     request: AcquireRequest,
     mut decision: watch::Receiver<Decision>,
+    in_flight: Arc<InFlight>,
 ) -> oneshot::Receiver<Result<Acquire, Error>> {
     let (reply, answer) = oneshot::channel();
+    // Entered before the task starts: a release of this lock on this node, however soon
+    // it comes, waits for this acquisition.
+    let gate = in_flight.gate(index, &lock);
+    let entered = Arc::clone(&gate).try_read_owned().ok();
     tokio::spawn(async move {
+        let entered = match entered {
+            Some(entered) => entered,
+            // A release of an earlier hold is running on this node: go after it.
+            None => Arc::clone(&gate).read_owned().await,
+        };
         let result = node.acquire(&lock, request).await;
         let maybe_held = !matches!(result, Ok(Acquire::Busy { .. }));
         let _ = reply.send(result);
@@ -149,10 +203,22 @@ fn spawn_acquire(
                 .wait_for(|d| *d != Decision::Pending)
                 .await
                 .is_ok_and(|d| *d == Decision::Kept);
-            if !kept {
-                let _ = node.release(&lock, request.lease).await;
+            let undo = ReleaseRequest::new(request.lease)
+                .retry_window(request.retry_window)
+                .undoing(request.id);
+            if !kept && let Err(err) = node.release(&lock, undo).await {
+                tracing::warn!(
+                    target: "lock",
+                    node = index,
+                    name = %lock.name,
+                    error = %err.chain(),
+                    "a RedLock node's grant that did not count could not be released; \
+                     it holds until its lease ends"
+                );
             }
         }
+        drop(entered);
+        in_flight.done(index, &lock, gate);
     });
     answer
 }
@@ -187,14 +253,18 @@ impl RedLock {
         self.quorum
     }
 
-    /// What each node answered to the latest release of `lock` by this client.
+    /// What each node answered to the latest release by this client, if that release
+    /// was of `lock`. Only the latest report is kept.
     #[must_use]
     pub fn last_release(&self, lock: &LockRef) -> Option<Vec<NodeRelease>> {
-        self.releases
+        match &*self
+            .last_release
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(lock)
-            .cloned()
+        {
+            Some((released, report)) if released == lock => Some(report.clone()),
+            _ => None,
+        }
     }
 
     fn node_timeout(&self, lease: Duration) -> Duration {
@@ -217,13 +287,27 @@ impl RedLock {
         Fut: Future<Output = Result<T, Error>> + Send + 'static,
         T: Send + 'static,
     {
+        self.on_all_indexed(timeout, move |_, node| call(node))
+    }
+
+    /// [`RedLock::on_all`], telling `call` which node it runs on.
+    fn on_all_indexed<T, F, Fut>(
+        &self,
+        timeout: Duration,
+        call: F,
+    ) -> FuturesUnordered<impl Future<Output = (usize, Result<T, Error>)> + '_>
+    where
+        F: Fn(usize, Arc<dyn Backend>) -> Fut,
+        Fut: Future<Output = Result<T, Error>> + Send + 'static,
+        T: Send + 'static,
+    {
         self.nodes
             .iter()
             .enumerate()
             .map(|(i, node)| {
                 // Each call runs in its own task: it finishes even if this request is
                 // dropped, so a late grant is still known to the node for release.
-                let task = tokio::spawn(call(Arc::clone(node)));
+                let task = tokio::spawn(call(i, Arc::clone(node)));
                 async move {
                     let outcome = match tokio::time::timeout(timeout, task).await {
                         Ok(Ok(result)) => result,
@@ -257,8 +341,13 @@ impl Backend for RedLock {
             .iter()
             .enumerate()
             .map(|(i, node)| {
-                let answer =
-                    spawn_acquire(Arc::clone(node), lock.clone(), request, decision.clone());
+                let answer = spawn_acquire(
+                    (i, Arc::clone(node)),
+                    lock.clone(),
+                    request,
+                    decision.clone(),
+                    Arc::clone(&self.in_flight),
+                );
                 async move {
                     let outcome = match tokio::time::timeout(timeout, answer).await {
                         Ok(Ok(result)) => result,
@@ -344,11 +433,20 @@ impl Backend for RedLock {
         Ok(())
     }
 
-    async fn release(&self, lock: &LockRef, lease: Duration) -> Result<Release, Error> {
-        let timeout = self.node_timeout(lease);
-        let mut calls = self.on_all(timeout, |node| {
-            let lock = lock.clone();
-            async move { node.release(&lock, lease).await }
+    async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
+        let timeout = self.node_timeout(request.lease);
+        let mut calls = self.on_all_indexed(timeout, |index, node| {
+            let (lock, in_flight) = (lock.clone(), Arc::clone(&self.in_flight));
+            async move {
+                // After any acquisition of this lock still running on the node.
+                let gate = in_flight.gate(index, &lock);
+                let outcome = {
+                    let _settled = gate.write().await;
+                    node.release(&lock, request).await
+                };
+                in_flight.done(index, &lock, gate);
+                outcome
+            }
         });
         let mut report: Vec<Option<NodeRelease>> = vec![None; self.nodes.len()];
         while let Some((i, outcome)) = calls.next().await {
@@ -358,28 +456,30 @@ impl Backend for RedLock {
             });
         }
         let report: Vec<NodeRelease> = report.into_iter().flatten().collect();
-        self.releases
+        *self
+            .last_release
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(lock.clone(), report.clone());
-        let (mut released, mut still, mut failed) = (0, None::<u32>, Vec::new());
+            .unwrap_or_else(PoisonError::into_inner) = Some((lock.clone(), report.clone()));
+        let (mut released, mut still, mut failed) = (0, Vec::new(), Vec::new());
         for (i, node) in report.iter().enumerate() {
             match node {
                 NodeRelease::Done(Release::Released) => released += 1,
-                NodeRelease::Done(Release::StillHeld { holds }) => {
-                    still = Some(still.map_or(*holds, |h| h.max(*holds)));
-                }
+                NodeRelease::Done(Release::StillHeld { holds }) => still.push(*holds),
                 NodeRelease::Done(_) => {}
                 NodeRelease::Failed(err) => {
                     failed.push((i, Error::protocol(err.to_string())));
                 }
             }
         }
-        if let Some(holds) = still {
+        // Still held only where a majority still holds it (and then with the count that
+        // majority agrees on); a minority still holding does not keep the lock.
+        if still.len() >= self.quorum {
+            still.sort_unstable_by(|a, b| b.cmp(a));
+            let holds = still[self.quorum - 1];
             return Ok(Release::StillHeld { holds });
         }
         if released >= self.quorum
-            || (released > 0 && failed.len() <= self.nodes.len() - self.quorum)
+            || (released + still.len() > 0 && failed.len() <= self.nodes.len() - self.quorum)
         {
             return Ok(Release::Released);
         }
@@ -392,7 +492,7 @@ impl Backend for RedLock {
                 },
             ));
         }
-        Ok(if released > 0 {
+        Ok(if released + still.len() > 0 {
             Release::Released
         } else {
             Release::NotHeld
@@ -438,7 +538,16 @@ impl Backend for RedLock {
                     for i in gone {
                         let (node, lock) = (Arc::clone(&self.nodes[i]), lock.clone());
                         tokio::spawn(async move {
-                            let _ = node.acquire(&lock, AcquireRequest::new(lease)).await;
+                            let repaired = node.acquire(&lock, AcquireRequest::new(lease)).await;
+                            if let Err(err) = repaired {
+                                tracing::warn!(
+                                    target: "lock",
+                                    node = i,
+                                    name = %lock.name,
+                                    error = %err.chain(),
+                                    "a RedLock node that lost the lock could not be given it back"
+                                );
+                            }
                         });
                     }
                     Renewal::Renewed

@@ -6,6 +6,7 @@ use std::time::Duration;
 use redis::{FromRedisValue, Value};
 use tokio::time::Instant;
 
+use crate::proxy::FaultProxy;
 use crate::server::{RedisServer, cluster_state_ok, connect, log_tail};
 
 /// The number of hash slots in a Redis Cluster.
@@ -22,6 +23,9 @@ pub struct RedisCluster {
     nodes: Vec<RedisServer>,
     /// The inclusive slot range each node owns, by node index.
     ranges: Vec<(u16, u16)>,
+    /// With [`RedisCluster::start_behind_proxies`]: the proxy each node announces as its
+    /// address, by node index.
+    proxies: Vec<FaultProxy>,
 }
 
 impl fmt::Debug for RedisCluster {
@@ -34,6 +38,7 @@ impl fmt::Debug for RedisCluster {
             .collect();
         f.debug_struct("RedisCluster")
             .field("nodes", &nodes)
+            .field("proxies", &self.proxies)
             .finish()
     }
 }
@@ -44,6 +49,29 @@ impl RedisCluster {
     /// `cluster_state:ok` and every node's `CLUSTER SLOTS` shows all 16384 slots with the
     /// same owners. Panics with the nodes' state if that takes more than about 20 s.
     pub async fn start(masters: usize) -> RedisCluster {
+        Self::form(masters, false).await
+    }
+
+    /// Like [`RedisCluster::start`], but every node announces a [`FaultProxy`] in front
+    /// of it as its address (`cluster-announce-port`), so that cluster clients, which
+    /// learn node addresses from the cluster, reach each node only through its proxy.
+    pub async fn start_behind_proxies(masters: usize) -> RedisCluster {
+        Self::form(masters, true).await
+    }
+
+    /// The proxy in front of each node, by node index (empty unless started behind
+    /// proxies).
+    #[must_use]
+    pub fn proxies(&self) -> &[FaultProxy] {
+        &self.proxies
+    }
+
+    /// The index of the node that owns `key`'s hash slot.
+    pub async fn node_index_for_key(&self, key: &str) -> usize {
+        self.index_for_key(key).await
+    }
+
+    async fn form(masters: usize, behind_proxies: bool) -> RedisCluster {
         assert!(
             (1..=SLOTS).contains(&masters),
             "a cluster needs between 1 and {SLOTS} masters, not {masters}"
@@ -60,6 +88,22 @@ impl RedisCluster {
                 (slot(start), slot(end))
             })
             .collect();
+        let mut proxies = Vec::new();
+        if behind_proxies {
+            for node in &nodes {
+                let upstream = format!("127.0.0.1:{}", node.port());
+                let proxy = FaultProxy::start(upstream.parse().expect("a node's address")).await;
+                let (announced, bus) =
+                    (proxy.port().to_string(), (node.port() + 10_000).to_string());
+                let () = node
+                    .command(&["CONFIG", "SET", "cluster-announce-port", &announced])
+                    .await;
+                let () = node
+                    .command(&["CONFIG", "SET", "cluster-announce-bus-port", &bus])
+                    .await;
+                proxies.push(proxy);
+            }
+        }
         for (node, (start, end)) in nodes.iter().zip(&ranges) {
             add_slots(node, *start, *end).await;
         }
@@ -70,7 +114,11 @@ impl RedisCluster {
                 .command(&["CLUSTER", "MEET", "127.0.0.1", &port])
                 .await;
         }
-        let cluster = RedisCluster { nodes, ranges };
+        let cluster = RedisCluster {
+            nodes,
+            ranges,
+            proxies,
+        };
         cluster.wait_converged(deadline, "form").await;
         cluster
     }
@@ -125,7 +173,11 @@ impl RedisCluster {
             .nodes
             .iter()
             .zip(&self.ranges)
-            .map(|(node, (start, end))| (*start, *end, node.port()))
+            .enumerate()
+            .map(|(i, (node, (start, end)))| {
+                let port = self.proxies.get(i).map_or(node.port(), FaultProxy::port);
+                (*start, *end, port)
+            })
             .collect();
         normalize(map)
     }

@@ -8,8 +8,9 @@
 //!
 //! Faults are first-class: [`RedisServer::restart`] (kill -9, then start again on the
 //! same port; data is lost), [`RedisServer::pause`] / [`RedisServer::resume`]
-//! (SIGSTOP / SIGCONT), [`RedisCluster::restart_node_for_key`] and
-//! [`kill_pubsub_clients`].
+//! (SIGSTOP / SIGCONT), [`RedisCluster::restart_node_for_key`],
+//! [`kill_pubsub_clients`], and [`FaultProxy`] between a client and a server (a reply
+//! lost after the command ran, delayed replies, a black hole).
 //!
 //! The binary is found by [`redis_server_binary`]: `$REDIS_SERVER_BIN`, then `PATH`,
 //! then the usual install directories. `cargo xtask test` installs it when missing.
@@ -30,6 +31,7 @@
 mod binary;
 mod cluster;
 mod ports;
+mod proxy;
 mod pubsub;
 mod scratch;
 mod sentinel;
@@ -38,6 +40,7 @@ mod tls;
 
 pub use binary::redis_server_binary;
 pub use cluster::RedisCluster;
+pub use proxy::{FaultProxy, ProxyFault};
 pub use pubsub::kill_pubsub_clients;
 pub use sentinel::RedisSentinel;
 pub use server::{RedisServer, RedisServerBuilder};

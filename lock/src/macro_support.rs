@@ -121,8 +121,25 @@ pub mod __private {
             let result = CURRENT.scope(Arc::clone(&guard), body).await;
             // The body saw the guard and could react to a loss; a release that finds
             // the lock already gone changes nothing for the result.
-            if let Ok(guard) = Arc::try_unwrap(guard) {
-                let _ = guard.unlock().await;
+            match Arc::try_unwrap(guard) {
+                Ok(guard) => {
+                    if let Err(err) = guard.unlock().await
+                        && !err.is_not_held()
+                    {
+                        tracing::warn!(
+                            target: "lock",
+                            error = %err.chain(),
+                            "releasing the lock of a #[distributed_lock] function failed; \
+                             it stays held until its lease ends"
+                        );
+                    }
+                }
+                Err(guard) => tracing::warn!(
+                    target: "lock",
+                    name = guard.name(),
+                    "a clone of current_guard() outlives its #[distributed_lock] function: \
+                     the lock is released when the last clone is dropped"
+                ),
             }
             result
         });

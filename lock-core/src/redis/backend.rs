@@ -8,7 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::backend::{
-    Acquire, AcquireRequest, Backend, LockKind, LockRef, LockState, Release, Renewal,
+    Acquire, AcquireRequest, Backend, LockKind, LockRef, LockState, Release, ReleaseRequest,
+    Renewal,
 };
 use crate::notify::{Listener, Subscriptions};
 use crate::redis::layout;
@@ -48,10 +49,13 @@ pub struct ProtocolOptions {
     pub publish: PublishMode,
     /// Most locks renewed by one script call. Default: 100, as Redisson.
     pub renew_batch: usize,
-    /// Grants wait this long after the server's data was lost (a restart without
-    /// persistence), so that no holder from before can still believe it holds a lock
-    /// granted again. Set it to at least the longest lease in use; the first use of a
-    /// fresh server waits it too. Default: off.
+    /// Grants wait this long after any restart of the server (a new run id), so that no
+    /// holder from before can still believe it holds a lock granted again: a restart
+    /// without persistence loses every lock, and one from an RDB snapshot or an AOF
+    /// written every second loses the latest grants. Set it to at least the longest
+    /// lease in use; the first use of a fresh server, and a failover to a replica, wait
+    /// it too. The scripts read the run id with `INFO server`, so an ACL user needs
+    /// `+info`. Default: off.
     pub restart_quarantine: Option<Duration>,
     /// Wait for this many replicas (`WAIT`) after every acquisition and renewal, each
     /// time for at most the given time, as Redisson's replica sync check does; fewer is
@@ -84,7 +88,7 @@ impl ProtocolOptions {
         self
     }
 
-    /// Makes grants wait `quarantine` after the server lost its data (see
+    /// Makes grants wait `quarantine` after any restart of the server (see
     /// [`ProtocolOptions::restart_quarantine`]).
     #[must_use]
     pub fn restart_quarantine(mut self, quarantine: Option<Duration>) -> Self {
@@ -319,6 +323,8 @@ impl Backend for RedisBackend {
         let fencing = flag(request.fencing);
         let epoch = self.epoch_key(name);
         let quarantine = self.quarantine_ms();
+        let latch = layout::grant_latch_key(name, request.id);
+        let latch_ms = millis(request.retry_window).to_string();
         let (reply, acknowledged) = match lock.kind {
             LockKind::Fair => {
                 let timeout_ms = millis(request.waiter_timeout).to_string();
@@ -330,21 +336,23 @@ impl Backend for RedisBackend {
                     &timeout_ms,
                     fencing,
                     &quarantine,
+                    &latch_ms,
                 ];
-                let keys = [key, &queue, &deadlines, &token_key, &epoch];
+                let keys = [key, &queue, &deadlines, &token_key, &epoch, &latch];
                 self.eval_write("acquiring", &script::FAIR_ACQUIRE, &keys, &args)
                     .await?
             }
             LockKind::Read => {
                 let prefix = layout::read_hold_prefix(name, owner);
-                let args = [&*lease_ms, owner, &prefix, fencing, &quarantine];
-                let keys = [key, &token_key, &epoch];
+                let args = [&*lease_ms, owner, &prefix, fencing, &quarantine, &latch_ms];
+                let keys = [key, &token_key, &epoch, &latch];
                 self.eval_write("acquiring", &script::RW_READ_ACQUIRE, &keys, &args)
                     .await?
             }
             LockKind::Write => {
-                let args = [&*lease_ms, owner, fencing, &quarantine];
-                let keys = [key, &token_key, &epoch];
+                let prefix = layout::read_hold_prefix(name, owner);
+                let args = [&*lease_ms, owner, fencing, &quarantine, &prefix, &latch_ms];
+                let keys = [key, &token_key, &epoch, &latch];
                 self.eval_write("acquiring", &script::RW_WRITE_ACQUIRE, &keys, &args)
                     .await?
             }
@@ -360,54 +368,32 @@ impl Backend for RedisBackend {
                     &waited_ms,
                     fencing,
                     &quarantine,
+                    &latch_ms,
                 ];
-                let keys = [key, &reservation, &token_key, &epoch];
+                let keys = [key, &reservation, &token_key, &epoch, &latch];
                 self.eval_write("acquiring", &script::MUTEX_ACQUIRE, &keys, &args)
                     .await?
             }
         };
-        let items: Option<Vec<i64>> = match &reply {
-            Reply::Array(items) => items
-                .iter()
-                .map(|item| match item {
-                    Reply::Int(n) => Some(*n),
-                    _ => None,
-                })
-                .collect(),
-            _ => None,
-        };
+        let items = integers(&reply);
         if let (Some([1, ..]), Some((wanted, _)), Some(acknowledged)) =
             (items.as_deref(), self.options.replica_ack, acknowledged)
             && acknowledged < wanted
         {
             // Not confirmed: a failover could lose it. Give the hold back and say why.
-            let _ = self.release(lock, request.lease).await;
+            let undo = ReleaseRequest::new(request.lease)
+                .retry_window(request.retry_window)
+                .undoing(request.id);
+            if let Err(err) = self.release(lock, undo).await {
+                crate::events::release_failed(lock, "an acquisition no replica confirmed", &err);
+            }
             return Err(Error::NotReplicated {
                 name: name.as_str().to_owned(),
                 wanted,
                 acknowledged,
             });
         }
-        match items.as_deref() {
-            Some([1, holds, token]) => Ok(Acquire::Acquired {
-                holds: count(*holds, &reply)?,
-                token: u64::try_from(*token)
-                    .ok()
-                    .filter(|&t| request.fencing && t > 0),
-            }),
-            Some([0, ttl]) => Ok(Acquire::Busy {
-                ttl: pttl(*ttl),
-                reserved: false,
-            }),
-            Some([2, ttl]) => Ok(Acquire::Busy {
-                ttl: pttl(*ttl),
-                reserved: true,
-            }),
-            Some([3, _]) => Err(Error::WouldDeadlock {
-                name: name.as_str().to_owned(),
-            }),
-            _ => Err(unexpected("acquire", &reply)),
-        }
+        decode_acquire(items.as_deref(), &reply, name, request.fencing)
     }
 
     async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
@@ -423,41 +409,46 @@ impl Backend for RedisBackend {
         .map(drop)
     }
 
-    async fn release(&self, lock: &LockRef, lease: Duration) -> Result<Release, Error> {
+    async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
         let name = &lock.name;
         let owner = lock.owner.as_str();
-        let lease_ms = millis(lease).to_string();
+        let lease_ms = millis(request.lease).to_string();
         let key = layout::lock_key(name);
         let publish = self.options.publish.command();
+        // Every release script ends its keys with its latch and the grant it may undo,
+        // and its arguments with the latch lifetime and the undo flag.
+        let latch = layout::release_latch_key(name, request.id);
+        let undone = layout::grant_latch_key(name, request.undoes.unwrap_or(request.id));
+        let latch_ms = millis(request.retry_window).to_string();
+        let undo = flag(request.undoes.is_some());
         let reply = match lock.kind {
             LockKind::Fair => {
                 let (queue, deadlines) = layout::fair_queue_keys(name);
                 let prefix = layout::mutex_channel(name);
-                let args = [&*lease_ms, owner, &prefix, publish];
-                self.eval(
-                    "releasing",
-                    &script::FAIR_RELEASE,
-                    &[key, &queue, &deadlines],
-                    &args,
-                )
-                .await?
+                let args = [&*lease_ms, owner, &prefix, publish, &latch_ms, undo];
+                let keys = [key, &queue, &deadlines, &latch, &undone];
+                self.eval("releasing", &script::FAIR_RELEASE, &keys, &args)
+                    .await?
             }
             LockKind::Read => {
                 let (channel, tagged) = (layout::rw_channel(name), layout::tagged(name));
-                let args = [owner, &channel, publish, &tagged];
-                self.eval("releasing", &script::RW_READ_RELEASE, &[key], &args)
+                let args = [owner, &channel, publish, &tagged, &latch_ms, undo];
+                let keys = [key, &latch, &undone];
+                self.eval("releasing", &script::RW_READ_RELEASE, &keys, &args)
                     .await?
             }
             LockKind::Write => {
                 let channel = layout::rw_channel(name);
-                let args = [&*lease_ms, owner, &channel, publish];
-                self.eval("releasing", &script::RW_WRITE_RELEASE, &[key], &args)
+                let args = [&*lease_ms, owner, &channel, publish, &latch_ms, undo];
+                let keys = [key, &latch, &undone];
+                self.eval("releasing", &script::RW_WRITE_RELEASE, &keys, &args)
                     .await?
             }
             _ => {
                 let channel = layout::mutex_channel(name);
-                let args = [&*lease_ms, owner, &channel, publish];
-                self.eval("releasing", &script::MUTEX_RELEASE, &[key], &args)
+                let args = [&*lease_ms, owner, &channel, publish, &latch_ms, undo];
+                let keys = [key, &latch, &undone];
+                self.eval("releasing", &script::MUTEX_RELEASE, &keys, &args)
                     .await?
             }
         };
@@ -675,9 +666,64 @@ fn classify(err: TransportError, during: &'static str, key: &str) -> Error {
                 key: key.to_owned(),
             }
         }
+        // The command did not run where it was sent (a slot moved, a node is loading or
+        // became a replica): like a broken connection, it is sent again.
+        TransportError::Server(server) if not_run_here(&server) => {
+            Error::connection(during, server)
+        }
         TransportError::Server(server) => Error::backend(during, server),
         TransportError::Io(source) => Error::Connection { during, source },
     }
+}
+
+/// A script's reply as integers, when it is an array of them.
+fn integers(reply: &Reply) -> Option<Vec<i64>> {
+    match reply {
+        Reply::Array(items) => items
+            .iter()
+            .map(|item| match item {
+                Reply::Int(n) => Some(*n),
+                _ => None,
+            })
+            .collect(),
+        _ => None,
+    }
+}
+
+/// An acquire script's answer: `{1, holds, token}`, `{0, ttl}` busy, `{2, ttl}` reserved
+/// for a starving waiter, `{3, _}` an upgrade that would wait for itself.
+fn decode_acquire(
+    items: Option<&[i64]>,
+    reply: &Reply,
+    name: &LockName,
+    fencing: bool,
+) -> Result<Acquire, Error> {
+    match items {
+        Some([1, holds, token]) => Ok(Acquire::Acquired {
+            holds: count(*holds, reply)?,
+            token: u64::try_from(*token).ok().filter(|&t| fencing && t > 0),
+        }),
+        Some([0, ttl]) => Ok(Acquire::Busy {
+            ttl: pttl(*ttl),
+            reserved: false,
+        }),
+        Some([2, ttl]) => Ok(Acquire::Busy {
+            ttl: pttl(*ttl),
+            reserved: true,
+        }),
+        Some([3, _]) => Err(Error::WouldDeadlock {
+            name: name.as_str().to_owned(),
+        }),
+        _ => Err(unexpected("acquire", reply)),
+    }
+}
+
+/// Error replies that mean the server did not run the command.
+fn not_run_here(server: &ServerError) -> bool {
+    matches!(
+        server.code.as_str(),
+        "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN" | "LOADING" | "READONLY" | "MASTERDOWN"
+    )
 }
 
 fn millis(d: Duration) -> u128 {

@@ -1,6 +1,6 @@
 //! Key and channel names: Redisson's layout, so that Redisson peers share our locks.
 
-use crate::LockName;
+use crate::{LockName, RequestId};
 
 /// Prefix of the mutex release channel.
 pub const MUTEX_CHANNEL_PREFIX: &str = "redisson_lock__channel";
@@ -77,6 +77,20 @@ pub fn read_hold_prefix(name: &LockName, owner: &str) -> String {
 #[must_use]
 pub fn token_key(name: &LockName) -> String {
     format!("redisson_lock_token:{}", tagged(name))
+}
+
+/// Where a grant is remembered for retries of its acquire request:
+/// `redisson_lock_latch:{name}:<request id>` (our own key; Redisson has none).
+#[must_use]
+pub fn grant_latch_key(name: &LockName, request: RequestId) -> String {
+    format!("redisson_lock_latch:{}:{request}", tagged(name))
+}
+
+/// Where a release's answer is remembered for its retries: Redisson's unlock latch,
+/// `redisson_unlock_latch:{name}:<request id>`.
+#[must_use]
+pub fn release_latch_key(name: &LockName, request: RequestId) -> String {
+    format!("redisson_unlock_latch:{}:{request}", tagged(name))
 }
 
 /// The restart epoch key (`redisson_lock_epoch`, or `redisson_lock_epoch:{tag}` per

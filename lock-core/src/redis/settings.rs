@@ -124,10 +124,12 @@ macro_rules! connector_settings {
             self
         }
 
-        /// Makes grants wait `quarantine` after the server lost its data (a restart
-        /// without persistence), so that a holder from before the restart can never
+        /// Makes grants wait `quarantine` after any restart of the server (tied to its
+        /// run id: a restart from a snapshot or an AOF written every second loses the
+        /// latest grants too), so that a holder from before the restart can never
         /// overlap a new one. Set it to at least the longest lease in use; a fresh
-        /// server's first grants wait it too. Default: off.
+        /// server's first grants, and a failover, wait it too. Needs `INFO` in an ACL.
+        /// Default: off.
         pub fn restart_quarantine(mut self, quarantine: ::std::time::Duration) -> Self {
             self.settings.protocol = self.settings.protocol.restart_quarantine(Some(quarantine));
             self

@@ -197,8 +197,20 @@ impl NotificationSink {
     }
 
     /// The subscription connection was re-established: resubscribe and wake every waiter.
-    /// Also call this when messages may have been dropped (a lagging receiver).
     pub fn reconnected(&self) {
+        self.registry.reconnected();
+    }
+
+    /// The subscription connection broke (reported through `tracing`); call
+    /// [`NotificationSink::reconnected`] once a new one is up.
+    pub fn disconnected(&self) {
+        crate::events::notifications_lost();
+    }
+
+    /// Messages may have been dropped (a lagging receiver): reported through `tracing`,
+    /// and every waiter re-polls as after a reconnect.
+    pub fn messages_dropped(&self) {
+        crate::events::notifications_dropped();
         self.registry.reconnected();
     }
 

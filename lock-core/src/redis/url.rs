@@ -118,6 +118,14 @@ fn split_hosts(rest: &str, scheme: &str) -> Result<Vec<String>, Error> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn hosts_are_named_without_credentials() {
+        assert_eq!(super::hosts("redis://u:p@h:1/0?x=1"), "h:1");
+        assert_eq!(super::hosts("redis+cluster://u:p@a:1,b:2"), "a:1,b:2");
+        assert_eq!(super::hosts("redis+sentinel://s:1,t:2/mymaster"), "s:1,t:2");
+        assert_eq!(super::hosts("rediss://h:6380"), "h:6380");
+    }
+
     use super::*;
 
     fn nodes(url: &str) -> Vec<String> {
@@ -179,5 +187,62 @@ mod tests {
                 .unwrap_or_else(|| panic!("{url:?} was accepted"));
             assert_eq!(err.kind(), crate::ErrorKind::InvalidConfig, "{url:?}");
         }
+    }
+}
+
+/// The `host:port` list of a URL of any accepted form, without scheme, credentials,
+/// database or query: what an error says was tried.
+#[must_use]
+pub fn hosts(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let rest = rest.split(['/', '?']).next().unwrap_or(rest);
+    rest.rsplit_once('@').map_or(rest, |(_, hosts)| hosts)
+}
+
+/// Runs a connector's `connecting`; a connection error names the hosts of `url` (when
+/// the connector was given one) that were tried.
+pub async fn naming_hosts_on_failure<T>(
+    url: Option<String>,
+    connecting: impl Future<Output = Result<T, crate::Error>>,
+) -> Result<T, crate::Error> {
+    let connected = connecting.await;
+    match url {
+        Some(url) => connected.map_err(|err| naming_hosts(err, &url)),
+        None => connected,
+    }
+}
+
+/// A connection error, naming the hosts of `url` that were tried (other errors are
+/// returned unchanged).
+#[must_use]
+pub fn naming_hosts(err: crate::Error, url: &str) -> crate::Error {
+    match err {
+        crate::Error::Connection { during, source } => crate::Error::Connection {
+            during,
+            source: Box::new(Tried {
+                hosts: hosts(url).to_owned(),
+                source,
+            }),
+        },
+        other => other,
+    }
+}
+
+/// The hosts a failed connection tried, with the driver's error as the source.
+#[derive(Debug)]
+struct Tried {
+    hosts: String,
+    source: crate::BoxError,
+}
+
+impl std::fmt::Display for Tried {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "tried {}", self.hosts)
+    }
+}
+
+impl std::error::Error for Tried {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
     }
 }

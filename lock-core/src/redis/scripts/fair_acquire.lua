@@ -1,13 +1,19 @@
 -- Takes the fair lock, or one more hold of it, in queue order.
 -- KEYS[1] lock hash; KEYS[2] waiter queue (list of owners); KEYS[3] waiter deadlines
--- (zset owner -> server ms); KEYS[4] fencing counter; KEYS[5] restart epoch.
+-- (zset owner -> server ms); KEYS[4] fencing counter; KEYS[5] restart epoch;
+-- KEYS[6] grant latch.
 -- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] '1' to join the queue when busy;
 -- ARGV[4] waiter timeout (ms): a queued waiter that has not asked again for this long is
--- skipped; ARGV[5] '1' to return a fencing token; ARGV[6] restart quarantine (ms).
+-- skipped; ARGV[5] '1' to return a fencing token; ARGV[6] restart quarantine (ms);
+-- ARGV[7] grant latch lifetime (ms): a retry of this request gets the same grant back.
 -- Deadlines come from the server's clock, so clients need no synchronised clocks.
 -- Reply: {1, holds, token} when held; {0, ms} when not: ms is the longest the caller
 -- should wait for a message before asking again.
 
+local again = grant_replayed()
+if again then
+    return again
+end
 local quarantined = quarantine_left(KEYS[5], ARGV[6])
 if quarantined > 0 then
     return {0, quarantined}
@@ -32,14 +38,14 @@ if redis.call('exists', KEYS[1]) == 0 then
         redis.call('zrem', KEYS[3], ARGV[2])
         redis.call('hincrby', KEYS[1], ARGV[2], 1)
         redis.call('pexpire', KEYS[1], ARGV[1])
-        return {1, 1, token(true)}
+        return granted(1, token(true))
     end
 elseif redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
-    return {1, holds, token(false)}
+    return granted(holds, token(false))
 end
 
 -- Busy, or free while another waiter is first. A waiting caller takes (or keeps) its

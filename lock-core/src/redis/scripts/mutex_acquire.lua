@@ -1,9 +1,10 @@
 -- Takes the lock, or one more hold of it, for an owner.
 -- KEYS[1] lock hash; KEYS[2] reservation string '<wait start ms>:<owner>';
--- KEYS[3] fencing counter; KEYS[4] restart epoch.
+-- KEYS[3] fencing counter; KEYS[4] restart epoch; KEYS[5] grant latch.
 -- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] '1' if the caller is a starving waiter;
 -- ARGV[4] how long a reservation lasts (ms); ARGV[5] how long the caller has waited (ms);
--- ARGV[6] '1' to return a fencing token; ARGV[7] restart quarantine (ms, '0' off).
+-- ARGV[6] '1' to return a fencing token; ARGV[7] restart quarantine (ms, '0' off);
+-- ARGV[8] grant latch lifetime (ms): a retry of this request gets the same grant back.
 -- The expiry is only ever extended, never shortened, so that a client's local view of
 -- its lease (the latest request it sent plus that request's lease) stays on the safe side.
 -- Reply: {1, holds, token} when the owner now holds it (token 0 without fencing; a
@@ -11,6 +12,10 @@
 -- someone else does;
 -- {2, pttl of the reservation} when it is free but reserved for another owner.
 
+local again = grant_replayed()
+if again then
+    return again
+end
 local quarantined = quarantine_left(KEYS[4], ARGV[7])
 if quarantined > 0 then
     return {0, quarantined}
@@ -41,7 +46,7 @@ if redis.call('exists', KEYS[1]) == 0 then
     if ARGV[6] == '1' then
         token = next_token(KEYS[3])
     end
-    return {1, 1, token}
+    return granted(1, token)
 end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
@@ -53,7 +58,7 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     if ARGV[6] == '1' then
         token = tonumber(redis.call('get', KEYS[3]) or 0)
     end
-    return {1, holds, token}
+    return granted(holds, token)
 end
 -- Busy. A starving waiter reserves the next free moment unless a waiter that started
 -- waiting earlier holds the reservation; its own reservation is refreshed on every attempt.

@@ -1,14 +1,20 @@
 -- Releases one hold of an owner.
--- KEYS[1] lock hash; ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] channel;
--- ARGV[4] publish command ('publish' or 'spublish').
+-- KEYS[1] lock hash; KEYS[2] release latch; KEYS[3] grant latch to undo;
+-- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] channel;
+-- ARGV[4] publish command ('publish' or 'spublish'); ARGV[5] latch lifetime (ms);
+-- ARGV[6] '1' to release only the grant remembered in KEYS[3] (see release_replayed).
 -- Reply: -1 not held (nothing changed); 0 released (waiters notified); n > 0 holds left.
+local before = release_replayed()
+if before then
+    return before
+end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
-    return -1
+    return released(-1)
 end
 local holds = drop_hold(KEYS[1], ARGV[2], ARGV[1])
 if holds > 0 then
-    return holds
+    return released(holds)
 end
 redis.call('del', KEYS[1])
 redis.call(ARGV[4], ARGV[3], '0')
-return 0
+return released(0)

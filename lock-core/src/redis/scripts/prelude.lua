@@ -17,20 +17,31 @@ local function next_token(key)
 end
 
 -- Milliseconds left of the quarantine after the server (re)started, 0 when over or off.
--- The epoch key lives as long as the server's data: a restart that lost the data loses
--- it too, and grants wait one quarantine (at least the longest lease) so that no holder
--- from before the restart can still believe it holds a lock granted again.
+-- The epoch key holds '<run id>:<ms>': the server process that began granting, and when.
+-- Any restart gives the server a new run id, so grants wait one quarantine (at least the
+-- longest lease) after it, whatever the restart kept: a snapshot (RDB, or an AOF written
+-- every second) brings the epoch back without the latest grants, and no holder from
+-- before the restart may still believe it holds a lock granted again. A fresh server
+-- (no epoch) waits it too.
 local function quarantine_left(epoch_key, quarantine_ms)
     if quarantine_ms == '0' then
         return 0
     end
     local now = now_ms()
+    local run_id = string.match(redis.call('info', 'server'), 'run_id:(%w+)') or ''
     local epoch = redis.call('get', epoch_key)
-    if not epoch then
-        redis.call('set', epoch_key, now)
-        epoch = now
+    local started
+    if epoch then
+        local sep = string.find(epoch, ':', 1, true)
+        if sep and string.sub(epoch, 1, sep - 1) == run_id then
+            started = tonumber(string.sub(epoch, sep + 1))
+        end
     end
-    return math.max(0, tonumber(epoch) + tonumber(quarantine_ms) - now)
+    if not started then
+        redis.call('set', epoch_key, run_id .. ':' .. now)
+        started = now
+    end
+    return math.max(0, started + tonumber(quarantine_ms) - now)
 end
 
 -- Drops fair-lock queue heads whose deadline passed: they stopped asking (died or gave
@@ -72,4 +83,127 @@ local function drop_hold(key, field, lease_ms)
         redis.call('pexpire', key, lease_ms)
     end
     return holds
+end
+
+-- Read holds. Each of an owner's read holds is a key '<prefix>:<n>' (n = 1..count, the
+-- count in the owner's field of the lock hash) carrying that hold's lease. Releases do
+-- not say which hold they end, so every script keeps the keys' expiries, sorted, at or
+-- above the owner's holds' deadlines, sorted: then the lock outlives every live hold,
+-- and keys that expired belong to holds that ended.
+
+-- A key's remaining lease for comparison: no expiry counts as forever.
+local function lease_left(key)
+    local ttl = redis.call('pttl', key)
+    if ttl == -1 then
+        return math.huge
+    end
+    return ttl
+end
+
+-- Drops the owner's read holds whose keys expired, renumbering the live ones 1..m and
+-- setting the owner's count to m (removing the field at 0). Returns m.
+local function live_reads(hash, owner, prefix)
+    local count = tonumber(redis.call('hget', hash, owner))
+    if not count then
+        return 0
+    end
+    local left = {}
+    for n = 1, count do
+        local ttl = lease_left(prefix .. ':' .. n)
+        if ttl > 0 then
+            left[#left + 1] = ttl
+        end
+    end
+    if #left == count then
+        return count
+    end
+    for n = 1, count do
+        redis.call('del', prefix .. ':' .. n)
+    end
+    for n, ttl in ipairs(left) do
+        if ttl == math.huge then
+            redis.call('set', prefix .. ':' .. n, 1)
+        else
+            redis.call('set', prefix .. ':' .. n, 1, 'px', ttl)
+        end
+    end
+    if #left == 0 then
+        redis.call('hdel', hash, owner)
+    else
+        redis.call('hset', hash, owner, #left)
+    end
+    return #left
+end
+
+-- Ends one of the owner's `count` live read holds. Whichever hold it was, the key with
+-- the shortest lease goes (the top key's lease moves into its place), so the remaining
+-- keys' expiries still cover the remaining holds. Returns the holds left.
+local function drop_read(hash, owner, prefix, count)
+    local shortest, shortest_ttl = count, lease_left(prefix .. ':' .. count)
+    for n = 1, count - 1 do
+        local ttl = lease_left(prefix .. ':' .. n)
+        if ttl < shortest_ttl then
+            shortest, shortest_ttl = n, ttl
+        end
+    end
+    local top = prefix .. ':' .. count
+    if shortest ~= count then
+        local ttl = redis.call('pttl', top)
+        if ttl > 0 then
+            redis.call('set', prefix .. ':' .. shortest, 1, 'px', ttl)
+        else
+            redis.call('set', prefix .. ':' .. shortest, 1)
+        end
+    end
+    redis.call('del', top)
+    if count == 1 then
+        redis.call('hdel', hash, owner)
+    else
+        redis.call('hset', hash, owner, count - 1)
+    end
+    return count - 1
+end
+
+-- Requests sent again after their reply was lost get the first run's answer.
+-- Acquire scripts take their grant latch last among KEYS and its lifetime (ms) last among
+-- ARGV: a grant is remembered there as '<holds>:<token>'. Release scripts take their
+-- release latch and the grant latch of the acquisition they may undo as the last two
+-- KEYS, and the latch lifetime and an undo flag as the last two ARGV.
+
+-- The grant this acquire request got before, if it was granted.
+local function grant_replayed()
+    local before = redis.call('get', KEYS[#KEYS])
+    if not before then
+        return nil
+    end
+    local sep = string.find(before, ':', 1, true)
+    return {1, tonumber(string.sub(before, 1, sep - 1)), tonumber(string.sub(before, sep + 1))}
+end
+
+-- Remembers and returns a grant. '%d', not concatenation: Lua writes numbers with 14
+-- significant digits, and a fencing token has 16 or more.
+local function granted(holds, token)
+    redis.call('set', KEYS[#KEYS], string.format('%d:%d', holds, token), 'px', ARGV[#ARGV])
+    return {1, holds, token}
+end
+
+-- Remembers and returns a release's answer.
+local function released(answer)
+    redis.call('set', KEYS[#KEYS - 1], answer, 'px', ARGV[#ARGV - 1])
+    return answer
+end
+
+-- The answer of a release sent before, or, for the undo of a grant that is not (or no
+-- longer) remembered, "not held"; nil when the release is to run.
+local function release_replayed()
+    local before = redis.call('get', KEYS[#KEYS - 1])
+    if before then
+        return tonumber(before)
+    end
+    if ARGV[#ARGV] == '1' then
+        if redis.call('del', KEYS[#KEYS]) == 0 then
+            return released(-1)
+        end
+    end
+    return nil
 end

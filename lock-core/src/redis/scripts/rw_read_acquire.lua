@@ -1,10 +1,15 @@
 -- Takes a read hold of a read-write lock.
--- KEYS[1] lock hash; KEYS[2] fencing counter; KEYS[3] restart epoch.
+-- KEYS[1] lock hash; KEYS[2] fencing counter; KEYS[3] restart epoch; KEYS[4] grant latch.
 -- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] the owner's hold-key prefix
 -- ('{name}:<owner>:rwlock_timeout'; hold n lives in '<prefix>:<n>' with its own lease);
--- ARGV[4] '1' to return a fencing token; ARGV[5] restart quarantine (ms, '0' off).
+-- ARGV[4] '1' to return a fencing token; ARGV[5] restart quarantine (ms, '0' off);
+-- ARGV[6] grant latch lifetime (ms): a retry of this request gets the same grant back.
 -- Readers share the lock; the writer may also read (downgrade); anyone else waits.
 -- Reply: {1, holds, token} when held; {0, pttl} when a writer holds it.
+local again = grant_replayed()
+if again then
+    return again
+end
 local quarantined = quarantine_left(KEYS[3], ARGV[5])
 if quarantined > 0 then
     return {0, quarantined}
@@ -15,7 +20,9 @@ if mode == false or mode == 'read'
     if mode == false then
         redis.call('hset', KEYS[1], 'mode', 'read')
     end
-    local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    -- Holds whose own leases ended no longer count (see live_reads).
+    local holds = live_reads(KEYS[1], ARGV[2], ARGV[3]) + 1
+    redis.call('hset', KEYS[1], ARGV[2], holds)
     redis.call('set', ARGV[3] .. ':' .. holds, 1, 'px', ARGV[1])
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
@@ -28,6 +35,6 @@ if mode == false or mode == 'read'
             token = tonumber(redis.call('get', KEYS[2]) or 0)
         end
     end
-    return {1, holds, token}
+    return granted(holds, token)
 end
 return {0, redis.call('pttl', KEYS[1])}

@@ -1,16 +1,21 @@
 -- Releases one write hold. The last one frees the lock, or, when the writer also holds
 -- read holds (a downgrade), turns it into a read lock; either way every waiter is woken
 -- ('1'), since any number of readers may now enter.
--- KEYS[1] lock hash; ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] channel;
--- ARGV[4] publish command.
+-- KEYS[1] lock hash; KEYS[2] release latch; KEYS[3] grant latch to undo.
+-- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] channel; ARGV[4] publish command;
+-- ARGV[5] latch lifetime (ms); ARGV[6] '1' to release only the grant in KEYS[3].
 -- Reply: -1 not held (nothing changed); 0 released; n > 0 holds left.
+local before = release_replayed()
+if before then
+    return before
+end
 local writer = ARGV[2] .. ':write'
 if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], writer) == 0 then
-    return -1
+    return released(-1)
 end
 local holds = drop_hold(KEYS[1], writer, ARGV[1])
 if holds > 0 then
-    return holds
+    return released(holds)
 end
 redis.call('hdel', KEYS[1], writer)
 if redis.call('hlen', KEYS[1]) == 1 then
@@ -19,4 +24,4 @@ else
     redis.call('hset', KEYS[1], 'mode', 'read')
 end
 redis.call(ARGV[4], ARGV[3], '1')
-return 0
+return released(0)

@@ -1,0 +1,196 @@
+//! [`FaultyBackend`]: a wrapper that fails, delays or loses the replies of another
+//! backend's acquisitions, for races no real network produces on demand (composite
+//! locks, cancellation, replies of one owner answered out of order).
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::backend::{Acquire, LockState, Release, Renewal};
+use lock_core::notify::Listener;
+use lock_core::{AcquireRequest, Backend, Error, LockRef, ReleaseRequest};
+
+/// What the wrapper does to an acquisition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum AcquireFault {
+    /// Forward it untouched.
+    #[default]
+    None,
+    /// Fail without reaching the wrapped backend, as a request lost before it was sent.
+    FailBeforeSending,
+    /// Run the next acquisition on the wrapped backend, then report a connection error:
+    /// its reply was lost after the backend acted. Later ones are forwarded again.
+    LoseReply,
+    /// Wait this long before forwarding it.
+    DelayRequest(Duration),
+    /// Forward it at once, then hold back a reply that is a fresh grant (a hold count
+    /// of 1) for this long, so that a later grant's reply arrives first.
+    DelayFreshGrant(Duration),
+}
+
+/// A backend whose acquisitions misbehave as told, and whose releases and renewals can
+/// be made to fail; every other operation is forwarded. Clones share the switches.
+#[derive(Clone)]
+pub struct FaultyBackend {
+    inner: Arc<dyn Backend>,
+    fault: Arc<Mutex<AcquireFault>>,
+    failing_releases: Arc<AtomicBool>,
+    failing_renewals: Arc<AtomicBool>,
+    losing_release_reply: Arc<AtomicBool>,
+    listen_delay: Arc<Mutex<Duration>>,
+    failing_listens: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl fmt::Debug for FaultyBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FaultyBackend")
+            .field("inner", &self.inner)
+            .field("fault", &self.fault())
+            .field("failing_releases", &self.failing_releases)
+            .field("failing_renewals", &self.failing_renewals)
+            .field("losing_release_reply", &self.losing_release_reply)
+            .field("listen_delay", &self.listen_delay)
+            .field("failing_listens", &self.failing_listens)
+            .finish()
+    }
+}
+
+impl FaultyBackend {
+    /// Wraps `inner`, forwarding everything until a fault is set.
+    #[must_use]
+    pub fn new(inner: Arc<dyn Backend>) -> Self {
+        Self {
+            inner,
+            fault: Arc::new(Mutex::new(AcquireFault::None)),
+            failing_releases: Arc::new(AtomicBool::new(false)),
+            failing_renewals: Arc::new(AtomicBool::new(false)),
+            losing_release_reply: Arc::new(AtomicBool::new(false)),
+            listen_delay: Arc::new(Mutex::new(Duration::ZERO)),
+            failing_listens: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        }
+    }
+
+    /// Makes releases fail without reaching the wrapped backend (or forward again).
+    pub fn fail_releases(&self, failing: bool) {
+        self.failing_releases.store(failing, Ordering::SeqCst);
+    }
+
+    /// Runs the next release on the wrapped backend, then reports a connection error:
+    /// its reply was lost after the backend acted.
+    pub fn lose_next_release_reply(&self) {
+        self.losing_release_reply.store(true, Ordering::SeqCst);
+    }
+
+    /// Makes subscribing to release notifications take this long (a slow connection).
+    pub fn delay_listens(&self, delay: Duration) {
+        *self
+            .listen_delay
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = delay;
+    }
+
+    /// Makes the next `count` subscriptions fail unconfirmed (a connection error).
+    pub fn fail_listens(&self, count: usize) {
+        self.failing_listens.store(count, Ordering::SeqCst);
+    }
+
+    /// Makes renewals fail without reaching the wrapped backend (or forward again).
+    pub fn fail_renewals(&self, failing: bool) {
+        self.failing_renewals.store(failing, Ordering::SeqCst);
+    }
+
+    /// What acquisitions do from now on.
+    pub fn set(&self, fault: AcquireFault) {
+        *self.fault.lock().unwrap_or_else(PoisonError::into_inner) = fault;
+    }
+
+    fn fault(&self) -> AcquireFault {
+        *self.fault.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn injected(what: &'static str) -> Error {
+    Error::connection("reaching the backend", std::io::Error::other(what))
+}
+
+#[async_trait]
+impl Backend for FaultyBackend {
+    async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
+        match self.fault() {
+            AcquireFault::None => self.inner.acquire(lock, request).await,
+            AcquireFault::FailBeforeSending => Err(injected("injected: not sent")),
+            AcquireFault::LoseReply => {
+                self.set(AcquireFault::None);
+                self.inner.acquire(lock, request).await?;
+                Err(injected("injected: reply lost"))
+            }
+            AcquireFault::DelayRequest(delay) => {
+                tokio::time::sleep(delay).await;
+                self.inner.acquire(lock, request).await
+            }
+            AcquireFault::DelayFreshGrant(delay) => {
+                let reply = self.inner.acquire(lock, request).await;
+                if let Ok(Acquire::Acquired { holds: 1, .. }) = reply {
+                    tokio::time::sleep(delay).await;
+                }
+                reply
+            }
+        }
+    }
+
+    async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
+        self.inner.cancel_wait(lock).await
+    }
+
+    async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
+        self.inner.raise_fencing(lock, token).await
+    }
+
+    async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
+        if self.failing_releases.load(Ordering::SeqCst) {
+            return Err(injected("injected: release not sent"));
+        }
+        let outcome = self.inner.release(lock, request).await;
+        if self.losing_release_reply.swap(false, Ordering::SeqCst) {
+            return Err(injected("injected: reply lost"));
+        }
+        outcome
+    }
+
+    async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal> {
+        if self.failing_renewals.load(Ordering::SeqCst) {
+            let err = Arc::new(injected("injected: renewal not sent"));
+            return locks
+                .iter()
+                .map(|_| Renewal::Failed(Arc::clone(&err)))
+                .collect();
+        }
+        self.inner.renew(locks, lease).await
+    }
+
+    async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error> {
+        self.inner.inspect(lock).await
+    }
+
+    async fn force_release(&self, lock: &LockRef) -> Result<bool, Error> {
+        self.inner.force_release(lock).await
+    }
+
+    async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
+        let delay = *self
+            .listen_delay
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        tokio::time::sleep(delay).await;
+        let failing = self
+            .failing_listens
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if failing.is_ok() {
+            return Err(injected("injected: subscription not confirmed"));
+        }
+        self.inner.listen(lock).await
+    }
+}

@@ -1,0 +1,334 @@
+//! Scenarios for the paths that once let two owners believe they held a lock, left a
+//! hold behind nobody could release, or let a hold expire while renewed. Each names the
+//! finding of the correctness review it guards (`shared/reviews/correctness.md`) and
+//! fails without its fix. Re-exported through [`crate::scenarios`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{ErrorKind, Guard, Holder, Lock, Locks};
+use tokio::time::{Instant, sleep, timeout};
+
+use crate::Fixture;
+use crate::faulty::{AcquireFault, FaultyBackend};
+use crate::scenarios::{handover_gap, spawn_waiter, unique};
+
+/// Review #1: two read holds of one owner, the newer released first. The lock must not
+/// expire on the server while the older hold still believes it holds: when a writer
+/// gets in, the older hold is no longer held.
+pub async fn read_holds_released_out_of_order(fx: &dyn Fixture) {
+    let (a, b) = (fx.client().await, fx.client().await);
+    let name = unique("rw-out-of-order");
+    let lease = Duration::from_millis(600);
+    let read = a.rw_lock(&name).read().with_holder(Holder::unique());
+    let older = read.try_lock_for(Duration::ZERO, Some(lease)).await;
+    let older = older.unwrap().expect("free");
+    sleep(lease / 2).await;
+    let newer = read.try_lock_for(Duration::ZERO, Some(lease)).await;
+    newer
+        .unwrap()
+        .expect("readers share")
+        .unlock()
+        .await
+        .unwrap();
+    writer_enters_only_after(&older, &b.rw_lock(&name).write(), lease).await;
+    assert!(!older.is_held());
+}
+
+/// Polls `writer` until it gets the lock, which must happen within four leases and only
+/// once `read` no longer believes it holds (checked before each attempt: a hold still
+/// valid then must exclude the writer).
+async fn writer_enters_only_after(read: &Guard, writer: &Lock, lease: Duration) {
+    let started = Instant::now();
+    loop {
+        let held_before = read.is_held();
+        if let Some(write) = writer.try_lock().await.unwrap() {
+            assert!(
+                !held_before,
+                "a writer got in while a read hold still believed it held"
+            );
+            write.unlock().await.unwrap();
+            return;
+        }
+        assert!(started.elapsed() < lease * 4, "the read hold never expired");
+        sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Another client takes the mutex `name` within 2 s (a hold left behind would keep it
+/// out for its 30 s lease) and releases it; `left_behind` says what failed otherwise.
+async fn another_client_takes(fx: &dyn Fixture, name: &str, left_behind: &str) {
+    let other = fx.client().await;
+    let taken = timeout(Duration::from_secs(2), other.mutex(name).lock()).await;
+    let guard = taken.unwrap_or_else(|_| panic!("{left_behind}")).unwrap();
+    guard.unlock().await.unwrap();
+}
+
+/// A read hold that expired while the lock lived on (another reader kept it) leaves no
+/// count behind: its owner's next read hold is a fresh one, released with the lock
+/// showing no hold of the owner, and the owner's write attempt is "busy", not
+/// `WouldDeadlock`.
+pub async fn expired_read_hold_leaves_no_count(fx: &dyn Fixture) {
+    let (a, b) = (fx.client().await, fx.client().await);
+    let name = unique("rw-expired-count");
+    let other = b.rw_lock(&name).read();
+    let other = other.try_lock_for(Duration::ZERO, Some(Duration::from_secs(10)));
+    let other = other.await.unwrap().expect("free");
+    let holder = Holder::unique();
+    let read = a.rw_lock(&name).read().with_holder(holder.clone());
+    let short = read.try_lock_for(Duration::ZERO, Some(Duration::from_millis(200)));
+    let short = short.await.unwrap().expect("readers share");
+    sleep(Duration::from_millis(350)).await;
+    assert!(!short.is_held(), "a read hold outlived its own lease");
+    assert_eq!(
+        kind_of(short.unlock().await),
+        Some(ErrorKind::NotHeld),
+        "an expired read hold must not release anyone's hold"
+    );
+    let again = read.try_lock_for(Duration::ZERO, Some(Duration::from_secs(5)));
+    let again = again.await.unwrap().expect("readers share");
+    again.unlock().await.unwrap();
+    assert_eq!(
+        read.hold_count().await.unwrap(),
+        0,
+        "the expired hold is still counted"
+    );
+    let write = a.rw_lock(&name).write().with_holder(holder);
+    match write.try_lock().await {
+        Ok(None) => {}
+        Ok(Some(_)) => panic!("a writer got in beside a reader"),
+        Err(err) => panic!("a writer with no live read hold was refused: {err}"),
+    }
+    other.unlock().await.unwrap();
+}
+
+fn kind_of(result: Result<(), lock_core::Error>) -> Option<ErrorKind> {
+    result.err().map(|err| err.kind())
+}
+
+/// Review #11: with a renewal interval close to the lease, a hold taken just after a
+/// watchdog round must still be renewed before it expires.
+pub async fn watchdog_renews_a_hold_taken_between_rounds(fx: &dyn Fixture) {
+    let locks = Locks::builder(fx.backend().await)
+        .watchdog_lease(Duration::from_millis(300))
+        .renew_interval(Duration::from_millis(250))
+        .build()
+        .expect("an interval below the lease is valid");
+    let first = locks.mutex(&unique("wd-first")).lock().await.unwrap();
+    // The rounds now come at 250 ms, 500 ms, ...; this hold is 120 ms old at the first.
+    sleep(Duration::from_millis(130)).await;
+    let second = locks.mutex(&unique("wd-second")).lock().await.unwrap();
+    sleep(Duration::from_millis(700)).await;
+    assert!(first.is_held(), "the first hold expired under the watchdog");
+    assert!(
+        second.is_held(),
+        "a hold taken between rounds expired under the watchdog"
+    );
+    second.unlock().await.unwrap();
+    first.unlock().await.unwrap();
+}
+
+/// Review #13: two concurrent acquisitions by one holder whose replies arrive in the
+/// opposite order of the grants (the fresh grant's reply last) give two held guards, and
+/// the lock is free once both are released.
+pub async fn replies_of_one_holder_in_any_order(fx: &dyn Fixture) {
+    let faulty = FaultyBackend::new(fx.backend().await);
+    faulty.set(AcquireFault::DelayFreshGrant(Duration::from_millis(100)));
+    let locks = Locks::new(Arc::new(faulty.clone()));
+    let name = unique("reply-order");
+    let m = locks.mutex(&name).with_holder(Holder::unique());
+    let (first, second) = tokio::join!(m.lock(), m.lock());
+    let (first, second) = (first.unwrap(), second.unwrap());
+    assert!(
+        first.is_held() && second.is_held(),
+        "a guard of a live hold reports lost"
+    );
+    assert_eq!(m.hold_count().await.unwrap(), 2);
+    faulty.set(AcquireFault::None);
+    first.unlock().await.unwrap();
+    assert!(second.is_held());
+    second.unlock().await.unwrap();
+    another_client_takes(
+        fx,
+        &name,
+        "a hold was left behind after both guards were released",
+    )
+    .await;
+}
+
+/// Review #8: a fair waiter that gives up while its attempt is still on its way must not
+/// land in the queue after its own cancellation: the waiter behind it is served at the
+/// next release, not after the quitter's place lapses (5 s).
+pub async fn fair_waiter_cancelled_mid_attempt_leaves_no_place(fx: &dyn Fixture) {
+    let name = unique("fair-cancel-race");
+    let holder = fx.client().await;
+    let held = holder.fair_mutex(&name).lock().await.unwrap();
+    let slow = FaultyBackend::new(fx.backend().await);
+    slow.set(AcquireFault::DelayRequest(Duration::from_millis(50)));
+    let quitter = Locks::new(Arc::new(slow));
+    let gave_up = timeout(Duration::from_millis(10), quitter.fair_mutex(&name).lock()).await;
+    assert!(gave_up.is_err(), "the quitter cannot get a held lock");
+    // The quitter's attempt reaches the backend meanwhile.
+    sleep(Duration::from_millis(150)).await;
+    let next = fx.client().await;
+    let waiter = spawn_waiter(next.fair_mutex(&name));
+    sleep(Duration::from_millis(50)).await;
+    let gap = handover_gap(held, waiter, Duration::from_secs(3)).await;
+    assert!(
+        gap < Duration::from_secs(1),
+        "the waiter behind a quitter waited {gap:?}"
+    );
+}
+
+/// Review #7: a request whose reply was lost (it ran, the caller never heard) is sent
+/// again under the same id and counted once: a reentry still gives a guard with two
+/// holds, not three; a release reports success having released one hold, not two.
+pub async fn a_lost_reply_is_retried_and_counted_once(fx: &dyn Fixture) {
+    let faulty = FaultyBackend::new(fx.backend().await);
+    let locks = Locks::new(Arc::new(faulty.clone()));
+    let name = unique("lost-reply");
+    let m = locks.mutex(&name).with_holder(Holder::unique());
+    let outer = m.lock().await.unwrap();
+    faulty.set(AcquireFault::LoseReply);
+    let inner = timeout(Duration::from_secs(5), m.lock())
+        .await
+        .expect("the retried reentry is answered")
+        .expect("a reentry whose reply was lost is sent again");
+    assert_eq!(
+        m.hold_count().await.unwrap(),
+        2,
+        "the reentry counted twice"
+    );
+    faulty.lose_next_release_reply();
+    inner
+        .unlock()
+        .await
+        .expect("a release whose reply was lost is sent again");
+    assert_eq!(
+        m.hold_count().await.unwrap(),
+        1,
+        "the release counted twice"
+    );
+    assert!(outer.is_held());
+    outer.unlock().await.unwrap();
+    assert!(!m.is_locked().await.unwrap());
+}
+
+/// Review #7: a grant whose reply was lost while the caller stopped waiting (a
+/// `try_lock` reports the error at once) is undone in the background: the lock is free
+/// again well before its 30 s lease ends.
+pub async fn an_unanswered_grant_is_undone(fx: &dyn Fixture) {
+    let faulty = FaultyBackend::new(fx.backend().await);
+    let locks = Locks::new(Arc::new(faulty.clone()));
+    let name = unique("unanswered-grant");
+    faulty.set(AcquireFault::LoseReply);
+    let tried = locks.mutex(&name).try_lock().await;
+    assert!(tried.is_err(), "the reply was lost: {tried:?}");
+    another_client_takes(fx, &name, "an unanswered grant was left behind").await;
+}
+
+/// `try_lock_for(wait)` returns within its wait plus a small slack even when subscribing
+/// to release notifications is slow (here 3 s, as while a connection is re-established).
+pub async fn a_bounded_wait_ends_on_time_when_subscribing_is_slow(fx: &dyn Fixture) {
+    let name = unique("slow-subscribe");
+    let holder = fx.client().await;
+    let held = holder.mutex(&name).lock().await.unwrap();
+    let slow = FaultyBackend::new(fx.backend().await);
+    slow.delay_listens(Duration::from_secs(3));
+    let waiter = Locks::new(Arc::new(slow));
+    let started = Instant::now();
+    let wait = Duration::from_millis(300);
+    let got = waiter.mutex(&name).try_lock_for(wait, None).await.unwrap();
+    assert!(got.is_none(), "the lock is held");
+    assert!(
+        started.elapsed() < wait + Duration::from_millis(500),
+        "a 300 ms wait took {:?}",
+        started.elapsed()
+    );
+    held.unlock().await.unwrap();
+}
+
+/// Review #5, within its documented bound: a Redisson reader on the same read-write
+/// lock (simulated with Redisson's own commands: its join, its renewal that sets the
+/// lock's expiry to its lease unconditionally, its unlock that sets it to the longest
+/// remaining hold) never lets a writer in while our read hold, whose lease is no longer
+/// than the Redisson reader's, still believes it holds.
+pub async fn a_redisson_reader_never_cuts_our_read_hold_short(fx: &dyn Fixture) {
+    let redis = fx.redis().expect("a Redis fixture");
+    let (ours, writers) = (fx.client().await, fx.client().await);
+    let name = unique("redisson-reader");
+    let lease = Duration::from_millis(600);
+    let ms = lease.as_millis().to_string();
+    let read = ours.rw_lock(&name).read();
+    let held = read.try_lock_for(Duration::ZERO, Some(lease)).await;
+    let held = held.unwrap().expect("free");
+    let tagged = format!("{{{name}}}");
+    let java = "5f3c6a1e-0000-4000-8000-000000000001:1";
+    let java_hold = format!("{tagged}:{java}:rwlock_timeout:1");
+    sleep(Duration::from_millis(100)).await;
+    // Redisson's read acquire in read mode.
+    redis.run(&name, &["HINCRBY", &name, java, "1"]).await;
+    redis.run(&name, &["SET", &java_hold, "1", "PX", &ms]).await;
+    let pttl = redis.pttl(&name).await.max(600).to_string();
+    redis.run(&name, &["PEXPIRE", &name, &pttl]).await;
+    sleep(Duration::from_millis(100)).await;
+    // Redisson's read renewal: the lock's expiry set to its lease, unconditionally.
+    redis.run(&name, &["PEXPIRE", &name, &ms]).await;
+    redis.run(&name, &["PEXPIRE", &java_hold, &ms]).await;
+    sleep(Duration::from_millis(100)).await;
+    // Redisson's read unlock: its hold goes, and the lock lives as long as the longest
+    // remaining hold key (ours).
+    redis.run(&name, &["HDEL", &name, java]).await;
+    redis.run(&name, &["DEL", &java_hold]).await;
+    let ours_key = format!("{tagged}:{}:rwlock_timeout:1", held.owner());
+    let longest = redis.pttl(&ours_key).await;
+    assert!(longest > 0, "our read hold key is gone: {longest}");
+    redis
+        .run(&name, &["PEXPIRE", &name, &longest.to_string()])
+        .await;
+    writer_enters_only_after(&held, &writers.rw_lock(&name).write(), lease).await;
+}
+
+/// A subscription to release notifications that was not confirmed is a failure that is
+/// tried again, never taken for a subscription: a waiter whose first two subscriptions
+/// fail is still woken by the release, not left to sleep through the holder's lease.
+pub async fn an_unconfirmed_subscription_is_tried_again(fx: &dyn Fixture) {
+    let name = unique("unconfirmed-subscription");
+    let holder = fx.client().await;
+    let held = holder.mutex(&name).lock().await.unwrap();
+    let flaky = FaultyBackend::new(fx.backend().await);
+    flaky.fail_listens(2);
+    let waiter = spawn_waiter(Locks::new(Arc::new(flaky)).mutex(&name));
+    sleep(Duration::from_millis(200)).await;
+    let gap = handover_gap(held, waiter, Duration::from_secs(5)).await;
+    assert!(
+        gap < Duration::from_secs(1),
+        "the waiter was served {gap:?} after the release"
+    );
+}
+
+/// A grant answered from the backend's record (its reply was lost) carries its exact
+/// fencing token: the next holder's token is exactly one more. (A Redis script once
+/// stored tokens, which have 16 digits, with Lua's 14-digit number format.)
+pub async fn a_replayed_grant_keeps_its_exact_fencing_token(fx: &dyn Fixture) {
+    let faulty = FaultyBackend::new(fx.backend().await);
+    let fenced = Locks::builder(Arc::new(faulty.clone()))
+        .fencing(true)
+        .build()
+        .unwrap();
+    let name = unique("replayed-token");
+    faulty.set(AcquireFault::LoseReply);
+    let first = timeout(Duration::from_secs(5), fenced.mutex(&name).lock())
+        .await
+        .expect("the retried acquisition is answered")
+        .unwrap();
+    let token = first.fencing_token().expect("fencing is on");
+    first.unlock().await.unwrap();
+    let second = fenced.mutex(&name).lock().await.unwrap();
+    assert_eq!(
+        second.fencing_token(),
+        Some(token + 1),
+        "the replayed grant's token {token} is not the one the backend issued"
+    );
+    second.unlock().await.unwrap();
+}

@@ -1,0 +1,103 @@
+//! What background work reports through `tracing`: every failure nobody awaits (a
+//! renewal, the release of a dropped guard, a subscription) becomes a `warn` event here,
+//! with the lock's kind and name and the error's whole chain, instead of vanishing.
+//! Lock names are fields of log events, never metric labels.
+
+use crate::{Error, LockRef, LostReason};
+
+/// Target of every event, so that one directive (`lock=debug`) covers them all.
+pub(crate) const TARGET: &str = "lock";
+
+pub(crate) fn renewal_failed(lock: &LockRef, err: &Error) {
+    tracing::warn!(
+        target: TARGET,
+        kind = %lock.kind,
+        name = %lock.name,
+        error = %err.chain(),
+        "renewing a lock failed; retrying while its lease lasts"
+    );
+}
+
+pub(crate) fn hold_lost(lock: &LockRef, reason: LostReason) {
+    tracing::warn!(
+        target: TARGET,
+        kind = %lock.kind,
+        name = %lock.name,
+        owner = %lock.owner,
+        %reason,
+        "lock lost"
+    );
+}
+
+/// A release nobody awaits failed: a dropped guard's, or that of a grant whose caller
+/// went away. The lock stays held until its lease runs out.
+pub(crate) fn release_failed(lock: &LockRef, of: &'static str, err: &Error) {
+    tracing::warn!(
+        target: TARGET,
+        kind = %lock.kind,
+        name = %lock.name,
+        of,
+        error = %err.chain(),
+        "releasing a lock failed; it stays held until its lease ends"
+    );
+}
+
+pub(crate) fn cancel_failed(lock: &LockRef, err: &Error) {
+    tracing::warn!(
+        target: TARGET,
+        kind = %lock.kind,
+        name = %lock.name,
+        error = %err.chain(),
+        "a waiter that gave up could not leave the lock's queue; its place lapses at its deadline"
+    );
+}
+
+pub(crate) fn subscribe_failed(channel: &str, err: &Error) {
+    tracing::warn!(
+        target: TARGET,
+        channel,
+        error = %err.chain(),
+        "subscribing to release notifications failed"
+    );
+}
+
+pub(crate) fn unsubscribe_failed(channel: &str, err: &Error) {
+    tracing::warn!(
+        target: TARGET,
+        channel,
+        error = %err.chain(),
+        "unsubscribing from release notifications failed"
+    );
+}
+
+pub(crate) fn notifications_lost() {
+    tracing::warn!(
+        target: TARGET,
+        "notification connection lost; reconnecting (waiters fall back to the holders' leases meanwhile)"
+    );
+}
+
+pub(crate) fn notifications_dropped() {
+    tracing::warn!(
+        target: TARGET,
+        "release notifications were dropped (a lagging reader); every waiter re-polls"
+    );
+}
+
+pub(crate) fn resubscribed(channels: usize, failed: usize) {
+    if failed == 0 {
+        tracing::info!(
+            target: TARGET,
+            channels,
+            "notification connection restored; every waiter re-polls"
+        );
+    } else {
+        tracing::warn!(
+            target: TARGET,
+            channels,
+            failed,
+            "notification connection restored, but some channels could not be subscribed \
+             again; their waiters re-poll at the holder's lease"
+        );
+    }
+}

@@ -1,0 +1,162 @@
+//! RedLock and MultiLock races that no real network produces on demand: nodes whose
+//! requests fail before they are sent, lose their replies or answer late, through
+//! [`FaultyBackend`] over in-memory nodes. Each test names the review finding it guards
+//! (`shared/reviews/correctness.md`) and failed before its fix.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_conformance::faulty::{AcquireFault, FaultyBackend};
+use lock_core::memory::MemoryBackend;
+use lock_core::{Backend, ErrorKind, Holder, Locks};
+use lock_redlock::{MultiLock, RedLock};
+use tokio::time::{sleep, timeout};
+
+/// Three in-memory nodes, each behind its own fault switch.
+fn nodes() -> (Vec<MemoryBackend>, Vec<FaultyBackend>) {
+    let stores: Vec<MemoryBackend> = (0..3).map(|_| MemoryBackend::new()).collect();
+    let faulty = stores
+        .iter()
+        .map(|store| FaultyBackend::new(Arc::new(store.clone())))
+        .collect();
+    (stores, faulty)
+}
+
+fn redlock(nodes: &[FaultyBackend]) -> Locks {
+    let nodes = nodes
+        .iter()
+        .map(|node| Arc::new(node.clone()) as Arc<dyn Backend>)
+        .collect();
+    RedLock::builder(nodes)
+        .build()
+        .expect("valid RedLock")
+        .locks()
+}
+
+fn plain_redlock(stores: &[MemoryBackend]) -> Locks {
+    let nodes = stores
+        .iter()
+        .map(|store| Arc::new(store.clone()) as Arc<dyn Backend>)
+        .collect();
+    RedLock::builder(nodes)
+        .build()
+        .expect("valid RedLock")
+        .locks()
+}
+
+/// Review #3: a reentry that fails on a majority before reaching it must not be undone
+/// there: the undo would take away the outer hold, and another client would get a
+/// majority while the outer guard still holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_reentry_never_releases_the_outer_hold() {
+    let (stores, faulty) = nodes();
+    let locks = redlock(&faulty);
+    let m = locks.mutex("rl:reentry").with_holder(Holder::unique());
+    let outer = m.lock().await.unwrap();
+    faulty[1].set(AcquireFault::FailBeforeSending);
+    faulty[2].set(AcquireFault::FailBeforeSending);
+    let reentry = m.try_lock().await;
+    assert!(
+        !matches!(reentry, Ok(Some(_))),
+        "a reentry granted by one node of three"
+    );
+    faulty[1].set(AcquireFault::None);
+    faulty[2].set(AcquireFault::None);
+    // Let any undo the failed attempt scheduled run.
+    sleep(Duration::from_millis(100)).await;
+    let rival = plain_redlock(&stores);
+    assert!(
+        rival
+            .mutex("rl:reentry")
+            .try_lock()
+            .await
+            .unwrap()
+            .is_none(),
+        "another client got a majority while the outer guard holds"
+    );
+    assert!(outer.is_held());
+    outer.unlock().await.unwrap();
+}
+
+/// A node that grants after the lock's release already ran there (the quorum did not
+/// wait for it) must not stay locked for a whole lease with nobody to release it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_answered_after_the_release_is_released_too() {
+    let (stores, faulty) = nodes();
+    faulty[2].set(AcquireFault::DelayRequest(Duration::from_millis(100)));
+    let locks = redlock(&faulty);
+    let guard = locks.mutex("rl:late").lock().await.unwrap();
+    guard.unlock().await.unwrap();
+    sleep(Duration::from_millis(300)).await;
+    assert!(
+        stores[2].held_locks().is_empty(),
+        "the slow node still holds {:?} after the release",
+        stores[2].held_locks()
+    );
+}
+
+/// A release that a majority answers "released" while a minority still holds the lock
+/// (the majority lost it) is not "still held": the remaining guards of the hold are lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_majority_that_lost_the_lock_ends_the_remaining_guards() {
+    let (stores, faulty) = nodes();
+    let locks = redlock(&faulty);
+    let m = locks
+        .mutex("rl:majority-lost")
+        .with_holder(Holder::unique());
+    let first = m.lock().await.unwrap();
+    let second = m.lock().await.unwrap();
+    // Two nodes lose the lock (a restart without persistence, say).
+    for store in &stores[1..] {
+        let only = Locks::new(Arc::new(store.clone()));
+        assert!(only.mutex("rl:majority-lost").force_unlock().await.unwrap());
+    }
+    first.unlock().await.unwrap();
+    assert!(
+        !second.is_held(),
+        "a guard believes it holds a lock a majority no longer has"
+    );
+    let rival = plain_redlock(&stores);
+    let taken = rival.mutex("rl:majority-lost").try_lock().await.unwrap();
+    assert!(taken.is_some(), "a majority is free");
+}
+
+/// Review #12: two parts with one name (on two backends) could be ordered differently
+/// by two clients, and each could keep what the other waits for: refused at build time.
+#[test]
+fn multilock_parts_with_one_name_are_refused() {
+    let (a, b) = (MemoryBackend::new(), MemoryBackend::new());
+    let built = MultiLock::builder()
+        .lock(Arc::new(a), "x")
+        .lock(Arc::new(b), "x")
+        .build();
+    let err = built.expect_err("a duplicate name is refused");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.to_string().contains("`x`"), "{err}");
+}
+
+/// Review #8 on a MultiLock: a waiter that gives up while its attempt is on its way
+/// (the part it waits for answers slowly) must not keep the parts that attempt took.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multilock_waiter_cancelled_mid_attempt_keeps_nothing() {
+    let (fast, slow) = (MemoryBackend::new(), MemoryBackend::new());
+    let delayed = FaultyBackend::new(Arc::new(slow.clone()));
+    delayed.set(AcquireFault::DelayRequest(Duration::from_millis(50)));
+    let blocker = Locks::new(Arc::new(slow.clone()));
+    let held = blocker.mutex("b-part").lock().await.unwrap();
+    let multi = MultiLock::builder()
+        .lock(Arc::new(fast.clone()), "a-part")
+        .lock(Arc::new(delayed), "b-part")
+        .build()
+        .unwrap()
+        .locks();
+    let gave_up = timeout(Duration::from_millis(10), multi.mutex("both").lock()).await;
+    assert!(gave_up.is_err(), "one part is held by someone else");
+    sleep(Duration::from_millis(200)).await;
+    assert!(
+        fast.held_locks().is_empty(),
+        "a cancelled MultiLock waiter kept {:?}",
+        fast.held_locks()
+    );
+    held.unlock().await.unwrap();
+}
