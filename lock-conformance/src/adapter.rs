@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use lock_core::{Backend, Error, ErrorKind, Locks};
-use lock_testkit::{RedisCluster, RedisSentinel, RedisServer};
+use lock_core::{Backend, Error, ErrorKind, Holder, Locks};
+use lock_testkit::{FaultProxy, ProxyFault, RedisCluster, RedisSentinel, RedisServer};
 use tokio::time::Instant;
 
 /// What a scenario asks an adapter to connect with: a URL and settings every adapter's
@@ -63,6 +63,8 @@ macro_rules! adapter_tests {
             with_a_replica_every_lock_kind_works,
             locks_work_over_tls_and_a_wrong_setup_is_a_typed_error,
             dropping_a_client_closes_its_connections,
+            a_script_whose_reply_was_lost_is_not_sent_again,
+            a_missing_password_and_an_unknown_host_fail_at_connect,
         );
     };
 }
@@ -414,6 +416,35 @@ pub async fn locks_work_over_tls_and_a_wrong_setup_is_a_typed_error(connect: &Ad
     );
 }
 
+/// Like [`hand_over`], but `a` releases only once the server counts `b`'s subscription to
+/// the lock's channel: a fixed sleep does not prove that `b` waited on a loaded machine.
+async fn hand_over_to_a_subscribed_waiter(server: &RedisServer, a: &Locks, b: &Locks, name: &str) {
+    let held = a.mutex(name).lock().await.unwrap();
+    let waiter = {
+        let mutex = b.mutex(name);
+        tokio::spawn(async move { mutex.lock().await.map(drop) })
+    };
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let counts: Vec<redis::Value> = server.command(&["PUBSUB", "NUMSUB", &channel]).await;
+        if matches!(counts.get(1), Some(redis::Value::Int(n)) if *n > 0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the waiter never subscribed to {channel}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    held.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter was woken")
+        .unwrap()
+        .unwrap();
+}
+
 /// How many clients the server has, not counting the one asking.
 async fn client_count(server: &RedisServer) -> usize {
     let list: String = server.command(&["CLIENT", "LIST"]).await;
@@ -429,8 +460,10 @@ pub async fn dropping_a_client_closes_its_connections(connect: &AdapterConnect) 
     let b = locks(connect, ConnectSpec::new(server.url()))
         .await
         .unwrap();
-    // The hand-over subscribes b's notification connection.
-    hand_over(&a, &b, "adapter:drop").await;
+    // Each client waits once, so each has its notification connection open as well as
+    // its command connection.
+    hand_over_to_a_subscribed_waiter(&server, &a, &b, "adapter:drop").await;
+    hand_over_to_a_subscribed_waiter(&server, &b, &a, "adapter:drop").await;
     assert!(
         client_count(&server).await >= before + 4,
         "commands and notifications each"
@@ -449,4 +482,115 @@ pub async fn dropping_a_client_closes_its_connections(connect: &AdapterConnect) 
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Review #2 and #7 through a real connection reset (the script ran, its reply was
+/// lost), on a standalone server and on a cluster reached through proxies the nodes
+/// announce: no driver sends the script again by itself, and lock-core's own retry under
+/// the same request id is answered by the server's latch, so a release counts once and
+/// reports success; a grant whose caller stopped waiting is undone at once, not left
+/// for its lease.
+pub async fn a_script_whose_reply_was_lost_is_not_sent_again(connect: &AdapterConnect) {
+    let server = RedisServer::start().await;
+    let address = format!("127.0.0.1:{}", server.port());
+    let proxy = FaultProxy::start(address.parse().unwrap()).await;
+    let standalone = locks(connect, ConnectSpec::new(proxy.url())).await.unwrap();
+    lose_one_release(&standalone, &proxy, "adapter:lost-reply").await;
+    lose_one_grant(&standalone, &proxy, "adapter:lost-grant").await;
+
+    let cluster = RedisCluster::start_behind_proxies(3).await;
+    let nodes: Vec<String> = cluster
+        .proxies()
+        .iter()
+        .map(|proxy| format!("127.0.0.1:{}", proxy.port()))
+        .collect();
+    let url = format!("redis+cluster://{}", nodes.join(","));
+    let clustered = locks(connect, ConnectSpec::new(url)).await.unwrap();
+    let name = "adapter:lost-reply-cluster";
+    let node = cluster.node_index_for_key(name).await;
+    lose_one_release(&clustered, &cluster.proxies()[node], name).await;
+    let name = "adapter:lost-grant-cluster";
+    let node = cluster.node_index_for_key(name).await;
+    lose_one_grant(&clustered, &cluster.proxies()[node], name).await;
+}
+
+/// Takes `name` with a `try_lock` through `proxy`, losing the grant's reply: the caller
+/// gets an error at once, and another client gets the lock within seconds, not after
+/// the 30 s lease.
+async fn lose_one_grant(locks: &Locks, proxy: &FaultProxy, name: &str) {
+    let mutex = locks.mutex(name);
+    // Every script is loaded first, so the reply lost is the grant's, not a NOSCRIPT.
+    mutex.lock().await.unwrap().unlock().await.unwrap();
+    let lost_before = proxy.lost_replies();
+    proxy.set(ProxyFault::LoseReplyTo(b"EVALSHA".to_vec()));
+    let tried = mutex.try_lock().await;
+    assert!(tried.is_err(), "the grant's reply was lost: {tried:?}");
+    assert_eq!(proxy.lost_replies(), lost_before + 1);
+    let other = locks.mutex(name).with_holder(Holder::unique());
+    let taken = tokio::time::timeout(Duration::from_secs(5), other.lock()).await;
+    taken
+        .expect("a grant nobody learnt of was left for its lease")
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+}
+
+/// Holds `name` twice and releases once through `proxy`, losing the release's reply.
+async fn lose_one_release(locks: &Locks, proxy: &FaultProxy, name: &str) {
+    let mutex = locks.mutex(name).with_holder(Holder::unique());
+    // Every script is loaded first, so the reply lost is the release's, not a NOSCRIPT.
+    mutex.lock().await.unwrap().unlock().await.unwrap();
+    let outer = mutex.lock().await.unwrap();
+    let inner = mutex.lock().await.unwrap();
+    proxy.set(ProxyFault::LoseReplyTo(b"EVALSHA".to_vec()));
+    let lost = inner.unlock().await;
+    assert_eq!(proxy.lost_replies(), 1, "no reply was lost: {lost:?}");
+    // The client reconnects in the background; ask until it answers.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let holds = loop {
+        match mutex.hold_count().await {
+            Ok(holds) => break holds,
+            Err(err) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                drop(err);
+            }
+            Err(err) => panic!("the client never reconnected: {}", chain(&err)),
+        }
+    };
+    assert_eq!(holds, 1, "the release ran twice");
+    assert!(
+        lost.is_ok(),
+        "a release whose reply was lost is sent again and answered by the latch: {lost:?}"
+    );
+    assert!(outer.is_held());
+    outer.unlock().await.unwrap();
+}
+
+/// A server that requires a password, reached without one, is refused at connect (as a
+/// wrong password is), not at the first lock; an unreachable host is named in the error.
+pub async fn a_missing_password_and_an_unknown_host_fail_at_connect(connect: &AdapterConnect) {
+    let server = RedisServer::start().await;
+    // Set after start: the testkit's readiness check has no password.
+    let () = server
+        .command(&["CONFIG", "SET", "requirepass", "s3cret"])
+        .await;
+    let anonymous = ConnectSpec::new(format!("redis://127.0.0.1:{}", server.port()));
+    let err = fails_in_time(connect, anonymous).await;
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{}", chain(&err));
+    let text = chain(&err).to_lowercase();
+    assert!(
+        text.contains("auth") || text.contains("password"),
+        "the error says authentication failed: {text}"
+    );
+
+    let port = lock_testkit::free_port();
+    let nowhere = ConnectSpec::new(format!("redis://127.0.0.1:{port}"));
+    let err = fails_in_time(connect, nowhere).await;
+    assert_eq!(err.kind(), ErrorKind::Connection, "{}", chain(&err));
+    assert!(
+        chain(&err).contains(&format!("127.0.0.1:{port}")),
+        "the error names the address it tried: {}",
+        chain(&err)
+    );
 }
