@@ -80,6 +80,11 @@ async fn acquire_inner(
     wait: Wait,
     started: Instant,
 ) -> Result<Option<Guard>, Error> {
+    if client.supervisor.is_closed() {
+        return Err(Error::ShutDown);
+    }
+    // A watchdog that died with its runtime is started again before anything else.
+    client.watchdog.revive(client);
     let (lease_duration, renew) = match lease {
         Lease::Watchdog => (client.config.watchdog_lease, true),
         Lease::Fixed(d) => (d, false),
@@ -94,7 +99,7 @@ async fn acquire_inner(
     if !matches!(wait, Wait::Never) {
         request = request.enqueue(client.config.fair_waiter_timeout);
         queued = Some(QueuedWaiter {
-            backend: Arc::clone(&client.backend),
+            client: Arc::clone(client),
             lock: lock.clone(),
             armed: true,
             attempt_done: None,
@@ -221,7 +226,6 @@ async fn attempt(
 ) -> Result<Attempt, Error> {
     let lease = request.lease;
     let request = request.fresh_id();
-    let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
     let (tx, rx) = oneshot::channel();
     let (done, attempt_done) = oneshot::channel::<()>();
     if let Some(queued) = queued {
@@ -235,7 +239,7 @@ async fn attempt(
         Wait::Until(deadline) => deadline.min(sent + request.retry_window),
         Wait::Forever => sent + request.retry_window,
     };
-    runtime.spawn(async move {
+    client.supervisor.spawn_job(async move {
         let reply = retry::until_answered(answer_by, || backend.acquire(&lock_ref, request)).await;
         let unknown = retry::unanswered(&reply);
         let undo = match tx.send(reply) {
@@ -249,10 +253,10 @@ async fn attempt(
         }
         // Dropping `done` tells a waiter that gave up that its cancellation may go now.
         drop(done);
-    });
+    })?;
     let mut pending = PendingReply {
         rx: Some(rx),
-        backend: Arc::clone(&client.backend),
+        client: Arc::clone(client),
         lock: lock.clone(),
         request,
     };
@@ -292,7 +296,7 @@ async fn undo_grant(backend: &dyn Backend, lock: &LockRef, request: AcquireReque
 /// it was taken, the granted hold is released here.
 struct PendingReply {
     rx: Option<oneshot::Receiver<Result<Acquire, Error>>>,
-    backend: Arc<dyn Backend>,
+    client: Arc<Inner>,
     lock: LockRef,
     request: AcquireRequest,
 }
@@ -318,13 +322,18 @@ impl Drop for PendingReply {
         let reply = rx.try_recv();
         #[cfg(test)]
         tests::before_the_receiver_drops();
-        if let Ok(Ok(Acquire::Acquired { .. })) = reply
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            let backend = Arc::clone(&self.backend);
+        if let Ok(Ok(Acquire::Acquired { .. })) = reply {
+            let backend = Arc::clone(&self.client.backend);
             let lock = self.lock.clone();
             let request = self.request;
-            runtime.spawn(async move { undo_grant(&*backend, &lock, request).await });
+            let undo = self
+                .client
+                .supervisor
+                .spawn_job(async move { undo_grant(&*backend, &lock, request).await });
+            if let Err(err) = undo {
+                // The lease bounds the hold.
+                events::release_failed(&self.lock, "a grant its caller never learnt of", &err);
+            }
         }
     }
 }
@@ -333,7 +342,7 @@ impl Drop for PendingReply {
 /// lock's partial holds). Unless it was served, dropping it (the wait ended, failed or was
 /// cancelled) tells the backend in the background, so that a fair queue moves on at once.
 struct QueuedWaiter {
-    backend: Arc<dyn Backend>,
+    client: Arc<Inner>,
     lock: LockRef,
     armed: bool,
     /// Resolves when the latest attempt is over: a cancellation sent before it could
@@ -356,20 +365,21 @@ impl Drop for QueuedWaiter {
         if !self.armed {
             return;
         }
-        // Without a runtime the place lapses at its deadline instead.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let backend = Arc::clone(&self.backend);
-            let lock = self.lock.clone();
-            let attempt_done = self.attempt_done.take();
-            runtime.spawn(async move {
-                if let Some(attempt_done) = attempt_done {
-                    // Only "the attempt ended" matters, not how.
-                    let _ = attempt_done.await;
-                }
-                if let Err(err) = backend.cancel_wait(&lock).await {
-                    events::cancel_failed(&lock, &err);
-                }
-            });
+        let backend = Arc::clone(&self.client.backend);
+        let lock = self.lock.clone();
+        let attempt_done = self.attempt_done.take();
+        let cancel = self.client.supervisor.spawn_job(async move {
+            if let Some(attempt_done) = attempt_done {
+                // Only "the attempt ended" matters, not how: a closed channel is the signal.
+                let _ = attempt_done.await;
+            }
+            if let Err(err) = backend.cancel_wait(&lock).await {
+                events::cancel_failed(&lock, &err);
+            }
+        });
+        if let Err(err) = cancel {
+            // Without a runtime the place lapses at its deadline instead.
+            events::cancel_failed(&self.lock, &err);
         }
     }
 }
@@ -407,7 +417,7 @@ mod tests {
         let (tx, rx) = oneshot::channel();
         let pending = PendingReply {
             rx: Some(rx),
-            backend: Arc::new(MemoryBackend::new()),
+            client: Arc::clone(&crate::Locks::new(Arc::new(MemoryBackend::new())).inner),
             lock,
             request: AcquireRequest::new(Duration::from_secs(1)),
         };

@@ -9,8 +9,9 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::hold::Hold;
+use crate::supervisor::Supervisor;
 use crate::watchdog::Watchdog;
-use crate::{Backend, Error, Lock, LockKind, LockRef, LostReason, RwLock};
+use crate::{Backend, Error, Lock, LockKind, LockRef, LostReason, RwLock, events};
 
 /// A client of a lock backend: the factory of lock handles.
 ///
@@ -28,6 +29,7 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     holds: StdMutex<HashMap<LockRef, Arc<Hold>>>,
     pub(crate) watchdog: Watchdog,
+    pub(crate) supervisor: Supervisor,
 }
 
 impl fmt::Debug for Locks {
@@ -64,6 +66,7 @@ impl Locks {
                 config,
                 holds: StdMutex::new(HashMap::new()),
                 watchdog: Watchdog::default(),
+                supervisor: Supervisor::new(),
             }),
         }
     }
@@ -105,6 +108,32 @@ impl Locks {
     #[must_use]
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// Shuts the client down: it takes no new locks (acquisitions fail with
+    /// [`ErrorKind::ShutDown`](crate::ErrorKind::ShutDown)), and this returns once every
+    /// release already started has finished: those of guards dropped or unlocked, of
+    /// grants whose caller went away, and the cancellations of abandoned waits.
+    ///
+    /// Call it before the runtime stops (at the end of `main`): a runtime that stops drops
+    /// its tasks, and a release dropped with them leaves its lock held until the lease
+    /// ends, 30 s by default. Release guards before: a guard still alive keeps its lock,
+    /// renewed, until it is released or dropped (a warning says how many there are).
+    ///
+    /// A release whose outcome stays unknown is sent again for up to
+    /// [`Config::retry_window`]; bound the wait with a timeout if that is too long.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: the releases go on in the background, and calling it again waits for
+    /// them again. The client is shut down from the first call on.
+    pub async fn shutdown(&self) {
+        self.inner.supervisor.close();
+        self.inner.supervisor.drain().await;
+        let live = self.inner.holds().len();
+        if live > 0 {
+            events::shut_down_with_holds(live);
+        }
     }
 }
 

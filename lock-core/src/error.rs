@@ -36,6 +36,9 @@ pub enum ErrorKind {
     WouldDeadlock,
     /// Replica acknowledgement was required and too few replicas confirmed in time.
     NotReplicated,
+    /// The client was shut down ([`Locks::shutdown`](crate::Locks::shutdown)) and takes no
+    /// new locks.
+    ShutDown,
 }
 
 impl fmt::Display for ErrorKind {
@@ -53,6 +56,7 @@ impl fmt::Display for ErrorKind {
             Self::NoRuntime => "no tokio runtime",
             Self::WouldDeadlock => "would deadlock",
             Self::NotReplicated => "not replicated",
+            Self::ShutDown => "client shut down",
         })
     }
 }
@@ -141,6 +145,9 @@ pub enum Error {
     /// The operation needs a tokio runtime and none was running.
     #[error("no tokio runtime is running")]
     NoRuntime,
+    /// The client was shut down and takes no new locks.
+    #[error("the lock client was shut down: it takes no new locks")]
+    ShutDown,
     /// The caller's own holds make the request impossible: a holder of the read lock
     /// asked for the write lock, which would wait for itself forever.
     #[error(
@@ -197,6 +204,7 @@ impl Error {
             Self::Backend { .. } => ErrorKind::Backend,
             Self::Protocol { .. } => ErrorKind::Protocol,
             Self::NoRuntime => ErrorKind::NoRuntime,
+            Self::ShutDown => ErrorKind::ShutDown,
             Self::WouldDeadlock { .. } => ErrorKind::WouldDeadlock,
             Self::NotReplicated { .. } => ErrorKind::NotReplicated,
         }

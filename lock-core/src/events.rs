@@ -101,3 +101,42 @@ pub(crate) fn resubscribed(channels: usize, failed: usize) {
         );
     }
 }
+
+/// The watchdog task ended while holds still needed renewal (its runtime shut down, or
+/// it panicked) and is started again.
+pub(crate) fn watchdog_restarted(holds: usize) {
+    tracing::warn!(
+        target: TARGET,
+        holds,
+        "the watchdog task had died (its runtime shut down?); started again"
+    );
+}
+
+/// The watchdog could not be started: the holds it should renew run on their deadlines.
+pub(crate) fn watchdog_not_started(holds: usize, err: &Error) {
+    tracing::error!(
+        target: TARGET,
+        holds,
+        error = %err.chain(),
+        "the watchdog could not be started; these holds are lost when their lease ends"
+    );
+}
+
+/// The notification worker had died and is started again.
+pub(crate) fn subscription_worker_restarted() {
+    tracing::warn!(
+        target: TARGET,
+        "the notification worker had died (its runtime shut down?); started again"
+    );
+}
+
+/// [`Locks::shutdown`](crate::Locks::shutdown) found guards still alive: their holds stay
+/// until they are released or their leases end.
+pub(crate) fn shut_down_with_holds(holds: usize) {
+    tracing::warn!(
+        target: TARGET,
+        holds,
+        "client shut down while guards are alive: their locks stay held until the guards \
+         are released or dropped"
+    );
+}

@@ -212,12 +212,11 @@ fn spawn_release(
     lease: Duration,
     unawaited: Option<&'static str>,
 ) -> Result<tokio::task::JoinHandle<Result<Release, Error>>, Error> {
-    let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
     let backend = Arc::clone(&client.backend);
     let hold = Arc::clone(hold);
     let window = client.config.retry_window;
     let request = ReleaseRequest::new(lease).retry_window(window);
-    Ok(runtime.spawn(async move {
+    client.supervisor.spawn_job(async move {
         // Sent again (same id) while its outcome is unknown: a release that already ran
         // answers as the first time.
         let until = Instant::now() + window;
@@ -233,7 +232,7 @@ fn spawn_release(
             events::release_failed(&hold.lock, of, err);
         }
         outcome
-    }))
+    })
 }
 
 impl Drop for Guard {

@@ -39,6 +39,7 @@ mod name;
 pub mod notify;
 pub mod redis;
 mod retry;
+mod supervisor;
 mod watchdog;
 
 pub use backend::{AcquireRequest, Backend, LockKind, LockRef, Owner, ReleaseRequest, RequestId};

@@ -10,12 +10,13 @@
 //! subscribed again and every listener is woken, so that waiters re-poll at once instead of
 //! sleeping through a release whose message was lost with the old connection.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use tokio::sync::{Notify, mpsc, watch};
+use tokio::task::JoinHandle;
 
 use crate::{Error, events};
 
@@ -74,13 +75,27 @@ enum Command {
 /// Channel -> (entry, number of live listeners).
 type ChannelMap = HashMap<Arc<str>, (Arc<Entry>, usize)>;
 
-/// What the worker task needs, kept until it is started on first use.
-type WorkerParts = (mpsc::UnboundedReceiver<Command>, Arc<dyn PubSub>);
+/// What the worker task needs. It is started on first use, on the caller's runtime, and
+/// hands its parts back when it dies (its runtime shut down), so that the next listener
+/// starts it again instead of waiting for a worker that is gone.
+struct WorkerParts {
+    commands: mpsc::UnboundedReceiver<Command>,
+    /// Commands a dead worker left, in order, done first by the next one.
+    backlog: VecDeque<Command>,
+    pubsub: Arc<dyn PubSub>,
+}
+
+#[derive(Default)]
+struct WorkerSlot {
+    /// The parts while no worker runs.
+    parts: Option<WorkerParts>,
+    task: Option<JoinHandle<()>>,
+}
 
 struct Shared {
     channels: Mutex<ChannelMap>,
     commands: mpsc::UnboundedSender<Command>,
-    pending_worker: Mutex<Option<WorkerParts>>,
+    worker: Mutex<WorkerSlot>,
 }
 
 impl Shared {
@@ -114,7 +129,14 @@ impl Subscriptions {
             shared: Arc::new(Shared {
                 channels: Mutex::new(HashMap::new()),
                 commands,
-                pending_worker: Mutex::new(Some((rx, pubsub))),
+                worker: Mutex::new(WorkerSlot {
+                    parts: Some(WorkerParts {
+                        commands: rx,
+                        backlog: VecDeque::new(),
+                        pubsub,
+                    }),
+                    task: None,
+                }),
             }),
         }
     }
@@ -214,33 +236,116 @@ impl Subscriptions {
         names
     }
 
+    /// Starts the worker unless it runs.
     fn start_worker(&self) -> Result<(), Error> {
-        let taken = self
+        let mut slot = self
             .shared
-            .pending_worker
+            .worker
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some((rx, pubsub)) = taken {
-            let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-            handle.spawn(run_worker(rx, pubsub, Arc::downgrade(&self.shared)));
+            .unwrap_or_else(PoisonError::into_inner);
+        if slot.task.as_ref().is_some_and(|task| !task.is_finished()) {
+            return Ok(());
         }
+        let Some(parts) = slot.parts.take() else {
+            // A dead worker hands its parts back as it is dropped, before its task
+            // counts as finished; parts missing here mean they were lost for good.
+            return Err(Error::protocol("the subscription worker stopped"));
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            slot.parts = Some(parts);
+            return Err(Error::NoRuntime);
+        };
+        if slot.task.take().is_some() {
+            events::subscription_worker_restarted();
+        }
+        let worker = Worker {
+            parts: Some(parts),
+            current: None,
+            shared: Arc::downgrade(&self.shared),
+        };
+        slot.task = Some(runtime.spawn(worker.run()));
         Ok(())
     }
 }
 
-async fn run_worker(
-    mut rx: mpsc::UnboundedReceiver<Command>,
-    pubsub: Arc<dyn PubSub>,
+/// The running worker. Dropped (its task ended or was dropped with its runtime), it hands
+/// its parts back to the registry and fails the subscription it was confirming, so that
+/// its listener tries again rather than waiting forever.
+struct Worker {
+    parts: Option<WorkerParts>,
+    /// The subscription being confirmed.
+    current: Option<Arc<Entry>>,
     shared: std::sync::Weak<Shared>,
-) {
-    while let Some(command) = rx.recv().await {
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // Listeners waiting for a confirmation fail now and subscribe again (a
+        // connection-kind failure is retried), which starts a new worker: nobody else
+        // would, and they would wait forever.
+        let fail = |entry: &Entry| {
+            let stopped = Error::connection(
+                "subscribing to release notifications",
+                "the subscription worker stopped before the server confirmed",
+            );
+            entry
+                .state
+                .send_replace(SubState::Failed(Arc::new(stopped)));
+        };
+        if let Some(entry) = self.current.take() {
+            fail(&entry);
+        }
+        if let Some(parts) = self.parts.as_mut() {
+            let mut left = std::mem::take(&mut parts.backlog);
+            while let Ok(command) = parts.commands.try_recv() {
+                left.push_back(command);
+            }
+            left.retain(|command| match command {
+                Command::Subscribe(entry) => {
+                    fail(entry);
+                    false
+                }
+                Command::Unsubscribe(_) | Command::Resubscribe => true,
+            });
+            parts.backlog = left;
+        }
+        if let (Some(parts), Some(shared)) = (self.parts.take(), self.shared.upgrade()) {
+            shared
+                .worker
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .parts = Some(parts);
+        }
+    }
+}
+
+impl Worker {
+    async fn run(mut self) {
+        loop {
+            let Some(parts) = self.parts.as_mut() else {
+                return;
+            };
+            let command = match parts.backlog.pop_front() {
+                Some(command) => command,
+                None => match parts.commands.recv().await {
+                    Some(command) => command,
+                    None => return,
+                },
+            };
+            let pubsub = Arc::clone(&parts.pubsub);
+            self.handle(command, &*pubsub).await;
+        }
+    }
+
+    async fn handle(&mut self, command: Command, pubsub: &dyn PubSub) {
         match command {
             Command::Subscribe(entry) => {
+                self.current = Some(Arc::clone(&entry));
                 let state = match pubsub.subscribe(&entry.channel).await {
                     Ok(()) => SubState::Ready,
                     Err(err) => SubState::Failed(Arc::new(err)),
                 };
+                self.current = None;
                 entry.state.send_replace(state);
             }
             Command::Unsubscribe(channel) => {
@@ -251,8 +356,8 @@ async fn run_worker(
                 }
             }
             Command::Resubscribe => {
-                let Some(shared) = shared.upgrade() else {
-                    break;
+                let Some(shared) = self.shared.upgrade() else {
+                    return;
                 };
                 let entries: Vec<Arc<Entry>> = shared
                     .channels()

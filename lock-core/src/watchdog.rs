@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::backend::Renewal;
@@ -30,7 +31,27 @@ pub(crate) struct Watchdog {
 #[derive(Debug, Default)]
 struct State {
     holds: HashMap<usize, Arc<Hold>>,
-    running: bool,
+    /// The renewal task, kept to notice its end: it ends by itself when nothing is left
+    /// to renew, and dies with its runtime, or by a panic, while holds still need it.
+    task: Option<JoinHandle<()>>,
+}
+
+impl State {
+    /// Starts the task when holds need it and it is not running.
+    fn ensure_running(&mut self, client: &Arc<Inner>) {
+        if self.holds.is_empty() || self.task.as_ref().is_some_and(|task| !task.is_finished()) {
+            return;
+        }
+        if self.task.take().is_some() {
+            events::watchdog_restarted(self.holds.len());
+        }
+        match client.supervisor.spawn_service(run(Arc::downgrade(client))) {
+            Ok(task) => self.task = Some(task),
+            // Tried again at the next acquisition; until then the holds run on their
+            // deadlines, which guards report.
+            Err(err) => events::watchdog_not_started(self.holds.len(), &err),
+        }
+    }
 }
 
 impl Watchdog {
@@ -40,12 +61,14 @@ impl Watchdog {
         state
             .holds
             .insert(Arc::as_ptr(hold) as usize, Arc::clone(hold));
-        if !state.running
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            state.running = true;
-            runtime.spawn(run(Arc::downgrade(client)));
-        }
+        state.ensure_running(client);
+    }
+
+    /// Starts the task again if it died while holds still need renewal.
+    pub(crate) fn revive(&self, client: &Arc<Inner>) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.holds.retain(|_, hold| hold.needs_renewal());
+        state.ensure_running(client);
     }
 
     /// The holds due for renewal; forgets those that no longer need it. Stops (returns
@@ -54,7 +77,8 @@ impl Watchdog {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.holds.retain(|_, hold| hold.needs_renewal());
         if state.holds.is_empty() {
-            state.running = false;
+            // The task returns: a later registration starts a new one.
+            state.task = None;
             return None;
         }
         Some(

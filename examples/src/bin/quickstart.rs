@@ -40,5 +40,8 @@ async fn main() -> Result<(), lock::Error> {
         }
         None => println!("still busy after 1 s"),
     }
+    // Releases run in background tasks (a dropped guard's always does): let them finish
+    // before the runtime stops, or a lock stays held until its lease ends.
+    locks.shutdown().await;
     Ok(())
 }

@@ -1,0 +1,162 @@
+//! The supervisor: where a client's background work runs, and how it is drained.
+//!
+//! A client starts two kinds of background work. *Services* run for as long as there is
+//! something to do (the watchdog); they are restarted when found dead, for example after
+//! the runtime they ran on shut down while the client lived on in another one. *Jobs* are
+//! one-shot requests that must finish even when nobody awaits them (the release of a
+//! dropped guard, the undo of a grant nobody learnt of, the cancellation of an abandoned
+//! wait, an attempt whose caller went away); [`Supervisor::drain`] waits for all of them.
+//!
+//! Work runs on the runtime of the caller when there is one: that runtime is being driven
+//! right now, while the one the client was built in may be idle (a current-thread runtime
+//! outside `block_on`) or gone. Without a current runtime (a guard dropped on a plain
+//! thread) it runs on the runtime the client was built in, as long as that one lives.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use tokio::runtime::Handle;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::Error;
+
+/// Owns where and how a client's background work runs.
+#[derive(Debug)]
+pub(crate) struct Supervisor {
+    home: Option<Home>,
+    jobs: Arc<Jobs>,
+    closed: AtomicBool,
+}
+
+/// The runtime the client was built in, and whether it still runs.
+#[derive(Debug)]
+struct Home {
+    handle: Handle,
+    alive: Arc<AtomicBool>,
+    /// A task that never ends on its own: the runtime drops it when it shuts down, which
+    /// clears `alive`. Spawning on a runtime that shut down would silently drop the task.
+    sentinel: JoinHandle<()>,
+}
+
+#[derive(Debug, Default)]
+struct Jobs {
+    running: AtomicUsize,
+    idle: Notify,
+}
+
+/// Clears a flag when dropped.
+struct ClearOnDrop(Arc<AtomicBool>);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// Counts one running job; dropped when the job ends, however it ends.
+struct JobTicket(Arc<Jobs>);
+
+impl Drop for JobTicket {
+    fn drop(&mut self) {
+        if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+impl Supervisor {
+    /// A supervisor whose home is the current runtime, if any.
+    pub(crate) fn new() -> Self {
+        let home = Handle::try_current().ok().map(|handle| {
+            let alive = Arc::new(AtomicBool::new(true));
+            let flag = ClearOnDrop(Arc::clone(&alive));
+            let sentinel = handle.spawn(async move {
+                let _flag = flag;
+                std::future::pending::<()>().await;
+            });
+            Home {
+                handle,
+                alive,
+                sentinel,
+            }
+        });
+        Self {
+            home,
+            jobs: Arc::default(),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// The runtime background work goes to now.
+    fn runtime(&self) -> Result<Handle, Error> {
+        if let Ok(current) = Handle::try_current() {
+            return Ok(current);
+        }
+        match &self.home {
+            Some(home) if home.alive.load(Ordering::Acquire) => Ok(home.handle.clone()),
+            _ => Err(Error::NoRuntime),
+        }
+    }
+
+    /// Starts a long-running service. The caller keeps the handle to notice its end.
+    pub(crate) fn spawn_service<F>(&self, service: F) -> Result<JoinHandle<()>, Error>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        Ok(self.runtime()?.spawn(service))
+    }
+
+    /// Starts a job that [`Supervisor::drain`] waits for.
+    pub(crate) fn spawn_job<F>(&self, job: F) -> Result<JoinHandle<F::Output>, Error>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let runtime = self.runtime()?;
+        self.jobs.running.fetch_add(1, Ordering::AcqRel);
+        let ticket = JobTicket(Arc::clone(&self.jobs));
+        Ok(runtime.spawn(async move {
+            let _ticket = ticket;
+            job.await
+        }))
+    }
+
+    /// Refuses new acquisitions from now on.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    /// Whether [`Supervisor::close`] was called.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// How many jobs are running.
+    pub(crate) fn running_jobs(&self) -> usize {
+        self.jobs.running.load(Ordering::Acquire)
+    }
+
+    /// Waits until no job is running, including jobs started while waiting.
+    pub(crate) async fn drain(&self) {
+        loop {
+            let idle = self.jobs.idle.notified();
+            tokio::pin!(idle);
+            // Registered before the count is read: an end in between is not missed.
+            idle.as_mut().enable();
+            if self.running_jobs() == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        if let Some(home) = &self.home {
+            home.sentinel.abort();
+        }
+    }
+}
