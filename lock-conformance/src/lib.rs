@@ -103,6 +103,8 @@ macro_rules! redis_fault_tests {
             starving_waiter_goes_before_newcomers,
             restart_quarantine_keeps_holders_apart,
             a_redisson_reader_never_cuts_our_read_hold_short,
+            our_fair_waiters_keep_their_place_when_redisson_moves_the_queue,
+            a_redisson_waiter_keeps_the_fair_queue,
         );
     };
 }

@@ -332,3 +332,113 @@ pub async fn a_replayed_grant_keeps_its_exact_fencing_token(fx: &dyn Fixture) {
     );
     second.unlock().await.unwrap();
 }
+
+/// Review #10: a Redisson client that takes the fair lock moves every queued waiter's
+/// score one wait slot (300 000 ms) closer, as Redisson's acquire does (simulated with its
+/// raw `ZINCRBY`, twice: two Redisson holders in a row). Our waiters queued before keep
+/// their places: a newcomer right after the shift is served after them, not first.
+pub async fn our_fair_waiters_keep_their_place_when_redisson_moves_the_queue(fx: &dyn Fixture) {
+    let redis = fx.redis().expect("a Redis fixture");
+    let name = unique("redisson-shift");
+    let queue = format!("redisson_lock_queue:{{{name}}}");
+    let scores = format!("redisson_lock_timeout:{{{name}}}");
+    let held = fx.client().await.fair_mutex(&name).lock().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        if i == 3 {
+            let queued = strings(redis.run(&queue, &["LRANGE", &queue, "0", "-1"]).await);
+            assert_eq!(queued.len(), 3, "{queued:?}");
+            for _ in 0..2 {
+                for owner in &queued {
+                    redis
+                        .run(&scores, &["ZINCRBY", &scores, "-300000", owner])
+                        .await;
+                }
+            }
+        }
+        let (lock, order) = (fx.client().await.fair_mutex(&name), Arc::clone(&order));
+        waiters.push(tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            order.lock().unwrap().push(i);
+            guard.unlock().await.unwrap();
+        }));
+        // Queued before the next one comes (the newcomer's first attempt is given time
+        // below: before the fix it dropped the three shifted waiters and went first).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut queued = Vec::new();
+        while i < 3 && queued.len() <= i {
+            assert!(Instant::now() < deadline, "waiter {i} never queued");
+            sleep(Duration::from_millis(10)).await;
+            queued = strings(redis.run(&queue, &["LRANGE", &queue, "0", "-1"]).await);
+        }
+    }
+    sleep(Duration::from_millis(200)).await;
+    held.unlock().await.unwrap();
+    for waiter in waiters {
+        timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("every waiter is served")
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3]);
+}
+
+/// Review #10: the fair queue's keys never expire under a Redisson waiter. Ours lapse when
+/// our waiters stop asking, but a Redisson waiter lives by its score alone (minutes): an
+/// expiry set by our waiters' attempts deleted its place. (Before the fix the queue kept
+/// an expiry of twice our waiter timeout.)
+pub async fn a_redisson_waiter_keeps_the_fair_queue(fx: &dyn Fixture) {
+    let redis = fx.redis().expect("a Redis fixture");
+    let name = unique("redisson-waiter");
+    let queue = format!("redisson_lock_queue:{{{name}}}");
+    let scores = format!("redisson_lock_timeout:{{{name}}}");
+    let held = fx.client().await.fair_mutex(&name).lock().await.unwrap();
+    let quick = Locks::builder(fx.backend().await)
+        .fair_waiter_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let waiter = spawn_waiter(quick.fair_mutex(&name));
+    sleep(Duration::from_millis(100)).await;
+    assert!(
+        redis.pttl(&queue).await > 0,
+        "our waiter queued with an expiry"
+    );
+    // A Redisson waiter joins behind ours, its score minutes ahead.
+    let java = "5f3c6a1e-0000-4000-8000-000000000002:7";
+    redis.run(&queue, &["RPUSH", &queue, java]).await;
+    let far_ahead = "99999999999999";
+    redis
+        .run(&scores, &["ZADD", &scores, far_ahead, java])
+        .await;
+    // Our waiter asks again every 100 ms.
+    sleep(Duration::from_millis(300)).await;
+    for key in [&queue, &scores] {
+        assert_eq!(
+            redis.pttl(key).await,
+            -1,
+            "{key} expires under a Redisson waiter"
+        );
+    }
+    held.unlock().await.unwrap();
+    timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("our waiter is served")
+        .unwrap();
+    let queued = strings(redis.run(&queue, &["LRANGE", &queue, "0", "-1"]).await);
+    assert_eq!(queued, [java], "the Redisson waiter kept its place");
+}
+
+/// The strings of an array reply.
+fn strings(reply: redis::Value) -> Vec<String> {
+    match reply {
+        redis::Value::Array(items) => items
+            .into_iter()
+            .map(|item| match item {
+                redis::Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+                other => panic!("not a string: {other:?}"),
+            })
+            .collect(),
+        other => panic!("not an array: {other:?}"),
+    }
+}

@@ -328,7 +328,8 @@ impl Backend for RedisBackend {
         let (reply, acknowledged) = match lock.kind {
             LockKind::Fair => {
                 let timeout_ms = millis(request.waiter_timeout).to_string();
-                let (queue, deadlines) = layout::fair_queue_keys(name);
+                let [queue, deadlines, alive] = layout::fair_queue_keys(name);
+                let slot = layout::REDISSON_WAIT_SLOT_MS.to_string();
                 let args = [
                     &*lease_ms,
                     owner,
@@ -336,9 +337,10 @@ impl Backend for RedisBackend {
                     &timeout_ms,
                     fencing,
                     &quarantine,
+                    &slot,
                     &latch_ms,
                 ];
-                let keys = [key, &queue, &deadlines, &token_key, &epoch, &latch];
+                let keys = [key, &queue, &deadlines, &alive, &token_key, &epoch, &latch];
                 self.eval_write("acquiring", &script::FAIR_ACQUIRE, &keys, &args)
                     .await?
             }
@@ -423,10 +425,10 @@ impl Backend for RedisBackend {
         let undo = flag(request.undoes.is_some());
         let reply = match lock.kind {
             LockKind::Fair => {
-                let (queue, deadlines) = layout::fair_queue_keys(name);
+                let [queue, deadlines, alive] = layout::fair_queue_keys(name);
                 let prefix = layout::mutex_channel(name);
                 let args = [&*lease_ms, owner, &prefix, publish, &latch_ms, undo];
-                let keys = [key, &queue, &deadlines, &latch, &undone];
+                let keys = [key, &queue, &deadlines, &alive, &latch, &undone];
                 self.eval("releasing", &script::FAIR_RELEASE, &keys, &args)
                     .await?
             }
@@ -539,9 +541,9 @@ impl Backend for RedisBackend {
         let publish = self.options.publish.command();
         let reply = match lock.kind {
             LockKind::Fair => {
-                let (queue, deadlines) = layout::fair_queue_keys(name);
+                let [queue, deadlines, alive] = layout::fair_queue_keys(name);
                 let prefix = layout::mutex_channel(name);
-                let keys = [key, &queue, &deadlines];
+                let keys = [key, &queue, &deadlines, &alive];
                 self.eval(
                     "force-releasing",
                     &script::FAIR_FORCE_RELEASE,
@@ -587,10 +589,16 @@ impl Backend for RedisBackend {
             return Ok(());
         }
         let name = &lock.name;
-        let (queue, deadlines) = layout::fair_queue_keys(name);
+        let [queue, deadlines, alive] = layout::fair_queue_keys(name);
         let prefix = layout::mutex_channel(name);
-        let keys = [layout::lock_key(name), &queue, &deadlines];
-        let args = [lock.owner.as_str(), &prefix, self.options.publish.command()];
+        let keys = [layout::lock_key(name), &queue, &deadlines, &alive];
+        let slot = layout::REDISSON_WAIT_SLOT_MS.to_string();
+        let args = [
+            lock.owner.as_str(),
+            &prefix,
+            self.options.publish.command(),
+            &slot,
+        ];
         self.eval("leaving the queue", &script::FAIR_CANCEL, &keys, &args)
             .await
             .map(drop)

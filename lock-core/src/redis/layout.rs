@@ -47,11 +47,29 @@ pub fn fair_deadlines_key(name: &LockName) -> String {
     format!("redisson_lock_timeout:{}", tagged(name))
 }
 
-/// The fair lock's waiter queue and deadline keys, which every fair script takes after
-/// the lock key.
+/// When each of this library's fair-lock waiters last asked, plus the waiter timeout:
+/// `redisson_lock_waiter_alive:{name}` (a hash owner -> server ms; not part of Redisson's
+/// layout). Redisson moves every score of `redisson_lock_timeout` by its wait slot as
+/// the queue advances, so those scores cannot tell whether one of our waiters still asks.
 #[must_use]
-pub fn fair_queue_keys(name: &LockName) -> (String, String) {
-    (fair_queue_key(name), fair_deadlines_key(name))
+pub fn fair_alive_key(name: &LockName) -> String {
+    format!("redisson_lock_waiter_alive:{}", tagged(name))
+}
+
+/// Redisson's wait slot (its fair lock's default `threadWaitTime`, 5 minutes): a new
+/// waiter's score is the last waiter's score (or now plus the lock's ttl) plus one slot,
+/// and every score moves one slot back when a waiter ahead takes the lock or gives up.
+pub const REDISSON_WAIT_SLOT_MS: u64 = 300_000;
+
+/// The fair lock's waiter queue, deadline and liveness keys, which every fair script
+/// takes after the lock key.
+#[must_use]
+pub fn fair_queue_keys(name: &LockName) -> [String; 3] {
+    [
+        fair_queue_key(name),
+        fair_deadlines_key(name),
+        fair_alive_key(name),
+    ]
 }
 
 /// The channel one fair-lock waiter listens on: `redisson_lock__channel:{name}:<owner>`.

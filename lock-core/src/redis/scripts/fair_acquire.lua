@@ -1,11 +1,12 @@
 -- Takes the fair lock, or one more hold of it, in queue order.
--- KEYS[1] lock hash; KEYS[2] waiter queue (list of owners); KEYS[3] waiter deadlines
--- (zset owner -> server ms); KEYS[4] fencing counter; KEYS[5] restart epoch;
--- KEYS[6] grant latch.
+-- KEYS[1] lock hash; KEYS[2] waiter queue (list of owners); KEYS[3] Redisson's waiter
+-- scores (zset owner -> ms); KEYS[4] our waiters' liveness (hash owner -> server ms);
+-- KEYS[5] fencing counter; KEYS[6] restart epoch; KEYS[7] grant latch.
 -- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] '1' to join the queue when busy;
 -- ARGV[4] waiter timeout (ms): a queued waiter that has not asked again for this long is
 -- skipped; ARGV[5] '1' to return a fencing token; ARGV[6] restart quarantine (ms);
--- ARGV[7] grant latch lifetime (ms): a retry of this request gets the same grant back.
+-- ARGV[7] Redisson's wait slot (ms); ARGV[8] grant latch lifetime (ms): a retry of this
+-- request gets the same grant back.
 -- Deadlines come from the server's clock, so clients need no synchronised clocks.
 -- Reply: {1, holds, token} when held; {0, ms} when not: ms is the longest the caller
 -- should wait for a message before asking again.
@@ -14,28 +15,32 @@ local again = grant_replayed()
 if again then
     return again
 end
-local quarantined = quarantine_left(KEYS[5], ARGV[6])
+local quarantined = quarantine_left(KEYS[6], ARGV[6])
 if quarantined > 0 then
     return {0, quarantined}
 end
 local now = now_ms()
-local head = prune(KEYS[2], KEYS[3], now)
+local slot = tonumber(ARGV[7])
+local head = prune(KEYS[2], KEYS[3], KEYS[4], now)
 local function token(fresh)
     if ARGV[5] ~= '1' then
         return 0
     end
     if fresh then
-        return next_token(KEYS[4])
+        return next_token(KEYS[5])
     end
-    return tonumber(redis.call('get', KEYS[4]) or 0)
+    return tonumber(redis.call('get', KEYS[5]) or 0)
 end
 
 if redis.call('exists', KEYS[1]) == 0 then
     if not head or head == ARGV[2] then
         if head then
             redis.call('lpop', KEYS[2])
+            -- As Redisson does: everyone behind moves one slot closer.
+            advance_scores(KEYS[2], KEYS[3], 0, slot)
         end
         redis.call('zrem', KEYS[3], ARGV[2])
+        redis.call('hdel', KEYS[4], ARGV[2])
         redis.call('hincrby', KEYS[1], ARGV[2], 1)
         redis.call('pexpire', KEYS[1], ARGV[1])
         return granted(1, token(true))
@@ -49,17 +54,27 @@ elseif redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
 end
 
 -- Busy, or free while another waiter is first. A waiting caller takes (or keeps) its
--- place: its deadline moves on every attempt, so only a waiter that stopped asking lapses.
+-- place: its liveness deadline moves on every attempt, so only a waiter that stopped
+-- asking lapses. Its Redisson score is set the way Redisson sets a waiter's (the last
+-- waiter's score, or now plus the lock's ttl, plus one slot) and only ever raised to
+-- one slot from now, so that Redisson's clients, which prune by score and move scores
+-- back one slot per departure, keep it in its place too.
 local timeout = tonumber(ARGV[4])
 local queued = redis.call('zscore', KEYS[3], ARGV[2])
 if queued or ARGV[3] == '1' then
     if not queued then
+        local last = redis.call('lindex', KEYS[2], -1)
+        local base = last and tonumber(redis.call('zscore', KEYS[3], last))
+        if not base then
+            base = now + math.max(0, redis.call('pttl', KEYS[1]))
+        end
         redis.call('rpush', KEYS[2], ARGV[2])
+        redis.call('zadd', KEYS[3], base + slot, ARGV[2])
+    elseif tonumber(queued) < now + slot then
+        redis.call('zadd', KEYS[3], now + slot, ARGV[2])
     end
-    redis.call('zadd', KEYS[3], now + timeout, ARGV[2])
-    -- The queue lives only while waiters keep asking.
-    redis.call('pexpire', KEYS[2], timeout * 2)
-    redis.call('pexpire', KEYS[3], timeout * 2)
+    redis.call('hset', KEYS[4], ARGV[2], now + timeout)
+    keep_queue(KEYS[2], KEYS[3], KEYS[4], timeout)
 end
 local sleep = redis.call('pttl', KEYS[1])
 if sleep < 0 then
@@ -67,7 +82,10 @@ if sleep < 0 then
     head = redis.call('lindex', KEYS[2], 0)
     sleep = timeout
     if head then
-        sleep = math.max(1, (tonumber(redis.call('zscore', KEYS[3], head)) or now) - now)
+        local deadline = tonumber(redis.call('hget', KEYS[4], head))
+            or tonumber(redis.call('zscore', KEYS[3], head))
+            or now
+        sleep = math.max(1, deadline - now)
     end
 end
 if queued or ARGV[3] == '1' then

@@ -1,14 +1,16 @@
--- A waiter of the fair lock gives up: it leaves the queue, and if it was first while the
--- lock is free, the next waiter is woken.
--- KEYS[1] lock hash; KEYS[2] waiter queue; KEYS[3] waiter deadlines.
--- ARGV[1] owner; ARGV[2] channel prefix; ARGV[3] publish command.
+-- A waiter of the fair lock gives up: it leaves the queue (the Redisson scores of those
+-- behind it move one slot closer, as Redisson does), and if it was first while the lock
+-- is free, the next waiter is woken.
+-- KEYS[1] lock hash; KEYS[2] waiter queue; KEYS[3] Redisson's waiter scores; KEYS[4] our
+-- waiters' liveness.
+-- ARGV[1] owner; ARGV[2] channel prefix; ARGV[3] publish command; ARGV[4] Redisson's
+-- wait slot (ms).
 -- Reply: 1 if the owner was queued, else 0.
 
 local first = redis.call('lindex', KEYS[2], 0)
-local removed = redis.call('lrem', KEYS[2], 0, ARGV[1])
-redis.call('zrem', KEYS[3], ARGV[1])
+local removed = leave_queue(KEYS[2], KEYS[3], KEYS[4], ARGV[1], tonumber(ARGV[4]))
 if first == ARGV[1] and redis.call('exists', KEYS[1]) == 0 then
-    local head = prune(KEYS[2], KEYS[3], now_ms())
+    local head = prune(KEYS[2], KEYS[3], KEYS[4], now_ms())
     if head then
         redis.call(ARGV[3], ARGV[2] .. ':' .. head, '0')
     end

@@ -1,5 +1,6 @@
 -- Deletes the fair lock whoever holds it and wakes the first waiter.
--- KEYS[1] lock hash; KEYS[2] waiter queue; KEYS[3] waiter deadlines.
+-- KEYS[1] lock hash; KEYS[2] waiter queue; KEYS[3] Redisson's waiter scores; KEYS[4] our
+-- waiters' liveness.
 -- ARGV[1] channel prefix; ARGV[2] publish command.
 -- Reply: 1 when a lock was deleted, 0 when it was free.
 
@@ -7,7 +8,7 @@ if not lock_exists(KEYS[1]) then
     return 0
 end
 redis.call('del', KEYS[1])
-local head = prune(KEYS[2], KEYS[3], now_ms())
+local head = prune(KEYS[2], KEYS[3], KEYS[4], now_ms())
 if head then
     redis.call(ARGV[2], ARGV[1] .. ':' .. head, '0')
 end
