@@ -65,6 +65,7 @@ macro_rules! adapter_tests {
             dropping_a_client_closes_its_connections,
             a_script_whose_reply_was_lost_is_not_sent_again,
             a_missing_password_and_an_unknown_host_fail_at_connect,
+            a_redisson_peer_on_a_cluster_hears_us_and_is_heard,
         );
     };
 }
@@ -593,4 +594,101 @@ pub async fn a_missing_password_and_an_unknown_host_fail_at_connect(connect: &Ad
         "the error names the address it tried: {}",
         chain(&err)
     );
+}
+
+/// Review #9: on a Redis 7 cluster the adapter decides for sharded pub/sub, as Redisson
+/// does, so that the two wake each other. A Redisson holder (raw commands) unlocks and
+/// announces it with `SPUBLISH`: our waiter, subscribed on the channel's shard, gets the
+/// lock at once, not when the 10 s lease would have ended. Our release then reaches a
+/// raw `SSUBSCRIBE` on that shard. (Before, both adapters subscribed classically, and
+/// neither side heard the other.)
+pub async fn a_redisson_peer_on_a_cluster_hears_us_and_is_heard(connect: &AdapterConnect) {
+    let cluster = RedisCluster::start(3).await;
+    let hosts: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|node| format!("127.0.0.1:{}", node.port()))
+        .collect();
+    let ours = locks(
+        connect,
+        ConnectSpec::new(format!("redis+cluster://{}", hosts.join(","))),
+    )
+    .await
+    .unwrap();
+    let name = "sharded:m";
+    let channel = "redisson_lock__channel:{sharded:m}";
+    let shard = cluster.node_for_key(name).await;
+    // A Redisson client holds the lock for 10 s.
+    let _: i64 = shard
+        .command(&["HSET", name, "5f3c6a1e-0000-4000-8000-000000000003:1", "1"])
+        .await;
+    let _: i64 = shard.command(&["PEXPIRE", name, "10000"]).await;
+    let waiter = {
+        let mutex = ours.mutex(name);
+        tokio::spawn(async move { mutex.try_lock_for(Duration::from_secs(8), None).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let counts: Vec<redis::Value> = shard.command(&["PUBSUB", "SHARDNUMSUB", channel]).await;
+        if matches!(counts.get(1), Some(redis::Value::Int(n)) if *n > 0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "our waiter never subscribed to {channel} on its shard (SSUBSCRIBE)"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Redisson's unlock: the hash goes, the release is announced on the shard.
+    let _: i64 = shard.command(&["DEL", name]).await;
+    let _: i64 = shard.command(&["SPUBLISH", channel, "0"]).await;
+    let guard = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the Redisson release woke our waiter")
+        .unwrap()
+        .unwrap()
+        .expect("the lock was free");
+    // A Redisson waiter, subscribed on the shard, hears our release.
+    let mut subscriber = tokio::net::TcpStream::connect(("127.0.0.1", shard.port()))
+        .await
+        .unwrap();
+    let subscribe = format!(
+        "*2\r\n$10\r\nSSUBSCRIBE\r\n${}\r\n{channel}\r\n",
+        channel.len()
+    );
+    let heard = read_until(&mut subscriber, subscribe.as_bytes(), b"ssubscribe").await;
+    assert!(heard.is_some(), "the raw SSUBSCRIBE was not confirmed");
+    guard.unlock().await.unwrap();
+    let heard = read_until(&mut subscriber, b"", b"smessage").await;
+    assert!(
+        heard.is_some(),
+        "our release did not reach a sharded subscriber"
+    );
+}
+
+/// Writes `request`, then reads until the bytes read contain `wanted` (within 2 s).
+async fn read_until(
+    stream: &mut tokio::net::TcpStream,
+    request: &[u8],
+    wanted: &[u8],
+) -> Option<Vec<u8>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(request).await.ok()?;
+    let mut seen = Vec::new();
+    let reading = async {
+        let mut buffer = [0u8; 512];
+        loop {
+            let n = stream.read(&mut buffer).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            seen.extend_from_slice(&buffer[..n]);
+            if seen.windows(wanted.len()).any(|window| window == wanted) {
+                return Some(seen.clone());
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(2), reading)
+        .await
+        .ok()?
 }

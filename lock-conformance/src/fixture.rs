@@ -23,6 +23,13 @@ pub trait Fixture: Send + Sync {
     /// Channels subscribed for waiters, across the whole store.
     async fn subscribed_channels(&self) -> Vec<String>;
 
+    /// Whether each fresh grant's fencing token is exactly one more than the last (one
+    /// store). A composite backend's tokens only increase: RedLock takes the largest its
+    /// majority gave, and majorities differ.
+    fn consecutive_tokens(&self) -> bool {
+        true
+    }
+
     /// Fault injection, for Redis fixtures.
     fn redis(&self) -> Option<&dyn RedisControl> {
         None

@@ -116,14 +116,16 @@ impl Fixture for RedisFixture {
             Topology::Standalone(server) => {
                 server.lock().await.command(&["PUBSUB", "CHANNELS"]).await
             }
-            Topology::Cluster(cluster) => cluster
-                .lock()
-                .await
-                .query_all::<Vec<String>>(&["PUBSUB", "CHANNELS"])
-                .await
-                .into_iter()
-                .flatten()
-                .collect(),
+            Topology::Cluster(cluster) => {
+                // A Redis 7 cluster carries notifications sharded (as Redisson decides).
+                let cluster = cluster.lock().await;
+                let mut all = Vec::new();
+                for listing in [["PUBSUB", "CHANNELS"], ["PUBSUB", "SHARDCHANNELS"]] {
+                    let per_node = cluster.query_all::<Vec<String>>(&listing).await;
+                    all.extend(per_node.into_iter().flatten());
+                }
+                all
+            }
             Topology::Sentinel(deployment) => {
                 let deployment = deployment.lock().await;
                 let all: Vec<String> = deployment.master().command(&["PUBSUB", "CHANNELS"]).await;

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::SubscriberClient;
-use fred::prelude::{Builder, Client, ClientLike, Pool};
+use fred::prelude::{Builder, Client, ClientLike, Pool, PubsubInterface, Value};
 use fred::types::InfoKind;
-use lock_core::redis::{ConnectorSettings, RedisBackend};
+use lock_core::redis::{ConnectorSettings, PublishMode, RedisBackend, Topology};
 use lock_core::{Error, Locks};
 use tokio::sync::oneshot;
 
@@ -172,6 +172,17 @@ impl Connector {
                 (commands, builder, false)
             }
         };
+        let publish =
+            decide_publish_mode(&commands, self.settings.protocol.publish, timeouts).await;
+        let publish = match publish {
+            Ok(publish) => publish,
+            Err(err) => {
+                if owned {
+                    close_in_background(commands);
+                }
+                return Err(err);
+            }
+        };
         let subscriber =
             match subscribe_client(subscriber_builder, timeouts, self.notification_buffer).await {
                 Ok(subscriber) => subscriber,
@@ -186,10 +197,12 @@ impl Connector {
         let transport = FredTransport::new(
             commands.clone(),
             subscriber.clone(),
+            publish == PublishMode::Sharded,
             self.settings.response_timeout,
             shutdown,
         );
-        let backend = RedisBackend::new(Arc::new(transport), self.settings.protocol);
+        let protocol = self.settings.protocol.publish(publish);
+        let backend = RedisBackend::new(Arc::new(transport), protocol);
         let owned = Owned {
             subscriber,
             commands: owned.then_some(commands),
@@ -265,6 +278,30 @@ async fn start(commands: &Commands, timeouts: Timeouts) -> Result<(), Error> {
 
 /// Stops the reconnect loop a failed attempt started, without making the caller wait
 /// for a server that may never answer.
+/// Sharded pub/sub on a cluster whose servers answer `PUBSUB SHARDNUMSUB` (Redis 7), as
+/// Redisson decides, unless the settings say otherwise.
+async fn decide_publish_mode(
+    commands: &Commands,
+    mode: PublishMode,
+    timeouts: Timeouts,
+) -> Result<PublishMode, Error> {
+    let client = commands.next();
+    let topology = if client.is_clustered() {
+        Topology::Cluster
+    } else {
+        Topology::Single
+    };
+    let mut sharded = false;
+    if topology == Topology::Cluster {
+        let probe = client.pubsub_shardnumsub::<Value, _>(Vec::<String>::new());
+        sharded = matches!(
+            tokio::time::timeout(timeouts.response, probe).await,
+            Ok(Ok(_))
+        );
+    }
+    mode.decide(topology, sharded)
+}
+
 fn close_in_background(commands: Commands) {
     tokio::spawn(async move {
         let _ = tokio::time::timeout(Duration::from_secs(5), commands.quit()).await;

@@ -22,7 +22,7 @@ pub(crate) enum Commands {
 
 impl Commands {
     /// One client: each is one multiplexed connection per server.
-    fn next(&self) -> &Client {
+    pub(crate) fn next(&self) -> &Client {
         match self {
             Self::Client(client) => client,
             Self::Pool(pool) => pool.next(),
@@ -50,6 +50,8 @@ impl Commands {
 pub(crate) struct FredTransport {
     commands: Commands,
     subscriber: SubscriberClient,
+    /// Sharded pub/sub (`SSUBSCRIBE` on the channel's shard) instead of classic.
+    sharded: bool,
     /// Serializes (un)subscriptions; see [`FredTransport::subscribe_confirmed`].
     subscribing: tokio::sync::Mutex<()>,
     /// The SHA1 of every script, indexed by [`Script::index`].
@@ -76,12 +78,14 @@ impl FredTransport {
     pub(crate) fn new(
         commands: Commands,
         subscriber: SubscriberClient,
+        sharded: bool,
         response_timeout: Duration,
         shutdown: oneshot::Sender<()>,
     ) -> Self {
         Self {
             commands,
             subscriber,
+            sharded,
             subscribing: tokio::sync::Mutex::new(()),
             hashes: script::ALL
                 .iter()
@@ -213,12 +217,19 @@ impl FredTransport {
     /// serialized so that no refusal reaches another call's `PING`.
     async fn subscribe_confirmed(&self, channel: &str) -> Result<(), fred::error::Error> {
         let _one_at_a_time = self.subscribing.lock().await;
-        self.subscriber.subscribe(channel).await?;
         // In a cluster fred sends every SUBSCRIBE to the node that owns the slot of the
-        // client's id; the PING must take the same connection.
+        // client's id, and an SSUBSCRIBE to the shard of its channel; the PING must take
+        // the same connection.
+        let routed_by = if self.sharded {
+            self.subscriber.ssubscribe(channel).await?;
+            channel
+        } else {
+            self.subscriber.subscribe(channel).await?;
+            self.subscriber.id()
+        };
         let same_connection = Options {
             cluster_hash: Some(ClusterHash::Custom(fred::util::redis_keyslot(
-                self.subscriber.id().as_bytes(),
+                routed_by.as_bytes(),
             ))),
             ..Options::default()
         };
@@ -242,14 +253,30 @@ impl PubSub for FredTransport {
     async fn subscribe(&self, channel: &str) -> Result<(), Error> {
         let outcome =
             tokio::time::timeout(self.response_timeout, self.subscribe_confirmed(channel)).await;
-        settle("subscribing", "SUBSCRIBE", channel, outcome)
+        let command = if self.sharded {
+            "SSUBSCRIBE"
+        } else {
+            "SUBSCRIBE"
+        };
+        settle("subscribing", command, channel, outcome)
     }
 
     async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
         let _one_at_a_time = self.subscribing.lock().await;
-        let outcome =
-            tokio::time::timeout(self.response_timeout, self.subscriber.unsubscribe(channel)).await;
-        settle("unsubscribing", "UNSUBSCRIBE", channel, outcome)
+        let (command, outcome) = if self.sharded {
+            let leaving = self.subscriber.sunsubscribe(channel);
+            (
+                "SUNSUBSCRIBE",
+                tokio::time::timeout(self.response_timeout, leaving).await,
+            )
+        } else {
+            let leaving = self.subscriber.unsubscribe(channel);
+            (
+                "UNSUBSCRIBE",
+                tokio::time::timeout(self.response_timeout, leaving).await,
+            )
+        };
+        settle("unsubscribing", command, channel, outcome)
     }
 }
 

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::redis::{ConnectorSettings, RedisBackend};
+use lock_core::redis::{ConnectorSettings, PublishMode, RedisBackend};
 use lock_core::{Error, Locks};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
@@ -13,7 +13,8 @@ use tokio::sync::oneshot;
 
 use crate::notifications::{self, Link};
 use crate::sentinel::Failover;
-use crate::transport::{Commands, RedisPool, RedisTransport};
+use crate::sharded::{self, ShardedLink};
+use crate::transport::{Commands, Notifications, RedisPool, RedisTransport};
 use crate::url::{self, Deployment};
 
 /// Where script calls go, before connecting.
@@ -163,6 +164,8 @@ impl Connector {
             ..
         } = settings;
         let mut failover_target = None;
+        // A cluster's node URLs, for the sharded subscription connection.
+        let mut cluster_urls = None;
         let (commands, nodes) = match target {
             Target::Url(url) => match url::parse(&url, &tls)? {
                 Deployment::Single(client) => {
@@ -171,7 +174,9 @@ impl Connector {
                     (Commands::Manager(manager), vec![client])
                 }
                 Deployment::Cluster(urls) => {
-                    cluster(&urls, &tls, connect_timeout, response_timeout).await?
+                    let connected = cluster(&urls, &tls, connect_timeout, response_timeout).await?;
+                    cluster_urls = Some(urls);
+                    connected
                 }
                 Deployment::Sentinel {
                     sentinels,
@@ -193,18 +198,40 @@ impl Connector {
                 }
             },
             Target::Cluster(urls) => {
-                cluster(&urls, &tls, connect_timeout, response_timeout).await?
+                let connected = cluster(&urls, &tls, connect_timeout, response_timeout).await?;
+                cluster_urls = Some(urls);
+                connected
             }
             Target::Manager(client, manager) => (Commands::Manager(manager), vec![client]),
             Target::Pool(client, pool) => (Commands::Pool(pool), vec![client]),
             Target::ClusterConnection(urls, connection) => {
-                (Commands::Cluster(connection), url::clients(&urls, &tls)?)
+                let nodes = url::clients(&urls, &tls)?;
+                cluster_urls = Some(urls);
+                (Commands::Cluster(connection), nodes)
             }
         };
+        let topology = commands.topology();
+        let sharded = match &commands {
+            Commands::Cluster(connection) => shards_pubsub(connection, response_timeout).await,
+            _ => false,
+        };
+        let protocol = protocol.publish(protocol.publish.decide(topology, sharded)?);
+        let (shutdown, stopped) = oneshot::channel();
+        if let (PublishMode::Sharded, Some(urls)) = (protocol.publish, cluster_urls) {
+            let builder = cluster_builder(&urls, &tls, connect_timeout, response_timeout);
+            let (link, pushes) =
+                ShardedLink::open(builder, connect_timeout, response_timeout).await?;
+            let notifications = Notifications::Sharded(link);
+            let transport =
+                RedisTransport::new(commands, notifications, response_timeout, shutdown);
+            let backend = RedisBackend::new(Arc::new(transport), protocol);
+            tokio::spawn(sharded::pump(pushes, backend.notification_sink(), stopped));
+            return Ok(backend);
+        }
         let (link, stream) =
             Link::open(nodes, failover_target, connect_timeout, response_timeout).await?;
-        let (shutdown, stopped) = oneshot::channel();
-        let transport = RedisTransport::new(commands, link.clone(), response_timeout, shutdown);
+        let notifications = Notifications::Classic(Arc::clone(&link));
+        let transport = RedisTransport::new(commands, notifications, response_timeout, shutdown);
         let backend = RedisBackend::new(Arc::new(transport), protocol);
         tokio::spawn(notifications::pump(
             link,
@@ -260,13 +287,22 @@ async fn refuse_cluster_node(
     }
 }
 
-async fn cluster(
+/// Whether the cluster's servers support sharded pub/sub, asked the way Redisson asks.
+async fn shards_pubsub(connection: &ClusterConnection, timeout: Duration) -> bool {
+    let mut command = redis::cmd("PUBSUB");
+    command.arg("SHARDNUMSUB");
+    let mut connection = connection.clone();
+    let answer = command.query_async::<redis::Value>(&mut connection);
+    matches!(tokio::time::timeout(timeout, answer).await, Ok(Ok(_)))
+}
+
+/// A cluster client's settings: the timeouts, the trusted roots, and no retries.
+fn cluster_builder(
     urls: &[String],
     tls: &url::Tls,
     connect_timeout: Duration,
     response_timeout: Duration,
-) -> Result<(Commands, Vec<redis::Client>), Error> {
-    let nodes = url::clients(urls, tls)?;
+) -> redis::cluster::ClusterClientBuilder {
     let builder = redis::cluster::ClusterClient::builder(urls.iter().map(String::as_str))
         .connection_timeout(connect_timeout)
         .response_timeout(response_timeout)
@@ -278,7 +314,19 @@ async fn cluster(
         Some(certificates) => builder.certs(certificates),
         None => builder,
     };
-    let client = builder
+    #[cfg(not(feature = "tls"))]
+    let _ = tls;
+    builder
+}
+
+async fn cluster(
+    urls: &[String],
+    tls: &url::Tls,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+) -> Result<(Commands, Vec<redis::Client>), Error> {
+    let nodes = url::clients(urls, tls)?;
+    let client = cluster_builder(urls, tls, connect_timeout, response_timeout)
         .build()
         .map_err(|err| Error::invalid_config("invalid cluster settings", Some(err.into())))?;
     match tokio::time::timeout(connect_timeout, client.get_async_connection()).await {

@@ -24,6 +24,7 @@ mod connector;
 mod error;
 mod notifications;
 mod sentinel;
+mod sharded;
 mod transport;
 mod url;
 

@@ -104,33 +104,33 @@ impl Link {
     pub(crate) async fn subscribe(&self, channel: &str) -> Result<(), Error> {
         let mut sink = self.live_sink().await?;
         let outcome = tokio::time::timeout(self.response_timeout, sink.subscribe(channel)).await;
-        Self::settle("subscribing", "SUBSCRIBE", channel, outcome)
+        settle("subscribing", "SUBSCRIBE", channel, outcome)
     }
 
     pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
         let mut sink = self.live_sink().await?;
         let outcome = tokio::time::timeout(self.response_timeout, sink.unsubscribe(channel)).await;
-        Self::settle("unsubscribing", "UNSUBSCRIBE", channel, outcome)
+        settle("unsubscribing", "UNSUBSCRIBE", channel, outcome)
     }
+}
 
-    /// A server refusal is a backend error. A command the server did not confirm (the
-    /// connection broke, or no answer came in time) is a connection error, which
-    /// lock-core retries: an unconfirmed subscription must never pass for one.
-    fn settle(
-        during: &'static str,
-        command: &str,
-        channel: &str,
-        outcome: Result<redis::RedisResult<()>, tokio::time::error::Elapsed>,
-    ) -> Result<(), Error> {
-        match outcome {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(err)) if err.code().is_some() => Err(Error::backend(
-                during,
-                lock_core::redis::Refused::new(format!("{command} {channel}"), err),
-            )),
-            Ok(Err(err)) => Err(Error::connection(during, err)),
-            Err(elapsed) => Err(Error::connection(during, elapsed)),
-        }
+/// A server refusal is a backend error. A command the server did not confirm (the
+/// connection broke, or no answer came in time) is a connection error, which lock-core
+/// retries: an unconfirmed subscription must never pass for one.
+pub(crate) fn settle(
+    during: &'static str,
+    command: &str,
+    channel: &str,
+    outcome: Result<redis::RedisResult<()>, tokio::time::error::Elapsed>,
+) -> Result<(), Error> {
+    match outcome {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(err)) if err.code().is_some() => Err(Error::backend(
+            during,
+            lock_core::redis::Refused::new(format!("{command} {channel}"), err),
+        )),
+        Ok(Err(err)) => Err(Error::connection(during, err)),
+        Err(elapsed) => Err(Error::connection(during, elapsed)),
     }
 }
 

@@ -15,6 +15,7 @@ use tokio::sync::oneshot;
 
 use crate::notifications::Link;
 use crate::sentinel::Failover;
+use crate::sharded::ShardedLink;
 
 /// A pool of multiplexed connections, as `bb8-redis` builds it.
 pub type RedisPool = bb8::Pool<bb8_redis::RedisConnectionManager>;
@@ -29,7 +30,7 @@ pub(crate) enum Commands {
 }
 
 impl Commands {
-    fn topology(&self) -> Topology {
+    pub(crate) fn topology(&self) -> Topology {
         match self {
             Self::Manager(_) | Self::Pool(_) | Self::Sentinel(_) => Topology::Single,
             Self::Cluster(_) => Topology::Cluster,
@@ -46,6 +47,15 @@ impl Commands {
     }
 }
 
+/// Where subscriptions go.
+#[derive(Debug)]
+pub(crate) enum Notifications {
+    /// `SUBSCRIBE` on one pub/sub connection.
+    Classic(Arc<Link>),
+    /// `SSUBSCRIBE` on the shard of each channel.
+    Sharded(ShardedLink),
+}
+
 /// Script calls over the command connection; notifications over a dedicated pub/sub
 /// connection whose reader task stops when this transport is dropped.
 pub(crate) struct RedisTransport {
@@ -53,7 +63,7 @@ pub(crate) struct RedisTransport {
     /// Driver scripts indexed by [`Script::index`]; each knows its SHA.
     scripts: Vec<redis::Script>,
     response_timeout: Duration,
-    link: Arc<Link>,
+    notifications: Notifications,
     /// Dropping the transport drops this sender, which stops the reader task.
     _shutdown: oneshot::Sender<()>,
 }
@@ -62,7 +72,7 @@ impl fmt::Debug for RedisTransport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisTransport")
             .field("commands", &self.commands.name())
-            .field("link", &self.link)
+            .field("notifications", &self.notifications)
             .field("response_timeout", &self.response_timeout)
             .finish_non_exhaustive()
     }
@@ -71,7 +81,7 @@ impl fmt::Debug for RedisTransport {
 impl RedisTransport {
     pub(crate) fn new(
         commands: Commands,
-        link: Arc<Link>,
+        notifications: Notifications,
         response_timeout: Duration,
         shutdown: oneshot::Sender<()>,
     ) -> Self {
@@ -82,7 +92,7 @@ impl RedisTransport {
                 .map(|s| redis::Script::new(s.source()))
                 .collect(),
             response_timeout,
-            link,
+            notifications,
             _shutdown: shutdown,
         }
     }
@@ -133,11 +143,17 @@ impl RedisTransport {
 #[async_trait]
 impl PubSub for RedisTransport {
     async fn subscribe(&self, channel: &str) -> Result<(), Error> {
-        self.link.subscribe(channel).await
+        match &self.notifications {
+            Notifications::Classic(link) => link.subscribe(channel).await,
+            Notifications::Sharded(link) => link.subscribe(channel).await,
+        }
     }
 
     async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
-        self.link.unsubscribe(channel).await
+        match &self.notifications {
+            Notifications::Classic(link) => link.unsubscribe(channel).await,
+            Notifications::Sharded(link) => link.unsubscribe(channel).await,
+        }
     }
 }
 

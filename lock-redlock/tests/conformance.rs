@@ -24,6 +24,10 @@ impl MemoryNodes {
 
 #[async_trait]
 impl Fixture for MemoryNodes {
+    fn consecutive_tokens(&self) -> bool {
+        false
+    }
+
     async fn backend(&self) -> Arc<dyn Backend> {
         let nodes = self
             .0
@@ -57,6 +61,10 @@ impl RedisNodes {
 
 #[async_trait]
 impl Fixture for RedisNodes {
+    fn consecutive_tokens(&self) -> bool {
+        false
+    }
+
     async fn backend(&self) -> Arc<dyn Backend> {
         let mut nodes = Vec::new();
         for server in &self.0 {

@@ -24,19 +24,38 @@ use crate::{Error, LockName};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum PublishMode {
-    /// `PUBLISH`/`SUBSCRIBE`: works everywhere; in a cluster every node forwards it.
+    /// As Redisson decides by default: sharded on a cluster whose servers answer
+    /// `PUBSUB SHARDNUMSUB` (Redis 7), classic everywhere else. Adapters decide at connect;
+    /// a backend given `Auto` undecided publishes classically.
     #[default]
+    Auto,
+    /// `PUBLISH`/`SUBSCRIBE`: works everywhere; in a cluster every node forwards it.
     Classic,
-    /// `SPUBLISH`/`SSUBSCRIBE` (Redis 7 cluster): only the slot's shard carries it. Redisson
-    /// uses this on Redis 7 clusters, so choose it to share locks with such a peer.
+    /// `SPUBLISH`/`SSUBSCRIBE` (Redis 7 cluster only): only the slot's shard carries it.
+    /// A Redisson peer on a Redis 7 cluster uses it, and hears nothing else.
     Sharded,
 }
 
 impl PublishMode {
     fn command(self) -> &'static str {
         match self {
-            Self::Classic => "publish",
+            Self::Auto | Self::Classic => "publish",
             Self::Sharded => "spublish",
+        }
+    }
+
+    /// The mode a deployment uses: `Auto` decided by the topology and by whether the
+    /// servers support sharded pub/sub (`PUBSUB SHARDNUMSUB` answered), as Redisson
+    /// decides. An explicit `Sharded` outside a cluster is a configuration error.
+    pub fn decide(self, topology: Topology, sharded_supported: bool) -> Result<Self, Error> {
+        match (self, topology) {
+            (Self::Auto, Topology::Cluster) if sharded_supported => Ok(Self::Sharded),
+            (Self::Auto | Self::Classic, _) => Ok(Self::Classic),
+            (Self::Sharded, Topology::Cluster) => Ok(Self::Sharded),
+            (Self::Sharded, _) => Err(Error::invalid_config(
+                "sharded pub/sub (SPUBLISH) is for Redis Cluster; this deployment is not one",
+                None,
+            )),
         }
     }
 }
@@ -45,7 +64,7 @@ impl PublishMode {
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub struct ProtocolOptions {
-    /// How releases are published. Default: [`PublishMode::Classic`].
+    /// How releases are published. Default: [`PublishMode::Auto`].
     pub publish: PublishMode,
     /// Most locks renewed by one script call. Default: 100, as Redisson.
     pub renew_batch: usize,
@@ -71,7 +90,7 @@ pub struct ProtocolOptions {
 impl Default for ProtocolOptions {
     fn default() -> Self {
         Self {
-            publish: PublishMode::Classic,
+            publish: PublishMode::Auto,
             renew_batch: 100,
             reservation: Duration::from_millis(100),
             restart_quarantine: None,
@@ -748,4 +767,50 @@ fn count(n: i64, reply: &Reply) -> Result<u32, Error> {
 
 fn unexpected(what: &str, reply: &Reply) -> Error {
     Error::protocol(format!("{what} script answered {reply:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_publish_mode_is_decided_as_redisson_decides_it() {
+        let cases = [
+            (
+                PublishMode::Auto,
+                Topology::Cluster,
+                true,
+                Some(PublishMode::Sharded),
+            ),
+            (
+                PublishMode::Auto,
+                Topology::Cluster,
+                false,
+                Some(PublishMode::Classic),
+            ),
+            (
+                PublishMode::Auto,
+                Topology::Single,
+                true,
+                Some(PublishMode::Classic),
+            ),
+            (
+                PublishMode::Classic,
+                Topology::Cluster,
+                true,
+                Some(PublishMode::Classic),
+            ),
+            (
+                PublishMode::Sharded,
+                Topology::Cluster,
+                false,
+                Some(PublishMode::Sharded),
+            ),
+            (PublishMode::Sharded, Topology::Single, true, None),
+        ];
+        for (mode, topology, supported, expected) in cases {
+            let decided = mode.decide(topology, supported).ok();
+            assert_eq!(decided, expected, "{mode:?} on {topology:?} ({supported})");
+        }
+    }
 }

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::Error;
-use crate::redis::{ProtocolOptions, PublishMode};
+use crate::redis::ProtocolOptions;
 
 /// Redisson's `connectTimeout`.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -41,7 +41,7 @@ impl Default for ConnectorSettings {
 }
 
 impl ConnectorSettings {
-    /// Refuses zero durations and the publish modes adapters do not support yet.
+    /// Refuses zero durations.
     pub fn validate(&self) -> Result<(), Error> {
         for (name, value) in [
             ("connect_timeout", self.connect_timeout),
@@ -54,12 +54,6 @@ impl ConnectorSettings {
                     None,
                 ));
             }
-        }
-        if self.protocol.publish != PublishMode::Classic {
-            return Err(Error::invalid_config(
-                "sharded publishing (SPUBLISH) is not supported by the Redis adapters yet",
-                None,
-            ));
         }
         Ok(())
     }
@@ -116,9 +110,10 @@ macro_rules! connector_settings {
             self
         }
 
-        /// How releases are published. Only
-        /// [`PublishMode::Classic`]($crate::redis::PublishMode::Classic) is supported so
-        /// far; it works on every deployment.
+        /// How releases are published. Default:
+        /// [`PublishMode::Auto`]($crate::redis::PublishMode::Auto), which decides at
+        /// connect the way Redisson does: sharded pub/sub on a Redis 7 cluster, classic
+        /// elsewhere, so that a Redisson peer hears our releases and we hear its.
         pub fn publish_mode(mut self, mode: $crate::redis::PublishMode) -> Self {
             self.settings.protocol = self.settings.protocol.publish(mode);
             self
@@ -164,7 +159,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn zero_durations_and_sharded_publishing_are_refused() {
+    fn zero_durations_are_refused() {
         assert!(ConnectorSettings::default().validate().is_ok());
         for settings in [
             ConnectorSettings {
@@ -177,10 +172,6 @@ mod tests {
             },
             ConnectorSettings {
                 ping_interval: Duration::ZERO,
-                ..ConnectorSettings::default()
-            },
-            ConnectorSettings {
-                protocol: ProtocolOptions::default().publish(PublishMode::Sharded),
                 ..ConnectorSettings::default()
             },
         ] {
