@@ -115,3 +115,29 @@ async fn failed_renewals_and_the_loss_that_follows_are_reported() {
         "no warning for the lost lock"
     );
 }
+
+/// Grants held back by the restart quarantine are reported, distinctly from a lock that
+/// is merely busy: a fresh server (no epoch yet) waits one quarantine before its first
+/// grant, as after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_active_restart_quarantine_is_reported() {
+    record();
+    let server = lock_testkit::RedisServer::start().await;
+    let backend = lock_redis::Connector::new(server.url())
+        .restart_quarantine(Duration::from_secs(2))
+        .connect()
+        .await
+        .expect("connect");
+    let locks = Locks::new(Arc::new(backend));
+    let got = locks
+        .mutex("quarantined")
+        .try_lock()
+        .await
+        .expect("a busy answer");
+    assert!(got.is_none(), "a lock granted within the quarantine");
+    assert!(
+        logged(&["restart quarantine active", "quarantined"]).await,
+        "no event: {:?}",
+        lines()
+    );
+}

@@ -718,7 +718,8 @@ fn integers(reply: &Reply) -> Option<Vec<i64>> {
 }
 
 /// An acquire script's answer: `{1, holds, token}`, `{0, ttl}` busy, `{2, ttl}` reserved
-/// for a starving waiter, `{3, _}` an upgrade that would wait for itself.
+/// for a starving waiter, `{3, _}` an upgrade that would wait for itself, `{4, ms}` no
+/// grants during the restart quarantine (reported through `tracing`).
 fn decode_acquire(
     items: Option<&[i64]>,
     reply: &Reply,
@@ -738,6 +739,14 @@ fn decode_acquire(
             ttl: pttl(*ttl),
             reserved: true,
         }),
+        Some([4, left]) => {
+            let left = pttl(*left);
+            crate::events::quarantine_active(name, left);
+            Ok(Acquire::Busy {
+                ttl: left,
+                reserved: false,
+            })
+        }
         Some([3, _]) => Err(Error::WouldDeadlock {
             name: name.as_str().to_owned(),
         }),

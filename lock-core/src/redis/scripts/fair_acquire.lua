@@ -9,7 +9,8 @@
 -- request gets the same grant back.
 -- Deadlines come from the server's clock, so clients need no synchronised clocks.
 -- Reply: {1, holds, token} when held; {0, ms} when not: ms is the longest the caller
--- should wait for a message before asking again.
+-- should wait for a message before asking again; {4, ms} while the restart quarantine
+-- lasts.
 
 local again = grant_replayed()
 if again then
@@ -17,7 +18,7 @@ if again then
 end
 local quarantined = quarantine_left(KEYS[6], ARGV[6])
 if quarantined > 0 then
-    return {0, quarantined}
+    return {4, quarantined}
 end
 local now = now_ms()
 local slot = tonumber(ARGV[7])

@@ -10,7 +10,8 @@
 -- Reply: {1, holds, token} when the owner now holds it (token 0 without fencing; a
 -- reentry reports the current counter, which is the holder's own token); {0, pttl} when
 -- someone else does;
--- {2, pttl of the reservation} when it is free but reserved for another owner.
+-- {2, pttl of the reservation} when it is free but reserved for another owner; {4, ms}
+-- while the restart quarantine lasts.
 
 local again = grant_replayed()
 if again then
@@ -18,7 +19,7 @@ if again then
 end
 local quarantined = quarantine_left(KEYS[4], ARGV[7])
 if quarantined > 0 then
-    return {0, quarantined}
+    return {4, quarantined}
 end
 
 -- The reservation's wait start and owner; a malformed one counts as absent.

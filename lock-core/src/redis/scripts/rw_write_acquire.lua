@@ -5,14 +5,15 @@
 -- ARGV[5] the owner's read-hold key prefix ('{name}:<owner>:rwlock_timeout');
 -- ARGV[6] grant latch lifetime (ms): a retry of this request gets the same grant back.
 -- Reply: {1, holds, token} when held; {0, pttl} when busy; {3, 0} when the owner holds
--- the read lock (an upgrade would wait for itself forever).
+-- the read lock (an upgrade would wait for itself forever); {4, ms} while the restart
+-- quarantine lasts.
 local again = grant_replayed()
 if again then
     return again
 end
 local quarantined = quarantine_left(KEYS[3], ARGV[4])
 if quarantined > 0 then
-    return {0, quarantined}
+    return {4, quarantined}
 end
 local mode = redis.call('hget', KEYS[1], 'mode')
 local writer = ARGV[2] .. ':write'
