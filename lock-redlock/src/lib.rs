@@ -33,11 +33,13 @@
 //! not the lock, is what makes a late writer harmless.
 
 mod error;
+mod lazy;
 mod multi;
 mod redlock;
 mod relay;
 
 pub use error::NodeErrors;
+pub use lazy::LazyNode;
 pub use multi::{MultiLock, MultiLockBuilder};
 pub use redlock::{NodeRelease, RedLock, RedLockBuilder};
 

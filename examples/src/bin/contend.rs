@@ -123,14 +123,19 @@ async fn client(args: &Args, memory: &lock::memory::MemoryBackend) -> Result<Loc
             .await
             .map_err(|e| error_chain(&e))?,
         "redlock" => {
-            let mut nodes = Vec::new();
-            for node in url()?.split(',') {
-                nodes.push(
-                    lock::redis::connect_backend(node.trim())
-                        .await
-                        .map_err(|e| error_chain(&e))?,
-                );
-            }
+            // Each node connects on first use: the RedLock starts, and serves with a
+            // majority, while some nodes are down; they join when they come up.
+            let nodes = url()?
+                .split(',')
+                .map(|node| {
+                    let node = node.trim().to_owned();
+                    let lazy = lock::redlock::LazyNode::new(node.clone(), move || {
+                        let node = node.clone();
+                        async move { lock::redis::connect_backend(&node).await }
+                    });
+                    Arc::new(lazy) as Arc<dyn lock::Backend>
+                })
+                .collect();
             let redlock = lock::redlock::RedLock::builder(nodes)
                 .build()
                 .map_err(|e| error_chain(&e))?;
