@@ -39,6 +39,7 @@ pub struct FaultyBackend {
     fault: Arc<Mutex<AcquireFault>>,
     failing_releases: Arc<AtomicBool>,
     failing_renewals: Arc<AtomicBool>,
+    losing_renewal_replies: Arc<AtomicBool>,
     losing_release_reply: Arc<AtomicBool>,
     listen_delay: Arc<Mutex<Duration>>,
     failing_listens: Arc<std::sync::atomic::AtomicUsize>,
@@ -51,6 +52,7 @@ impl fmt::Debug for FaultyBackend {
             .field("fault", &self.fault())
             .field("failing_releases", &self.failing_releases)
             .field("failing_renewals", &self.failing_renewals)
+            .field("losing_renewal_replies", &self.losing_renewal_replies)
             .field("losing_release_reply", &self.losing_release_reply)
             .field("listen_delay", &self.listen_delay)
             .field("failing_listens", &self.failing_listens)
@@ -67,6 +69,7 @@ impl FaultyBackend {
             fault: Arc::new(Mutex::new(AcquireFault::None)),
             failing_releases: Arc::new(AtomicBool::new(false)),
             failing_renewals: Arc::new(AtomicBool::new(false)),
+            losing_renewal_replies: Arc::new(AtomicBool::new(false)),
             losing_release_reply: Arc::new(AtomicBool::new(false)),
             listen_delay: Arc::new(Mutex::new(Duration::ZERO)),
             failing_listens: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
@@ -100,6 +103,12 @@ impl FaultyBackend {
     /// Makes renewals fail without reaching the wrapped backend (or forward again).
     pub fn fail_renewals(&self, failing: bool) {
         self.failing_renewals.store(failing, Ordering::SeqCst);
+    }
+
+    /// Makes renewals run on the wrapped backend but report failure, as when their
+    /// replies are lost (or forward their answers again).
+    pub fn lose_renewal_replies(&self, losing: bool) {
+        self.losing_renewal_replies.store(losing, Ordering::SeqCst);
     }
 
     /// What acquisitions do from now on.
@@ -168,7 +177,15 @@ impl Backend for FaultyBackend {
                 .map(|_| Renewal::Failed(Arc::clone(&err)))
                 .collect();
         }
-        self.inner.renew(locks, lease).await
+        let renewals = self.inner.renew(locks, lease).await;
+        if self.losing_renewal_replies.load(Ordering::SeqCst) {
+            let err = Arc::new(injected("injected: renewal reply lost"));
+            return locks
+                .iter()
+                .map(|_| Renewal::Failed(Arc::clone(&err)))
+                .collect();
+        }
+        renewals
     }
 
     async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error> {

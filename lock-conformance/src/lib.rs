@@ -52,6 +52,7 @@ macro_rules! conformance_tests {
             family_bad_input_is_typed,
             read_holds_released_out_of_order,
             expired_read_hold_leaves_no_count,
+            a_grant_after_a_lost_hold_leaves_nothing_held,
             watchdog_renews_a_hold_taken_between_rounds,
             replies_of_one_holder_in_any_order,
             a_lost_reply_is_retried_and_counted_once,

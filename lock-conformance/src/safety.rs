@@ -434,6 +434,40 @@ pub async fn a_redisson_waiter_keeps_the_fair_queue(fx: &dyn Fixture) {
     assert_eq!(queued, [java], "the Redisson waiter kept its place");
 }
 
+/// Code review, medium 9: a holder whose hold was lost locally (its renewals ran on the
+/// server, but no reply came back) while the server kept it, then takes the lock again:
+/// the server counts that as a reentry. Unlocking the new guard must leave nothing held;
+/// before, the old hold's count stayed on the server, unrenewed and unreleased, and kept
+/// everyone out for the rest of its lease.
+pub async fn a_grant_after_a_lost_hold_leaves_nothing_held(fx: &dyn Fixture) {
+    let faulty = FaultyBackend::new(fx.backend().await);
+    let locks = Locks::builder(Arc::new(faulty.clone()))
+        .watchdog_lease(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let lock = locks
+        .mutex(&unique("stale-reentry"))
+        .with_holder(Holder::unique());
+    let first = lock.lock().await.unwrap();
+    faulty.lose_renewal_replies(true);
+    timeout(Duration::from_secs(5), first.lost())
+        .await
+        .expect("the hold is lost locally once its renewals go unanswered");
+    faulty.lose_renewal_replies(false);
+    let second = lock.lock().await.unwrap();
+    assert_eq!(
+        lock.hold_count().await.unwrap(),
+        2,
+        "the server still counted the first hold (a reentry)"
+    );
+    second.unlock().await.unwrap();
+    assert!(
+        !lock.is_locked().await.unwrap(),
+        "the lost hold's count was left on the server"
+    );
+    drop(first);
+}
+
 /// The strings of an array reply.
 fn strings(reply: redis::Value) -> Vec<String> {
     match reply {

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::{Acquire, AcquireRequest, Backend, ReleaseRequest};
-use crate::client::Inner;
+use crate::client::{InFlight, Inner};
 use crate::guard::Guard;
 use crate::metrics::{self, AcquireOutcome};
 use crate::{Error, LockRef};
@@ -226,6 +226,8 @@ async fn attempt(
 ) -> Result<Attempt, Error> {
     let lease = request.lease;
     let request = request.fresh_id();
+    let in_flight = client.start_acquisition(lock);
+    let settling = Arc::clone(&in_flight);
     let (tx, rx) = oneshot::channel();
     let (done, attempt_done) = oneshot::channel::<()>();
     if let Some(queued) = queued {
@@ -251,11 +253,13 @@ async fn attempt(
         if undo {
             undo_grant(&*backend, &lock_ref, request).await;
         }
+        drop(settling);
         // Dropping `done` tells a waiter that gave up that its cancellation may go now.
         drop(done);
     })?;
     let mut pending = PendingReply {
         rx: Some(rx),
+        in_flight: Arc::clone(&in_flight),
         client: Arc::clone(client),
         lock: lock.clone(),
         request,
@@ -267,6 +271,7 @@ async fn attempt(
     match reply {
         Acquire::Acquired { holds, token } => {
             let hold = client.attach(lock, holds, sent, lease, renew, token);
+            drop(in_flight);
             Ok(Attempt::Acquired(Guard::new(
                 Arc::clone(client),
                 hold,
@@ -296,6 +301,8 @@ async fn undo_grant(backend: &dyn Backend, lock: &LockRef, request: AcquireReque
 /// it was taken, the granted hold is released here.
 struct PendingReply {
     rx: Option<oneshot::Receiver<Result<Acquire, Error>>>,
+    /// Kept by the undo of a grant taken here, until it is done.
+    in_flight: Arc<InFlight>,
     client: Arc<Inner>,
     lock: LockRef,
     request: AcquireRequest,
@@ -326,10 +333,11 @@ impl Drop for PendingReply {
             let backend = Arc::clone(&self.client.backend);
             let lock = self.lock.clone();
             let request = self.request;
-            let undo = self
-                .client
-                .supervisor
-                .spawn_job(async move { undo_grant(&*backend, &lock, request).await });
+            let settling = Arc::clone(&self.in_flight);
+            let undo = self.client.supervisor.spawn_job(async move {
+                undo_grant(&*backend, &lock, request).await;
+                drop(settling);
+            });
             if let Err(err) = undo {
                 // The lease bounds the hold.
                 events::release_failed(&self.lock, "a grant its caller never learnt of", &err);
@@ -415,9 +423,11 @@ mod tests {
             Owner::new("c", "h"),
         );
         let (tx, rx) = oneshot::channel();
+        let client = Arc::clone(&crate::Locks::new(Arc::new(MemoryBackend::new())).inner);
         let pending = PendingReply {
             rx: Some(rx),
-            client: Arc::clone(&crate::Locks::new(Arc::new(MemoryBackend::new())).inner),
+            in_flight: client.start_acquisition(&lock),
+            client,
             lock,
             request: AcquireRequest::new(Duration::from_secs(1)),
         };

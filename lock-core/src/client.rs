@@ -28,6 +28,8 @@ pub(crate) struct Inner {
     pub(crate) client_id: String,
     pub(crate) config: Config,
     holds: StdMutex<HashMap<LockRef, Arc<Hold>>>,
+    /// Acquisitions per lock whose outcome is not settled yet: see [`InFlight`].
+    in_flight: StdMutex<HashMap<LockRef, u32>>,
     pub(crate) watchdog: Watchdog,
     pub(crate) supervisor: Supervisor,
 }
@@ -65,6 +67,7 @@ impl Locks {
                 client_id: uuid::Uuid::new_v4().to_string(),
                 config,
                 holds: StdMutex::new(HashMap::new()),
+                in_flight: StdMutex::new(HashMap::new()),
                 watchdog: Watchdog::default(),
                 supervisor: Supervisor::new(),
             }),
@@ -171,8 +174,12 @@ impl Inner {
                     if let Some(stale) = existing {
                         stale.mark_lost(LostReason::LeaseExpired);
                     }
-                    let hold =
-                        Arc::new(Hold::new(lock.clone(), holds_after, sent, valid_for, token));
+                    // Earlier holds the server counts that no acquisition in flight
+                    // explains belong to guards given up as lost: the new hold adopts
+                    // them, or they would keep the lock after everything is unlocked.
+                    let others = self.in_flight_count(lock).saturating_sub(1);
+                    let counts = (holds_after, others);
+                    let hold = Arc::new(Hold::new(lock.clone(), counts, sent, valid_for, token));
                     holds.insert(lock.clone(), Arc::clone(&hold));
                     hold
                 }
@@ -182,6 +189,28 @@ impl Inner {
             self.watchdog.register(self, &hold);
         }
         hold
+    }
+
+    /// Counts an acquisition of `lock` as in flight until every clone of the returned
+    /// ticket is dropped.
+    pub(crate) fn start_acquisition(self: &Arc<Self>, lock: &LockRef) -> Arc<InFlight> {
+        let mut in_flight = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *in_flight.entry(lock.clone()).or_insert(0) += 1;
+        Arc::new(InFlight {
+            client: Arc::clone(self),
+            lock: lock.clone(),
+        })
+    }
+
+    fn in_flight_count(&self, lock: &LockRef) -> u32 {
+        let in_flight = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        in_flight.get(lock).copied().unwrap_or(0)
     }
 
     /// Removes a guard from its hold; forgets the hold when it was the last guard.
@@ -208,6 +237,39 @@ impl Inner {
 
     pub(crate) fn valid_for(&self, lease: Duration) -> Duration {
         lease.saturating_sub(self.config.drift(lease))
+    }
+}
+
+/// One acquisition whose outcome is not settled: its reply was not attached yet, or a
+/// grant nobody learnt of is still being undone. The caller and the attempt task each
+/// keep a clone. A grant that counts earlier holds of its owner is explained by these
+/// (their replies may come later) or by nothing (their guards were given up as lost).
+pub(crate) struct InFlight {
+    client: Arc<Inner>,
+    lock: LockRef,
+}
+
+impl fmt::Debug for InFlight {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InFlight")
+            .field("lock", &self.lock)
+            .finish()
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut in_flight = self
+            .client
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = in_flight.get_mut(&self.lock) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                in_flight.remove(&self.lock);
+            }
+        }
     }
 }
 

@@ -220,7 +220,21 @@ fn spawn_release(
         // Sent again (same id) while its outcome is unknown: a release that already ran
         // answers as the first time.
         let until = Instant::now() + window;
-        let outcome = retry::until_answered(until, || backend.release(&hold.lock, request)).await;
+        let mut outcome =
+            retry::until_answered(until, || backend.release(&hold.lock, request)).await;
+        if matches!(outcome, Ok(Release::StillHeld { .. })) && hold.guards() == 0 {
+            // The hold's last release also gives back the holds it adopted (those of
+            // guards given up as lost, which sent none).
+            for _ in 0..hold.take_adopted() {
+                let request = ReleaseRequest::new(lease).retry_window(window);
+                let until = Instant::now() + window;
+                outcome =
+                    retry::until_answered(until, || backend.release(&hold.lock, request)).await;
+                if !matches!(outcome, Ok(Release::StillHeld { .. })) {
+                    break;
+                }
+            }
+        }
         if let Ok(Release::Released) = outcome
             && hold.guards() > 0
         {

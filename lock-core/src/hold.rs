@@ -29,6 +29,10 @@ struct Counts {
     /// have not arrived yet (concurrent acquisitions by one owner can be answered out of
     /// order): each joins this hold when it comes.
     unclaimed: u32,
+    /// Server holds of this owner that no live guard and no request in flight accounts
+    /// for: those of guards this client already gave up as lost, which send no release.
+    /// The hold's last release releases them too.
+    adopted: u32,
 }
 
 /// One owner's hold on one lock, shared by its guards.
@@ -44,14 +48,18 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    /// A hold created by a grant that left the owner `holds` holds on the server.
+    /// A hold created by a grant that left the owner `holds` holds on the server, while
+    /// `in_flight` other acquisitions of the owner had no answer yet: the holds that
+    /// neither they nor this grant account for are adopted.
     pub(crate) fn new(
         lock: LockRef,
-        holds: u32,
+        (holds, in_flight): (u32, u32),
         sent: Instant,
         valid_for: Duration,
         token: Option<u64>,
     ) -> Self {
+        let earlier = holds.saturating_sub(1);
+        let unclaimed = earlier.min(in_flight);
         Self {
             lock,
             token,
@@ -62,7 +70,8 @@ impl Hold {
                 last_sent: sent,
             }),
             counts: Mutex::new(Counts {
-                unclaimed: holds.saturating_sub(1),
+                unclaimed,
+                adopted: earlier - unclaimed,
                 ..Counts::default()
             }),
         }
@@ -180,6 +189,11 @@ impl Hold {
         self.counts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The adopted holds, handed out once (to the hold's last release).
+    pub(crate) fn take_adopted(&self) -> u32 {
+        std::mem::take(&mut self.counts().adopted)
+    }
+
     /// Adds a guard; returns whether the hold now needs renewal and did not before.
     pub(crate) fn add_guard(&self, renew: bool) -> bool {
         let mut c = self.counts();
@@ -223,7 +237,7 @@ mod tests {
             LockName::new("h").expect("name"),
             Owner::new("c", "h"),
         );
-        Hold::new(lock, 1, Instant::now(), valid_for, None)
+        Hold::new(lock, (1, 0), Instant::now(), valid_for, None)
     }
 
     #[tokio::test(start_paused = true)]
