@@ -29,6 +29,9 @@ pub enum NodeRelease {
     Failed(Arc<Error>),
 }
 
+/// The default node timeout's upper bound, and the default of requests without a lease.
+const LONGEST_DEFAULT_NODE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Builds a [`RedLock`].
 #[derive(Debug)]
 #[must_use]
@@ -40,8 +43,9 @@ pub struct RedLockBuilder {
 }
 
 impl RedLockBuilder {
-    /// The longest wait for one node's answer. Default: a twentieth of the lease, at least
-    /// 5 ms and at most 1 s (so 1 s with the watchdog's 30 s lease).
+    /// The longest wait for one node's answer. Default: a twentieth of the request's
+    /// lease, at least 5 ms and at most 1 s (so 1 s with the watchdog's 30 s lease); 1 s
+    /// for requests without a lease (inspect, force release, leaving a queue).
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = Some(timeout);
         self
@@ -72,7 +76,7 @@ impl RedLockBuilder {
                 "must be at least 0 and below 0.5",
             ));
         }
-        let listen_timeout = self.node_timeout.unwrap_or(Duration::from_secs(1));
+        let listen_timeout = self.node_timeout.unwrap_or(LONGEST_DEFAULT_NODE_TIMEOUT);
         Ok(RedLock {
             quorum: self.nodes.len() / 2 + 1,
             nodes: self.nodes,
@@ -268,8 +272,15 @@ impl RedLock {
     }
 
     fn node_timeout(&self, lease: Duration) -> Duration {
-        self.node_timeout
-            .unwrap_or_else(|| (lease / 20).clamp(Duration::from_millis(5), Duration::from_secs(1)))
+        self.node_timeout.unwrap_or_else(|| {
+            (lease / 20).clamp(Duration::from_millis(5), LONGEST_DEFAULT_NODE_TIMEOUT)
+        })
+    }
+
+    /// The node timeout of requests that carry no lease (inspect, force release, leaving a
+    /// queue, raising fencing counters): the configured one, else the longest default.
+    fn unleased_timeout(&self) -> Duration {
+        self.node_timeout.unwrap_or(LONGEST_DEFAULT_NODE_TIMEOUT)
     }
 
     fn drift(&self, lease: Duration) -> Duration {
@@ -412,7 +423,7 @@ impl Backend for RedLock {
 
     async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
         if self
-            .raise_fencing(lock, token, self.node_timeout(Duration::from_secs(30)))
+            .raise_fencing(lock, token, self.unleased_timeout())
             .await
         {
             Ok(())
@@ -424,7 +435,7 @@ impl Backend for RedLock {
     }
 
     async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
-        let timeout = self.node_timeout(Duration::from_secs(30));
+        let timeout = self.unleased_timeout();
         let mut calls = self.on_all(timeout, |node| {
             let lock = lock.clone();
             async move { node.cancel_wait(&lock).await }
@@ -567,7 +578,7 @@ impl Backend for RedLock {
     }
 
     async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error> {
-        let timeout = self.node_timeout(Duration::from_secs(30));
+        let timeout = self.unleased_timeout();
         let mut calls = self.on_all(timeout, |node| {
             let lock = lock.clone();
             async move { node.inspect(&lock).await }
@@ -609,7 +620,7 @@ impl Backend for RedLock {
     }
 
     async fn force_release(&self, lock: &LockRef) -> Result<bool, Error> {
-        let timeout = self.node_timeout(Duration::from_secs(30));
+        let timeout = self.unleased_timeout();
         let mut calls = self.on_all(timeout, |node| {
             let lock = lock.clone();
             async move { node.force_release(&lock).await }
