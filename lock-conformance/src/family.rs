@@ -147,7 +147,10 @@ pub async fn fair_waiter_that_gives_up_leaves_the_queue(fx: &dyn Fixture) {
 pub async fn read_write_compatibility(fx: &dyn Fixture) {
     let name = unique("rw-matrix");
     let (a, b, c) = (fx.client().await, fx.client().await, fx.client().await);
-    let (ra, wa) = (a.rw_lock(&name).read(), a.rw_lock(&name).write());
+    // One holder of client a takes both sides.
+    let holder = Holder::unique();
+    let ra = a.rw_lock(&name).read().with_holder(holder.clone());
+    let wa = a.rw_lock(&name).write().with_holder(holder);
     let rb = b.rw_lock(&name).read();
     // A third client asks for the write lock: b, holding a read lock, would be refused
     // as an upgrade.
@@ -283,8 +286,12 @@ pub async fn watchdog_renews_every_kind(fx: &dyn Fixture) {
     let lease = Duration::from_millis(300);
     let locks = fx.client_with_lease(lease).await;
     let rw = unique("wd-rw");
-    let write = locks.rw_lock(&rw).write().lock().await.unwrap();
-    let read = locks.rw_lock(&rw).read().lock().await.unwrap();
+    // The writer downgrades: one holder takes both.
+    let holder = Holder::unique();
+    let write = locks.rw_lock(&rw).write().with_holder(holder.clone());
+    let write = write.lock().await.unwrap();
+    let read = locks.rw_lock(&rw).read().with_holder(holder);
+    let read = read.lock().await.unwrap();
     sleep(lease * 3).await;
     for guard in [&write, &read] {
         assert!(

@@ -28,6 +28,7 @@ macro_rules! conformance_tests {
         $crate::__scenario_tests!($make;
             hold_count_goes_up_and_down,
             same_holder_reenters,
+            acquisitions_outside_a_scope_do_not_reenter,
             holders_exclude_each_other,
             clients_exclude_each_other,
             non_holder_cannot_release,

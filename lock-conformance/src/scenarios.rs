@@ -89,6 +89,24 @@ pub async fn hold_count_goes_up_and_down(fx: &dyn Fixture) {
     .await;
 }
 
+/// Outside a holder scope an acquisition re-enters nothing: a second one in the same
+/// task (or thread) waits like anyone else's. (The default holder used to be the task,
+/// else the thread: two futures of one task re-entered each other's lock, and a task
+/// that got the id of an ended task re-entered the guard that task left behind.)
+pub async fn acquisitions_outside_a_scope_do_not_reenter(fx: &dyn Fixture) {
+    let locks = fx.client().await;
+    let m = locks.mutex(&unique("no-implicit-reentry"));
+    let first = m.lock().await.unwrap();
+    assert!(
+        m.try_lock().await.unwrap().is_none(),
+        "a second acquisition outside any scope re-entered"
+    );
+    let (a, b) = tokio::join!(m.try_lock(), m.try_lock());
+    assert!(a.unwrap().is_none() && b.unwrap().is_none());
+    first.unlock().await.unwrap();
+    assert!(!m.is_locked().await.unwrap());
+}
+
 /// The same holder re-enters without waiting; a second guard is independent.
 pub async fn same_holder_reenters(fx: &dyn Fixture) {
     let locks = fx.client().await;
@@ -595,7 +613,7 @@ pub async fn lock_survives_script_flush(fx: &dyn Fixture) {
     let redis = fx.redis().expect("a Redis fixture");
     let locks = fx.client().await;
     let name = unique("flush");
-    let m = locks.mutex(&name);
+    let m = locks.mutex(&name).with_holder(Holder::unique());
     let g = m.lock().await.unwrap();
     redis.script_flush().await;
     assert_eq!(m.hold_count().await.unwrap(), 1);

@@ -142,12 +142,15 @@ impl Lock {
         Ok(self.inspect().await?.locked)
     }
 
-    /// Whether the current holder (or the handle's explicit holder) holds the lock.
+    /// Whether the handle's holder (see [`Holder`]: explicit, else the enclosing
+    /// [`Holder::scope`]'s) holds the lock. Outside both it is `false`: every operation
+    /// there is a holder of its own.
     pub async fn is_held_by_current(&self) -> Result<bool, Error> {
         Ok(self.inspect().await?.holds > 0)
     }
 
-    /// How many holds the current holder has (0 when it does not hold the lock).
+    /// How many holds the handle's holder has (0 when it does not hold the lock; always 0
+    /// without an explicit holder or an enclosing [`Holder::scope`]).
     pub async fn hold_count(&self) -> Result<u32, Error> {
         Ok(self.inspect().await?.holds)
     }

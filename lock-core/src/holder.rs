@@ -3,7 +3,12 @@
 //! A lock is owned by `"<client-uuid>:<holder>"`. Acquisitions by the same holder through
 //! the same client re-enter; any other holder is excluded. The holder of an operation is,
 //! in order: one given explicitly ([`crate::Mutex::with_holder`]); else the holder of the
-//! innermost [`Holder::scope`]; else the current tokio task; else the current thread.
+//! innermost [`Holder::scope`]; else a holder of its own, never used before.
+//!
+//! So reentrancy is opt-in, as with `tokio::sync::Mutex` by default. Redisson re-enters
+//! per thread, but tasks interleave on threads and one task runs many futures at once
+//! (`join!`), so neither a thread nor a task can stand for "the same caller"; a task's id
+//! may moreover be given to a new task once it ended, while a guard it took lives on.
 
 use std::fmt;
 use std::future::Future;
@@ -17,14 +22,6 @@ tokio::task_local! {
 }
 
 static NEXT_SCOPE: AtomicU64 = AtomicU64::new(1);
-static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    static THREAD_HOLDER: Holder = Holder(Arc::from(format!(
-        "thread-{}",
-        NEXT_THREAD.fetch_add(1, Ordering::Relaxed)
-    )));
-}
 
 /// The identity that may re-enter a lock. Cheap to clone.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -55,17 +52,11 @@ impl Holder {
         )))
     }
 
-    /// The holder in effect here: the innermost scope's, else the tokio task's, else the
-    /// thread's.
+    /// The holder in effect here: the innermost scope's, else a new one (outside a
+    /// scope every operation is its own holder: it re-enters nothing and holds nothing).
     #[must_use]
     pub fn current() -> Self {
-        if let Some(holder) = Self::ambient() {
-            return holder;
-        }
-        if let Some(id) = tokio::task::try_id() {
-            return Self(Arc::from(format!("task-{id}")));
-        }
-        THREAD_HOLDER.with(Clone::clone)
+        Self::ambient().unwrap_or_else(Self::unique)
     }
 
     /// The holder of the innermost [`Holder::scope`] around this code, if any.
@@ -111,30 +102,28 @@ mod tests {
 
     #[tokio::test]
     async fn scopes_nest_and_differ() {
-        // The test body runs in `block_on`, not in a task; a spawned task has its own id.
-        let task = tokio::spawn(async { Holder::current() })
-            .await
-            .expect("task");
-        assert!(task.as_str().starts_with("task-"), "{task}");
         let (a, b) = tokio::join!(
             Holder::scope(async { (Holder::current(), Holder::current()) }),
             Holder::scope(async { Holder::current() })
         );
         assert_eq!(a.0, a.1, "one scope is one holder");
         assert_ne!(a.0, b, "sibling scopes are different holders");
-        assert_ne!(a.0, task);
         let outer = Holder::unique();
         let inner = outer.clone().run(async { Holder::current() }).await;
         assert_eq!(inner, outer);
     }
 
-    #[test]
-    fn outside_a_runtime_the_thread_is_the_holder() {
-        let here = Holder::current();
-        assert!(here.as_str().starts_with("thread-"));
-        assert_eq!(here, Holder::current());
-        let other = std::thread::spawn(Holder::current).join().ok();
-        assert!(other.is_some_and(|o| o != here));
+    /// Outside a scope no two operations share a holder: not two in one task, nor a
+    /// task that reuses an ended task's id (code review, high 2).
+    #[tokio::test]
+    async fn outside_a_scope_every_operation_is_its_own_holder() {
+        assert_ne!(Holder::current(), Holder::current());
+        let (a, b) = tokio::join!(async { Holder::current() }, async { Holder::current() });
+        assert_ne!(a, b);
+        let spawned = tokio::spawn(async { Holder::current() })
+            .await
+            .expect("task");
+        assert_ne!(spawned, a);
     }
 
     #[test]
