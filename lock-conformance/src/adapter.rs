@@ -111,12 +111,17 @@ pub async fn round_trip(locks: &Locks) {
 /// Takes and hands over one lock between two clients: the waiter is woken by the
 /// release notification.
 async fn hand_over(a: &Locks, b: &Locks, name: &str) {
+    hand_over_once(a, b, name, tokio::time::sleep(Duration::from_millis(50))).await;
+}
+
+/// Like [`hand_over`], but `a` releases once `waiting` is over.
+async fn hand_over_once(a: &Locks, b: &Locks, name: &str, waiting: impl Future<Output = ()>) {
     let held = a.mutex(name).lock().await.unwrap();
     let waiter = {
         let mutex = b.mutex(name);
         tokio::spawn(async move { mutex.lock().await.map(drop) })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    waiting.await;
     held.unlock().await.unwrap();
     tokio::time::timeout(Duration::from_secs(2), waiter)
         .await
@@ -420,30 +425,26 @@ pub async fn locks_work_over_tls_and_a_wrong_setup_is_a_typed_error(connect: &Ad
 /// Like [`hand_over`], but `a` releases only once the server counts `b`'s subscription to
 /// the lock's channel: a fixed sleep does not prove that `b` waited on a loaded machine.
 async fn hand_over_to_a_subscribed_waiter(server: &RedisServer, a: &Locks, b: &Locks, name: &str) {
-    let held = a.mutex(name).lock().await.unwrap();
-    let waiter = {
-        let mutex = b.mutex(name);
-        tokio::spawn(async move { mutex.lock().await.map(drop) })
-    };
     let channel = format!("redisson_lock__channel:{{{name}}}");
+    let subscribed = await_subscriber(server, "NUMSUB", &channel);
+    hand_over_once(a, b, name, subscribed).await;
+}
+
+/// Waits up to 5 s until `PUBSUB <count> channel` (`NUMSUB`, or `SHARDNUMSUB` for
+/// sharded pub/sub) on `server` counts a subscriber.
+async fn await_subscriber(server: &RedisServer, count: &str, channel: &str) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let counts: Vec<redis::Value> = server.command(&["PUBSUB", "NUMSUB", &channel]).await;
+        let counts: Vec<redis::Value> = server.command(&["PUBSUB", count, channel]).await;
         if matches!(counts.get(1), Some(redis::Value::Int(n)) if *n > 0) {
-            break;
+            return;
         }
         assert!(
             Instant::now() < deadline,
-            "the waiter never subscribed to {channel}"
+            "nobody subscribed to {channel} (PUBSUB {count})"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    held.unlock().await.unwrap();
-    tokio::time::timeout(Duration::from_secs(2), waiter)
-        .await
-        .expect("the waiter was woken")
-        .unwrap()
-        .unwrap();
 }
 
 /// How many clients the server has, not counting the one asking.
@@ -627,18 +628,7 @@ pub async fn a_redisson_peer_on_a_cluster_hears_us_and_is_heard(connect: &Adapte
         let mutex = ours.mutex(name);
         tokio::spawn(async move { mutex.try_lock_for(Duration::from_secs(8), None).await })
     };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let counts: Vec<redis::Value> = shard.command(&["PUBSUB", "SHARDNUMSUB", channel]).await;
-        if matches!(counts.get(1), Some(redis::Value::Int(n)) if *n > 0) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "our waiter never subscribed to {channel} on its shard (SSUBSCRIBE)"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    await_subscriber(shard, "SHARDNUMSUB", channel).await;
     // Redisson's unlock: the hash goes, the release is announced on the shard.
     let _: i64 = shard.command(&["DEL", name]).await;
     let _: i64 = shard.command(&["SPUBLISH", channel, "0"]).await;
