@@ -151,7 +151,13 @@ impl RedisSentinel {
                     .await;
                 promoted &= addr.get(1) == Some(&wanted);
             }
-            let role: Vec<redis::Value> = self.replica.command(&["ROLE"]).await;
+            // A Sentinel that promotes a replica closes its clients' connections: a
+            // reset ROLE is asked again.
+            let role: Vec<redis::Value> = self
+                .replica
+                .try_command(&["ROLE"])
+                .await
+                .unwrap_or_default();
             let is_master =
                 matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master");
             if promoted && is_master {

@@ -155,17 +155,19 @@ impl RedisServer {
     /// Runs one command on a fresh connection and converts the reply.
     /// Panics with the command and the error if it fails (including a 10 s timeout).
     pub async fn command<T: FromRedisValue>(&self, args: &[&str]) -> T {
+        self.try_command(args)
+            .await
+            .unwrap_or_else(|e| panic!("`{}` on {} failed: {e}", args.join(" "), self.url()))
+    }
+
+    /// Like [`RedisServer::command`], but a failure (a refused or reset connection, an
+    /// error reply) is returned, for servers that may be between states.
+    pub async fn try_command<T: FromRedisValue>(&self, args: &[&str]) -> redis::RedisResult<T> {
         let (name, rest) = args
             .split_first()
             .expect("RedisServer::command needs at least the command name");
-        let mut conn = connect(self.port, COMMAND_TIMEOUT)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {} for `{}`: {e}", self.url(), args.join(" ")));
-        redis::cmd(name)
-            .arg(rest)
-            .query_async(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("`{}` on {} failed: {e}", args.join(" "), self.url()))
+        let mut conn = connect(self.port, COMMAND_TIMEOUT).await?;
+        redis::cmd(name).arg(rest).query_async(&mut conn).await
     }
 
     /// Kills the process with SIGKILL and starts it again on the same port with the same
