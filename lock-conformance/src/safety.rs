@@ -399,16 +399,17 @@ pub async fn a_redisson_waiter_keeps_the_fair_queue(fx: &dyn Fixture) {
     let queue = format!("redisson_lock_queue:{{{name}}}");
     let scores = format!("redisson_lock_timeout:{{{name}}}");
     let held = fx.client().await.fair_mutex(&name).lock().await.unwrap();
-    let quick = Locks::builder(fx.backend().await)
-        .fair_waiter_timeout(Duration::from_millis(300))
+    let ours = Locks::builder(fx.backend().await)
+        .fair_waiter_timeout(Duration::from_secs(1))
         .build()
         .unwrap();
-    let waiter = spawn_waiter(quick.fair_mutex(&name));
-    sleep(Duration::from_millis(100)).await;
-    assert!(
-        redis.pttl(&queue).await > 0,
-        "our waiter queued with an expiry"
-    );
+    let waiter = spawn_waiter(ours.fair_mutex(&name));
+    // Queued, with an expiry on the queue.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while redis.pttl(&queue).await <= 0 {
+        assert!(Instant::now() < deadline, "our waiter never queued");
+        sleep(Duration::from_millis(10)).await;
+    }
     // A Redisson waiter joins behind ours, its score minutes ahead.
     let java = "5f3c6a1e-0000-4000-8000-000000000002:7";
     redis.run(&queue, &["RPUSH", &queue, java]).await;
@@ -416,14 +417,21 @@ pub async fn a_redisson_waiter_keeps_the_fair_queue(fx: &dyn Fixture) {
     redis
         .run(&scores, &["ZADD", &scores, far_ahead, java])
         .await;
-    // Our waiter asks again every 100 ms.
-    sleep(Duration::from_millis(300)).await;
+    // Our waiter asks again every third of a second; an attempt must leave the keys
+    // without the expiry they had.
+    let deadline = Instant::now() + Duration::from_secs(3);
     for key in [&queue, &scores] {
-        assert_eq!(
-            redis.pttl(key).await,
-            -1,
-            "{key} expires under a Redisson waiter"
-        );
+        loop {
+            let pttl = redis.pttl(key).await;
+            if pttl == -1 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{key} expires under a Redisson waiter (pttl {pttl})"
+            );
+            sleep(Duration::from_millis(20)).await;
+        }
     }
     held.unlock().await.unwrap();
     timeout(Duration::from_secs(5), waiter)

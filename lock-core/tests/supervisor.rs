@@ -16,7 +16,7 @@ fn runtime() -> Runtime {
         .expect("a tokio runtime")
 }
 
-const LEASE: Duration = Duration::from_millis(300);
+const LEASE: Duration = Duration::from_millis(600);
 
 fn holder(id: &str) -> Holder {
     Holder::new(id).expect("a valid holder id")
