@@ -212,6 +212,8 @@ impl Subscriptions {
     /// Tells the registry that the transport reconnected: every channel is subscribed
     /// again, then every listener is woken to re-poll.
     pub fn reconnected(&self) {
+        // The receiver lives in the registry (or with its running worker) as long as the
+        // registry does, so this send cannot fail while `self` exists.
         let _ = self.shared.commands.send(Command::Resubscribe);
     }
 
@@ -488,6 +490,7 @@ impl Drop for Listener {
         };
         if last {
             channels.remove(&*self.entry.channel);
+            // Cannot fail while the registry lives (see `reconnected`).
             let _ = self
                 .shared
                 .commands

@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 
 use crate::config::{self, Timeouts, Tls};
 use crate::notifications::{self, Owned};
-use crate::transport::{Commands, FredTransport};
+use crate::transport::{Commands, FredTransport, quit_failed};
 
 /// Room for bursts of release messages before the reader counts as lagging.
 const MESSAGE_BUFFER: usize = 1024;
@@ -304,7 +304,9 @@ async fn decide_publish_mode(
 
 fn close_in_background(commands: Commands) {
     tokio::spawn(async move {
-        let _ = tokio::time::timeout(Duration::from_secs(5), commands.quit()).await;
+        if let Err(elapsed) = tokio::time::timeout(Duration::from_secs(5), commands.quit()).await {
+            quit_failed("the command connections", &elapsed);
+        }
     });
 }
 
@@ -350,7 +352,11 @@ async fn subscribe_client(
         Ok(Err(err)) => Err(crate::error::connection("connecting", err)),
         Err(elapsed) => {
             tokio::spawn(async move {
-                let _ = tokio::time::timeout(Duration::from_secs(5), subscriber.quit()).await;
+                match tokio::time::timeout(Duration::from_secs(5), subscriber.quit()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(err)) => quit_failed("the subscriber connection", &err),
+                    Err(elapsed) => quit_failed("the subscriber connection", &elapsed),
+                }
             });
             Err(Error::connection("connecting", elapsed))
         }

@@ -9,7 +9,7 @@ use lock_core::redis::NotificationSink;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::oneshot;
 
-use crate::transport::Commands;
+use crate::transport::{Commands, quit_failed};
 
 /// What the reader closes when it stops.
 pub(crate) struct Owned {
@@ -56,12 +56,16 @@ pub(crate) async fn pump(
         }
     }
     let quit = async {
-        let _ = subscriber.quit().await;
+        if let Err(err) = subscriber.quit().await {
+            quit_failed("the subscriber connection", &err);
+        }
         if let Some(commands) = &owned.commands {
             commands.quit().await;
         }
     };
-    let _ = tokio::time::timeout(Duration::from_secs(1), quit).await;
+    if let Err(elapsed) = tokio::time::timeout(Duration::from_secs(1), quit).await {
+        quit_failed("the connections", &elapsed);
+    }
 }
 
 fn payload(value: &Value) -> Vec<u8> {

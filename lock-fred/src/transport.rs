@@ -38,10 +38,13 @@ impl Commands {
 
     /// Closes the connections (for clients this adapter opened itself).
     pub(crate) async fn quit(&self) {
-        let _ = match self {
+        let quit = match self {
             Self::Client(client) => client.quit().await,
             Self::Pool(pool) => pool.quit().await,
         };
+        if let Err(err) = quit {
+            quit_failed("the command connections", &err);
+        }
     }
 }
 
@@ -200,6 +203,12 @@ impl FredTransport {
         let acks = acks.map_err(crate::error::transport)?.as_i64().unwrap_or(0);
         Ok((reply, acks))
     }
+}
+
+/// A connection that could not be closed cleanly is left for the server to drop; nothing
+/// of anyone's locks depends on it, so it is only told at debug level.
+pub(crate) fn quit_failed(what: &'static str, err: &dyn std::fmt::Display) {
+    tracing::debug!(target: "lock", what, error = %err, "closing a connection failed");
 }
 
 fn is_noscript(err: &fred::error::Error) -> bool {

@@ -201,6 +201,8 @@ fn spawn_acquire(
         };
         let result = node.acquire(&lock, request).await;
         let maybe_held = !matches!(result, Ok(Acquire::Busy { .. }));
+        // A caller that went away no longer needs the answer; `decision` still tells
+        // this task whether to give a grant back.
         let _ = reply.send(result);
         if maybe_held {
             let kept = decision
@@ -413,6 +415,8 @@ impl Backend for RedLock {
             }
             _ => true,
         };
+        // The nodes' tasks that still run read the decision; once all have ended nobody
+        // is left to tell, which is no failure.
         if granted >= self.quorum && valid && fenced {
             let _ = decide.send(Decision::Kept);
             return Ok(Acquire::Acquired { holds, token });
