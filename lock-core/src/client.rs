@@ -215,7 +215,13 @@ impl Inner {
 
     /// Removes a guard from its hold; forgets the hold when it was the last guard.
     pub(crate) fn detach(&self, hold: &Arc<Hold>, renew: bool) {
-        if hold.remove_guard(renew) == 0 {
+        let left = hold.remove_guard(renew);
+        if renew {
+            // At once, not at the watchdog's next round: a burst of short holds would
+            // otherwise keep every released hold in memory for a renewal interval.
+            self.watchdog.forget(hold);
+        }
+        if left == 0 {
             let mut holds = self.holds();
             if holds.get(&hold.lock).is_some_and(|h| Arc::ptr_eq(h, hold)) {
                 holds.remove(&hold.lock);

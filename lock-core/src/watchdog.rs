@@ -64,10 +64,30 @@ impl Watchdog {
         state.ensure_running(client);
     }
 
+    /// Stops renewing `hold` if no guard of it needs renewal any more. Checked under the
+    /// watchdog's lock, so a reentry that registers the hold again is never undone.
+    pub(crate) fn forget(&self, hold: &Arc<Hold>) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if !hold.needs_renewal() {
+            state.holds.remove(&(Arc::as_ptr(hold) as usize));
+        }
+    }
+
+    /// How many holds it renews (for tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .holds
+            .len()
+    }
+
     /// Starts the task again if it died while holds still need renewal.
     pub(crate) fn revive(&self, client: &Arc<Inner>) {
+        // No pruning here: it would cost every acquisition a pass over every hold.
+        // Released holds leave through `forget`, lost ones at the next round.
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.holds.retain(|_, hold| hold.needs_renewal());
         state.ensure_running(client);
     }
 
@@ -147,5 +167,44 @@ async fn run(client: Weak<Inner>) {
         if failed > 0 {
             pause = (interval / 4).max(MIN_RETRY);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::Locks;
+    use crate::memory::MemoryBackend;
+
+    /// Issue 20: a released hold leaves the watchdog at once. Before, every hold stayed
+    /// until the next round (10 s by default): a burst of acquisitions held all of them.
+    #[tokio::test]
+    async fn released_holds_leave_the_watchdog_at_once() {
+        let locks = Locks::new(Arc::new(MemoryBackend::new()));
+        for i in 0..100 {
+            let guard = locks
+                .mutex(&format!("burst-{i}"))
+                .lock()
+                .await
+                .expect("lock");
+            guard.unlock().await.expect("unlock");
+        }
+        let reentered = locks.mutex("kept").with_holder(crate::Holder::unique());
+        let outer = reentered.lock().await.expect("lock");
+        reentered
+            .lock()
+            .await
+            .expect("reenter")
+            .unlock()
+            .await
+            .expect("unlock");
+        assert_eq!(
+            locks.inner.watchdog.len(),
+            1,
+            "only the live hold is renewed"
+        );
+        outer.unlock().await.expect("unlock");
+        assert_eq!(locks.inner.watchdog.len(), 0);
     }
 }
