@@ -24,6 +24,7 @@ const DROPPED: &str = "a dropped guard";
 /// taken with an explicit lease. Check [`Guard::is_held`] before acting on the protected
 /// resource, or race the work against [`Guard::lost`].
 #[must_use = "dropping a guard releases the lock at once"]
+#[clippy::has_significant_drop]
 pub struct Guard {
     client: Arc<Inner>,
     hold: Arc<Hold>,
