@@ -138,6 +138,10 @@ impl Guard {
     /// Resolves when the hold is lost: a renewal found another owner, or the lease ran
     /// out (an explicit lease, or renewals that kept failing). Never resolves while the
     /// hold is valid. Returns the [`Error::Lost`] to hand to the caller.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only watches; use it in `tokio::select!` against the work.
     pub async fn lost(&self) -> Error {
         let reason = match self.own_deadline {
             Some(deadline) => tokio::select! {
@@ -161,7 +165,12 @@ impl Guard {
     /// Returns [`Error::NotHeld`] when the hold was already gone (its lease expired, or
     /// the lock was force-released); nothing is changed on the server then. If the
     /// request fails, the lock is released at the latest when its lease runs out (renewal
-    /// stops at once). Cancelling this future does not cancel the release.
+    /// stops at once).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: the release runs in its own task and completes if this future is
+    /// dropped ([`Locks::shutdown`](crate::Locks::shutdown) waits for it).
     pub async fn unlock(mut self) -> Result<(), Error> {
         self.released = true;
         self.finish();

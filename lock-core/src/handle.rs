@@ -92,6 +92,12 @@ impl Lock {
     }
 
     /// Waits until the lock is acquired; the watchdog renews it while the guard lives.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future never leaves a hold behind. A grant that arrives
+    /// after the drop is given back in the background, and a fair-lock waiter leaves the
+    /// queue.
     pub async fn lock(&self) -> Result<Guard, Error> {
         self.acquire(Lease::Watchdog, Wait::Forever)
             .await?
@@ -100,6 +106,12 @@ impl Lock {
 
     /// Waits until the lock is acquired, with a lease that is never renewed: the lock is
     /// released after `lease` even if the guard is still alive.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future never leaves a hold behind. A grant that arrives
+    /// after the drop is given back in the background, and a fair-lock waiter leaves the
+    /// queue.
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<Guard, Error> {
         check_lease("lease", lease)?;
         self.acquire(Lease::Fixed(lease), Wait::Forever)
@@ -108,6 +120,12 @@ impl Lock {
     }
 
     /// One attempt, no waiting. `Ok(None)` when someone else holds the lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future never leaves a hold behind. A grant that arrives
+    /// after the drop is given back in the background, and a fair-lock waiter leaves the
+    /// queue.
     pub async fn try_lock(&self) -> Result<Option<Guard>, Error> {
         self.acquire(Lease::Watchdog, Wait::Never).await
     }
@@ -115,6 +133,12 @@ impl Lock {
     /// Waits at most `wait` for the lock. With `Some(lease)`, the lock is never renewed
     /// and expires after `lease`; with `None`, the watchdog renews it. `Ok(None)` when
     /// the wait ran out.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future never leaves a hold behind. A grant that arrives
+    /// after the drop is given back in the background, and a fair-lock waiter leaves the
+    /// queue.
     pub async fn try_lock_for(
         &self,
         wait: Duration,
@@ -138,6 +162,10 @@ impl Lock {
     }
 
     /// Whether anyone holds the lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
     pub async fn is_locked(&self) -> Result<bool, Error> {
         Ok(self.inspect().await?.locked)
     }
@@ -145,17 +173,29 @@ impl Lock {
     /// Whether the handle's holder (see [`Holder`]: explicit, else the enclosing
     /// [`Holder::scope`]'s) holds the lock. Outside both it is `false`: every operation
     /// there is a holder of its own.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
     pub async fn is_held_by_current(&self) -> Result<bool, Error> {
         Ok(self.inspect().await?.holds > 0)
     }
 
     /// How many holds the handle's holder has (0 when it does not hold the lock; always 0
     /// without an explicit holder or an enclosing [`Holder::scope`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
     pub async fn hold_count(&self) -> Result<u32, Error> {
         Ok(self.inspect().await?.holds)
     }
 
     /// The lock's remaining lease on the server; `None` when it is free.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
     pub async fn remaining_lease(&self) -> Result<Option<Duration>, Error> {
         let state = self.inspect().await?;
         Ok(state.ttl.filter(|_| state.locked))
@@ -169,6 +209,12 @@ impl Lock {
     /// Releases the lock whoever holds it, and wakes its waiters. Returns whether it was
     /// held; on a free lock this is a no-op that returns `false`. Guards of this client
     /// on the lock report it lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel-safe: once sent, the deletion happens on the server even if the future
+    /// is dropped, and this client's guards on the lock then learn of it only at their
+    /// next renewal.
     pub async fn force_unlock(&self) -> Result<bool, Error> {
         let lock = self.lock_ref()?;
         let released = self.locks.inner.backend.force_release(&lock).await?;
