@@ -285,15 +285,12 @@ async fn decide_publish_mode(
     mode: PublishMode,
     timeouts: Timeouts,
 ) -> Result<PublishMode, Error> {
-    let client = commands.next();
-    let topology = if client.is_clustered() {
-        Topology::Cluster
-    } else {
-        Topology::Single
-    };
+    let topology = commands.topology();
     let mut sharded = false;
     if topology == Topology::Cluster {
-        let probe = client.pubsub_shardnumsub::<Value, _>(Vec::<String>::new());
+        let probe = commands
+            .next()
+            .pubsub_shardnumsub::<Value, _>(Vec::<String>::new());
         sharded = matches!(
             tokio::time::timeout(timeouts.response, probe).await,
             Ok(Ok(_))

@@ -22,6 +22,15 @@ pub(crate) enum Commands {
 
 impl Commands {
     /// One client: each is one multiplexed connection per server.
+    /// The deployment the clients talk to.
+    pub(crate) fn topology(&self) -> Topology {
+        if self.next().is_clustered() {
+            Topology::Cluster
+        } else {
+            Topology::Single
+        }
+    }
+
     pub(crate) fn next(&self) -> &Client {
         match self {
             Self::Client(client) => client,
@@ -355,11 +364,7 @@ impl Transport for FredTransport {
     }
 
     fn topology(&self) -> Topology {
-        if self.commands.next().is_clustered() {
-            Topology::Cluster
-        } else {
-            Topology::Single
-        }
+        self.commands.topology()
     }
 }
 
