@@ -142,7 +142,7 @@ async fn server_limit(server: &RedisServer) -> f64 {
         .command(&[
             "SCRIPT",
             "LOAD",
-            lock_core::redis::script::MUTEX_ACQUIRE.source(),
+            lock_redis_protocol::script::MUTEX_ACQUIRE.source(),
         ])
         .await;
     let binary = lock_testkit::redis_server_binary()

@@ -54,30 +54,29 @@ async fn backend(args: &WorkerArgs) -> Result<Arc<dyn Backend>, String> {
     // longest lease in use.
     let quarantine = args.lease * 2;
     // The same settings through either adapter's connector.
-    macro_rules! connected {
-        ($connector:expr) => {
-            $connector
-                .connect_timeout(Duration::from_secs(2))
-                .response_timeout(Duration::from_millis(500))
-                .ping_interval(Duration::from_secs(1))
-                .restart_quarantine(quarantine)
-                .connect()
-                .await
-                .map(|b| Arc::new(b) as Arc<dyn Backend>)
-                .map_err(|e| format!("connect: {e}"))
-        };
-    }
-    let connect = |url: String| async move { connected!(lock::redis::Connector::new(url)) };
+    let settings = lock::redis::ConnectorSettings::default()
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_millis(500))
+        .ping_interval(Duration::from_secs(1))
+        .restart_quarantine(quarantine);
+    let redis = |url: String| {
+        lock::redis::Connector::new(url)
+            .settings(settings.clone())
+            .connect()
+    };
     match args.backend.as_str() {
-        "redis" => connect(args.urls[0].clone()).await,
-        "fred" => connected!(lock::fred::Connector::new(args.urls[0].clone())),
+        "redis" => shared(redis(args.urls[0].clone()).await),
+        "fred" => {
+            let fred = lock::fred::Connector::new(args.urls[0].clone()).settings(settings);
+            shared(fred.connect().await)
+        }
         "redlock" => {
             let mut nodes = Vec::new();
             for url in &args.urls {
                 // A node that is down when the worker (re)starts is left out of nothing:
                 // keep retrying until it answers, the runner restarts killed nodes.
                 nodes.push(loop {
-                    match connect(url.clone()).await {
+                    match shared(redis(url.clone()).await) {
                         Ok(node) => break node,
                         Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
                     }
@@ -91,6 +90,13 @@ async fn backend(args: &WorkerArgs) -> Result<Arc<dyn Backend>, String> {
         }
         other => Err(format!("unknown backend {other}")),
     }
+}
+
+/// A connected backend as the worker keeps it, or why it could not connect.
+fn shared<B: Backend>(connected: Result<B, lock::Error>) -> Result<Arc<dyn Backend>, String> {
+    connected
+        .map(|backend| Arc::new(backend) as Arc<dyn Backend>)
+        .map_err(|err| format!("connect: {err}"))
 }
 
 fn handle(locks: &Locks, kind: &str, name: &str, write: bool) -> Lock {

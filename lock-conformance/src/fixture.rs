@@ -15,7 +15,10 @@ pub trait Fixture: Send + Sync {
     async fn backend(&self) -> Arc<dyn Backend>;
 
     /// A backend with the given Redis protocol settings; other backends ignore them.
-    async fn backend_with(&self, options: lock_core::redis::ProtocolOptions) -> Arc<dyn Backend> {
+    async fn backend_with(
+        &self,
+        options: lock_redis_protocol::ProtocolOptions,
+    ) -> Arc<dyn Backend> {
         let _ = options;
         self.backend().await
     }

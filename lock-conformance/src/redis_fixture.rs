@@ -7,8 +7,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lock_core::redis::ProtocolOptions;
 use lock_core::{Backend, Error};
+use lock_redis_protocol::ProtocolOptions;
 use lock_testkit::{RedisCluster, RedisSentinel, RedisServer};
 use tokio::sync::Mutex;
 

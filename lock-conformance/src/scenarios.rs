@@ -666,22 +666,29 @@ pub async fn wrong_type_is_a_typed_error(fx: &dyn Fixture) {
     let name = unique("wrongtype");
     redis.set_string(&name, "not a lock").await;
     let m = locks.mutex(&name);
-    assert_eq!(kind(m.lock().await), ErrorKind::WrongType);
-    assert_eq!(kind(m.try_lock().await), ErrorKind::WrongType);
-    assert_eq!(kind(m.is_locked().await), ErrorKind::WrongType);
-    assert_eq!(kind(m.force_unlock().await), ErrorKind::WrongType);
+    assert_eq!(kind(m.lock().await), ErrorKind::Incompatible);
+    let err = m.try_lock().await.expect_err("a string is no lock");
+    let found = std::error::Error::source(&err)
+        .and_then(|source| source.downcast_ref::<lock_redis_protocol::WrongType>());
+    assert_eq!(
+        found.map(|wrong| wrong.key.as_str()),
+        Some(name.as_str()),
+        "{err}"
+    );
+    assert_eq!(kind(m.is_locked().await), ErrorKind::Incompatible);
+    assert_eq!(kind(m.force_unlock().await), ErrorKind::Incompatible);
     // Every kind reads the same key.
     assert_eq!(
         kind(locks.fair_mutex(&name).try_lock().await),
-        ErrorKind::WrongType
+        ErrorKind::Incompatible
     );
     assert_eq!(
         kind(locks.rw_lock(&name).read().try_lock().await),
-        ErrorKind::WrongType
+        ErrorKind::Incompatible
     );
     assert_eq!(
         kind(locks.rw_lock(&name).write().try_lock().await),
-        ErrorKind::WrongType
+        ErrorKind::Incompatible
     );
     assert_eq!(redis.pttl(&name).await, -1, "the string was touched");
 }
@@ -768,7 +775,8 @@ pub async fn restart_quarantine_keeps_holders_apart(fx: &dyn Fixture) {
     let redis = fx.redis().expect("a Redis fixture");
     let lease = Duration::from_millis(500);
     let quarantine = Duration::from_secs(1);
-    let options = lock_core::redis::ProtocolOptions::default().restart_quarantine(Some(quarantine));
+    let options =
+        lock_redis_protocol::ProtocolOptions::default().restart_quarantine(Some(quarantine));
     let client = |backend| {
         Locks::builder(backend)
             .watchdog_lease(lease)
@@ -870,7 +878,7 @@ pub async fn replica_ack_keeps_the_lock_across_a_failover(fx: &dyn Fixture) {
     let redis = fx.redis().expect("a Redis fixture");
     let lease = Duration::from_secs(10);
     let options =
-        lock_core::redis::ProtocolOptions::default().replica_ack(1, Duration::from_secs(1));
+        lock_redis_protocol::ProtocolOptions::default().replica_ack(1, Duration::from_secs(1));
     let first = Locks::builder(fx.backend_with(options).await)
         .watchdog_lease(lease)
         .build()

@@ -9,7 +9,7 @@ use std::time::Duration;
 use fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy};
 use lock_conformance::adapter::round_trip;
 use lock_core::Holder;
-use lock_fred::Connector;
+use lock_fred::{Connector, ConnectorSettings};
 use lock_testkit::{FaultProxy, ProxyFault, RedisCluster, RedisServer};
 
 lock_conformance::adapter_tests!(common::fred_connector());
@@ -24,7 +24,8 @@ async fn zero_settings_are_config_errors() {
         .await;
     let err = zero.expect_err("a pool of no clients");
     assert_eq!(err.kind(), lock_core::ErrorKind::InvalidConfig, "{err}");
-    let zero = Connector::new("redis://127.0.0.1:1").connect_timeout(Duration::ZERO);
+    let zero = Connector::new("redis://127.0.0.1:1")
+        .settings(ConnectorSettings::default().connect_timeout(Duration::ZERO));
     let err = zero.connect().await.expect_err("no time to connect");
     assert_eq!(err.kind(), lock_core::ErrorKind::InvalidConfig, "{err}");
 }
@@ -121,7 +122,7 @@ async fn an_applications_client_never_sends_a_replicated_script_again() {
     builder.set_policy(ReconnectPolicy::new_constant(0, 20));
     let client = builder.build().unwrap();
     let locks = Connector::from_client(client)
-        .replica_ack(0, Duration::from_millis(100))
+        .settings(ConnectorSettings::default().replica_ack(0, Duration::from_millis(100)))
         .locks()
         .await
         .unwrap();

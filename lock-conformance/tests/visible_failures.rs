@@ -124,7 +124,9 @@ async fn an_active_restart_quarantine_is_reported() {
     record();
     let server = lock_testkit::RedisServer::start().await;
     let backend = lock_redis::Connector::new(server.url())
-        .restart_quarantine(Duration::from_secs(2))
+        .settings(
+            lock_redis::ConnectorSettings::default().restart_quarantine(Duration::from_secs(2)),
+        )
         .connect()
         .await
         .expect("connect");

@@ -18,12 +18,11 @@ use crate::{Error, LockName};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LockKind {
-    /// The reentrant mutex (Redisson's `RLock`).
+    /// The reentrant mutex.
     Mutex,
-    /// The reentrant fair mutex: waiters are served in arrival order (Redisson's
-    /// `RFairLock`).
+    /// The reentrant fair mutex: waiters are served in arrival order.
     Fair,
-    /// The shared side of a read-write lock (Redisson's `RReadWriteLock.readLock()`).
+    /// The shared side of a read-write lock.
     Read,
     /// The exclusive side of a read-write lock.
     Write,
@@ -101,7 +100,7 @@ impl LockRef {
 /// Identifies one request across its retries: a backend answers a request it already
 /// ran with that run's answer (within [`AcquireRequest::retry_window`]), so a request
 /// whose reply was lost can be sent again without counting twice. Shown as 32 lowercase
-/// hex digits, like Redisson's request ids.
+/// hex digits.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RequestId(u128);
 
@@ -246,8 +245,7 @@ pub struct ReleaseRequest {
     /// The lease to re-arm when holds remain.
     pub lease: Duration,
     /// This request's id: the answer is remembered under it for `retry_window`, so the
-    /// release sent again after a lost reply never releases a second hold (Redisson's
-    /// unlock latch).
+    /// release sent again after a lost reply never releases a second hold.
     pub id: RequestId,
     /// How long the caller may send the request again.
     pub retry_window: Duration,
@@ -364,8 +362,9 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
 
     /// Re-arms the lease of every lock in `locks` that its owner still holds.
     ///
-    /// Returns one outcome per input, in order. Implementations batch the work (one script
-    /// per cluster slot and batch size) rather than issuing one request per lock.
+    /// Returns one outcome per input, in order. Implementations batch the work (one
+    /// request per batch, or per shard of a partitioned store) rather than issuing one
+    /// request per lock.
     async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal>;
 
     /// Reads the lock's state as seen by `lock.owner`.

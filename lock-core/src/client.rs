@@ -280,7 +280,7 @@ impl Drop for InFlight {
     }
 }
 
-/// Builds a [`Locks`] client. Every setting has Redisson's default.
+/// Builds a [`Locks`] client. Every setting has a default (see [`Config`](crate::Config)).
 #[must_use = "a builder does nothing until `build` is called"]
 #[derive(Debug)]
 pub struct LocksBuilder {

@@ -1,4 +1,4 @@
-//! Client settings, with Redisson's defaults.
+//! Client settings and their defaults.
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use crate::Error;
 #[non_exhaustive]
 pub struct Config {
     /// Lease of a lock taken without an explicit lease; the watchdog keeps renewing it
-    /// while the guard lives. Default: 30 s (Redisson's `lockWatchdogTimeout`).
+    /// while the guard lives. Default: 30 s.
     pub watchdog_lease: Duration,
     /// How often the watchdog renews. Default: a third of `watchdog_lease`.
     pub renew_interval: Duration,
@@ -20,7 +20,7 @@ pub struct Config {
     pub drift_floor: Duration,
     /// How long a waiter waits before it counts as starving and reserves the lock's next
     /// free moment against newcomers (see [`crate::AcquireRequest::starving`]).
-    /// Default: 10 ms. `None` turns reservations off: pure barging, as Redisson's lock.
+    /// Default: 10 ms. `None` turns reservations off: pure barging.
     pub starvation_threshold: Option<Duration>,
     /// Issue a fencing token with every fresh acquisition ([`crate::Guard::fencing_token`]).
     /// Costs one counter key per lock name that never expires. Default: off.
@@ -108,8 +108,8 @@ impl Config {
     }
 }
 
-/// The longest lease or wait accepted: about 292 years would overflow clocks and Redis'
-/// millisecond arithmetic well before; a year is more than any lock needs.
+/// The longest lease or wait accepted: about 292 years would overflow clocks and
+/// backends' millisecond arithmetic well before; a year is more than any lock needs.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Rejects zero and overflowing leases.
@@ -139,7 +139,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_follow_redisson() {
+    fn defaults_are_the_documented_ones() {
         let c = Config::default();
         assert_eq!(c.watchdog_lease, Duration::from_secs(30));
         assert_eq!(c.renew_interval, Duration::from_secs(10));

@@ -21,8 +21,10 @@ pub enum ErrorKind {
     NotHeld,
     /// The hold was lost: its lease expired or renewal found another owner.
     Lost,
-    /// A key used by the lock holds another Redis type.
-    WrongType,
+    /// The data stored under the lock's name is not a lock of this kind: another kind of
+    /// object uses the name, or the backend's data was changed by hand. Nothing was
+    /// changed; retrying cannot help.
+    Incompatible,
     /// The backend could not be reached, or did not answer in time.
     Connection,
     /// The backend refused the request (ACL, OOM, read-only replica, script error).
@@ -34,8 +36,6 @@ pub enum ErrorKind {
     /// The request could never succeed because the caller itself stands in the way (a
     /// reader asking for the write lock).
     WouldDeadlock,
-    /// Replica acknowledgement was required and too few replicas confirmed in time.
-    NotReplicated,
     /// The client was shut down ([`Locks::shutdown`](crate::Locks::shutdown)) and takes no
     /// new locks.
     ShutDown,
@@ -49,13 +49,12 @@ impl fmt::Display for ErrorKind {
             Self::Timeout => "timed out",
             Self::NotHeld => "lock not held",
             Self::Lost => "lock lost",
-            Self::WrongType => "wrong Redis type",
+            Self::Incompatible => "incompatible stored data",
             Self::Connection => "connection failure",
             Self::Backend => "backend error",
             Self::Protocol => "protocol error",
             Self::NoRuntime => "no tokio runtime",
             Self::WouldDeadlock => "would deadlock",
-            Self::NotReplicated => "not replicated",
             Self::ShutDown => "client shut down",
         })
     }
@@ -112,11 +111,15 @@ pub enum Error {
         /// What was observed.
         reason: LostReason,
     },
-    /// A key used by the lock holds a value of another Redis type.
-    #[error("key `{key}` holds a value of another type than the lock expects")]
-    WrongType {
-        /// The offending key.
-        key: String,
+    /// The data stored under the lock's name is not a lock of this kind; nothing was
+    /// changed.
+    #[error("the data stored for lock `{name}` is not a lock of this kind")]
+    Incompatible {
+        /// The lock's name.
+        name: String,
+        /// What the backend found (the backend's own typed error).
+        #[source]
+        source: BoxError,
     },
     /// The backend could not be reached or did not answer in time.
     #[error("cannot reach the lock backend while {during}")]
@@ -157,17 +160,6 @@ pub enum Error {
         /// The lock's name.
         name: String,
     },
-    /// Replica acknowledgement was required, and fewer replicas than asked confirmed the
-    /// write in time. An acquisition that was not confirmed was released again.
-    #[error("lock `{name}`: {acknowledged} of {wanted} replicas confirmed the write in time")]
-    NotReplicated {
-        /// The lock's name.
-        name: String,
-        /// How many replicas were required.
-        wanted: u32,
-        /// How many confirmed.
-        acknowledged: u32,
-    },
 }
 
 /// Why a hold was lost.
@@ -199,14 +191,13 @@ impl Error {
             Self::Timeout { .. } => ErrorKind::Timeout,
             Self::NotHeld { .. } => ErrorKind::NotHeld,
             Self::Lost { .. } => ErrorKind::Lost,
-            Self::WrongType { .. } => ErrorKind::WrongType,
+            Self::Incompatible { .. } => ErrorKind::Incompatible,
             Self::Connection { .. } => ErrorKind::Connection,
             Self::Backend { .. } => ErrorKind::Backend,
             Self::Protocol { .. } => ErrorKind::Protocol,
             Self::NoRuntime => ErrorKind::NoRuntime,
             Self::ShutDown => ErrorKind::ShutDown,
             Self::WouldDeadlock { .. } => ErrorKind::WouldDeadlock,
-            Self::NotReplicated { .. } => ErrorKind::NotReplicated,
         }
     }
 
@@ -242,7 +233,7 @@ impl Error {
     pub fn is_invalid_input(&self) -> bool {
         matches!(
             self.kind(),
-            ErrorKind::InvalidArgument | ErrorKind::InvalidConfig | ErrorKind::WrongType
+            ErrorKind::InvalidArgument | ErrorKind::InvalidConfig | ErrorKind::Incompatible
         )
     }
 
@@ -279,6 +270,16 @@ impl Error {
         Self::Backend {
             during,
             source: source.into(),
+        }
+    }
+
+    /// Builds an [`Error::Incompatible`]: `found` is the backend's description of what it
+    /// found under the name.
+    #[must_use]
+    pub fn incompatible(name: impl Into<String>, found: impl Into<BoxError>) -> Self {
+        Self::Incompatible {
+            name: name.into(),
+            source: found.into(),
         }
     }
 

@@ -3,8 +3,6 @@
 //! with the lock's kind and name and the error's whole chain, instead of vanishing.
 //! Lock names are fields of log events, never metric labels.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use crate::{Error, LockRef, LostReason};
 
 /// Target of every event, so that one directive (`lock=debug`) covers them all.
@@ -140,25 +138,5 @@ pub(crate) fn shut_down_with_holds(holds: usize) {
         holds,
         "client shut down while guards are alive: their locks stay held until the guards \
          are released or dropped"
-    );
-}
-
-/// The server restarted (a new run id) within the restart quarantine: no lock is granted
-/// until it ends, so that no holder from before the restart overlaps a new one. Warned
-/// at most once a second, however many waiters meet it.
-pub(crate) fn quarantine_active(name: &crate::LockName, left: Option<std::time::Duration>) {
-    static LAST_WARNED_SECOND: AtomicU64 = AtomicU64::new(u64::MAX);
-    let second = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs());
-    if LAST_WARNED_SECOND.swap(second, Ordering::Relaxed) == second {
-        return;
-    }
-    tracing::warn!(
-        target: TARGET,
-        %name,
-        left_ms = left.map_or(0, |left| left.as_millis()),
-        "restart quarantine active: the server restarted recently and grants no lock \
-         until the longest lease from before has run out"
     );
 }

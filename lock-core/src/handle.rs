@@ -1,6 +1,5 @@
-//! [`Lock`]: a handle on one distributed lock of any kind: the reentrant mutex
-//! (Redisson's `RLock`), the fair mutex (`RFairLock`), or one side of a read-write lock
-//! (`RReadWriteLock`).
+//! [`Lock`]: a handle on one distributed lock of any kind: the reentrant mutex, the fair
+//! mutex, or one side of a read-write lock.
 
 use std::fmt;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! in order: one given explicitly ([`crate::Mutex::with_holder`]); else the holder of the
 //! innermost [`Holder::scope`]; else a holder of its own, never used before.
 //!
-//! So reentrancy is opt-in, as with `tokio::sync::Mutex` by default. Redisson re-enters
+//! So reentrancy is opt-in, as with `tokio::sync::Mutex` by default. Java locks re-enter
 //! per thread, but tasks interleave on threads and one task runs many futures at once
 //! (`join!`), so neither a thread nor a task can stand for "the same caller"; a task's id
 //! may moreover be given to a new task once it ended, while a guard it took lives on.

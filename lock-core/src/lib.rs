@@ -1,24 +1,26 @@
 //! Backend-agnostic distributed locks for async Rust.
 //!
-//! `lock-core` holds everything that does not depend on a Redis driver:
+//! `lock-core` holds everything that does not depend on where locks are stored:
 //!
-//! - the [`Backend`] trait: the atomic operations a lock store provides;
-//! - the state machines shared by every backend: waiting for a release through pub/sub
+//! - the [`Backend`] trait: the atomic operations a lock store provides, and the
+//!   capabilities it declares;
+//! - the state machines shared by every backend: waiting for a release by notification
 //!   ([`notify`]), lease renewal (the watchdog) and the guard lifecycle;
 //! - the public lock API: [`Locks`], [`Mutex`], [`Guard`], [`Holder`];
-//! - the in-memory backend ([`memory::MemoryBackend`]);
-//! - the Redis protocol ([`redis`]): Lua scripts and Redisson's key layout, shared by the
-//!   `lock-redis` and `lock-fred` adapters, which only move bytes.
+//! - the in-memory backend ([`memory::MemoryBackend`]), also the worked example for
+//!   anyone writing a backend.
 //!
-//! Most users depend on the `lock` facade crate instead, which re-exports this API and
-//! picks a backend by feature flag.
+//! Backends live in their own crates and implement [`Backend`] only. Most users depend
+//! on the facade crate instead, which re-exports this API and picks backends by feature
+//! flag. This crate follows the facade's version and is not a stable API of its own:
+//! depend on the facade unless you write a backend.
 //!
 //! # Guarantees
 //!
 //! - A lock is never released by someone who does not hold it: releases name the owner
-//!   (`"<client-uuid>:<holder>"`) and the server refuses any other.
+//!   (`"<client-uuid>:<holder>"`) and the backend refuses any other.
 //! - A guard's [`Guard::is_held`] turns false, and [`Guard::lost`] resolves, no later
-//!   than the server could expire the lock: the local deadline counts from when the last
+//!   than the backend could expire the lock: the local deadline counts from when the last
 //!   successful request was *sent*, minus a drift margin.
 //! - Dropping a guard, or a pending acquire future, never leaves a hold behind for longer
 //!   than its lease; with a runtime, the release is sent at once.
@@ -37,7 +39,6 @@ pub mod memory;
 pub mod metrics;
 mod name;
 pub mod notify;
-pub mod redis;
 mod retry;
 mod supervisor;
 mod watchdog;

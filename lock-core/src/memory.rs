@@ -1,13 +1,13 @@
-//! The in-memory backend: the same semantics as Redis, within one process.
+//! The in-memory backend: every lock kind, within one process.
 //!
-//! It is a real backend (it passes the conformance suite) and the reference model the
-//! Redis backends are compared with. Use it for tests, for single-process services, and
-//! as the demo's fallback when no Redis is at hand. Locks are not shared between
-//! processes.
+//! It is a real backend (it passes the conformance suite), the reference model the
+//! networked backends are compared with, and the worked example of the [`Backend`] trait
+//! for someone writing a new one. Use it for tests, for single-process services, and as
+//! the demo's fallback when no server is at hand. Locks are not shared between processes.
 //!
-//! The state mirrors the Redis layout: one entry per name whose fields are owners (or
-//! `owner:write` for a writer) with hold counts, an optional read-write `mode`, one expiry
-//! per read hold, a fair lock's waiter queue and a fencing counter.
+//! The state is one entry per name whose fields are owners (or `owner:write` for a writer)
+//! with hold counts, an optional read-write `mode`, one expiry per read hold, a fair
+//! lock's waiter queue and a fencing counter.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -21,7 +21,6 @@ use crate::backend::{
     Renewal, RequestId,
 };
 use crate::notify::{InProcess, Listener, Subscriptions, Wake};
-use crate::redis::layout;
 use crate::{Error, LockName, Owner};
 
 /// A read-write lock's mode.
@@ -41,7 +40,7 @@ struct Entry {
     mode: Option<Mode>,
     /// The expiries of each reader's holds (as many as its count). Releases do not say
     /// which hold they end, so a release drops the shortest: the expiries left still
-    /// cover the holds left, as the Redis scripts keep them.
+    /// cover the holds left, as every backend keeps them.
     read_holds: HashMap<String, Vec<Instant>>,
     expires: Instant,
 }
@@ -56,7 +55,7 @@ impl Entry {
         }
     }
 
-    /// Extends, never shortens, the expiry (as the Redis scripts do).
+    /// Extends, never shortens, the expiry (as every backend does).
     fn arm(&mut self, now: Instant, lease: Duration) {
         self.expires = self.expires.max(now + lease);
     }
@@ -140,7 +139,7 @@ struct Store {
     locks: HashMap<String, Entry>,
     queues: HashMap<String, Queue>,
     tokens: HashMap<String, u64>,
-    /// Answers remembered for retries of the same request (the Redis scripts' latches):
+    /// Answers remembered for retries of the same request (as a networked backend's latches):
     /// grants by acquire request, answers by release request, until they expire.
     grants: HashMap<(String, RequestId), (Acquire, Instant)>,
     releases: HashMap<(String, RequestId), (Release, Instant)>,
@@ -295,16 +294,16 @@ impl MemoryBackend {
     /// The channel a waiter of `lock` listens on.
     fn channel(lock: &LockRef) -> String {
         match lock.kind {
-            LockKind::Fair => layout::fair_waiter_channel(&lock.name, lock.owner.as_str()),
-            LockKind::Read | LockKind::Write => layout::rw_channel(&lock.name),
-            _ => layout::mutex_channel(&lock.name),
+            LockKind::Fair => channel::fair_waiter(&lock.name, &lock.owner),
+            LockKind::Read | LockKind::Write => channel::read_write(&lock.name),
+            _ => channel::mutex(&lock.name),
         }
     }
 
     /// Wakes the first live waiter of a fair lock that just became free.
     fn next_fair_waiter(store: &mut Store, name: &LockName, now: Instant) -> Wakeup {
         let head = store.queues.get_mut(name.as_str())?.prune(now)?;
-        Some((layout::fair_waiter_channel(name, head.as_str()), Wake::One))
+        Some((channel::fair_waiter(name, head), Wake::One))
     }
 }
 
@@ -506,7 +505,7 @@ fn release_read(store: &mut Store, lock: &LockRef, now: Instant) -> (Release, Wa
         }
         None => {
             store.locks.remove(name);
-            (outcome, Some((layout::rw_channel(&lock.name), Wake::One)))
+            (outcome, Some((channel::read_write(&lock.name), Wake::One)))
         }
     }
 }
@@ -537,7 +536,7 @@ fn release_write(
     }
     (
         Release::Released,
-        Some((layout::rw_channel(&lock.name), Wake::All)),
+        Some((channel::read_write(&lock.name), Wake::All)),
     )
 }
 
@@ -563,7 +562,7 @@ fn release_exclusive(
     store.locks.remove(name);
     let wakeup = match lock.kind {
         LockKind::Fair => MemoryBackend::next_fair_waiter(store, &lock.name, now),
-        _ => Some((layout::mutex_channel(&lock.name), Wake::One)),
+        _ => Some((channel::mutex(&lock.name), Wake::One)),
     };
     (Release::Released, wakeup)
 }
@@ -712,9 +711,9 @@ impl Backend for MemoryBackend {
                 let wakeup = match lock.kind {
                     LockKind::Fair => Self::next_fair_waiter(&mut store, &lock.name, now),
                     LockKind::Read | LockKind::Write => {
-                        Some((layout::rw_channel(&lock.name), Wake::All))
+                        Some((channel::read_write(&lock.name), Wake::All))
                     }
-                    _ => Some((layout::mutex_channel(&lock.name), Wake::One)),
+                    _ => Some((channel::mutex(&lock.name), Wake::One)),
                 };
                 (true, wakeup)
             } else {
@@ -727,5 +726,24 @@ impl Backend for MemoryBackend {
 
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
         self.subscriptions.listen(&Self::channel(lock)).await
+    }
+}
+
+/// The channels waiters listen on. They never leave the process, so any distinct names
+/// do; these say what they are for when a test lists them.
+mod channel {
+    use crate::{LockName, Owner};
+
+    pub(super) fn mutex(name: &LockName) -> String {
+        format!("mutex:{name}")
+    }
+
+    pub(super) fn read_write(name: &LockName) -> String {
+        format!("rw:{name}")
+    }
+
+    /// One queued waiter's own channel: a fair lock wakes its next waiter only.
+    pub(super) fn fair_waiter(name: &LockName, owner: &Owner) -> String {
+        format!("fair:{name}:{owner}")
     }
 }

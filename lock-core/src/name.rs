@@ -5,14 +5,14 @@ use std::sync::Arc;
 
 use crate::Error;
 
-/// The longest lock name accepted, in bytes. Redis allows far longer keys, but a name
+/// The longest lock name accepted, in bytes. Backends allow far longer keys, but a name
 /// this long is a bug in the caller (a serialized payload used as a name, say).
 pub const MAX_NAME_LEN: usize = 4096;
 
 /// A lock's name: non-empty, at most [`MAX_NAME_LEN`] bytes. Cheap to clone.
 ///
-/// The name is the Redis key of the lock (Redisson's layout); every other key and channel
-/// of the lock is derived from it and shares its cluster slot.
+/// Backends store the lock under this name and derive everything else of the lock (its
+/// notification channel, its counters) from it.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LockName(Arc<str>);
 

@@ -217,6 +217,20 @@ impl Subscriptions {
         let _ = self.shared.commands.send(Command::Resubscribe);
     }
 
+    /// The transport's notification connection broke (reported through `tracing`); call
+    /// [`Subscriptions::reconnected`] once a new one is up. Waiters fall back to the
+    /// holders' leases meanwhile.
+    pub fn connection_lost(&self) {
+        events::notifications_lost();
+    }
+
+    /// Messages may have been dropped (a lagging reader): reported through `tracing`,
+    /// and every listener re-polls as after a reconnect.
+    pub fn messages_dropped(&self) {
+        events::notifications_dropped();
+        self.reconnected();
+    }
+
     /// Wakes every listener of every channel (for example when messages may have been
     /// dropped by a lagging receiver).
     pub fn wake_all(&self) {

@@ -8,8 +8,8 @@ use fred::prelude::{
 };
 use fred::types::config::{ClusterDiscoveryPolicy, UnresponsiveConfig};
 use lock_core::Error;
-pub(crate) use lock_core::redis::settings::TlsTrust as Tls;
-use lock_core::redis::url::{self, Deployment};
+pub(crate) use lock_redis_protocol::settings::TlsTrust as Tls;
+use lock_redis_protocol::url::{self, Deployment};
 
 /// Reconnect pauses: from 20 ms, doubling, up to 1 s, for ever (a lock client must come
 /// back whenever the server does).

@@ -8,8 +8,8 @@ use std::time::Duration;
 use fred::clients::SubscriberClient;
 use fred::prelude::{Builder, Client, ClientLike, Pool, PubsubInterface, Value};
 use fred::types::InfoKind;
-use lock_core::redis::{ConnectorSettings, PublishMode, RedisBackend, Topology};
 use lock_core::{Error, Locks};
+use lock_redis_protocol::{ConnectorSettings, PublishMode, RedisBackend, Topology, connect};
 use tokio::sync::oneshot;
 
 use crate::config::{self, Timeouts, Tls};
@@ -44,8 +44,10 @@ impl fmt::Debug for Target {
 /// # async fn run() -> Result<(), lock_core::Error> {
 /// use std::time::Duration;
 ///
+/// use lock_fred::ConnectorSettings;
+///
 /// let locks = lock_fred::Connector::new("redis://127.0.0.1:6379")
-///     .connect_timeout(Duration::from_secs(2))
+///     .settings(ConnectorSettings::default().connect_timeout(Duration::from_secs(2)))
 ///     .locks()
 ///     .await?;
 /// let guard = locks.mutex("orders:42").lock().await?;
@@ -125,7 +127,12 @@ impl Connector {
         self
     }
 
-    lock_core::connector_settings!();
+    /// The timeouts and lock-protocol options, shared by every Redis adapter; the
+    /// defaults are Redisson's.
+    pub fn settings(mut self, settings: ConnectorSettings) -> Self {
+        self.settings = settings;
+        self
+    }
 
     /// Connects and returns a client with default settings.
     pub async fn locks(self) -> Result<Locks, Error> {
@@ -139,7 +146,8 @@ impl Connector {
             _ => None,
         };
         // Boxed: connecting is a large state machine, and every caller would carry it.
-        lock_core::redis::url::naming_hosts_on_failure(url, Box::pin(self.connect_target())).await
+        lock_redis_protocol::url::naming_hosts_on_failure(url, Box::pin(self.connect_target()))
+            .await
     }
 
     async fn connect_target(self) -> Result<RedisBackend, Error> {
@@ -322,10 +330,7 @@ async fn check_server(client: &Client, timeouts: Timeouts) -> Result<(), Error> 
     }
     let info = client.info::<String>(Some(InfoKind::Cluster));
     match tokio::time::timeout(within, info).await {
-        Ok(Ok(info)) if info.contains("cluster_enabled:1") => Err(Error::invalid_config(
-            "this server is a Redis Cluster node: connect with redis+cluster://host:port,...",
-            None,
-        )),
+        Ok(Ok(info)) => connect::refuse_cluster_node(&info),
         // A server that does not answer INFO (an ACL without it) is taken at its word.
         _ => Ok(()),
     }

@@ -2,17 +2,12 @@
 
 use fred::error::{Error as FredError, ErrorKind as FredKind};
 use lock_core::Error;
-use lock_core::redis::{ServerError, TransportError};
+use lock_redis_protocol::{ServerError, TransportError, connect};
 
 /// A failure to reach or talk to the server while connecting.
 pub(crate) fn connection(during: &'static str, err: FredError) -> Error {
-    if is_configuration(&err) {
-        return Error::invalid_config(
-            "the Redis connection settings were refused",
-            Some(err.into()),
-        );
-    }
-    Error::connection(during, err)
+    let configuration = is_configuration(&err);
+    connect::connect_failed(during, err, configuration)
 }
 
 /// The server's error reply inside a fred error, if it is one: fred keeps the reply
@@ -49,8 +44,7 @@ fn is_configuration(err: &FredError) -> bool {
     matches!(
         err.kind(),
         FredKind::Auth | FredKind::Config | FredKind::Url
-    ) || server_reply(err)
-        .is_some_and(|reply| matches!(reply.code.as_str(), "NOAUTH" | "WRONGPASS" | "NOPERM"))
+    ) || server_reply(err).is_some_and(|reply| connect::is_refused_credentials(&reply.code))
 }
 
 #[cfg(test)]

@@ -34,7 +34,9 @@ use std::sync::Arc;
 use lock_core::{Backend, Error, Locks};
 
 pub use connector::Connector;
-pub use lock_core::redis::{ProtocolOptions, PublishMode, RedisBackend};
+pub use lock_redis_protocol::{
+    ConnectorSettings, NotReplicated, ProtocolOptions, PublishMode, RedisBackend, WrongType,
+};
 
 /// Connects to the deployment `url` names (see [`Connector::new`]) with default settings.
 pub async fn connect(url: &str) -> Result<Locks, Error> {

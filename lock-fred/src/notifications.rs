@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use fred::clients::SubscriberClient;
 use fred::prelude::{ClientLike, EventInterface, HeartbeatInterface, Value};
-use lock_core::redis::NotificationSink;
+use lock_redis_protocol::NotificationSink;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::oneshot;
 

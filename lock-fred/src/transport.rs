@@ -6,11 +6,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fred::clients::{Pipeline, SubscriberClient};
 use fred::prelude::{Client, ClientLike, Options, Pool, PubsubInterface, ServerInterface, Value};
-use fred::types::scripts::Script as FredScript;
 use fred::types::{ClusterHash, CustomCommand};
 use lock_core::Error;
 use lock_core::notify::PubSub;
-use lock_core::redis::{Reply, Script, Topology, Transport, TransportError, script};
+use lock_redis_protocol::script::ScriptCall;
+use lock_redis_protocol::{Reply, Topology, Transport, TransportError};
 use tokio::sync::oneshot;
 
 /// The clients that carry script calls.
@@ -66,8 +66,6 @@ pub(crate) struct FredTransport {
     sharded: bool,
     /// Serializes (un)subscriptions; see [`FredTransport::subscribe_confirmed`].
     subscribing: tokio::sync::Mutex<()>,
-    /// The SHA1 of every script, indexed by [`Script::index`].
-    hashes: Vec<String>,
     /// Per-call options: one attempt (a lock script must not run twice because a
     /// connection broke after it was sent) within the response timeout.
     options: Options,
@@ -99,10 +97,6 @@ impl FredTransport {
             subscriber,
             sharded,
             subscribing: tokio::sync::Mutex::new(()),
-            hashes: script::ALL
-                .iter()
-                .map(|s| FredScript::from_lua(s.source()).sha1().to_string())
-                .collect(),
             options: Options {
                 max_attempts: Some(1),
                 timeout: Some(response_timeout),
@@ -113,82 +107,18 @@ impl FredTransport {
         }
     }
 
-    fn hash(&self, script: &Script) -> Result<&str, TransportError> {
-        self.hashes
-            .get(script.index())
-            .map(String::as_str)
-            .ok_or_else(|| TransportError::unknown_script(script))
-    }
-
-    /// `EVALSHA sha n keys.. args..`, or `EVAL source ...` when `load`, as a custom
-    /// command routed by the first key's slot.
-    ///
-    /// fred's own `evalsha` never pipelines (it waits for each script's reply before
-    /// sending the next on a connection, so that a `NOSCRIPT` cannot be followed by
-    /// commands that needed the script); custom commands pipeline. Every call here
-    /// handles its own `NOSCRIPT`, so pipelining is safe, and it is what lets one
-    /// connection carry many concurrent lock calls.
-    fn script_command(
-        &self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-        load: bool,
-    ) -> Result<(CustomCommand, Vec<String>), TransportError> {
-        let (command, first) = if load {
-            ("EVAL", script.source().to_owned())
-        } else {
-            ("EVALSHA", self.hash(script)?.to_owned())
-        };
-        let slot = keys
-            .first()
-            .map_or(0, |key| fred::util::redis_keyslot(key.as_bytes()));
-        let mut arguments = Vec::with_capacity(2 + keys.len() + args.len());
-        arguments.push(first);
-        arguments.push(keys.len().to_string());
-        arguments.extend(keys.iter().chain(args).map(|&s| s.to_owned()));
-        let command = CustomCommand::new_static(command, ClusterHash::Custom(slot), false);
-        Ok((command, arguments))
-    }
-
-    /// EVALSHA, then EVAL (which loads the script) when the server does not know it
-    /// (after a restart or `SCRIPT FLUSH`). EVAL is routed like EVALSHA, so in a cluster
-    /// the script lands on the node that needs it.
-    async fn invoke(
-        &self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-    ) -> Result<Value, TransportError> {
-        let client = self.commands.next().with_options(&self.options);
-        let (command, arguments) = self.script_command(script, keys, args, false)?;
-        match client.custom::<Value, _>(command, arguments).await {
-            Err(err) if is_noscript(&err) => {
-                let (command, arguments) = self.script_command(script, keys, args, true)?;
-                client
-                    .custom::<Value, _>(command, arguments)
-                    .await
-                    .map_err(crate::error::transport)
-            }
-            other => other.map_err(crate::error::transport),
-        }
-    }
-
-    /// Runs the script (by SHA, or its source when `load`) and `WAIT` back to back in
-    /// one pipeline, so both go down one connection: WAIT covers the script's writes.
+    /// Runs the script and `WAIT` back to back in one pipeline, so both go down one
+    /// connection: WAIT covers the script's writes.
     async fn pipelined_with_wait(
         &self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-        load: bool,
+        call: &ScriptCall<'_>,
         replicas: u32,
         timeout: Duration,
     ) -> Result<(Value, i64), TransportError> {
         // With this transport's options (one attempt), also for an application's client
         // whose own configuration would send a command again.
         let pipeline = Pipeline::from(self.commands.next().with_options(&self.options));
-        let (command, arguments) = self.script_command(script, keys, args, load)?;
+        let (command, arguments) = script_command(call);
         pipeline
             .custom::<(), _>(command, arguments)
             .await
@@ -202,26 +132,37 @@ impl FredTransport {
         let (Some(reply), Some(acks)) = (results.next(), results.next()) else {
             return Err(TransportError::Io("the pipeline lost a reply".into()));
         };
-        let reply = reply.map_err(|err| {
-            if is_noscript(&err) {
-                TransportError::Server(lock_core::redis::ServerError::new("NOSCRIPT", ""))
-            } else {
-                crate::error::transport(err)
-            }
-        })?;
+        let reply = reply.map_err(crate::error::transport)?;
         let acks = acks.map_err(crate::error::transport)?.as_i64().unwrap_or(0);
         Ok((reply, acks))
     }
+}
+
+/// `EVALSHA`/`EVAL` with the call's arguments, as a custom command routed by the first
+/// key's slot.
+///
+/// fred's own `evalsha` never pipelines (it waits for each script's reply before sending
+/// the next on a connection, so that a `NOSCRIPT` cannot be followed by commands that
+/// needed the script); custom commands pipeline. Every call handles its own `NOSCRIPT`,
+/// so pipelining is safe, and it is what lets one connection carry many concurrent lock
+/// calls.
+fn script_command(call: &ScriptCall<'_>) -> (CustomCommand, Vec<String>) {
+    let slot = call
+        .keys
+        .first()
+        .map_or(0, |key| fred::util::redis_keyslot(key.as_bytes()));
+    let mut arguments = Vec::with_capacity(2 + call.keys.len() + call.args.len());
+    arguments.push(call.body().to_owned());
+    arguments.push(call.keys.len().to_string());
+    arguments.extend(call.keys.iter().chain(call.args).map(|&s| s.to_owned()));
+    let command = CustomCommand::new_static(call.command(), ClusterHash::Custom(slot), false);
+    (command, arguments)
 }
 
 /// A connection that could not be closed cleanly is left for the server to drop; nothing
 /// of anyone's locks depends on it, so it is only told at debug level.
 pub(crate) fn quit_failed(what: &'static str, err: &dyn std::fmt::Display) {
     tracing::debug!(target: "lock", what, error = %err, "closing a connection failed");
-}
-
-fn is_noscript(err: &fred::error::Error) -> bool {
-    err.details().starts_with("NOSCRIPT")
 }
 
 impl FredTransport {
@@ -311,7 +252,7 @@ fn settle(
         Ok(Ok(())) => Ok(()),
         Ok(Err(err)) if crate::error::server_reply(&err).is_some() => Err(Error::backend(
             during,
-            lock_core::redis::Refused::new(format!("{command} {channel}"), err),
+            lock_redis_protocol::Refused::new(format!("{command} {channel}"), err),
         )),
         Ok(Err(err)) => Err(Error::connection(during, err)),
         Err(elapsed) => Err(Error::connection(during, elapsed)),
@@ -320,24 +261,24 @@ fn settle(
 
 #[async_trait]
 impl Transport for FredTransport {
-    async fn eval(
-        &self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-    ) -> Result<Reply, TransportError> {
-        // fred applies the timeout too; this one also bounds the NOSCRIPT reload.
-        let call = self.invoke(script, keys, args);
-        TransportError::within(self.response_timeout * 2, call)
+    async fn send(&self, call: ScriptCall<'_>) -> Result<Reply, TransportError> {
+        let client = self.commands.next().with_options(&self.options);
+        let (command, arguments) = script_command(&call);
+        // fred applies the timeout too (one attempt); this one also bounds the queueing.
+        let sent = async {
+            client
+                .custom::<Value, _>(command, arguments)
+                .await
+                .map_err(crate::error::transport)
+        };
+        TransportError::within(self.response_timeout, sent)
             .await
             .map(reply)
     }
 
-    async fn eval_replicated(
+    async fn send_then_wait(
         &self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
+        call: ScriptCall<'_>,
         replicas: u32,
         timeout: Duration,
     ) -> Result<(Reply, u32), TransportError> {
@@ -346,19 +287,8 @@ impl Transport for FredTransport {
                 "replica acknowledgement is not supported on Redis Cluster".into(),
             ));
         }
-        let run = async {
-            match self
-                .pipelined_with_wait(script, keys, args, false, replicas, timeout)
-                .await
-            {
-                Err(TransportError::Server(err)) if err.code == "NOSCRIPT" => {
-                    self.pipelined_with_wait(script, keys, args, true, replicas, timeout)
-                        .await
-                }
-                other => other,
-            }
-        };
-        TransportError::within(self.response_timeout * 2 + timeout, run)
+        let run = self.pipelined_with_wait(&call, replicas, timeout);
+        TransportError::within(self.response_timeout + timeout, run)
             .await
             .map(|(value, acks)| (reply(value), u32::try_from(acks).unwrap_or(0)))
     }

@@ -5,8 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::redis::{ConnectorSettings, PublishMode, RedisBackend};
 use lock_core::{Error, Locks};
+use lock_redis_protocol::{ConnectorSettings, PublishMode, RedisBackend, connect};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use tokio::sync::oneshot;
@@ -47,8 +47,10 @@ impl fmt::Debug for Target {
 /// # async fn run() -> Result<(), lock_core::Error> {
 /// use std::time::Duration;
 ///
+/// use lock_redis::ConnectorSettings;
+///
 /// let locks = lock_redis::Connector::new("redis://127.0.0.1:6379")
-///     .connect_timeout(Duration::from_secs(2))
+///     .settings(ConnectorSettings::default().connect_timeout(Duration::from_secs(2)))
 ///     .locks()
 ///     .await?;
 /// let guard = locks.mutex("orders:42").lock().await?;
@@ -132,7 +134,12 @@ impl Connector {
         self
     }
 
-    lock_core::connector_settings!();
+    /// The timeouts and lock-protocol options, shared by every Redis adapter; the
+    /// defaults are Redisson's.
+    pub fn settings(mut self, settings: ConnectorSettings) -> Self {
+        self.settings = settings;
+        self
+    }
 
     /// Connects and returns a client with default settings.
     pub async fn locks(self) -> Result<Locks, Error> {
@@ -146,7 +153,8 @@ impl Connector {
             _ => None,
         };
         // Boxed: connecting is a large state machine, and every caller would carry it.
-        lock_core::redis::url::naming_hosts_on_failure(url, Box::pin(self.connect_target())).await
+        lock_redis_protocol::url::naming_hosts_on_failure(url, Box::pin(self.connect_target()))
+            .await
     }
 
     async fn connect_target(self) -> Result<RedisBackend, Error> {
@@ -275,10 +283,8 @@ async fn refuse_cluster_node(
     command.arg("cluster");
     let info = command.query_async::<String>(&mut manager);
     match tokio::time::timeout(timeout, info).await {
-        Ok(Ok(info)) if info.contains("cluster_enabled:1") => Err(Error::invalid_config(
-            "this server is a Redis Cluster node: connect with redis+cluster://host:port,...",
-            None,
-        )),
+        Ok(Ok(info)) => connect::refuse_cluster_node(&info),
+        // NOPERM here is an ACL without INFO, not refused credentials.
         Ok(Err(err)) if matches!(err.code(), Some("NOAUTH" | "WRONGPASS")) => {
             Err(crate::error::connection("connecting", err))
         }

@@ -1,18 +1,13 @@
 //! How driver errors become lock-core errors.
 
 use lock_core::Error;
-use lock_core::redis::{ServerError, TransportError};
+use lock_redis_protocol::{ServerError, TransportError, connect};
 use redis::RedisError;
 
 /// A failure to reach or talk to the server.
 pub(crate) fn connection(during: &'static str, err: RedisError) -> Error {
-    if is_configuration(&err) {
-        return Error::invalid_config(
-            "the Redis connection settings were refused",
-            Some(err.into()),
-        );
-    }
-    Error::connection(during, err)
+    let configuration = is_configuration(&err);
+    connect::connect_failed(during, err, configuration)
 }
 
 /// A script call's failure, as lock-core's protocol layer expects it.
@@ -36,5 +31,5 @@ fn is_configuration(err: &RedisError) -> bool {
         ErrorKind::AuthenticationFailed
             | ErrorKind::InvalidClientConfig
             | ErrorKind::RESP3NotSupported
-    ) || matches!(err.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
+    ) || err.code().is_some_and(connect::is_refused_credentials)
 }

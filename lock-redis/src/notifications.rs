@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use lock_core::Error;
-use lock_core::redis::NotificationSink;
+use lock_redis_protocol::NotificationSink;
 use redis::aio::{PubSubSink, PubSubStream};
 
 use crate::sentinel::Failover;
@@ -127,7 +127,7 @@ pub(crate) fn settle(
         Ok(Ok(())) => Ok(()),
         Ok(Err(err)) if err.code().is_some() => Err(Error::backend(
             during,
-            lock_core::redis::Refused::new(format!("{command} {channel}"), err),
+            lock_redis_protocol::Refused::new(format!("{command} {channel}"), err),
         )),
         Ok(Err(err)) => Err(Error::connection(during, err)),
         Err(elapsed) => Err(Error::connection(during, elapsed)),

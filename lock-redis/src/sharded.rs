@@ -8,7 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use lock_core::Error;
-use lock_core::redis::NotificationSink;
+use lock_redis_protocol::NotificationSink;
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, oneshot};

@@ -7,7 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::Error;
 use lock_core::notify::PubSub;
-use lock_core::redis::{Reply, Script, Topology, Transport, TransportError, script};
+use lock_redis_protocol::script::ScriptCall;
+use lock_redis_protocol::{Reply, Topology, Transport, TransportError};
 use redis::Value;
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
@@ -60,8 +61,6 @@ pub(crate) enum Notifications {
 /// connection whose reader task stops when this transport is dropped.
 pub(crate) struct RedisTransport {
     commands: Commands,
-    /// Driver scripts indexed by [`Script::index`]; each knows its SHA.
-    scripts: Vec<redis::Script>,
     response_timeout: Duration,
     notifications: Notifications,
     /// Dropping the transport drops this sender, which stops the reader task.
@@ -87,33 +86,26 @@ impl RedisTransport {
     ) -> Self {
         Self {
             commands,
-            scripts: script::ALL
-                .iter()
-                .map(|s| redis::Script::new(s.source()))
-                .collect(),
             response_timeout,
             notifications,
             _shutdown: shutdown,
         }
     }
 
-    async fn invoke(
-        &self,
-        invocation: &redis::ScriptInvocation<'_>,
-    ) -> Result<Value, TransportError> {
-        // Each arm clones a cheap handle to a multiplexed connection; the invocation runs
-        // EVALSHA and, on NOSCRIPT (a restart or SCRIPT FLUSH), loads the script and retries.
+    /// Sends one command on the script connection.
+    async fn query(&self, command: &redis::Cmd) -> Result<Value, TransportError> {
+        // Each arm clones a cheap handle to a multiplexed connection.
         match &self.commands {
-            Commands::Manager(manager) => invocation
-                .invoke_async(&mut manager.clone())
+            Commands::Manager(manager) => command
+                .query_async(&mut manager.clone())
                 .await
                 .map_err(crate::error::transport),
-            Commands::Cluster(cluster) => invocation
-                .invoke_async(&mut cluster.clone())
+            Commands::Cluster(cluster) => command
+                .query_async(&mut cluster.clone())
                 .await
                 .map_err(crate::error::transport),
             Commands::Sentinel(failover) => {
-                let result = invocation.invoke_async(&mut failover.manager()).await;
+                let result = command.query_async(&mut failover.manager()).await;
                 if let Err(err) = &result {
                     // A broken connection, or a master that became a replica: the
                     // Sentinels may know a new master by now.
@@ -131,13 +123,25 @@ impl RedisTransport {
                     .get()
                     .await
                     .map_err(|err| TransportError::Io(Box::new(PoolError(err.to_string()))))?;
-                invocation
-                    .invoke_async(&mut *connection)
+                command
+                    .query_async(&mut *connection)
                     .await
                     .map_err(crate::error::transport)
             }
         }
     }
+}
+
+/// `EVALSHA`/`EVAL` with the call's arguments; a cluster connection routes it by its
+/// first key.
+fn script_command(call: &ScriptCall<'_>) -> redis::Cmd {
+    let mut command = redis::cmd(call.command());
+    command
+        .arg(call.body())
+        .arg(call.keys.len())
+        .arg(call.keys)
+        .arg(call.args);
+    command
 }
 
 #[async_trait]
@@ -186,63 +190,30 @@ impl RedisTransport {
 
 #[async_trait]
 impl Transport for RedisTransport {
-    async fn eval_replicated(
+    async fn send(&self, call: ScriptCall<'_>) -> Result<Reply, TransportError> {
+        let command = script_command(&call);
+        TransportError::within(self.response_timeout, self.query(&command))
+            .await
+            .map(reply)
+    }
+
+    async fn send_then_wait(
         &self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
+        call: ScriptCall<'_>,
         replicas: u32,
         timeout: Duration,
     ) -> Result<(Reply, u32), TransportError> {
-        let Some(prepared) = self.scripts.get(script.index()) else {
-            return Err(TransportError::unknown_script(script));
-        };
         // The script and the WAIT go down one connection back to back: WAIT covers the
         // writes this connection made before it.
         let mut pipe = redis::pipe();
-        pipe.cmd("EVALSHA")
-            .arg(prepared.get_hash())
-            .arg(keys.len())
-            .arg(keys)
-            .arg(args);
+        pipe.add_command(script_command(&call));
         pipe.cmd("WAIT")
             .arg(replicas)
             .arg(timeout.as_millis() as u64);
-        let run = async {
-            match self.query_pipeline::<(Value, i64)>(&pipe).await {
-                Err(TransportError::Server(err)) if err.code == "NOSCRIPT" => {
-                    let mut load = redis::pipe();
-                    load.cmd("SCRIPT").arg("LOAD").arg(script.source());
-                    self.query_pipeline::<(String,)>(&load).await?;
-                    self.query_pipeline::<(Value, i64)>(&pipe).await
-                }
-                other => other,
-            }
-        };
+        let run = self.query_pipeline::<(Value, i64)>(&pipe);
         TransportError::within(self.response_timeout + timeout, run)
             .await
             .map(|(value, acks)| (reply(value), u32::try_from(acks).unwrap_or(0)))
-    }
-
-    async fn eval(
-        &self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-    ) -> Result<Reply, TransportError> {
-        let Some(prepared) = self.scripts.get(script.index()) else {
-            return Err(TransportError::unknown_script(script));
-        };
-        let mut invocation = prepared.prepare_invoke();
-        for key in keys {
-            invocation.key(*key);
-        }
-        for arg in args {
-            invocation.arg(*arg);
-        }
-        TransportError::within(self.response_timeout, self.invoke(&invocation))
-            .await
-            .map(reply)
     }
 
     fn topology(&self) -> Topology {

@@ -2,8 +2,8 @@
 //! servers); this module turns each server URL into a driver client.
 
 use lock_core::Error;
-pub(crate) use lock_core::redis::settings::TlsTrust as Tls;
-use lock_core::redis::url::{self as forms, SentinelUrl};
+pub(crate) use lock_redis_protocol::settings::TlsTrust as Tls;
+use lock_redis_protocol::url::{self as forms, SentinelUrl};
 
 /// What a URL names, as driver clients.
 pub(crate) enum Deployment {

@@ -667,12 +667,18 @@ impl RedLock {
         let refused = failures
             .iter()
             .filter(|(_, err)| {
-                matches!(err.kind(), ErrorKind::WouldDeadlock | ErrorKind::WrongType)
+                matches!(
+                    err.kind(),
+                    ErrorKind::WouldDeadlock | ErrorKind::Incompatible
+                )
             })
             .count();
         if refused >= self.quorum
             && let Some(index) = failures.iter().position(|(_, err)| {
-                matches!(err.kind(), ErrorKind::WouldDeadlock | ErrorKind::WrongType)
+                matches!(
+                    err.kind(),
+                    ErrorKind::WouldDeadlock | ErrorKind::Incompatible
+                )
             })
         {
             return Err(failures.swap_remove(index).1);

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lock_core::{Backend, ErrorKind, Locks};
+use lock_redis::ConnectorSettings;
 use lock_redlock::{MultiLock, NodeErrors, NodeRelease, RedLock};
 use lock_testkit::RedisServer;
 use tokio::time::{Instant, sleep, timeout};
@@ -20,8 +21,11 @@ async fn servers(n: usize) -> Vec<RedisServer> {
 
 async fn connect(server: &RedisServer) -> Arc<dyn Backend> {
     let backend = lock_redis::Connector::new(server.url())
-        .connect_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_millis(500))
+        .settings(
+            ConnectorSettings::default()
+                .connect_timeout(Duration::from_millis(500))
+                .response_timeout(Duration::from_millis(500)),
+        )
         .connect()
         .await
         .expect("connect to a test node");

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{Backend, ErrorKind, Locks};
+use lock_redis::ConnectorSettings;
 use lock_redlock::{LazyNode, RedLock};
 use lock_testkit::RedisServer;
 use tokio::time::Instant;
@@ -18,8 +19,11 @@ fn lazy(url: String) -> Arc<dyn Backend> {
         let url = url.clone();
         async move {
             let node = lock_redis::Connector::new(url)
-                .connect_timeout(CONNECT_TIMEOUT)
-                .response_timeout(CONNECT_TIMEOUT)
+                .settings(
+                    ConnectorSettings::default()
+                        .connect_timeout(CONNECT_TIMEOUT)
+                        .response_timeout(CONNECT_TIMEOUT),
+                )
                 .connect()
                 .await?;
             Ok(Arc::new(node) as Arc<dyn Backend>)

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use lock_conformance::adapter::{AdapterConnect, ConnectSpec};
 use lock_conformance::redis_fixture::Connect;
 use lock_core::Backend;
-use lock_core::redis::ProtocolOptions;
+use lock_redis_protocol::{ConnectorSettings, ProtocolOptions};
 
 /// Connects to the fixture's URLs: a cluster from all of them, anything else (a single
 /// server, a `redis+sentinel://` URL) from the first.
@@ -20,7 +20,8 @@ pub(crate) fn redis_adapter() -> Connect {
                 } else {
                     lock_redis::Connector::new(urls[0].clone())
                 };
-                let backend = connector.protocol(options).connect().await?;
+                let settings = ConnectorSettings::default().protocol(options);
+                let backend = connector.settings(settings).connect().await?;
                 Ok(Arc::new(backend) as Arc<dyn Backend>)
             })
         },
@@ -39,7 +40,7 @@ pub(crate) fn fred_adapter() -> Connect {
                     urls[0].clone()
                 };
                 let backend = lock_fred::Connector::new(url)
-                    .protocol(options)
+                    .settings(ConnectorSettings::default().protocol(options))
                     .connect()
                     .await?;
                 Ok(Arc::new(backend) as Arc<dyn Backend>)
@@ -63,12 +64,9 @@ pub(crate) fn redis_connector() -> AdapterConnect {
     Arc::new(|spec: ConnectSpec| {
         Box::pin(async move {
             let mut connector =
-                lock_redis::Connector::new(spec.url).connect_timeout(spec.connect_timeout);
+                lock_redis::Connector::new(spec.url.clone()).settings(settings_of(&spec));
             if let Some(pem) = spec.root_certificate {
                 connector = connector.root_certificate(pem);
-            }
-            if let Some((replicas, timeout)) = spec.replica_ack {
-                connector = connector.replica_ack(replicas, timeout);
             }
             Ok(Arc::new(connector.connect().await?) as Arc<dyn Backend>)
         })
@@ -81,14 +79,21 @@ pub(crate) fn fred_connector() -> AdapterConnect {
     Arc::new(|spec: ConnectSpec| {
         Box::pin(async move {
             let mut connector =
-                lock_fred::Connector::new(spec.url).connect_timeout(spec.connect_timeout);
+                lock_fred::Connector::new(spec.url.clone()).settings(settings_of(&spec));
             if let Some(pem) = spec.root_certificate {
                 connector = connector.root_certificate(pem);
-            }
-            if let Some((replicas, timeout)) = spec.replica_ack {
-                connector = connector.replica_ack(replicas, timeout);
             }
             Ok(Arc::new(connector.connect().await?) as Arc<dyn Backend>)
         })
     })
+}
+
+/// The settings the adapter suite asks for.
+#[allow(dead_code)] // reason: each test file uses one of the two adapters.
+fn settings_of(spec: &ConnectSpec) -> ConnectorSettings {
+    let settings = ConnectorSettings::default().connect_timeout(spec.connect_timeout);
+    match spec.replica_ack {
+        Some((replicas, timeout)) => settings.replica_ack(replicas, timeout),
+        None => settings,
+    }
 }

@@ -4,9 +4,9 @@ use std::fmt;
 
 use async_trait::async_trait;
 
-use crate::error::BoxError;
-use crate::notify::{PubSub, Subscriptions, Wake};
-use crate::redis::script::Script;
+use crate::script::{Script, ScriptCall};
+use lock_core::BoxError;
+use lock_core::notify::{PubSub, Subscriptions, Wake};
 
 /// A reply from Redis, in the few shapes the scripts return.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,7 +53,7 @@ impl fmt::Display for ServerError {
 impl std::error::Error for ServerError {}
 
 /// A command the server refused, named: drivers' messages do not always say which
-/// command or channel it was. Adapters put it in an [`Error::Backend`](crate::Error).
+/// command or channel it was. Adapters put it in an [`Error::Backend`](lock_core::Error).
 #[derive(Debug)]
 pub struct Refused {
     what: String,
@@ -121,31 +121,26 @@ pub enum Topology {
 }
 
 /// A Redis connection as the lock protocol needs it. Adapters implement this and nothing
-/// else: the scripts, their arguments and reply decoding are lock-core's.
+/// else: the scripts, their arguments, the `NOSCRIPT` reload and reply decoding are the
+/// protocol's.
 #[async_trait]
 pub trait Transport: PubSub {
-    /// Runs `script` (by SHA, loading it on `NOSCRIPT`). In a cluster the call is routed by
-    /// `keys[0]`; all keys share its slot.
-    async fn eval(
-        &self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-    ) -> Result<Reply, TransportError>;
+    /// Sends `call` once (`EVALSHA` or `EVAL`, as [`ScriptCall::command`] says), routed in
+    /// a cluster by `keys[0]`, within the adapter's response timeout. A call whose reply
+    /// was lost must not be sent again here: the protocol decides about retries.
+    async fn send(&self, call: ScriptCall<'_>) -> Result<Reply, TransportError>;
 
-    /// Runs `script` like [`Transport::eval`], then waits (`WAIT`) until `replicas`
-    /// replicas acknowledged this connection's writes or `timeout` passed, and returns the
-    /// reply with how many replicas acknowledged. Adapters that cannot do this keep the
+    /// Sends `call` and then `WAIT replicas timeout` back to back on one connection (so
+    /// that `WAIT` covers the script's writes), and returns the script's reply with the
+    /// number of replicas that acknowledged. Adapters that cannot do this keep the
     /// default, which refuses.
-    async fn eval_replicated(
+    async fn send_then_wait(
         &self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
+        call: ScriptCall<'_>,
         replicas: u32,
         timeout: std::time::Duration,
     ) -> Result<(Reply, u32), TransportError> {
-        let _ = (script, keys, args, replicas, timeout);
+        let _ = (call, replicas, timeout);
         Err(TransportError::Io(
             "replica acknowledgement is not supported by this adapter or deployment".into(),
         ))
@@ -204,14 +199,13 @@ impl NotificationSink {
     /// The subscription connection broke (reported through `tracing`); call
     /// [`NotificationSink::reconnected`] once a new one is up.
     pub fn disconnected(&self) {
-        crate::events::notifications_lost();
+        self.registry.connection_lost();
     }
 
     /// Messages may have been dropped (a lagging receiver): reported through `tracing`,
     /// and every waiter re-polls as after a reconnect.
     pub fn messages_dropped(&self) {
-        crate::events::notifications_dropped();
-        self.registry.reconnected();
+        self.registry.messages_dropped();
     }
 
     /// Whether the backend this sink feeds is gone.

@@ -7,18 +7,19 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::backend::{
+use lock_core::backend::{
     Acquire, AcquireRequest, Backend, LockKind, LockRef, LockState, Release, ReleaseRequest,
     Renewal,
 };
-use crate::notify::{Listener, Subscriptions};
-use crate::redis::layout;
-use crate::redis::script::{self, Script};
-use crate::redis::slot::key_slot;
-use crate::redis::transport::{
-    NotificationSink, Reply, ServerError, Topology, Transport, TransportError,
-};
-use crate::{Error, LockName};
+use lock_core::notify::{Listener, Subscriptions};
+use lock_core::{Error, LockName};
+
+use crate::error::{NotReplicated, WrongType};
+use crate::events;
+use crate::layout;
+use crate::script::{self, Script, ScriptCall, ScriptForm};
+use crate::slot::key_slot;
+use crate::transport::{NotificationSink, Reply, ServerError, Topology, Transport, TransportError};
 
 /// How releases are published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -196,17 +197,20 @@ impl RedisBackend {
         keys: &[&str],
         args: &[&str],
     ) -> Result<(Reply, Option<u32>), Error> {
-        let Some((replicas, timeout)) = self.options.replica_ack else {
-            return self
+        match self.options.replica_ack {
+            None => self
                 .eval(during, script, keys, args)
                 .await
-                .map(|r| (r, None));
-        };
-        self.transport
-            .eval_replicated(script, keys, args, replicas, timeout)
-            .await
-            .map(|(reply, acks)| (reply, Some(acks)))
-            .map_err(|err| classify(err, during, keys.first().copied().unwrap_or("")))
+                .map(|r| (r, None)),
+            Some((replicas, timeout)) => {
+                let sent = send_loading(script, keys, args, |call| {
+                    self.transport.send_then_wait(call, replicas, timeout)
+                });
+                sent.await
+                    .map(|(reply, acks)| (reply, Some(acks)))
+                    .map_err(|err| script_failed(err, during, script, keys, args))
+            }
+        }
     }
 
     async fn eval(
@@ -216,16 +220,9 @@ impl RedisBackend {
         keys: &[&str],
         args: &[&str],
     ) -> Result<Reply, Error> {
-        self.transport
-            .eval(script, keys, args)
+        send_loading(script, keys, args, |call| self.transport.send(call))
             .await
-            .map_err(|err| match err {
-                TransportError::Server(server) => {
-                    TransportError::Server(name_refused_command(server, script, keys, args))
-                }
-                other => other,
-            })
-            .map_err(|err| classify(err, during, keys.first().copied().unwrap_or("")))
+            .map_err(|err| script_failed(err, during, script, keys, args))
     }
 
     /// The restart epoch key for `name`: one per server, or one per slot in a cluster
@@ -294,12 +291,14 @@ impl RedisBackend {
                 let wanted = self.options.replica_ack.map_or(0, |(wanted, _)| wanted);
                 locks
                     .iter()
-                    .map(|lock| {
-                        Renewal::Failed(Arc::new(Error::NotReplicated {
-                            name: lock.name.as_str().to_owned(),
-                            wanted,
-                            acknowledged,
-                        }))
+                    .map(|_| {
+                        Renewal::Failed(Arc::new(Error::backend(
+                            "renewing",
+                            NotReplicated {
+                                wanted,
+                                acknowledged,
+                            },
+                        )))
                     })
                     .collect()
             }
@@ -406,13 +405,15 @@ impl Backend for RedisBackend {
                 .retry_window(request.retry_window)
                 .undoing(request.id);
             if let Err(err) = self.release(lock, undo).await {
-                crate::events::release_failed(lock, "an acquisition no replica confirmed", &err);
+                events::unconfirmed_grant_kept(lock, &err);
             }
-            return Err(Error::NotReplicated {
-                name: name.as_str().to_owned(),
-                wanted,
-                acknowledged,
-            });
+            return Err(Error::backend(
+                "acquiring",
+                NotReplicated {
+                    wanted,
+                    acknowledged,
+                },
+            ));
         }
         decode_acquire(items.as_deref(), &reply, name, request.fencing)
     }
@@ -684,14 +685,62 @@ fn name_refused_command(
     }
 }
 
+/// Sends a script by SHA, and with its source (which loads it) if the server does not
+/// know it (after a restart or `SCRIPT FLUSH`). In a cluster, `EVAL` is routed like
+/// `EVALSHA`, so the script lands on the node that needs it.
+async fn send_loading<'a, T, F, Fut>(
+    script: &'a Script,
+    keys: &'a [&'a str],
+    args: &'a [&'a str],
+    send: F,
+) -> Result<T, TransportError>
+where
+    F: Fn(ScriptCall<'a>) -> Fut,
+    Fut: Future<Output = Result<T, TransportError>>,
+{
+    let mut call = ScriptCall {
+        script,
+        keys,
+        args,
+        form: ScriptForm::BySha,
+    };
+    match send(call).await {
+        Err(TransportError::Server(err)) if err.code == "NOSCRIPT" => {
+            call.form = ScriptForm::WithSource;
+            send(call).await
+        }
+        other => other,
+    }
+}
+
+/// A script call's failure as a lock-core error, naming the command an ACL refused.
+fn script_failed(
+    err: TransportError,
+    during: &'static str,
+    script: &Script,
+    keys: &[&str],
+    args: &[&str],
+) -> Error {
+    let err = match err {
+        TransportError::Server(server) => {
+            TransportError::Server(name_refused_command(server, script, keys, args))
+        }
+        other => other,
+    };
+    classify(err, during, keys.first().copied().unwrap_or(""))
+}
+
 fn classify(err: TransportError, during: &'static str, key: &str) -> Error {
     match err {
         TransportError::Server(server)
             if server.code == "WRONGTYPE" || server.message.contains("WRONGTYPE") =>
         {
-            Error::WrongType {
-                key: key.to_owned(),
-            }
+            Error::incompatible(
+                key,
+                WrongType {
+                    key: key.to_owned(),
+                },
+            )
         }
         // The command did not run where it was sent (a slot moved, a node is loading or
         // became a replica): like a broken connection, it is sent again.
@@ -741,7 +790,7 @@ fn decode_acquire(
         }),
         Some([4, left]) => {
             let left = pttl(*left);
-            crate::events::quarantine_active(name, left);
+            events::quarantine_active(name, left);
             Ok(Acquire::Busy {
                 ttl: left,
                 reserved: false,

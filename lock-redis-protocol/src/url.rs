@@ -9,7 +9,7 @@
 //!
 //! Checking each server URL is the driver's business; this module only splits.
 
-use crate::Error;
+use lock_core::Error;
 
 /// What a URL names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,7 +185,7 @@ mod tests {
             let err = parse(url)
                 .err()
                 .unwrap_or_else(|| panic!("{url:?} was accepted"));
-            assert_eq!(err.kind(), crate::ErrorKind::InvalidConfig, "{url:?}");
+            assert_eq!(err.kind(), lock_core::ErrorKind::InvalidConfig, "{url:?}");
         }
     }
 }
@@ -203,8 +203,8 @@ pub fn hosts(url: &str) -> &str {
 /// the connector was given one) that were tried.
 pub async fn naming_hosts_on_failure<T>(
     url: Option<String>,
-    connecting: impl Future<Output = Result<T, crate::Error>>,
-) -> Result<T, crate::Error> {
+    connecting: impl Future<Output = Result<T, lock_core::Error>>,
+) -> Result<T, lock_core::Error> {
     let connected = connecting.await;
     match url {
         Some(url) => connected.map_err(|err| naming_hosts(err, &url)),
@@ -215,9 +215,9 @@ pub async fn naming_hosts_on_failure<T>(
 /// A connection error, naming the hosts of `url` that were tried (other errors are
 /// returned unchanged).
 #[must_use]
-pub fn naming_hosts(err: crate::Error, url: &str) -> crate::Error {
+pub fn naming_hosts(err: lock_core::Error, url: &str) -> lock_core::Error {
     match err {
-        crate::Error::Connection { during, source } => crate::Error::Connection {
+        lock_core::Error::Connection { during, source } => lock_core::Error::Connection {
             during,
             source: Box::new(Tried {
                 hosts: hosts(url).to_owned(),
@@ -232,7 +232,7 @@ pub fn naming_hosts(err: crate::Error, url: &str) -> crate::Error {
 #[derive(Debug)]
 struct Tried {
     hosts: String,
-    source: crate::BoxError,
+    source: lock_core::BoxError,
 }
 
 impl std::fmt::Display for Tried {

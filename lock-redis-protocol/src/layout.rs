@@ -1,6 +1,6 @@
 //! Key and channel names: Redisson's layout, so that Redisson peers share our locks.
 
-use crate::{LockName, RequestId};
+use lock_core::{LockName, RequestId};
 
 /// Prefix of the mutex release channel.
 pub const MUTEX_CHANNEL_PREFIX: &str = "redisson_lock__channel";
@@ -122,7 +122,7 @@ pub fn tag_for_slot(slot: u16) -> String {
     // Every slot is hit well within a million candidates (about 16 384 on average).
     (0u32..1_000_000)
         .map(|n| n.to_string())
-        .find(|tag| crate::redis::slot::key_slot(tag) == slot)
+        .find(|tag| crate::slot::key_slot(tag) == slot)
         .unwrap_or_default()
 }
 
@@ -135,7 +135,7 @@ pub fn mutex_channel(name: &LockName) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::redis::slot::key_slot;
+    use crate::slot::key_slot;
 
     fn name(s: &str) -> LockName {
         LockName::new(s).expect("valid name")

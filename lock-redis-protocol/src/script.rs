@@ -1,16 +1,17 @@
 //! The Lua scripts, kept once for every Redis adapter.
 
 use std::fmt;
+use std::sync::OnceLock;
 
 /// A Lua script run atomically by Redis.
 ///
-/// Adapters run it by SHA1 (`EVALSHA`) and load it again when the server answers
-/// `NOSCRIPT` (after a restart or `SCRIPT FLUSH`). [`Script::index`] is dense, so an
-/// adapter can keep its prepared driver scripts in a `Vec` indexed by it.
+/// It is sent by SHA1 (`EVALSHA`), and with its source (`EVAL`, which loads it) when the
+/// server answers `NOSCRIPT` (after a restart or `SCRIPT FLUSH`); see [`ScriptCall`].
 pub struct Script {
     index: usize,
     name: &'static str,
     source: &'static str,
+    sha1: OnceLock<String>,
 }
 
 impl Script {
@@ -24,6 +25,13 @@ impl Script {
     #[must_use]
     pub fn source(&self) -> &'static str {
         self.source
+    }
+
+    /// The SHA1 of the source, in lowercase hex, as `EVALSHA` wants it.
+    #[must_use]
+    pub fn sha1(&self) -> &str {
+        self.sha1
+            .get_or_init(|| sha1_smol::Sha1::from(self.source).digest().to_string())
     }
 
     /// The position of this script in [`ALL`].
@@ -52,6 +60,7 @@ macro_rules! scripts {
                     include_str!("scripts/prelude.lua"),
                     include_str!(concat!("scripts/", $file, ".lua"))
                 ),
+                sha1: OnceLock::new(),
             };
         )*
         /// Every script, indexed by [`Script::index`].
@@ -78,6 +87,51 @@ scripts! {
     15 FENCING_RAISE = "fencing_raise";
 }
 
+/// How a script call is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScriptForm {
+    /// `EVALSHA sha1 ...`: the usual way, cheap on the wire.
+    BySha,
+    /// `EVAL source ...`: after `NOSCRIPT`; it also loads the script for later calls.
+    WithSource,
+}
+
+/// One call of a [`Script`] with its keys and arguments, ready for a driver: the command
+/// name and its arguments in order. In a cluster it is routed by `keys[0]` (every key
+/// shares its slot).
+#[derive(Debug, Clone, Copy)]
+pub struct ScriptCall<'a> {
+    /// The script.
+    pub script: &'a Script,
+    /// Its keys (`KEYS`).
+    pub keys: &'a [&'a str],
+    /// Its arguments (`ARGV`).
+    pub args: &'a [&'a str],
+    /// By SHA or with its source.
+    pub form: ScriptForm,
+}
+
+impl<'a> ScriptCall<'a> {
+    /// `EVALSHA` or `EVAL`.
+    #[must_use]
+    pub fn command(&self) -> &'static str {
+        match self.form {
+            ScriptForm::BySha => "EVALSHA",
+            ScriptForm::WithSource => "EVAL",
+        }
+    }
+
+    /// The first argument: the SHA1 or the source. The number of keys, the keys and the
+    /// arguments follow it.
+    #[must_use]
+    pub fn body(&self) -> &'a str {
+        match self.form {
+            ScriptForm::BySha => self.script.sha1(),
+            ScriptForm::WithSource => self.script.source(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +141,19 @@ mod tests {
         for (i, script) in ALL.iter().enumerate() {
             assert_eq!(script.index(), i, "{}", script.name());
             assert!(!script.source().is_empty());
+            assert_eq!(script.sha1().len(), 40);
         }
+    }
+
+    #[test]
+    fn the_sha1_is_the_one_redis_computes() {
+        // Redis' own example: `SCRIPT LOAD "return 1"` answers this SHA1.
+        let script = Script {
+            index: 0,
+            name: "example",
+            source: "return 1",
+            sha1: OnceLock::new(),
+        };
+        assert_eq!(script.sha1(), "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
     }
 }

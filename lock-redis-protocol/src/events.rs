@@ -1,0 +1,41 @@
+//! What the Redis protocol reports through `tracing`, under the same target as lock-core
+//! (`lock`), so that one directive covers every event of the library.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use lock_core::{Error, LockName, LockRef};
+
+const TARGET: &str = "lock";
+
+/// An acquisition that too few replicas confirmed could not be given back: it stays held
+/// until its lease ends.
+pub(crate) fn unconfirmed_grant_kept(lock: &LockRef, err: &Error) {
+    tracing::warn!(
+        target: TARGET,
+        kind = %lock.kind,
+        name = %lock.name,
+        error = %err.chain(),
+        "releasing an acquisition no replica confirmed failed; it stays held until its lease ends"
+    );
+}
+
+/// The server restarted (a new run id) within the restart quarantine: no lock is granted
+/// until it ends, so that no holder from before the restart overlaps a new one. Warned
+/// at most once a second, however many waiters meet it.
+pub(crate) fn quarantine_active(name: &LockName, left: Option<Duration>) {
+    static LAST_WARNED_SECOND: AtomicU64 = AtomicU64::new(u64::MAX);
+    let second = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    if LAST_WARNED_SECOND.swap(second, Ordering::Relaxed) == second {
+        return;
+    }
+    tracing::warn!(
+        target: TARGET,
+        %name,
+        left_ms = left.map_or(0, |left| left.as_millis()),
+        "restart quarantine active: the server restarted recently and grants no lock \
+         until the longest lease from before has run out"
+    );
+}

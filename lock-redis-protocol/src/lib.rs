@@ -1,0 +1,36 @@
+//! The Redis lock protocol of the lock library, shared by its Redis adapters
+//! (`lock-redis` over the `redis` crate, `lock-fred` over `fred`).
+//!
+//! Everything about locks on Redis that does not depend on a driver lives here once:
+//!
+//! - the Lua scripts ([`script`]) and Redisson's key layout ([`layout`]), so that a Java
+//!   service using Redisson and a Rust service share locks on one Redis;
+//! - [`RedisBackend`]: lock-core's [`Backend`](lock_core::Backend) over any
+//!   [`Transport`], with reply decoding, renewal batching per cluster slot, the restart
+//!   quarantine, replica acknowledgement and the `NOSCRIPT` reload;
+//! - what every adapter's connector shares: the URL forms ([`url`]), the settings
+//!   ([`ConnectorSettings`]), the check that a single-server URL is not a cluster node
+//!   and the classification of connect errors ([`connect`]).
+//!
+//! An adapter implements [`Transport`] (send a script, subscribe a channel) and nothing
+//! else. This crate follows the facade's version and is not a stable API of its own:
+//! depend on it only to write a Redis adapter.
+
+mod backend;
+pub mod connect;
+mod error;
+mod events;
+pub mod layout;
+pub mod script;
+pub mod settings;
+pub mod slot;
+mod transport;
+pub mod url;
+
+pub use backend::{ProtocolOptions, PublishMode, RedisBackend};
+pub use error::{NotReplicated, WrongType};
+pub use script::Script;
+pub use settings::ConnectorSettings;
+pub use transport::{
+    NotificationSink, Refused, Reply, ServerError, Topology, Transport, TransportError,
+};
