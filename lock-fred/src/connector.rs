@@ -10,7 +10,6 @@ use fred::prelude::{Builder, Client, ClientLike, Pool, PubsubInterface, Value};
 use fred::types::InfoKind;
 use lock_core::{Error, Locks};
 use lock_redis_protocol::{ConnectorSettings, PublishMode, RedisBackend, Topology, connect};
-use tokio::sync::oneshot;
 
 use crate::config::{self, Timeouts, Tls};
 use crate::notifications::{self, Owned};
@@ -25,6 +24,16 @@ enum Target {
     Url(String),
     Client(Client),
     Pool(Pool),
+}
+
+impl Target {
+    /// The URL, named in connect errors.
+    fn url(&self) -> Option<String> {
+        if let Self::Url(url) = self {
+            return Some(url.clone());
+        }
+        None
+    }
 }
 
 impl fmt::Debug for Target {
@@ -90,6 +99,19 @@ impl Connector {
         Self::with_target(Target::Url(url.into()))
     }
 
+    /// Connects and returns a client with the default client [`Config`](lock_core::Config);
+    /// [`Connector::connect`] and [`Locks::builder`] configure one.
+    pub async fn locks(self) -> Result<Locks, Error> {
+        Ok(Locks::new(Arc::new(self.connect().await?)))
+    }
+
+    /// The timeouts and lock-protocol options, the same for every Redis adapter
+    /// (defaults: Redisson's).
+    pub fn settings(mut self, settings: ConnectorSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
     /// Runs scripts over a fred client the application already has (connected or not;
     /// it is connected if need be). Notifications use a dedicated subscriber client with
     /// the same configuration. The client is left open when the backend is dropped.
@@ -127,27 +149,11 @@ impl Connector {
         self
     }
 
-    /// The timeouts and lock-protocol options, shared by every Redis adapter; the
-    /// defaults are Redisson's.
-    pub fn settings(mut self, settings: ConnectorSettings) -> Self {
-        self.settings = settings;
-        self
-    }
-
-    /// Connects and returns a client with default settings.
-    pub async fn locks(self) -> Result<Locks, Error> {
-        Ok(Locks::new(Arc::new(self.connect().await?)))
-    }
-
-    /// Connects and returns the backend, for [`Locks::builder`] or for composition.
+    /// Connects the command clients and the subscriber client and returns the backend,
+    /// for [`Locks::builder`] or for composition.
     pub async fn connect(self) -> Result<RedisBackend, Error> {
-        let url = match &self.target {
-            Target::Url(url) => Some(url.clone()),
-            _ => None,
-        };
-        // Boxed: connecting is a large state machine, and every caller would carry it.
-        lock_redis_protocol::url::naming_hosts_on_failure(url, Box::pin(self.connect_target()))
-            .await
+        let url = self.target.url();
+        lock_redis_protocol::url::naming_hosts_on_failure(url, self.connect_target()).await
     }
 
     async fn connect_target(self) -> Result<RedisBackend, Error> {
@@ -201,13 +207,11 @@ impl Connector {
                     return Err(err);
                 }
             };
-        let (shutdown, stopped) = oneshot::channel();
         let transport = FredTransport::new(
             commands.clone(),
             subscriber.clone(),
             publish == PublishMode::Sharded,
             self.settings.response_timeout,
-            shutdown,
         );
         let protocol = self.settings.protocol.publish(publish);
         let backend = RedisBackend::new(Arc::new(transport), protocol);
@@ -218,7 +222,6 @@ impl Connector {
         tokio::spawn(notifications::pump(
             owned,
             backend.notification_sink(),
-            stopped,
             self.settings.ping_interval,
         ));
         Ok(backend)

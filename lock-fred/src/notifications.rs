@@ -7,7 +7,6 @@ use fred::clients::SubscriberClient;
 use fred::prelude::{ClientLike, EventInterface, HeartbeatInterface, Value};
 use lock_redis_protocol::NotificationSink;
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::oneshot;
 
 use crate::transport::{Commands, quit_failed};
 
@@ -18,14 +17,9 @@ pub(crate) struct Owned {
     pub(crate) commands: Option<Commands>,
 }
 
-/// Reads notifications into `sink` until `shutdown` fires (the transport was dropped)
-/// or the backend is gone, then closes what this adapter opened.
-pub(crate) async fn pump(
-    owned: Owned,
-    sink: NotificationSink,
-    mut shutdown: oneshot::Receiver<()>,
-    ping_interval: Duration,
-) {
+/// Reads notifications into `sink` until the backend is gone, then closes what this
+/// adapter opened.
+pub(crate) async fn pump(owned: Owned, sink: NotificationSink, ping_interval: Duration) {
     let subscriber = &owned.subscriber;
     let mut messages = subscriber.message_rx();
     let mut reconnects = subscriber.reconnect_rx();
@@ -37,7 +31,6 @@ pub(crate) async fn pump(
     loop {
         tokio::select! {
             biased;
-            _ = &mut shutdown => break,
             () = sink.closed() => break,
             message = messages.recv() => match message {
                 Ok(message) => sink.message(&message.channel, &payload(&message.value)),

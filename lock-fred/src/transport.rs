@@ -10,8 +10,7 @@ use fred::types::{ClusterHash, CustomCommand};
 use lock_core::Error;
 use lock_core::notify::PubSub;
 use lock_redis_protocol::script::ScriptCall;
-use lock_redis_protocol::{Reply, Topology, Transport, TransportError};
-use tokio::sync::oneshot;
+use lock_redis_protocol::{ReplicaWait, Reply, Topology, Transport, TransportError};
 
 /// The clients that carry script calls.
 #[derive(Clone)]
@@ -70,8 +69,6 @@ pub(crate) struct FredTransport {
     /// connection broke after it was sent) within the response timeout.
     options: Options,
     response_timeout: Duration,
-    /// Dropping the transport drops this sender, which stops the reader task.
-    _shutdown: oneshot::Sender<()>,
 }
 
 impl fmt::Debug for FredTransport {
@@ -90,7 +87,6 @@ impl FredTransport {
         subscriber: SubscriberClient,
         sharded: bool,
         response_timeout: Duration,
-        shutdown: oneshot::Sender<()>,
     ) -> Self {
         Self {
             commands,
@@ -103,38 +99,7 @@ impl FredTransport {
                 ..Options::default()
             },
             response_timeout,
-            _shutdown: shutdown,
         }
-    }
-
-    /// Runs the script and `WAIT` back to back in one pipeline, so both go down one
-    /// connection: WAIT covers the script's writes.
-    async fn pipelined_with_wait(
-        &self,
-        call: &ScriptCall<'_>,
-        replicas: u32,
-        timeout: Duration,
-    ) -> Result<(Value, i64), TransportError> {
-        // With this transport's options (one attempt), also for an application's client
-        // whose own configuration would send a command again.
-        let pipeline = Pipeline::from(self.commands.next().with_options(&self.options));
-        let (command, arguments) = script_command(call);
-        pipeline
-            .custom::<(), _>(command, arguments)
-            .await
-            .map_err(crate::error::transport)?;
-        let millis = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
-        pipeline
-            .wait::<()>(i64::from(replicas), millis)
-            .await
-            .map_err(crate::error::transport)?;
-        let mut results = pipeline.try_all::<Value>().await.into_iter();
-        let (Some(reply), Some(acks)) = (results.next(), results.next()) else {
-            return Err(TransportError::Io("the pipeline lost a reply".into()));
-        };
-        let reply = reply.map_err(crate::error::transport)?;
-        let acks = acks.map_err(crate::error::transport)?.as_i64().unwrap_or(0);
-        Ok((reply, acks))
     }
 }
 
@@ -264,37 +229,44 @@ impl Transport for FredTransport {
     async fn send(&self, call: ScriptCall<'_>) -> Result<Reply, TransportError> {
         let client = self.commands.next().with_options(&self.options);
         let (command, arguments) = script_command(&call);
-        // fred applies the timeout too (one attempt); this one also bounds the queueing.
-        let sent = async {
-            client
-                .custom::<Value, _>(command, arguments)
-                .await
-                .map_err(crate::error::transport)
-        };
-        TransportError::within(self.response_timeout, sent)
-            .await
-            .map(reply)
+        let sent = client.custom::<Value, _>(command, arguments).await;
+        sent.map(reply).map_err(crate::error::transport)
     }
 
+    /// Both go in one pipeline, so down one connection, with this transport's options
+    /// (one attempt), also for an application's client whose own configuration would
+    /// send a command again.
     async fn send_then_wait(
         &self,
         call: ScriptCall<'_>,
-        replicas: u32,
-        timeout: Duration,
-    ) -> Result<(Reply, u32), TransportError> {
-        if self.topology() == Topology::Cluster {
-            return Err(TransportError::Io(
-                "replica acknowledgement is not supported on Redis Cluster".into(),
-            ));
-        }
-        let run = self.pipelined_with_wait(&call, replicas, timeout);
-        TransportError::within(self.response_timeout + timeout, run)
+        wait: ReplicaWait,
+    ) -> Result<(Reply, Reply), TransportError> {
+        let pipeline = Pipeline::from(self.commands.next().with_options(&self.options));
+        let (command, arguments) = script_command(&call);
+        pipeline
+            .custom::<(), _>(command, arguments)
             .await
-            .map(|(value, acks)| (reply(value), u32::try_from(acks).unwrap_or(0)))
+            .map_err(crate::error::transport)?;
+        let millis = i64::try_from(wait.timeout.as_millis()).unwrap_or(i64::MAX);
+        pipeline
+            .wait::<()>(i64::from(wait.replicas), millis)
+            .await
+            .map_err(crate::error::transport)?;
+        let mut results = pipeline.try_all::<Value>().await.into_iter();
+        let (Some(script), Some(acks)) = (results.next(), results.next()) else {
+            return Err(TransportError::Io("the pipeline lost a reply".into()));
+        };
+        let script = script.map_err(crate::error::transport)?;
+        let acks = acks.map_err(crate::error::transport)?;
+        Ok((reply(script), reply(acks)))
     }
 
     fn topology(&self) -> Topology {
         self.commands.topology()
+    }
+
+    fn response_timeout(&self) -> Duration {
+        self.response_timeout
     }
 }
 

@@ -19,7 +19,9 @@ use crate::events;
 use crate::layout;
 use crate::script::{self, Script, ScriptCall, ScriptForm};
 use crate::slot::key_slot;
-use crate::transport::{NotificationSink, Reply, ServerError, Topology, Transport, TransportError};
+use crate::transport::{
+    NotificationSink, ReplicaWait, Reply, ServerError, Topology, Transport, TransportError,
+};
 
 /// How releases are published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -203,12 +205,24 @@ impl RedisBackend {
                 .await
                 .map(|r| (r, None)),
             Some((replicas, timeout)) => {
+                if self.transport.topology() == Topology::Cluster {
+                    return Err(Error::invalid_config(
+                        "replica acknowledgement is not supported on Redis Cluster",
+                        None,
+                    ));
+                }
+                let wait = ReplicaWait { replicas, timeout };
+                let limit = self.transport.response_timeout() * 2 + timeout;
                 let sent = send_loading(script, keys, args, |call| {
-                    self.transport.send_then_wait(call, replicas, timeout)
+                    TransportError::within(limit, self.transport.send_then_wait(call, wait))
                 });
-                sent.await
-                    .map(|(reply, acks)| (reply, Some(acks)))
-                    .map_err(|err| script_failed(err, during, script, keys, args))
+                let (reply, acks) = sent
+                    .await
+                    .map_err(|err| script_failed(err, during, script, keys, args))?;
+                match acks {
+                    Reply::Int(acks) => Ok((reply, Some(u32::try_from(acks).unwrap_or(0)))),
+                    other => Err(unexpected("WAIT", &other)),
+                }
             }
         }
     }
@@ -220,9 +234,12 @@ impl RedisBackend {
         keys: &[&str],
         args: &[&str],
     ) -> Result<Reply, Error> {
-        send_loading(script, keys, args, |call| self.transport.send(call))
-            .await
-            .map_err(|err| script_failed(err, during, script, keys, args))
+        let limit = self.transport.response_timeout();
+        send_loading(script, keys, args, |call| {
+            TransportError::within(limit, self.transport.send(call))
+        })
+        .await
+        .map_err(|err| script_failed(err, during, script, keys, args))
     }
 
     /// The restart epoch key for `name`: one per server, or one per slot in a cluster

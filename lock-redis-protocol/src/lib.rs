@@ -32,5 +32,5 @@ pub use error::{NotReplicated, WrongType};
 pub use script::Script;
 pub use settings::ConnectorSettings;
 pub use transport::{
-    NotificationSink, Refused, Reply, ServerError, Topology, Transport, TransportError,
+    NotificationSink, Refused, ReplicaWait, Reply, ServerError, Topology, Transport, TransportError,
 };

@@ -120,34 +120,46 @@ pub enum Topology {
     Cluster,
 }
 
+/// `WAIT replicas timeout` after a script: how many replicas must acknowledge its writes,
+/// and how long to wait for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaWait {
+    /// Replicas that must acknowledge.
+    pub replicas: u32,
+    /// The longest wait for them.
+    pub timeout: std::time::Duration,
+}
+
 /// A Redis connection as the lock protocol needs it. Adapters implement this and nothing
-/// else: the scripts, their arguments, the `NOSCRIPT` reload and reply decoding are the
-/// protocol's.
+/// else: the scripts, their arguments, the `NOSCRIPT` reload, timeouts and reply decoding
+/// are the protocol's.
 #[async_trait]
 pub trait Transport: PubSub {
     /// Sends `call` once (`EVALSHA` or `EVAL`, as [`ScriptCall::command`] says), routed in
-    /// a cluster by `keys[0]`, within the adapter's response timeout. A call whose reply
-    /// was lost must not be sent again here: the protocol decides about retries.
+    /// a cluster by `keys[0]`. A call whose reply was lost must not be sent again here:
+    /// the protocol decides about retries. The protocol bounds the call by
+    /// [`Transport::response_timeout`].
     async fn send(&self, call: ScriptCall<'_>) -> Result<Reply, TransportError>;
 
-    /// Sends `call` and then `WAIT replicas timeout` back to back on one connection (so
-    /// that `WAIT` covers the script's writes), and returns the script's reply with the
-    /// number of replicas that acknowledged. Adapters that cannot do this keep the
-    /// default, which refuses.
+    /// Sends `call` and then `WAIT` back to back on one connection (so that `WAIT` covers
+    /// the script's writes), and returns both replies. Never called on a cluster.
+    /// Adapters that cannot do this keep the default, which refuses.
     async fn send_then_wait(
         &self,
         call: ScriptCall<'_>,
-        replicas: u32,
-        timeout: std::time::Duration,
-    ) -> Result<(Reply, u32), TransportError> {
-        let _ = (call, replicas, timeout);
+        wait: ReplicaWait,
+    ) -> Result<(Reply, Reply), TransportError> {
+        let _ = (call, wait);
         Err(TransportError::Io(
-            "replica acknowledgement is not supported by this adapter or deployment".into(),
+            "replica acknowledgement is not supported by this adapter".into(),
         ))
     }
 
     /// The kind of deployment.
     fn topology(&self) -> Topology;
+
+    /// The longest wait for one reply.
+    fn response_timeout(&self) -> std::time::Duration;
 }
 
 /// Where an adapter delivers what its subscription connection receives.

@@ -200,16 +200,19 @@ pub fn hosts(url: &str) -> &str {
 }
 
 /// Runs a connector's `connecting`; a connection error names the hosts of `url` (when
-/// the connector was given one) that were tried.
-pub async fn naming_hosts_on_failure<T>(
+/// the connector was given one) that were tried. The connecting future is boxed at once:
+/// it is a large state machine, and every caller's future would carry it.
+pub fn naming_hosts_on_failure<'a, T: 'a>(
     url: Option<String>,
-    connecting: impl Future<Output = Result<T, lock_core::Error>>,
-) -> Result<T, lock_core::Error> {
-    let connected = connecting.await;
-    match url {
-        Some(url) => connected.map_err(|err| naming_hosts(err, &url)),
-        None => connected,
-    }
+    connecting: impl Future<Output = Result<T, lock_core::Error>> + Send + 'a,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<T, lock_core::Error>> + Send + 'a>> {
+    Box::pin(async move {
+        let connected = connecting.await;
+        match url {
+            Some(url) => connected.map_err(|err| naming_hosts(err, &url)),
+            None => connected,
+        }
+    })
 }
 
 /// A connection error, naming the hosts of `url` that were tried (other errors are

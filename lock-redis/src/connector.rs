@@ -9,7 +9,6 @@ use lock_core::{Error, Locks};
 use lock_redis_protocol::{ConnectorSettings, PublishMode, RedisBackend, connect};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use tokio::sync::oneshot;
 
 use crate::notifications::{self, Link};
 use crate::sentinel::Failover;
@@ -25,6 +24,16 @@ enum Target {
     Manager(redis::Client, ConnectionManager),
     Pool(redis::Client, RedisPool),
     ClusterConnection(Vec<String>, ClusterConnection),
+}
+
+impl Target {
+    /// The URL, named in connect errors.
+    fn url(&self) -> Option<String> {
+        match self {
+            Self::Url(url) => Some(url.clone()),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Debug for Target {
@@ -141,20 +150,16 @@ impl Connector {
         self
     }
 
-    /// Connects and returns a client with default settings.
+    /// Connects and returns a client with the default client [`Config`](lock_core::Config).
     pub async fn locks(self) -> Result<Locks, Error> {
         Ok(Locks::new(Arc::new(self.connect().await?)))
     }
 
-    /// Connects and returns the backend, for [`Locks::builder`] or for composition.
+    /// Opens the script connection and the notification connection and returns the
+    /// backend, for [`Locks::builder`] or to combine several backends.
     pub async fn connect(self) -> Result<RedisBackend, Error> {
-        let url = match &self.target {
-            Target::Url(url) => Some(url.clone()),
-            _ => None,
-        };
-        // Boxed: connecting is a large state machine, and every caller would carry it.
-        lock_redis_protocol::url::naming_hosts_on_failure(url, Box::pin(self.connect_target()))
-            .await
+        let url = self.target.url();
+        lock_redis_protocol::url::naming_hosts_on_failure(url, self.connect_target()).await
     }
 
     async fn connect_target(self) -> Result<RedisBackend, Error> {
@@ -224,28 +229,25 @@ impl Connector {
             _ => false,
         };
         let protocol = protocol.publish(protocol.publish.decide(topology, sharded)?);
-        let (shutdown, stopped) = oneshot::channel();
         if let (PublishMode::Sharded, Some(urls)) = (protocol.publish, cluster_urls) {
             let builder = cluster_builder(&urls, &tls, connect_timeout, response_timeout);
             let (link, pushes) =
                 ShardedLink::open(builder, connect_timeout, response_timeout).await?;
             let notifications = Notifications::Sharded(link);
-            let transport =
-                RedisTransport::new(commands, notifications, response_timeout, shutdown);
+            let transport = RedisTransport::new(commands, notifications, response_timeout);
             let backend = RedisBackend::new(Arc::new(transport), protocol);
-            tokio::spawn(sharded::pump(pushes, backend.notification_sink(), stopped));
+            tokio::spawn(sharded::pump(pushes, backend.notification_sink()));
             return Ok(backend);
         }
         let (link, stream) =
             Link::open(nodes, failover_target, connect_timeout, response_timeout).await?;
         let notifications = Notifications::Classic(Arc::clone(&link));
-        let transport = RedisTransport::new(commands, notifications, response_timeout, shutdown);
+        let transport = RedisTransport::new(commands, notifications, response_timeout);
         let backend = RedisBackend::new(Arc::new(transport), protocol);
         tokio::spawn(notifications::pump(
             link,
             stream,
             backend.notification_sink(),
-            stopped,
             ping_interval,
         ));
         Ok(backend)

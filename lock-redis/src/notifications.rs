@@ -14,7 +14,7 @@ use lock_redis_protocol::NotificationSink;
 use redis::aio::{PubSubSink, PubSubStream};
 
 use crate::sentinel::Failover;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
 /// Shortest and longest pause between reconnect attempts.
 const RECONNECT_BACKOFF: (Duration, Duration) = (Duration::from_millis(20), Duration::from_secs(1));
@@ -134,13 +134,11 @@ pub(crate) fn settle(
     }
 }
 
-/// Reads notifications into `sink` until `shutdown` fires (the transport was dropped),
-/// reconnecting whenever the connection breaks or stops answering pings.
+/// Reads notifications into `sink` until the backend is gone, reconnecting whenever the connection breaks or stops answering pings.
 pub(crate) async fn pump(
     link: Arc<Link>,
     mut stream: PubSubStream,
     sink: NotificationSink,
-    mut shutdown: oneshot::Receiver<()>,
     ping_interval: Duration,
 ) {
     let mut ping =
@@ -149,7 +147,6 @@ pub(crate) async fn pump(
     loop {
         let broken = tokio::select! {
             biased;
-            _ = &mut shutdown => return,
             () = sink.closed() => return,
             message = stream.next() => match message {
                 Some(message) => {
@@ -163,7 +160,7 @@ pub(crate) async fn pump(
         if broken {
             sink.disconnected();
             link.sink.send_replace(None);
-            match reconnect(&link, &mut shutdown).await {
+            match reconnect(&link, &sink).await {
                 Some((new_sink, new_stream)) => {
                     link.sink.send_replace(Some(new_sink));
                     stream = new_stream;
@@ -190,16 +187,13 @@ impl Link {
     }
 }
 
-/// Retries with capped exponential backoff; `None` if shut down meanwhile.
-async fn reconnect(
-    link: &Link,
-    shutdown: &mut oneshot::Receiver<()>,
-) -> Option<(PubSubSink, PubSubStream)> {
+/// Retries with capped exponential backoff; `None` if the backend went meanwhile.
+async fn reconnect(link: &Link, sink: &NotificationSink) -> Option<(PubSubSink, PubSubStream)> {
     let (mut pause, longest) = RECONNECT_BACKOFF;
     loop {
         tokio::select! {
             biased;
-            _ = &mut *shutdown => return None,
+            () = sink.closed() => return None,
             attempt = link.connect_any() => {
                 if let Ok(connection) = attempt {
                     return Some(connection);
@@ -208,7 +202,7 @@ async fn reconnect(
         }
         tokio::select! {
             biased;
-            _ = &mut *shutdown => return None,
+            () = sink.closed() => return None,
             () = tokio::time::sleep(pause) => {}
         }
         pause = (pause * 2).min(longest);

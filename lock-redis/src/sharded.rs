@@ -11,7 +11,7 @@ use lock_core::Error;
 use lock_redis_protocol::NotificationSink;
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use crate::notifications::settle;
 
@@ -68,17 +68,11 @@ impl ShardedLink {
     }
 }
 
-/// Reads the cluster connection's pushes into `sink` until `shutdown` fires (the
-/// transport was dropped) or the backend is gone.
-pub(crate) async fn pump(
-    mut pushes: mpsc::UnboundedReceiver<PushInfo>,
-    sink: NotificationSink,
-    mut shutdown: oneshot::Receiver<()>,
-) {
+/// Reads the cluster connection's pushes into `sink` until the backend is gone.
+pub(crate) async fn pump(mut pushes: mpsc::UnboundedReceiver<PushInfo>, sink: NotificationSink) {
     loop {
         let push = tokio::select! {
             biased;
-            _ = &mut shutdown => return,
             () = sink.closed() => return,
             push = pushes.recv() => match push {
                 Some(push) => push,

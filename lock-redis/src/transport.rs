@@ -8,11 +8,10 @@ use async_trait::async_trait;
 use lock_core::Error;
 use lock_core::notify::PubSub;
 use lock_redis_protocol::script::ScriptCall;
-use lock_redis_protocol::{Reply, Topology, Transport, TransportError};
+use lock_redis_protocol::{ReplicaWait, Reply, Topology, Transport, TransportError};
 use redis::Value;
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
-use tokio::sync::oneshot;
 
 use crate::notifications::Link;
 use crate::sentinel::Failover;
@@ -63,8 +62,6 @@ pub(crate) struct RedisTransport {
     commands: Commands,
     response_timeout: Duration,
     notifications: Notifications,
-    /// Dropping the transport drops this sender, which stops the reader task.
-    _shutdown: oneshot::Sender<()>,
 }
 
 impl fmt::Debug for RedisTransport {
@@ -82,13 +79,11 @@ impl RedisTransport {
         commands: Commands,
         notifications: Notifications,
         response_timeout: Duration,
-        shutdown: oneshot::Sender<()>,
     ) -> Self {
         Self {
             commands,
             response_timeout,
             notifications,
-            _shutdown: shutdown,
         }
     }
 
@@ -179,9 +174,7 @@ impl RedisTransport {
                 pipe.query_async(&mut *connection).await
             }
             Commands::Cluster(_) => {
-                return Err(TransportError::Io(
-                    "replica acknowledgement is not supported on Redis Cluster".into(),
-                ));
+                return Err(TransportError::Io("no pipelines on a cluster".into()));
             }
         };
         result.map_err(crate::error::transport)
@@ -191,33 +184,31 @@ impl RedisTransport {
 #[async_trait]
 impl Transport for RedisTransport {
     async fn send(&self, call: ScriptCall<'_>) -> Result<Reply, TransportError> {
-        let command = script_command(&call);
-        TransportError::within(self.response_timeout, self.query(&command))
-            .await
-            .map(reply)
+        self.query(&script_command(&call)).await.map(reply)
     }
 
     async fn send_then_wait(
         &self,
         call: ScriptCall<'_>,
-        replicas: u32,
-        timeout: Duration,
-    ) -> Result<(Reply, u32), TransportError> {
+        wait: ReplicaWait,
+    ) -> Result<(Reply, Reply), TransportError> {
         // The script and the WAIT go down one connection back to back: WAIT covers the
         // writes this connection made before it.
         let mut pipe = redis::pipe();
         pipe.add_command(script_command(&call));
         pipe.cmd("WAIT")
-            .arg(replicas)
-            .arg(timeout.as_millis() as u64);
-        let run = self.query_pipeline::<(Value, i64)>(&pipe);
-        TransportError::within(self.response_timeout + timeout, run)
-            .await
-            .map(|(value, acks)| (reply(value), u32::try_from(acks).unwrap_or(0)))
+            .arg(wait.replicas)
+            .arg(wait.timeout.as_millis() as u64);
+        let (script, acks) = self.query_pipeline::<(Value, Value)>(&pipe).await?;
+        Ok((reply(script), reply(acks)))
     }
 
     fn topology(&self) -> Topology {
         self.commands.topology()
+    }
+
+    fn response_timeout(&self) -> Duration {
+        self.response_timeout
     }
 }
 
