@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::backend::{Acquire, LockState, Release, Renewal};
+use lock_core::backend::{Acquire, Capabilities, LockState, Release, Renewal};
 use lock_core::notify::Listener;
 use lock_core::{AcquireRequest, Backend, Error, LockRef, ReleaseRequest};
 
@@ -127,6 +127,10 @@ fn injected(what: &'static str) -> Error {
 
 #[async_trait]
 impl Backend for FaultyBackend {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
         match self.fault() {
             AcquireFault::None => self.inner.acquire(lock, request).await,

@@ -329,13 +329,176 @@ impl LockState {
     }
 }
 
+/// How a backend's holds end when nobody releases them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum HoldModel {
+    /// Every hold has a lease that runs out unless renewed (the watchdog renews it while
+    /// a guard lives): a crashed holder's lock comes free after one lease.
+    Lease,
+    /// A hold lasts as long as the owner's session with the store (a connection): the
+    /// store frees it when the session ends. Leases are still honoured as deadlines.
+    Session,
+}
+
+/// What a backend supports, declared by [`Backend::capabilities`].
+///
+/// lock-core refuses what a backend does not declare before sending anything (a fair
+/// lock on a backend without [`fair`](Capabilities::fair) fails with
+/// [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported)), and the conformance suite
+/// runs the scenarios the declaration selects. Build one from [`Capabilities::new`] (the
+/// reentrant mutex, which every backend supports) and the setters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+#[must_use]
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "each capability is an independent yes or no that backends declare by name"
+)]
+pub struct Capabilities {
+    /// Fair locks ([`LockKind::Fair`]): waiters are served in arrival order.
+    pub fair: bool,
+    /// Read-write locks ([`LockKind::Read`] and [`LockKind::Write`]).
+    pub read_write: bool,
+    /// Fencing tokens ([`AcquireRequest::fencing`] and [`Backend::raise_fencing`]).
+    pub fencing: bool,
+    /// How holds end when nobody releases them.
+    pub holds: HoldModel,
+    /// The backend remembers answers under [`RequestId`]s, so that a request whose reply
+    /// was lost can be sent again without counting twice.
+    pub retry_safe: bool,
+    /// A starving waiter's attempt reserves the lock's next free moment
+    /// ([`AcquireRequest::waiting`]).
+    pub reservation: bool,
+    /// Other processes share the locks (a server); `false` for an in-process store.
+    pub shared: bool,
+}
+
+impl Capabilities {
+    /// A backend of the reentrant mutex only, with holds of `holds`; the setters add the
+    /// rest.
+    pub const fn new(holds: HoldModel) -> Self {
+        Self {
+            fair: false,
+            read_write: false,
+            fencing: false,
+            holds,
+            retry_safe: false,
+            reservation: false,
+            shared: false,
+        }
+    }
+
+    /// Sets [`Capabilities::fair`].
+    pub const fn fair(mut self, yes: bool) -> Self {
+        self.fair = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::read_write`].
+    pub const fn read_write(mut self, yes: bool) -> Self {
+        self.read_write = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::fencing`].
+    pub const fn fencing(mut self, yes: bool) -> Self {
+        self.fencing = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::retry_safe`].
+    pub const fn retry_safe(mut self, yes: bool) -> Self {
+        self.retry_safe = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::reservation`].
+    pub const fn reservation(mut self, yes: bool) -> Self {
+        self.reservation = yes;
+        self
+    }
+
+    /// Sets [`Capabilities::shared`].
+    pub const fn shared(mut self, yes: bool) -> Self {
+        self.shared = yes;
+        self
+    }
+
+    /// Whether locks of `kind` are supported.
+    #[must_use]
+    pub const fn supports(self, kind: LockKind) -> bool {
+        match kind {
+            LockKind::Mutex => true,
+            LockKind::Fair => self.fair,
+            LockKind::Read | LockKind::Write => self.read_write,
+        }
+    }
+
+    /// What several backends support together (a composite lock over them): a
+    /// capability only if every one has it; lease-based if any one is.
+    pub fn common(all: impl IntoIterator<Item = Self>) -> Self {
+        let mut all = all.into_iter();
+        let Some(first) = all.next() else {
+            return Self::new(HoldModel::Lease);
+        };
+        all.fold(first, |common, next| Self {
+            fair: common.fair && next.fair,
+            read_write: common.read_write && next.read_write,
+            fencing: common.fencing && next.fencing,
+            holds: if next.holds == HoldModel::Lease {
+                HoldModel::Lease
+            } else {
+                common.holds
+            },
+            retry_safe: common.retry_safe && next.retry_safe,
+            reservation: common.reservation && next.reservation,
+            shared: common.shared && next.shared,
+        })
+    }
+
+    /// The name of `kind`'s capability, for errors, when it is not supported.
+    #[must_use]
+    pub(crate) fn missing(self, kind: LockKind) -> Option<&'static str> {
+        match kind {
+            _ if self.supports(kind) => None,
+            LockKind::Fair => Some("fair locks"),
+            _ => Some("read-write locks"),
+        }
+    }
+}
+
 /// A lock store: the atomic operations every lock is built from.
+///
+/// # Writing a backend
+///
+/// A backend stores, per lock name, who holds the lock and how often (a reentrant
+/// count per owner), until when (the lease), and for fair and read-write locks their
+/// queue and holds; everything that spans time (waiting, renewal, guards, reentrancy
+/// bookkeeping) is lock-core's. [`MemoryBackend`](crate::memory::MemoryBackend) is the
+/// worked example: read it side by side with this trait. In short:
+///
+/// - declare what you support in [`Backend::capabilities`]; lock-core never asks for more,
+///   and optional operations you do not override answer
+///   [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported);
+/// - make each operation atomic against every other client of the store, and refuse a
+///   release or renewal by anyone but the recorded owner;
+/// - when a lock becomes free, notify its listeners (see [`Backend::listen`] and
+///   [`crate::notify::Subscriptions`]), or return a ttl from [`Acquire::Busy`] that
+///   bounds how long waiters sleep;
+/// - with [`Capabilities::retry_safe`], answer a request sent again under the same
+///   [`RequestId`] with its first answer;
+/// - run the conformance suite (`lock-conformance`) on a fixture of your backend: it
+///   selects the scenarios your capabilities call for.
 ///
 /// Implementations must make each operation atomic with respect to every other client of
 /// the same store, and must publish a notification to [`Backend::listen`] listeners when a
 /// lock becomes free.
 #[async_trait]
 pub trait Backend: fmt::Debug + Send + Sync + 'static {
+    /// What this backend supports. It must not change over the backend's life.
+    fn capabilities(&self) -> Capabilities;
+
     /// Takes the lock (or one more hold of it) for `lock.owner` as `request` says. A
     /// request sent again with the same id (within its retry window) after it was
     /// granted answers with that grant and takes nothing more.
@@ -352,8 +515,12 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
 
     /// Raises the fencing counter of `lock`'s name to at least `token`, so that every
     /// later token exceeds it. Composite locks whose parts count separately use it to
-    /// keep one order across parts.
-    async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error>;
+    /// keep one order across parts. Backends without [`Capabilities::fencing`] keep the
+    /// default, which refuses.
+    async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
+        let _ = (lock, token);
+        Err(Error::unsupported("fencing tokens"))
+    }
 
     /// Releases one hold. When holds remain, the lease is re-armed to the request's
     /// lease. Sent again with the same id, it answers as the first time and changes

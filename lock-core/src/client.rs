@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::hold::Hold;
 use crate::supervisor::Supervisor;
 use crate::watchdog::Watchdog;
-use crate::{Backend, Error, Lock, LockKind, LockRef, LostReason, RwLock, events};
+use crate::{Backend, Capabilities, Error, Lock, LockKind, LockRef, LostReason, RwLock, events};
 
 /// A client of a lock backend: the factory of lock handles.
 ///
@@ -25,6 +25,8 @@ pub struct Locks {
 
 pub(crate) struct Inner {
     pub(crate) backend: Arc<dyn Backend>,
+    /// The backend's declaration, read once: it does not change.
+    pub(crate) capabilities: Capabilities,
     pub(crate) client_id: String,
     pub(crate) config: Config,
     holds: StdMutex<HashMap<LockRef, Arc<Hold>>>,
@@ -63,6 +65,7 @@ impl Locks {
     fn from_parts(backend: Arc<dyn Backend>, config: Config) -> Self {
         Self {
             inner: Arc::new(Inner {
+                capabilities: backend.capabilities(),
                 backend,
                 client_id: uuid::Uuid::new_v4().to_string(),
                 config,
@@ -344,9 +347,16 @@ impl LocksBuilder {
         self
     }
 
-    /// Validates the settings and builds the client.
+    /// Validates the settings and builds the client. Fencing on a backend that does
+    /// not declare [`Capabilities::fencing`] is refused.
     pub fn build(self) -> Result<Locks, Error> {
         self.config.validate()?;
+        if self.config.fencing && !self.backend.capabilities().fencing {
+            return Err(Error::invalid_config(
+                "fencing tokens were asked for, but the backend does not issue them",
+                None,
+            ));
+        }
         Ok(Locks::from_parts(self.backend, self.config))
     }
 }

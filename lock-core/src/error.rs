@@ -39,6 +39,9 @@ pub enum ErrorKind {
     /// The client was shut down ([`Locks::shutdown`](crate::Locks::shutdown)) and takes no
     /// new locks.
     ShutDown,
+    /// The backend does not support what was asked (it is not in its
+    /// [`Capabilities`](crate::backend::Capabilities)); nothing was sent.
+    Unsupported,
 }
 
 impl fmt::Display for ErrorKind {
@@ -56,6 +59,7 @@ impl fmt::Display for ErrorKind {
             Self::NoRuntime => "no tokio runtime",
             Self::WouldDeadlock => "would deadlock",
             Self::ShutDown => "client shut down",
+            Self::Unsupported => "unsupported by the backend",
         })
     }
 }
@@ -151,6 +155,12 @@ pub enum Error {
     /// The client was shut down and takes no new locks.
     #[error("the lock client was shut down: it takes no new locks")]
     ShutDown,
+    /// The backend does not support what was asked; nothing was sent.
+    #[error("the lock backend does not support {what}")]
+    Unsupported {
+        /// What was asked, such as "fair locks".
+        what: &'static str,
+    },
     /// The caller's own holds make the request impossible: a holder of the read lock
     /// asked for the write lock, which would wait for itself forever.
     #[error(
@@ -197,6 +207,7 @@ impl Error {
             Self::Protocol { .. } => ErrorKind::Protocol,
             Self::NoRuntime => ErrorKind::NoRuntime,
             Self::ShutDown => ErrorKind::ShutDown,
+            Self::Unsupported { .. } => ErrorKind::Unsupported,
             Self::WouldDeadlock { .. } => ErrorKind::WouldDeadlock,
         }
     }
@@ -281,6 +292,12 @@ impl Error {
             name: name.into(),
             source: found.into(),
         }
+    }
+
+    /// Builds an [`Error::Unsupported`] for `what` (such as "fair locks").
+    #[must_use]
+    pub fn unsupported(what: &'static str) -> Self {
+        Self::Unsupported { what }
     }
 
     /// Builds an [`Error::Protocol`].

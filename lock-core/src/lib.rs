@@ -43,7 +43,10 @@ mod retry;
 mod supervisor;
 mod watchdog;
 
-pub use backend::{AcquireRequest, Backend, LockKind, LockRef, Owner, ReleaseRequest, RequestId};
+pub use backend::{
+    AcquireRequest, Backend, Capabilities, HoldModel, LockKind, LockRef, Owner, ReleaseRequest,
+    RequestId,
+};
 pub use client::{Locks, LocksBuilder};
 pub use config::{Config, MAX_DURATION};
 pub use error::{BoxError, Chain, Error, ErrorKind, LostReason};

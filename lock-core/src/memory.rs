@@ -17,8 +17,8 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::backend::{
-    Acquire, AcquireRequest, Backend, LockKind, LockRef, LockState, Release, ReleaseRequest,
-    Renewal, RequestId,
+    Acquire, AcquireRequest, Backend, Capabilities, HoldModel, LockKind, LockRef, LockState,
+    Release, ReleaseRequest, Renewal, RequestId,
 };
 use crate::notify::{InProcess, Listener, Subscriptions, Wake};
 use crate::{Error, LockName, Owner};
@@ -569,6 +569,16 @@ fn release_exclusive(
 
 #[async_trait]
 impl Backend for MemoryBackend {
+    /// Every lock kind, fencing and retries; no reservations, which first-come-first-
+    /// served wake-ups make unnecessary here; shared by the clients of this process only.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(HoldModel::Lease)
+            .fair(true)
+            .read_write(true)
+            .fencing(true)
+            .retry_safe(true)
+    }
+
     /// Wake-ups here are first-come-first-served already (one waiter per release, in
     /// arrival order), so a starving attempt needs no reservation and is treated as any other.
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use lock_core::backend::{
-    Acquire, AcquireRequest, Backend, LockKind, LockRef, LockState, Release, ReleaseRequest,
-    Renewal,
+    Acquire, AcquireRequest, Backend, Capabilities, HoldModel, LockKind, LockRef, LockState,
+    Release, ReleaseRequest, Renewal,
 };
 use lock_core::notify::{Listener, Subscriptions};
 use lock_core::{Error, LockName};
@@ -162,6 +162,16 @@ impl fmt::Debug for RedisBackend {
 }
 
 impl RedisBackend {
+    /// What every Redis deployment supports: every lock kind, fencing tokens, retries
+    /// answered from latches, reservations for starving waiters, leases.
+    pub const CAPABILITIES: Capabilities = Capabilities::new(HoldModel::Lease)
+        .fair(true)
+        .read_write(true)
+        .fencing(true)
+        .retry_safe(true)
+        .reservation(true)
+        .shared(true);
+
     /// Runs the protocol over `transport`.
     ///
     /// The adapter feeds what its subscription connection receives into
@@ -349,6 +359,10 @@ fn flag(on: bool) -> &'static str {
 
 #[async_trait]
 impl Backend for RedisBackend {
+    fn capabilities(&self) -> Capabilities {
+        Self::CAPABILITIES
+    }
+
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
         let name = &lock.name;
         let owner = lock.owner.as_str();

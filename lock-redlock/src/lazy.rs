@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::future::BoxFuture;
-use lock_core::backend::{Acquire, AcquireRequest, LockState, Release, ReleaseRequest, Renewal};
+use lock_core::backend::{
+    Acquire, AcquireRequest, Capabilities, LockState, Release, ReleaseRequest, Renewal,
+};
 use lock_core::notify::Listener;
 use lock_core::{Backend, Error, LockRef};
 use tokio::time::Instant;
@@ -39,7 +41,8 @@ type Connect = Arc<dyn Fn() -> BoxFuture<'static, Result<Arc<dyn Backend>, Error
 ///     .iter()
 ///     .map(|url| {
 ///         let url = url.to_string();
-///         Arc::new(LazyNode::new(url.clone(), move || {
+///         let capabilities = lock_redis::RedisBackend::CAPABILITIES;
+///         Arc::new(LazyNode::new(url.clone(), capabilities, move || {
 ///             let url = url.clone();
 ///             async move {
 ///                 let node = lock_redis::Connector::new(url).connect().await?;
@@ -53,6 +56,7 @@ type Connect = Arc<dyn Fn() -> BoxFuture<'static, Result<Arc<dyn Backend>, Error
 /// ```
 pub struct LazyNode {
     name: String,
+    capabilities: Capabilities,
     connect: Connect,
     connected: OnceLock<Arc<dyn Backend>>,
     /// Serializes connect attempts; holds when the next may start and the pause after it.
@@ -75,14 +79,17 @@ impl fmt::Debug for LazyNode {
 }
 
 impl LazyNode {
-    /// A node named `name` (for errors and logs) that connects with `connect`.
-    pub fn new<F, Fut>(name: impl Into<String>, connect: F) -> Self
+    /// A node named `name` (for errors and logs) that connects with `connect`. It
+    /// declares `capabilities` before it is connected (a RedLock asks at once); a backend
+    /// that turns out to lack one of them is refused when it connects.
+    pub fn new<F, Fut>(name: impl Into<String>, capabilities: Capabilities, connect: F) -> Self
     where
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Arc<dyn Backend>, Error>> + Send + 'static,
     {
         Self {
             name: name.into(),
+            capabilities,
             connect: Arc::new(move || Box::pin(connect())),
             connected: OnceLock::new(),
             attempts: tokio::sync::Mutex::new(Backoff {
@@ -116,6 +123,18 @@ impl LazyNode {
             ));
         }
         match (self.connect)().await {
+            Ok(backend) if !covers(backend.capabilities(), self.capabilities) => {
+                Err(Error::invalid_config(
+                    format!(
+                        "node {} lacks capabilities it was declared with: it has {:?}, \
+                         {:?} was declared",
+                        self.name,
+                        backend.capabilities(),
+                        self.capabilities
+                    ),
+                    None,
+                ))
+            }
             Ok(backend) => {
                 let backend = Arc::clone(self.connected.get_or_init(|| backend));
                 if backoff.next_attempt.is_some() {
@@ -139,6 +158,11 @@ impl LazyNode {
     }
 }
 
+/// Whether `actual` has every capability of `declared`.
+fn covers(actual: Capabilities, declared: Capabilities) -> bool {
+    Capabilities::common([actual, declared]) == declared
+}
+
 /// The node could not be connected, and the pause before the next attempt is not over.
 #[derive(Debug)]
 struct NodeDown(String);
@@ -157,6 +181,10 @@ impl std::error::Error for NodeDown {}
 
 #[async_trait]
 impl Backend for LazyNode {
+    fn capabilities(&self) -> Capabilities {
+        self.capabilities
+    }
+
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
         self.backend().await?.acquire(lock, request).await
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::future::join_all;
-use lock_core::backend::{Acquire, LockState, Release, Renewal};
+use lock_core::backend::{Acquire, Capabilities, LockState, Release, Renewal};
 use lock_core::notify::Listener;
 use lock_core::{AcquireRequest, Backend, Error, LockName, LockRef, Locks, ReleaseRequest};
 
@@ -184,6 +184,12 @@ impl MultiLock {
 
 #[async_trait]
 impl Backend for MultiLock {
+    /// What every part supports, but no fair locks: each part keeps its own queue, so
+    /// no arrival order holds across parts.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::common(self.parts.iter().map(|(part, _)| part.capabilities())).fair(false)
+    }
+
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
         let n = self.parts.len();
         let kept = self

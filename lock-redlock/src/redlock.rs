@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use lock_core::backend::{Acquire, LockState, Release, Renewal};
+use lock_core::backend::{Acquire, Capabilities, LockState, Release, Renewal};
 use lock_core::notify::Listener;
 use lock_core::{
     AcquireRequest, Backend, Error, ErrorKind, LockKind, LockRef, Locks, ReleaseRequest,
@@ -112,7 +112,7 @@ impl RedLockBuilder {
 ///   request's grant, which the node performs only if it granted it (undoing a reentry
 ///   that never ran would take the outer hold away); every node remembers each request's
 ///   answer, so a request sent again after a lost reply never counts twice;
-/// - fair locks are refused (`InvalidArgument`): every node keeps its own queue, and
+/// - fair locks are refused (`Unsupported`, declared in its capabilities): every node keeps its own queue, and
 ///   concurrent waiters reach the nodes in different orders.
 ///
 /// See the crate documentation for what RedLock does and does not guarantee.
@@ -336,15 +336,16 @@ impl RedLock {
 
 #[async_trait]
 impl Backend for RedLock {
+    /// What every node supports, but no fair locks: each node keeps its own queue, and
+    /// concurrent waiters reach nodes in different orders, so heads disagree and no
+    /// waiter gets a majority.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::common(self.nodes.iter().map(|node| node.capabilities())).fair(false)
+    }
+
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
         if lock.kind == LockKind::Fair {
-            // Each node keeps its own queue, and concurrent waiters reach nodes in
-            // different orders: heads disagree and no waiter gets a majority.
-            return Err(Error::invalid_argument(
-                "kind",
-                "a fair lock cannot span RedLock nodes (each node's queue has its own order); \
-                 use a mutex",
-            ));
+            return Err(Error::unsupported("fair locks over RedLock nodes"));
         }
         let started = Instant::now();
         let timeout = self.node_timeout(request.lease);

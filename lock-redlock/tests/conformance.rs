@@ -107,6 +107,7 @@ async fn fair_lock_over_redlock_is_refused() {
         .lock()
         .await
         .expect_err("a fair RedLock must be refused");
-    assert_eq!(err.kind(), lock_core::ErrorKind::InvalidArgument);
+    assert_eq!(err.kind(), lock_core::ErrorKind::Unsupported, "{err}");
+    assert!(!nodes.backend().await.capabilities().fair);
     assert!(nodes.0.iter().all(|node| node.held_locks().is_empty()));
 }

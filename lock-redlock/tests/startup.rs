@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{Backend, ErrorKind, Locks};
-use lock_redis::ConnectorSettings;
+use lock_redis::{ConnectorSettings, RedisBackend};
 use lock_redlock::{LazyNode, RedLock};
 use lock_testkit::RedisServer;
 use tokio::time::Instant;
@@ -15,20 +15,24 @@ use tokio::time::Instant;
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 fn lazy(url: String) -> Arc<dyn Backend> {
-    Arc::new(LazyNode::new(url.clone(), move || {
-        let url = url.clone();
-        async move {
-            let node = lock_redis::Connector::new(url)
-                .settings(
-                    ConnectorSettings::default()
-                        .connect_timeout(CONNECT_TIMEOUT)
-                        .response_timeout(CONNECT_TIMEOUT),
-                )
-                .connect()
-                .await?;
-            Ok(Arc::new(node) as Arc<dyn Backend>)
-        }
-    }))
+    Arc::new(LazyNode::new(
+        url.clone(),
+        RedisBackend::CAPABILITIES,
+        move || {
+            let url = url.clone();
+            async move {
+                let node = lock_redis::Connector::new(url)
+                    .settings(
+                        ConnectorSettings::default()
+                            .connect_timeout(CONNECT_TIMEOUT)
+                            .response_timeout(CONNECT_TIMEOUT),
+                    )
+                    .connect()
+                    .await?;
+                Ok(Arc::new(node) as Arc<dyn Backend>)
+            }
+        },
+    ))
 }
 
 /// Whether `server` has the key `name` (the node holds its part of the lock).

@@ -129,10 +129,12 @@ async fn client(args: &Args, memory: &lock::memory::MemoryBackend) -> Result<Loc
                 .split(',')
                 .map(|node| {
                     let node = node.trim().to_owned();
-                    let lazy = lock::redlock::LazyNode::new(node.clone(), move || {
-                        let node = node.clone();
-                        async move { lock::redis::connect_backend(&node).await }
-                    });
+                    let capabilities = lock::redis::RedisBackend::CAPABILITIES;
+                    let lazy =
+                        lock::redlock::LazyNode::new(node.clone(), capabilities, move || {
+                            let node = node.clone();
+                            async move { lock::redis::connect_backend(&node).await }
+                        });
                     Arc::new(lazy) as Arc<dyn lock::Backend>
                 })
                 .collect();
