@@ -38,6 +38,12 @@ pub trait Fixture: Send + Sync {
         None
     }
 
+    /// What the fixture offers beyond its backend's capabilities; known without
+    /// starting anything, so that a scenario it cannot serve is skipped at once.
+    fn deployment(&self) -> crate::Deployment {
+        crate::Deployment::default()
+    }
+
     /// A client with its own connections and the given watchdog lease.
     async fn client_with_lease(&self, watchdog_lease: Duration) -> Locks {
         Locks::builder(self.backend().await)

@@ -32,53 +32,86 @@ enum Topology {
     Sentinel(Mutex<RedisSentinel>),
 }
 
-/// A Redis deployment started for one test, reached through one adapter.
+/// Which deployment a fixture starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Standalone,
+    Cluster,
+    Sentinel,
+}
+
+/// A Redis deployment for one test, started on first use, reached through one adapter.
+/// Starting late lets a scenario the deployment cannot serve be skipped without it.
 pub struct RedisFixture {
-    topology: Topology,
+    kind: Kind,
+    started: tokio::sync::OnceCell<Topology>,
     connect: Connect,
 }
 
 impl fmt::Debug for RedisFixture {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match self.topology {
-            Topology::Standalone(_) => "standalone",
-            Topology::Cluster(_) => "cluster",
-            Topology::Sentinel(_) => "sentinel",
-        };
         f.debug_struct("RedisFixture")
-            .field("topology", &kind)
+            .field("kind", &self.kind)
+            .field("started", &self.started.initialized())
             .finish_non_exhaustive()
     }
 }
 
 impl RedisFixture {
-    /// A standalone server, reached with `connect`.
-    pub async fn standalone(connect: Connect) -> Self {
+    fn new(kind: Kind, connect: Connect) -> Self {
         Self {
-            topology: Topology::Standalone(Mutex::new(RedisServer::start().await)),
+            kind,
+            started: tokio::sync::OnceCell::new(),
             connect,
         }
     }
 
-    /// A three-master cluster, reached with `connect`.
+    /// A standalone server, reached with `connect`. Async like every fixture's
+    /// constructor, for the test macros; the server starts on first use.
+    #[allow(
+        clippy::unused_async,
+        reason = "the test macros await every fixture constructor"
+    )]
+    pub async fn standalone(connect: Connect) -> Self {
+        Self::new(Kind::Standalone, connect)
+    }
+
+    /// A three-master cluster, reached with `connect`; started on first use.
+    #[allow(
+        clippy::unused_async,
+        reason = "the test macros await every fixture constructor"
+    )]
     pub async fn cluster(connect: Connect) -> Self {
-        Self {
-            topology: Topology::Cluster(Mutex::new(RedisCluster::start(3).await)),
-            connect,
-        }
+        Self::new(Kind::Cluster, connect)
     }
 
     /// A master, a replica and three Sentinels, reached with `connect` through a
-    /// `redis+sentinel://` URL.
+    /// `redis+sentinel://` URL; started on first use.
+    #[allow(
+        clippy::unused_async,
+        reason = "the test macros await every fixture constructor"
+    )]
     pub async fn sentinel(connect: Connect) -> Self {
-        Self {
-            topology: Topology::Sentinel(Mutex::new(RedisSentinel::start().await)),
-            connect,
-        }
+        Self::new(Kind::Sentinel, connect)
+    }
+
+    /// The deployment, started by the first caller.
+    async fn topology(&self) -> &Topology {
+        self.started
+            .get_or_init(|| async {
+                match self.kind {
+                    Kind::Standalone => {
+                        Topology::Standalone(Mutex::new(RedisServer::start().await))
+                    }
+                    Kind::Cluster => Topology::Cluster(Mutex::new(RedisCluster::start(3).await)),
+                    Kind::Sentinel => Topology::Sentinel(Mutex::new(RedisSentinel::start().await)),
+                }
+            })
+            .await
     }
 
     async fn urls(&self) -> (Vec<String>, bool) {
-        match &self.topology {
+        match self.topology().await {
             Topology::Standalone(server) => (vec![server.lock().await.url()], false),
             Topology::Cluster(cluster) => (cluster.lock().await.urls(), true),
             Topology::Sentinel(deployment) => (vec![deployment.lock().await.url()], false),
@@ -87,7 +120,7 @@ impl RedisFixture {
 
     /// Runs `args` on the node owning `key`.
     async fn on_node_of<T: redis::FromRedisValue>(&self, key: &str, args: &[&str]) -> T {
-        match &self.topology {
+        match self.topology().await {
             Topology::Standalone(server) => server.lock().await.command(args).await,
             Topology::Sentinel(deployment) => deployment.lock().await.master().command(args).await,
             Topology::Cluster(cluster) => {
@@ -112,7 +145,7 @@ impl Fixture for RedisFixture {
     }
 
     async fn subscribed_channels(&self) -> Vec<String> {
-        let mut channels: Vec<String> = match &self.topology {
+        let mut channels: Vec<String> = match self.topology().await {
             Topology::Standalone(server) => {
                 server.lock().await.command(&["PUBSUB", "CHANNELS"]).await
             }
@@ -143,12 +176,16 @@ impl Fixture for RedisFixture {
     fn redis(&self) -> Option<&dyn RedisControl> {
         Some(self)
     }
+
+    fn deployment(&self) -> crate::Deployment {
+        crate::Deployment::redis(self.kind == Kind::Sentinel)
+    }
 }
 
 #[async_trait]
 impl RedisControl for RedisFixture {
     async fn kill_pubsub_clients(&self) -> usize {
-        match &self.topology {
+        match self.topology().await {
             Topology::Standalone(server) => {
                 lock_testkit::kill_pubsub_clients(&*server.lock().await).await
             }
@@ -167,7 +204,7 @@ impl RedisControl for RedisFixture {
     }
 
     async fn script_flush(&self) {
-        match &self.topology {
+        match self.topology().await {
             Topology::Standalone(server) => {
                 let () = server.lock().await.command(&["SCRIPT", "FLUSH"]).await;
             }
@@ -186,7 +223,7 @@ impl RedisControl for RedisFixture {
     }
 
     async fn restart_node_of(&self, key: &str) {
-        match &self.topology {
+        match self.topology().await {
             Topology::Standalone(server) => server.lock().await.restart().await,
             Topology::Cluster(cluster) => {
                 let mut cluster = cluster.lock().await;
@@ -197,7 +234,7 @@ impl RedisControl for RedisFixture {
     }
 
     async fn run(&self, key: &str, args: &[&str]) -> redis::Value {
-        match &self.topology {
+        match self.topology().await {
             Topology::Standalone(server) => server.lock().await.command(args).await,
             Topology::Cluster(cluster) => {
                 let cluster = cluster.lock().await;
@@ -208,7 +245,7 @@ impl RedisControl for RedisFixture {
     }
 
     async fn save_node_of(&self, key: &str) {
-        match &self.topology {
+        match self.topology().await {
             Topology::Standalone(server) => save(&*server.lock().await).await,
             Topology::Cluster(cluster) => save(cluster.lock().await.node_for_key(key).await).await,
             Topology::Sentinel(deployment) => save(deployment.lock().await.master()).await,
@@ -216,7 +253,7 @@ impl RedisControl for RedisFixture {
     }
 
     async fn fail_over(&self) {
-        match &self.topology {
+        match self.topology().await {
             Topology::Sentinel(deployment) => deployment.lock().await.kill_master().await,
             _ => panic!("only a Sentinel deployment fails over"),
         }

@@ -907,3 +907,4 @@ pub async fn replica_ack_keeps_the_lock_across_a_failover(fx: &dyn Fixture) {
 
 pub use crate::family::*;
 pub use crate::safety::*;
+pub use crate::selection::declared_capabilities_hold;

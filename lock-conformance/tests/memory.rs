@@ -1,4 +1,6 @@
 //! The conformance suite on the in-memory backend.
 
-lock_conformance::conformance_tests!(lock_conformance::fixture::MemoryFixture::start());
-lock_conformance::fair_tests!(lock_conformance::fixture::MemoryFixture::start());
+lock_conformance::conformance_suite!(
+    lock_conformance::fixture::MemoryFixture::start(),
+    without [Reservation, RedisControl, Failover]
+);

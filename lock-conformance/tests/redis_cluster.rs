@@ -6,6 +6,4 @@ mod common;
 use common::redis_adapter;
 use lock_conformance::redis_fixture::RedisFixture;
 
-lock_conformance::conformance_tests!(RedisFixture::cluster(redis_adapter()));
-lock_conformance::fair_tests!(RedisFixture::cluster(redis_adapter()));
-lock_conformance::redis_fault_tests!(RedisFixture::cluster(redis_adapter()));
+lock_conformance::conformance_suite!(RedisFixture::cluster(redis_adapter()), without[Failover]);

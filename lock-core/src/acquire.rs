@@ -83,9 +83,7 @@ async fn acquire_inner(
     if client.supervisor.is_closed() {
         return Err(Error::ShutDown);
     }
-    if let Some(missing) = client.capabilities.missing(lock.kind) {
-        return Err(Error::unsupported(missing));
-    }
+
     // A watchdog that died with its runtime is started again before anything else.
     client.watchdog.revive(client);
     let (lease_duration, renew) = match lease {

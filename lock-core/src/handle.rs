@@ -85,6 +85,11 @@ impl Lock {
             .name
             .clone()
             .map_err(|reason| Error::invalid_argument("name", reason))?;
+        // Every operation starts here: a kind the backend does not declare is refused
+        // before anything is sent.
+        if let Some(missing) = self.locks.inner.capabilities.missing(self.kind) {
+            return Err(Error::unsupported(missing));
+        }
         let holder = self.holder.clone().unwrap_or_else(Holder::current);
         let owner = Owner::new(&self.locks.inner.client_id, holder.as_str());
         Ok(LockRef::new(self.kind, name, owner))

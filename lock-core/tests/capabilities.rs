@@ -86,6 +86,16 @@ async fn undeclared_lock_kinds_are_refused_before_anything_is_sent() {
         write.expect_err("no read-write locks").kind(),
         ErrorKind::Unsupported
     );
+    let inspected = locks.fair_mutex("caps:fair").is_locked().await;
+    assert_eq!(
+        inspected.expect_err("no fair locks").kind(),
+        ErrorKind::Unsupported
+    );
+    let forced = locks.rw_lock("caps:rw").write().force_unlock().await;
+    assert_eq!(
+        forced.expect_err("no read-write locks").kind(),
+        ErrorKind::Unsupported
+    );
     assert_eq!(backend.sent(), 0, "a refused kind reached the backend");
     // The declared kind works.
     let guard = locks.mutex("caps:mutex").lock().await.expect("a mutex");

@@ -1,0 +1,207 @@
+//! Which scenarios a fixture runs. Each scenario names what it needs beyond the reentrant
+//! mutex; a fixture runs it when its backend's declared capabilities (and, for faults of
+//! a deployment, the fixture itself) provide all of it, and says why when it does not.
+
+use std::fmt;
+
+use lock_core::{Capabilities, ErrorKind, LockKind, Locks};
+
+use crate::Fixture;
+
+/// Something a scenario needs beyond the reentrant mutex.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Need {
+    /// Fair locks ([`Capabilities::fair`]).
+    Fair,
+    /// Read-write locks ([`Capabilities::read_write`]).
+    ReadWrite,
+    /// Fencing tokens ([`Capabilities::fencing`]).
+    Fencing,
+    /// Answers remembered for retries ([`Capabilities::retry_safe`]).
+    RetrySafe,
+    /// Reservations for starving waiters ([`Capabilities::reservation`]).
+    Reservation,
+    /// Server-side access to a Redis deployment ([`Fixture::redis`]).
+    RedisControl,
+    /// A deployment that can fail over to a replica (Sentinel).
+    Failover,
+}
+
+impl Need {
+    /// Why `capabilities` and `deployment` do not provide this need, if they do not.
+    fn lacking(self, deployment: Deployment, capabilities: Option<Capabilities>) -> Option<String> {
+        let declared = |has: fn(Capabilities) -> bool, what: &str| {
+            let caps = capabilities?;
+            (!has(caps)).then(|| format!("the backend does not declare {what}"))
+        };
+        match self {
+            Self::Fair => declared(|caps| caps.fair, "fair locks"),
+            Self::ReadWrite => declared(|caps| caps.read_write, "read-write locks"),
+            Self::Fencing => declared(|caps| caps.fencing, "fencing tokens"),
+            Self::RetrySafe => declared(|caps| caps.retry_safe, "retry-safe requests"),
+            Self::Reservation => declared(|caps| caps.reservation, "reservations"),
+            Self::RedisControl => (!deployment.redis_control)
+                .then(|| "the fixture has no Redis deployment to inject faults into".to_owned()),
+            Self::Failover => (!deployment.failover)
+                .then(|| "the fixture's deployment cannot fail over".to_owned()),
+        }
+    }
+
+    /// Whether only the fixture (not its backend) answers this need.
+    fn is_deployment(self) -> bool {
+        matches!(self, Self::RedisControl | Self::Failover)
+    }
+}
+
+/// What a fixture offers beyond its backend's capabilities, known without starting it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Deployment {
+    /// Server-side access to a Redis deployment ([`Fixture::redis`]).
+    pub redis_control: bool,
+    /// The deployment can fail over to a replica.
+    pub failover: bool,
+}
+
+impl Deployment {
+    /// A Redis deployment, with failover when `failover`.
+    #[must_use]
+    pub fn redis(failover: bool) -> Self {
+        Self {
+            redis_control: true,
+            failover,
+        }
+    }
+}
+
+/// Why `fixture` skips a scenario that needs `needs`, or `None` when it runs it. The
+/// fixture's deployment is asked first; its backend is started only when the deployment
+/// offers everything.
+pub async fn skip_reason(fixture: &dyn Fixture, needs: &[Need]) -> Option<String> {
+    let deployment = fixture.deployment();
+    let lacking_deployment = needs
+        .iter()
+        .filter(|need| need.is_deployment())
+        .find_map(|need| need.lacking(deployment, None));
+    if lacking_deployment.is_some() {
+        return lacking_deployment;
+    }
+    if needs.iter().all(|need| need.is_deployment()) {
+        return None;
+    }
+    let capabilities = fixture.backend().await.capabilities();
+    needs
+        .iter()
+        .find_map(|need| need.lacking(deployment, Some(capabilities)))
+}
+
+/// One line of a fixture's selection: a scenario and why it was skipped, if it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selected {
+    /// The scenario.
+    pub scenario: &'static str,
+    /// Why it is skipped; `None` when it runs.
+    pub skipped: Option<String>,
+}
+
+impl fmt::Display for Selected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.skipped {
+            None => write!(f, "runs     {}", self.scenario),
+            Some(reason) => write!(f, "skipped  {}: {reason}", self.scenario),
+        }
+    }
+}
+
+/// The whole selection of `fixture` over `scenarios` (name and needs), in order.
+pub async fn select(fixture: &dyn Fixture, scenarios: &[(&'static str, &[Need])]) -> Vec<Selected> {
+    let mut selection = Vec::with_capacity(scenarios.len());
+    for &(scenario, needs) in scenarios {
+        selection.push(Selected {
+            scenario,
+            skipped: skip_reason(fixture, needs).await,
+        });
+    }
+    selection
+}
+
+/// Panics unless `fixture` lacks exactly the needs in `expected` among those of
+/// `scenarios`.
+pub async fn assert_lacking(
+    fixture: &dyn Fixture,
+    scenarios: &[(&'static str, &[Need])],
+    expected: &[Need],
+) {
+    let mut lacking = Vec::new();
+    for need in scenarios
+        .iter()
+        .flat_map(|(_, needs)| needs.iter().copied())
+    {
+        if !lacking.contains(&need) && skip_reason(fixture, &[need]).await.is_some() {
+            lacking.push(need);
+        }
+    }
+    let unexpected: Vec<Need> = lacking
+        .iter()
+        .copied()
+        .filter(|need| !expected.contains(need))
+        .collect();
+    let provided: Vec<Need> = expected
+        .iter()
+        .copied()
+        .filter(|need| !lacking.contains(need))
+        .collect();
+    assert!(
+        unexpected.is_empty() && provided.is_empty(),
+        "the fixture lacks {unexpected:?} unexpectedly and provides {provided:?} though listed as lacking"
+    );
+}
+
+/// What a backend does not declare is refused with [`ErrorKind::Unsupported`], and what
+/// it declares works: every lock kind is tried through a client of the fixture.
+pub async fn declared_capabilities_hold(fx: &dyn Fixture) {
+    let backend = fx.backend().await;
+    let capabilities = backend.capabilities();
+    let locks = Locks::new(backend);
+    let name = crate::scenarios::unique("capabilities");
+    for kind in [
+        LockKind::Mutex,
+        LockKind::Fair,
+        LockKind::Read,
+        LockKind::Write,
+    ] {
+        let handle = match kind {
+            LockKind::Fair => locks.fair_mutex(&name),
+            LockKind::Read => locks.rw_lock(&name).read(),
+            LockKind::Write => locks.rw_lock(&name).write(),
+            _ => locks.mutex(&name),
+        };
+        let tried = handle.try_lock().await;
+        if capabilities.supports(kind) {
+            let guard = tried
+                .unwrap_or_else(|err| panic!("{kind}: declared, but {err}"))
+                .unwrap_or_else(|| panic!("{kind}: declared, but a free lock was busy"));
+            guard.unlock().await.expect("released");
+        } else {
+            let err = tried.expect_err("an undeclared kind must be refused");
+            assert_eq!(err.kind(), ErrorKind::Unsupported, "{kind}: {err}");
+        }
+    }
+    let fenced = Locks::builder(fx.backend().await).fencing(true).build();
+    match fenced {
+        Ok(fenced) => {
+            assert!(capabilities.fencing, "fencing accepted but not declared");
+            let guard = fenced.mutex(&name).lock().await.expect("a fenced lock");
+            assert!(
+                guard.fencing_token().is_some(),
+                "no token from a fencing backend"
+            );
+            guard.unlock().await.expect("released");
+        }
+        Err(err) => {
+            assert!(!capabilities.fencing, "declared fencing refused: {err}");
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+        }
+    }
+}
