@@ -149,31 +149,50 @@ pub enum Acquire {
     },
 }
 
+/// How long a fair-lock waiter keeps its place between its own attempts by default.
+pub const DEFAULT_PLACE_KEPT_FOR: Duration = Duration::from_secs(5);
+
+/// How a caller that waits for a busy lock is waiting: the hints a backend interprets as
+/// its [`Capabilities`] allow, and ignores otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Waiting {
+    /// How long the caller has waited so far; among starving waiters the one that started
+    /// waiting first goes first.
+    pub waited: Duration,
+    /// The caller has waited past the starvation threshold. With
+    /// [`Capabilities::reservation`], a starving waiter that finds the lock busy reserves
+    /// its next free moment, so that newcomers cannot keep overtaking it (in the manner of
+    /// Go's `sync.Mutex` starvation mode).
+    pub starving: bool,
+    /// Fair locks: how long a queued waiter keeps its place without asking again; a
+    /// waiter that died is skipped after this.
+    pub place_kept_for: Duration,
+}
+
+impl Default for Waiting {
+    fn default() -> Self {
+        Self {
+            waited: Duration::ZERO,
+            starving: false,
+            place_kept_for: DEFAULT_PLACE_KEPT_FOR,
+        }
+    }
+}
+
 /// What an acquire attempt asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct AcquireRequest {
     /// The lease to set (the watchdog's lease, or the caller's).
     pub lease: Duration,
-    /// This attempt comes from a waiter that has waited past the starvation threshold.
-    ///
-    /// A starving waiter that finds the lock busy reserves its next free moment, so that
-    /// newcomers cannot keep overtaking it (in the manner of Go's `sync.Mutex` starvation
-    /// mode). Backends whose wake-ups are already first-come-first-served may ignore it.
-    pub starving: bool,
-    /// How long the caller has waited so far; among starving waiters the one that started
-    /// waiting first goes first.
-    pub waited: Duration,
     /// Return a fencing token on a fresh acquisition: a number strictly greater than every
     /// token issued before for this name.
     pub fencing: bool,
-    /// The caller waits if the lock is busy (a `try_lock` does not): a fair lock queues
-    /// it, and a composite lock may keep what it took. Such a caller later succeeds or
-    /// calls [`Backend::cancel_wait`].
-    pub enqueue: bool,
-    /// Fair locks: how long a queued waiter keeps its place without asking again; a waiter
-    /// that died is skipped after this.
-    pub waiter_timeout: Duration,
+    /// Set when the caller waits if the lock is busy (a `try_lock` does not): a fair lock
+    /// queues it, and a composite lock may keep what it took. Such a caller later
+    /// succeeds or calls [`Backend::cancel_wait`].
+    pub wait: Option<Waiting>,
     /// This request's id. A grant is remembered under it for `retry_window`: the same
     /// request sent again (its reply was lost) gets that grant back instead of a second
     /// hold. Composite backends pass it on to their parts.
@@ -188,11 +207,8 @@ impl AcquireRequest {
     pub fn new(lease: Duration) -> Self {
         Self {
             lease,
-            starving: false,
-            waited: Duration::ZERO,
             fencing: false,
-            enqueue: false,
-            waiter_timeout: Duration::from_secs(5),
+            wait: None,
             id: RequestId::random(),
             retry_window: DEFAULT_RETRY_WINDOW,
         }
@@ -219,22 +235,29 @@ impl AcquireRequest {
         self
     }
 
-    /// Fair locks: join the queue when busy, keeping the place for `waiter_timeout`
-    /// between attempts.
+    /// The caller waits when the lock is busy; a fair lock keeps its place for
+    /// `place_kept_for` between attempts.
     #[must_use]
-    pub fn enqueue(mut self, waiter_timeout: Duration) -> Self {
-        self.enqueue = true;
-        self.waiter_timeout = waiter_timeout;
+    pub fn enqueue(mut self, place_kept_for: Duration) -> Self {
+        let wait = self.wait.get_or_insert_with(Waiting::default);
+        wait.place_kept_for = place_kept_for;
         self
     }
 
-    /// Marks the attempt as coming from a waiter that has waited `waited` and whether it
-    /// counts as starving.
+    /// The caller has waited `waited` so far, `starving` when past the starvation
+    /// threshold (it waits, as after [`AcquireRequest::enqueue`]).
     #[must_use]
     pub fn waiting(mut self, waited: Duration, starving: bool) -> Self {
-        self.waited = waited;
-        self.starving = starving;
+        let wait = self.wait.get_or_insert_with(Waiting::default);
+        wait.waited = waited;
+        wait.starving = starving;
         self
+    }
+
+    /// Whether the caller waits when the lock is busy.
+    #[must_use]
+    pub fn waits(&self) -> bool {
+        self.wait.is_some()
     }
 }
 

@@ -46,7 +46,7 @@ impl Default for Config {
             drift_floor: Duration::from_millis(2),
             starvation_threshold: Some(Duration::from_millis(10)),
             fencing: false,
-            fair_waiter_timeout: Duration::from_secs(5),
+            fair_waiter_timeout: crate::backend::DEFAULT_PLACE_KEPT_FOR,
             retry_window: crate::backend::DEFAULT_RETRY_WINDOW,
         }
     }

@@ -45,7 +45,7 @@ mod watchdog;
 
 pub use backend::{
     AcquireRequest, Backend, Capabilities, HoldModel, LockKind, LockRef, Owner, ReleaseRequest,
-    RequestId,
+    RequestId, Waiting,
 };
 pub use client::{Locks, LocksBuilder};
 pub use config::{Config, MAX_DURATION};

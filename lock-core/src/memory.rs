@@ -373,13 +373,14 @@ fn acquire_fair(
     }
     let queue = store.queues.entry(name.to_owned()).or_default();
     let queued = queue.deadlines.contains_key(&lock.owner);
-    if queued || request.enqueue {
+    let place_kept_for = request.wait.unwrap_or_default().place_kept_for;
+    if queued || request.waits() {
         if !queued {
             queue.order.push_back(lock.owner.clone());
         }
         queue
             .deadlines
-            .insert(lock.owner.clone(), now + request.waiter_timeout);
+            .insert(lock.owner.clone(), now + place_kept_for);
     }
     let first_deadline = queue
         .order
@@ -388,10 +389,10 @@ fn acquire_fair(
         .copied();
     let mut sleep = match store.live(name, now) {
         Some(entry) => entry.expires - now,
-        None => first_deadline.map_or(request.waiter_timeout, |d| d.saturating_duration_since(now)),
+        None => first_deadline.map_or(place_kept_for, |d| d.saturating_duration_since(now)),
     };
-    if queued || request.enqueue {
-        sleep = sleep.min(request.waiter_timeout / 3);
+    if queued || request.waits() {
+        sleep = sleep.min(place_kept_for / 3);
     }
     Acquire::Busy {
         ttl: Some(sleep.max(Duration::from_millis(1))),

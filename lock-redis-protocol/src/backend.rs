@@ -374,15 +374,16 @@ impl Backend for RedisBackend {
         let quarantine = self.quarantine_ms();
         let latch = layout::grant_latch_key(name, request.id);
         let latch_ms = millis(request.retry_window).to_string();
+        let wait = request.wait.unwrap_or_default();
         let (reply, acknowledged) = match lock.kind {
             LockKind::Fair => {
-                let timeout_ms = millis(request.waiter_timeout).to_string();
+                let timeout_ms = millis(wait.place_kept_for).to_string();
                 let [queue, deadlines, alive] = layout::fair_queue_keys(name);
                 let slot = layout::REDISSON_WAIT_SLOT_MS.to_string();
                 let args = [
                     &*lease_ms,
                     owner,
-                    flag(request.enqueue),
+                    flag(request.waits()),
                     &timeout_ms,
                     fencing,
                     &quarantine,
@@ -410,11 +411,11 @@ impl Backend for RedisBackend {
             _ => {
                 let reservation = layout::reservation_key(name);
                 let reservation_ms = millis(self.options.reservation).to_string();
-                let waited_ms = millis(request.waited).to_string();
+                let waited_ms = millis(wait.waited).to_string();
                 let args = [
                     &*lease_ms,
                     owner,
-                    flag(request.starving),
+                    flag(wait.starving),
                     &reservation_ms,
                     &waited_ms,
                     fencing,

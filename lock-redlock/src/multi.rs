@@ -243,7 +243,7 @@ impl Backend for MultiLock {
                 },
             ));
         }
-        let (keep, give_back): (Vec<usize>, Vec<usize>) = if request.enqueue {
+        let (keep, give_back): (Vec<usize>, Vec<usize>) = if request.waits() {
             held.iter().partition(|&&i| i < blocked)
         } else {
             (Vec::new(), held)
