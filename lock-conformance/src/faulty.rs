@@ -175,19 +175,13 @@ impl Backend for FaultyBackend {
 
     async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal> {
         if self.failing_renewals.load(Ordering::SeqCst) {
-            let err = Arc::new(injected("injected: renewal not sent"));
-            return locks
-                .iter()
-                .map(|_| Renewal::Failed(Arc::clone(&err)))
-                .collect();
+            let err = injected("injected: renewal not sent");
+            return locks.iter().map(|_| Renewal::Failed(err.clone())).collect();
         }
         let renewals = self.inner.renew(locks, lease).await;
         if self.losing_renewal_replies.load(Ordering::SeqCst) {
-            let err = Arc::new(injected("injected: renewal reply lost"));
-            return locks
-                .iter()
-                .map(|_| Renewal::Failed(Arc::clone(&err)))
-                .collect();
+            let err = injected("injected: renewal reply lost");
+            return locks.iter().map(|_| Renewal::Failed(err.clone())).collect();
         }
         renewals
     }

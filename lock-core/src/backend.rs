@@ -329,7 +329,7 @@ pub enum Renewal {
     /// The owner no longer holds the lock: the hold is lost.
     Gone,
     /// The renewal could not be performed; the caller retries while the lease lasts.
-    Failed(Arc<Error>),
+    Failed(Error),
 }
 
 /// What an inspection of a lock found.

@@ -2,10 +2,15 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
-/// A boxed cause carried in [`Error`]'s `#[source]`.
+/// A cause as callers hand it to [`Error`]'s constructors.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// A cause as [`Error`] carries it in its `#[source]`: shared, so that the error is
+/// `Clone` (one failed subscription is reported to every waiter on it).
+pub type Cause = Arc<dyn StdError + Send + Sync + 'static>;
 
 /// What went wrong, without the details: match on this to decide what to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -66,9 +71,10 @@ impl fmt::Display for ErrorKind {
 
 /// The error returned by every fallible operation of the lock crates.
 ///
-/// Match on [`Error::kind`] or use the predicates (`is_timeout`, `is_not_held`, ...).
+/// Match on [`Error::kind`] or use the predicates (`is_timeout`, `is_retryable`, ...).
 /// The cause from a driver, when there is one, is in [`std::error::Error::source`].
-#[derive(Debug, thiserror::Error)]
+/// Cheap to clone: causes are shared.
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// An argument was rejected before anything was sent.
@@ -86,7 +92,7 @@ pub enum Error {
         reason: String,
         /// The underlying parse or driver error, if any.
         #[source]
-        source: Option<BoxError>,
+        source: Option<Cause>,
     },
     /// The wait for the lock ran out before it could be acquired.
     #[error("timed out after {waited:?} waiting for lock `{name}`")]
@@ -123,7 +129,7 @@ pub enum Error {
         name: String,
         /// What the backend found (the backend's own typed error).
         #[source]
-        source: BoxError,
+        source: Cause,
     },
     /// The backend could not be reached or did not answer in time.
     #[error("cannot reach the lock backend while {during}")]
@@ -132,16 +138,20 @@ pub enum Error {
         during: &'static str,
         /// The driver's error.
         #[source]
-        source: BoxError,
+        source: Cause,
     },
     /// The backend refused the request.
     #[error("the lock backend refused the request while {during}")]
     Backend {
         /// What the client was doing.
         during: &'static str,
+        /// Whether the same request may succeed later (the server was busy, loading, out
+        /// of memory, or too few replicas confirmed), as opposed to a refusal that stays
+        /// (a missing permission, a script error).
+        retryable: bool,
         /// The server's error.
         #[source]
-        source: BoxError,
+        source: Cause,
     },
     /// The backend answered something unexpected.
     #[error("unexpected reply from the lock backend: {detail}")]
@@ -239,6 +249,19 @@ impl Error {
         )
     }
 
+    /// Whether the same call may succeed if made again later: the backend could not be
+    /// reached or was temporarily unable to serve, or a wait ran out. `false` for every
+    /// error that retrying cannot fix (bad input, a refusal that stays, a lost hold, a
+    /// shut-down client, an unsupported request).
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Connection { .. } | Self::Timeout { .. } => true,
+            Self::Backend { retryable, .. } => *retryable,
+            _ => false,
+        }
+    }
+
     /// An argument or setting was rejected; retrying the same call cannot help.
     #[must_use]
     pub fn is_invalid_input(&self) -> bool {
@@ -262,7 +285,7 @@ impl Error {
     pub fn invalid_config(reason: impl Into<String>, source: Option<BoxError>) -> Self {
         Self::InvalidConfig {
             reason: reason.into(),
-            source,
+            source: source.map(Cause::from),
         }
     }
 
@@ -271,16 +294,29 @@ impl Error {
     pub fn connection(during: &'static str, source: impl Into<BoxError>) -> Self {
         Self::Connection {
             during,
-            source: source.into(),
+            source: Cause::from(source.into()),
         }
     }
 
-    /// Builds an [`Error::Backend`] from a server refusal.
+    /// Builds an [`Error::Backend`] from a server refusal that stays (retrying cannot
+    /// help).
     #[must_use]
     pub fn backend(during: &'static str, source: impl Into<BoxError>) -> Self {
         Self::Backend {
             during,
-            source: source.into(),
+            retryable: false,
+            source: Cause::from(source.into()),
+        }
+    }
+
+    /// Builds an [`Error::Backend`] from a refusal that may pass (a busy or loading
+    /// server, too few replicas): retrying later may succeed.
+    #[must_use]
+    pub fn backend_retryable(during: &'static str, source: impl Into<BoxError>) -> Self {
+        Self::Backend {
+            during,
+            retryable: true,
+            source: Cause::from(source.into()),
         }
     }
 
@@ -290,7 +326,7 @@ impl Error {
     pub fn incompatible(name: impl Into<String>, found: impl Into<BoxError>) -> Self {
         Self::Incompatible {
             name: name.into(),
-            source: found.into(),
+            source: Cause::from(found.into()),
         }
     }
 
@@ -351,8 +387,10 @@ mod tests {
             err.source().map(ToString::to_string).as_deref(),
             Some("refused by peer")
         );
-        assert!(err.is_backend());
+        assert!(err.is_backend() && err.is_retryable());
         assert_eq!(err.kind(), ErrorKind::Connection);
+        let copy = err.clone();
+        assert_eq!(copy.chain().to_string(), err.chain().to_string());
         assert_eq!(
             err.chain().to_string(),
             "cannot reach the lock backend while acquiring: refused by peer"
@@ -370,6 +408,9 @@ mod tests {
             "lock `a` is not held by this holder (it was lost: its lease expired before it was renewed)"
         );
         assert!(err.is_not_held() && !err.is_timeout() && !err.is_backend());
+        assert!(!err.is_retryable());
+        assert!(Error::backend_retryable("acquiring", "LOADING").is_retryable());
+        assert!(!Error::backend("acquiring", "NOPERM").is_retryable());
         let err = Error::invalid_argument("lease", "must be positive");
         assert!(err.is_invalid_input());
         assert_eq!(

@@ -49,7 +49,7 @@ pub use backend::{
 };
 pub use client::{Locks, LocksBuilder};
 pub use config::{Config, MAX_DURATION};
-pub use error::{BoxError, Chain, Error, ErrorKind, LostReason};
+pub use error::{BoxError, Cause, Chain, Error, ErrorKind, LostReason};
 pub use guard::Guard;
 pub use handle::{Lock, Mutex, RwLock};
 pub use holder::Holder;

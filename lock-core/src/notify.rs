@@ -57,7 +57,7 @@ impl PubSub for InProcess {
 enum SubState {
     Pending,
     Ready,
-    Failed(Arc<Error>),
+    Failed(Error),
 }
 
 struct Entry {
@@ -181,7 +181,7 @@ impl Subscriptions {
             .await
             .map(|s| s.clone());
         match outcome {
-            Ok(SubState::Failed(err)) => Err(clone_error(&err)),
+            Ok(SubState::Failed(err)) => Err(err),
             Ok(_) => Ok(listener),
             Err(_) => Err(Error::protocol("the subscription worker stopped")),
         }
@@ -304,9 +304,7 @@ impl Drop for Worker {
                 "subscribing to release notifications",
                 "the subscription worker stopped before the server confirmed",
             );
-            entry
-                .state
-                .send_replace(SubState::Failed(Arc::new(stopped)));
+            entry.state.send_replace(SubState::Failed(stopped));
         };
         if let Some(entry) = self.current.take() {
             fail(&entry);
@@ -359,7 +357,7 @@ impl Worker {
                 self.current = Some(Arc::clone(&entry));
                 let state = match pubsub.subscribe(&entry.channel).await {
                     Ok(()) => SubState::Ready,
-                    Err(err) => SubState::Failed(Arc::new(err)),
+                    Err(err) => SubState::Failed(err),
                 };
                 self.current = None;
                 entry.state.send_replace(state);
@@ -429,30 +427,6 @@ impl WeakSubscriptions {
             }
             None => false,
         }
-    }
-}
-
-/// Errors are not `Clone`; a failed subscription is reported to each waiting listener as
-/// an error of the same kind carrying the original as its source.
-fn clone_error(err: &Arc<Error>) -> Error {
-    Error::connection(
-        "subscribing to release notifications",
-        SharedError(Arc::clone(err)),
-    )
-}
-
-#[derive(Debug)]
-struct SharedError(Arc<Error>);
-
-impl fmt::Display for SharedError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl std::error::Error for SharedError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        std::error::Error::source(&*self.0)
     }
 }
 

@@ -319,13 +319,13 @@ impl RedisBackend {
                 locks
                     .iter()
                     .map(|_| {
-                        Renewal::Failed(Arc::new(Error::backend(
+                        Renewal::Failed(Error::backend_retryable(
                             "renewing",
                             NotReplicated {
                                 wanted,
                                 acknowledged,
                             },
-                        )))
+                        ))
                     })
                     .collect()
             }
@@ -337,13 +337,10 @@ impl RedisBackend {
                 })
                 .collect(),
             Ok((other, _)) => {
-                let err = Arc::new(unexpected("renew", &other));
+                let err = unexpected("renew", &other);
                 locks.iter().map(|_| Renewal::Failed(err.clone())).collect()
             }
-            Err(err) => {
-                let err = Arc::new(err);
-                locks.iter().map(|_| Renewal::Failed(err.clone())).collect()
-            }
+            Err(err) => locks.iter().map(|_| Renewal::Failed(err.clone())).collect(),
         }
     }
 }
@@ -439,7 +436,7 @@ impl Backend for RedisBackend {
             if let Err(err) = self.release(lock, undo).await {
                 events::unconfirmed_grant_kept(lock, &err);
             }
-            return Err(Error::backend(
+            return Err(Error::backend_retryable(
                 "acquiring",
                 NotReplicated {
                     wanted,
@@ -554,9 +551,7 @@ impl Backend for RedisBackend {
             }
         }
         out.into_iter()
-            .map(|o| {
-                o.unwrap_or_else(|| Renewal::Failed(Arc::new(Error::protocol("renewal lost"))))
-            })
+            .map(|o| o.unwrap_or_else(|| Renewal::Failed(Error::protocol("renewal lost"))))
             .collect()
     }
 
@@ -779,8 +774,12 @@ fn classify(err: TransportError, during: &'static str, key: &str) -> Error {
         TransportError::Server(server) if not_run_here(&server) => {
             Error::connection(during, server)
         }
+        // Out of memory, or busy running another script: the same request may pass later.
+        TransportError::Server(server) if matches!(server.code.as_str(), "OOM" | "BUSY") => {
+            Error::backend_retryable(during, server)
+        }
         TransportError::Server(server) => Error::backend(during, server),
-        TransportError::Io(source) => Error::Connection { during, source },
+        TransportError::Io(source) => Error::connection(during, source),
     }
 }
 

@@ -222,7 +222,7 @@ pub fn naming_hosts(err: lock_core::Error, url: &str) -> lock_core::Error {
     match err {
         lock_core::Error::Connection { during, source } => lock_core::Error::Connection {
             during,
-            source: Box::new(Tried {
+            source: std::sync::Arc::new(Tried {
                 hosts: hosts(url).to_owned(),
                 source,
             }),
@@ -235,7 +235,7 @@ pub fn naming_hosts(err: lock_core::Error, url: &str) -> lock_core::Error {
 #[derive(Debug)]
 struct Tried {
     hosts: String,
-    source: lock_core::BoxError,
+    source: lock_core::Cause,
 }
 
 impl std::fmt::Display for Tried {

@@ -208,13 +208,7 @@ impl Backend for LazyNode {
     async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal> {
         match self.backend().await {
             Ok(backend) => backend.renew(locks, lease).await,
-            Err(err) => {
-                let err = Arc::new(err);
-                locks
-                    .iter()
-                    .map(|_| Renewal::Failed(Arc::clone(&err)))
-                    .collect()
-            }
+            Err(err) => locks.iter().map(|_| Renewal::Failed(err.clone())).collect(),
         }
     }
 

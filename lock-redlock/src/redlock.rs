@@ -26,7 +26,7 @@ pub enum NodeRelease {
     /// The node released (or still holds, for a reentrant hold) as asked.
     Done(Release),
     /// The node failed or did not answer in time.
-    Failed(Arc<Error>),
+    Failed(Error),
 }
 
 /// The default node timeout's upper bound, and the default of requests without a lease.
@@ -468,7 +468,7 @@ impl Backend for RedLock {
         while let Some((i, outcome)) = calls.next().await {
             report[i] = Some(match outcome {
                 Ok(release) => NodeRelease::Done(release),
-                Err(err) => NodeRelease::Failed(Arc::new(err)),
+                Err(err) => NodeRelease::Failed(err),
             });
         }
         let report: Vec<NodeRelease> = report.into_iter().flatten().collect();
@@ -570,13 +570,13 @@ impl Backend for RedLock {
                 } else if gone.len() > n - self.quorum {
                     Renewal::Gone
                 } else {
-                    Renewal::Failed(Arc::new(Error::connection(
+                    Renewal::Failed(Error::connection(
                         "renewing on a majority of nodes",
                         NodeErrors {
                             nodes: failed,
                             of: n,
                         },
-                    )))
+                    ))
                 }
             })
             .collect()
