@@ -482,9 +482,7 @@ impl Backend for RedLock {
                 NodeRelease::Done(Release::Released) => released += 1,
                 NodeRelease::Done(Release::StillHeld { holds }) => still.push(*holds),
                 NodeRelease::Done(_) => {}
-                NodeRelease::Failed(err) => {
-                    failed.push((i, Error::protocol(err.to_string())));
-                }
+                NodeRelease::Failed(err) => failed.push((i, err.clone())),
             }
         }
         // Still held only where a majority still holds it (and then with the count that
@@ -539,12 +537,10 @@ impl Backend for RedLock {
                     match outcome {
                         Some(Ok(renewals)) => match renewals.get(k) {
                             Some(Renewal::Renewed) => renewed.push(i),
-                            Some(Renewal::Failed(err)) => {
-                                failed.push((i, Error::protocol(err.to_string())));
-                            }
+                            Some(Renewal::Failed(err)) => failed.push((i, err.clone())),
                             _ => gone.push(i),
                         },
-                        Some(Err(err)) => failed.push((i, Error::protocol(err.to_string()))),
+                        Some(Err(err)) => failed.push((i, err.clone())),
                         None => failed.push((i, timed_out(timeout))),
                     }
                 }
