@@ -102,8 +102,8 @@ fn shared<B: Backend>(connected: Result<B, lock::Error>) -> Result<Arc<dyn Backe
 fn handle(locks: &Locks, kind: &str, name: &str, write: bool) -> Lock {
     match kind {
         "fair" => locks.fair_mutex(name),
-        "rw" if write => locks.rw_lock(name).write(),
-        "rw" => locks.rw_lock(name).read(),
+        "rw" if write => locks.rw_lock(name).writer(),
+        "rw" => locks.rw_lock(name).reader(),
         _ => locks.mutex(name),
     }
 }

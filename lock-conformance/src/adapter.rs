@@ -289,9 +289,9 @@ pub async fn the_minimal_acl_is_enough_for_every_lock_kind(connect: &AdapterConn
     hand_over(&a, &b, "acl:m").await;
     let fair = a.fair_mutex("acl:f").lock().await.unwrap();
     fair.unlock().await.unwrap();
-    let read = a.rw_lock("acl:rw").read().lock().await.unwrap();
+    let read = a.rw_lock("acl:rw").reader().lock().await.unwrap();
     read.unlock().await.unwrap();
-    let write = a.rw_lock("acl:rw").write().lock().await.unwrap();
+    let write = a.rw_lock("acl:rw").writer().lock().await.unwrap();
     write.unlock().await.unwrap();
     let fenced = Locks::builder(connect(user_spec(&server, "locker")).await.unwrap())
         .fencing(true)
@@ -383,10 +383,10 @@ pub async fn with_a_replica_every_lock_kind_works(connect: &AdapterConnect) {
         .unwrap();
     let fair = locks.fair_mutex("ack:f").lock().await.unwrap();
     fair.unlock().await.unwrap();
-    let read = locks.rw_lock("ack:rw").read().lock().await.unwrap();
+    let read = locks.rw_lock("ack:rw").reader().lock().await.unwrap();
     read.unlock().await.unwrap();
     // The acquisition reached the replica before the call returned.
-    let held = locks.rw_lock("ack:rw").write().lock().await.unwrap();
+    let held = locks.rw_lock("ack:rw").writer().lock().await.unwrap();
     let replica = deployment.replica().unwrap();
     let fields: Vec<String> = replica.command(&["HKEYS", "ack:rw"]).await;
     assert!(fields.contains(&"mode".to_owned()), "{fields:?}");

@@ -149,12 +149,12 @@ pub async fn read_write_compatibility(fx: &dyn Fixture) {
     let (a, b, c) = (fx.client().await, fx.client().await, fx.client().await);
     // One holder of client a takes both sides.
     let holder = Holder::unique();
-    let ra = a.rw_lock(&name).read().with_holder(holder.clone());
-    let wa = a.rw_lock(&name).write().with_holder(holder);
-    let rb = b.rw_lock(&name).read();
+    let ra = a.rw_lock(&name).reader().with_holder(holder.clone());
+    let wa = a.rw_lock(&name).writer().with_holder(holder);
+    let rb = b.rw_lock(&name).reader();
     // A third client asks for the write lock: b, holding a read lock, would be refused
     // as an upgrade.
-    let wc = c.rw_lock(&name).write();
+    let wc = c.rw_lock(&name).writer();
 
     let read_a = ra.lock().await.unwrap();
     let read_b = rb.try_lock().await.unwrap().expect("readers share");
@@ -192,25 +192,39 @@ pub async fn writer_downgrades_to_reader(fx: &dyn Fixture) {
     let (a, b, c) = (fx.client().await, fx.client().await, fx.client().await);
     let rw = a.rw_lock(&name);
     Holder::scope(async {
-        let write = rw.write().lock().await.unwrap();
-        let read = rw.read().lock().await.unwrap();
-        assert!(b.rw_lock(&name).read().try_lock().await.unwrap().is_none());
+        let write = rw.writer().lock().await.unwrap();
+        let read = rw.reader().lock().await.unwrap();
+        assert!(
+            b.rw_lock(&name)
+                .reader()
+                .try_lock()
+                .await
+                .unwrap()
+                .is_none()
+        );
         write.unlock().await.unwrap();
         assert!(
-            rw.read().is_locked().await.unwrap(),
+            rw.reader().is_locked().await.unwrap(),
             "the downgrade kept a read lock"
         );
-        let other_reader = b.rw_lock(&name).read().try_lock().await.unwrap();
+        let other_reader = b.rw_lock(&name).reader().try_lock().await.unwrap();
         assert!(
             other_reader.is_some(),
             "readers may join after the downgrade"
         );
-        assert!(c.rw_lock(&name).write().try_lock().await.unwrap().is_none());
+        assert!(
+            c.rw_lock(&name)
+                .writer()
+                .try_lock()
+                .await
+                .unwrap()
+                .is_none()
+        );
         other_reader.unwrap().unlock().await.unwrap();
         read.unlock().await.unwrap();
     })
     .await;
-    let write = b.rw_lock(&name).write().try_lock().await.unwrap();
+    let write = b.rw_lock(&name).writer().try_lock().await.unwrap();
     write
         .expect("free after every read hold went")
         .unlock()
@@ -226,15 +240,15 @@ pub async fn read_hold_expiry_lets_a_writer_in(fx: &dyn Fixture) {
     let lease = Duration::from_millis(300);
     let crashed = a
         .rw_lock(&name)
-        .read()
+        .reader()
         .try_lock_for(Duration::ZERO, Some(lease))
         .await;
     let crashed = crashed.unwrap().expect("free");
     // A live reader comes and goes while the crashed hold lingers.
-    let live = c.rw_lock(&name).read().lock().await.unwrap();
+    let live = c.rw_lock(&name).reader().lock().await.unwrap();
     live.unlock().await.unwrap();
     let started = Instant::now();
-    let write = timeout(Duration::from_secs(3), b.rw_lock(&name).write().lock())
+    let write = timeout(Duration::from_secs(3), b.rw_lock(&name).writer().lock())
         .await
         .expect("the writer gets in once the crashed read hold expires")
         .unwrap();
@@ -254,13 +268,13 @@ pub async fn write_release_wakes_all_readers(fx: &dyn Fixture) {
     let name = unique("rw-wake");
     let hold = Duration::from_millis(200);
     let writer = fx.client().await;
-    let write = writer.rw_lock(&name).write().lock().await.unwrap();
+    let write = writer.rw_lock(&name).writer().lock().await.unwrap();
     let mut readers = Vec::new();
     for _ in 0..20 {
         let locks = fx.client().await;
         let name = name.clone();
         readers.push(tokio::spawn(async move {
-            let read = locks.rw_lock(&name).read().lock().await.unwrap();
+            let read = locks.rw_lock(&name).reader().lock().await.unwrap();
             sleep(hold).await;
             read.unlock().await.unwrap();
         }));
@@ -288,9 +302,9 @@ pub async fn watchdog_renews_every_kind(fx: &dyn Fixture) {
     let rw = unique("wd-rw");
     // The writer downgrades: one holder takes both.
     let holder = Holder::unique();
-    let write = locks.rw_lock(&rw).write().with_holder(holder.clone());
+    let write = locks.rw_lock(&rw).writer().with_holder(holder.clone());
     let write = write.lock().await.unwrap();
-    let read = locks.rw_lock(&rw).read().with_holder(holder);
+    let read = locks.rw_lock(&rw).reader().with_holder(holder);
     let read = read.lock().await.unwrap();
     sleep(lease * 3).await;
     for guard in [&write, &read] {
@@ -305,7 +319,7 @@ pub async fn watchdog_renews_every_kind(fx: &dyn Fixture) {
     assert!(
         other
             .rw_lock(&rw)
-            .read()
+            .reader()
             .try_lock()
             .await
             .unwrap()
@@ -316,7 +330,7 @@ pub async fn watchdog_renews_every_kind(fx: &dyn Fixture) {
     assert!(
         other
             .rw_lock(&rw)
-            .write()
+            .writer()
             .try_lock()
             .await
             .unwrap()
@@ -328,18 +342,18 @@ pub async fn watchdog_renews_every_kind(fx: &dyn Fixture) {
 pub async fn force_unlock_of_every_kind(fx: &dyn Fixture) {
     let (a, b) = (fx.client().await, fx.client().await);
     let rw_name = unique("force-rw");
-    let read = a.rw_lock(&rw_name).read().lock().await.unwrap();
+    let read = a.rw_lock(&rw_name).reader().lock().await.unwrap();
     assert!(
-        !b.rw_lock(&rw_name).write().force_unlock().await.unwrap(),
+        !b.rw_lock(&rw_name).writer().force_unlock().await.unwrap(),
         "no write lock to free"
     );
     // Force-unlocking through the holder's own client marks its guard lost at once
     // (another client's guards learn it at their next renewal).
-    assert!(a.rw_lock(&rw_name).read().force_unlock().await.unwrap());
+    assert!(a.rw_lock(&rw_name).reader().force_unlock().await.unwrap());
     assert!(!read.is_held());
     assert!(
         b.rw_lock(&rw_name)
-            .write()
+            .writer()
             .try_lock()
             .await
             .unwrap()
@@ -411,10 +425,10 @@ pub async fn fencing_tokens_strictly_increase(fx: &dyn Fixture) {
 
     // Tokens of the read-write lock come from the counter of its name.
     let other = unique("fencing-kinds");
-    let write = locks.rw_lock(&other).write().lock().await.unwrap();
+    let write = locks.rw_lock(&other).writer().lock().await.unwrap();
     let write_token = write.fencing_token().unwrap();
     write.unlock().await.unwrap();
-    let read = locks.rw_lock(&other).read().lock().await.unwrap();
+    let read = locks.rw_lock(&other).reader().lock().await.unwrap();
     assert!(read.fencing_token().unwrap() > write_token);
     read.unlock().await.unwrap();
     assert!(
@@ -442,12 +456,12 @@ pub async fn family_bad_input_is_typed(fx: &dyn Fixture) {
         ErrorKind::InvalidArgument
     );
     assert_eq!(
-        kind(locks.rw_lock("").read().lock().await),
+        kind(locks.rw_lock("").reader().lock().await),
         ErrorKind::InvalidArgument
     );
     // Nothing held, nothing released.
     let name = unique("family-free");
-    assert!(!locks.rw_lock(&name).write().force_unlock().await.unwrap());
+    assert!(!locks.rw_lock(&name).writer().force_unlock().await.unwrap());
     assert!(!locks.fair_mutex(&name).force_unlock().await.unwrap());
     assert!(
         eventually(Duration::from_secs(2), || async {

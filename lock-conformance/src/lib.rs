@@ -51,6 +51,7 @@ macro_rules! conformance_suite {
             watchdog_keeps_the_lock: [],
             dropped_guard_is_released: [],
             try_lock_for_gives_up_after_its_wait: [],
+            an_acquisition_reports_its_timeout_and_keeps_its_lease: [],
             waiter_wakes_on_release: [],
             join_of_two_scopes_excludes: [],
             counter_under_lock_is_exact: [],

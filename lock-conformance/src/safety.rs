@@ -20,7 +20,7 @@ pub async fn read_holds_released_out_of_order(fx: &dyn Fixture) {
     let (a, b) = (fx.client().await, fx.client().await);
     let name = unique("rw-out-of-order");
     let lease = Duration::from_millis(600);
-    let read = a.rw_lock(&name).read().with_holder(Holder::unique());
+    let read = a.rw_lock(&name).reader().with_holder(Holder::unique());
     let older = read.try_lock_for(Duration::ZERO, Some(lease)).await;
     let older = older.unwrap().expect("free");
     sleep(lease / 2).await;
@@ -31,7 +31,7 @@ pub async fn read_holds_released_out_of_order(fx: &dyn Fixture) {
         .unlock()
         .await
         .unwrap();
-    writer_enters_only_after(&older, &b.rw_lock(&name).write(), lease).await;
+    writer_enters_only_after(&older, &b.rw_lock(&name).writer(), lease).await;
     assert!(!older.is_held());
 }
 
@@ -71,11 +71,11 @@ async fn another_client_takes(fx: &dyn Fixture, name: &str, left_behind: &str) {
 pub async fn expired_read_hold_leaves_no_count(fx: &dyn Fixture) {
     let (a, b) = (fx.client().await, fx.client().await);
     let name = unique("rw-expired-count");
-    let other = b.rw_lock(&name).read();
+    let other = b.rw_lock(&name).reader();
     let other = other.try_lock_for(Duration::ZERO, Some(Duration::from_secs(10)));
     let other = other.await.unwrap().expect("free");
     let holder = Holder::unique();
-    let read = a.rw_lock(&name).read().with_holder(holder.clone());
+    let read = a.rw_lock(&name).reader().with_holder(holder.clone());
     let short = read.try_lock_for(Duration::ZERO, Some(Duration::from_millis(200)));
     let short = short.await.unwrap().expect("readers share");
     sleep(Duration::from_millis(350)).await;
@@ -93,7 +93,7 @@ pub async fn expired_read_hold_leaves_no_count(fx: &dyn Fixture) {
         0,
         "the expired hold is still counted"
     );
-    let write = a.rw_lock(&name).write().with_holder(holder);
+    let write = a.rw_lock(&name).writer().with_holder(holder);
     match write.try_lock().await {
         Ok(None) => {}
         Ok(Some(_)) => panic!("a writer got in beside a reader"),
@@ -259,7 +259,7 @@ pub async fn a_redisson_reader_never_cuts_our_read_hold_short(fx: &dyn Fixture) 
     let name = unique("redisson-reader");
     let lease = Duration::from_millis(600);
     let ms = lease.as_millis().to_string();
-    let read = ours.rw_lock(&name).read();
+    let read = ours.rw_lock(&name).reader();
     let held = read.try_lock_for(Duration::ZERO, Some(lease)).await;
     let held = held.unwrap().expect("free");
     let tagged = format!("{{{name}}}");
@@ -286,7 +286,7 @@ pub async fn a_redisson_reader_never_cuts_our_read_hold_short(fx: &dyn Fixture) 
     redis
         .run(&name, &["PEXPIRE", &name, &longest.to_string()])
         .await;
-    writer_enters_only_after(&held, &writers.rw_lock(&name).write(), lease).await;
+    writer_enters_only_after(&held, &writers.rw_lock(&name).writer(), lease).await;
 }
 
 /// A subscription to release notifications that was not confirmed is a failure that is

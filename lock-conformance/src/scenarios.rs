@@ -280,6 +280,40 @@ pub async fn dropped_guard_is_released(fx: &dyn Fixture) {
     );
 }
 
+/// An acquisition whose wait runs out is a `Timeout` error naming the lock, on time; one
+/// with a lease holds exactly that lease, unrenewed.
+pub async fn an_acquisition_reports_its_timeout_and_keeps_its_lease(fx: &dyn Fixture) {
+    let (c1, c2) = (fx.client().await, fx.client().await);
+    let name = unique("acquire");
+    let lease = Duration::from_millis(400);
+    let start = Instant::now();
+    let held = c1.mutex(&name).acquire().lease(lease).await.unwrap();
+    let wait = Duration::from_millis(150);
+    let err = c2
+        .mutex(&name)
+        .acquire()
+        .wait(wait)
+        .await
+        .expect_err("held");
+    let took = start.elapsed();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(err.is_retryable(), "a wait that ran out may succeed later");
+    assert!(err.to_string().contains(&name), "{err}");
+    assert!(
+        took >= wait && took < wait + Duration::from_millis(400),
+        "gave up after {took:?}"
+    );
+    let once = c2.mutex(&name).acquire().wait(Duration::ZERO).await;
+    assert_eq!(kind(once), ErrorKind::Timeout);
+    // The lease is not renewed: the waiter gets the lock once it ran out.
+    let got = c2.mutex(&name).acquire().wait(lease * 4).await.unwrap();
+    assert!(start.elapsed() >= lease, "taken before the lease ended");
+    assert!(!held.is_held(), "a fixed lease outlived itself");
+    got.unlock().await.unwrap();
+    let bad = c2.mutex(&name).acquire().lease(Duration::ZERO).await;
+    assert_eq!(kind(bad), ErrorKind::InvalidArgument);
+}
+
 /// `try_lock_for` gives up after its wait, not much later.
 pub async fn try_lock_for_gives_up_after_its_wait(fx: &dyn Fixture) {
     let (c1, c2) = (fx.client().await, fx.client().await);
@@ -683,11 +717,11 @@ pub async fn wrong_type_is_a_typed_error(fx: &dyn Fixture) {
         ErrorKind::Incompatible
     );
     assert_eq!(
-        kind(locks.rw_lock(&name).read().try_lock().await),
+        kind(locks.rw_lock(&name).reader().try_lock().await),
         ErrorKind::Incompatible
     );
     assert_eq!(
-        kind(locks.rw_lock(&name).write().try_lock().await),
+        kind(locks.rw_lock(&name).writer().try_lock().await),
         ErrorKind::Incompatible
     );
     assert_eq!(redis.pttl(&name).await, -1, "the string was touched");

@@ -173,8 +173,8 @@ pub async fn declared_capabilities_hold(fx: &dyn Fixture) {
     ] {
         let handle = match kind {
             LockKind::Fair => locks.fair_mutex(&name),
-            LockKind::Read => locks.rw_lock(&name).read(),
-            LockKind::Write => locks.rw_lock(&name).write(),
+            LockKind::Read => locks.rw_lock(&name).reader(),
+            LockKind::Write => locks.rw_lock(&name).writer(),
             _ => locks.mutex(&name),
         };
         let tried = handle.try_lock().await;

@@ -2,6 +2,8 @@
 //! mutex, or one side of a read-write lock.
 
 use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -95,7 +97,32 @@ impl Lock {
         Ok(LockRef::new(self.kind, name, owner))
     }
 
+    /// Starts an acquisition to configure: how long to wait, which lease. Awaiting it
+    /// takes the lock.
+    ///
+    /// ```no_run
+    /// # async fn demo(orders: lock_core::Lock) -> Result<(), lock_core::Error> {
+    /// use std::time::Duration;
+    ///
+    /// // Wait at most 5 s; hold for 10 s, never renewed.
+    /// let guard = orders
+    ///     .acquire()
+    ///     .wait(Duration::from_secs(5))
+    ///     .lease(Duration::from_secs(10))
+    ///     .await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn acquire(&self) -> Acquisition<'_> {
+        Acquisition {
+            lock: self,
+            wait: None,
+            lease: None,
+        }
+    }
+
     /// Waits until the lock is acquired; the watchdog renews it while the guard lives.
+    /// The same as `self.acquire().await`.
     ///
     /// # Cancel safety
     ///
@@ -103,7 +130,7 @@ impl Lock {
     /// after the drop is given back in the background, and a fair-lock waiter leaves the
     /// queue.
     pub async fn lock(&self) -> Result<Guard, Error> {
-        self.acquire(Lease::Watchdog, Wait::Forever)
+        self.acquire_with(Lease::Watchdog, Wait::Forever)
             .await?
             .ok_or_else(|| Error::protocol("an unbounded wait ended without the lock"))
     }
@@ -118,12 +145,13 @@ impl Lock {
     /// queue.
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<Guard, Error> {
         check_lease("lease", lease)?;
-        self.acquire(Lease::Fixed(lease), Wait::Forever)
+        self.acquire_with(Lease::Fixed(lease), Wait::Forever)
             .await?
             .ok_or_else(|| Error::protocol("an unbounded wait ended without the lock"))
     }
 
-    /// One attempt, no waiting. `Ok(None)` when someone else holds the lock.
+    /// One attempt, no waiting (Redisson's `tryLock()`). `Ok(None)` when someone else
+    /// holds the lock.
     ///
     /// # Cancel safety
     ///
@@ -131,12 +159,14 @@ impl Lock {
     /// after the drop is given back in the background, and a fair-lock waiter leaves the
     /// queue.
     pub async fn try_lock(&self) -> Result<Option<Guard>, Error> {
-        self.acquire(Lease::Watchdog, Wait::Never).await
+        self.acquire_with(Lease::Watchdog, Wait::Never).await
     }
 
-    /// Waits at most `wait` for the lock. With `Some(lease)`, the lock is never renewed
-    /// and expires after `lease`; with `None`, the watchdog renews it. `Ok(None)` when
-    /// the wait ran out.
+    /// Waits at most `wait` for the lock (Redisson's `tryLock(wait, lease)`). With
+    /// `Some(lease)`, the lock is never renewed and expires after `lease`; with `None`,
+    /// the watchdog renews it. `Ok(None)` when the wait ran out, as Redisson answers
+    /// `false`; [`Lock::acquire`] with [`Acquisition::wait`] reports the same outcome as
+    /// an [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) error instead.
     ///
     /// # Cancel safety
     ///
@@ -157,10 +187,10 @@ impl Lock {
             None => Lease::Watchdog,
         };
         let deadline = Instant::now() + wait;
-        self.acquire(lease, Wait::Until(deadline)).await
+        self.acquire_with(lease, Wait::Until(deadline)).await
     }
 
-    async fn acquire(&self, lease: Lease, wait: Wait) -> Result<Option<Guard>, Error> {
+    async fn acquire_with(&self, lease: Lease, wait: Wait) -> Result<Option<Guard>, Error> {
         let lock = self.lock_ref()?;
         acquire::acquire(&self.locks.inner, lock, lease, wait).await
     }
@@ -229,9 +259,6 @@ impl Lock {
     }
 }
 
-/// The handle [`Locks::mutex`] returns; every lock kind shares [`Lock`]'s API.
-pub type Mutex = Lock;
-
 /// A handle on one read-write lock: many readers or one writer. Cheap; no I/O.
 ///
 /// A writer may also take the read lock (a downgrade: release the write lock and keep
@@ -242,9 +269,9 @@ pub type Mutex = Lock;
 /// ```no_run
 /// # async fn demo(locks: lock_core::Locks) -> Result<(), lock_core::Error> {
 /// let prices = locks.rw_lock("prices");
-/// let reading = prices.read().lock().await?;   // shared with other readers
+/// let reading = prices.reader().lock().await?;   // shared with other readers
 /// reading.unlock().await?;
-/// let writing = prices.write().lock().await?;  // exclusive
+/// let writing = prices.writer().lock().await?;  // exclusive
 /// writing.unlock().await?;
 /// # Ok(()) }
 /// ```
@@ -270,15 +297,94 @@ impl RwLock {
         }
     }
 
-    /// The shared side: inspection and force-unlock see read holds only.
+    /// A handle on the shared side (no I/O): its guards are read holds; inspection and
+    /// force-unlock see read holds only.
     #[must_use]
-    pub fn read(&self) -> Lock {
+    pub fn reader(&self) -> Lock {
         self.read.clone()
     }
 
-    /// The exclusive side: inspection and force-unlock see the write hold only.
+    /// A handle on the exclusive side (no I/O): its guard is the write hold; inspection
+    /// and force-unlock see the write hold only.
     #[must_use]
-    pub fn write(&self) -> Lock {
+    pub fn writer(&self) -> Lock {
         self.write.clone()
+    }
+}
+
+/// An acquisition being configured: [`Lock::acquire`]. Await it to take the lock.
+///
+/// Without [`wait`](Acquisition::wait) it waits as long as it takes; without
+/// [`lease`](Acquisition::lease) the watchdog renews the lock while the guard lives.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: dropping the future never leaves a hold behind. A grant that arrives
+/// after the drop is given back in the background, and a fair-lock waiter leaves the
+/// queue.
+#[must_use = "an acquisition does nothing until it is awaited"]
+pub struct Acquisition<'a> {
+    lock: &'a Lock,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+}
+
+impl fmt::Debug for Acquisition<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Acquisition")
+            .field("lock", &self.lock)
+            .field("wait", &self.wait)
+            .field("lease", &self.lease)
+            .finish()
+    }
+}
+
+impl Acquisition<'_> {
+    /// Waits at most `wait`; when it runs out the acquisition fails with
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout). `Duration::ZERO` makes one
+    /// attempt.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Holds the lock for `lease`, never renewed: it is released after `lease` even if
+    /// the guard is still alive.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    async fn run(self) -> Result<Guard, Error> {
+        let lease = match self.lease {
+            Some(lease) => {
+                check_lease("lease", lease)?;
+                Lease::Fixed(lease)
+            }
+            None => Lease::Watchdog,
+        };
+        let wait = match self.wait {
+            Some(wait) => {
+                check_bound("wait", wait)?;
+                Wait::Until(Instant::now() + wait)
+            }
+            None => Wait::Forever,
+        };
+        match self.lock.acquire_with(lease, wait).await? {
+            Some(guard) => Ok(guard),
+            None => Err(Error::Timeout {
+                name: self.lock.name().to_owned(),
+                waited: self.wait.unwrap_or_default(),
+            }),
+        }
+    }
+}
+
+impl<'a> IntoFuture for Acquisition<'a> {
+    type Output = Result<Guard, Error>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<Guard, Error>> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.run())
     }
 }

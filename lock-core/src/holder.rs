@@ -2,7 +2,7 @@
 //!
 //! A lock is owned by `"<client-uuid>:<holder>"`. Acquisitions by the same holder through
 //! the same client re-enter; any other holder is excluded. The holder of an operation is,
-//! in order: one given explicitly ([`crate::Mutex::with_holder`]); else the holder of the
+//! in order: one given explicitly ([`crate::Lock::with_holder`]); else the holder of the
 //! innermost [`Holder::scope`]; else a holder of its own, never used before.
 //!
 //! So reentrancy is opt-in, as with `tokio::sync::Mutex` by default. Java locks re-enter

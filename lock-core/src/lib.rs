@@ -6,7 +6,7 @@
 //!   capabilities it declares;
 //! - the state machines shared by every backend: waiting for a release by notification
 //!   ([`notify`]), lease renewal (the watchdog) and the guard lifecycle;
-//! - the public lock API: [`Locks`], [`Mutex`], [`Guard`], [`Holder`];
+//! - the public lock API: [`Locks`], [`Lock`], [`Guard`], [`Holder`];
 //! - the in-memory backend ([`memory::MemoryBackend`]), also the worked example for
 //!   anyone writing a backend.
 //!
@@ -51,6 +51,6 @@ pub use client::{Locks, LocksBuilder};
 pub use config::{Config, MAX_DURATION};
 pub use error::{BoxError, Cause, Chain, Error, ErrorKind, LostReason};
 pub use guard::Guard;
-pub use handle::{Lock, Mutex, RwLock};
+pub use handle::{Acquisition, Lock, RwLock};
 pub use holder::Holder;
 pub use name::{LockName, MAX_NAME_LEN};

@@ -35,12 +35,14 @@ fn async_methods_return_send_futures() {
     let rw = locks.rw_lock("auto-traits-rw");
     drop(send(mutex.lock()));
     drop(send(mutex.try_lock()));
+    drop(send(mutex.acquire().wait(Duration::ZERO).into_future()));
+    send_sync::<lock_core::Acquisition<'_>>();
     drop(send(mutex.try_lock_for(Duration::from_millis(1), None)));
     drop(send(mutex.lock_with_lease(Duration::from_secs(1))));
     drop(send(mutex.is_locked()));
     drop(send(mutex.force_unlock()));
-    drop(send(rw.read().lock()));
-    drop(send(rw.write().try_lock()));
+    drop(send(rw.reader().lock()));
+    drop(send(rw.writer().try_lock()));
     drop(send(locks.shutdown()));
     drop(send(Holder::scope(async {})));
 }

@@ -76,12 +76,12 @@ async fn undeclared_lock_kinds_are_refused_before_anything_is_sent() {
         fair.expect_err("no fair locks").kind(),
         ErrorKind::Unsupported
     );
-    let read = locks.rw_lock("caps:rw").read().try_lock().await;
+    let read = locks.rw_lock("caps:rw").reader().try_lock().await;
     assert_eq!(
         read.expect_err("no read-write locks").kind(),
         ErrorKind::Unsupported
     );
-    let write = locks.rw_lock("caps:rw").write().lock().await;
+    let write = locks.rw_lock("caps:rw").writer().lock().await;
     assert_eq!(
         write.expect_err("no read-write locks").kind(),
         ErrorKind::Unsupported
@@ -91,7 +91,7 @@ async fn undeclared_lock_kinds_are_refused_before_anything_is_sent() {
         inspected.expect_err("no fair locks").kind(),
         ErrorKind::Unsupported
     );
-    let forced = locks.rw_lock("caps:rw").write().force_unlock().await;
+    let forced = locks.rw_lock("caps:rw").writer().force_unlock().await;
     assert_eq!(
         forced.expect_err("no read-write locks").kind(),
         ErrorKind::Unsupported

@@ -15,7 +15,7 @@
 //! # async fn do_work() {}
 //! ```
 //!
-//! The API is [`Locks`] (a client), [`Mutex`] (a handle on one lock), [`Guard`] (one
+//! The API is [`Locks`] (a client), [`Lock`] (a handle on one lock), [`Guard`] (one
 //! hold) and [`Holder`] (who may re-enter). Backends are chosen by feature:
 //!
 //! | feature | module | backend |
@@ -32,9 +32,18 @@
 //! exclude each other on the same Redis.
 
 pub use lock_core::{
-    Backend, Config, Error, ErrorKind, Guard, Holder, Lock, LockKind, LockName, Locks,
-    LocksBuilder, LostReason, Mutex, RwLock,
+    Acquisition, Backend, Capabilities, Cause, Chain, Config, Error, ErrorKind, Guard, HoldModel,
+    Holder, Lock, LockKind, LockName, Locks, LocksBuilder, LostReason, RwLock,
 };
+
+/// Everything needed to implement a [`Backend`]: the request and reply types, the
+/// notification registry, the capability declaration. The memory backend
+/// ([`memory::MemoryBackend`]) is the worked example.
+pub mod backend {
+    pub use lock_core::backend::*;
+    pub use lock_core::notify;
+    pub use lock_core::{BoxError, MAX_DURATION, MAX_NAME_LEN};
+}
 
 mod macro_support;
 

@@ -100,24 +100,18 @@ pub mod __private {
             let lock = match kind {
                 Kind::Mutex => locks.mutex(&name),
                 Kind::Fair => locks.fair_mutex(&name),
-                Kind::Read => locks.rw_lock(&name).read(),
-                Kind::Write => locks.rw_lock(&name).write(),
+                Kind::Read => locks.rw_lock(&name).reader(),
+                Kind::Write => locks.rw_lock(&name).writer(),
             };
-            let acquired = match (wait, lease) {
-                (None, None) => lock.lock().await.map(Some),
-                (None, Some(lease)) => lock.lock_with_lease(lease).await.map(Some),
-                (Some(wait), lease) => lock.try_lock_for(wait, lease).await,
-            };
-            let guard = match acquired {
-                Ok(Some(guard)) => Arc::new(guard),
-                Ok(None) => {
-                    return Err(E::from(Error::Timeout {
-                        name,
-                        waited: wait.unwrap_or_default(),
-                    }));
-                }
-                Err(err) => return Err(E::from(err)),
-            };
+            // A wait that runs out is `Error::Timeout`, as for every bounded acquisition.
+            let mut acquisition = lock.acquire();
+            if let Some(wait) = wait {
+                acquisition = acquisition.wait(wait);
+            }
+            if let Some(lease) = lease {
+                acquisition = acquisition.lease(lease);
+            }
+            let guard = Arc::new(acquisition.await.map_err(E::from)?);
             let result = CURRENT.scope(Arc::clone(&guard), body).await;
             // The body saw the guard and could react to a loss; a release that finds
             // the lock already gone changes nothing for the result.

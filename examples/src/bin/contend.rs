@@ -275,8 +275,8 @@ fn handle(locks: &Locks, kind: &str, name: &str, write: bool) -> lock::Lock {
         "fair" => locks.fair_mutex(name),
         // A MultiLock client: the name only labels the guard.
         "multi" => locks.mutex("multi"),
-        "read" | "write" | "mixed" if write => locks.rw_lock(name).write(),
-        "read" | "write" | "mixed" => locks.rw_lock(name).read(),
+        "read" | "write" | "mixed" if write => locks.rw_lock(name).writer(),
+        "read" | "write" | "mixed" => locks.rw_lock(name).reader(),
         _ => locks.mutex(name),
     }
 }
