@@ -271,3 +271,45 @@ async fn read_kind_shares_and_other_kinds_work() {
     );
     assert!(fair_writer(&locks).await.is_ok());
 }
+
+/// A trait whose implementation goes through `#[async_trait]`: the attribute sees the
+/// method after `#[async_trait]` rewrote it into a boxed future, and locks it all the
+/// same.
+#[async_trait::async_trait]
+trait Jobs {
+    async fn run_job(&self, id: u32, inside: &Inside) -> Result<u32, AppError>;
+}
+
+struct TraitService {
+    locks: Locks,
+}
+
+#[async_trait::async_trait]
+impl Jobs for TraitService {
+    #[distributed_lock("trait-job:{id}", client = self.locks, wait = "5s")]
+    async fn run_job(&self, id: u32, inside: &Inside) -> Result<u32, AppError> {
+        inside.visit(Duration::from_millis(50)).await;
+        let guard = lock::current_guard().unwrap();
+        assert_eq!(guard.name(), format!("trait-job:{id}"));
+        Ok(id)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_trait_methods_run_under_the_lock() {
+    let (_server, locks) = server_and_client().await;
+    let service = Arc::new(TraitService { locks });
+    let inside = Arc::new(Inside::default());
+    let calls = (0..4).map(|_| {
+        let (service, inside) = (Arc::clone(&service), Arc::clone(&inside));
+        tokio::spawn(async move { service.run_job(7, &inside).await })
+    });
+    for call in calls.collect::<Vec<_>>() {
+        assert_eq!(call.await.unwrap().unwrap(), 7);
+    }
+    assert_eq!(
+        inside.most.load(Ordering::SeqCst),
+        1,
+        "two calls of one name ran at once"
+    );
+}
