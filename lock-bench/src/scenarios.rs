@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use lock::Locks;
+use distlock::Locks;
 use lock_testkit::RedisServer;
 use tokio::time::{Instant, sleep};
 
@@ -59,8 +59,8 @@ enum Adapter {
 impl Adapter {
     async fn connect(self, server: &RedisServer) -> Locks {
         let connected = match self {
-            Self::Redis => lock::redis::connect(&server.url()).await,
-            Self::Fred => lock::fred::connect(&server.url()).await,
+            Self::Redis => distlock::redis::connect(&server.url()).await,
+            Self::Fred => distlock::fred::connect(&server.url()).await,
         };
         connected.expect("connect")
     }
@@ -413,7 +413,7 @@ async fn script_calls(server: &RedisServer) -> f64 {
 pub(crate) async fn watchdog(server: &RedisServer, scale: Scale) -> Results {
     let lease = Duration::from_secs(3);
     let locks = Locks::builder(
-        lock::redis::connect_backend(&server.url())
+        distlock::redis::connect_backend(&server.url())
             .await
             .expect("connect"),
     )
@@ -501,13 +501,17 @@ pub(crate) async fn redlock(nodes: &[RedisServer], scale: Scale) -> Results {
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     let mut backends = Vec::new();
     for url in &urls {
-        backends.push(lock::redis::connect_backend(url).await.expect("connect"));
+        backends.push(
+            distlock::redis::connect_backend(url)
+                .await
+                .expect("connect"),
+        );
     }
-    let five = lock::redlock::RedLock::builder(backends)
+    let five = distlock::redlock::RedLock::builder(backends)
         .build()
         .expect("nodes")
         .locks();
-    let one = lock::redis::connect(&urls[0]).await.expect("connect");
+    let one = distlock::redis::connect(&urls[0]).await.expect("connect");
     let mut results = Results::new();
     results.insert("lock redlock x5".into(), latency_ours(&five, rounds).await);
     results.insert("lock single".into(), latency_ours(&one, rounds).await);

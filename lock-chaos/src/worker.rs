@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock::{Backend, Lock, Locks};
+use distlock::{Backend, Lock, Locks};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -54,20 +54,20 @@ async fn backend(args: &WorkerArgs) -> Result<Arc<dyn Backend>, String> {
     // longest lease in use.
     let quarantine = args.lease * 2;
     // The same settings through either adapter's connector.
-    let settings = lock::redis::ConnectorSettings::default()
+    let settings = distlock::redis::ConnectorSettings::default()
         .connect_timeout(Duration::from_secs(2))
         .response_timeout(Duration::from_millis(500))
         .ping_interval(Duration::from_secs(1))
         .restart_quarantine(quarantine);
     let redis = |url: String| {
-        lock::redis::Connector::new(url)
+        distlock::redis::Connector::new(url)
             .settings(settings.clone())
             .connect()
     };
     match args.backend.as_str() {
         "redis" => shared(redis(args.urls[0].clone()).await),
         "fred" => {
-            let fred = lock::fred::Connector::new(args.urls[0].clone()).settings(settings);
+            let fred = distlock::fred::Connector::new(args.urls[0].clone()).settings(settings);
             shared(fred.connect().await)
         }
         "redlock" => {
@@ -82,7 +82,7 @@ async fn backend(args: &WorkerArgs) -> Result<Arc<dyn Backend>, String> {
                     }
                 });
             }
-            let redlock = lock::redlock::RedLock::builder(nodes)
+            let redlock = distlock::redlock::RedLock::builder(nodes)
                 .node_timeout(Duration::from_millis(100))
                 .build()
                 .map_err(|e| e.to_string())?;
@@ -93,7 +93,7 @@ async fn backend(args: &WorkerArgs) -> Result<Arc<dyn Backend>, String> {
 }
 
 /// A connected backend as the worker keeps it, or why it could not connect.
-fn shared<B: Backend>(connected: Result<B, lock::Error>) -> Result<Arc<dyn Backend>, String> {
+fn shared<B: Backend>(connected: Result<B, distlock::Error>) -> Result<Arc<dyn Backend>, String> {
     connected
         .map(|backend| Arc::new(backend) as Arc<dyn Backend>)
         .map_err(|err| format!("connect: {err}"))

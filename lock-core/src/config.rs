@@ -19,7 +19,7 @@ pub struct Config {
     /// The fixed part of the drift margin. Default: 2 ms.
     pub drift_floor: Duration,
     /// How long a waiter waits before it counts as starving and reserves the lock's next
-    /// free moment against newcomers (see [`crate::AcquireRequest::starving`]).
+    /// free moment against newcomers (see [`crate::Waiting::starving`]).
     /// Default: 10 ms. `None` turns reservations off: pure barging.
     pub starvation_threshold: Option<Duration>,
     /// Issue a fencing token with every fresh acquisition ([`crate::Guard::fencing_token`]).

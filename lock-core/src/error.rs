@@ -10,7 +10,34 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
 /// A cause as [`Error`] carries it in its `#[source]`: shared, so that the error is
 /// `Clone` (one failed subscription is reported to every waiter on it).
-pub type Cause = Arc<dyn StdError + Send + Sync + 'static>;
+///
+/// [`Error::source`](std::error::Error::source) hands out the cause itself, not this
+/// wrapper, so a caller downcasts it to the backend's or the driver's own type.
+#[derive(Debug, Clone)]
+pub struct Cause(Arc<dyn StdError + Send + Sync + 'static>);
+
+impl Cause {
+    /// Wraps `cause`.
+    pub fn new(cause: impl StdError + Send + Sync + 'static) -> Self {
+        Self(Arc::new(cause))
+    }
+}
+
+impl From<BoxError> for Cause {
+    fn from(cause: BoxError) -> Self {
+        Self(Arc::from(cause))
+    }
+}
+
+// Not `Error` itself: the derive then reaches the cause through `Deref`, and `source()`
+// returns it unwrapped.
+impl std::ops::Deref for Cause {
+    type Target = dyn StdError + Send + Sync + 'static;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
 
 /// What went wrong, without the details: match on this to decide what to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -391,6 +418,14 @@ mod tests {
         assert_eq!(err.kind(), ErrorKind::Connection);
         let copy = err.clone();
         assert_eq!(copy.chain().to_string(), err.chain().to_string());
+        // The source is the cause itself, downcastable, in the clone too.
+        let cause = copy
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(
+            cause.map(std::io::Error::kind),
+            Some(std::io::ErrorKind::ConnectionRefused)
+        );
         assert_eq!(
             err.chain().to_string(),
             "cannot reach the lock backend while acquiring: refused by peer"

@@ -14,8 +14,8 @@ use crate::{Error, Guard, Holder, LockKind, LockName, LockRef, Locks, Owner};
 
 /// A handle on one lock. Cheap to create and clone; does no I/O by itself.
 ///
-/// Made by [`Locks::mutex`], [`Locks::fair_mutex`] or [`crate::RwLock::read`] /
-/// [`crate::RwLock::write`]; every kind has the same operations. Acquisitions by the same
+/// Made by [`Locks::mutex`], [`Locks::fair_mutex`] or [`crate::RwLock::reader`] /
+/// [`crate::RwLock::writer`]; every kind has the same operations. Acquisitions by the same
 /// [`Holder`] re-enter (each returns its own [`Guard`]); other holders, in this client or
 /// any other, are excluded (readers only exclude writers). Without an explicit lease the
 /// lock is renewed by the client's watchdog for as long as the guard lives.

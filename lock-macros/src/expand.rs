@@ -50,7 +50,7 @@ fn argument_names(function: &ItemFn) -> Vec<String> {
 /// The function's result must be `Result<T, E>`.
 fn check_result(function: &ItemFn, output: Option<&Type>) -> syn::Result<()> {
     let message = "#[distributed_lock] needs a function returning `Result<T, E>` \
-                   with `E: From<lock::Error>`: a busy or failed lock becomes `Err`";
+                   with `E: From<distlock::Error>`: a busy or failed lock becomes `Err`";
     match output {
         Some(Type::Path(path))
             if path
@@ -148,7 +148,7 @@ fn expand_fn(attr: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
     let name = template::name_expression(&args.template, &argument_names(function))?;
     let krate = args
         .krate
-        .map_or_else(|| quote!(::lock), ToTokens::into_token_stream);
+        .map_or_else(|| quote!(::distlock), ToTokens::into_token_stream);
     let client = match &args.client {
         // Method syntax, so that a `Locks` and a `&Locks` both give a `Locks`.
         Some(expr) => quote!(::core::option::Option::Some((#expr).clone())),

@@ -9,18 +9,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lock::{Locks, distributed_lock};
+use distlock::{Locks, distributed_lock};
 use lock_testkit::RedisServer;
 use tokio::time::{Instant, sleep, timeout};
 
 #[derive(Debug)]
 enum AppError {
-    Lock(lock::Error),
+    Lock(distlock::Error),
     Early,
 }
 
-impl From<lock::Error> for AppError {
-    fn from(err: lock::Error) -> Self {
+impl From<distlock::Error> for AppError {
+    fn from(err: distlock::Error) -> Self {
         Self::Lock(err)
     }
 }
@@ -49,7 +49,7 @@ impl Inside {
 
 async fn server_and_client() -> (RedisServer, Locks) {
     let server = RedisServer::start().await;
-    let locks = lock::redis::connect(&server.url()).await.unwrap();
+    let locks = distlock::redis::connect(&server.url()).await.unwrap();
     (server, locks)
 }
 
@@ -83,7 +83,7 @@ async fn concurrent_calls_exclude_each_other() {
 
 #[distributed_lock("nest:{id}", client = locks)]
 async fn outer(locks: &Locks, id: u32) -> Result<u32, AppError> {
-    let guard = lock::current_guard().expect("the guard is visible to the body");
+    let guard = distlock::current_guard().expect("the guard is visible to the body");
     assert!(guard.is_held());
     inner(locks, id).await
 }
@@ -100,7 +100,10 @@ async fn nested_calls_reenter() {
         .await
         .expect("a nested call with the same name re-enters instead of waiting");
     assert_eq!(result.unwrap(), 8);
-    assert!(lock::current_guard().is_none(), "no guard outside the body");
+    assert!(
+        distlock::current_guard().is_none(),
+        "no guard outside the body"
+    );
     assert!(!locks.mutex("nest:7").is_locked().await.unwrap());
 }
 
@@ -117,7 +120,7 @@ async fn once(locks: &Locks) -> Result<(), AppError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_lock_times_out_into_the_error_type() {
     let (server, locks) = server_and_client().await;
-    let other = lock::redis::connect(&server.url()).await.unwrap();
+    let other = distlock::redis::connect(&server.url()).await.unwrap();
     let held = other.mutex("busy").lock().await.unwrap();
     let started = Instant::now();
     match impatient(&locks).await {
@@ -171,7 +174,7 @@ async fn freed(other: &Locks, name: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_returns_panics_and_cancellation_release() {
     let (server, locks) = server_and_client().await;
-    let other = lock::redis::connect(&server.url()).await.unwrap();
+    let other = distlock::redis::connect(&server.url()).await.unwrap();
 
     assert!(matches!(early(&locks, true).await, Err(AppError::Early)));
     assert!(
@@ -212,7 +215,7 @@ impl Service {
     #[distributed_lock("order:{order.id}:{order.customer.name}", client = self.locks)]
     async fn settle(&self, order: &Order) -> Result<String, AppError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        let guard = lock::current_guard().unwrap();
+        let guard = distlock::current_guard().unwrap();
         Ok(guard.name().to_owned())
     }
 
@@ -289,7 +292,7 @@ impl Jobs for TraitService {
     #[distributed_lock("trait-job:{id}", client = self.locks, wait = "5s")]
     async fn run_job(&self, id: u32, inside: &Inside) -> Result<u32, AppError> {
         inside.visit(Duration::from_millis(50)).await;
-        let guard = lock::current_guard().unwrap();
+        let guard = distlock::current_guard().unwrap();
         assert_eq!(guard.name(), format!("trait-job:{id}"));
         Ok(id)
     }

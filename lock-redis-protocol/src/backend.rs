@@ -81,7 +81,8 @@ pub struct ProtocolOptions {
     pub restart_quarantine: Option<Duration>,
     /// Wait for this many replicas (`WAIT`) after every acquisition and renewal, each
     /// time for at most the given time, as Redisson's replica sync check does; fewer is
-    /// [`Error::NotReplicated`] (and an unconfirmed acquisition is released again). With
+    /// a `Backend` error whose source is [`NotReplicated`](crate::NotReplicated) (and an
+    /// unconfirmed acquisition is released again). With
     /// it, a lock survives a failover to a replica. Default: off.
     pub replica_ack: Option<(u32, Duration)>,
     /// How long a starving waiter's reservation of a lock's next free moment lasts

@@ -222,7 +222,7 @@ pub fn naming_hosts(err: lock_core::Error, url: &str) -> lock_core::Error {
     match err {
         lock_core::Error::Connection { during, source } => lock_core::Error::Connection {
             during,
-            source: std::sync::Arc::new(Tried {
+            source: lock_core::Cause::new(Tried {
                 hosts: hosts(url).to_owned(),
                 source,
             }),

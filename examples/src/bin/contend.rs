@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lock::Locks;
+use distlock::Locks;
 use tokio::time::Instant;
 
 #[derive(Debug, Clone)]
@@ -108,18 +108,18 @@ fn number<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T, String> {
 }
 
 /// One client per worker: its own connections and its own UUID.
-async fn client(args: &Args, memory: &lock::memory::MemoryBackend) -> Result<Locks, String> {
+async fn client(args: &Args, memory: &distlock::memory::MemoryBackend) -> Result<Locks, String> {
     let url = || {
         args.url
             .as_deref()
             .ok_or_else(|| format!("--url (or REDIS_URL) is required for {}", args.backend))
     };
-    let backend: Arc<dyn lock::Backend> = match args.backend.as_str() {
+    let backend: Arc<dyn distlock::Backend> = match args.backend.as_str() {
         "memory" => Arc::new(memory.clone()),
-        "redis" => lock::redis::connect_backend(url()?)
+        "redis" => distlock::redis::connect_backend(url()?)
             .await
             .map_err(|e| error_chain(&e))?,
-        "fred" => lock::fred::connect_backend(url()?)
+        "fred" => distlock::fred::connect_backend(url()?)
             .await
             .map_err(|e| error_chain(&e))?,
         "redlock" => {
@@ -129,16 +129,16 @@ async fn client(args: &Args, memory: &lock::memory::MemoryBackend) -> Result<Loc
                 .split(',')
                 .map(|node| {
                     let node = node.trim().to_owned();
-                    let capabilities = lock::redis::RedisBackend::CAPABILITIES;
+                    let capabilities = distlock::redis::RedisBackend::CAPABILITIES;
                     let lazy =
-                        lock::redlock::LazyNode::new(node.clone(), capabilities, move || {
+                        distlock::redlock::LazyNode::new(node.clone(), capabilities, move || {
                             let node = node.clone();
-                            async move { lock::redis::connect_backend(&node).await }
+                            async move { distlock::redis::connect_backend(&node).await }
                         });
-                    Arc::new(lazy) as Arc<dyn lock::Backend>
+                    Arc::new(lazy) as Arc<dyn distlock::Backend>
                 })
                 .collect();
-            let redlock = lock::redlock::RedLock::builder(nodes)
+            let redlock = distlock::redlock::RedLock::builder(nodes)
                 .build()
                 .map_err(|e| error_chain(&e))?;
             Arc::new(redlock)
@@ -150,7 +150,7 @@ async fn client(args: &Args, memory: &lock::memory::MemoryBackend) -> Result<Loc
         }
     };
     if args.kind == "multi" {
-        let mut multi = lock::redlock::MultiLock::builder();
+        let mut multi = distlock::redlock::MultiLock::builder();
         for name in args.name.split(',') {
             multi = multi.lock(Arc::clone(&backend), name.trim());
         }
@@ -200,7 +200,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<String, String> {
-    let memory = lock::memory::MemoryBackend::new();
+    let memory = distlock::memory::MemoryBackend::new();
     let checker = match &args.check_key {
         Some(key) => {
             let url = args.url.as_deref().ok_or("--check-key needs --url")?;
@@ -270,7 +270,7 @@ fn writes(kind: &str, w: usize, op: u64) -> bool {
 }
 
 /// The handle a worker uses for one operation.
-fn handle(locks: &Locks, kind: &str, name: &str, write: bool) -> lock::Lock {
+fn handle(locks: &Locks, kind: &str, name: &str, write: bool) -> distlock::Lock {
     match kind {
         "fair" => locks.fair_mutex(name),
         // A MultiLock client: the name only labels the guard.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lock::{Locks, memory::MemoryBackend};
+use distlock::{Locks, memory::MemoryBackend};
 use tokio::time::Instant;
 
 /// Short enough that the crash-and-expire step takes seconds, long enough to renew.
@@ -21,9 +21,9 @@ enum Target {
 }
 
 impl Target {
-    async fn client(&self) -> Result<Locks, lock::Error> {
-        let backend: Arc<dyn lock::Backend> = match self {
-            Target::Redis(url) => lock::redis::connect_backend(url).await?,
+    async fn client(&self) -> Result<Locks, distlock::Error> {
+        let backend: Arc<dyn distlock::Backend> = match self {
+            Target::Redis(url) => distlock::redis::connect_backend(url).await?,
             Target::Memory(store) => Arc::new(store.clone()),
         };
         Locks::builder(backend).watchdog_lease(DEMO_LEASE).build()
@@ -82,7 +82,7 @@ async fn contention(target: &Target) -> Result<(), Box<dyn std::error::Error>> {
                 ops.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
-            Ok::<_, lock::Error>(())
+            Ok::<_, distlock::Error>(())
         }));
     }
     while Instant::now() < deadline {

@@ -10,16 +10,16 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lock::distributed_lock;
+use distlock::distributed_lock;
 
 #[derive(Debug)]
 enum ServiceError {
-    Lock(lock::Error),
+    Lock(distlock::Error),
     OutOfStock,
 }
 
-impl From<lock::Error> for ServiceError {
-    fn from(err: lock::Error) -> Self {
+impl From<distlock::Error> for ServiceError {
+    fn from(err: distlock::Error) -> Self {
         Self::Lock(err)
     }
 }
@@ -30,7 +30,7 @@ static STOCK: AtomicU64 = AtomicU64::new(3);
 #[distributed_lock("order:{order_id}", wait = "2s")]
 async fn pay(order_id: u64, request: u32) -> Result<(), ServiceError> {
     // The guard is visible to the body: a lost lease must stop the work.
-    let guard = lock::current_guard().expect("inside the lock");
+    let guard = distlock::current_guard().expect("inside the lock");
     println!(
         "request {request}: paying order {order_id} (holding {})",
         guard.name()
@@ -53,15 +53,15 @@ async fn take_stock(order_id: u64) -> Result<(), ServiceError> {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), lock::Error> {
+async fn main() -> Result<(), distlock::Error> {
     let locks = match std::env::args().nth(1) {
-        Some(url) => lock::redis::connect(&url).await?,
+        Some(url) => distlock::redis::connect(&url).await?,
         None => {
             println!("no Redis URL given: using the in-memory backend");
-            lock::memory::locks()
+            distlock::memory::locks()
         }
     };
-    lock::set_default(locks)?;
+    distlock::set_default(locks)?;
     let requests = (1..=5).map(|request| tokio::spawn(pay(7, request)));
     for (i, outcome) in futures_join(requests).await.into_iter().enumerate() {
         match outcome {

@@ -32,8 +32,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("metrics on http://{addr}/metrics for {seconds} s");
 
     let locks = match url {
-        Some(url) => lock::redis::connect(&url).await?,
-        None => lock::memory::locks(),
+        Some(url) => distlock::redis::connect(&url).await?,
+        None => distlock::memory::locks(),
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
     let mut tasks = Vec::new();
@@ -46,7 +46,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 guard.unlock().await?;
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
-            Ok::<_, lock::Error>(())
+            Ok::<_, distlock::Error>(())
         }));
     }
     for task in tasks {

@@ -8,12 +8,12 @@
 use std::time::Duration;
 
 #[tokio::main]
-async fn main() -> Result<(), lock::Error> {
+async fn main() -> Result<(), distlock::Error> {
     let locks = match std::env::args().nth(1) {
-        Some(url) => lock::redis::connect(&url).await?,
+        Some(url) => distlock::redis::connect(&url).await?,
         None => {
             println!("no Redis URL given: using the in-memory backend");
-            lock::memory::locks()
+            distlock::memory::locks()
         }
     };
 

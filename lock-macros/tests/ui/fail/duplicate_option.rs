@@ -1,12 +1,12 @@
 #[derive(Debug)]
 pub struct AppError;
-impl From<lock::Error> for AppError {
-    fn from(_: lock::Error) -> Self {
+impl From<distlock::Error> for AppError {
+    fn from(_: distlock::Error) -> Self {
         AppError
     }
 }
 
-#[lock::distributed_lock("job", wait = "1s", wait = "2s")]
+#[distlock::distributed_lock("job", wait = "1s", wait = "2s")]
 async fn duplicate_option() -> Result<(), AppError> {
     Ok(())
 }

@@ -1,4 +1,4 @@
-#[lock::distributed_lock("job")]
+#[distlock::distributed_lock("job")]
 async fn not_result() -> u32 {
     1
 }

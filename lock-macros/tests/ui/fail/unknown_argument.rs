@@ -1,12 +1,12 @@
 #[derive(Debug)]
 pub struct AppError;
-impl From<lock::Error> for AppError {
-    fn from(_: lock::Error) -> Self {
+impl From<distlock::Error> for AppError {
+    fn from(_: distlock::Error) -> Self {
         AppError
     }
 }
 
-#[lock::distributed_lock("order:{order_id}")]
+#[distlock::distributed_lock("order:{order_id}")]
 async fn unknown_argument(id: u64) -> Result<u64, AppError> {
     Ok(id)
 }

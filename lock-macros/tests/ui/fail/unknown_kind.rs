@@ -1,12 +1,12 @@
 #[derive(Debug)]
 pub struct AppError;
-impl From<lock::Error> for AppError {
-    fn from(_: lock::Error) -> Self {
+impl From<distlock::Error> for AppError {
+    fn from(_: distlock::Error) -> Self {
         AppError
     }
 }
 
-#[lock::distributed_lock("job", kind = exclusive)]
+#[distlock::distributed_lock("job", kind = exclusive)]
 async fn unknown_kind() -> Result<(), AppError> {
     Ok(())
 }

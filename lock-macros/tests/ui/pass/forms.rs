@@ -1,11 +1,11 @@
 // Every accepted form compiles; main only checks the generated signatures.
-use lock::{Locks, distributed_lock};
+use distlock::{Locks, distributed_lock};
 
 #[derive(Debug)]
 pub struct AppError;
 
-impl From<lock::Error> for AppError {
-    fn from(_: lock::Error) -> Self {
+impl From<distlock::Error> for AppError {
+    fn from(_: distlock::Error) -> Self {
         AppError
     }
 }
@@ -32,7 +32,7 @@ async fn with_client(locks: &Locks) -> Result<(), AppError> {
     Ok(())
 }
 
-#[distributed_lock("g:{key}", crate = "::lock", kind = write)]
+#[distributed_lock("g:{key}", crate = "::distlock", kind = write)]
 async fn generic<K: std::fmt::Display + Send>(key: K) -> Result<(), AppError>
 where
     K: Sync,

@@ -1,8 +1,8 @@
 //! Distributed locks for async Rust, compatible with Redisson.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), lock::Error> {
-//! let locks = lock::redis::connect("redis://127.0.0.1:6379").await?;
+//! # async fn demo() -> Result<(), distlock::Error> {
+//! let locks = distlock::redis::connect("redis://127.0.0.1:6379").await?;
 //! let order = locks.mutex("order:42"); // a cheap handle, no I/O
 //!
 //! let guard = order.lock().await?; // waits via pub/sub; the watchdog renews the lease
@@ -31,6 +31,8 @@
 //! Redisson's, so a Java service using Redisson and a Rust service using this crate
 //! exclude each other on the same Redis.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub use lock_core::{
     Acquisition, Backend, Capabilities, Cause, Chain, Config, Error, ErrorKind, Guard, HoldModel,
     Holder, Lock, LockKind, LockName, Locks, LocksBuilder, LostReason, RwLock,
@@ -53,9 +55,9 @@ pub use macro_support::{__private, current_guard, default_client, set_default};
 ///
 /// ```no_run
 /// # #[derive(Debug)] struct AppError;
-/// # impl From<lock::Error> for AppError { fn from(_: lock::Error) -> Self { AppError } }
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
 /// # struct Order { id: u64 }
-/// #[lock::distributed_lock("order:{order.id}", wait = "5s")]
+/// #[distlock::distributed_lock("order:{order.id}", wait = "5s")]
 /// async fn settle(order: &Order) -> Result<(), AppError> {
 ///     // ... runs while holding the lock `order:<id>` ...
 ///     Ok(())
@@ -64,19 +66,20 @@ pub use macro_support::{__private, current_guard, default_client, set_default};
 ///
 /// - The name is a template: each `{...}` is an argument, or a field path on one
 ///   (`{order.id}`), formatted with `Display`; `{{`/`}}` are literal braces.
-/// - `wait = "5s"`: give up after 5 s with `Err(lock::Error::Timeout)` converted by
+/// - `wait = "5s"`: give up after 5 s with `Err(distlock::Error::Timeout)` converted by
 ///   `From` (absent: wait as long as it takes; `"0s"`: try once).
 /// - `lease = "10s"`: an explicit lease (absent: the watchdog renews while the body runs).
 /// - `kind = fair | read | write` (default: the mutex).
 /// - `client = expr`: a `Locks` (absent: the one set with [`set_default`]).
 /// - `crate = "path"`: where this crate is, when it is renamed.
 ///
-/// The function must be `async` and return `Result<T, E>` with `E: From<lock::Error>`.
+/// The function must be `async` and return `Result<T, E>` with `E: From<distlock::Error>`.
 /// The lock is released when the body returns (also through `?`), when it panics and
 /// when the returned future is dropped. Nested annotated calls with the same name
 /// re-enter; two concurrent outermost calls exclude each other. The body sees its guard
 /// through [`current_guard`] and should watch `guard.lost()` when a lost lease matters.
 #[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use lock_macros::distributed_lock;
 
 /// Metric names recorded through the `metrics` facade.
@@ -95,18 +98,21 @@ pub mod memory {
 
 /// The backend over the `redis` crate.
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis {
     pub use lock_redis::*;
 }
 
 /// The backend over the `fred` crate.
 #[cfg(feature = "fred")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fred")))]
 pub mod fred {
     pub use lock_fred::*;
 }
 
 /// MultiLock (all of N locks) and RedLock (a majority of N nodes) over any backends.
 #[cfg(feature = "redlock")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redlock")))]
 pub mod redlock {
     pub use lock_redlock::*;
 }

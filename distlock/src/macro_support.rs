@@ -33,11 +33,11 @@ pub fn default_client() -> Option<Locks> {
 ///
 /// ```no_run
 /// # #[derive(Debug)] struct AppError;
-/// # impl From<lock::Error> for AppError { fn from(_: lock::Error) -> Self { AppError } }
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
 /// # async fn write(_: u64) {}
-/// #[lock::distributed_lock("order:{id}")]
+/// #[distlock::distributed_lock("order:{id}")]
 /// async fn settle(id: u64) -> Result<(), AppError> {
-///     let guard = lock::current_guard().expect("inside the lock");
+///     let guard = distlock::current_guard().expect("inside the lock");
 ///     tokio::select! {
 ///         () = write(id) => Ok(()),
 ///         err = guard.lost() => Err(err.into()),
@@ -90,7 +90,7 @@ pub mod __private {
     {
         let Some(locks) = client else {
             return Err(E::from(Error::invalid_config(
-                "no default lock client: call lock::set_default(locks) first, or pass \
+                "no default lock client: call distlock::set_default(locks) first, or pass \
                  `client = ...` to #[distributed_lock]",
                 None,
             )));
