@@ -160,20 +160,39 @@ fn selects_packages(args: &[String]) -> bool {
         .any(|arg| arg.starts_with("-p") || arg.starts_with("--package"))
 }
 
-/// `cargo xtask demo`.
+/// `cargo xtask demo`: builds the demo first, showing cargo's progress, then starts a
+/// throwaway redis-server (unless `REDIS_URL` names one), then runs the demo.
 fn demo(extra: &[String]) -> Result<ExitCode, String> {
     let runtime = runtime()?;
+    let started = Instant::now();
+    println!("xtask: building the demo in release mode (the first build takes a few minutes)");
+    let mut build = cargo();
+    build.args(["build", "--release", "-p", "lock-examples", "--bin", "demo"]);
+    let built = run_streaming(build)?;
+    if !built.success() {
+        return Ok(exit_code(built));
+    }
+    println!(
+        "xtask: demo built in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
     let mut server = None;
     let mut redis_url = std::env::var("REDIS_URL")
         .ok()
         .filter(|url| !url.is_empty());
     match (&redis_url, redis_server_binary()) {
         (Some(url), _) => println!("xtask: using REDIS_URL={url}"),
-        (None, Some(_)) => {
+        (None, Some(binary)) => {
+            println!(
+                "xtask: starting a throwaway redis-server ({}) on a free port",
+                binary.display()
+            );
+            let starting = Instant::now();
             let started = runtime.block_on(RedisServer::start());
             println!(
-                "xtask: started a throwaway redis-server on 127.0.0.1:{}",
-                started.port()
+                "xtask: redis-server is up on 127.0.0.1:{} after {} ms",
+                started.port(),
+                starting.elapsed().as_millis()
             );
             redis_url = Some(started.url());
             server = Some(started);
@@ -183,7 +202,7 @@ fn demo(extra: &[String]) -> Result<ExitCode, String> {
              in-memory backend"
         ),
     }
-    println!("xtask: building the demo (first run takes a minute)...");
+    println!("xtask: running the demo");
     let mut cargo = cargo();
     cargo.args([
         "run",
