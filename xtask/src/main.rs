@@ -166,11 +166,11 @@ fn demo(extra: &[String]) -> Result<ExitCode, String> {
     let runtime = runtime()?;
     let started = Instant::now();
     println!("xtask: building the demo in release mode (the first build takes a few minutes)");
-    let mut build = cargo();
-    build.args(["build", "--release", "-p", "lock-examples", "--bin", "demo"]);
-    let built = run_streaming(build)?;
-    if !built.success() {
-        return Ok(exit_code(built));
+    let mut building = cargo();
+    building.args(["build", "--release", "-p", "lock-examples", "--bin", "demo"]);
+    let status = run_streaming(building)?;
+    if !status.success() {
+        return Ok(exit_code(status));
     }
     println!(
         "xtask: demo built in {:.1} s",
