@@ -42,6 +42,9 @@ pub use lock_core::{
 /// notification registry, the capability declaration. The memory backend
 /// ([`memory::MemoryBackend`]) is the worked example.
 pub mod backend {
+    /// The attribute the [`Backend`](crate::Backend) trait is written with; implement it
+    /// under `#[distlock::backend::async_trait]`.
+    pub use async_trait::async_trait;
     pub use lock_core::backend::*;
     pub use lock_core::notify;
     pub use lock_core::{BoxError, MAX_DURATION, MAX_NAME_LEN};

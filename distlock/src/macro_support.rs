@@ -76,6 +76,11 @@ pub mod __private {
     /// annotated calls re-enter while concurrent outermost calls exclude each other.
     /// Dropping the returned future (cancellation) or a panic in `body` drops the guard,
     /// which releases the lock in the background.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future releases the lock (in the background) and drops the
+    /// body.
     pub async fn run<T, E, F>(
         client: Option<Locks>,
         kind: Kind,

@@ -514,6 +514,15 @@ impl Capabilities {
 /// - run the conformance suite (`lock-conformance`) on a fixture of your backend: it
 ///   selects the scenarios your capabilities call for.
 ///
+/// # Cancel safety
+///
+/// lock-core runs acquisitions and releases in tasks of their own, so a caller that
+/// gives up does not cancel them half-way; inspections and force-releases are awaited by
+/// the caller and may be dropped at any point, and any future may be dropped at a
+/// runtime's shutdown. Each operation must therefore leave the store as if it ran
+/// entirely or not at all (one atomic script or statement per operation gives this); a
+/// retry under the same [`RequestId`] settles which.
+///
 /// Implementations must make each operation atomic with respect to every other client of
 /// the same store, and must publish a notification to [`Backend::listen`] listeners when a
 /// lock becomes free.

@@ -68,11 +68,19 @@ impl Holder {
     /// Runs `fut` as a fresh holder: locks taken inside re-enter each other, and exclude
     /// everything outside, including a concurrent scope in the same task
     /// (`tokio::join!(Holder::scope(a), Holder::scope(b))`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe exactly when `fut` is: dropping it drops `fut`.
     pub async fn scope<F: Future>(fut: F) -> F::Output {
         Self::unique().run(fut).await
     }
 
     /// Runs `fut` with this holder as the ambient holder.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe exactly when `fut` is: dropping it drops `fut`.
     pub async fn run<F: Future>(self, fut: F) -> F::Output {
         AMBIENT.scope(self, fut).await
     }

@@ -144,6 +144,11 @@ impl Subscriptions {
     /// Registers a listener on `channel`, subscribing it if it is the first.
     ///
     /// Returns once the subscription is confirmed. Must be called within a tokio runtime.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a listener dropped before it was confirmed gives its share back, and the
+    /// last share's going unsubscribes the channel.
     pub async fn listen(&self, channel: &str) -> Result<Listener, Error> {
         self.start_worker()?;
         let entry = {

@@ -101,6 +101,13 @@ impl Connector {
 
     /// Connects and returns a client with the default client [`Config`](lock_core::Config);
     /// [`Connector::connect`] and [`Locks::builder`] configure one.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future part-way may leave a fred client it had started reconnecting in
+    /// the background (fred gives each client a task of its own); bound the wait with
+    /// [`ConnectorSettings::connect_timeout`](lock_redis_protocol::ConnectorSettings::connect_timeout)
+    /// instead, which closes what was opened.
     pub async fn locks(self) -> Result<Locks, Error> {
         Ok(Locks::new(Arc::new(self.connect().await?)))
     }
@@ -151,6 +158,13 @@ impl Connector {
 
     /// Connects the command clients and the subscriber client and returns the backend,
     /// for [`Locks::builder`] or for composition.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future part-way may leave a fred client it had started reconnecting in
+    /// the background (fred gives each client a task of its own); bound the wait with
+    /// [`ConnectorSettings::connect_timeout`](lock_redis_protocol::ConnectorSettings::connect_timeout)
+    /// instead, which closes what was opened.
     pub async fn connect(self) -> Result<RedisBackend, Error> {
         let url = self.target.url();
         lock_redis_protocol::url::naming_hosts_on_failure(url, self.connect_target()).await

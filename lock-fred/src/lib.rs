@@ -39,12 +39,26 @@ pub use lock_redis_protocol::{
 };
 
 /// Connects to the deployment `url` names (see [`Connector::new`]) with default settings.
+///
+/// # Cancel safety
+///
+/// Dropping the future part-way may leave a fred client it had started reconnecting in
+/// the background (fred gives each client a task of its own); bound the wait with
+/// `ConnectorSettings::connect_timeout`
+/// instead, which closes what was opened.
 pub async fn connect(url: &str) -> Result<Locks, Error> {
     Connector::new(url).locks().await
 }
 
 /// Connects to the deployment `url` names and returns the backend, for
 /// [`Locks::builder`] or to combine several backends.
+///
+/// # Cancel safety
+///
+/// Dropping the future part-way may leave a fred client it had started reconnecting in
+/// the background (fred gives each client a task of its own); bound the wait with
+/// `ConnectorSettings::connect_timeout`
+/// instead, which closes what was opened.
 pub async fn connect_backend(url: &str) -> Result<Arc<dyn Backend>, Error> {
     Ok(Arc::new(Connector::new(url).connect().await?))
 }

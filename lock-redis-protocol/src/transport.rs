@@ -94,6 +94,10 @@ pub enum TransportError {
 
 impl TransportError {
     /// Runs `call`; taking longer than `limit` is an [`TransportError::Io`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe exactly when `call` is.
     pub async fn within<T>(
         limit: std::time::Duration,
         call: impl Future<Output = Result<T, Self>>,
@@ -185,6 +189,10 @@ impl NotificationSink {
     }
 
     /// Resolves once the backend this sink feeds is gone.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only watches.
     pub async fn closed(&self) {
         let mut alive = self.alive.clone();
         // Nothing is ever sent: `changed` returns only when the sender is dropped.

@@ -151,12 +151,22 @@ impl Connector {
     }
 
     /// Connects and returns a client with the default client [`Config`](lock_core::Config).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: the connections opened so far are closed when the future is dropped;
+    /// nothing runs in the background until it completes.
     pub async fn locks(self) -> Result<Locks, Error> {
         Ok(Locks::new(Arc::new(self.connect().await?)))
     }
 
     /// Opens the script connection and the notification connection and returns the
     /// backend, for [`Locks::builder`] or to combine several backends.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: the connections opened so far are closed when the future is dropped;
+    /// nothing runs in the background until it completes.
     pub async fn connect(self) -> Result<RedisBackend, Error> {
         let url = self.target.url();
         lock_redis_protocol::url::naming_hosts_on_failure(url, self.connect_target()).await

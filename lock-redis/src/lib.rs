@@ -39,12 +39,22 @@ pub use lock_redis_protocol::{
 pub use transport::RedisPool;
 
 /// Connects to the deployment `url` names (see [`Connector::new`]) with default settings.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: the connections opened so far are closed when the future is dropped;
+/// nothing runs in the background until it completes.
 pub async fn connect(url: &str) -> Result<Locks, Error> {
     Connector::new(url).locks().await
 }
 
 /// Connects to the deployment `url` names and returns the backend, for
 /// [`Locks::builder`] or to combine several backends.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: the connections opened so far are closed when the future is dropped;
+/// nothing runs in the background until it completes.
 pub async fn connect_backend(url: &str) -> Result<Arc<dyn Backend>, Error> {
     Ok(Arc::new(Connector::new(url).connect().await?))
 }
