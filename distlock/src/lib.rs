@@ -42,7 +42,7 @@ pub use lock_core::{
 /// notification registry, the capability declaration. The memory backend
 /// ([`memory::MemoryBackend`]) is the worked example.
 pub mod backend {
-    /// The attribute the [`Backend`](crate::Backend) trait is written with; implement it
+    /// The attribute the [`Backend`] trait is written with; implement it
     /// under `#[distlock::backend::async_trait]`.
     pub use async_trait::async_trait;
     pub use lock_core::backend::*;
