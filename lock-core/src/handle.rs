@@ -150,8 +150,8 @@ impl Lock {
             .ok_or_else(|| Error::protocol("an unbounded wait ended without the lock"))
     }
 
-    /// One attempt, no waiting (Redisson's `tryLock()`). `Ok(None)` when someone else
-    /// holds the lock.
+    /// One attempt, no waiting (Java's `tryLock()`). `Ok(None)` when someone else holds
+    /// the lock.
     ///
     /// # Cancel safety
     ///
@@ -162,9 +162,9 @@ impl Lock {
         self.acquire_with(Lease::Watchdog, Wait::Never).await
     }
 
-    /// Waits at most `wait` for the lock (Redisson's `tryLock(wait, lease)`). With
+    /// Waits at most `wait` for the lock (Java's `tryLock(wait, lease)`). With
     /// `Some(lease)`, the lock is never renewed and expires after `lease`; with `None`,
-    /// the watchdog renews it. `Ok(None)` when the wait ran out, as Redisson answers
+    /// the watchdog renews it. `Ok(None)` when the wait ran out, where Java answers
     /// `false`; [`Lock::acquire`] with [`Acquisition::wait`] reports the same outcome as
     /// an [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) error instead.
     ///

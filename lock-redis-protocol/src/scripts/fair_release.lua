@@ -6,18 +6,10 @@
 -- to release only the grant remembered in KEYS[5].
 -- Reply: -1 not held (nothing changed); 0 released; n > 0 holds left.
 
-local before = release_replayed()
-if before then
-    return before
+local settled = release_exclusive()
+if settled then
+    return settled
 end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
-    return released(-1)
-end
-local holds = drop_hold(KEYS[1], ARGV[2], ARGV[1])
-if holds > 0 then
-    return released(holds)
-end
-redis.call('del', KEYS[1])
 local head = prune(KEYS[2], KEYS[3], KEYS[4], now_ms())
 if head then
     redis.call(ARGV[4], ARGV[3] .. ':' .. head, '0')

@@ -4,17 +4,9 @@
 -- ARGV[4] publish command ('publish' or 'spublish'); ARGV[5] latch lifetime (ms);
 -- ARGV[6] '1' to release only the grant remembered in KEYS[3] (see release_replayed).
 -- Reply: -1 not held (nothing changed); 0 released (waiters notified); n > 0 holds left.
-local before = release_replayed()
-if before then
-    return before
+local settled = release_exclusive()
+if settled then
+    return settled
 end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
-    return released(-1)
-end
-local holds = drop_hold(KEYS[1], ARGV[2], ARGV[1])
-if holds > 0 then
-    return released(holds)
-end
-redis.call('del', KEYS[1])
 redis.call(ARGV[4], ARGV[3], '0')
 return released(0)

@@ -260,3 +260,23 @@ local function release_replayed()
     end
     return nil
 end
+
+-- Releases one hold of owner ARGV[2] on the exclusive lock KEYS[1], re-arming lease
+-- ARGV[1] on the holds left. Returns the script's answer when it is settled (a replayed
+-- request, not held, holds left); nil when the last hold went and the lock was deleted,
+-- so that the caller wakes its waiters and answers released(0).
+local function release_exclusive()
+    local before = release_replayed()
+    if before then
+        return before
+    end
+    if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+        return released(-1)
+    end
+    local holds = drop_hold(KEYS[1], ARGV[2], ARGV[1])
+    if holds > 0 then
+        return released(holds)
+    end
+    redis.call('del', KEYS[1])
+    return nil
+end
