@@ -34,8 +34,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use lock_core::{
-    Acquisition, Backend, Capabilities, Cause, Chain, Config, Error, ErrorKind, Guard, HoldModel,
-    Holder, Lock, LockKind, LockName, Locks, LocksBuilder, LostReason, RwLock,
+    Acquisition, Backend, Capabilities, Cause, Chain, Config, CountDownLatch, Error, ErrorKind,
+    Guard, HoldModel, Holder, Lock, LockKind, LockName, Locks, LocksBuilder, LostReason, RwLock,
 };
 
 /// Everything needed to implement a [`Backend`]: the request and reply types, the

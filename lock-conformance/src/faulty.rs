@@ -131,6 +131,10 @@ impl Backend for FaultyBackend {
         self.inner.capabilities()
     }
 
+    fn latches(&self) -> Option<&dyn lock_core::LatchBackend> {
+        self.inner.latches()
+    }
+
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
         match self.fault() {
             AcquireFault::None => self.inner.acquire(lock, request).await,

@@ -82,6 +82,9 @@ pub trait RedisControl: Send + Sync {
     async fn pttl(&self, key: &str) -> i64;
     /// Runs `args` on the node that owns `key` (a peer's raw commands).
     async fn run(&self, key: &str, args: &[&str]) -> redis::Value;
+    /// How a Redisson peer publishes here: `spublish` on a cluster (sharded pub/sub, as
+    /// Redisson decides on Redis 7), `publish` elsewhere.
+    fn publish_command(&self) -> &'static str;
 }
 
 /// The in-memory backend: every "client" shares one store.

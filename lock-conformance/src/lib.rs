@@ -17,6 +17,7 @@ pub mod adapter;
 mod family;
 pub mod faulty;
 pub mod fixture;
+mod latch;
 pub mod redis_fixture;
 mod safety;
 pub mod scenarios;
@@ -95,6 +96,11 @@ macro_rules! conformance_suite {
             a_redisson_waiter_keeps_the_fair_queue: [RedisControl, Fair],
             failover_never_leaves_two_holders: [Failover],
             replica_ack_keeps_the_lock_across_a_failover: [Failover],
+            latch_opens_for_every_waiter: [CountDownLatch],
+            latch_closes_again_and_deletes: [CountDownLatch],
+            latch_bad_input_and_timeouts: [CountDownLatch],
+            latch_count_down_sent_twice_counts_once: [CountDownLatch, RetrySafe],
+            a_redisson_peer_shares_our_latch: [RedisControl, CountDownLatch],
         );
     };
 }

@@ -272,6 +272,14 @@ impl RedisControl for RedisFixture {
     async fn pttl(&self, key: &str) -> i64 {
         self.on_node_of(key, &["PTTL", key]).await
     }
+
+    fn publish_command(&self) -> &'static str {
+        if self.kind == Kind::Cluster {
+            "spublish"
+        } else {
+            "publish"
+        }
+    }
 }
 
 async fn save(server: &RedisServer) {

@@ -22,6 +22,8 @@ pub enum Need {
     RetrySafe,
     /// Reservations for starving waiters ([`Capabilities::reservation`]).
     Reservation,
+    /// Count-down latches ([`Capabilities::count_down_latch`]).
+    CountDownLatch,
     /// Server-side access to a Redis deployment ([`Fixture::redis`]).
     RedisControl,
     /// A deployment that can fail over to a replica (Sentinel).
@@ -41,6 +43,7 @@ impl Need {
             Self::Fencing => declared(|caps| caps.fencing, "fencing tokens"),
             Self::RetrySafe => declared(|caps| caps.retry_safe, "retry-safe requests"),
             Self::Reservation => declared(|caps| caps.reservation, "reservations"),
+            Self::CountDownLatch => declared(|caps| caps.count_down_latch, "count-down latches"),
             Self::RedisControl => (!deployment.redis_control)
                 .then(|| "the fixture has no Redis deployment to inject faults into".to_owned()),
             Self::Failover => (!deployment.failover)
@@ -187,6 +190,19 @@ pub async fn declared_capabilities_hold(fx: &dyn Fixture) {
             let err = tried.expect_err("an undeclared kind must be refused");
             assert_eq!(err.kind(), ErrorKind::Unsupported, "{kind}: {err}");
         }
+    }
+    let latch = locks.count_down_latch(&name);
+    let counted = latch.count().await;
+    assert_eq!(
+        fx.backend().await.latches().is_some(),
+        capabilities.count_down_latch,
+        "count-down latches declared but not handed out, or the reverse"
+    );
+    if capabilities.count_down_latch {
+        assert_eq!(counted.expect("a declared latch"), 0);
+    } else {
+        let err = counted.expect_err("an undeclared latch must be refused");
+        assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
     }
     let fenced = Locks::builder(fx.backend().await).fencing(true).build();
     match fenced {

@@ -395,6 +395,8 @@ pub struct Capabilities {
     pub reservation: bool,
     /// Other processes share the locks (a server); `false` for an in-process store.
     pub shared: bool,
+    /// Count-down latches ([`Backend::latches`]).
+    pub count_down_latch: bool,
 }
 
 impl Capabilities {
@@ -409,6 +411,7 @@ impl Capabilities {
             retry_safe: false,
             reservation: false,
             shared: false,
+            count_down_latch: false,
         }
     }
 
@@ -448,6 +451,12 @@ impl Capabilities {
         self
     }
 
+    /// Sets [`Capabilities::count_down_latch`].
+    pub const fn count_down_latch(mut self, yes: bool) -> Self {
+        self.count_down_latch = yes;
+        self
+    }
+
     /// Whether locks of `kind` are supported.
     #[must_use]
     pub const fn supports(self, kind: LockKind) -> bool {
@@ -477,6 +486,7 @@ impl Capabilities {
             retry_safe: common.retry_safe && next.retry_safe,
             reservation: common.reservation && next.reservation,
             shared: common.shared && next.shared,
+            count_down_latch: common.count_down_latch && next.count_down_latch,
         })
     }
 
@@ -577,4 +587,58 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// The returned listener is subscribed when this returns, so a release published after
     /// this call is never missed. Listeners of one channel share one subscription.
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error>;
+
+    /// The count-down latches of this store, when it declares
+    /// [`Capabilities::count_down_latch`].
+    fn latches(&self) -> Option<&dyn LatchBackend> {
+        None
+    }
+}
+
+/// A count-down latch operation that changes the count: its id makes a retry (after a
+/// lost reply) answer as the first run instead of counting twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LatchRequest {
+    /// The request's id.
+    pub id: RequestId,
+    /// How long the caller may send the request again (and the store remember it).
+    pub retry_window: Duration,
+}
+
+impl LatchRequest {
+    /// A request with a fresh id, remembered for `retry_window`.
+    #[must_use]
+    pub fn new(retry_window: Duration) -> Self {
+        Self {
+            id: RequestId::random(),
+            retry_window,
+        }
+    }
+}
+
+/// The count-down latches of a store (Java's `CountDownLatch`, shared): a count per name
+/// that services count down, and waiters that all go on once it reaches zero.
+///
+/// A latch's name shares the store's name space with its locks: a name used by a lock
+/// answers [`ErrorKind::Incompatible`](crate::ErrorKind::Incompatible).
+#[async_trait]
+pub trait LatchBackend: fmt::Debug + Send + Sync {
+    /// Sets the count to `count` (at least 1) if the latch is open (no count); whether
+    /// it did. Setting a count closes the latch again and tells its listeners.
+    async fn try_set_count(&self, name: &LockName, count: u64) -> Result<bool, Error>;
+
+    /// Counts down once and returns the count left (0: the latch is open; counting down
+    /// an open latch changes nothing). Reaching zero wakes every listener.
+    async fn count_down(&self, name: &LockName, request: LatchRequest) -> Result<u64, Error>;
+
+    /// The count left; 0 when the latch is open.
+    async fn count(&self, name: &LockName) -> Result<u64, Error>;
+
+    /// Deletes the latch (it is then open); whether there was one. Listeners are told.
+    async fn delete(&self, name: &LockName) -> Result<bool, Error>;
+
+    /// Starts listening for the latch's notifications (opened, closed again). Subscribed
+    /// when this returns.
+    async fn listen(&self, name: &LockName) -> Result<Listener, Error>;
 }

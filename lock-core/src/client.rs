@@ -11,7 +11,10 @@ use crate::config::Config;
 use crate::hold::Hold;
 use crate::supervisor::Supervisor;
 use crate::watchdog::Watchdog;
-use crate::{Backend, Capabilities, Error, Lock, LockKind, LockRef, LostReason, RwLock, events};
+use crate::{
+    Backend, Capabilities, CountDownLatch, Error, Lock, LockKind, LockRef, LostReason, RwLock,
+    events,
+};
 
 /// A client of a lock backend: the factory of lock handles.
 ///
@@ -96,6 +99,14 @@ impl Locks {
     #[must_use]
     pub fn rw_lock(&self, name: &str) -> RwLock {
         RwLock::new(self, name)
+    }
+
+    /// A handle on the count-down latch `name`. No I/O; a backend without
+    /// [`Capabilities::count_down_latch`] refuses its first operation with
+    /// [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
+    #[must_use]
+    pub fn count_down_latch(&self, name: &str) -> CountDownLatch {
+        CountDownLatch::new(self.clone(), name)
     }
 
     /// This client's UUID: the first part of every owner string it writes.

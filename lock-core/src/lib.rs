@@ -35,6 +35,7 @@ mod guard;
 mod handle;
 mod hold;
 mod holder;
+mod latch;
 pub mod memory;
 pub mod metrics;
 mod name;
@@ -47,10 +48,12 @@ pub use backend::{
     AcquireRequest, Backend, Capabilities, HoldModel, LockKind, LockRef, Owner, ReleaseRequest,
     RequestId, Waiting,
 };
+pub use backend::{LatchBackend, LatchRequest};
 pub use client::{Locks, LocksBuilder};
 pub use config::{Config, MAX_DURATION};
 pub use error::{BoxError, Cause, Chain, Error, ErrorKind, LostReason};
 pub use guard::Guard;
 pub use handle::{Acquisition, Lock, RwLock};
 pub use holder::Holder;
+pub use latch::CountDownLatch;
 pub use name::{LockName, MAX_NAME_LEN};

@@ -17,8 +17,8 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::backend::{
-    Acquire, AcquireRequest, Backend, Capabilities, HoldModel, LockKind, LockRef, LockState,
-    Release, ReleaseRequest, Renewal, RequestId,
+    Acquire, AcquireRequest, Backend, Capabilities, HoldModel, LatchBackend, LatchRequest,
+    LockKind, LockRef, LockState, Release, ReleaseRequest, Renewal, RequestId,
 };
 use crate::notify::{InProcess, Listener, Subscriptions, Wake};
 use crate::{Error, LockName, Owner};
@@ -143,6 +143,10 @@ struct Store {
     /// grants by acquire request, answers by release request, until they expire.
     grants: HashMap<(String, RequestId), (Acquire, Instant)>,
     releases: HashMap<(String, RequestId), (Release, Instant)>,
+    /// Count-down latches: the count left per name (absent: open).
+    latches: HashMap<String, u64>,
+    /// Answers to count-downs, remembered for their retries.
+    count_downs: HashMap<(String, RequestId), (u64, Instant)>,
     remembered: u64,
 }
 
@@ -153,6 +157,7 @@ impl Store {
         if self.remembered.is_multiple_of(256) {
             self.grants.retain(|_, (_, until)| *until > now);
             self.releases.retain(|_, (_, until)| *until > now);
+            self.count_downs.retain(|_, (_, until)| *until > now);
         }
     }
 
@@ -570,14 +575,20 @@ fn release_exclusive(
 
 #[async_trait]
 impl Backend for MemoryBackend {
-    /// Every lock kind, fencing and retries; no reservations, which first-come-first-
-    /// served wake-ups make unnecessary here; shared by the clients of this process only.
+    /// Every lock kind, fencing, retries and count-down latches; no reservations, which
+    /// first-come-first-served wake-ups make unnecessary here; shared by the clients of
+    /// this process only.
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(HoldModel::Lease)
             .fair(true)
             .read_write(true)
             .fencing(true)
             .retry_safe(true)
+            .count_down_latch(true)
+    }
+
+    fn latches(&self) -> Option<&dyn LatchBackend> {
+        Some(self)
     }
 
     /// Wake-ups here are first-come-first-served already (one waiter per release, in
@@ -740,6 +751,90 @@ impl Backend for MemoryBackend {
     }
 }
 
+impl MemoryBackend {
+    /// The latch store, refusing a name a lock uses (as a networked store refuses a
+    /// name that holds another kind of object).
+    fn latch_store(&self, name: &LockName) -> Result<MutexGuard<'_, Store>, Error> {
+        let mut store = self.store();
+        if store.live(name.as_str(), Instant::now()).is_some() {
+            return Err(Error::incompatible(
+                name.as_str(),
+                "a lock holds this name, not a count-down latch",
+            ));
+        }
+        Ok(store)
+    }
+}
+
+#[async_trait]
+impl LatchBackend for MemoryBackend {
+    async fn try_set_count(&self, name: &LockName, count: u64) -> Result<bool, Error> {
+        {
+            let mut store = self.latch_store(name)?;
+            if store.latches.contains_key(name.as_str()) {
+                return Ok(false);
+            }
+            store.latches.insert(name.as_str().to_owned(), count);
+        }
+        self.subscriptions.deliver(&channel::latch(name), Wake::All);
+        Ok(true)
+    }
+
+    async fn count_down(&self, name: &LockName, request: LatchRequest) -> Result<u64, Error> {
+        let now = Instant::now();
+        let (left, opened) = {
+            let mut store = self.latch_store(name)?;
+            let key = (name.as_str().to_owned(), request.id);
+            if let Some((left, until)) = store.count_downs.get(&key)
+                && *until > now
+            {
+                return Ok(*left);
+            }
+            let (left, opened) = match store.latches.get_mut(name.as_str()) {
+                Some(count) if *count > 1 => {
+                    *count -= 1;
+                    (*count, false)
+                }
+                Some(_) => {
+                    store.latches.remove(name.as_str());
+                    (0, true)
+                }
+                None => (0, false),
+            };
+            store.forget_expired(now);
+            store
+                .count_downs
+                .insert(key, (left, now + request.retry_window));
+            (left, opened)
+        };
+        if opened {
+            self.subscriptions.deliver(&channel::latch(name), Wake::All);
+        }
+        Ok(left)
+    }
+
+    async fn count(&self, name: &LockName) -> Result<u64, Error> {
+        let store = self.latch_store(name)?;
+        Ok(store.latches.get(name.as_str()).copied().unwrap_or(0))
+    }
+
+    async fn delete(&self, name: &LockName) -> Result<bool, Error> {
+        let deleted = self
+            .latch_store(name)?
+            .latches
+            .remove(name.as_str())
+            .is_some();
+        if deleted {
+            self.subscriptions.deliver(&channel::latch(name), Wake::All);
+        }
+        Ok(deleted)
+    }
+
+    async fn listen(&self, name: &LockName) -> Result<Listener, Error> {
+        self.subscriptions.listen(&channel::latch(name)).await
+    }
+}
+
 /// The channels waiters listen on. They never leave the process, so any distinct names
 /// do; these say what they are for when a test lists them.
 mod channel {
@@ -751,6 +846,11 @@ mod channel {
 
     pub(super) fn read_write(name: &LockName) -> String {
         format!("rw:{name}")
+    }
+
+    /// A count-down latch's channel: every waiter is woken when it opens or closes.
+    pub(super) fn latch(name: &LockName) -> String {
+        format!("latch:{name}")
     }
 
     /// One queued waiter's own channel: a fair lock wakes its next waiter only.

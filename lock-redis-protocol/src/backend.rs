@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use lock_core::backend::{
-    Acquire, AcquireRequest, Backend, Capabilities, HoldModel, LockKind, LockRef, LockState,
-    Release, ReleaseRequest, Renewal,
+    Acquire, AcquireRequest, Backend, Capabilities, HoldModel, LatchBackend, LatchRequest,
+    LockKind, LockRef, LockState, Release, ReleaseRequest, Renewal,
 };
 use lock_core::notify::{Listener, Subscriptions};
 use lock_core::{Error, LockName};
@@ -171,7 +171,8 @@ impl RedisBackend {
         .fencing(true)
         .retry_safe(true)
         .reservation(true)
-        .shared(true);
+        .shared(true)
+        .count_down_latch(true);
 
     /// Runs the protocol over `transport`.
     ///
@@ -654,6 +655,75 @@ impl Backend for RedisBackend {
 
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
         self.subscriptions.listen(&Self::channel(lock)).await
+    }
+
+    fn latches(&self) -> Option<&dyn LatchBackend> {
+        Some(self)
+    }
+}
+
+/// Redisson's `RCountDownLatch`: the count in the string `name`, messages on
+/// `redisson_countdownlatch__channel__{name}` (`0` opened, `1` closed again).
+#[async_trait]
+impl LatchBackend for RedisBackend {
+    async fn try_set_count(&self, name: &LockName, count: u64) -> Result<bool, Error> {
+        let count = count.to_string();
+        let channel = layout::latch_channel(name);
+        let args = [&*count, &channel, self.options.publish.command()];
+        let keys = [layout::lock_key(name)];
+        match self
+            .eval("setting a latch", &script::LATCH_SET, &keys, &args)
+            .await?
+        {
+            Reply::Int(set) => Ok(set == 1),
+            other => Err(unexpected("latch set", &other)),
+        }
+    }
+
+    async fn count_down(&self, name: &LockName, request: LatchRequest) -> Result<u64, Error> {
+        let answer = layout::count_down_answer_key(name, request.id);
+        let channel = layout::latch_channel(name);
+        let remembered = millis(request.retry_window).to_string();
+        let args = [&*channel, self.options.publish.command(), &remembered];
+        let keys = [layout::lock_key(name), &answer];
+        let script = &script::LATCH_COUNT_DOWN;
+        match self
+            .eval("counting a latch down", script, &keys, &args)
+            .await?
+        {
+            Reply::Int(left) => Ok(u64::try_from(left).unwrap_or(0)),
+            other => Err(unexpected("latch count-down", &other)),
+        }
+    }
+
+    async fn count(&self, name: &LockName) -> Result<u64, Error> {
+        let keys = [layout::lock_key(name)];
+        match self
+            .eval("reading a latch", &script::LATCH_COUNT, &keys, &[])
+            .await?
+        {
+            Reply::Int(count) => Ok(u64::try_from(count).unwrap_or(0)),
+            other => Err(unexpected("latch count", &other)),
+        }
+    }
+
+    async fn delete(&self, name: &LockName) -> Result<bool, Error> {
+        let channel = layout::latch_channel(name);
+        let args = [&*channel, self.options.publish.command()];
+        let keys = [layout::lock_key(name)];
+        match self
+            .eval("deleting a latch", &script::LATCH_DELETE, &keys, &args)
+            .await?
+        {
+            Reply::Int(deleted) => Ok(deleted == 1),
+            other => Err(unexpected("latch delete", &other)),
+        }
+    }
+
+    async fn listen(&self, name: &LockName) -> Result<Listener, Error> {
+        self.subscriptions
+            .listen(&layout::latch_channel(name))
+            .await
     }
 }
 

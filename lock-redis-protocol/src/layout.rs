@@ -132,6 +132,23 @@ pub fn mutex_channel(name: &LockName) -> String {
     format!("{MUTEX_CHANNEL_PREFIX}:{}", tagged(name))
 }
 
+/// The prefix of every count-down latch's channel.
+pub const LATCH_CHANNEL_PREFIX: &str = "redisson_countdownlatch__channel__";
+
+/// A count-down latch's channel: `redisson_countdownlatch__channel__{name}`, braces
+/// always added (Redisson's exception to its naming rule).
+#[must_use]
+pub fn latch_channel(name: &LockName) -> String {
+    format!("{LATCH_CHANNEL_PREFIX}{{{name}}}")
+}
+
+/// Where a count-down's answer is remembered for its retries:
+/// `{name}:redisson_latch_count_down:<request id>` (our own key; Redisson has none).
+#[must_use]
+pub fn count_down_answer_key(name: &LockName, request: RequestId) -> String {
+    format!("{}:redisson_latch_count_down:{request}", tagged(name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -85,6 +85,10 @@ scripts! {
     13 RW_READ_RENEW = "rw_read_renew";
     14 RW_FORCE_RELEASE = "rw_force_release";
     15 FENCING_RAISE = "fencing_raise";
+    16 LATCH_SET = "latch_set";
+    17 LATCH_COUNT_DOWN = "latch_count_down";
+    18 LATCH_COUNT = "latch_count";
+    19 LATCH_DELETE = "latch_delete";
 }
 
 /// How a script call is sent.

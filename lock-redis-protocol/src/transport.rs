@@ -201,9 +201,10 @@ impl NotificationSink {
 
     /// A message arrived on `channel`.
     pub fn message(&self, channel: &str, payload: &[u8]) {
-        // Mutex releases publish `0`: one waiter can win, so one is woken. Anything else
-        // (a Redisson peer's other primitives) wakes everyone to re-check.
-        let wake = if payload == b"0" {
+        // Lock releases publish `0`: one waiter can win, so one is woken. A latch's `0`
+        // opens it for every waiter, and anything else (a Redisson peer's other
+        // primitives) wakes everyone to re-check.
+        let wake = if payload == b"0" && !channel.starts_with(crate::layout::LATCH_CHANNEL_PREFIX) {
             Wake::One
         } else {
             Wake::All

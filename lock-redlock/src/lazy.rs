@@ -181,8 +181,10 @@ impl std::error::Error for NodeDown {}
 
 #[async_trait]
 impl Backend for LazyNode {
+    /// The declared capabilities, without the synchronizers other than locks, which a
+    /// node cannot hand out before it is connected.
     fn capabilities(&self) -> Capabilities {
-        self.capabilities
+        self.capabilities.count_down_latch(false)
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {

@@ -187,7 +187,9 @@ impl Backend for MultiLock {
     /// What every part supports, but no fair locks: each part keeps its own queue, so
     /// no arrival order holds across parts.
     fn capabilities(&self) -> Capabilities {
-        Capabilities::common(self.parts.iter().map(|(part, _)| part.capabilities())).fair(false)
+        Capabilities::common(self.parts.iter().map(|(part, _)| part.capabilities()))
+            .fair(false)
+            .count_down_latch(false)
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {

@@ -340,7 +340,9 @@ impl Backend for RedLock {
     /// concurrent waiters reach nodes in different orders, so heads disagree and no
     /// waiter gets a majority.
     fn capabilities(&self) -> Capabilities {
-        Capabilities::common(self.nodes.iter().map(|node| node.capabilities())).fair(false)
+        Capabilities::common(self.nodes.iter().map(|node| node.capabilities()))
+            .fair(false)
+            .count_down_latch(false)
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {

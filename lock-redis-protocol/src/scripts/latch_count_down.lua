@@ -1,0 +1,21 @@
+-- Counts a latch down once (Redisson's countDown), remembering the answer for retries.
+-- KEYS[1] the latch; KEYS[2] this request's answer; ARGV[1] channel; ARGV[2] publish
+-- command; ARGV[3] how long the answer is remembered (ms).
+-- Reply: the count left; reaching exactly 0 deletes the latch and publishes '0'.
+local before = redis.call('get', KEYS[2])
+if before then
+    return tonumber(before)
+end
+local left = 0
+if redis.call('get', KEYS[1]) then
+    left = redis.call('decr', KEYS[1])
+    if left <= 0 then
+        redis.call('del', KEYS[1])
+        if left == 0 then
+            redis.call(ARGV[2], ARGV[1], '0')
+        end
+        left = 0
+    end
+end
+redis.call('set', KEYS[2], left, 'px', ARGV[3])
+return left
