@@ -35,7 +35,8 @@
 
 pub use lock_core::{
     Acquisition, Backend, Capabilities, Cause, Chain, Config, CountDownLatch, Error, ErrorKind,
-    Guard, HoldModel, Holder, Lock, LockKind, LockName, Locks, LocksBuilder, LostReason, RwLock,
+    Guard, HoldModel, Holder, Lock, LockKind, LockName, Locks, LocksBuilder, LostReason, Permits,
+    RwLock, Semaphore,
 };
 
 /// Everything needed to implement a [`Backend`]: the request and reply types, the

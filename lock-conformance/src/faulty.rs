@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::backend::{Acquire, Capabilities, LockState, Release, Renewal};
 use lock_core::notify::Listener;
-use lock_core::{AcquireRequest, Backend, Error, LockRef, ReleaseRequest};
+use lock_core::{AcquireRequest, Backend, Error, LockName, LockRef, PermitRequest, ReleaseRequest};
 
 /// What the wrapper does to an acquisition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -43,6 +43,7 @@ pub struct FaultyBackend {
     losing_release_reply: Arc<AtomicBool>,
     listen_delay: Arc<Mutex<Duration>>,
     failing_listens: Arc<std::sync::atomic::AtomicUsize>,
+    permit_grant_delay: Arc<Mutex<Duration>>,
 }
 
 impl fmt::Debug for FaultyBackend {
@@ -56,6 +57,7 @@ impl fmt::Debug for FaultyBackend {
             .field("losing_release_reply", &self.losing_release_reply)
             .field("listen_delay", &self.listen_delay)
             .field("failing_listens", &self.failing_listens)
+            .field("permit_grant_delay", &self.permit_grant_delay)
             .finish()
     }
 }
@@ -73,7 +75,17 @@ impl FaultyBackend {
             losing_release_reply: Arc::new(AtomicBool::new(false)),
             listen_delay: Arc::new(Mutex::new(Duration::ZERO)),
             failing_listens: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            permit_grant_delay: Arc::new(Mutex::new(Duration::ZERO)),
         }
+    }
+
+    /// Makes semaphore acquisitions answer this long after the wrapped backend granted
+    /// them (a slow reply), so that a caller may give up while its permits are granted.
+    pub fn delay_permit_grants(&self, delay: Duration) {
+        *self
+            .permit_grant_delay
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = delay;
     }
 
     /// Makes releases fail without reaching the wrapped backend (or forward again).
@@ -133,6 +145,12 @@ impl Backend for FaultyBackend {
 
     fn latches(&self) -> Option<&dyn lock_core::LatchBackend> {
         self.inner.latches()
+    }
+
+    fn semaphores(&self) -> Option<&dyn lock_core::SemaphoreBackend> {
+        self.inner
+            .semaphores()
+            .map(|_| self as &dyn lock_core::SemaphoreBackend)
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
@@ -211,5 +229,53 @@ impl Backend for FaultyBackend {
             return Err(injected("injected: subscription not confirmed"));
         }
         self.inner.listen(lock).await
+    }
+}
+
+/// The wrapped backend's semaphores, with grants answered late when told.
+#[async_trait]
+impl lock_core::SemaphoreBackend for FaultyBackend {
+    async fn try_set_permits(&self, name: &LockName, permits: u64) -> Result<bool, Error> {
+        self.inner_semaphores()?
+            .try_set_permits(name, permits)
+            .await
+    }
+
+    async fn add_permits(&self, name: &LockName, delta: i64) -> Result<i64, Error> {
+        self.inner_semaphores()?.add_permits(name, delta).await
+    }
+
+    async fn try_acquire(&self, name: &LockName, request: PermitRequest) -> Result<bool, Error> {
+        let granted = self.inner_semaphores()?.try_acquire(name, request).await;
+        let delay = *self
+            .permit_grant_delay
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        tokio::time::sleep(delay).await;
+        granted
+    }
+
+    async fn release(&self, name: &LockName, request: PermitRequest) -> Result<i64, Error> {
+        self.inner_semaphores()?.release(name, request).await
+    }
+
+    async fn available(&self, name: &LockName) -> Result<i64, Error> {
+        self.inner_semaphores()?.available(name).await
+    }
+
+    async fn drain(&self, name: &LockName) -> Result<i64, Error> {
+        self.inner_semaphores()?.drain(name).await
+    }
+
+    async fn listen(&self, name: &LockName) -> Result<Listener, Error> {
+        self.inner_semaphores()?.listen(name).await
+    }
+}
+
+impl FaultyBackend {
+    fn inner_semaphores(&self) -> Result<&dyn lock_core::SemaphoreBackend, Error> {
+        self.inner
+            .semaphores()
+            .ok_or_else(|| Error::unsupported("semaphores"))
     }
 }

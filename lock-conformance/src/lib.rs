@@ -22,6 +22,7 @@ pub mod redis_fixture;
 mod safety;
 pub mod scenarios;
 pub mod selection;
+mod semaphore;
 
 pub use fixture::{Fixture, RedisControl};
 pub use selection::{Deployment, Need};
@@ -101,6 +102,11 @@ macro_rules! conformance_suite {
             latch_bad_input_and_timeouts: [CountDownLatch],
             latch_count_down_sent_twice_counts_once: [CountDownLatch, RetrySafe],
             a_redisson_peer_shares_our_latch: [RedisControl, CountDownLatch],
+            semaphore_bounds_concurrency: [Semaphore],
+            semaphore_waiters_of_one_client_go_in_arrival_order: [Semaphore],
+            semaphore_operations_and_bad_input: [Semaphore],
+            dropped_permits_and_abandoned_waits_keep_nothing: [Semaphore],
+            a_permit_request_sent_twice_counts_once: [Semaphore, RetrySafe],
         );
     };
 }

@@ -943,3 +943,4 @@ pub use crate::family::*;
 pub use crate::latch::*;
 pub use crate::safety::*;
 pub use crate::selection::declared_capabilities_hold;
+pub use crate::semaphore::*;

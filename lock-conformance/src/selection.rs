@@ -24,6 +24,8 @@ pub enum Need {
     Reservation,
     /// Count-down latches ([`Capabilities::count_down_latch`]).
     CountDownLatch,
+    /// Semaphores ([`Capabilities::semaphore`]).
+    Semaphore,
     /// Server-side access to a Redis deployment ([`Fixture::redis`]).
     RedisControl,
     /// A deployment that can fail over to a replica (Sentinel).
@@ -44,6 +46,7 @@ impl Need {
             Self::RetrySafe => declared(|caps| caps.retry_safe, "retry-safe requests"),
             Self::Reservation => declared(|caps| caps.reservation, "reservations"),
             Self::CountDownLatch => declared(|caps| caps.count_down_latch, "count-down latches"),
+            Self::Semaphore => declared(|caps| caps.semaphore, "semaphores"),
             Self::RedisControl => (!deployment.redis_control)
                 .then(|| "the fixture has no Redis deployment to inject faults into".to_owned()),
             Self::Failover => (!deployment.failover)
@@ -203,6 +206,22 @@ pub async fn declared_capabilities_hold(fx: &dyn Fixture) {
     } else {
         let err = counted.expect_err("an undeclared latch must be refused");
         assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    }
+    let available = locks.semaphore(&name).available().await;
+    assert_eq!(
+        fx.backend().await.semaphores().is_some(),
+        capabilities.semaphore,
+        "semaphores declared but not handed out, or the reverse"
+    );
+    match available {
+        Ok(_) => assert!(capabilities.semaphore, "an undeclared semaphore answered"),
+        Err(err) => {
+            assert!(
+                !capabilities.semaphore,
+                "a declared semaphore failed: {err}"
+            );
+            assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+        }
     }
     let fenced = Locks::builder(fx.backend().await).fencing(true).build();
     match fenced {

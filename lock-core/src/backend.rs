@@ -397,6 +397,8 @@ pub struct Capabilities {
     pub shared: bool,
     /// Count-down latches ([`Backend::latches`]).
     pub count_down_latch: bool,
+    /// Semaphores ([`Backend::semaphores`]).
+    pub semaphore: bool,
 }
 
 impl Capabilities {
@@ -412,6 +414,7 @@ impl Capabilities {
             reservation: false,
             shared: false,
             count_down_latch: false,
+            semaphore: false,
         }
     }
 
@@ -457,6 +460,12 @@ impl Capabilities {
         self
     }
 
+    /// Sets [`Capabilities::semaphore`].
+    pub const fn semaphore(mut self, yes: bool) -> Self {
+        self.semaphore = yes;
+        self
+    }
+
     /// Whether locks of `kind` are supported.
     #[must_use]
     pub const fn supports(self, kind: LockKind) -> bool {
@@ -487,6 +496,7 @@ impl Capabilities {
             reservation: common.reservation && next.reservation,
             shared: common.shared && next.shared,
             count_down_latch: common.count_down_latch && next.count_down_latch,
+            semaphore: common.semaphore && next.semaphore,
         })
     }
 
@@ -593,6 +603,71 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     fn latches(&self) -> Option<&dyn LatchBackend> {
         None
     }
+
+    /// The semaphores of this store, when it declares [`Capabilities::semaphore`].
+    fn semaphores(&self) -> Option<&dyn SemaphoreBackend> {
+        None
+    }
+}
+
+/// Permits asked for or given back, under an id that makes a retry (after a lost reply)
+/// answer as the first run instead of taking or returning them twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PermitRequest {
+    /// How many permits.
+    pub permits: u64,
+    /// The request's id.
+    pub id: RequestId,
+    /// How long the caller may send the request again (and the store remember it).
+    pub retry_window: Duration,
+}
+
+impl PermitRequest {
+    /// A request for `permits` with a fresh id, remembered for `retry_window`.
+    #[must_use]
+    pub fn new(permits: u64, retry_window: Duration) -> Self {
+        Self {
+            permits,
+            id: RequestId::random(),
+            retry_window,
+        }
+    }
+}
+
+/// The semaphores of a store (Java's `Semaphore`, shared between services): a count
+/// of available permits per name; acquiring takes some, releasing gives some back.
+///
+/// Names share the store's name space with its locks and latches: a name used by another
+/// kind answers [`ErrorKind::Incompatible`](crate::ErrorKind::Incompatible).
+#[async_trait]
+pub trait SemaphoreBackend: fmt::Debug + Send + Sync {
+    /// Sets the available permits to `permits` if the semaphore has none set (absent);
+    /// whether it did. Listeners are told.
+    async fn try_set_permits(&self, name: &LockName, permits: u64) -> Result<bool, Error>;
+
+    /// Adds `delta` (possibly negative) to the available permits and returns the new
+    /// count. Listeners are told.
+    async fn add_permits(&self, name: &LockName, delta: i64) -> Result<i64, Error>;
+
+    /// Takes `request.permits` if that many are available; whether it did. The same
+    /// request sent again answers as the first time and takes nothing more.
+    async fn try_acquire(&self, name: &LockName, request: PermitRequest) -> Result<bool, Error>;
+
+    /// Gives `request.permits` back and returns the available count after. The same
+    /// request sent again answers as the first time and gives nothing more. Listeners
+    /// are told.
+    async fn release(&self, name: &LockName, request: PermitRequest) -> Result<i64, Error>;
+
+    /// The available permits (0 for a semaphore never set).
+    async fn available(&self, name: &LockName) -> Result<i64, Error>;
+
+    /// Takes every available permit and returns how many there were.
+    async fn drain(&self, name: &LockName) -> Result<i64, Error>;
+
+    /// Starts listening for the semaphore's notifications (permits added or released).
+    /// Subscribed when this returns.
+    async fn listen(&self, name: &LockName) -> Result<Listener, Error>;
 }
 
 /// A count-down latch operation that changes the count: its id makes a retry (after a

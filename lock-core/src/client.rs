@@ -13,7 +13,7 @@ use crate::supervisor::Supervisor;
 use crate::watchdog::Watchdog;
 use crate::{
     Backend, Capabilities, CountDownLatch, Error, Lock, LockKind, LockRef, LostReason, RwLock,
-    events,
+    Semaphore, events,
 };
 
 /// A client of a lock backend: the factory of lock handles.
@@ -37,6 +37,8 @@ pub(crate) struct Inner {
     in_flight: StdMutex<HashMap<LockRef, u32>>,
     pub(crate) watchdog: Watchdog,
     pub(crate) supervisor: Supervisor,
+    /// The turns of this client's semaphore waiters, per name.
+    pub(crate) semaphore_turns: crate::semaphore::Turns,
 }
 
 impl fmt::Debug for Locks {
@@ -76,6 +78,7 @@ impl Locks {
                 in_flight: StdMutex::new(HashMap::new()),
                 watchdog: Watchdog::default(),
                 supervisor: Supervisor::new(),
+                semaphore_turns: crate::semaphore::Turns::default(),
             }),
         }
     }
@@ -99,6 +102,14 @@ impl Locks {
     #[must_use]
     pub fn rw_lock(&self, name: &str) -> RwLock {
         RwLock::new(self, name)
+    }
+
+    /// A handle on the semaphore `name`. No I/O; a backend without
+    /// [`Capabilities::semaphore`] refuses its first operation with
+    /// [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
+    #[must_use]
+    pub fn semaphore(&self, name: &str) -> Semaphore {
+        Semaphore::new(self.clone(), name)
     }
 
     /// A handle on the count-down latch `name`. No I/O; a backend without

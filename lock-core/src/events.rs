@@ -42,6 +42,24 @@ pub(crate) fn release_failed(lock: &LockRef, of: &'static str, err: &Error) {
     );
 }
 
+/// Permits nobody awaits could not be given back (dropped permits, or a grant whose
+/// caller went away): the semaphore has that many fewer until someone adds them.
+pub(crate) fn permits_not_released(
+    name: &crate::LockName,
+    permits: u64,
+    of: &'static str,
+    err: &Error,
+) {
+    tracing::warn!(
+        target: TARGET,
+        %name,
+        permits,
+        of,
+        error = %err.chain(),
+        "giving permits back failed; the semaphore has fewer until they are added again"
+    );
+}
+
 pub(crate) fn cancel_failed(lock: &LockRef, err: &Error) {
     tracing::warn!(
         target: TARGET,

@@ -41,6 +41,7 @@ pub mod metrics;
 mod name;
 pub mod notify;
 mod retry;
+mod semaphore;
 mod supervisor;
 mod watchdog;
 
@@ -48,7 +49,7 @@ pub use backend::{
     AcquireRequest, Backend, Capabilities, HoldModel, LockKind, LockRef, Owner, ReleaseRequest,
     RequestId, Waiting,
 };
-pub use backend::{LatchBackend, LatchRequest};
+pub use backend::{LatchBackend, LatchRequest, PermitRequest, SemaphoreBackend};
 pub use client::{Locks, LocksBuilder};
 pub use config::{Config, MAX_DURATION};
 pub use error::{BoxError, Cause, Chain, Error, ErrorKind, LostReason};
@@ -57,3 +58,4 @@ pub use handle::{Acquisition, Lock, RwLock};
 pub use holder::Holder;
 pub use latch::CountDownLatch;
 pub use name::{LockName, MAX_NAME_LEN};
+pub use semaphore::{Permits, Semaphore};

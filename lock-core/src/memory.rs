@@ -18,7 +18,8 @@ use tokio::time::Instant;
 
 use crate::backend::{
     Acquire, AcquireRequest, Backend, Capabilities, HoldModel, LatchBackend, LatchRequest,
-    LockKind, LockRef, LockState, Release, ReleaseRequest, Renewal, RequestId,
+    LockKind, LockRef, LockState, PermitRequest, Release, ReleaseRequest, Renewal, RequestId,
+    SemaphoreBackend,
 };
 use crate::notify::{InProcess, Listener, Subscriptions, Wake};
 use crate::{Error, LockName, Owner};
@@ -147,6 +148,10 @@ struct Store {
     latches: HashMap<String, u64>,
     /// Answers to count-downs, remembered for their retries.
     count_downs: HashMap<(String, RequestId), (u64, Instant)>,
+    /// Semaphores: the available permits per name (absent: never set, 0 available).
+    semaphores: HashMap<String, i64>,
+    /// Answers to permit requests (granted? / available after a release), for retries.
+    permit_answers: HashMap<(String, RequestId), (i64, Instant)>,
     remembered: u64,
 }
 
@@ -158,6 +163,7 @@ impl Store {
             self.grants.retain(|_, (_, until)| *until > now);
             self.releases.retain(|_, (_, until)| *until > now);
             self.count_downs.retain(|_, (_, until)| *until > now);
+            self.permit_answers.retain(|_, (_, until)| *until > now);
         }
     }
 
@@ -585,9 +591,14 @@ impl Backend for MemoryBackend {
             .fencing(true)
             .retry_safe(true)
             .count_down_latch(true)
+            .semaphore(true)
     }
 
     fn latches(&self) -> Option<&dyn LatchBackend> {
+        Some(self)
+    }
+
+    fn semaphores(&self) -> Option<&dyn SemaphoreBackend> {
         Some(self)
     }
 
@@ -752,17 +763,39 @@ impl Backend for MemoryBackend {
 }
 
 impl MemoryBackend {
-    /// The latch store, refusing a name a lock uses (as a networked store refuses a
-    /// name that holds another kind of object).
+    /// The latch store, refusing a name another kind uses (as a networked store
+    /// refuses a name that holds another kind of object).
     fn latch_store(&self, name: &LockName) -> Result<MutexGuard<'_, Store>, Error> {
         let mut store = self.store();
-        if store.live(name.as_str(), Instant::now()).is_some() {
+        let taken = store.live(name.as_str(), Instant::now()).is_some()
+            || store.semaphores.contains_key(name.as_str());
+        if taken {
             return Err(Error::incompatible(
                 name.as_str(),
-                "a lock holds this name, not a count-down latch",
+                "another kind of object holds this name, not a count-down latch",
             ));
         }
         Ok(store)
+    }
+
+    /// The semaphore store, refusing a name another kind uses.
+    fn semaphore_store(&self, name: &LockName) -> Result<MutexGuard<'_, Store>, Error> {
+        let mut store = self.store();
+        let taken = store.live(name.as_str(), Instant::now()).is_some()
+            || store.latches.contains_key(name.as_str());
+        if taken {
+            return Err(Error::incompatible(
+                name.as_str(),
+                "another kind of object holds this name, not a semaphore",
+            ));
+        }
+        Ok(store)
+    }
+
+    /// Tells a semaphore's listeners that permits changed.
+    fn permits_changed(&self, name: &LockName) {
+        self.subscriptions
+            .deliver(&channel::semaphore(name), Wake::All);
     }
 }
 
@@ -835,6 +868,106 @@ impl LatchBackend for MemoryBackend {
     }
 }
 
+#[async_trait]
+impl SemaphoreBackend for MemoryBackend {
+    async fn try_set_permits(&self, name: &LockName, permits: u64) -> Result<bool, Error> {
+        {
+            let mut store = self.semaphore_store(name)?;
+            if store.semaphores.contains_key(name.as_str()) {
+                return Ok(false);
+            }
+            let permits = i64::try_from(permits).unwrap_or(i64::MAX);
+            store.semaphores.insert(name.as_str().to_owned(), permits);
+        }
+        self.permits_changed(name);
+        Ok(true)
+    }
+
+    async fn add_permits(&self, name: &LockName, delta: i64) -> Result<i64, Error> {
+        let available = {
+            let mut store = self.semaphore_store(name)?;
+            let available = store
+                .semaphores
+                .entry(name.as_str().to_owned())
+                .or_insert(0);
+            *available = available.saturating_add(delta);
+            *available
+        };
+        self.permits_changed(name);
+        Ok(available)
+    }
+
+    async fn try_acquire(&self, name: &LockName, request: PermitRequest) -> Result<bool, Error> {
+        let now = Instant::now();
+        let mut store = self.semaphore_store(name)?;
+        let key = (name.as_str().to_owned(), request.id);
+        if let Some((granted, until)) = store.permit_answers.get(&key)
+            && *until > now
+        {
+            return Ok(*granted == 1);
+        }
+        let wanted = i64::try_from(request.permits).unwrap_or(i64::MAX);
+        let granted = match store.semaphores.get_mut(name.as_str()) {
+            Some(available) if *available >= wanted => {
+                *available -= wanted;
+                true
+            }
+            _ => false,
+        };
+        if granted {
+            store.forget_expired(now);
+            store
+                .permit_answers
+                .insert(key, (1, now + request.retry_window));
+        }
+        Ok(granted)
+    }
+
+    async fn release(&self, name: &LockName, request: PermitRequest) -> Result<i64, Error> {
+        let now = Instant::now();
+        let available = {
+            let mut store = self.semaphore_store(name)?;
+            let key = (name.as_str().to_owned(), request.id);
+            if let Some((available, until)) = store.permit_answers.get(&key)
+                && *until > now
+            {
+                return Ok(*available);
+            }
+            let given = i64::try_from(request.permits).unwrap_or(i64::MAX);
+            let available = store
+                .semaphores
+                .entry(name.as_str().to_owned())
+                .or_insert(0);
+            *available = available.saturating_add(given);
+            let available = *available;
+            store.forget_expired(now);
+            store
+                .permit_answers
+                .insert(key, (available, now + request.retry_window));
+            available
+        };
+        self.permits_changed(name);
+        Ok(available)
+    }
+
+    async fn available(&self, name: &LockName) -> Result<i64, Error> {
+        let store = self.semaphore_store(name)?;
+        Ok(store.semaphores.get(name.as_str()).copied().unwrap_or(0))
+    }
+
+    async fn drain(&self, name: &LockName) -> Result<i64, Error> {
+        let mut store = self.semaphore_store(name)?;
+        Ok(match store.semaphores.get_mut(name.as_str()) {
+            Some(available) => std::mem::replace(available, 0),
+            None => 0,
+        })
+    }
+
+    async fn listen(&self, name: &LockName) -> Result<Listener, Error> {
+        self.subscriptions.listen(&channel::semaphore(name)).await
+    }
+}
+
 /// The channels waiters listen on. They never leave the process, so any distinct names
 /// do; these say what they are for when a test lists them.
 mod channel {
@@ -846,6 +979,11 @@ mod channel {
 
     pub(super) fn read_write(name: &LockName) -> String {
         format!("rw:{name}")
+    }
+
+    /// A semaphore's channel: the first local waiter of each client re-checks.
+    pub(super) fn semaphore(name: &LockName) -> String {
+        format!("semaphore:{name}")
     }
 
     /// A count-down latch's channel: every waiter is woken when it opens or closes.

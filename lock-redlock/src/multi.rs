@@ -190,6 +190,7 @@ impl Backend for MultiLock {
         Capabilities::common(self.parts.iter().map(|(part, _)| part.capabilities()))
             .fair(false)
             .count_down_latch(false)
+            .semaphore(false)
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {

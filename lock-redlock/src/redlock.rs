@@ -343,6 +343,7 @@ impl Backend for RedLock {
         Capabilities::common(self.nodes.iter().map(|node| node.capabilities()))
             .fair(false)
             .count_down_latch(false)
+            .semaphore(false)
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {

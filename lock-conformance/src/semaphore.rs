@@ -1,0 +1,233 @@
+//! Semaphore scenarios: bounded concurrency, local arrival order, the operations and
+//! their bad input, nothing kept by dropped permits or abandoned waits, retries counted
+//! once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lock_core::{ErrorKind, LockName, Locks, PermitRequest};
+use tokio::time::{Instant, sleep, timeout};
+
+use crate::Fixture;
+use crate::faulty::FaultyBackend;
+use crate::scenarios::{eventually, kind, unique};
+
+/// Never more than the permits are inside, with eight workers on two clients.
+pub async fn semaphore_bounds_concurrency(fx: &dyn Fixture) {
+    let (c1, c2) = (fx.client().await, fx.client().await);
+    let name = unique("sem-bound");
+    assert!(c1.semaphore(&name).try_set_permits(3).await.unwrap());
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..8)
+        .map(|i| {
+            let semaphore = if i % 2 == 0 { &c1 } else { &c2 }.semaphore(&name);
+            let (inside, most) = (Arc::clone(&inside), Arc::clone(&most));
+            tokio::spawn(async move {
+                for _ in 0..4 {
+                    let permits = semaphore.acquire(1).await.unwrap();
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    sleep(Duration::from_millis(10)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    permits.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        timeout(Duration::from_secs(20), worker)
+            .await
+            .expect("the workers finish")
+            .unwrap();
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= 3, "{most} workers were inside a semaphore of 3");
+    assert!(most >= 2, "the permits were never shared ({most} at most)");
+    assert_eq!(c2.semaphore(&name).available().await.unwrap(), 3);
+}
+
+/// In one client, a waiter for two permits that came first is served before a later
+/// waiter for one, although one permit would have let the later one in earlier.
+pub async fn semaphore_waiters_of_one_client_go_in_arrival_order(fx: &dyn Fixture) {
+    let locks = fx.client().await;
+    let name = unique("sem-order");
+    let semaphore = locks.semaphore(&name);
+    assert!(semaphore.try_set_permits(2).await.unwrap());
+    let held = semaphore.acquire(2).await.unwrap();
+    let (order, ordered) = tokio::sync::mpsc::unbounded_channel();
+    let first = tokio::spawn({
+        let (semaphore, order) = (semaphore.clone(), order.clone());
+        async move {
+            let permits = semaphore.acquire(2).await.unwrap();
+            order.send(2).unwrap();
+            sleep(Duration::from_millis(50)).await;
+            permits.release().await.unwrap();
+        }
+    });
+    sleep(Duration::from_millis(100)).await;
+    let second = tokio::spawn({
+        let semaphore = semaphore.clone();
+        async move {
+            let permits = semaphore.acquire(1).await.unwrap();
+            order.send(1).unwrap();
+            permits.release().await.unwrap();
+        }
+    });
+    sleep(Duration::from_millis(100)).await;
+    // One permit back: the first waiter still lacks one, and the second must wait.
+    semaphore.add_permits(-1).await.unwrap();
+    held.release().await.unwrap();
+    sleep(Duration::from_millis(150)).await;
+    semaphore.add_permits(1).await.unwrap();
+    for task in [first, second] {
+        timeout(Duration::from_secs(5), task)
+            .await
+            .expect("both waiters are served")
+            .unwrap();
+    }
+    let mut ordered = ordered;
+    let served = [ordered.recv().await.unwrap(), ordered.recv().await.unwrap()];
+    assert_eq!(
+        served,
+        [2, 1],
+        "the later waiter for one overtook the first"
+    );
+}
+
+/// Every operation, and bad input as typed errors that change nothing.
+pub async fn semaphore_operations_and_bad_input(fx: &dyn Fixture) {
+    let locks = fx.client().await;
+    let name = unique("sem-ops");
+    let semaphore = locks.semaphore(&name);
+    assert_eq!(semaphore.available().await.unwrap(), 0, "never set: none");
+    assert_eq!(
+        kind(semaphore.try_set_permits(u64::MAX).await),
+        ErrorKind::InvalidArgument
+    );
+    assert!(semaphore.try_set_permits(5).await.unwrap());
+    assert!(!semaphore.try_set_permits(7).await.unwrap(), "set twice");
+    assert_eq!(semaphore.available().await.unwrap(), 5);
+    assert!(semaphore.try_acquire(6).await.unwrap().is_none());
+    assert_eq!(
+        kind(semaphore.acquire(u64::MAX).await),
+        ErrorKind::InvalidArgument
+    );
+    let none = semaphore
+        .try_acquire(0)
+        .await
+        .unwrap()
+        .expect("zero permits are free");
+    assert_eq!(none.count(), 0);
+    let five = semaphore
+        .try_acquire(5)
+        .await
+        .unwrap()
+        .expect("five are free");
+    assert_eq!(five.count(), 5);
+    assert_eq!(semaphore.available().await.unwrap(), 0);
+    let wait = Duration::from_millis(150);
+    let started = Instant::now();
+    assert!(semaphore.try_acquire_for(1, wait).await.unwrap().is_none());
+    let took = started.elapsed();
+    assert!(
+        took >= wait && took < wait + Duration::from_millis(400),
+        "gave up after {took:?}"
+    );
+    semaphore.add_permits(-2).await.unwrap();
+    assert_eq!(semaphore.available().await.unwrap(), -2);
+    assert_eq!(
+        semaphore.drain().await.unwrap(),
+        -2,
+        "drain answers what it found"
+    );
+    assert_eq!(semaphore.available().await.unwrap(), 0);
+    five.release().await.unwrap();
+    assert_eq!(semaphore.available().await.unwrap(), 5);
+    let nameless = locks.semaphore("");
+    assert_eq!(kind(nameless.available().await), ErrorKind::InvalidArgument);
+    let held = locks.mutex(&unique("sem-lock")).lock().await.unwrap();
+    let on_a_lock = locks.semaphore(held.name());
+    assert_eq!(
+        kind(on_a_lock.try_set_permits(1).await),
+        ErrorKind::Incompatible
+    );
+    assert_eq!(kind(on_a_lock.available().await), ErrorKind::Incompatible);
+    assert!(held.is_held(), "the lock was touched");
+    held.unlock().await.unwrap();
+}
+
+/// Dropped permits come back, and a wait given up while the permits were granted (their
+/// reply slowed down) keeps nothing.
+pub async fn dropped_permits_and_abandoned_waits_keep_nothing(fx: &dyn Fixture) {
+    let faulty = FaultyBackend::new(fx.backend().await);
+    let locks = Locks::new(Arc::new(faulty.clone()));
+    let name = unique("sem-drop");
+    let semaphore = locks.semaphore(&name);
+    assert!(semaphore.try_set_permits(1).await.unwrap());
+    drop(semaphore.acquire(1).await.unwrap());
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            semaphore.available().await.unwrap() == 1
+        })
+        .await,
+        "dropped permits never came back"
+    );
+    let held = semaphore.acquire(1).await.unwrap();
+    for _ in 0..20 {
+        // Waits given up at every moment, some of them while a grant is on its way.
+        let abandoned = timeout(Duration::from_millis(5), semaphore.acquire(1)).await;
+        assert!(abandoned.is_err(), "took a permit that was held");
+    }
+    held.release().await.unwrap();
+    // Each grant now answers 100 ms late; every wait gives up after 20 ms.
+    faulty.delay_permit_grants(Duration::from_millis(100));
+    for _ in 0..3 {
+        let abandoned = timeout(Duration::from_millis(20), semaphore.acquire(1)).await;
+        assert!(abandoned.is_err(), "a slowed grant arrived in time");
+    }
+    faulty.delay_permit_grants(Duration::ZERO);
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            semaphore.available().await.unwrap() == 1
+        })
+        .await,
+        "an abandoned wait kept a permit: {} available",
+        semaphore.available().await.unwrap()
+    );
+}
+
+/// A permit request sent again under its id (its reply was lost) answers as the first
+/// time and takes or gives back once.
+pub async fn a_permit_request_sent_twice_counts_once(fx: &dyn Fixture) {
+    let backend = fx.backend().await;
+    let semaphores = backend
+        .semaphores()
+        .expect("the fixture declares semaphores");
+    let name = LockName::new(&unique("sem-retry")).unwrap();
+    assert!(semaphores.try_set_permits(&name, 3).await.unwrap());
+    let take = PermitRequest::new(2, Duration::from_secs(5));
+    assert!(semaphores.try_acquire(&name, take).await.unwrap());
+    assert!(
+        semaphores.try_acquire(&name, take).await.unwrap(),
+        "not answered alike"
+    );
+    assert_eq!(
+        semaphores.available(&name).await.unwrap(),
+        1,
+        "a retry took again"
+    );
+    let give = PermitRequest::new(2, Duration::from_secs(5));
+    assert_eq!(semaphores.release(&name, give).await.unwrap(), 3);
+    assert_eq!(
+        semaphores.release(&name, give).await.unwrap(),
+        3,
+        "not answered alike"
+    );
+    assert_eq!(
+        semaphores.available(&name).await.unwrap(),
+        3,
+        "a retry gave back again"
+    );
+}

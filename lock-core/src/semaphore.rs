@@ -1,0 +1,360 @@
+//! [`Semaphore`]: bounded concurrency across services (Java's `Semaphore`, shared), and
+//! [`Permits`], the guard that gives taken permits back.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex as StdMutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{Mutex as AsyncMutex, oneshot};
+use tokio::time::Instant;
+
+use crate::backend::{PermitRequest, SemaphoreBackend};
+use crate::client::Inner;
+use crate::config::check_bound;
+use crate::{Error, LockName, Locks, retry};
+
+/// A handle on one semaphore: a count of available permits shared by every client of the
+/// store. Cheap; no I/O. Made by [`Locks::semaphore`].
+///
+/// Waiting is by notification. Within one client, waiters for one semaphore are served
+/// in arrival order, and only the first of them asks the store: a waiter for many
+/// permits is never overtaken by later waiters for few in the same client.
+///
+/// ```no_run
+/// # async fn demo(locks: lock_core::Locks) -> Result<(), lock_core::Error> {
+/// let pool = locks.semaphore("db-connections");
+/// pool.try_set_permits(10).await?; // once; false when it is set already
+/// let permits = pool.acquire(2).await?; // waits until two are free
+/// // ... use two connections ...
+/// permits.release().await?; // or drop them: given back in the background
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    locks: Locks,
+    name: Result<LockName, String>,
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Semaphore {
+    pub(crate) fn new(locks: Locks, name: &str) -> Self {
+        let name = LockName::new(name).map_err(|err| match err {
+            Error::InvalidArgument { reason, .. } => reason,
+            other => other.to_string(),
+        });
+        Self { locks, name }
+    }
+
+    /// The semaphore's name as given.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        self.name.as_ref().map_or("", LockName::as_str)
+    }
+
+    fn parts(&self) -> Result<(&dyn SemaphoreBackend, &LockName), Error> {
+        let name = self
+            .name
+            .as_ref()
+            .map_err(|reason| Error::invalid_argument("name", reason.clone()))?;
+        let semaphores = self
+            .locks
+            .inner
+            .capabilities
+            .semaphore
+            .then(|| self.locks.inner.backend.semaphores())
+            .flatten()
+            .ok_or_else(|| Error::unsupported("semaphores"))?;
+        Ok((semaphores, name))
+    }
+
+    /// Sets the available permits to `permits` if the semaphore was never set; whether
+    /// it did (Java's `trySetPermits`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe in the sense that the permits are either set or not.
+    pub async fn try_set_permits(&self, permits: u64) -> Result<bool, Error> {
+        let (semaphores, name) = self.parts()?;
+        check_count("permits", permits)?;
+        semaphores.try_set_permits(name, permits).await
+    }
+
+    /// Adds `delta` permits (negative: takes them away, possibly below zero, as Java's
+    /// `addPermits`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel-safe: a dropped future may or may not have changed the count.
+    pub async fn add_permits(&self, delta: i64) -> Result<(), Error> {
+        let (semaphores, name) = self.parts()?;
+        semaphores.add_permits(name, delta).await.map(drop)
+    }
+
+    /// The permits available now.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
+    pub async fn available(&self) -> Result<i64, Error> {
+        let (semaphores, name) = self.parts()?;
+        semaphores.available(name).await
+    }
+
+    /// Takes every available permit; returns how many (Java's `drainPermits`). They are
+    /// not given back by anything but [`add_permits`](Semaphore::add_permits).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel-safe: a dropped future may have drained them.
+    pub async fn drain(&self) -> Result<i64, Error> {
+        let (semaphores, name) = self.parts()?;
+        semaphores.drain(name).await
+    }
+
+    /// Waits until `permits` are taken, as long as it takes.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future never keeps a permit; permits granted after the
+    /// drop are given back in the background.
+    pub async fn acquire(&self, permits: u64) -> Result<Permits, Error> {
+        self.acquire_until(permits, None)
+            .await?
+            .ok_or_else(|| Error::protocol("an unbounded wait ended without the permits"))
+    }
+
+    /// One attempt, no waiting (Java's `tryAcquire(n)`). `Ok(None)` when fewer than
+    /// `permits` are available.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future never keeps a permit.
+    pub async fn try_acquire(&self, permits: u64) -> Result<Option<Permits>, Error> {
+        self.acquire_until(permits, Some(Instant::now())).await
+    }
+
+    /// Waits at most `wait` for `permits` (Java's `tryAcquire(n, wait)`). `Ok(None)` when
+    /// the wait ran out.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future never keeps a permit.
+    pub async fn try_acquire_for(
+        &self,
+        permits: u64,
+        wait: Duration,
+    ) -> Result<Option<Permits>, Error> {
+        check_bound("wait", wait)?;
+        self.acquire_until(permits, Some(Instant::now() + wait))
+            .await
+    }
+
+    async fn acquire_until(
+        &self,
+        permits: u64,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Permits>, Error> {
+        let (semaphores, name) = self.parts()?;
+        check_count("permits", permits)?;
+        let client = &self.locks.inner;
+        if client.supervisor.is_closed() {
+            return Err(Error::ShutDown);
+        }
+        if permits == 0 {
+            return Ok(Some(Permits::new(client, name, 0)));
+        }
+        let waiting = async {
+            // Local waiters go one at a time, in arrival order (tokio's mutex is fair).
+            let turn = client.semaphore_turns.turn(name);
+            let _head = turn.lock().await;
+            let listener = semaphores.listen(name).await?;
+            loop {
+                let notified = listener.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if attempt(client, name, permits).await? {
+                    return Ok(Some(Permits::new(client, name, permits)));
+                }
+                if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                    return Ok(None);
+                }
+                notified.await;
+            }
+        };
+        match deadline {
+            None => waiting.await,
+            Some(deadline) => {
+                // A try (deadline now) still makes its one attempt.
+                let at_least_once = deadline.max(Instant::now() + Duration::from_millis(1));
+                let outcome = tokio::time::timeout_at(at_least_once, waiting).await;
+                outcome.unwrap_or(Ok(None))
+            }
+        }
+    }
+}
+
+fn check_count(argument: &'static str, count: u64) -> Result<(), Error> {
+    if i64::try_from(count).is_err() {
+        return Err(Error::invalid_argument(
+            argument,
+            "must fit in a signed 64-bit count",
+        ));
+    }
+    Ok(())
+}
+
+/// One attempt, run in a task of its own: if the caller goes away before the answer,
+/// a grant is given back instead of being kept by nobody.
+async fn attempt(client: &Arc<Inner>, name: &LockName, permits: u64) -> Result<bool, Error> {
+    let (reply, answer) = oneshot::channel();
+    let task_client = Arc::clone(client);
+    let task_name = name.clone();
+    let window = client.config.retry_window;
+    client.supervisor.spawn_job(async move {
+        let Some(semaphores) = task_client.backend.semaphores() else {
+            return;
+        };
+        let request = PermitRequest::new(permits, window);
+        let until = Instant::now() + window;
+        let granted =
+            retry::until_answered(until, || semaphores.try_acquire(&task_name, request)).await;
+        if let Err(Ok(true)) = reply.send(granted) {
+            // Nobody is waiting for these permits any more.
+            release_unawaited(
+                &task_client,
+                &task_name,
+                permits,
+                "permits granted to nobody",
+            );
+        }
+    })?;
+    answer
+        .await
+        .map_err(|_| Error::protocol("the permit attempt was cancelled"))?
+}
+
+/// Gives permits back in the background, reporting a failure through `tracing`.
+fn release_unawaited(client: &Arc<Inner>, name: &LockName, permits: u64, of: &'static str) {
+    let task_client = Arc::clone(client);
+    let task_name = name.clone();
+    let spawned = client.supervisor.spawn_job(async move {
+        if let Err(err) = release(&task_client, &task_name, permits).await {
+            crate::events::permits_not_released(&task_name, permits, of, &err);
+        }
+    });
+    if let Err(err) = spawned {
+        crate::events::permits_not_released(name, permits, of, &err);
+    }
+}
+
+async fn release(client: &Inner, name: &LockName, permits: u64) -> Result<i64, Error> {
+    let semaphores = client
+        .backend
+        .semaphores()
+        .ok_or_else(|| Error::unsupported("semaphores"))?;
+    let window = client.config.retry_window;
+    let request = PermitRequest::new(permits, window);
+    let until = Instant::now() + window;
+    retry::until_answered(until, || semaphores.release(name, request)).await
+}
+
+/// Permits taken from a [`Semaphore`]. Give them back with [`Permits::release`];
+/// dropping them gives them back in the background.
+#[must_use = "dropping permits gives them back at once"]
+#[clippy::has_significant_drop]
+pub struct Permits {
+    client: Arc<Inner>,
+    name: LockName,
+    count: u64,
+    released: bool,
+}
+
+impl fmt::Debug for Permits {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permits")
+            .field("name", &self.name)
+            .field("count", &self.count)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Permits {
+    fn new(client: &Arc<Inner>, name: &LockName, count: u64) -> Self {
+        Self {
+            client: Arc::clone(client),
+            name: name.clone(),
+            count,
+            released: false,
+        }
+    }
+
+    /// How many permits these are.
+    #[must_use]
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The semaphore's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        self.name.as_str()
+    }
+
+    /// Gives the permits back.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: the release runs in its own task and completes if this future is
+    /// dropped ([`Locks::shutdown`] waits for it).
+    pub async fn release(mut self) -> Result<(), Error> {
+        self.released = true;
+        if self.count == 0 {
+            return Ok(());
+        }
+        let client = Arc::clone(&self.client);
+        let name = self.name.clone();
+        let permits = self.count;
+        let task = self
+            .client
+            .supervisor
+            .spawn_job(async move { release(&client, &name, permits).await })?;
+        task.await
+            .map_err(|_| Error::protocol("the release task was cancelled"))?
+            .map(drop)
+    }
+}
+
+impl Drop for Permits {
+    fn drop(&mut self) {
+        if !self.released && self.count > 0 {
+            release_unawaited(&self.client, &self.name, self.count, "dropped permits");
+        }
+    }
+}
+
+/// Per semaphore name, the turn of this client's waiters: only the first one waits on
+/// the store; the others wait for it, in arrival order.
+#[derive(Debug, Default)]
+pub(crate) struct Turns {
+    by_name: StdMutex<HashMap<LockName, Arc<AsyncMutex<()>>>>,
+}
+
+impl Turns {
+    /// The queue of `name`, made on first use. Entries nobody else holds are dropped
+    /// now and then, so that names used once take no memory for long.
+    fn turn(&self, name: &LockName) -> Arc<AsyncMutex<()>> {
+        let mut by_name = self.by_name.lock().unwrap_or_else(PoisonError::into_inner);
+        if by_name.len() >= 64 {
+            by_name.retain(|_, turn| Arc::strong_count(turn) > 1);
+        }
+        Arc::clone(by_name.entry(name.clone()).or_default())
+    }
+}
