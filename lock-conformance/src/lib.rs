@@ -107,6 +107,7 @@ macro_rules! conformance_suite {
             semaphore_operations_and_bad_input: [Semaphore],
             dropped_permits_and_abandoned_waits_keep_nothing: [Semaphore],
             a_permit_request_sent_twice_counts_once: [Semaphore, RetrySafe],
+            a_redisson_peer_shares_our_semaphore: [RedisControl, Semaphore],
         );
     };
 }

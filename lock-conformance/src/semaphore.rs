@@ -231,3 +231,51 @@ pub async fn a_permit_request_sent_twice_counts_once(fx: &dyn Fixture) {
         "a retry gave back again"
     );
 }
+
+/// Redisson's `release(n)`, from the semantics file: INCRBY, publish the new count.
+/// KEYS[1] semaphore; ARGV[1] permits; ARGV[2] channel; ARGV[3] publish.
+const REDISSON_RELEASE: &str = "local v = redis.call('incrby', KEYS[1], ARGV[1]) \
+    redis.call(ARGV[3], ARGV[2], v) return v";
+
+/// Redisson's `tryAcquire(n)`: take n if that many are there, no publish.
+const REDISSON_TRY_ACQUIRE: &str = "local v = tonumber(redis.call('get', KEYS[1]) or '0') \
+    if v >= tonumber(ARGV[1]) then redis.call('decrby', KEYS[1], ARGV[1]) return 1 end \
+    return 0";
+
+/// A Redisson peer and this library share one semaphore: the count is Redisson's string,
+/// a Redisson release wakes our waiter, and Redisson's tryAcquire sees our permits taken
+/// and given back.
+pub async fn a_redisson_peer_shares_our_semaphore(fx: &dyn Fixture) {
+    let redis = fx.redis().expect("a Redis fixture");
+    let publish = redis.publish_command();
+    let name = unique("redisson-sem");
+    let channel = format!("redisson_sc:{{{name}}}");
+    let (ours, other) = (fx.client().await, fx.client().await);
+    let semaphore = ours.semaphore(&name);
+    assert!(semaphore.try_set_permits(1).await.unwrap());
+    let held = semaphore.acquire(1).await.unwrap();
+    assert_eq!(
+        redis.run(&name, &["GET", &name]).await,
+        redis::Value::BulkString(b"0".to_vec()),
+        "the count is not Redisson's string"
+    );
+    let java_try = ["EVAL", REDISSON_TRY_ACQUIRE, "1", &name, "1"];
+    assert_eq!(redis.run(&name, &java_try).await, redis::Value::Int(0));
+    let waiter = tokio::spawn({
+        let semaphore = other.semaphore(&name);
+        async move { semaphore.acquire(1).await }
+    });
+    sleep(Duration::from_millis(150)).await;
+    assert!(!waiter.is_finished(), "took a permit that was not there");
+    let java_release = ["EVAL", REDISSON_RELEASE, "1", &name, "1", &channel, publish];
+    redis.run(&name, &java_release).await;
+    let permits = timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("Redisson's release woke our waiter")
+        .unwrap()
+        .unwrap();
+    permits.release().await.unwrap();
+    held.release().await.unwrap();
+    assert_eq!(redis.run(&name, &java_try).await, redis::Value::Int(1));
+    assert_eq!(semaphore.available().await.unwrap(), 1);
+}

@@ -171,32 +171,46 @@ impl Semaphore {
         if permits == 0 {
             return Ok(Some(Permits::new(client, name, 0)));
         }
+        let turn = client.semaphore_turns.turn(name);
+        let expired = || deadline.is_some_and(|deadline| Instant::now() >= deadline);
+        // Local waiters go one at a time, in arrival order (tokio's mutex is fair); a try
+        // does not overtake a local waiter either.
+        let _head = match deadline {
+            None => turn.lock().await,
+            Some(deadline) => match tokio::time::timeout_at(deadline, turn.lock()).await {
+                Ok(head) => head,
+                Err(_) => match turn.try_lock() {
+                    Ok(head) => head,
+                    Err(_) => return Ok(None),
+                },
+            },
+        };
+        // The first attempt is never cut short by the deadline: a try makes exactly one.
+        if attempt(client, name, permits).await? {
+            return Ok(Some(Permits::new(client, name, permits)));
+        }
+        if expired() {
+            return Ok(None);
+        }
         let waiting = async {
-            // Local waiters go one at a time, in arrival order (tokio's mutex is fair).
-            let turn = client.semaphore_turns.turn(name);
-            let _head = turn.lock().await;
             let listener = semaphores.listen(name).await?;
             loop {
                 let notified = listener.notified();
                 tokio::pin!(notified);
                 notified.as_mut().enable();
+                // Also closes the race with a release between the first attempt and
+                // the subscription.
                 if attempt(client, name, permits).await? {
                     return Ok(Some(Permits::new(client, name, permits)));
-                }
-                if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                    return Ok(None);
                 }
                 notified.await;
             }
         };
         match deadline {
             None => waiting.await,
-            Some(deadline) => {
-                // A try (deadline now) still makes its one attempt.
-                let at_least_once = deadline.max(Instant::now() + Duration::from_millis(1));
-                let outcome = tokio::time::timeout_at(at_least_once, waiting).await;
-                outcome.unwrap_or(Ok(None))
-            }
+            Some(deadline) => tokio::time::timeout_at(deadline, waiting)
+                .await
+                .unwrap_or(Ok(None)),
         }
     }
 }

@@ -9,7 +9,8 @@ use async_trait::async_trait;
 
 use lock_core::backend::{
     Acquire, AcquireRequest, Backend, Capabilities, HoldModel, LatchBackend, LatchRequest,
-    LockKind, LockRef, LockState, Release, ReleaseRequest, Renewal,
+    LockKind, LockRef, LockState, PermitRequest, Release, ReleaseRequest, Renewal,
+    SemaphoreBackend,
 };
 use lock_core::notify::{Listener, Subscriptions};
 use lock_core::{Error, LockName};
@@ -172,7 +173,8 @@ impl RedisBackend {
         .retry_safe(true)
         .reservation(true)
         .shared(true)
-        .count_down_latch(true);
+        .count_down_latch(true)
+        .semaphore(true);
 
     /// Runs the protocol over `transport`.
     ///
@@ -435,7 +437,7 @@ impl Backend for RedisBackend {
             let undo = ReleaseRequest::new(request.lease)
                 .retry_window(request.retry_window)
                 .undoing(request.id);
-            if let Err(err) = self.release(lock, undo).await {
+            if let Err(err) = Backend::release(self, lock, undo).await {
                 events::unconfirmed_grant_kept(lock, &err);
             }
             return Err(Error::backend_retryable(
@@ -659,6 +661,102 @@ impl Backend for RedisBackend {
 
     fn latches(&self) -> Option<&dyn LatchBackend> {
         Some(self)
+    }
+
+    fn semaphores(&self) -> Option<&dyn SemaphoreBackend> {
+        Some(self)
+    }
+}
+
+/// Redisson's `RSemaphore`: the available count in the string `name`, the new count
+/// published on `redisson_sc:{name}`.
+#[async_trait]
+impl SemaphoreBackend for RedisBackend {
+    async fn try_set_permits(&self, name: &LockName, permits: u64) -> Result<bool, Error> {
+        let permits = permits.to_string();
+        let channel = layout::semaphore_channel(name);
+        let args = [&*permits, &channel, self.options.publish.command()];
+        let keys = [layout::lock_key(name)];
+        let script = &script::SEMAPHORE_SET;
+        integer(
+            "semaphore set",
+            self.eval("setting permits", script, &keys, &args).await?,
+        )
+        .map(|set| set == 1)
+    }
+
+    async fn add_permits(&self, name: &LockName, delta: i64) -> Result<i64, Error> {
+        let delta = delta.to_string();
+        let channel = layout::semaphore_channel(name);
+        let args = [&*delta, &channel, self.options.publish.command()];
+        let keys = [layout::lock_key(name)];
+        let script = &script::SEMAPHORE_ADD;
+        integer(
+            "semaphore add",
+            self.eval("adding permits", script, &keys, &args).await?,
+        )
+    }
+
+    async fn try_acquire(&self, name: &LockName, request: PermitRequest) -> Result<bool, Error> {
+        let answer = layout::permit_answer_key(name, request.id);
+        let permits = request.permits.to_string();
+        let remembered = millis(request.retry_window).to_string();
+        let keys = [layout::lock_key(name), &answer];
+        let script = &script::SEMAPHORE_ACQUIRE;
+        let reply = self
+            .eval("taking permits", script, &keys, &[&permits, &remembered])
+            .await?;
+        integer("semaphore acquire", reply).map(|taken| taken == 1)
+    }
+
+    async fn release(&self, name: &LockName, request: PermitRequest) -> Result<i64, Error> {
+        let answer = layout::permit_answer_key(name, request.id);
+        let permits = request.permits.to_string();
+        let channel = layout::semaphore_channel(name);
+        let remembered = millis(request.retry_window).to_string();
+        let publish = self.options.publish.command();
+        let args = [&*permits, &channel, publish, &remembered];
+        let keys = [layout::lock_key(name), &answer];
+        let script = &script::SEMAPHORE_RELEASE;
+        integer(
+            "semaphore release",
+            self.eval("giving permits back", script, &keys, &args)
+                .await?,
+        )
+    }
+
+    async fn available(&self, name: &LockName) -> Result<i64, Error> {
+        let keys = [layout::lock_key(name)];
+        let script = &script::SEMAPHORE_READ;
+        integer(
+            "semaphore read",
+            self.eval("reading permits", script, &keys, &["read"])
+                .await?,
+        )
+    }
+
+    async fn drain(&self, name: &LockName) -> Result<i64, Error> {
+        let keys = [layout::lock_key(name)];
+        let script = &script::SEMAPHORE_READ;
+        integer(
+            "semaphore drain",
+            self.eval("draining permits", script, &keys, &["drain"])
+                .await?,
+        )
+    }
+
+    async fn listen(&self, name: &LockName) -> Result<Listener, Error> {
+        self.subscriptions
+            .listen(&layout::semaphore_channel(name))
+            .await
+    }
+}
+
+/// A script's integer answer.
+fn integer(what: &str, reply: Reply) -> Result<i64, Error> {
+    match reply {
+        Reply::Int(n) => Ok(n),
+        other => Err(unexpected(what, &other)),
     }
 }
 

@@ -149,6 +149,19 @@ pub fn count_down_answer_key(name: &LockName, request: RequestId) -> String {
     format!("{}:redisson_latch_count_down:{request}", tagged(name))
 }
 
+/// A semaphore's channel, shared with the permit-expirable semaphore: `redisson_sc:{name}`.
+#[must_use]
+pub fn semaphore_channel(name: &LockName) -> String {
+    format!("redisson_sc:{}", tagged(name))
+}
+
+/// Where a permit request's answer is remembered for its retries:
+/// `{name}:redisson_sc_request:<request id>` (our own key; Redisson has none).
+#[must_use]
+pub fn permit_answer_key(name: &LockName, request: RequestId) -> String {
+    format!("{}:redisson_sc_request:{request}", tagged(name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -89,6 +89,11 @@ scripts! {
     17 LATCH_COUNT_DOWN = "latch_count_down";
     18 LATCH_COUNT = "latch_count";
     19 LATCH_DELETE = "latch_delete";
+    20 SEMAPHORE_SET = "semaphore_set";
+    21 SEMAPHORE_ADD = "semaphore_add";
+    22 SEMAPHORE_ACQUIRE = "semaphore_acquire";
+    23 SEMAPHORE_RELEASE = "semaphore_release";
+    24 SEMAPHORE_READ = "semaphore_read";
 }
 
 /// How a script call is sent.

@@ -1,0 +1,11 @@
+-- The available permits (Redisson's availablePermits), or takes them all (drainPermits:
+-- set 0, answer what was there, nothing published).
+-- KEYS[1] the semaphore; ARGV[1] 'drain' or 'read'. Reply: the count found.
+local count = redis.call('get', KEYS[1])
+if not count then
+    return 0
+end
+if ARGV[1] == 'drain' then
+    redis.call('set', KEYS[1], 0)
+end
+return tonumber(count)
