@@ -72,11 +72,7 @@ pub async fn latch_closes_again_and_deletes(fx: &dyn Fixture) {
         latch.try_set_count(2).await.unwrap(),
         "an opened latch takes a new count"
     );
-    let waiter = tokio::spawn({
-        let latch = latch.clone();
-        async move { latch.wait().await }
-    });
-    sleep(Duration::from_millis(150)).await;
+    let waiter = waiting_on(&latch).await;
     assert!(
         !waiter.is_finished(),
         "the new count did not close the latch"
@@ -223,11 +219,7 @@ pub async fn a_redisson_peer_shares_our_latch(fx: &dyn Fixture) {
         Value::Int(1),
         "Redisson could not set a count on an open latch"
     );
-    let waiter = tokio::spawn({
-        let latch = latch.clone();
-        async move { latch.wait().await }
-    });
-    sleep(Duration::from_millis(150)).await;
+    let waiter = waiting_on(&latch).await;
     assert!(
         !waiter.is_finished(),
         "Redisson's count did not close the latch"
@@ -239,4 +231,14 @@ pub async fn a_redisson_peer_shares_our_latch(fx: &dyn Fixture) {
         .unwrap()
         .unwrap();
     assert_eq!(redis.run(&name, &["EXISTS", &name]).await, Value::Int(0));
+}
+
+/// A task waiting on `latch`, given 150 ms to go on if the latch were open.
+async fn waiting_on(
+    latch: &lock_core::CountDownLatch,
+) -> tokio::task::JoinHandle<Result<(), lock_core::Error>> {
+    let latch = latch.clone();
+    let waiter = tokio::spawn(async move { latch.wait().await });
+    sleep(Duration::from_millis(150)).await;
+    waiter
 }

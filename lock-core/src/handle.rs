@@ -10,7 +10,8 @@ use tokio::time::Instant;
 
 use crate::acquire::{self, Lease, Wait};
 use crate::config::{check_bound, check_lease};
-use crate::{Error, Guard, Holder, LockKind, LockName, LockRef, Locks, Owner};
+use crate::named::Named;
+use crate::{Error, Guard, Holder, LockKind, LockRef, Locks, Owner};
 
 /// A handle on one lock. Cheap to create and clone; does no I/O by itself.
 ///
@@ -30,9 +31,8 @@ use crate::{Error, Guard, Holder, LockKind, LockName, LockRef, Locks, Owner};
 /// ```
 #[derive(Clone)]
 pub struct Lock {
-    locks: Locks,
+    named: Named,
     kind: LockKind,
-    name: Result<LockName, String>,
     holder: Option<Holder>,
 }
 
@@ -40,7 +40,7 @@ impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lock")
             .field("kind", &self.kind)
-            .field("name", &self.name)
+            .field("name", &self.name())
             .field("holder", &self.holder)
             .finish_non_exhaustive()
     }
@@ -48,14 +48,9 @@ impl fmt::Debug for Lock {
 
 impl Lock {
     pub(crate) fn new(locks: Locks, name: &str, kind: LockKind) -> Self {
-        let name = LockName::new(name).map_err(|err| match err {
-            Error::InvalidArgument { reason, .. } => reason,
-            other => other.to_string(),
-        });
         Self {
-            locks,
+            named: Named::new(locks, name),
             kind,
-            name,
             holder: None,
         }
     }
@@ -76,24 +71,18 @@ impl Lock {
     /// The lock's name as given.
     #[must_use]
     pub fn name(&self) -> &str {
-        match &self.name {
-            Ok(name) => name.as_str(),
-            Err(_) => "",
-        }
+        self.named.as_str()
     }
 
     fn lock_ref(&self) -> Result<LockRef, Error> {
-        let name = self
-            .name
-            .clone()
-            .map_err(|reason| Error::invalid_argument("name", reason))?;
+        let name = self.named.checked()?.clone();
         // Every operation starts here: a kind the backend does not declare is refused
         // before anything is sent.
-        if let Some(missing) = self.locks.inner.capabilities.missing(self.kind) {
+        if let Some(missing) = self.named.locks.inner.capabilities.missing(self.kind) {
             return Err(Error::unsupported(missing));
         }
         let holder = self.holder.clone().unwrap_or_else(Holder::current);
-        let owner = Owner::new(&self.locks.inner.client_id, holder.as_str());
+        let owner = Owner::new(&self.named.locks.inner.client_id, holder.as_str());
         Ok(LockRef::new(self.kind, name, owner))
     }
 
@@ -192,7 +181,7 @@ impl Lock {
 
     async fn acquire_with(&self, lease: Lease, wait: Wait) -> Result<Option<Guard>, Error> {
         let lock = self.lock_ref()?;
-        acquire::acquire(&self.locks.inner, lock, lease, wait).await
+        acquire::acquire(&self.named.locks.inner, lock, lease, wait).await
     }
 
     /// Whether anyone holds the lock.
@@ -237,7 +226,7 @@ impl Lock {
 
     async fn inspect(&self) -> Result<crate::backend::LockState, Error> {
         let lock = self.lock_ref()?;
-        self.locks.inner.backend.inspect(&lock).await
+        self.named.locks.inner.backend.inspect(&lock).await
     }
 
     /// Releases the lock whoever holds it, and wakes its waiters. Returns whether it was
@@ -251,9 +240,9 @@ impl Lock {
     /// next renewal.
     pub async fn force_unlock(&self) -> Result<bool, Error> {
         let lock = self.lock_ref()?;
-        let released = self.locks.inner.backend.force_release(&lock).await?;
+        let released = self.named.locks.inner.backend.force_release(&lock).await?;
         if released {
-            self.locks.inner.forget_all(&lock);
+            self.named.locks.inner.forget_all(&lock);
         }
         Ok(released)
     }
@@ -284,7 +273,7 @@ pub struct RwLock {
 impl fmt::Debug for RwLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RwLock")
-            .field("name", &self.read.name)
+            .field("name", &self.read.name())
             .finish_non_exhaustive()
     }
 }

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{LatchBackend, LatchRequest};
+use crate::backend::{Capabilities, LatchBackend, LatchRequest};
 use crate::config::check_bound;
+use crate::named::Named;
 use crate::{Error, LockName, Locks, retry};
 
 /// A handle on one count-down latch: services count it down, and every waiter goes on
@@ -29,8 +30,7 @@ use crate::{Error, LockName, Locks, retry};
 /// ```
 #[derive(Clone)]
 pub struct CountDownLatch {
-    locks: Locks,
-    name: Result<LockName, String>,
+    named: Named,
 }
 
 impl fmt::Debug for CountDownLatch {
@@ -43,34 +43,22 @@ impl fmt::Debug for CountDownLatch {
 
 impl CountDownLatch {
     pub(crate) fn new(locks: Locks, name: &str) -> Self {
-        let name = LockName::new(name).map_err(|err| match err {
-            Error::InvalidArgument { reason, .. } => reason,
-            other => other.to_string(),
-        });
-        Self { locks, name }
+        Self {
+            named: Named::new(locks, name),
+        }
     }
 
     /// The latch's name as given.
     #[must_use]
     pub fn name(&self) -> &str {
-        self.name.as_ref().map_or("", LockName::as_str)
+        self.named.as_str()
     }
 
     /// The store and the checked name, or why not.
     fn parts(&self) -> Result<(&dyn LatchBackend, &LockName), Error> {
-        let name = self
-            .name
-            .as_ref()
-            .map_err(|reason| Error::invalid_argument("name", reason.clone()))?;
-        let latches = self
-            .locks
-            .inner
-            .capabilities
-            .count_down_latch
-            .then(|| self.locks.inner.backend.latches())
-            .flatten()
-            .ok_or_else(|| Error::unsupported("count-down latches"))?;
-        Ok((latches, name))
+        let declared = |caps: &Capabilities| caps.count_down_latch;
+        self.named
+            .store(declared, |backend| backend.latches(), "count-down latches")
     }
 
     /// Sets the count to `count` if the latch is open; whether it did (Java's
@@ -106,7 +94,7 @@ impl CountDownLatch {
     /// Not cancel-safe: a dropped future may or may not have counted down.
     pub async fn count_down(&self) -> Result<(), Error> {
         let (latches, name) = self.parts()?;
-        let window = self.locks.inner.config.retry_window;
+        let window = self.named.locks.inner.config.retry_window;
         let request = LatchRequest::new(window);
         let until = Instant::now() + window;
         retry::until_answered(until, || latches.count_down(name, request))

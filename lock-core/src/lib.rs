@@ -39,6 +39,7 @@ mod latch;
 pub mod memory;
 pub mod metrics;
 mod name;
+mod named;
 pub mod notify;
 mod retry;
 mod semaphore;

@@ -9,9 +9,10 @@ use std::time::Duration;
 use tokio::sync::{Mutex as AsyncMutex, oneshot};
 use tokio::time::Instant;
 
-use crate::backend::{PermitRequest, SemaphoreBackend};
+use crate::backend::{Capabilities, PermitRequest, SemaphoreBackend};
 use crate::client::Inner;
 use crate::config::check_bound;
+use crate::named::Named;
 use crate::{Error, LockName, Locks, retry};
 
 /// A handle on one semaphore: a count of available permits shared by every client of the
@@ -32,8 +33,7 @@ use crate::{Error, LockName, Locks, retry};
 /// ```
 #[derive(Clone)]
 pub struct Semaphore {
-    locks: Locks,
-    name: Result<LockName, String>,
+    named: Named,
 }
 
 impl fmt::Debug for Semaphore {
@@ -46,33 +46,21 @@ impl fmt::Debug for Semaphore {
 
 impl Semaphore {
     pub(crate) fn new(locks: Locks, name: &str) -> Self {
-        let name = LockName::new(name).map_err(|err| match err {
-            Error::InvalidArgument { reason, .. } => reason,
-            other => other.to_string(),
-        });
-        Self { locks, name }
+        Self {
+            named: Named::new(locks, name),
+        }
     }
 
     /// The semaphore's name as given.
     #[must_use]
     pub fn name(&self) -> &str {
-        self.name.as_ref().map_or("", LockName::as_str)
+        self.named.as_str()
     }
 
     fn parts(&self) -> Result<(&dyn SemaphoreBackend, &LockName), Error> {
-        let name = self
-            .name
-            .as_ref()
-            .map_err(|reason| Error::invalid_argument("name", reason.clone()))?;
-        let semaphores = self
-            .locks
-            .inner
-            .capabilities
-            .semaphore
-            .then(|| self.locks.inner.backend.semaphores())
-            .flatten()
-            .ok_or_else(|| Error::unsupported("semaphores"))?;
-        Ok((semaphores, name))
+        let declared = |caps: &Capabilities| caps.semaphore;
+        self.named
+            .store(declared, |backend| backend.semaphores(), "semaphores")
     }
 
     /// Sets the available permits to `permits` if the semaphore was never set; whether
@@ -164,7 +152,7 @@ impl Semaphore {
     ) -> Result<Option<Permits>, Error> {
         let (semaphores, name) = self.parts()?;
         check_count("permits", permits)?;
-        let client = &self.locks.inner;
+        let client = &self.named.locks.inner;
         if client.supervisor.is_closed() {
             return Err(Error::ShutDown);
         }

@@ -1,0 +1,52 @@
+//! [`Named`]: what every handle on a named object of a store holds: its client and its
+//! name, checked when the handle is used (making a handle does no I/O and cannot fail).
+
+use crate::backend::Capabilities;
+use crate::{Backend, Error, LockName, Locks};
+
+/// A client and a name that is checked on use.
+#[derive(Clone)]
+pub(crate) struct Named {
+    pub(crate) locks: Locks,
+    name: Result<LockName, String>,
+}
+
+impl Named {
+    pub(crate) fn new(locks: Locks, name: &str) -> Self {
+        let name = LockName::new(name).map_err(|err| match err {
+            Error::InvalidArgument { reason, .. } => reason,
+            other => other.to_string(),
+        });
+        Self { locks, name }
+    }
+
+    /// The name as given; empty when it was refused.
+    pub(crate) fn as_str(&self) -> &str {
+        self.name.as_ref().map_or("", LockName::as_str)
+    }
+
+    /// The store of this kind of object and the checked name: refused when the name
+    /// is, or when the backend does not declare `what` (`declared`) or hand it out
+    /// (`store`).
+    pub(crate) fn store<'a, T: ?Sized>(
+        &'a self,
+        declared: fn(&Capabilities) -> bool,
+        store: fn(&'a dyn Backend) -> Option<&'a T>,
+        what: &'static str,
+    ) -> Result<(&'a T, &'a LockName), Error> {
+        let name = self.checked()?;
+        let inner = &self.locks.inner;
+        let store = declared(&inner.capabilities)
+            .then(|| store(&*inner.backend))
+            .flatten()
+            .ok_or_else(|| Error::unsupported(what))?;
+        Ok((store, name))
+    }
+
+    /// The checked name, or why it was refused.
+    pub(crate) fn checked(&self) -> Result<&LockName, Error> {
+        self.name
+            .as_ref()
+            .map_err(|reason| Error::invalid_argument("name", reason.clone()))
+    }
+}
