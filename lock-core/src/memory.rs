@@ -244,6 +244,22 @@ impl Store {
     }
 }
 
+/// The objects besides locks that a name can hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Object {
+    Latch,
+    Semaphore,
+}
+
+impl std::fmt::Display for Object {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Latch => "count-down latch",
+            Self::Semaphore => "semaphore",
+        })
+    }
+}
+
 /// Who to tell after an operation, once the store is unlocked.
 type Wakeup = Option<(String, Wake)>;
 
@@ -763,31 +779,18 @@ impl Backend for MemoryBackend {
 }
 
 impl MemoryBackend {
-    /// The latch store, refusing a name another kind uses (as a networked store
-    /// refuses a name that holds another kind of object).
-    fn latch_store(&self, name: &LockName) -> Result<MutexGuard<'_, Store>, Error> {
+    /// The store, for an object of kind `own` named `name`: refused when another kind
+    /// of object holds the name (as a networked store refuses a name that holds another
+    /// type).
+    fn store_for(&self, name: &LockName, own: Object) -> Result<MutexGuard<'_, Store>, Error> {
         let mut store = self.store();
-        let taken = store.live(name.as_str(), Instant::now()).is_some()
-            || store.semaphores.contains_key(name.as_str());
+        let name = name.as_str();
+        let taken = store.live(name, Instant::now()).is_some()
+            || (own != Object::Latch && store.latches.contains_key(name))
+            || (own != Object::Semaphore && store.semaphores.contains_key(name));
         if taken {
-            return Err(Error::incompatible(
-                name.as_str(),
-                "another kind of object holds this name, not a count-down latch",
-            ));
-        }
-        Ok(store)
-    }
-
-    /// The semaphore store, refusing a name another kind uses.
-    fn semaphore_store(&self, name: &LockName) -> Result<MutexGuard<'_, Store>, Error> {
-        let mut store = self.store();
-        let taken = store.live(name.as_str(), Instant::now()).is_some()
-            || store.latches.contains_key(name.as_str());
-        if taken {
-            return Err(Error::incompatible(
-                name.as_str(),
-                "another kind of object holds this name, not a semaphore",
-            ));
+            let found = format!("another kind of object holds this name, not a {own}");
+            return Err(Error::incompatible(name, found));
         }
         Ok(store)
     }
@@ -803,7 +806,7 @@ impl MemoryBackend {
 impl LatchBackend for MemoryBackend {
     async fn try_set_count(&self, name: &LockName, count: u64) -> Result<bool, Error> {
         {
-            let mut store = self.latch_store(name)?;
+            let mut store = self.store_for(name, Object::Latch)?;
             if store.latches.contains_key(name.as_str()) {
                 return Ok(false);
             }
@@ -816,7 +819,7 @@ impl LatchBackend for MemoryBackend {
     async fn count_down(&self, name: &LockName, request: LatchRequest) -> Result<u64, Error> {
         let now = Instant::now();
         let (left, opened) = {
-            let mut store = self.latch_store(name)?;
+            let mut store = self.store_for(name, Object::Latch)?;
             let key = (name.as_str().to_owned(), request.id);
             if let Some((left, until)) = store.count_downs.get(&key)
                 && *until > now
@@ -847,13 +850,13 @@ impl LatchBackend for MemoryBackend {
     }
 
     async fn count(&self, name: &LockName) -> Result<u64, Error> {
-        let store = self.latch_store(name)?;
+        let store = self.store_for(name, Object::Latch)?;
         Ok(store.latches.get(name.as_str()).copied().unwrap_or(0))
     }
 
     async fn delete(&self, name: &LockName) -> Result<bool, Error> {
         let deleted = self
-            .latch_store(name)?
+            .store_for(name, Object::Latch)?
             .latches
             .remove(name.as_str())
             .is_some();
@@ -872,7 +875,7 @@ impl LatchBackend for MemoryBackend {
 impl SemaphoreBackend for MemoryBackend {
     async fn try_set_permits(&self, name: &LockName, permits: u64) -> Result<bool, Error> {
         {
-            let mut store = self.semaphore_store(name)?;
+            let mut store = self.store_for(name, Object::Semaphore)?;
             if store.semaphores.contains_key(name.as_str()) {
                 return Ok(false);
             }
@@ -885,7 +888,7 @@ impl SemaphoreBackend for MemoryBackend {
 
     async fn add_permits(&self, name: &LockName, delta: i64) -> Result<i64, Error> {
         let available = {
-            let mut store = self.semaphore_store(name)?;
+            let mut store = self.store_for(name, Object::Semaphore)?;
             let available = store
                 .semaphores
                 .entry(name.as_str().to_owned())
@@ -899,7 +902,7 @@ impl SemaphoreBackend for MemoryBackend {
 
     async fn try_acquire(&self, name: &LockName, request: PermitRequest) -> Result<bool, Error> {
         let now = Instant::now();
-        let mut store = self.semaphore_store(name)?;
+        let mut store = self.store_for(name, Object::Semaphore)?;
         let key = (name.as_str().to_owned(), request.id);
         if let Some((granted, until)) = store.permit_answers.get(&key)
             && *until > now
@@ -926,7 +929,7 @@ impl SemaphoreBackend for MemoryBackend {
     async fn release(&self, name: &LockName, request: PermitRequest) -> Result<i64, Error> {
         let now = Instant::now();
         let available = {
-            let mut store = self.semaphore_store(name)?;
+            let mut store = self.store_for(name, Object::Semaphore)?;
             let key = (name.as_str().to_owned(), request.id);
             if let Some((available, until)) = store.permit_answers.get(&key)
                 && *until > now
@@ -951,12 +954,12 @@ impl SemaphoreBackend for MemoryBackend {
     }
 
     async fn available(&self, name: &LockName) -> Result<i64, Error> {
-        let store = self.semaphore_store(name)?;
+        let store = self.store_for(name, Object::Semaphore)?;
         Ok(store.semaphores.get(name.as_str()).copied().unwrap_or(0))
     }
 
     async fn drain(&self, name: &LockName) -> Result<i64, Error> {
-        let mut store = self.semaphore_store(name)?;
+        let mut store = self.store_for(name, Object::Semaphore)?;
         Ok(match store.semaphores.get_mut(name.as_str()) {
             Some(available) => std::mem::replace(available, 0),
             None => 0,
