@@ -3,9 +3,9 @@
 //! contract, so its flags and output fields only ever grow.
 //!
 //! ```text
-//! contend --url URL [--backend redis|fred|redlock|memory] [--kind mutex|fair|read|write|mixed|multi] [--name NAME]
+//! contend --url URL [--backend redis|fred|redlock|memory] [--kind mutex|fair|read|write|mixed|multi|semaphore] [--name NAME]
 //!         --workers N --hold-ms H --think-ms T --seconds S
-//!         [--distinct] [--lease-ms L] [--check-key KEY]
+//!         [--distinct] [--lease-ms L] [--check-key KEY] [--permits P]
 //! ```
 //!
 //! Each worker loops: acquire, hold H ms, release, pause T ms. Exclusion is checked with
@@ -14,13 +14,15 @@
 //! but 1). Kinds: `mutex`, `fair`, `read` (all readers), `write` (all writers) and
 //! `mixed` (one operation in five writes); for read-write kinds a writer adds 1 000 000 to
 //! KEY instead and must see exactly that, a reader adds 1 and must see no writer.
+//! `semaphore` takes one permit of a semaphore reset to `--permits P` (default 1) at the
+//! start: never more than P workers may be inside, on the counter and on KEY.
 //! `--url` takes every URL form of the adapters (`redis://`, `rediss://`,
 //! `redis+cluster://h:p,h:p`, `redis+sentinel://h:p,h:p/NAME`) for `redis` and `fred`;
 //! `--check-key` needs a single-server URL.
 //! `--backend redlock --url URL1,URL2,...` runs a RedLock over those nodes; `--kind multi
 //! --name a,b,c` takes a MultiLock over the listed names. Output fields: `backend`, `kind`, `workers`, `ops`, `ops_per_s`, `utilization`
 //! (total time held / wall time), `wait_ms_p50`/`p99`/`max`, `fairness_min_over_max`
-//! (fewest over most ops of one worker), `violations`.
+//! (fewest over most ops of one worker), `violations`, `permits`.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -44,10 +46,22 @@ struct Args {
     distinct: bool,
     lease: Option<Duration>,
     check_key: Option<String>,
+    permits: u64,
 }
 
-const USAGE: &str = "usage: contend --url URL [--backend redis|fred|redlock|memory] [--kind mutex|fair|read|write|mixed|multi] [--name NAME] \
---workers N --hold-ms H --think-ms T --seconds S [--distinct] [--lease-ms L] [--check-key KEY]";
+const USAGE: &str = "usage: contend --url URL [--backend redis|fred|redlock|memory] [--kind mutex|fair|read|write|mixed|multi|semaphore] [--name NAME] \
+--workers N --hold-ms H --think-ms T --seconds S [--distinct] [--lease-ms L] [--check-key KEY] [--permits P]";
+
+/// The kinds `--kind` takes.
+const KINDS: [&str; 7] = [
+    "mutex",
+    "fair",
+    "read",
+    "write",
+    "mixed",
+    "multi",
+    "semaphore",
+];
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -62,6 +76,7 @@ fn parse_args() -> Result<Args, String> {
         distinct: false,
         lease: None,
         check_key: None,
+        permits: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -81,6 +96,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "--lease-ms" => args.lease = Some(Duration::from_millis(number(&flag, &value()?)?)),
             "--check-key" => args.check_key = Some(value()?),
+            "--permits" => args.permits = number(&flag, &value()?)?,
             "--distinct" => args.distinct = true,
             "--help" | "-h" => return Err(USAGE.into()),
             other => return Err(format!("unknown flag {other}\n{USAGE}")),
@@ -92,11 +108,15 @@ fn parse_args() -> Result<Args, String> {
     if !(args.seconds > 0.0 && args.seconds.is_finite()) {
         return Err("--seconds must be positive".into());
     }
-    if !["mutex", "fair", "read", "write", "mixed", "multi"].contains(&args.kind.as_str()) {
+    if !KINDS.contains(&args.kind.as_str()) {
         return Err(format!(
-            "--kind {} is not supported (mutex, fair, read, write, mixed, multi)",
-            args.kind
+            "--kind {} is not supported ({})",
+            args.kind,
+            KINDS.join(", ")
         ));
+    }
+    if args.permits == 0 {
+        return Err("--permits must be at least 1".into());
     }
     Ok(args)
 }
@@ -217,6 +237,21 @@ async fn run(args: Args) -> Result<String, String> {
     for _ in 0..args.workers {
         clients.push(client(&args, &memory).await?);
     }
+    if args.kind == "semaphore" {
+        // Reset: whatever an earlier run left, exactly P permits are there now.
+        for w in 0..args.workers {
+            let semaphore = clients[0].semaphore(&lock_name(&args, w));
+            semaphore.drain().await.map_err(|e| error_chain(&e))?;
+            let permits = i64::try_from(args.permits).map_err(|e| e.to_string())?;
+            semaphore
+                .add_permits(permits)
+                .await
+                .map_err(|e| error_chain(&e))?;
+            if !args.distinct {
+                break;
+            }
+        }
+    }
     let inside: Arc<HashMap<String, AtomicU64>> = Arc::new(
         (0..args.workers)
             .map(|w| (lock_name(&args, w), AtomicU64::new(0)))
@@ -263,10 +298,17 @@ const WRITER: u64 = 1_000_000;
 /// write (80 % readers), spread evenly over workers and time.
 fn writes(kind: &str, w: usize, op: u64) -> bool {
     match kind {
-        "read" => false,
+        // Readers, and semaphore holders: each counts 1 inside.
+        "read" | "semaphore" => false,
         "mixed" => (op + w as u64).is_multiple_of(5),
         _ => true,
     }
+}
+
+/// What a worker holds inside: a lock's guard or a semaphore's permits.
+enum Held {
+    Guard(distlock::Guard),
+    Permits(distlock::Permits),
 }
 
 /// The handle a worker uses for one operation.
@@ -291,6 +333,7 @@ async fn worker(
     errors: &AtomicU64,
 ) -> WorkerReport {
     let name = lock_name(args, w);
+    let semaphore = args.kind == "semaphore";
     let mut report = WorkerReport::default();
     let Some(counter) = inside.get(&name) else {
         return report;
@@ -299,13 +342,18 @@ async fn worker(
     while Instant::now() < deadline {
         let write = writes(&args.kind, w, op);
         op += 1;
-        let lock = handle(locks, &args.kind, &name, write);
         let asked = Instant::now();
-        let acquired = match args.lease {
-            Some(lease) => lock.lock_with_lease(lease).await,
-            None => lock.lock().await,
+        let acquired = if semaphore {
+            locks.semaphore(&name).acquire(1).await.map(Held::Permits)
+        } else {
+            let lock = handle(locks, &args.kind, &name, write);
+            match args.lease {
+                Some(lease) => lock.lock_with_lease(lease).await,
+                None => lock.lock().await,
+            }
+            .map(Held::Guard)
         };
-        let guard = match acquired {
+        let held = match acquired {
             Ok(guard) => guard,
             Err(err) => {
                 errors.fetch_add(1, Ordering::Relaxed);
@@ -320,13 +368,18 @@ async fn worker(
             .push((entered - asked).as_secs_f64() * 1000.0);
         let delta = if write { WRITER } else { 1 };
         let before = counter.fetch_add(delta, Ordering::SeqCst);
-        if (write && before != 0) || (!write && before >= WRITER) {
+        let violated = if semaphore {
+            before >= args.permits
+        } else {
+            (write && before != 0) || (!write && before >= WRITER)
+        };
+        if violated {
             report.violations += 1;
         }
         // The check key follows the contract: exclusive kinds INCR it and expect 1;
         // read-write kinds add WRITER for a writer (expecting exactly WRITER) or 1 for a
         // reader (expecting no writer).
-        let key_delta = if matches!(args.kind.as_str(), "mutex" | "fair" | "multi") {
+        let key_delta = if matches!(args.kind.as_str(), "mutex" | "fair" | "multi" | "semaphore") {
             1
         } else {
             delta
@@ -338,6 +391,7 @@ async fn worker(
                 .query_async(conn)
                 .await;
             let exclusive = match n {
+                Ok(n) if semaphore => n <= args.permits,
                 Ok(n) if write => n == key_delta,
                 Ok(n) => n < WRITER,
                 Err(_) => false,
@@ -357,7 +411,11 @@ async fn worker(
         counter.fetch_sub(delta, Ordering::SeqCst);
         report.held += entered.elapsed();
         report.ops += 1;
-        if let Err(err) = guard.unlock().await {
+        let released = match held {
+            Held::Guard(guard) => guard.unlock().await,
+            Held::Permits(permits) => permits.release().await,
+        };
+        if let Err(err) = released {
             errors.fetch_add(1, Ordering::Relaxed);
             eprintln!("worker {w}: unlock: {}", error_chain(&err));
         }
@@ -401,6 +459,7 @@ fn summarize(args: &Args, reports: &[WorkerReport], wall: f64) -> String {
         "wait_ms_max": round(waits.last().copied().unwrap_or(0.0)),
         "fairness_min_over_max": round(fairness),
         "violations": reports.iter().map(|r| r.violations).sum::<u64>(),
+        "permits": args.permits,
     })
     .to_string()
 }
