@@ -35,7 +35,8 @@
 
 pub use lock_core::{
     Acquisition, Backend, Capabilities, Cause, Chain, Config, CountDownLatch, Error, ErrorKind,
-    Guard, HoldModel, Holder, Lock, LockKind, LockName, Locks, LocksBuilder, LostReason, Permits,
+    ExpirableSemaphore, Guard, HoldModel, Holder, LeasedPermits, Lock, LockKind, LockName, Locks,
+    LocksBuilder, LostReason, MAX_PERMITS_PER_ACQUISITION, PermitAcquisition, PermitId, Permits,
     RwLock, Semaphore,
 };
 

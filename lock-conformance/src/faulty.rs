@@ -10,7 +10,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::backend::{Acquire, Capabilities, LockState, Release, Renewal};
 use lock_core::notify::Listener;
-use lock_core::{AcquireRequest, Backend, Error, LockName, LockRef, PermitRequest, ReleaseRequest};
+use lock_core::{
+    AcquireRequest, Backend, Error, ExpirableSemaphoreBackend, Issue, IssueRequest, LockName,
+    LockRef, PermitId, PermitRequest, ReleaseRequest, ReturnRequest,
+};
 
 /// What the wrapper does to an acquisition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -153,6 +156,12 @@ impl Backend for FaultyBackend {
             .map(|_| self as &dyn lock_core::SemaphoreBackend)
     }
 
+    fn expirable_semaphores(&self) -> Option<&dyn ExpirableSemaphoreBackend> {
+        self.inner
+            .expirable_semaphores()
+            .map(|_| self as &dyn ExpirableSemaphoreBackend)
+    }
+
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
         match self.fault() {
             AcquireFault::None => self.inner.acquire(lock, request).await,
@@ -277,5 +286,57 @@ impl FaultyBackend {
         self.inner
             .semaphores()
             .ok_or_else(|| Error::unsupported("semaphores"))
+    }
+}
+
+/// The wrapped backend's expirable semaphores, whose renewals and releases fail with
+/// the locks' when told (a holder cut off from the store).
+#[async_trait]
+impl ExpirableSemaphoreBackend for FaultyBackend {
+    async fn try_set_permits(&self, name: &LockName, permits: u64) -> Result<bool, Error> {
+        self.inner_expirable()?.try_set_permits(name, permits).await
+    }
+
+    async fn add_permits(&self, name: &LockName, delta: i64) -> Result<i64, Error> {
+        self.inner_expirable()?.add_permits(name, delta).await
+    }
+
+    async fn try_issue(&self, name: &LockName, request: &IssueRequest) -> Result<Issue, Error> {
+        self.inner_expirable()?.try_issue(name, request).await
+    }
+
+    async fn release(&self, name: &LockName, request: &ReturnRequest) -> Result<bool, Error> {
+        if self.failing_releases.load(Ordering::SeqCst) {
+            return Err(injected("injected: release not sent"));
+        }
+        self.inner_expirable()?.release(name, request).await
+    }
+
+    async fn renew(
+        &self,
+        name: &LockName,
+        ids: &[PermitId],
+        lease: Duration,
+    ) -> Result<Vec<bool>, Error> {
+        if self.failing_renewals.load(Ordering::SeqCst) {
+            return Err(injected("injected: renewal not sent"));
+        }
+        self.inner_expirable()?.renew(name, ids, lease).await
+    }
+
+    async fn permits(&self, name: &LockName) -> Result<(i64, u64), Error> {
+        self.inner_expirable()?.permits(name).await
+    }
+
+    async fn listen(&self, name: &LockName) -> Result<Listener, Error> {
+        self.inner_expirable()?.listen(name).await
+    }
+}
+
+impl FaultyBackend {
+    fn inner_expirable(&self) -> Result<&dyn ExpirableSemaphoreBackend, Error> {
+        self.inner
+            .expirable_semaphores()
+            .ok_or_else(|| Error::unsupported("expirable semaphores"))
     }
 }

@@ -14,6 +14,7 @@
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
 pub mod adapter;
+mod expirable;
 mod family;
 pub mod faulty;
 pub mod fixture;
@@ -108,6 +109,11 @@ macro_rules! conformance_suite {
             dropped_permits_and_abandoned_waits_keep_nothing: [Semaphore],
             a_permit_request_sent_twice_counts_once: [Semaphore, RetrySafe],
             a_redisson_peer_shares_our_semaphore: [RedisControl, Semaphore],
+            expirable_permits_bound_concurrency_while_renewed: [ExpirableSemaphore],
+            a_cut_off_holders_permits_come_back_after_one_lease: [ExpirableSemaphore],
+            expirable_operations_and_bad_input: [ExpirableSemaphore],
+            an_expirable_permit_request_sent_twice_counts_once: [ExpirableSemaphore, RetrySafe],
+            expirable_and_plain_semaphores_share_one_count: [ExpirableSemaphore, Semaphore],
         );
     };
 }

@@ -26,6 +26,8 @@ pub enum Need {
     CountDownLatch,
     /// Semaphores ([`Capabilities::semaphore`]).
     Semaphore,
+    /// Expirable semaphores ([`Capabilities::expirable_semaphore`]).
+    ExpirableSemaphore,
     /// Server-side access to a Redis deployment ([`Fixture::redis`]).
     RedisControl,
     /// A deployment that can fail over to a replica (Sentinel).
@@ -47,6 +49,9 @@ impl Need {
             Self::Reservation => declared(|caps| caps.reservation, "reservations"),
             Self::CountDownLatch => declared(|caps| caps.count_down_latch, "count-down latches"),
             Self::Semaphore => declared(|caps| caps.semaphore, "semaphores"),
+            Self::ExpirableSemaphore => {
+                declared(|caps| caps.expirable_semaphore, "expirable semaphores")
+            }
             Self::RedisControl => (!deployment.redis_control)
                 .then(|| "the fixture has no Redis deployment to inject faults into".to_owned()),
             Self::Failover => (!deployment.failover)

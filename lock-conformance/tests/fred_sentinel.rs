@@ -6,4 +6,7 @@ mod common;
 use common::fred_adapter;
 use lock_conformance::redis_fixture::RedisFixture;
 
-lock_conformance::conformance_suite!(RedisFixture::sentinel(fred_adapter()));
+lock_conformance::conformance_suite!(
+    RedisFixture::sentinel(fred_adapter()),
+    without[ExpirableSemaphore]
+);

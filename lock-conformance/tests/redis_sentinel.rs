@@ -6,4 +6,7 @@ mod common;
 use common::redis_adapter;
 use lock_conformance::redis_fixture::RedisFixture;
 
-lock_conformance::conformance_suite!(RedisFixture::sentinel(redis_adapter()));
+lock_conformance::conformance_suite!(
+    RedisFixture::sentinel(redis_adapter()),
+    without[ExpirableSemaphore]
+);

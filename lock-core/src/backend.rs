@@ -14,6 +14,10 @@ use async_trait::async_trait;
 use crate::notify::Listener;
 use crate::{Error, LockName};
 
+mod expirable;
+
+pub use expirable::{ExpirableSemaphoreBackend, Issue, IssueRequest, PermitId, ReturnRequest};
+
 /// Which lock primitive an operation is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -399,6 +403,8 @@ pub struct Capabilities {
     pub count_down_latch: bool,
     /// Semaphores ([`Backend::semaphores`]).
     pub semaphore: bool,
+    /// Expirable semaphores ([`Backend::expirable_semaphores`]).
+    pub expirable_semaphore: bool,
 }
 
 impl Capabilities {
@@ -415,6 +421,7 @@ impl Capabilities {
             shared: false,
             count_down_latch: false,
             semaphore: false,
+            expirable_semaphore: false,
         }
     }
 
@@ -466,6 +473,12 @@ impl Capabilities {
         self
     }
 
+    /// Sets [`Capabilities::expirable_semaphore`].
+    pub const fn expirable_semaphore(mut self, yes: bool) -> Self {
+        self.expirable_semaphore = yes;
+        self
+    }
+
     /// Whether locks of `kind` are supported.
     #[must_use]
     pub const fn supports(self, kind: LockKind) -> bool {
@@ -497,6 +510,7 @@ impl Capabilities {
             shared: common.shared && next.shared,
             count_down_latch: common.count_down_latch && next.count_down_latch,
             semaphore: common.semaphore && next.semaphore,
+            expirable_semaphore: common.expirable_semaphore && next.expirable_semaphore,
         })
     }
 
@@ -606,6 +620,12 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
 
     /// The semaphores of this store, when it declares [`Capabilities::semaphore`].
     fn semaphores(&self) -> Option<&dyn SemaphoreBackend> {
+        None
+    }
+
+    /// The expirable semaphores of this store, when it declares
+    /// [`Capabilities::expirable_semaphore`].
+    fn expirable_semaphores(&self) -> Option<&dyn ExpirableSemaphoreBackend> {
         None
     }
 }

@@ -10,10 +10,10 @@ use tokio::time::Instant;
 use crate::config::Config;
 use crate::hold::Hold;
 use crate::supervisor::Supervisor;
-use crate::watchdog::Watchdog;
+use crate::watchdog::{Renewed, Watchdog};
 use crate::{
-    Backend, Capabilities, CountDownLatch, Error, Lock, LockKind, LockRef, LostReason, RwLock,
-    Semaphore, events,
+    Backend, Capabilities, CountDownLatch, Error, ExpirableSemaphore, Lock, LockKind, LockRef,
+    LostReason, RwLock, Semaphore, events,
 };
 
 /// A client of a lock backend: the factory of lock handles.
@@ -39,6 +39,8 @@ pub(crate) struct Inner {
     pub(crate) supervisor: Supervisor,
     /// The turns of this client's semaphore waiters, per name.
     pub(crate) semaphore_turns: crate::semaphore::Turns,
+    /// The expirable permits this client's guards hold, by id.
+    pub(crate) leased: crate::expirable::LeasedRegistry,
 }
 
 impl fmt::Debug for Locks {
@@ -79,6 +81,7 @@ impl Locks {
                 watchdog: Watchdog::default(),
                 supervisor: Supervisor::new(),
                 semaphore_turns: crate::semaphore::Turns::default(),
+                leased: crate::expirable::LeasedRegistry::default(),
             }),
         }
     }
@@ -110,6 +113,14 @@ impl Locks {
     #[must_use]
     pub fn semaphore(&self, name: &str) -> Semaphore {
         Semaphore::new(self.clone(), name)
+    }
+
+    /// A handle on the expirable semaphore `name`: permits with ids and leases. No I/O;
+    /// a backend without [`Capabilities::expirable_semaphore`] refuses its first
+    /// operation with [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
+    #[must_use]
+    pub fn expirable_semaphore(&self, name: &str) -> ExpirableSemaphore {
+        ExpirableSemaphore::new(self.clone(), name)
     }
 
     /// A handle on the count-down latch `name`. No I/O; a backend without
@@ -211,7 +222,8 @@ impl Inner {
             }
         };
         if hold.add_guard(renew) {
-            self.watchdog.register(self, &hold);
+            self.watchdog
+                .register(self, Renewed::Lock(Arc::clone(&hold)));
         }
         hold
     }
@@ -244,7 +256,7 @@ impl Inner {
         if renew {
             // At once, not at the watchdog's next round: a burst of short holds would
             // otherwise keep every released hold in memory for a renewal interval.
-            self.watchdog.forget(hold);
+            self.watchdog.forget(&Renewed::Lock(Arc::clone(hold)));
         }
         if left == 0 {
             let mut holds = self.holds();

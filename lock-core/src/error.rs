@@ -49,7 +49,8 @@ pub enum ErrorKind {
     InvalidConfig,
     /// The wait for a lock ran out.
     Timeout,
-    /// The caller does not hold the lock it tried to release.
+    /// The caller does not hold the lock it tried to release, or a permit id is not
+    /// issued.
     NotHeld,
     /// The hold was lost: its lease expired or renewal found another owner.
     Lost,
@@ -139,6 +140,15 @@ pub enum Error {
         name: String,
         /// Set when the client knew the hold was lost before the release was asked for.
         lost: Option<LostReason>,
+    },
+    /// A permit id given to an expirable semaphore is not issued there: it never was,
+    /// or it was released, or its lease ran out.
+    #[error("permit {id} of semaphore `{name}` is not issued (never issued, released, or expired)")]
+    PermitNotIssued {
+        /// The semaphore's name.
+        name: String,
+        /// The permit's id, as 32 hex digits.
+        id: String,
     },
     /// The hold was lost before it was released.
     #[error("lock `{name}` was lost: {reason}")]
@@ -236,7 +246,7 @@ impl Error {
             Self::InvalidArgument { .. } => ErrorKind::InvalidArgument,
             Self::InvalidConfig { .. } => ErrorKind::InvalidConfig,
             Self::Timeout { .. } => ErrorKind::Timeout,
-            Self::NotHeld { .. } => ErrorKind::NotHeld,
+            Self::NotHeld { .. } | Self::PermitNotIssued { .. } => ErrorKind::NotHeld,
             Self::Lost { .. } => ErrorKind::Lost,
             Self::Incompatible { .. } => ErrorKind::Incompatible,
             Self::Connection { .. } => ErrorKind::Connection,

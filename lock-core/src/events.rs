@@ -60,6 +60,43 @@ pub(crate) fn permits_not_released(
     );
 }
 
+/// Expirable permits nobody awaits could not be given back (dropped, or granted to a
+/// caller that went away): they come back when their lease ends.
+pub(crate) fn leased_permits_not_released(
+    name: &crate::LockName,
+    permits: usize,
+    of: &'static str,
+    err: &Error,
+) {
+    tracing::warn!(
+        target: TARGET,
+        %name,
+        permits,
+        of,
+        error = %err.chain(),
+        "giving expirable permits back failed; they come back when their lease ends"
+    );
+}
+
+pub(crate) fn permit_renewal_failed(name: &crate::LockName, err: &Error) {
+    tracing::warn!(
+        target: TARGET,
+        %name,
+        error = %err.chain(),
+        "renewing expirable permits failed; retrying while their lease lasts"
+    );
+}
+
+pub(crate) fn permits_lost(name: &crate::LockName, permits: usize, reason: LostReason) {
+    tracing::warn!(
+        target: TARGET,
+        %name,
+        permits,
+        %reason,
+        "expirable permits lost"
+    );
+}
+
 pub(crate) fn cancel_failed(lock: &LockRef, err: &Error) {
     tracing::warn!(
         target: TARGET,

@@ -1,25 +1,16 @@
 //! The client-side view of one hold: its local validity and whether it was lost.
 //!
 //! All guards of one owner on one lock share a [`Hold`] (reentrant acquisitions add guards
-//! to it). Its deadline is the latest `sent + lease - drift` over every request that
-//! armed the lease on the server and succeeded, where `sent` is when the request was
-//! *sent*: the server's expiry is never earlier (the scripts only extend expiries), so a
-//! holder that stops hearing from the server, or is paused, gives the lock up first.
+//! to it). Its validity is a [`LeaseClock`]: the scripts only extend expiries, so the
+//! deadline only moves forward.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::lease::LeaseClock;
 use crate::{LockRef, LostReason, metrics};
-
-#[derive(Debug, Clone, Copy)]
-struct Status {
-    deadline: Instant,
-    lost: Option<LostReason>,
-    last_sent: Instant,
-}
 
 #[derive(Debug, Default)]
 struct Counts {
@@ -43,7 +34,7 @@ pub(crate) struct Hold {
     pub(crate) token: Option<u64>,
     /// The owner's hold count after the grant that created this hold.
     born_holds: u32,
-    status: watch::Sender<Status>,
+    pub(crate) lease: LeaseClock,
     counts: Mutex<Counts>,
 }
 
@@ -60,15 +51,16 @@ impl Hold {
     ) -> Self {
         let earlier = holds.saturating_sub(1);
         let unclaimed = earlier.min(in_flight);
+        let lost_lock = lock.clone();
+        let on_lost = Box::new(move |reason| {
+            metrics::lost(lost_lock.kind, reason);
+            crate::events::hold_lost(&lost_lock, reason);
+        });
         Self {
             lock,
             token,
             born_holds: holds,
-            status: watch::Sender::new(Status {
-                deadline: sent + valid_for,
-                lost: None,
-                last_sent: sent,
-            }),
+            lease: LeaseClock::new(sent, valid_for, on_lost),
             counts: Mutex::new(Counts {
                 unclaimed,
                 adopted: earlier - unclaimed,
@@ -93,96 +85,27 @@ impl Hold {
     /// Records a successful request sent at `sent` that armed the lease for `valid_for`
     /// (lease minus drift).
     pub(crate) fn extend(&self, sent: Instant, valid_for: Duration) {
-        self.status.send_if_modified(|s| {
-            if s.lost.is_some() {
-                return false;
-            }
-            s.last_sent = s.last_sent.max(sent);
-            let deadline = sent + valid_for;
-            if deadline > s.deadline {
-                s.deadline = deadline;
-                true
-            } else {
-                false
-            }
-        });
+        self.lease.extend(sent, valid_for);
     }
 
     /// Marks the hold lost; returns whether this call did it.
     pub(crate) fn mark_lost(&self, reason: LostReason) -> bool {
-        let marked = self.status.send_if_modified(|s| {
-            if s.lost.is_some() {
-                false
-            } else {
-                s.lost = Some(reason);
-                true
-            }
-        });
-        if marked {
-            metrics::lost(self.lock.kind, reason);
-            crate::events::hold_lost(&self.lock, reason);
-        }
-        marked
-    }
-
-    /// Marks the hold lost if its deadline has passed.
-    pub(crate) fn expire_if_due(&self) {
-        self.lost_reason();
+        self.lease.mark_lost(reason)
     }
 
     /// Why the hold is lost, if it is; a passed deadline marks it lost now.
     pub(crate) fn lost_reason(&self) -> Option<LostReason> {
-        let s = *self.status.borrow();
-        if s.lost.is_none() && Instant::now() >= s.deadline {
-            self.mark_lost(LostReason::LeaseExpired);
-        }
-        self.status.borrow().lost
+        self.lease.lost_reason()
     }
 
     /// Time left before the local deadline, or `None` once lost.
     pub(crate) fn valid_for(&self) -> Option<Duration> {
-        if self.lost_reason().is_some() {
-            return None;
-        }
-        Some(
-            self.status
-                .borrow()
-                .deadline
-                .saturating_duration_since(Instant::now()),
-        )
-    }
-
-    /// The local deadline (meaningless once lost).
-    pub(crate) fn deadline(&self) -> Instant {
-        self.status.borrow().deadline
-    }
-
-    pub(crate) fn last_sent(&self) -> Instant {
-        self.status.borrow().last_sent
+        self.lease.valid_for()
     }
 
     /// Resolves when the hold is lost (by a failed renewal or by its deadline passing).
     pub(crate) async fn lost(&self) -> LostReason {
-        let mut rx = self.status.subscribe();
-        loop {
-            let s = *rx.borrow_and_update();
-            if let Some(reason) = s.lost {
-                return reason;
-            }
-            if Instant::now() >= s.deadline {
-                self.mark_lost(LostReason::LeaseExpired);
-                continue;
-            }
-            tokio::select! {
-                changed = rx.changed() => {
-                    // The sender lives as long as `self`; this cannot fail while borrowed.
-                    if changed.is_err() {
-                        return LostReason::OwnerGone;
-                    }
-                }
-                () = tokio::time::sleep_until(s.deadline) => {}
-            }
-        }
+        self.lease.lost().await
     }
 
     fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
@@ -222,44 +145,6 @@ impl Hold {
     }
 
     pub(crate) fn needs_renewal(&self) -> bool {
-        self.counts().renewing > 0 && self.status.borrow().lost.is_none()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{LockKind, LockName, Owner};
-
-    fn hold(valid_for: Duration) -> Hold {
-        let lock = LockRef::new(
-            LockKind::Mutex,
-            LockName::new("h").expect("name"),
-            Owner::new("c", "h"),
-        );
-        Hold::new(lock, (1, 0), Instant::now(), valid_for, None)
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn expires_at_its_deadline_even_without_news() {
-        let h = hold(Duration::from_millis(100));
-        assert!(h.lost_reason().is_none());
-        let reason = h.lost().await;
-        assert_eq!(reason, LostReason::LeaseExpired);
-        assert!(h.valid_for().is_none());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn extension_moves_the_deadline_forward_only() {
-        let h = hold(Duration::from_millis(100));
-        let start = Instant::now();
-        h.extend(start, Duration::from_millis(50));
-        assert!(h.valid_for() > Some(Duration::from_millis(90)));
-        h.extend(start, Duration::from_millis(300));
-        tokio::time::advance(Duration::from_millis(200)).await;
-        assert!(h.lost_reason().is_none());
-        h.mark_lost(LostReason::OwnerGone);
-        h.extend(Instant::now(), Duration::from_secs(5));
-        assert_eq!(h.lost_reason(), Some(LostReason::OwnerGone));
+        self.counts().renewing > 0 && !self.lease.is_marked_lost()
     }
 }

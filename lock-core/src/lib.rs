@@ -31,11 +31,13 @@ mod client;
 mod config;
 mod error;
 mod events;
+mod expirable;
 mod guard;
 mod handle;
 mod hold;
 mod holder;
 mod latch;
+mod lease;
 pub mod memory;
 pub mod metrics;
 mod name;
@@ -50,10 +52,16 @@ pub use backend::{
     AcquireRequest, Backend, Capabilities, HoldModel, LockKind, LockRef, Owner, ReleaseRequest,
     RequestId, Waiting,
 };
-pub use backend::{LatchBackend, LatchRequest, PermitRequest, SemaphoreBackend};
+pub use backend::{
+    ExpirableSemaphoreBackend, Issue, IssueRequest, LatchBackend, LatchRequest, PermitId,
+    PermitRequest, ReturnRequest, SemaphoreBackend,
+};
 pub use client::{Locks, LocksBuilder};
 pub use config::{Config, MAX_DURATION};
 pub use error::{BoxError, Cause, Chain, Error, ErrorKind, LostReason};
+pub use expirable::{
+    ExpirableSemaphore, LeasedPermits, MAX_PERMITS_PER_ACQUISITION, PermitAcquisition,
+};
 pub use guard::Guard;
 pub use handle::{Acquisition, Lock, RwLock};
 pub use holder::Holder;

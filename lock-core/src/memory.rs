@@ -24,6 +24,8 @@ use crate::backend::{
 use crate::notify::{InProcess, Listener, Subscriptions, Wake};
 use crate::{Error, LockName, Owner};
 
+mod expirable;
+
 /// A read-write lock's mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -150,8 +152,12 @@ struct Store {
     count_downs: HashMap<(String, RequestId), (u64, Instant)>,
     /// Semaphores: the available permits per name (absent: never set, 0 available).
     semaphores: HashMap<String, i64>,
-    /// Answers to permit requests (granted? / available after a release), for retries.
+    /// Answers to permit requests (granted? / available after a release / expirable
+    /// permits given back?), for retries.
     permit_answers: HashMap<(String, RequestId), (i64, Instant)>,
+    /// Expirable semaphores: the permits issued per name (their available count is in
+    /// `semaphores`).
+    issued: HashMap<String, expirable::Issued>,
     remembered: u64,
 }
 
@@ -608,6 +614,7 @@ impl Backend for MemoryBackend {
             .retry_safe(true)
             .count_down_latch(true)
             .semaphore(true)
+            .expirable_semaphore(true)
     }
 
     fn latches(&self) -> Option<&dyn LatchBackend> {
@@ -615,6 +622,10 @@ impl Backend for MemoryBackend {
     }
 
     fn semaphores(&self) -> Option<&dyn SemaphoreBackend> {
+        Some(self)
+    }
+
+    fn expirable_semaphores(&self) -> Option<&dyn crate::backend::ExpirableSemaphoreBackend> {
         Some(self)
     }
 

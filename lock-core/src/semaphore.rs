@@ -3,10 +3,11 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
 use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{Mutex as AsyncMutex, oneshot};
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, oneshot};
 use tokio::time::Instant;
 
 use crate::backend::{Capabilities, PermitRequest, SemaphoreBackend};
@@ -159,19 +160,9 @@ impl Semaphore {
         if permits == 0 {
             return Ok(Some(Permits::new(client, name, 0)));
         }
-        let turn = client.semaphore_turns.turn(name);
         let expired = || deadline.is_some_and(|deadline| Instant::now() >= deadline);
-        // Local waiters go one at a time, in arrival order (tokio's mutex is fair); a try
-        // does not overtake a local waiter either.
-        let _head = match deadline {
-            None => turn.lock().await,
-            Some(deadline) => match tokio::time::timeout_at(deadline, turn.lock()).await {
-                Ok(head) => head,
-                Err(_) => match turn.try_lock() {
-                    Ok(head) => head,
-                    Err(_) => return Ok(None),
-                },
-            },
+        let Some(_head) = client.semaphore_turns.wait(name, deadline).await else {
+            return Ok(None);
         };
         // The first attempt is never cut short by the deadline: a try makes exactly one.
         if attempt(client, name, permits).await? {
@@ -203,7 +194,7 @@ impl Semaphore {
     }
 }
 
-fn check_count(argument: &'static str, count: u64) -> Result<(), Error> {
+pub(crate) fn check_count(argument: &'static str, count: u64) -> Result<(), Error> {
     if i64::try_from(count).is_err() {
         return Err(Error::invalid_argument(
             argument,
@@ -216,31 +207,51 @@ fn check_count(argument: &'static str, count: u64) -> Result<(), Error> {
 /// One attempt, run in a task of its own: if the caller goes away before the answer,
 /// a grant is given back instead of being kept by nobody.
 async fn attempt(client: &Arc<Inner>, name: &LockName, permits: u64) -> Result<bool, Error> {
-    let (reply, answer) = oneshot::channel();
     let task_client = Arc::clone(client);
     let task_name = name.clone();
     let window = client.config.retry_window;
-    client.supervisor.spawn_job(async move {
-        let Some(semaphores) = task_client.backend.semaphores() else {
-            return;
-        };
+    let job = async move {
+        let semaphores = task_client
+            .backend
+            .semaphores()
+            .ok_or_else(|| Error::unsupported("semaphores"))?;
         let request = PermitRequest::new(permits, window);
         let until = Instant::now() + window;
-        let granted =
-            retry::until_answered(until, || semaphores.try_acquire(&task_name, request)).await;
-        if let Err(Ok(true)) = reply.send(granted) {
+        retry::until_answered(until, || semaphores.try_acquire(&task_name, request)).await
+    };
+    let orphan_client = Arc::clone(client);
+    let orphan_name = name.clone();
+    detached(client, job, move |granted| {
+        if granted {
             // Nobody is waiting for these permits any more.
             release_unawaited(
-                &task_client,
-                &task_name,
+                &orphan_client,
+                &orphan_name,
                 permits,
                 "permits granted to nobody",
             );
         }
+    })
+    .await
+}
+
+/// Runs `job` in a task of its own and returns its answer; when the caller goes away
+/// first, `orphaned` gets the answer instead (to give back what it granted).
+pub(crate) async fn detached<T, J, O>(client: &Inner, job: J, orphaned: O) -> Result<T, Error>
+where
+    T: Send + 'static,
+    J: Future<Output = Result<T, Error>> + Send + 'static,
+    O: FnOnce(T) + Send + 'static,
+{
+    let (reply, answer) = oneshot::channel();
+    client.supervisor.spawn_job(async move {
+        if let Err(Ok(unheard)) = reply.send(job.await) {
+            orphaned(unheard);
+        }
     })?;
     answer
         .await
-        .map_err(|_| Error::protocol("the permit attempt was cancelled"))?
+        .map_err(|_| Error::protocol("the attempt was cancelled"))?
 }
 
 /// Gives permits back in the background, reporting a failure through `tracing`.
@@ -350,6 +361,27 @@ pub(crate) struct Turns {
 }
 
 impl Turns {
+    /// Waits for the turn of `name` until `deadline` (as long as it takes without one);
+    /// `None` when the deadline passed and the turn is still taken. Local waiters go one
+    /// at a time, in arrival order (tokio's mutex is fair); a try does not overtake a
+    /// local waiter either.
+    pub(crate) async fn wait(
+        &self,
+        name: &LockName,
+        deadline: Option<Instant>,
+    ) -> Option<OwnedMutexGuard<()>> {
+        let turn = self.turn(name);
+        match deadline {
+            None => Some(turn.lock_owned().await),
+            Some(deadline) => {
+                match tokio::time::timeout_at(deadline, Arc::clone(&turn).lock_owned()).await {
+                    Ok(head) => Some(head),
+                    Err(_) => turn.try_lock_owned().ok(),
+                }
+            }
+        }
+    }
+
     /// The queue of `name`, made on first use. Entries nobody else holds are dropped
     /// now and then, so that names used once take no memory for long.
     fn turn(&self, name: &LockName) -> Arc<AsyncMutex<()>> {

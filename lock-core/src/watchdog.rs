@@ -1,10 +1,11 @@
-//! The watchdog: one task per client renews the leases of all its watchdog guards.
+//! The watchdog: one task per client renews the leases of all its watchdog guards, those
+//! of locks and those of expirable permits.
 //!
 //! Every round (a third of the watchdog lease by default) it renews, in one batched call
-//! to the backend, every hold that needs renewal and is due: armed more than half an
-//! interval ago, or valid for less than one and a half intervals (so that a hold taken
-//! just after a round, with an interval close to the lease, is never left to expire
-//! before the next one). A renewal that finds the owner gone marks the hold lost at once;
+//! to the backend (and one per semaphore name for permits), every hold that needs renewal
+//! and is due: armed more than half an interval ago, or valid for less than one and a half
+//! intervals (so that a hold taken just after a round, with an interval close to the
+//! lease, is never left to expire before the next one). A renewal that finds the owner gone marks the hold lost at once;
 //! a failed renewal is retried sooner, and the hold is lost when its local deadline passes.
 
 use std::collections::HashMap;
@@ -14,11 +15,12 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::backend::Renewal;
+use crate::backend::{PermitId, Renewal};
 use crate::client::Inner;
-use crate::events;
+use crate::expirable::PermitHold;
 use crate::hold::Hold;
-use crate::{LostReason, metrics};
+use crate::lease::LeaseClock;
+use crate::{Backend, LockName, LostReason, events, metrics};
 
 /// The shortest pause between rounds after a failed renewal.
 const MIN_RETRY: Duration = Duration::from_millis(10);
@@ -28,9 +30,39 @@ pub(crate) struct Watchdog {
     state: Mutex<State>,
 }
 
+/// What the watchdog renews: a lock's hold, or the permits of one acquisition.
+#[derive(Debug, Clone)]
+pub(crate) enum Renewed {
+    Lock(Arc<Hold>),
+    Permits(Arc<PermitHold>),
+}
+
+impl Renewed {
+    fn key(&self) -> usize {
+        match self {
+            Self::Lock(hold) => Arc::as_ptr(hold) as usize,
+            Self::Permits(permits) => Arc::as_ptr(permits) as usize,
+        }
+    }
+
+    fn lease(&self) -> &LeaseClock {
+        match self {
+            Self::Lock(hold) => &hold.lease,
+            Self::Permits(permits) => &permits.lease,
+        }
+    }
+
+    fn needs_renewal(&self) -> bool {
+        match self {
+            Self::Lock(hold) => hold.needs_renewal(),
+            Self::Permits(permits) => permits.needs_renewal(),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
-    holds: HashMap<usize, Arc<Hold>>,
+    holds: HashMap<usize, Renewed>,
     /// The renewal task, kept to notice its end: it ends by itself when nothing is left
     /// to renew, and dies with its runtime, or by a panic, while holds still need it.
     task: Option<JoinHandle<()>>,
@@ -56,20 +88,18 @@ impl State {
 
 impl Watchdog {
     /// Starts renewing `hold` (and the task, if it is not running).
-    pub(crate) fn register(&self, client: &Arc<Inner>, hold: &Arc<Hold>) {
+    pub(crate) fn register(&self, client: &Arc<Inner>, hold: Renewed) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state
-            .holds
-            .insert(Arc::as_ptr(hold) as usize, Arc::clone(hold));
+        state.holds.insert(hold.key(), hold);
         state.ensure_running(client);
     }
 
     /// Stops renewing `hold` if no guard of it needs renewal any more. Checked under the
     /// watchdog's lock, so a reentry that registers the hold again is never undone.
-    pub(crate) fn forget(&self, hold: &Arc<Hold>) {
+    pub(crate) fn forget(&self, hold: &Renewed) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if !hold.needs_renewal() {
-            state.holds.remove(&(Arc::as_ptr(hold) as usize));
+            state.holds.remove(&hold.key());
         }
     }
 
@@ -93,7 +123,7 @@ impl Watchdog {
 
     /// The holds due for renewal; forgets those that no longer need it. Stops (returns
     /// `None`) when nothing is left to renew.
-    fn due(&self, older_than: Instant, expiring_before: Instant) -> Option<Vec<Arc<Hold>>> {
+    fn due(&self, older_than: Instant, expiring_before: Instant) -> Option<Vec<Renewed>> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.holds.retain(|_, hold| hold.needs_renewal());
         if state.holds.is_empty() {
@@ -105,7 +135,10 @@ impl Watchdog {
             state
                 .holds
                 .values()
-                .filter(|hold| hold.last_sent() <= older_than || hold.deadline() <= expiring_before)
+                .filter(|hold| {
+                    let lease = hold.lease();
+                    lease.last_sent() <= older_than || lease.deadline() <= expiring_before
+                })
                 .cloned()
                 .collect(),
         )
@@ -139,33 +172,115 @@ async fn run(client: Weak<Inner>) {
         if due.is_empty() {
             continue;
         }
-        let locks: Vec<_> = due.iter().map(|hold| hold.lock.clone()).collect();
-        let sent = Instant::now();
-        let outcomes = backend.renew(&locks, lease).await;
-        let (mut renewed, mut gone, mut failed) = (0, 0, 0);
-        for (hold, outcome) in due.iter().zip(outcomes) {
-            match outcome {
-                Renewal::Renewed => {
-                    renewed += 1;
-                    hold.extend(sent, valid_for);
-                }
-                Renewal::Gone => {
-                    gone += 1;
-                    hold.mark_lost(LostReason::OwnerGone);
-                }
-                // Retried sooner while the deadline allows.
-                Renewal::Failed(err) => {
-                    failed += 1;
-                    events::renewal_failed(&hold.lock, &err);
-                    hold.expire_if_due();
+        let mut holds = Vec::new();
+        let mut permits: HashMap<LockName, Vec<(Arc<PermitHold>, u64)>> = HashMap::new();
+        for entry in due {
+            let epoch = entry.lease().epoch();
+            match entry {
+                Renewed::Lock(hold) => holds.push((hold, epoch)),
+                Renewed::Permits(held) => {
+                    permits
+                        .entry(held.name.clone())
+                        .or_default()
+                        .push((held, epoch));
                 }
             }
         }
-        metrics::renewals("renewed", renewed);
-        metrics::renewals("gone", gone);
-        metrics::renewals("failed", failed);
-        if failed > 0 {
+        let mut tally = Tally::default();
+        renew_locks(&*backend, &holds, lease, valid_for, &mut tally).await;
+        for (name, held) in &permits {
+            renew_permits(&*backend, name, held, lease, valid_for, &mut tally).await;
+        }
+        metrics::renewals("renewed", tally.renewed);
+        metrics::renewals("gone", tally.gone);
+        metrics::renewals("failed", tally.failed);
+        if tally.failed > 0 {
             pause = (interval / 4).max(MIN_RETRY);
+        }
+    }
+}
+
+/// How a round went, for metrics and the next pause.
+#[derive(Debug, Default)]
+struct Tally {
+    renewed: usize,
+    gone: usize,
+    failed: usize,
+}
+
+/// Renews the due lock holds in one batched call.
+async fn renew_locks(
+    backend: &dyn Backend,
+    due: &[(Arc<Hold>, u64)],
+    lease: Duration,
+    valid_for: Duration,
+    tally: &mut Tally,
+) {
+    if due.is_empty() {
+        return;
+    }
+    let locks: Vec<_> = due.iter().map(|(hold, _)| hold.lock.clone()).collect();
+    let sent = Instant::now();
+    let outcomes = backend.renew(&locks, lease).await;
+    for ((hold, epoch), outcome) in due.iter().zip(outcomes) {
+        match outcome {
+            Renewal::Renewed => {
+                tally.renewed += 1;
+                hold.lease.extend_in(*epoch, sent, valid_for);
+            }
+            Renewal::Gone => {
+                tally.gone += 1;
+                hold.mark_lost(LostReason::OwnerGone);
+            }
+            // Retried sooner while the deadline allows.
+            Renewal::Failed(err) => {
+                tally.failed += 1;
+                events::renewal_failed(&hold.lock, &err);
+                hold.lost_reason();
+            }
+        }
+    }
+}
+
+/// Renews the due permits of one expirable semaphore in one call. An acquisition whose
+/// permits are not all issued any more is lost.
+async fn renew_permits(
+    backend: &dyn Backend,
+    name: &LockName,
+    due: &[(Arc<PermitHold>, u64)],
+    lease: Duration,
+    valid_for: Duration,
+    tally: &mut Tally,
+) {
+    let Some(semaphores) = backend.expirable_semaphores() else {
+        return;
+    };
+    let ids: Vec<PermitId> = due.iter().flat_map(|(held, _)| held.ids.clone()).collect();
+    let sent = Instant::now();
+    match semaphores.renew(name, &ids, lease).await {
+        Ok(issued) if issued.len() == ids.len() => {
+            let mut rest = issued.as_slice();
+            for (held, epoch) in due {
+                let (mine, others) = rest.split_at(held.ids.len());
+                rest = others;
+                if mine.iter().all(|&issued| issued) {
+                    tally.renewed += 1;
+                    held.lease.extend_in(*epoch, sent, valid_for);
+                } else {
+                    tally.gone += 1;
+                    held.lease.mark_lost(LostReason::OwnerGone);
+                }
+            }
+        }
+        outcome => {
+            let err = outcome.err().unwrap_or_else(|| {
+                crate::Error::protocol("a renewal answered for a different number of permits")
+            });
+            events::permit_renewal_failed(name, &err);
+            for (held, _) in due {
+                tally.failed += 1;
+                held.lease.lost_reason();
+            }
         }
     }
 }

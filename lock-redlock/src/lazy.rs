@@ -184,7 +184,10 @@ impl Backend for LazyNode {
     /// The declared capabilities, without the synchronizers other than locks, which a
     /// node cannot hand out before it is connected.
     fn capabilities(&self) -> Capabilities {
-        self.capabilities.count_down_latch(false).semaphore(false)
+        self.capabilities
+            .count_down_latch(false)
+            .semaphore(false)
+            .expirable_semaphore(false)
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {

@@ -344,6 +344,7 @@ impl Backend for RedLock {
             .fair(false)
             .count_down_latch(false)
             .semaphore(false)
+            .expirable_semaphore(false)
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {

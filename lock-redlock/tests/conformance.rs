@@ -91,13 +91,13 @@ mod memory {
     use super::MemoryNodes;
     lock_conformance::conformance_suite!(
         MemoryNodes::start(),
-        without [Fair, Reservation, RedisControl, Failover, CountDownLatch, Semaphore]
+        without [Fair, Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore]
     );
 }
 
 mod redis {
     use super::RedisNodes;
-    lock_conformance::conformance_suite!(RedisNodes::start(), without [Fair, RedisControl, Failover, CountDownLatch, Semaphore]);
+    lock_conformance::conformance_suite!(RedisNodes::start(), without [Fair, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore]);
 }
 
 /// Fair locks cannot span RedLock nodes: a typed error, and nothing is left behind.

@@ -1,0 +1,282 @@
+//! Expirable-semaphore scenarios: permits renewed while held and back after one lease
+//! when their holder is cut off, the operations and their bad input, retries counted
+//! once, and one count shared with the plain semaphore.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lock_core::{
+    Error, ErrorKind, IssueRequest, LockName, Locks, MAX_PERMITS_PER_ACQUISITION, PermitId,
+    ReturnRequest,
+};
+use tokio::time::{Instant, sleep, timeout};
+
+use crate::Fixture;
+use crate::faulty::FaultyBackend;
+use crate::scenarios::{eventually, kind, unique};
+
+/// Never more than the permits are inside, with six workers on two clients that each
+/// hold a permit longer than its lease: the watchdog keeps it (were it not renewed, the
+/// store would reclaim it and a third worker would get in).
+pub async fn expirable_permits_bound_concurrency_while_renewed(fx: &dyn Fixture) {
+    let lease = Duration::from_millis(300);
+    let (c1, c2) = (
+        fx.client_with_lease(lease).await,
+        fx.client_with_lease(lease).await,
+    );
+    let name = unique("xsem-bound");
+    assert!(
+        c1.expirable_semaphore(&name)
+            .try_set_permits(2)
+            .await
+            .unwrap()
+    );
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..6)
+        .map(|i| {
+            let semaphore = if i % 2 == 0 { &c1 } else { &c2 }.expirable_semaphore(&name);
+            let (inside, most) = (Arc::clone(&inside), Arc::clone(&most));
+            tokio::spawn(async move {
+                for _ in 0..2 {
+                    let permit = semaphore.acquire(1).await.unwrap();
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    sleep(lease + lease / 2).await;
+                    assert!(permit.is_held(), "a renewed permit was given up");
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    permit.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        timeout(Duration::from_secs(30), worker)
+            .await
+            .expect("the workers finish")
+            .unwrap();
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= 2, "{most} workers were inside a semaphore of 2");
+    assert_eq!(most, 2, "the permits were never shared");
+    let semaphore = c2.expirable_semaphore(&name);
+    assert_eq!(semaphore.available().await.unwrap(), 2);
+    assert_eq!(semaphore.issued().await.unwrap(), 0);
+}
+
+/// A holder cut off from the store (its renewals and releases fail) gives its permit up
+/// by its own clock no later than the store reclaims it; the store then hands it to a
+/// waiter of another client, which no notification wakes: it wakes at the expiry.
+pub async fn a_cut_off_holders_permits_come_back_after_one_lease(fx: &dyn Fixture) {
+    let faulty = FaultyBackend::new(fx.backend().await);
+    let holder = Locks::builder(Arc::new(faulty.clone()))
+        .watchdog_lease(Duration::from_millis(400))
+        .build()
+        .unwrap();
+    let other = fx.client().await;
+    let name = unique("xsem-cut-off");
+    let ours = holder.expirable_semaphore(&name);
+    assert!(ours.try_set_permits(1).await.unwrap());
+    let permit = ours.acquire(1).await.unwrap();
+    sleep(Duration::from_millis(600)).await;
+    assert!(permit.is_held(), "renewals kept it past its first lease");
+    faulty.fail_renewals(true);
+    faulty.fail_releases(true);
+    let started = Instant::now();
+    let taken = other
+        .expirable_semaphore(&name)
+        .acquire(1)
+        .wait(Duration::from_secs(3))
+        .await
+        .expect("the permit came back after one lease");
+    assert!(
+        !permit.is_held(),
+        "the cut-off holder still believed in its permit when another got it"
+    );
+    assert!(
+        started.elapsed() <= Duration::from_secs(2),
+        "came back only after {:?}",
+        started.elapsed()
+    );
+    let lost = timeout(Duration::from_millis(100), permit.lost())
+        .await
+        .expect("lost() resolves once the permit is gone");
+    assert_eq!(lost.kind(), ErrorKind::Lost);
+    drop(permit);
+    taken.release().await.unwrap();
+}
+
+/// Every operation, and bad input as typed errors that change nothing.
+pub async fn expirable_operations_and_bad_input(fx: &dyn Fixture) {
+    let locks = fx.client().await;
+    let name = unique("xsem-ops");
+    let semaphore = locks.expirable_semaphore(&name);
+    assert_eq!(semaphore.available().await.unwrap(), 0, "never set: none");
+    assert_eq!(semaphore.issued().await.unwrap(), 0);
+    assert_eq!(
+        kind(semaphore.try_set_permits(u64::MAX).await),
+        ErrorKind::InvalidArgument
+    );
+    assert!(semaphore.try_set_permits(3).await.unwrap());
+    assert!(!semaphore.try_set_permits(7).await.unwrap(), "set twice");
+    for bad in [0, MAX_PERMITS_PER_ACQUISITION + 1] {
+        assert_eq!(
+            kind(semaphore.acquire(bad).await),
+            ErrorKind::InvalidArgument
+        );
+    }
+    let started = Instant::now();
+    let too_many = semaphore.acquire(4).wait(Duration::from_secs(5)).await;
+    assert_eq!(kind(too_many), ErrorKind::InvalidArgument, "4 of 3 in all");
+    assert!(started.elapsed() < Duration::from_secs(1), "it waited");
+    assert_eq!(semaphore.available().await.unwrap(), 3);
+
+    let mut two = semaphore
+        .acquire(2)
+        .lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(two.count(), 2);
+    assert_ne!(two.ids()[0], two.ids()[1]);
+    assert_eq!(semaphore.available().await.unwrap(), 1);
+    assert_eq!(semaphore.issued().await.unwrap(), 2);
+    assert!(semaphore.try_acquire(2).await.unwrap().is_none());
+    let waited = semaphore.acquire(2).wait(Duration::from_millis(100)).await;
+    assert_eq!(kind(waited), ErrorKind::Timeout);
+    let unknown = PermitId::random();
+    let err = semaphore.release(unknown).await.unwrap_err();
+    assert!(
+        matches!(err, Error::PermitNotIssued { .. }) && err.is_not_held(),
+        "{err:?}"
+    );
+    let err = semaphore
+        .update_lease(unknown, Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotHeld);
+    assert_eq!(
+        kind(semaphore.update_lease(two.ids()[0], Duration::ZERO).await),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        kind("not-an-id".parse::<PermitId>()),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(semaphore.issued().await.unwrap(), 2, "bad input changed it");
+
+    // A shorter lease: the permits come back when it ends, and the guard knows first.
+    two.update_lease(Duration::from_millis(300)).await.unwrap();
+    assert!(two.valid_for() <= Some(Duration::from_millis(300)));
+    let three = semaphore
+        .acquire(3)
+        .wait(Duration::from_secs(3))
+        .await
+        .expect("the two came back at the end of their new lease");
+    assert!(!two.is_held(), "the guard outlived its new lease");
+    assert_eq!(two.release().await.unwrap_err().kind(), ErrorKind::NotHeld);
+    three.release().await.unwrap();
+    assert_eq!(semaphore.available().await.unwrap(), 3);
+
+    // Released through the handle by id: the guard learns that it lost its permit.
+    let one = semaphore
+        .try_acquire(1)
+        .await
+        .unwrap()
+        .expect("one is free");
+    semaphore.release(one.ids()[0]).await.unwrap();
+    assert!(!one.is_held());
+    assert_eq!(one.release().await.unwrap_err().kind(), ErrorKind::NotHeld);
+    assert_eq!(semaphore.available().await.unwrap(), 3);
+
+    drop(semaphore.acquire(1).await.unwrap());
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            semaphore.available().await.unwrap() == 3
+        })
+        .await,
+        "dropped permits never came back"
+    );
+
+    assert_eq!(
+        kind(locks.expirable_semaphore("").available().await),
+        ErrorKind::InvalidArgument
+    );
+    let held = locks.mutex(&unique("xsem-lock")).lock().await.unwrap();
+    let on_a_lock = locks.expirable_semaphore(held.name());
+    assert_eq!(
+        kind(on_a_lock.try_set_permits(1).await),
+        ErrorKind::Incompatible
+    );
+    assert_eq!(kind(on_a_lock.acquire(1).await), ErrorKind::Incompatible);
+    assert!(held.is_held(), "the lock was touched");
+    held.unlock().await.unwrap();
+}
+
+/// Issuing under the same ids, and giving back under the same request id, sent again
+/// (their replies were lost) answer as the first time and count once.
+pub async fn an_expirable_permit_request_sent_twice_counts_once(fx: &dyn Fixture) {
+    let backend = fx.backend().await;
+    let semaphores = backend
+        .expirable_semaphores()
+        .expect("the fixture declares expirable semaphores");
+    let name = LockName::new(&unique("xsem-retry")).unwrap();
+    assert!(semaphores.try_set_permits(&name, 3).await.unwrap());
+    let issue = IssueRequest::new(2, Duration::from_secs(30));
+    for _ in 0..2 {
+        assert_eq!(
+            semaphores.try_issue(&name, &issue).await.unwrap(),
+            lock_core::Issue::Issued
+        );
+    }
+    assert_eq!(
+        semaphores.permits(&name).await.unwrap(),
+        (1, 2),
+        "a retry issued again"
+    );
+    let give_back = ReturnRequest::new(issue.ids.clone(), Duration::from_secs(5));
+    for _ in 0..2 {
+        assert!(semaphores.release(&name, &give_back).await.unwrap());
+    }
+    assert_eq!(
+        semaphores.permits(&name).await.unwrap(),
+        (3, 0),
+        "a retry gave back again"
+    );
+    let again = ReturnRequest::new(issue.ids.clone(), Duration::from_secs(5));
+    assert!(
+        !semaphores.release(&name, &again).await.unwrap(),
+        "a new request gave back permits already given back"
+    );
+    assert_eq!(semaphores.permits(&name).await.unwrap(), (3, 0));
+}
+
+/// Both kinds of semaphore on one name share its count and its wake-ups, as Java's two
+/// kinds do.
+pub async fn expirable_and_plain_semaphores_share_one_count(fx: &dyn Fixture) {
+    let (c1, c2) = (fx.client().await, fx.client().await);
+    let name = unique("xsem-shared");
+    let plain = c1.semaphore(&name);
+    let expirable = c2.expirable_semaphore(&name);
+    assert!(plain.try_set_permits(2).await.unwrap());
+    assert!(!expirable.try_set_permits(5).await.unwrap(), "set already");
+    let leased = expirable.acquire(1).await.unwrap();
+    assert_eq!(plain.available().await.unwrap(), 1);
+    let taken = plain.acquire(1).await.unwrap();
+    assert!(expirable.try_acquire(1).await.unwrap().is_none());
+    let waiter = tokio::spawn({
+        let expirable = expirable.clone();
+        async move { expirable.acquire(1).await }
+    });
+    sleep(Duration::from_millis(100)).await;
+    assert!(!waiter.is_finished(), "took a permit that was not there");
+    taken.release().await.unwrap();
+    let woken = timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the plain release woke the expirable waiter")
+        .unwrap()
+        .unwrap();
+    woken.release().await.unwrap();
+    leased.release().await.unwrap();
+    assert_eq!(plain.available().await.unwrap(), 2);
+}

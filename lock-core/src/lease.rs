@@ -1,0 +1,248 @@
+//! [`LeaseClock`]: a lease as its holder sees it, valid until a local deadline or lost.
+//!
+//! The deadline is the latest `sent + lease - drift` over the requests that armed the
+//! lease on the server and succeeded, where `sent` is when the request was *sent*: the
+//! server's expiry is never earlier, so a holder that stops hearing from the server, or
+//! is paused, gives the lease up first. Locks and expirable permits both keep one.
+
+use std::fmt;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::LostReason;
+
+#[derive(Debug, Clone, Copy)]
+struct Status {
+    deadline: Instant,
+    lost: Option<LostReason>,
+    last_sent: Instant,
+    /// Counts re-arms: a renewal sent before one must not extend what it set.
+    epoch: u64,
+}
+
+/// Reports a lease newly lost (events and metrics of what the lease is for).
+type OnLost = Box<dyn Fn(LostReason) + Send + Sync>;
+
+pub(crate) struct LeaseClock {
+    status: watch::Sender<Status>,
+    on_lost: OnLost,
+}
+
+impl fmt::Debug for LeaseClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseClock")
+            .field("status", &*self.status.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaseClock {
+    /// A lease armed by a request sent at `sent`, valid for `valid_for` (lease minus
+    /// drift); `on_lost` is told once when it is lost.
+    pub(crate) fn new(sent: Instant, valid_for: Duration, on_lost: OnLost) -> Self {
+        Self {
+            status: watch::Sender::new(Status {
+                deadline: sent + valid_for,
+                lost: None,
+                last_sent: sent,
+                epoch: 0,
+            }),
+            on_lost,
+        }
+    }
+
+    /// Records a successful request sent at `sent` that armed the lease for `valid_for`.
+    /// The deadline only moves forward.
+    pub(crate) fn extend(&self, sent: Instant, valid_for: Duration) {
+        self.status.send_if_modified(|s| {
+            if s.lost.is_some() {
+                return false;
+            }
+            s.last_sent = s.last_sent.max(sent);
+            let deadline = sent + valid_for;
+            if deadline > s.deadline {
+                s.deadline = deadline;
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// As [`extend`](Self::extend), for a renewal sent at `epoch`: ignored when the lease
+    /// was re-armed since.
+    pub(crate) fn extend_in(&self, epoch: u64, sent: Instant, valid_for: Duration) {
+        if self.status.borrow().epoch == epoch {
+            self.extend(sent, valid_for);
+        }
+    }
+
+    /// Sets the lease anew from a request sent at `sent`: the deadline may move back
+    /// (a shorter lease), and renewals sent before are ignored.
+    pub(crate) fn rearm(&self, sent: Instant, valid_for: Duration) {
+        self.status.send_if_modified(|s| {
+            if s.lost.is_some() {
+                return false;
+            }
+            s.epoch += 1;
+            s.last_sent = sent;
+            s.deadline = sent + valid_for;
+            true
+        });
+    }
+
+    /// Moves the deadline back to `sent + valid_for` if that is earlier, before a request
+    /// that may shorten the lease: whatever becomes of the request, the local deadline
+    /// is then never after the store's. Renewals sent before are ignored.
+    pub(crate) fn shorten(&self, sent: Instant, valid_for: Duration) {
+        self.status.send_if_modified(|s| {
+            if s.lost.is_some() {
+                return false;
+            }
+            s.epoch += 1;
+            s.deadline = s.deadline.min(sent + valid_for);
+            true
+        });
+    }
+
+    /// The number of re-arms so far.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.status.borrow().epoch
+    }
+
+    /// Marks the lease lost; returns whether this call did it.
+    pub(crate) fn mark_lost(&self, reason: LostReason) -> bool {
+        let marked = self.status.send_if_modified(|s| {
+            if s.lost.is_some() {
+                false
+            } else {
+                s.lost = Some(reason);
+                true
+            }
+        });
+        if marked {
+            (self.on_lost)(reason);
+        }
+        marked
+    }
+
+    /// Why the lease is lost, if it is; a passed deadline marks it lost now.
+    pub(crate) fn lost_reason(&self) -> Option<LostReason> {
+        let s = *self.status.borrow();
+        if s.lost.is_none() && Instant::now() >= s.deadline {
+            self.mark_lost(LostReason::LeaseExpired);
+        }
+        self.status.borrow().lost
+    }
+
+    /// Whether the lease is lost (without checking the deadline).
+    pub(crate) fn is_marked_lost(&self) -> bool {
+        self.status.borrow().lost.is_some()
+    }
+
+    /// Time left before the local deadline, or `None` once lost.
+    pub(crate) fn valid_for(&self) -> Option<Duration> {
+        if self.lost_reason().is_some() {
+            return None;
+        }
+        Some(
+            self.status
+                .borrow()
+                .deadline
+                .saturating_duration_since(Instant::now()),
+        )
+    }
+
+    /// The local deadline (meaningless once lost).
+    pub(crate) fn deadline(&self) -> Instant {
+        self.status.borrow().deadline
+    }
+
+    pub(crate) fn last_sent(&self) -> Instant {
+        self.status.borrow().last_sent
+    }
+
+    /// Resolves when the lease is lost (by a failed renewal or by its deadline passing).
+    pub(crate) async fn lost(&self) -> LostReason {
+        let mut rx = self.status.subscribe();
+        loop {
+            let s = *rx.borrow_and_update();
+            if let Some(reason) = s.lost {
+                return reason;
+            }
+            if Instant::now() >= s.deadline {
+                self.mark_lost(LostReason::LeaseExpired);
+                continue;
+            }
+            tokio::select! {
+                changed = rx.changed() => {
+                    // The sender lives as long as `self`; this cannot fail while borrowed.
+                    if changed.is_err() {
+                        return LostReason::OwnerGone;
+                    }
+                }
+                () = tokio::time::sleep_until(s.deadline) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    fn clock(valid_for: Duration) -> (LeaseClock, Arc<AtomicUsize>) {
+        let reported = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&reported);
+        let on_lost = Box::new(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        (
+            LeaseClock::new(Instant::now(), valid_for, on_lost),
+            reported,
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expires_at_its_deadline_even_without_news_and_reports_once() {
+        let (lease, reported) = clock(Duration::from_millis(100));
+        assert!(lease.lost_reason().is_none());
+        assert_eq!(lease.lost().await, LostReason::LeaseExpired);
+        assert!(lease.valid_for().is_none());
+        lease.mark_lost(LostReason::OwnerGone);
+        assert_eq!(reported.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn extension_moves_the_deadline_forward_only() {
+        let (lease, _) = clock(Duration::from_millis(100));
+        let start = Instant::now();
+        lease.extend(start, Duration::from_millis(50));
+        assert!(lease.valid_for() > Some(Duration::from_millis(90)));
+        lease.extend(start, Duration::from_millis(300));
+        tokio::time::advance(Duration::from_millis(200)).await;
+        assert!(lease.lost_reason().is_none());
+        lease.mark_lost(LostReason::OwnerGone);
+        lease.extend(Instant::now(), Duration::from_secs(5));
+        assert_eq!(lease.lost_reason(), Some(LostReason::OwnerGone));
+    }
+
+    /// A shorter lease set anew moves the deadline back, and a renewal sent before it
+    /// cannot undo that (it would leave the local deadline after the server's expiry).
+    #[tokio::test(start_paused = true)]
+    async fn a_rearm_shortens_and_outdates_earlier_renewals() {
+        let (lease, _) = clock(Duration::from_secs(10));
+        let before = lease.epoch();
+        let renewal_sent = Instant::now();
+        lease.rearm(Instant::now(), Duration::from_millis(100));
+        lease.extend_in(before, renewal_sent, Duration::from_secs(10));
+        assert!(lease.valid_for() <= Some(Duration::from_millis(100)));
+        lease.extend_in(lease.epoch(), Instant::now(), Duration::from_millis(200));
+        assert!(lease.valid_for() > Some(Duration::from_millis(150)));
+    }
+}
