@@ -280,3 +280,143 @@ pub async fn expirable_and_plain_semaphores_share_one_count(fx: &dyn Fixture) {
     leased.release().await.unwrap();
     assert_eq!(plain.available().await.unwrap(), 2);
 }
+
+/// Redisson's `tryAcquire(lease)` of the permit-expirable semaphore, from the semantics
+/// file: reclaim by the Java client's clock, take one permit, add its id (16 raw bytes)
+/// with an expiry on that clock. KEYS[1] semaphore, KEYS[2] `{name}:timeout`; ARGV[1]
+/// Java's now (ms), ARGV[2] the expiry score, ARGV[3] the id (hex), ARGV[4] channel,
+/// ARGV[5] publish.
+const REDISSON_EXPIRABLE_ACQUIRE: &str = "\
+    local function bytes(hex) return (string.gsub(hex, '%x%x', function(p) \
+        return string.char(tonumber(p, 16)) end)) end \
+    local expired = redis.call('zrangebyscore', KEYS[2], 0, ARGV[1]) \
+    if #expired > 0 then \
+        redis.call('zrem', KEYS[2], unpack(expired)) \
+        local v = redis.call('incrby', KEYS[1], #expired) \
+        redis.call(ARGV[5], ARGV[4], v) \
+    end \
+    local value = redis.call('get', KEYS[1]) \
+    if value ~= false and tonumber(value) >= 1 then \
+        redis.call('decrby', KEYS[1], 1) \
+        redis.call('zadd', KEYS[2], ARGV[2], bytes(ARGV[3])) \
+        return 1 \
+    end \
+    return 0";
+
+/// Redisson's `release(id)`: remove the id; when it was there, add one permit and
+/// publish the new count. KEYS as above; ARGV[1] the id (hex), ARGV[2] channel, ARGV[3]
+/// publish.
+const REDISSON_EXPIRABLE_RELEASE: &str = "\
+    local function bytes(hex) return (string.gsub(hex, '%x%x', function(p) \
+        return string.char(tonumber(p, 16)) end)) end \
+    if redis.call('zrem', KEYS[2], bytes(ARGV[1])) ~= 1 then return 0 end \
+    local v = redis.call('incrby', KEYS[1], 1) \
+    redis.call(ARGV[3], ARGV[2], v) \
+    return 1";
+
+/// Redisson's "no lease" expiry score.
+const REDISSON_NO_LEASE: &str = "922337203685477";
+
+fn java_now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+/// A Redisson peer and this library share one expirable semaphore: Java's permits
+/// (scores on Java's clock, one without a lease) count against ours, ours are stored as
+/// Redisson stores them, a Java permit's expiry gives our waiter its permit with no
+/// notification, and a Java release wakes our waiter.
+pub async fn a_redisson_peer_shares_our_expirable_semaphore(fx: &dyn Fixture) {
+    let redis = fx.redis().expect("a Redis fixture");
+    let publish = redis.publish_command();
+    let name = unique("redisson-xsem");
+    let timeouts = format!("{{{name}}}:timeout");
+    let channel = format!("redisson_sc:{{{name}}}");
+    let (ours, other) = (fx.client().await, fx.client().await);
+    let semaphore = ours.expirable_semaphore(&name);
+    assert!(semaphore.try_set_permits(3).await.unwrap());
+    let java_acquire = |score: String, id: PermitId| {
+        let now = java_now_ms().to_string();
+        let args = [&*now, &*score, &*id.to_string(), &*channel, publish];
+        let call: Vec<String> = ["EVAL", REDISSON_EXPIRABLE_ACQUIRE, "2", &name, &timeouts]
+            .into_iter()
+            .chain(args)
+            .map(str::to_owned)
+            .collect();
+        call
+    };
+    let run = |call: Vec<String>| {
+        let name = name.clone();
+        async move {
+            let args: Vec<&str> = call.iter().map(String::as_str).collect();
+            redis.run(&name, &args).await
+        }
+    };
+    let (short, forever) = (PermitId::random(), PermitId::random());
+    let expiry = (java_now_ms() + 400).to_string();
+    assert_eq!(run(java_acquire(expiry, short)).await, redis::Value::Int(1));
+    assert_eq!(
+        run(java_acquire(REDISSON_NO_LEASE.to_owned(), forever)).await,
+        redis::Value::Int(1)
+    );
+    assert_eq!(semaphore.issued().await.unwrap(), 2, "Java's permits");
+    let mine = semaphore.acquire(1).await.unwrap();
+    let stored = redis.run(&name, &["ZRANGE", &timeouts, "0", "-1"]).await;
+    let redis::Value::Array(members) = stored else {
+        panic!("{stored:?}")
+    };
+    assert!(
+        members.contains(&redis::Value::BulkString(mine.ids()[0].to_bytes().to_vec())),
+        "our permit is not stored as Redisson's 16 bytes: {members:?}"
+    );
+    assert_eq!(
+        run(java_acquire(
+            REDISSON_NO_LEASE.to_owned(),
+            PermitId::random()
+        ))
+        .await,
+        redis::Value::Int(0),
+        "Java took a permit that we hold"
+    );
+    // Java's short permit expires by Java's clock: our waiter gets it without a message.
+    let started = Instant::now();
+    let second = other
+        .expirable_semaphore(&name)
+        .acquire(1)
+        .wait(Duration::from_secs(3))
+        .await
+        .expect("the Java permit's expiry gave us its permit");
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "got a permit while Java's was valid"
+    );
+    let waiter = tokio::spawn({
+        let semaphore = other.expirable_semaphore(&name);
+        async move { semaphore.acquire(1).await }
+    });
+    sleep(Duration::from_millis(150)).await;
+    assert!(!waiter.is_finished(), "took the permit Java holds forever");
+    let release = [
+        "EVAL",
+        REDISSON_EXPIRABLE_RELEASE,
+        "2",
+        &name,
+        &timeouts,
+        &forever.to_string(),
+        &channel,
+        publish,
+    ];
+    assert_eq!(redis.run(&name, &release).await, redis::Value::Int(1));
+    let third = timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("Java's release woke our waiter")
+        .unwrap()
+        .unwrap();
+    for permits in [mine, second, third] {
+        permits.release().await.unwrap();
+    }
+    assert_eq!(semaphore.available().await.unwrap(), 3);
+    assert_eq!(semaphore.issued().await.unwrap(), 0);
+}

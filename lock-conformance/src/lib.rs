@@ -114,6 +114,7 @@ macro_rules! conformance_suite {
             expirable_operations_and_bad_input: [ExpirableSemaphore],
             an_expirable_permit_request_sent_twice_counts_once: [ExpirableSemaphore, RetrySafe],
             expirable_and_plain_semaphores_share_one_count: [ExpirableSemaphore, Semaphore],
+            a_redisson_peer_shares_our_expirable_semaphore: [RedisControl, ExpirableSemaphore],
         );
     };
 }

@@ -6,7 +6,4 @@ mod common;
 use common::fred_adapter;
 use lock_conformance::redis_fixture::RedisFixture;
 
-lock_conformance::conformance_suite!(
-    RedisFixture::sentinel(fred_adapter()),
-    without[ExpirableSemaphore]
-);
+lock_conformance::conformance_suite!(RedisFixture::sentinel(fred_adapter()));

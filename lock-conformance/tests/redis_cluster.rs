@@ -6,4 +6,4 @@ mod common;
 use common::redis_adapter;
 use lock_conformance::redis_fixture::RedisFixture;
 
-lock_conformance::conformance_suite!(RedisFixture::cluster(redis_adapter()), without[Failover, ExpirableSemaphore]);
+lock_conformance::conformance_suite!(RedisFixture::cluster(redis_adapter()), without[Failover]);

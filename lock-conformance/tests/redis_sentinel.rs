@@ -6,7 +6,4 @@ mod common;
 use common::redis_adapter;
 use lock_conformance::redis_fixture::RedisFixture;
 
-lock_conformance::conformance_suite!(
-    RedisFixture::sentinel(redis_adapter()),
-    without[ExpirableSemaphore]
-);
+lock_conformance::conformance_suite!(RedisFixture::sentinel(redis_adapter()));

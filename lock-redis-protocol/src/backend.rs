@@ -24,6 +24,8 @@ use crate::transport::{
     NotificationSink, ReplicaWait, Reply, ServerError, Topology, Transport, TransportError,
 };
 
+mod expirable;
+
 /// How releases are published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -174,7 +176,8 @@ impl RedisBackend {
         .reservation(true)
         .shared(true)
         .count_down_latch(true)
-        .semaphore(true);
+        .semaphore(true)
+        .expirable_semaphore(true);
 
     /// Runs the protocol over `transport`.
     ///
@@ -664,6 +667,10 @@ impl Backend for RedisBackend {
     }
 
     fn semaphores(&self) -> Option<&dyn SemaphoreBackend> {
+        Some(self)
+    }
+
+    fn expirable_semaphores(&self) -> Option<&dyn lock_core::backend::ExpirableSemaphoreBackend> {
         Some(self)
     }
 }

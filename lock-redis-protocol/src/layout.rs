@@ -162,6 +162,13 @@ pub fn permit_answer_key(name: &LockName, request: RequestId) -> String {
     format!("{}:redisson_sc_request:{request}", tagged(name))
 }
 
+/// An expirable semaphore's issued permits: the sorted set `{name}:timeout` (member the
+/// permit id's 16 bytes, score its expiry in epoch ms), as Redisson's.
+#[must_use]
+pub fn permit_timeouts_key(name: &LockName) -> String {
+    format!("{}:timeout", tagged(name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

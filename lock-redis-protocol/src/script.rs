@@ -94,6 +94,10 @@ scripts! {
     22 SEMAPHORE_ACQUIRE = "semaphore_acquire";
     23 SEMAPHORE_RELEASE = "semaphore_release";
     24 SEMAPHORE_READ = "semaphore_read";
+    25 EXPIRABLE_ISSUE = "expirable_issue";
+    26 EXPIRABLE_RELEASE = "expirable_release";
+    27 EXPIRABLE_RENEW = "expirable_renew";
+    28 EXPIRABLE_READ = "expirable_read";
 }
 
 /// How a script call is sent.

@@ -136,8 +136,8 @@ impl ReturnRequest {
 /// (and stored alike, so both kinds share a name's count), and the permits issued from
 /// it, each with an id and an expiry on the store's clock.
 ///
-/// Every operation first reclaims the issued permits whose expiry passed: they are
-/// available again, and listeners are told. Names share the store's name space with its
+/// Every operation that reads, issues, renews or gives back permits first reclaims the
+/// issued permits whose expiry passed: they are available again, and listeners are told. Names share the store's name space with its
 /// locks and latches: a name used by another kind answers
 /// [`ErrorKind::Incompatible`](crate::ErrorKind::Incompatible).
 #[async_trait]

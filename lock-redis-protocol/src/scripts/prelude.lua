@@ -280,3 +280,29 @@ local function release_exclusive()
     redis.call('del', KEYS[1])
     return nil
 end
+
+-- A permit id as the expirable semaphore stores it: its 16 raw bytes (sent as 32 hex
+-- digits, the form Java shows them in).
+local function permit_bytes(hex)
+    return (string.gsub(hex, '%x%x', function(pair)
+        return string.char(tonumber(pair, 16))
+    end))
+end
+
+-- Reclaims an expirable semaphore's issued permits whose expiry passed (scores are
+-- absolute epoch ms, ours from the server clock, Java's from its own): they are
+-- available again, and listeners are told the new count when it is positive. GET first:
+-- a semaphore key of another type ends the script with WRONGTYPE before any write.
+-- Returns the server time in ms.
+local function reclaim_permits(semaphore, timeouts, channel, publish)
+    redis.call('get', semaphore)
+    local now = now_ms()
+    local expired = redis.call('zremrangebyscore', timeouts, '-inf', now)
+    if expired > 0 then
+        local count = redis.call('incrby', semaphore, expired)
+        if count > 0 then
+            redis.call(publish, channel, count)
+        end
+    end
+    return now
+end

@@ -1,0 +1,31 @@
+-- Issues permits with ids and a lease (Redisson's PermitExpirableSemaphore tryAcquire),
+-- after reclaiming expired ones. Ids already issued are a retry of this request: issued.
+-- KEYS[1] the semaphore; KEYS[2] its issued permits (zset id -> expiry ms); ARGV[1]
+-- channel; ARGV[2] publish; ARGV[3] lease (ms); ARGV[4..] the ids (hex).
+-- Reply: {1} issued; {2, total} more asked than available and issued together;
+-- {0, ms until the first issued permit expires} or {0} too few available.
+local now = reclaim_permits(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+if redis.call('zscore', KEYS[2], permit_bytes(ARGV[4])) then
+    return {1}
+end
+local wanted = #ARGV - 3
+local count = tonumber(redis.call('get', KEYS[1]) or false)
+if count ~= nil and count >= wanted then
+    redis.call('decrby', KEYS[1], wanted)
+    local expiry = now + tonumber(ARGV[3])
+    for i = 4, #ARGV do
+        redis.call('zadd', KEYS[2], expiry, permit_bytes(ARGV[i]))
+    end
+    return {1}
+end
+if count ~= nil then
+    local total = count + redis.call('zcard', KEYS[2])
+    if wanted > total then
+        return {2, total}
+    end
+end
+local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
+if first[2] then
+    return {0, math.max(0, tonumber(first[2]) - now)}
+end
+return {0}
