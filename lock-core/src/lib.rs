@@ -6,7 +6,9 @@
 //!   capabilities it declares;
 //! - the state machines shared by every backend: waiting for a release by notification
 //!   ([`notify`]), lease renewal (the watchdog) and the guard lifecycle;
-//! - the public lock API: [`Locks`], [`Lock`], [`Guard`], [`Holder`];
+//! - the public lock API: [`Locks`], [`Lock`], [`Guard`], [`Holder`]; and the other
+//!   synchronizers: [`Semaphore`], [`ExpirableSemaphore`] (permits with ids and leases,
+//!   renewed by the same watchdog), [`CountDownLatch`];
 //! - the in-memory backend ([`memory::MemoryBackend`]), also the worked example for
 //!   anyone writing a backend.
 //!
