@@ -43,7 +43,8 @@ pub(crate) fn release_failed(lock: &LockRef, of: &'static str, err: &Error) {
 }
 
 /// Permits nobody awaits could not be given back (dropped permits, or a grant whose
-/// caller went away): the semaphore has that many fewer until someone adds them.
+/// caller went away): a plain semaphore has that many fewer until someone adds them; an
+/// expirable one gets them back when their lease ends.
 pub(crate) fn permits_not_released(
     name: &crate::LockName,
     permits: u64,
@@ -56,25 +57,7 @@ pub(crate) fn permits_not_released(
         permits,
         of,
         error = %err.chain(),
-        "giving permits back failed; the semaphore has fewer until they are added again"
-    );
-}
-
-/// Expirable permits nobody awaits could not be given back (dropped, or granted to a
-/// caller that went away): they come back when their lease ends.
-pub(crate) fn leased_permits_not_released(
-    name: &crate::LockName,
-    permits: usize,
-    of: &'static str,
-    err: &Error,
-) {
-    tracing::warn!(
-        target: TARGET,
-        %name,
-        permits,
-        of,
-        error = %err.chain(),
-        "giving expirable permits back failed; they come back when their lease ends"
+        "giving permits back failed; a plain semaphore has fewer until they are added again, expirable permits come back when their lease ends"
     );
 }
 

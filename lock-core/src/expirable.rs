@@ -19,7 +19,7 @@ use crate::client::Inner;
 use crate::config::{check_bound, check_lease};
 use crate::lease::LeaseClock;
 use crate::named::Named;
-use crate::semaphore::{check_count, detached};
+use crate::semaphore::{check_count, detached, in_background};
 use crate::watchdog::Renewed;
 use crate::{Error, LockName, Locks, LostReason, events, retry};
 
@@ -344,17 +344,11 @@ async fn attempt(client: &Arc<Inner>, name: &LockName, terms: Terms) -> Result<A
 
 /// Gives permits back in the background, reporting a failure through `tracing`.
 fn release_unawaited(client: &Arc<Inner>, name: &LockName, ids: Vec<PermitId>, of: &'static str) {
-    let count = ids.len();
+    let count = u64::try_from(ids.len()).unwrap_or(u64::MAX);
     let task_client = Arc::clone(client);
     let task_name = name.clone();
-    let spawned = client.supervisor.spawn_job(async move {
-        if let Err(err) = give_back(&task_client, &task_name, ids).await {
-            events::leased_permits_not_released(&task_name, count, of, &err);
-        }
-    });
-    if let Err(err) = spawned {
-        events::leased_permits_not_released(name, count, of, &err);
-    }
+    let give_back = async move { give_back(&task_client, &task_name, ids).await };
+    in_background(client, name, count, of, give_back);
 }
 
 /// Gives `ids` back; whether they were all still issued.

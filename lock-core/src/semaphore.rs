@@ -258,8 +258,22 @@ where
 fn release_unawaited(client: &Arc<Inner>, name: &LockName, permits: u64, of: &'static str) {
     let task_client = Arc::clone(client);
     let task_name = name.clone();
+    let give_back = async move { release(&task_client, &task_name, permits).await };
+    in_background(client, name, permits, of, give_back);
+}
+
+/// Runs `give_back` (of `permits` permits of `name`) in a task of its own, reporting a
+/// failure through `tracing`: nobody awaits it.
+pub(crate) fn in_background<T>(
+    client: &Inner,
+    name: &LockName,
+    permits: u64,
+    of: &'static str,
+    give_back: impl Future<Output = Result<T, Error>> + Send + 'static,
+) {
+    let task_name = name.clone();
     let spawned = client.supervisor.spawn_job(async move {
-        if let Err(err) = release(&task_client, &task_name, permits).await {
+        if let Err(err) = give_back.await {
             crate::events::permits_not_released(&task_name, permits, of, &err);
         }
     });
