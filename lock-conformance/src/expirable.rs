@@ -420,3 +420,63 @@ pub async fn a_redisson_peer_shares_our_expirable_semaphore(fx: &dyn Fixture) {
     assert_eq!(semaphore.available().await.unwrap(), 3);
     assert_eq!(semaphore.issued().await.unwrap(), 0);
 }
+
+/// A server that lost its data issues no permit during its restart quarantine: the
+/// permit a holder took before the restart (a fixed lease, so nothing tells it) must be
+/// invalid by its own clock before anyone else gets one. Without the quarantine, the
+/// count set again after the restart hands the same permit out at once.
+pub async fn a_restart_issues_no_permit_an_old_holder_may_still_believe_in(fx: &dyn Fixture) {
+    let redis = fx.redis().expect("a Redis fixture");
+    let quarantine = Duration::from_secs(1);
+    let options =
+        lock_redis_protocol::ProtocolOptions::default().restart_quarantine(Some(quarantine));
+    let first = Locks::new(fx.backend_with(options).await);
+    let second = Locks::new(fx.backend_with(options).await);
+    let name = unique("xsem-quarantine");
+    // The first issue on a fresh server waits out the quarantine too (a semaphore in the
+    // same cluster slot, whose quarantine state it shares).
+    let warm_up = first.expirable_semaphore(&format!("{{{name}}}:warm-up"));
+    assert!(warm_up.try_set_permits(1).await.unwrap());
+    warm_up
+        .acquire(1)
+        .wait(quarantine * 4)
+        .await
+        .expect("issued after the quarantine")
+        .release()
+        .await
+        .unwrap();
+    let ours = first.expirable_semaphore(&name);
+    assert!(ours.try_set_permits(1).await.unwrap());
+    let held = ours
+        .acquire(1)
+        .lease(Duration::from_millis(800))
+        .wait(Duration::from_secs(1))
+        .await
+        .expect("issued at once outside a quarantine");
+    redis.restart_node_of(&name).await;
+    let theirs = second.expirable_semaphore(&name);
+    let taken = timeout(Duration::from_secs(10), async {
+        loop {
+            // As a service does at start: set the count if nobody has.
+            let set = theirs.try_set_permits(1).await;
+            let taken = match set {
+                Ok(_) => theirs.acquire(1).wait(Duration::from_secs(5)).await,
+                Err(err) => Err(err),
+            };
+            match taken {
+                Ok(permit) => return permit,
+                Err(err) if err.kind() == ErrorKind::Connection => {
+                    sleep(Duration::from_millis(20)).await;
+                }
+                Err(err) => panic!("unexpected error after the restart: {err:?}"),
+            }
+        }
+    })
+    .await
+    .expect("the permit is issued again after the quarantine");
+    assert!(
+        !held.is_held(),
+        "a permit was issued while its holder from before the restart still believed in it"
+    );
+    taken.release().await.unwrap();
+}

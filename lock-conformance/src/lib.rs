@@ -115,6 +115,7 @@ macro_rules! conformance_suite {
             an_expirable_permit_request_sent_twice_counts_once: [ExpirableSemaphore, RetrySafe],
             expirable_and_plain_semaphores_share_one_count: [ExpirableSemaphore, Semaphore],
             a_redisson_peer_shares_our_expirable_semaphore: [RedisControl, ExpirableSemaphore],
+            a_restart_issues_no_permit_an_old_holder_may_still_believe_in: [RedisControl, ExpirableSemaphore],
         );
     };
 }

@@ -12,9 +12,9 @@ use lock_core::notify::Listener;
 use lock_core::{Error, LockName, MAX_DURATION};
 
 use super::{RedisBackend, integer, millis, unexpected};
-use crate::layout;
 use crate::script::{self, Script};
 use crate::transport::Reply;
+use crate::{events, layout};
 
 impl RedisBackend {
     /// Runs an expirable-semaphore script: the semaphore and its issued permits (and
@@ -59,13 +59,15 @@ impl ExpirableSemaphoreBackend for RedisBackend {
             return Err(Error::invalid_argument("permits", "must be at least 1"));
         }
         let lease = millis(request.lease).to_string();
+        let epoch = self.epoch_key(name);
+        let quarantine = self.quarantine_ms();
         let reply = self
             .eval_expirable(
                 "issuing permits",
                 &script::EXPIRABLE_ISSUE,
                 name,
-                None,
-                &[&lease],
+                Some(&epoch),
+                &[&lease, &quarantine],
                 &request.ids,
             )
             .await?;
@@ -76,6 +78,13 @@ impl ExpirableSemaphoreBackend for RedisBackend {
             [Reply::Int(1)] => Ok(Issue::Issued),
             [Reply::Int(2), Reply::Int(total)] => Ok(Issue::Exceeds { total: *total }),
             [Reply::Int(0)] => Ok(Issue::Busy { next_expiry: None }),
+            [Reply::Int(3), Reply::Int(ms)] => {
+                let left = Duration::from_millis(u64::try_from(*ms).unwrap_or(0));
+                events::quarantine_active(name, Some(left));
+                Ok(Issue::Busy {
+                    next_expiry: Some(left),
+                })
+            }
             [Reply::Int(0), Reply::Int(ms)] => {
                 // A Java permit without a lease has an expiry thousands of years away.
                 let next = Duration::from_millis(u64::try_from(*ms).unwrap_or(0));
