@@ -1,7 +1,8 @@
 //! `lock-chaos`: fault injection for the lock library, in the spirit of Jepsen.
 //!
 //! ```text
-//! lock-chaos run [--seconds S] [--backend redis|fred|redlock] [--kind mutex|fair|rw]
+//! lock-chaos run [--seconds S] [--backend redis|fred|redlock]
+//!                [--kind mutex|fair|rw|semaphore] [--permits P]
 //!                [--workers W] [--names K] [--lease-ms L] [--seed N]
 //! ```
 //!
@@ -15,7 +16,9 @@
 //!
 //! - `overlaps_both_valid`: two workers held one name and both guards said `is_held()`;
 //! - `stale_writes_accepted`: the store accepted a write out of token order;
-//! - `stuck_waiters`: a waiter sat through a long free period without being served.
+//! - `stuck_waiters`: a waiter sat through a long free period without being served;
+//! - `over_capacity` (kind `semaphore`, an expirable semaphore of P permits per name,
+//!   default 2): more than P workers overlapped with permits that all said `is_held()`.
 //!
 //! `worker` and `store` are the other two roles; `run` starts them.
 
@@ -28,7 +31,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 const USAGE: &str = "usage: lock-chaos run [--seconds S] [--backend redis|fred|redlock] \
-[--kind mutex|fair|rw] [--workers W] [--names K] [--lease-ms L] [--seed N]";
+[--kind mutex|fair|rw|semaphore] [--permits P] [--workers W] [--names K] [--lease-ms L] \
+[--seed N]";
 
 /// `--flag value` pairs after the role.
 fn options(args: &[String]) -> Result<Vec<(String, String)>, String> {
@@ -58,6 +62,7 @@ fn run_args(args: &[String]) -> Result<runner::RunArgs, String> {
         names: 3,
         lease: Duration::from_millis(500),
         seed: rng::seed(),
+        permits: 2,
     };
     for (flag, value) in options(args)? {
         match flag.as_str() {
@@ -68,6 +73,7 @@ fn run_args(args: &[String]) -> Result<runner::RunArgs, String> {
             "--names" => run.names = number(&flag, &value)? as usize,
             "--lease-ms" => run.lease = Duration::from_millis(number(&flag, &value)?),
             "--seed" => run.seed = number(&flag, &value)?,
+            "--permits" => run.permits = number(&flag, &value)?,
             other => return Err(format!("unknown flag {other}\n{USAGE}")),
         }
     }
@@ -77,14 +83,17 @@ fn run_args(args: &[String]) -> Result<runner::RunArgs, String> {
             run.backend
         ));
     }
-    if !["mutex", "fair", "rw"].contains(&run.kind.as_str()) {
+    if !["mutex", "fair", "rw", "semaphore"].contains(&run.kind.as_str()) {
         return Err(format!(
-            "--kind {} is not supported (mutex, fair, rw)",
+            "--kind {} is not supported (mutex, fair, rw, semaphore)",
             run.kind
         ));
     }
-    if run.backend == "redlock" && run.kind == "fair" {
-        return Err("fair locks cannot span RedLock nodes".into());
+    if run.backend == "redlock" && ["fair", "semaphore"].contains(&run.kind.as_str()) {
+        return Err(format!("{} cannot span RedLock nodes", run.kind));
+    }
+    if run.permits == 0 || i64::try_from(run.permits).is_err() {
+        return Err("--permits must be a positive count".into());
     }
     if run.workers == 0 || run.names == 0 || run.lease < Duration::from_millis(100) {
         return Err("--workers and --names must be positive, --lease-ms at least 100".into());
@@ -102,6 +111,7 @@ fn worker_args(args: &[String]) -> Result<worker::WorkerArgs, String> {
         store: String::new(),
         lease: Duration::from_millis(500),
         wait: Duration::from_secs(30),
+        permits: 2,
     };
     for (flag, value) in options(args)? {
         match flag.as_str() {
@@ -112,8 +122,14 @@ fn worker_args(args: &[String]) -> Result<worker::WorkerArgs, String> {
             "--names" => worker.names = number(&flag, &value)? as usize,
             "--store" => worker.store = value,
             "--lease-ms" => worker.lease = Duration::from_millis(number(&flag, &value)?),
+            "--permits" => worker.permits = number(&flag, &value)?,
             other => return Err(format!("unknown worker flag {other}")),
         }
+    }
+    if worker.kind == "semaphore" {
+        // A restart loses a semaphore's count, and nothing announces it: a waiter comes
+        // back after a few leases to set it again.
+        worker.wait = worker.lease * 4;
     }
     if worker.urls.is_empty() || worker.store.is_empty() || worker.id.is_empty() {
         return Err("a worker needs --id, --urls and --store".into());

@@ -23,6 +23,8 @@ pub(crate) struct RunArgs {
     pub(crate) names: usize,
     pub(crate) lease: Duration,
     pub(crate) seed: u64,
+    /// The permits of each semaphore (kind `semaphore`).
+    pub(crate) permits: u64,
 }
 
 /// The faults, by name. The last one needs several nodes.
@@ -83,6 +85,8 @@ impl Run {
                 &self.store_addr,
                 "--lease-ms",
                 &self.args.lease.as_millis().to_string(),
+                "--permits",
+                &self.args.permits.to_string(),
             ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -209,6 +213,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<(String, bool), String> {
         "overlaps_both_valid",
         "stale_writes_accepted",
         "stuck_waiters",
+        "over_capacity",
     ]
     .iter()
     .all(|k| verdict[*k].as_u64() == Some(0));

@@ -6,7 +6,7 @@
 //!
 //! | command | meaning | reply |
 //! |---|---|---|
-//! | `ENTER name worker token mode` | a worker took the lock (`mode` r or w) | none |
+//! | `ENTER name worker token mode` | a worker took the lock (`mode` r or w), or a permit of a semaphore of P (`mode` sP) | none |
 //! | `VALID name worker` | sent right *before* the worker checks `is_held()` | none |
 //! | `WRITE name worker token` | the check said held: write with the token | `OK` or `STALE` |
 //! | `READ name worker` | the check said held (a reader): read | `OK` |
@@ -29,6 +29,8 @@ use tokio::time::Instant;
 struct Section {
     worker: String,
     write_mode: bool,
+    /// A permit holder's: how many may hold at once.
+    capacity: Option<u64>,
     enter: u64,
     /// When the worker was about to check `is_held()`.
     checking: Option<u64>,
@@ -74,6 +76,7 @@ impl State {
                 entry.sections.push(Section {
                     worker: (*worker).to_owned(),
                     write_mode: *mode == "w",
+                    capacity: mode.strip_prefix('s').and_then(|p| p.parse().ok()),
                     enter: now,
                     checking: None,
                     valid: None,
@@ -159,9 +162,11 @@ impl State {
         let mut overlaps = 0u64;
         let mut stuck = 0u64;
         let mut sections = 0u64;
+        let mut over_capacity = 0u64;
         for name in self.names.values() {
             sections += name.sections.len() as u64;
             overlaps += overlaps_both_valid(&name.sections);
+            over_capacity += over_capacity_valid(&name.sections);
             stuck += stuck_waiters(&name.sections, &name.waits, now, stuck_after);
         }
         serde_json::json!({
@@ -172,6 +177,7 @@ impl State {
             "stale_writes_accepted": self.stale_writes_accepted,
             "lost_reported": self.lost_reported,
             "stuck_waiters": stuck,
+            "over_capacity": over_capacity,
         })
         .to_string()
     }
@@ -195,6 +201,31 @@ fn overlaps_both_valid(sections: &[Section]) -> u64 {
         }
     }
     count
+}
+
+/// Permit holders that entered while their semaphore's capacity was already taken by
+/// holders valid at that moment, all of them valid (`enter` to the check that said held).
+fn over_capacity_valid(sections: &[Section]) -> u64 {
+    // Ends sort before starts at the same instant: a hand-over is no overlap.
+    let mut events: Vec<(u64, bool, u64)> = sections
+        .iter()
+        .filter_map(|s| Some((s.capacity?, s.enter, s.valid?)))
+        .flat_map(|(capacity, enter, valid)| [(enter, true, capacity), (valid, false, capacity)])
+        .collect();
+    events.sort_unstable_by_key(|&(at, starts, _)| (at, starts));
+    let mut holding = 0u64;
+    let mut over = 0;
+    for (_, starts, capacity) in events {
+        if starts {
+            holding += 1;
+            if holding > capacity {
+                over += 1;
+            }
+        } else {
+            holding = holding.saturating_sub(1);
+        }
+    }
+    over
 }
 
 /// Acquisitions whose wait spanned a period of more than `stuck_after` in which nobody
@@ -347,10 +378,42 @@ mod tests {
     }
 
     #[test]
+    fn more_valid_permit_holders_than_permits_are_counted() {
+        let mut state = State::default();
+        run(
+            &mut state,
+            &[
+                (0, "ENTER n a 0 s2"),
+                (10, "ENTER n b 0 s2"),
+                (20, "ENTER n c 0 s2"),
+                (30, "VALID n a"),
+                (31, "VALID n b"),
+                (32, "VALID n c"),
+            ],
+        );
+        for worker in ["a", "b"] {
+            state.apply(&format!("READ n {worker}"), 33);
+        }
+        // c's check said lost: two valid holders of two permits.
+        state.apply("LOST n c", 33);
+        assert_eq!(over_capacity_valid(&state.names["n"].sections), 0);
+        state.apply("ENTER n d 0 s2", 40);
+        state.apply("ENTER n e 0 s2", 41);
+        state.apply("ENTER n f 0 s2", 42);
+        for worker in ["d", "e", "f"] {
+            state.apply(&format!("VALID n {worker}"), 50);
+            state.apply(&format!("READ n {worker}"), 50);
+        }
+        assert_eq!(over_capacity_valid(&state.names["n"].sections), 1);
+        assert_eq!(overlaps_both_valid(&state.names["n"].sections), 0);
+    }
+
+    #[test]
     fn a_waiter_that_sat_through_a_long_free_period_is_stuck() {
         let sections = vec![Section {
             worker: "a".into(),
             write_mode: true,
+            capacity: None,
             enter: 0,
             checking: None,
             valid: None,

@@ -23,6 +23,8 @@ pub(crate) struct WorkerArgs {
     pub(crate) store: String,
     pub(crate) lease: Duration,
     pub(crate) wait: Duration,
+    /// The permits of each semaphore (kind `semaphore`).
+    pub(crate) permits: u64,
 }
 
 /// The connection to the store: commands in order, replies when a command has one.
@@ -136,49 +138,112 @@ pub(crate) async fn run(args: WorkerArgs) -> Result<(), String> {
         read: BufReader::new(read).lines(),
     };
     let mut rng = Rng::new(crate::rng::seed());
-    let id = args.id.clone();
     loop {
         let name = format!("chaos:{}", rng.range(0, args.names as u64));
-        let writes = args.kind != "rw" || rng.chance(20);
-        let lock = handle(&locks, &args.kind, &name, writes);
-        let asked = Instant::now();
-        let guard = match lock.try_lock_for(args.wait, None).await {
-            Ok(Some(guard)) => guard,
-            Ok(None) => continue,
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-        };
-        let waited = asked.elapsed().as_millis();
-        let token = guard.fencing_token().unwrap_or(0);
-        let mode = if writes { "w" } else { "r" };
-        store.send(format!("WAIT {name} {id} {waited}")).await?;
-        store
-            .send(format!("ENTER {name} {id} {token} {mode}"))
-            .await?;
-        // Mostly short holds; one in ten spans several renewals, so that faults land
-        // while locks are held.
-        let hold = if rng.chance(10) {
-            rng.range(50, args.lease.as_millis() as u64)
+        if args.kind == "semaphore" {
+            semaphore_round(&locks, &args, &name, &mut rng, &mut store).await?;
         } else {
-            rng.range(0, 15)
-        };
-        tokio::time::sleep(Duration::from_millis(hold)).await;
-        // Announce the check before making it: if this process pauses in between, the
-        // store's record of the valid period ends early, never late.
-        store.send(format!("VALID {name} {id}")).await?;
-        if guard.is_held() {
-            if writes {
-                store.ask(format!("WRITE {name} {id} {token}")).await?;
-            } else {
-                store.ask(format!("READ {name} {id}")).await?;
-            }
-        } else {
-            store.send(format!("LOST {name} {id}")).await?;
+            lock_round(&locks, &args, &name, &mut rng, &mut store).await?;
         }
-        let _ = guard.unlock().await;
-        store.send(format!("LEAVE {name} {id}")).await?;
         tokio::time::sleep(Duration::from_millis(rng.range(0, 5))).await;
     }
+}
+
+/// How long to hold: mostly short; one in ten spans several renewals, so that faults
+/// land while something is held.
+fn hold_time(rng: &mut Rng, lease: Duration) -> Duration {
+    Duration::from_millis(if rng.chance(10) {
+        rng.range(50, lease.as_millis() as u64)
+    } else {
+        rng.range(0, 15)
+    })
+}
+
+/// One critical section under a lock, reported to the fenced store.
+async fn lock_round(
+    locks: &Locks,
+    args: &WorkerArgs,
+    name: &str,
+    rng: &mut Rng,
+    store: &mut Store,
+) -> Result<(), String> {
+    let id = &args.id;
+    let writes = args.kind != "rw" || rng.chance(20);
+    let lock = handle(locks, &args.kind, name, writes);
+    let asked = Instant::now();
+    let guard = match lock.try_lock_for(args.wait, None).await {
+        Ok(Some(guard)) => guard,
+        Ok(None) => return Ok(()),
+        Err(_) => {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            return Ok(());
+        }
+    };
+    let waited = asked.elapsed().as_millis();
+    let token = guard.fencing_token().unwrap_or(0);
+    let mode = if writes { "w" } else { "r" };
+    store.send(format!("WAIT {name} {id} {waited}")).await?;
+    store
+        .send(format!("ENTER {name} {id} {token} {mode}"))
+        .await?;
+    tokio::time::sleep(hold_time(rng, args.lease)).await;
+    // Announce the check before making it: if this process pauses in between, the
+    // store's record of the valid period ends early, never late.
+    store.send(format!("VALID {name} {id}")).await?;
+    if guard.is_held() {
+        if writes {
+            store.ask(format!("WRITE {name} {id} {token}")).await?;
+        } else {
+            store.ask(format!("READ {name} {id}")).await?;
+        }
+    } else {
+        store.send(format!("LOST {name} {id}")).await?;
+    }
+    // Whatever the release answers (the hold may be gone), the section ends here.
+    let _ = guard.unlock().await;
+    store.send(format!("LEAVE {name} {id}")).await
+}
+
+/// One section under a permit of an expirable semaphore of `args.permits`: the store
+/// counts how many valid permit holders overlap.
+async fn semaphore_round(
+    locks: &Locks,
+    args: &WorkerArgs,
+    name: &str,
+    rng: &mut Rng,
+    store: &mut Store,
+) -> Result<(), String> {
+    let id = &args.id;
+    let semaphore = locks.expirable_semaphore(name);
+    // As a service does at start; again each round, since a restart loses the count.
+    // A wait that runs out comes back here: a count lost while waiting is set again.
+    let asked = Instant::now();
+    let permit = match semaphore.try_set_permits(args.permits).await {
+        Ok(_) => semaphore.acquire(1).wait(args.wait).await,
+        Err(err) => Err(err),
+    };
+    let permit = match permit {
+        Ok(permit) => permit,
+        Err(err) if err.is_timeout() => return Ok(()),
+        Err(_) => {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            return Ok(());
+        }
+    };
+    let waited = asked.elapsed().as_millis();
+    let capacity = args.permits;
+    store.send(format!("WAIT {name} {id} {waited}")).await?;
+    store
+        .send(format!("ENTER {name} {id} 0 s{capacity}"))
+        .await?;
+    tokio::time::sleep(hold_time(rng, args.lease)).await;
+    store.send(format!("VALID {name} {id}")).await?;
+    if permit.is_held() {
+        store.ask(format!("READ {name} {id}")).await?;
+    } else {
+        store.send(format!("LOST {name} {id}")).await?;
+    }
+    // Whatever the release answers (the permit may be gone), the section ends here.
+    let _ = permit.release().await;
+    store.send(format!("LEAVE {name} {id}")).await
 }

@@ -30,7 +30,7 @@ commands:
                                   redis-server, else the in-memory backend
   redis standalone                start a standalone redis-server and print its URL; Ctrl-C stops it
   redis cluster [--masters N]     start an N-master Redis Cluster (default 3); Ctrl-C stops it
-  chaos [--seconds S] [--backend redis|redlock] [--kind mutex|fair|rw] [...]
+  chaos [--seconds S] [--backend redis|fred|redlock] [--kind mutex|fair|rw|semaphore] [...]
                                   fault injection: worker processes, a fenced store, random
                                   crashes, pauses and Redis failures; fails on any violation
   bench [--quick] [--scenario NAME]
