@@ -480,3 +480,32 @@ pub async fn a_restart_issues_no_permit_an_old_holder_may_still_believe_in(fx: &
     );
     taken.release().await.unwrap();
 }
+
+/// As for the plain semaphore: a starving waiter for all three permits holds the free
+/// one back from another client's try, and gets the three when they are given back.
+pub async fn a_starving_expirable_waiter_holds_permits_back(fx: &dyn Fixture) {
+    let (big, holder, other) = (fx.client().await, fx.client().await, fx.client().await);
+    let name = unique("xsem-starve");
+    let semaphore = other.expirable_semaphore(&name);
+    assert!(semaphore.try_set_permits(3).await.unwrap());
+    let two = holder.expirable_semaphore(&name).acquire(2).await.unwrap();
+    let waiter = tokio::spawn({
+        let semaphore = big.expirable_semaphore(&name);
+        async move { semaphore.acquire(3).wait(Duration::from_secs(3)).await }
+    });
+    sleep(Duration::from_millis(200)).await;
+    assert_eq!(semaphore.available().await.unwrap(), 1);
+    assert!(
+        semaphore.try_acquire(1).await.unwrap().is_none(),
+        "took the permit held back for the starving waiter"
+    );
+    two.release().await.unwrap();
+    let all = timeout(Duration::from_secs(3), waiter)
+        .await
+        .expect("the waiter ends")
+        .unwrap()
+        .expect("the starving waiter got its three");
+    all.release().await.unwrap();
+    let one = semaphore.try_acquire(1).await.unwrap();
+    assert!(one.is_some(), "the reservation ended with the grant");
+}

@@ -12,7 +12,7 @@ use lock_core::backend::{Acquire, Capabilities, LockState, Release, Renewal};
 use lock_core::notify::Listener;
 use lock_core::{
     AcquireRequest, Backend, Error, ExpirableSemaphoreBackend, Issue, IssueRequest, LockName,
-    LockRef, PermitId, PermitRequest, ReleaseRequest, ReturnRequest,
+    LockRef, PermitId, PermitRequest, ReleaseRequest, RequestId, ReturnRequest,
 };
 
 /// What the wrapper does to an acquisition.
@@ -276,6 +276,12 @@ impl lock_core::SemaphoreBackend for FaultyBackend {
         self.inner_semaphores()?.drain(name).await
     }
 
+    async fn cancel_reservation(&self, name: &LockName, waiter: RequestId) -> Result<(), Error> {
+        self.inner_semaphores()?
+            .cancel_reservation(name, waiter)
+            .await
+    }
+
     async fn listen(&self, name: &LockName) -> Result<Listener, Error> {
         self.inner_semaphores()?.listen(name).await
     }
@@ -322,6 +328,12 @@ impl ExpirableSemaphoreBackend for FaultyBackend {
             return Err(injected("injected: renewal not sent"));
         }
         self.inner_expirable()?.renew(name, ids, lease).await
+    }
+
+    async fn cancel_reservation(&self, name: &LockName, waiter: RequestId) -> Result<(), Error> {
+        self.inner_expirable()?
+            .cancel_reservation(name, waiter)
+            .await
     }
 
     async fn permits(&self, name: &LockName) -> Result<(i64, u64), Error> {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lock_core::{ErrorKind, LockName, Locks, PermitRequest};
+use lock_core::{ErrorKind, LockName, Locks, PermitRequest, PermitReservation, RequestId};
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::Fixture;
@@ -278,4 +278,111 @@ pub async fn a_redisson_peer_shares_our_semaphore(fx: &dyn Fixture) {
     held.release().await.unwrap();
     assert_eq!(redis.run(&name, &java_try).await, redis::Value::Int(1));
     assert_eq!(semaphore.available().await.unwrap(), 1);
+}
+
+/// A waiter for all three permits (one client) that has waited past the starvation
+/// threshold holds the free permit back: another client's try for one is refused
+/// although one is free, and the three go to the waiter when the holder gives its two
+/// back. Without reservations, a stream of waiters for one could keep three from ever
+/// being free at once.
+pub async fn a_starving_waiter_for_many_permits_holds_them_back(fx: &dyn Fixture) {
+    let (big, holder, other) = (fx.client().await, fx.client().await, fx.client().await);
+    let name = unique("sem-starve");
+    assert!(big.semaphore(&name).try_set_permits(3).await.unwrap());
+    let two = holder.semaphore(&name).acquire(2).await.unwrap();
+    let waiter = tokio::spawn({
+        let semaphore = big.semaphore(&name);
+        async move { semaphore.acquire(3).await }
+    });
+    // Past the threshold (10 ms) and a few of its attempts.
+    sleep(Duration::from_millis(200)).await;
+    let semaphore = other.semaphore(&name);
+    assert_eq!(semaphore.available().await.unwrap(), 1);
+    assert!(
+        semaphore.try_acquire(1).await.unwrap().is_none(),
+        "took the permit held back for the starving waiter"
+    );
+    two.release().await.unwrap();
+    let all = timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the starving waiter got its three")
+        .unwrap()
+        .unwrap();
+    assert_eq!(all.count(), 3);
+    all.release().await.unwrap();
+    let one = semaphore
+        .try_acquire(1)
+        .await
+        .unwrap()
+        .expect("the reservation ended with the grant");
+    one.release().await.unwrap();
+}
+
+/// The reservation rules at the store: another acquirer takes only permits beyond the
+/// reserved number, a waiter that has waited longer takes the reservation over, the
+/// grant ends it, its waiter can take it back, and it lapses when its waiter stops
+/// asking.
+pub async fn permit_reservations_follow_their_rules(fx: &dyn Fixture) {
+    let backend = fx.backend().await;
+    let semaphores = backend.semaphores().expect("semaphores");
+    let name = LockName::new(&unique("sem-reserve")).unwrap();
+    let window = Duration::from_secs(5);
+    let take = |permits, reserve| PermitRequest::new(permits, window).reserving(reserve);
+    let kept = Duration::from_millis(300);
+    let (a, b) = (RequestId::random(), RequestId::random());
+    let a_waits = Some(PermitReservation::new(a, Duration::from_millis(100), kept));
+    let b_waits = Some(PermitReservation::new(b, Duration::from_secs(1), kept));
+    assert!(semaphores.try_set_permits(&name, 4).await.unwrap());
+    assert!(semaphores.try_acquire(&name, take(2, None)).await.unwrap());
+    // a reserves 3 of the 2 free: nobody else may take any.
+    assert!(
+        !semaphores
+            .try_acquire(&name, take(3, a_waits))
+            .await
+            .unwrap()
+    );
+    assert!(!semaphores.try_acquire(&name, take(1, None)).await.unwrap());
+    // b has waited longer: it takes the reservation over (for 4), and a is held back.
+    assert!(
+        !semaphores
+            .try_acquire(&name, take(4, b_waits))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !semaphores
+            .try_acquire(&name, take(2, a_waits))
+            .await
+            .unwrap()
+    );
+    semaphores.add_permits(&name, 3).await.unwrap();
+    // 5 free, 4 reserved: one may go to another; then b's grant ends the reservation.
+    assert!(semaphores.try_acquire(&name, take(1, None)).await.unwrap());
+    assert!(!semaphores.try_acquire(&name, take(1, None)).await.unwrap());
+    assert!(
+        semaphores
+            .try_acquire(&name, take(4, b_waits))
+            .await
+            .unwrap()
+    );
+    semaphores.add_permits(&name, 2).await.unwrap();
+    assert!(semaphores.try_acquire(&name, take(1, None)).await.unwrap());
+    // A waiter that gives up takes its reservation back; nobody else can.
+    let a_again = semaphores.try_acquire(&name, take(5, a_waits)).await;
+    assert!(!a_again.unwrap());
+    semaphores.cancel_reservation(&name, b).await.unwrap();
+    assert!(!semaphores.try_acquire(&name, take(1, None)).await.unwrap());
+    semaphores.cancel_reservation(&name, a).await.unwrap();
+    assert!(semaphores.try_acquire(&name, take(1, None)).await.unwrap());
+    semaphores.add_permits(&name, 1).await.unwrap();
+    // A reservation whose waiter stops asking lapses.
+    assert!(
+        !semaphores
+            .try_acquire(&name, take(5, a_waits))
+            .await
+            .unwrap()
+    );
+    assert!(!semaphores.try_acquire(&name, take(1, None)).await.unwrap());
+    sleep(kept + Duration::from_millis(100)).await;
+    assert!(semaphores.try_acquire(&name, take(1, None)).await.unwrap());
 }

@@ -641,6 +641,8 @@ pub struct PermitRequest {
     pub id: RequestId,
     /// How long the caller may send the request again (and the store remember it).
     pub retry_window: Duration,
+    /// Set when the caller has waited past the starvation threshold (acquisitions only).
+    pub reserve: Option<PermitReservation>,
 }
 
 impl PermitRequest {
@@ -651,6 +653,45 @@ impl PermitRequest {
             permits,
             id: RequestId::random(),
             retry_window,
+            reserve: None,
+        }
+    }
+
+    /// Marks the request as a starving waiter's (see [`PermitReservation`]).
+    #[must_use]
+    pub fn reserving(mut self, reserve: Option<PermitReservation>) -> Self {
+        self.reserve = reserve;
+        self
+    }
+}
+
+/// A waiter for permits that has waited past the starvation threshold. Its attempt,
+/// when too few permits are available, reserves the number it asks for: from then on
+/// every other acquirer of the store may take only permits beyond that number, until
+/// this waiter gets its permits or stops asking for `kept_for`. One waiter holds a
+/// semaphore's reservation at a time: the one that has waited longest (a starving
+/// attempt that began waiting earlier than the holder takes the reservation over). This
+/// is how a waiter for many permits is not starved by a stream of waiters for few.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PermitReservation {
+    /// The waiting acquisition, the same across its attempts.
+    pub waiter: RequestId,
+    /// How long the reservation lasts without another attempt of the waiter.
+    pub kept_for: Duration,
+    /// How long the waiter has waited so far.
+    pub waited: Duration,
+}
+
+impl PermitReservation {
+    /// The reservation of `waiter`, which has waited `so_far`, kept `kept_for` after
+    /// each attempt.
+    #[must_use]
+    pub fn new(waiter: RequestId, so_far: Duration, kept_for: Duration) -> Self {
+        Self {
+            waiter,
+            kept_for,
+            waited: so_far,
         }
     }
 }
@@ -670,8 +711,9 @@ pub trait SemaphoreBackend: fmt::Debug + Send + Sync {
     /// count. Listeners are told.
     async fn add_permits(&self, name: &LockName, delta: i64) -> Result<i64, Error>;
 
-    /// Takes `request.permits` if that many are available; whether it did. The same
-    /// request sent again answers as the first time and takes nothing more.
+    /// Takes `request.permits` if that many are available and another waiter's
+    /// reservation does not hold them back ([`PermitReservation`]); whether it did. The
+    /// same request sent again answers as the first time and takes nothing more.
     async fn try_acquire(&self, name: &LockName, request: PermitRequest) -> Result<bool, Error>;
 
     /// Gives `request.permits` back and returns the available count after. The same
@@ -684,6 +726,10 @@ pub trait SemaphoreBackend: fmt::Debug + Send + Sync {
 
     /// Takes every available permit and returns how many there were.
     async fn drain(&self, name: &LockName) -> Result<i64, Error>;
+
+    /// Ends `waiter`'s reservation of permits of `name`, if it holds it (a waiter that
+    /// gave up).
+    async fn cancel_reservation(&self, name: &LockName, waiter: RequestId) -> Result<(), Error>;
 
     /// Starts listening for the semaphore's notifications (permits added or released).
     /// Subscribed when this returns.

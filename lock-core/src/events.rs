@@ -61,6 +61,17 @@ pub(crate) fn permits_not_released(
     );
 }
 
+/// A waiter for permits that gave up could not take its reservation back: it holds the
+/// permits back from the others until it lapses.
+pub(crate) fn reservation_not_cancelled(name: &crate::LockName, err: &Error) {
+    tracing::warn!(
+        target: TARGET,
+        %name,
+        error = %err.chain(),
+        "a waiter that gave up could not take back its reservation of permits; it lapses on its own"
+    );
+}
+
 pub(crate) fn permit_renewal_failed(name: &crate::LockName, err: &Error) {
     tracing::warn!(
         target: TARGET,

@@ -13,13 +13,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{
-    Capabilities, ExpirableSemaphoreBackend, Issue, IssueRequest, PermitId, ReturnRequest,
+    Capabilities, ExpirableSemaphoreBackend, Issue, IssueRequest, PermitId, PermitReservation,
+    ReturnRequest,
 };
 use crate::client::Inner;
 use crate::config::{check_bound, check_lease};
 use crate::lease::LeaseClock;
 use crate::named::Named;
-use crate::semaphore::{check_count, detached, in_background};
+use crate::semaphore::{Starvation, check_count, detached, in_background};
 use crate::watchdog::Renewed;
 use crate::{Error, LockName, Locks, LostReason, events, retry};
 
@@ -224,6 +225,7 @@ impl ExpirableSemaphore {
         if client.supervisor.is_closed() {
             return Err(Error::ShutDown);
         }
+        let starvation = Starvation::new(client, name, true);
         let Some(_head) = client.semaphore_turns.wait(name, deadline).await else {
             return Ok(None);
         };
@@ -233,7 +235,7 @@ impl ExpirableSemaphore {
             renew: lease.is_none(),
         };
         // The first attempt is never cut short by the deadline: a try makes exactly one.
-        if let Attempt::Issued(leased) = attempt(client, name, terms).await? {
+        if let Attempt::Issued(leased) = attempt(client, name, terms, None).await? {
             return Ok(Some(leased));
         }
         if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
@@ -247,8 +249,12 @@ impl ExpirableSemaphore {
                 notified.as_mut().enable();
                 // Also closes the race with a release between the first attempt and the
                 // subscription.
-                let next_expiry = match attempt(client, name, terms).await? {
-                    Attempt::Issued(leased) => return Ok(Some(leased)),
+                let reserve = starvation.reserve();
+                let next_expiry = match attempt(client, name, terms, reserve).await? {
+                    Attempt::Issued(leased) => {
+                        starvation.granted();
+                        return Ok(Some(leased));
+                    }
                     Attempt::Busy(next_expiry) => next_expiry,
                 };
                 // Expired permits come back without a notification until some operation
@@ -258,6 +264,7 @@ impl ExpirableSemaphore {
                 tokio::select! {
                     () = notified => {}
                     () = tokio::time::sleep(expiry) => {}
+                    () = starvation.refresh(reserve) => {}
                 }
             }
         };
@@ -292,9 +299,14 @@ enum Attempt {
 
 /// One attempt, run in a task of its own: permits issued after the caller went away are
 /// given back.
-async fn attempt(client: &Arc<Inner>, name: &LockName, terms: Terms) -> Result<Attempt, Error> {
+async fn attempt(
+    client: &Arc<Inner>,
+    name: &LockName,
+    terms: Terms,
+    reserve: Option<PermitReservation>,
+) -> Result<Attempt, Error> {
     let count = usize::try_from(terms.permits).unwrap_or(usize::MAX);
-    let request = IssueRequest::new(count, terms.lease);
+    let request = IssueRequest::new(count, terms.lease).reserving(reserve);
     let sent = Instant::now();
     let task_client = Arc::clone(client);
     let task_name = name.clone();

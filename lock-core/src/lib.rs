@@ -56,7 +56,7 @@ pub use backend::{
 };
 pub use backend::{
     ExpirableSemaphoreBackend, Issue, IssueRequest, LatchBackend, LatchRequest, PermitId,
-    PermitRequest, ReturnRequest, SemaphoreBackend,
+    PermitRequest, PermitReservation, ReturnRequest, SemaphoreBackend,
 };
 pub use client::{Locks, LocksBuilder};
 pub use config::{Config, MAX_DURATION};

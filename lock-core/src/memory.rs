@@ -18,8 +18,8 @@ use tokio::time::Instant;
 
 use crate::backend::{
     Acquire, AcquireRequest, Backend, Capabilities, HoldModel, LatchBackend, LatchRequest,
-    LockKind, LockRef, LockState, PermitRequest, Release, ReleaseRequest, Renewal, RequestId,
-    SemaphoreBackend,
+    LockKind, LockRef, LockState, PermitRequest, PermitReservation, Release, ReleaseRequest,
+    Renewal, RequestId, SemaphoreBackend,
 };
 use crate::notify::{InProcess, Listener, Subscriptions, Wake};
 use crate::{Error, LockName, Owner};
@@ -158,6 +158,9 @@ struct Store {
     /// Expirable semaphores: the permits issued per name (their available count is in
     /// `semaphores`).
     issued: HashMap<String, expirable::Issued>,
+    /// Semaphores of both kinds: the starving waiter a name's permits are held back
+    /// for.
+    reservations: HashMap<String, Reservation>,
     remembered: u64,
 }
 
@@ -238,6 +241,54 @@ impl Store {
         self.locks.get_mut(name)
     }
 
+    /// Whether `wanted` of the `available` permits of `name` may be taken by a caller
+    /// with `reserve` (see [`PermitReservation`]): another waiter's reservation holds its
+    /// number back, unless this caller has waited longer and takes it over; a starving
+    /// caller that finds too few reserves them; the reserving waiter's grant ends its
+    /// reservation.
+    fn may_take(
+        &mut self,
+        name: &str,
+        (available, wanted): (i64, i64),
+        reserve: Option<PermitReservation>,
+        now: Instant,
+    ) -> bool {
+        let held = self
+            .reservations
+            .get(name)
+            .filter(|r| r.until > now)
+            .copied();
+        // When the caller began waiting; a wait too long to count back from `now` counts
+        // as beginning now (it cannot overtake, and nothing panics).
+        let since = reserve.map(|r| now.checked_sub(r.waited).unwrap_or(now));
+        let mine = match (held, reserve) {
+            (None, _) => true,
+            (Some(held), Some(reserve)) => {
+                held.waiter == reserve.waiter || since.is_some_and(|since| since < held.since)
+            }
+            (Some(_), None) => false,
+        };
+        if let (false, Some(held)) = (mine, held) {
+            return available.saturating_sub(wanted) >= held.permits;
+        }
+        if available >= wanted {
+            if held.is_some() {
+                self.reservations.remove(name);
+            }
+            return true;
+        }
+        if let Some(reserve) = reserve {
+            let reservation = Reservation {
+                waiter: reserve.waiter,
+                permits: wanted,
+                since: since.unwrap_or(now),
+                until: now + reserve.kept_for,
+            };
+            self.reservations.insert(name.to_owned(), reservation);
+        }
+        false
+    }
+
     fn token(&mut self, name: &str, fresh: bool, wanted: bool) -> Option<u64> {
         if !wanted {
             return None;
@@ -248,6 +299,16 @@ impl Store {
         }
         Some(*counter).filter(|&t| t > 0)
     }
+}
+
+/// A semaphore's permits held back for a starving waiter.
+#[derive(Debug, Clone, Copy)]
+struct Reservation {
+    waiter: RequestId,
+    permits: i64,
+    /// When the waiter began waiting.
+    since: Instant,
+    until: Instant,
 }
 
 /// The objects besides locks that a name can hold.
@@ -921,12 +982,18 @@ impl SemaphoreBackend for MemoryBackend {
             return Ok(*granted == 1);
         }
         let wanted = i64::try_from(request.permits).unwrap_or(i64::MAX);
-        let granted = match store.semaphores.get_mut(name.as_str()) {
-            Some(available) if *available >= wanted => {
-                *available -= wanted;
-                true
+        let granted = match store.semaphores.get(name.as_str()).copied() {
+            Some(available) => {
+                let counts = (available, wanted);
+                let granted = store.may_take(name.as_str(), counts, request.reserve, now);
+                if granted {
+                    store
+                        .semaphores
+                        .insert(name.as_str().to_owned(), available - wanted);
+                }
+                granted
             }
-            _ => false,
+            None => false,
         };
         if granted {
             store.forget_expired(now);
@@ -967,6 +1034,18 @@ impl SemaphoreBackend for MemoryBackend {
     async fn available(&self, name: &LockName) -> Result<i64, Error> {
         let store = self.store_for(name, Object::Semaphore)?;
         Ok(store.semaphores.get(name.as_str()).copied().unwrap_or(0))
+    }
+
+    async fn cancel_reservation(&self, name: &LockName, waiter: RequestId) -> Result<(), Error> {
+        let mut store = self.store_for(name, Object::Semaphore)?;
+        if store
+            .reservations
+            .get(name.as_str())
+            .is_some_and(|held| held.waiter == waiter)
+        {
+            store.reservations.remove(name.as_str());
+        }
+        Ok(())
     }
 
     async fn drain(&self, name: &LockName) -> Result<i64, Error> {

@@ -4,13 +4,14 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, oneshot};
 use tokio::time::Instant;
 
-use crate::backend::{Capabilities, PermitRequest, SemaphoreBackend};
+use crate::backend::{Capabilities, PermitRequest, PermitReservation, RequestId, SemaphoreBackend};
 use crate::client::Inner;
 use crate::config::check_bound;
 use crate::named::Named;
@@ -161,11 +162,12 @@ impl Semaphore {
             return Ok(Some(Permits::new(client, name, 0)));
         }
         let expired = || deadline.is_some_and(|deadline| Instant::now() >= deadline);
+        let starvation = Starvation::new(client, name, false);
         let Some(_head) = client.semaphore_turns.wait(name, deadline).await else {
             return Ok(None);
         };
         // The first attempt is never cut short by the deadline: a try makes exactly one.
-        if attempt(client, name, permits).await? {
+        if attempt(client, name, permits, None).await? {
             return Ok(Some(Permits::new(client, name, permits)));
         }
         if expired() {
@@ -179,10 +181,15 @@ impl Semaphore {
                 notified.as_mut().enable();
                 // Also closes the race with a release between the first attempt and
                 // the subscription.
-                if attempt(client, name, permits).await? {
+                let reserve = starvation.reserve();
+                if attempt(client, name, permits, reserve).await? {
+                    starvation.granted();
                     return Ok(Some(Permits::new(client, name, permits)));
                 }
-                notified.await;
+                tokio::select! {
+                    () = notified => {}
+                    () = starvation.refresh(reserve) => {}
+                }
             }
         };
         match deadline {
@@ -206,7 +213,12 @@ pub(crate) fn check_count(argument: &'static str, count: u64) -> Result<(), Erro
 
 /// One attempt, run in a task of its own: if the caller goes away before the answer,
 /// a grant is given back instead of being kept by nobody.
-async fn attempt(client: &Arc<Inner>, name: &LockName, permits: u64) -> Result<bool, Error> {
+async fn attempt(
+    client: &Arc<Inner>,
+    name: &LockName,
+    permits: u64,
+    reserve: Option<PermitReservation>,
+) -> Result<bool, Error> {
     let task_client = Arc::clone(client);
     let task_name = name.clone();
     let window = client.config.retry_window;
@@ -215,7 +227,7 @@ async fn attempt(client: &Arc<Inner>, name: &LockName, permits: u64) -> Result<b
             .backend
             .semaphores()
             .ok_or_else(|| Error::unsupported("semaphores"))?;
-        let request = PermitRequest::new(permits, window);
+        let request = PermitRequest::new(permits, window).reserving(reserve);
         let until = Instant::now() + window;
         retry::until_answered(until, || semaphores.try_acquire(&task_name, request)).await
     };
@@ -233,6 +245,102 @@ async fn attempt(client: &Arc<Inner>, name: &LockName, permits: u64) -> Result<b
         }
     })
     .await
+}
+
+/// How long a starving waiter's reservation lasts without another attempt: what a
+/// waiter that died holds back from the others at most. A waiter attempts again a
+/// third of this after its last attempt, released permits or not.
+const RESERVATION_KEPT_FOR: Duration = Duration::from_secs(3);
+
+/// One waiting acquisition's starvation: once it has waited past the client's
+/// threshold, its attempts reserve the permits it asks for ([`PermitReservation`]), and
+/// it attempts again before its reservation lapses even if nothing is released. A wait
+/// that ends without the permits (its deadline, or its future dropped) takes its
+/// reservation back in the background, so that it holds nothing back from the others.
+pub(crate) struct Starvation {
+    client: Arc<Inner>,
+    name: LockName,
+    expirable: bool,
+    waiter: RequestId,
+    since: Instant,
+    threshold: Option<Duration>,
+    reserved: AtomicBool,
+    granted: AtomicBool,
+}
+
+impl Starvation {
+    /// The starvation of a wait for permits of `name`, of the expirable kind or not.
+    pub(crate) fn new(client: &Arc<Inner>, name: &LockName, expirable: bool) -> Self {
+        Self {
+            client: Arc::clone(client),
+            name: name.clone(),
+            expirable,
+            waiter: RequestId::random(),
+            since: Instant::now(),
+            threshold: client.config.starvation_threshold,
+            reserved: AtomicBool::new(false),
+            granted: AtomicBool::new(false),
+        }
+    }
+
+    /// The reservation to send with the next attempt, once the threshold passed.
+    pub(crate) fn reserve(&self) -> Option<PermitReservation> {
+        let waited = self.since.elapsed();
+        let starving = self.threshold.is_some_and(|threshold| waited >= threshold);
+        if starving {
+            self.reserved.store(true, Ordering::Relaxed);
+        }
+        starving.then(|| PermitReservation::new(self.waiter, waited, RESERVATION_KEPT_FOR))
+    }
+
+    /// Records that the permits were granted: the grant ended any reservation.
+    pub(crate) fn granted(&self) {
+        self.granted.store(true, Ordering::Relaxed);
+    }
+
+    /// Resolves when the waiter must attempt again even if nothing was released: to
+    /// keep the reservation it sent (`reserve`), or to make one once the threshold
+    /// passes; never when reservations are off.
+    pub(crate) async fn refresh(&self, reserve: Option<PermitReservation>) {
+        match (reserve, self.threshold) {
+            (Some(reserve), _) => tokio::time::sleep(reserve.kept_for / 3).await,
+            (None, Some(threshold)) => tokio::time::sleep_until(self.since + threshold).await,
+            (None, None) => std::future::pending().await,
+        }
+    }
+}
+
+impl Drop for Starvation {
+    fn drop(&mut self) {
+        if !self.reserved.load(Ordering::Relaxed) || self.granted.load(Ordering::Relaxed) {
+            return;
+        }
+        let client = Arc::clone(&self.client);
+        let (name, waiter, expirable) = (self.name.clone(), self.waiter, self.expirable);
+        let task_name = name.clone();
+        let cancelled = self.client.supervisor.spawn_job(async move {
+            let backend = &client.backend;
+            let cancelled = match (
+                expirable,
+                backend.expirable_semaphores(),
+                backend.semaphores(),
+            ) {
+                (true, Some(semaphores), _) => {
+                    semaphores.cancel_reservation(&task_name, waiter).await
+                }
+                (false, _, Some(semaphores)) => {
+                    semaphores.cancel_reservation(&task_name, waiter).await
+                }
+                _ => Ok(()),
+            };
+            if let Err(err) = cancelled {
+                crate::events::reservation_not_cancelled(&task_name, &err);
+            }
+        });
+        if let Err(err) = cancelled {
+            crate::events::reservation_not_cancelled(&name, &err);
+        }
+    }
 }
 
 /// Runs `job` in a task of its own and returns its answer; when the caller goes away

@@ -13,7 +13,7 @@ use lock_core::backend::{
     SemaphoreBackend,
 };
 use lock_core::notify::{Listener, Subscriptions};
-use lock_core::{Error, LockName};
+use lock_core::{Error, LockName, RequestId};
 
 use crate::error::{NotReplicated, WrongType};
 use crate::events;
@@ -706,13 +706,14 @@ impl SemaphoreBackend for RedisBackend {
 
     async fn try_acquire(&self, name: &LockName, request: PermitRequest) -> Result<bool, Error> {
         let answer = layout::permit_answer_key(name, request.id);
+        let reserved = layout::permit_reservation_key(name);
         let permits = request.permits.to_string();
         let remembered = millis(request.retry_window).to_string();
-        let keys = [layout::lock_key(name), &answer];
+        let [reserving, so_far_ms, kept_ms] = reservation_args(request.reserve);
+        let keys = [layout::lock_key(name), &answer, &reserved];
+        let args = [&*permits, &remembered, &reserving, &so_far_ms, &kept_ms];
         let script = &script::SEMAPHORE_ACQUIRE;
-        let reply = self
-            .eval("taking permits", script, &keys, &[&permits, &remembered])
-            .await?;
+        let reply = self.eval("taking permits", script, &keys, &args).await?;
         integer("semaphore acquire", reply).map(|taken| taken == 1)
     }
 
@@ -742,6 +743,15 @@ impl SemaphoreBackend for RedisBackend {
         )
     }
 
+    async fn cancel_reservation(&self, name: &LockName, waiter: RequestId) -> Result<(), Error> {
+        let keys = [&*layout::permit_reservation_key(name)];
+        let waiter = waiter.to_string();
+        let script = &script::SEMAPHORE_UNRESERVE;
+        self.eval("taking a reservation back", script, &keys, &[&waiter])
+            .await
+            .map(drop)
+    }
+
     async fn drain(&self, name: &LockName) -> Result<i64, Error> {
         let keys = [layout::lock_key(name)];
         let script = &script::SEMAPHORE_READ;
@@ -756,6 +766,20 @@ impl SemaphoreBackend for RedisBackend {
         self.subscriptions
             .listen(&layout::semaphore_channel(name))
             .await
+    }
+}
+
+/// The arguments a semaphore script takes for a starving waiter's reservation: its id
+/// (empty when not starving), how long it has waited and how long a reservation is kept
+/// (ms).
+fn reservation_args(reserve: Option<lock_core::backend::PermitReservation>) -> [String; 3] {
+    match reserve {
+        Some(reserve) => [
+            reserve.waiter.to_string(),
+            reserve.waited.as_millis().to_string(),
+            millis(reserve.kept_for).to_string(),
+        ],
+        None => [String::new(), "0".to_owned(), "1".to_owned()],
     }
 }
 

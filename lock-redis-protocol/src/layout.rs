@@ -162,6 +162,13 @@ pub fn permit_answer_key(name: &LockName, request: RequestId) -> String {
     format!("{}:redisson_sc_request:{request}", tagged(name))
 }
 
+/// Where a semaphore's permits are held back for a starving waiter (both kinds):
+/// `redisson_sc_reserved:{name}` (our own key; Redisson has none).
+#[must_use]
+pub fn permit_reservation_key(name: &LockName) -> String {
+    format!("redisson_sc_reserved:{}", tagged(name))
+}
+
 /// An expirable semaphore's issued permits: the sorted set `{name}:timeout` (member the
 /// permit id's 16 bytes, score its expiry in epoch ms), as Redisson's.
 #[must_use]

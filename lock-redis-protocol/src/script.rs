@@ -98,6 +98,7 @@ scripts! {
     26 EXPIRABLE_RELEASE = "expirable_release";
     27 EXPIRABLE_RENEW = "expirable_renew";
     28 EXPIRABLE_READ = "expirable_read";
+    29 SEMAPHORE_UNRESERVE = "semaphore_unreserve";
 }
 
 /// How a script call is sent.

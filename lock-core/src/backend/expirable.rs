@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::RequestId;
+use super::{PermitReservation, RequestId};
 use crate::notify::Listener;
 use crate::{Error, LockName};
 
@@ -73,6 +73,8 @@ pub struct IssueRequest {
     pub ids: Vec<PermitId>,
     /// How long the permits stay issued unless renewed, counted on the store's clock.
     pub lease: Duration,
+    /// Set when the caller has waited past the starvation threshold.
+    pub reserve: Option<PermitReservation>,
 }
 
 impl IssueRequest {
@@ -82,7 +84,15 @@ impl IssueRequest {
         Self {
             ids: (0..permits).map(|_| PermitId::random()).collect(),
             lease,
+            reserve: None,
         }
+    }
+
+    /// Marks the request as a starving waiter's (see [`PermitReservation`]).
+    #[must_use]
+    pub fn reserving(mut self, reserve: Option<PermitReservation>) -> Self {
+        self.reserve = reserve;
+        self
     }
 }
 
@@ -150,8 +160,10 @@ pub trait ExpirableSemaphoreBackend: fmt::Debug + Send + Sync {
     /// count. Listeners are told when permits were added.
     async fn add_permits(&self, name: &LockName, delta: i64) -> Result<i64, Error>;
 
-    /// Issues `request.ids` if that many permits are available. Ids already issued
-    /// (a request sent again) answer [`Issue::Issued`] and take nothing more.
+    /// Issues `request.ids` if that many permits are available and another waiter's
+    /// reservation does not hold them back ([`PermitReservation`], shared with the plain
+    /// semaphore of the name). Ids already issued (a request sent again) answer
+    /// [`Issue::Issued`] and take nothing more.
     async fn try_issue(&self, name: &LockName, request: &IssueRequest) -> Result<Issue, Error>;
 
     /// Gives back every permit of `request.ids` if all of them are issued; whether they
@@ -167,6 +179,10 @@ pub trait ExpirableSemaphoreBackend: fmt::Debug + Send + Sync {
         ids: &[PermitId],
         lease: Duration,
     ) -> Result<Vec<bool>, Error>;
+
+    /// Ends `waiter`'s reservation of permits of `name`, if it holds it (a waiter that
+    /// gave up).
+    async fn cancel_reservation(&self, name: &LockName, waiter: RequestId) -> Result<(), Error>;
 
     /// The available permits (0 for a semaphore never set) and the issued ones.
     async fn permits(&self, name: &LockName) -> Result<(i64, u64), Error>;

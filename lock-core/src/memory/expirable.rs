@@ -8,7 +8,10 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::{MemoryBackend, Object, Store};
-use crate::backend::{ExpirableSemaphoreBackend, Issue, IssueRequest, PermitId, ReturnRequest};
+use crate::backend::{
+    ExpirableSemaphoreBackend, Issue, IssueRequest, PermitId, RequestId, ReturnRequest,
+    SemaphoreBackend,
+};
 use crate::notify::Listener;
 use crate::{Error, LockName};
 
@@ -100,18 +103,18 @@ impl ExpirableSemaphoreBackend for MemoryBackend {
                 return (Issue::Issued, false);
             }
             let wanted = i64::try_from(request.ids.len()).unwrap_or(i64::MAX);
-            let Some(available) = store.semaphores.get_mut(key) else {
+            let Some(available) = store.semaphores.get(key).copied() else {
                 return (busy(issued, now), false);
             };
-            if *available >= wanted {
-                *available -= wanted;
+            if store.may_take(key, (available, wanted), request.reserve, now) {
+                store.semaphores.insert(key.to_owned(), available - wanted);
                 let expiry = now + request.lease;
                 let issued = store.issued.entry(key.to_owned()).or_default();
                 issued.extend(request.ids.iter().map(|id| (*id, expiry)));
                 return (Issue::Issued, false);
             }
-            let total =
-                available.saturating_add(i64::try_from(store.issued_count(key)).unwrap_or(0));
+            let issued_count = i64::try_from(store.issued_count(key)).unwrap_or(0);
+            let total = available.saturating_add(issued_count);
             if wanted > total {
                 (Issue::Exceeds { total }, false)
             } else {
@@ -178,6 +181,10 @@ impl ExpirableSemaphoreBackend for MemoryBackend {
                 .collect();
             (renewed, false)
         })
+    }
+
+    async fn cancel_reservation(&self, name: &LockName, waiter: RequestId) -> Result<(), Error> {
+        SemaphoreBackend::cancel_reservation(self, name, waiter).await
     }
 
     async fn permits(&self, name: &LockName) -> Result<(i64, u64), Error> {

@@ -9,15 +9,15 @@ use lock_core::backend::{
     ExpirableSemaphoreBackend, Issue, IssueRequest, PermitId, ReturnRequest, SemaphoreBackend,
 };
 use lock_core::notify::Listener;
-use lock_core::{Error, LockName, MAX_DURATION};
+use lock_core::{Error, LockName, MAX_DURATION, RequestId};
 
-use super::{RedisBackend, integer, millis, unexpected};
+use super::{RedisBackend, integer, millis, reservation_args, unexpected};
 use crate::script::{self, Script};
 use crate::transport::Reply;
 use crate::{events, layout};
 
 impl RedisBackend {
-    /// Runs an expirable-semaphore script: the semaphore and its issued permits (and
+    /// Runs an expirable-semaphore script: the semaphore and its issued permits (then
     /// `extra` keys) as keys; the channel, the publish command and `args` (then the ids)
     /// as arguments.
     async fn eval_expirable(
@@ -25,7 +25,7 @@ impl RedisBackend {
         during: &'static str,
         script: &Script,
         name: &LockName,
-        extra: Option<&str>,
+        extra: &[&str],
         args: &[&str],
         ids: &[PermitId],
     ) -> Result<Reply, Error> {
@@ -60,14 +60,16 @@ impl ExpirableSemaphoreBackend for RedisBackend {
         }
         let lease = millis(request.lease).to_string();
         let epoch = self.epoch_key(name);
+        let reserved = layout::permit_reservation_key(name);
         let quarantine = self.quarantine_ms();
+        let [reserving, so_far_ms, kept_ms] = reservation_args(request.reserve);
         let reply = self
             .eval_expirable(
                 "issuing permits",
                 &script::EXPIRABLE_ISSUE,
                 name,
-                Some(&epoch),
-                &[&lease, &quarantine],
+                &[&epoch, &reserved],
+                &[&lease, &quarantine, &reserving, &so_far_ms, &kept_ms],
                 &request.ids,
             )
             .await?;
@@ -104,7 +106,7 @@ impl ExpirableSemaphoreBackend for RedisBackend {
                 "giving permits back",
                 &script::EXPIRABLE_RELEASE,
                 name,
-                Some(&answer),
+                &[&answer],
                 &[&remembered],
                 &request.ids,
             )
@@ -127,7 +129,7 @@ impl ExpirableSemaphoreBackend for RedisBackend {
                 "renewing permits",
                 &script::EXPIRABLE_RENEW,
                 name,
-                None,
+                &[],
                 &[&lease],
                 ids,
             )
@@ -144,13 +146,18 @@ impl ExpirableSemaphoreBackend for RedisBackend {
         }
     }
 
+    /// The plain semaphore's: both kinds share the reservation.
+    async fn cancel_reservation(&self, name: &LockName, waiter: RequestId) -> Result<(), Error> {
+        SemaphoreBackend::cancel_reservation(self, name, waiter).await
+    }
+
     async fn permits(&self, name: &LockName) -> Result<(i64, u64), Error> {
         let reply = self
             .eval_expirable(
                 "reading permits",
                 &script::EXPIRABLE_READ,
                 name,
-                None,
+                &[],
                 &[],
                 &[],
             )

@@ -2,26 +2,29 @@
 -- after reclaiming expired ones. Ids already issued are a retry of this request: issued.
 -- Nothing is issued during the restart quarantine, as no lock is granted: a server that
 -- lost its data must not hand out permits that holders from before still believe theirs.
+-- A starving waiter's reservation holds permits back as for the plain semaphore.
 -- KEYS[1] the semaphore; KEYS[2] its issued permits (zset id -> expiry ms); KEYS[3] the
--- restart epoch; ARGV[1] channel; ARGV[2] publish; ARGV[3] lease (ms); ARGV[4] restart
--- quarantine (ms, '0' off); ARGV[5..] the ids (hex).
+-- restart epoch; KEYS[4] the reservation; ARGV[1] channel; ARGV[2] publish; ARGV[3]
+-- lease (ms); ARGV[4] restart quarantine (ms, '0' off); ARGV[5] the waiter ('' when not
+-- starving); ARGV[6] how long it has waited (ms); ARGV[7] how long a reservation is kept
+-- (ms); ARGV[8..] the ids (hex).
 -- Reply: {1} issued; {2, total} more asked than available and issued together;
 -- {0, ms until the first issued permit expires} or {0} too few available; {3, ms} the
 -- quarantine's time left.
 local now = reclaim_permits(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
-if redis.call('zscore', KEYS[2], permit_bytes(ARGV[5])) then
+if redis.call('zscore', KEYS[2], permit_bytes(ARGV[8])) then
     return {1}
 end
 local quarantined = quarantine_left(KEYS[3], ARGV[4])
 if quarantined > 0 then
     return {3, quarantined}
 end
-local wanted = #ARGV - 4
+local wanted = #ARGV - 7
 local count = tonumber(redis.call('get', KEYS[1]) or false)
-if count ~= nil and count >= wanted then
+if count ~= nil and may_take(KEYS[4], count, wanted, ARGV[5], ARGV[6], ARGV[7]) then
     redis.call('decrby', KEYS[1], wanted)
     local expiry = now + tonumber(ARGV[3])
-    for i = 5, #ARGV do
+    for i = 8, #ARGV do
         redis.call('zadd', KEYS[2], expiry, permit_bytes(ARGV[i]))
     end
     return {1}

@@ -306,3 +306,33 @@ local function reclaim_permits(semaphore, timeouts, channel, publish)
     end
     return now
 end
+
+-- Whether `wanted` of a semaphore's `count` available permits may be taken, under the
+-- starving waiter's reservation in `reserved` ('<waiter>:<permits>:<since ms>', with a
+-- TTL): another waiter's reservation holds its number back, unless this caller ('' for
+-- none) has waited longer (since `now - waited`) and takes it over; a starving caller
+-- that finds too few reserves them for `kept_for` ms; the reserving waiter's grant ends
+-- its reservation. Java clients know nothing of it.
+local function may_take(reserved, count, wanted, waiter, waited, kept_for)
+    local now = now_ms()
+    local since = now - tonumber(waited)
+    local holder, held, held_since
+    local reservation = redis.call('get', reserved)
+    if reservation then
+        holder, held, held_since = string.match(reservation, '^(%x+):(%d+):(%d+)$')
+    end
+    local mine = (holder == nil) or (waiter ~= '' and (holder == waiter or since < tonumber(held_since)))
+    if not mine then
+        return count - wanted >= tonumber(held)
+    end
+    if count >= wanted then
+        if holder then
+            redis.call('del', reserved)
+        end
+        return true
+    end
+    if waiter ~= '' then
+        redis.call('set', reserved, waiter .. ':' .. wanted .. ':' .. since, 'px', kept_for)
+    end
+    return false
+end
