@@ -54,7 +54,7 @@ pub mod backend {
 
 mod macro_support;
 
-pub use macro_support::{__private, current_guard, default_client, set_default};
+pub use macro_support::{__private, current_guard, current_permits, default_client, set_default};
 
 /// Runs an async fn under a distributed lock (feature `macros`, on by default).
 ///
@@ -74,7 +74,11 @@ pub use macro_support::{__private, current_guard, default_client, set_default};
 /// - `wait = "5s"`: give up after 5 s with `Err(distlock::Error::Timeout)` converted by
 ///   `From` (absent: wait as long as it takes; `"0s"`: try once).
 /// - `lease = "10s"`: an explicit lease (absent: the watchdog renews while the body runs).
-/// - `kind = fair | read | write` (default: the mutex).
+/// - `kind = fair | read | write` (default: the mutex), or `kind = semaphore(permits = N)`:
+///   the body holds one permit of the expirable semaphore named by the template, set to
+///   N permits if it was never set, so that at most N calls run at once across every
+///   service (renewed while the body runs, given back after one lease if the process
+///   dies; not reentrant). The body sees its permit through [`current_permits`].
 /// - `client = expr`: a `Locks` (absent: the one set with [`set_default`]).
 /// - `crate = "path"`: where this crate is, when it is renamed.
 ///

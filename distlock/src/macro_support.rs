@@ -5,12 +5,13 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::{Error, Guard, Holder, Locks};
+use crate::{Error, Guard, Holder, LeasedPermits, Locks};
 
 static DEFAULT: OnceLock<Locks> = OnceLock::new();
 
 tokio::task_local! {
     static CURRENT: Arc<Guard>;
+    static CURRENT_PERMITS: Arc<LeasedPermits>;
 }
 
 /// Sets the client `#[distributed_lock]` functions use when they name none. Once per
@@ -49,10 +50,18 @@ pub fn current_guard() -> Option<Arc<Guard>> {
     CURRENT.try_with(Arc::clone).ok()
 }
 
+/// The permit of the innermost `#[distributed_lock(.., kind = semaphore(permits = N))]`
+/// function running in this task, to race the work against
+/// [`LeasedPermits::lost`] as with [`current_guard`].
+#[must_use]
+pub fn current_permits() -> Option<Arc<LeasedPermits>> {
+    CURRENT_PERMITS.try_with(Arc::clone).ok()
+}
+
 /// Used by the code `#[distributed_lock]` generates; not a public API.
 #[doc(hidden)]
 pub mod __private {
-    use super::{Arc, CURRENT, Duration, Error, Future, Holder, Locks};
+    use super::{Arc, CURRENT, CURRENT_PERMITS, Duration, Error, Future, Holder, Locks};
 
     pub use super::default_client;
 
@@ -68,6 +77,8 @@ pub mod __private {
         Read,
         /// `kind = write`.
         Write,
+        /// `kind = semaphore(permits = N)`: one permit of the expirable semaphore of N.
+        Semaphore(u64),
     }
 
     /// Takes the lock, runs `body` with its guard as [`super::current_guard`], releases.
@@ -100,13 +111,17 @@ pub mod __private {
                 None,
             )));
         };
+        if let Kind::Semaphore(permits) = kind {
+            // Boxed like the lock's work below.
+            return Box::pin(with_permit(locks, permits, name, wait, lease, body)).await;
+        }
         // Boxed: the caller's future stays small however deep annotated calls nest.
         let work = Box::pin(async move {
             let lock = match kind {
-                Kind::Mutex => locks.mutex(&name),
                 Kind::Fair => locks.fair_mutex(&name),
                 Kind::Read => locks.rw_lock(&name).reader(),
                 Kind::Write => locks.rw_lock(&name).writer(),
+                Kind::Mutex | Kind::Semaphore(_) => locks.mutex(&name),
             };
             // A wait that runs out is `Error::Timeout`, as for every bounded acquisition.
             let mut acquisition = lock.acquire();
@@ -125,20 +140,10 @@ pub mod __private {
                     if let Err(err) = guard.unlock().await
                         && !err.is_not_held()
                     {
-                        tracing::warn!(
-                            target: "lock",
-                            error = %err.chain(),
-                            "releasing the lock of a #[distributed_lock] function failed; \
-                             it stays held until its lease ends"
-                        );
+                        release_failed(&err);
                     }
                 }
-                Err(guard) => tracing::warn!(
-                    target: "lock",
-                    name = guard.name(),
-                    "a clone of current_guard() outlives its #[distributed_lock] function: \
-                     the lock is released when the last clone is dropped"
-                ),
+                Err(guard) => outlived(guard.name()),
             }
             result
         });
@@ -147,5 +152,63 @@ pub mod __private {
         } else {
             work.await
         }
+    }
+
+    /// Runs `body` holding one permit of the expirable semaphore `name` of `permits`
+    /// (set to that many if it was never set): at most `permits` bodies run at once
+    /// across every client, and a process that dies gives its permit back after one
+    /// lease. Not reentrant: a nested call takes a permit of its own.
+    async fn with_permit<T, E, F>(
+        locks: Locks,
+        permits: u64,
+        name: String,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+        body: F,
+    ) -> Result<T, E>
+    where
+        E: From<Error>,
+        F: Future<Output = Result<T, E>>,
+    {
+        let semaphore = locks.expirable_semaphore(&name);
+        semaphore.try_set_permits(permits).await.map_err(E::from)?;
+        let mut acquisition = semaphore.acquire(1);
+        if let Some(wait) = wait {
+            acquisition = acquisition.wait(wait);
+        }
+        if let Some(lease) = lease {
+            acquisition = acquisition.lease(lease);
+        }
+        let permit = Arc::new(acquisition.await.map_err(E::from)?);
+        let result = CURRENT_PERMITS.scope(Arc::clone(&permit), body).await;
+        match Arc::try_unwrap(permit) {
+            Ok(permit) => {
+                if let Err(err) = permit.release().await
+                    && !err.is_not_held()
+                {
+                    release_failed(&err);
+                }
+            }
+            Err(permit) => outlived(permit.name()),
+        }
+        result
+    }
+
+    fn release_failed(err: &Error) {
+        tracing::warn!(
+            target: "lock",
+            error = %err.chain(),
+            "releasing the lock or permit of a #[distributed_lock] function failed; \
+             it stays held until its lease ends"
+        );
+    }
+
+    fn outlived(name: &str) {
+        tracing::warn!(
+            target: "lock",
+            name,
+            "a clone of current_guard() or current_permits() outlives its \
+             #[distributed_lock] function: it is released when the last clone is dropped"
+        );
     }
 }

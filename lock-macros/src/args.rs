@@ -1,11 +1,11 @@
 //! The attribute's arguments: `"name template", wait = "5s", lease = "10s",
-//! kind = fair, client = <expr>, crate = "path"`.
+//! kind = fair | semaphore(permits = N), client = <expr>, crate = "path"`.
 
 use std::time::Duration;
 
 use proc_macro2::Span;
 use syn::parse::{Parse, ParseStream};
-use syn::{Expr, Ident, LitStr, Path, Token};
+use syn::{Expr, Ident, LitInt, LitStr, Path, Token};
 
 /// Which lock the function runs under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,6 +14,8 @@ pub(crate) enum Kind {
     Fair,
     Read,
     Write,
+    /// One permit of an expirable semaphore of this many permits.
+    Semaphore(u64),
 }
 
 /// The parsed arguments.
@@ -82,23 +84,7 @@ impl Parse for Args {
                     }
                     args.lease = Some(lease);
                 }
-                "kind" => {
-                    let kind: Ident = input.parse()?;
-                    args.kind = match kind.to_string().as_str() {
-                        "mutex" => Kind::Mutex,
-                        "fair" => Kind::Fair,
-                        "read" => Kind::Read,
-                        "write" => Kind::Write,
-                        other => {
-                            return Err(syn::Error::new(
-                                kind.span(),
-                                format!(
-                                    "unknown lock kind `{other}`: expected mutex, fair, read or write"
-                                ),
-                            ));
-                        }
-                    };
-                }
+                "kind" => args.kind = kind(input)?,
                 "client" => args.client = Some(input.parse()?),
                 "crate" => {
                     let literal: LitStr = input.parse()?;
@@ -116,6 +102,60 @@ impl Parse for Args {
             seen.push(key);
         }
         Ok(args)
+    }
+}
+
+/// Parses a kind: `mutex`, `fair`, `read`, `write` or `semaphore(permits = N)`.
+fn kind(input: ParseStream<'_>) -> syn::Result<Kind> {
+    let kind: Ident = input.parse()?;
+    Ok(match kind.to_string().as_str() {
+        "mutex" => Kind::Mutex,
+        "fair" => Kind::Fair,
+        "read" => Kind::Read,
+        "write" => Kind::Write,
+        "semaphore" => Kind::Semaphore(semaphore_permits(&kind, input)?),
+        other => {
+            return Err(syn::Error::new(
+                kind.span(),
+                format!(
+                    "unknown lock kind `{other}`: expected mutex, fair, read, write or semaphore(permits = N)"
+                ),
+            ));
+        }
+    })
+}
+
+/// The `(permits = N)` after `semaphore`: N at least 1 and a signed 64-bit count.
+fn semaphore_permits(kind: &Ident, input: ParseStream<'_>) -> syn::Result<u64> {
+    let missing = || {
+        syn::Error::new(
+            kind.span(),
+            "a semaphore needs its size: `kind = semaphore(permits = N)`",
+        )
+    };
+    if !input.peek(syn::token::Paren) {
+        return Err(missing());
+    }
+    let content;
+    syn::parenthesized!(content in input);
+    let key: Ident = content.parse().map_err(|_| missing())?;
+    if key != "permits" {
+        return Err(syn::Error::new(
+            key.span(),
+            format!("unknown semaphore option `{key}`: expected `permits = N`"),
+        ));
+    }
+    content.parse::<Token![=]>()?;
+    let count: LitInt = content.parse()?;
+    if !content.is_empty() {
+        return Err(content.error("expected only `permits = N`"));
+    }
+    match count.base10_parse::<u64>() {
+        Ok(permits) if permits >= 1 && i64::try_from(permits).is_ok() => Ok(permits),
+        _ => Err(syn::Error::new(
+            count.span(),
+            "permits must be a whole number from 1 to i64::MAX",
+        )),
     }
 }
 
@@ -179,5 +219,20 @@ mod tests {
         assert!(err.is_some_and(|e| e.to_string().contains("twice")));
         let err = syn::parse_str::<Args>(r#""a", colour = "red""#).err();
         assert!(err.is_some_and(|e| e.to_string().contains("unknown option")));
+    }
+
+    #[test]
+    fn a_semaphore_kind_carries_its_permits() {
+        let args: Args = syn::parse_str(r#""pool", kind = semaphore(permits = 3), wait = "1s""#)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(args.kind, Kind::Semaphore(3));
+        for bad in [
+            r#""p", kind = semaphore"#,
+            r#""p", kind = semaphore()"#,
+            r#""p", kind = semaphore(permits = 0)"#,
+            r#""p", kind = semaphore(permits = 2, extra = 1)"#,
+        ] {
+            assert!(syn::parse_str::<Args>(bad).is_err(), "{bad}");
+        }
     }
 }

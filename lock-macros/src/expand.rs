@@ -159,6 +159,7 @@ fn expand_fn(attr: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
         Kind::Fair => quote!(#krate::__private::Kind::Fair),
         Kind::Read => quote!(#krate::__private::Kind::Read),
         Kind::Write => quote!(#krate::__private::Kind::Write),
+        Kind::Semaphore(permits) => quote!(#krate::__private::Kind::Semaphore(#permits)),
     };
     let (wait, lease) = (millis(args.wait), millis(args.lease));
     let run = |body: TokenStream| {

@@ -275,6 +275,51 @@ async fn read_kind_shares_and_other_kinds_work() {
     assert!(fair_writer(&locks).await.is_ok());
 }
 
+#[distributed_lock("pool:{pool}", client = locks, kind = semaphore(permits = 2))]
+async fn pooled(locks: &Locks, pool: &str, inside: &Inside) -> Result<(), AppError> {
+    let permit = distlock::current_permits().expect("the body sees its permit");
+    assert!(permit.is_held());
+    inside.visit(Duration::from_millis(40)).await;
+    Ok(())
+}
+
+#[distributed_lock("pool:{pool}", client = locks, kind = semaphore(permits = 2), wait = "0s")]
+async fn pooled_or_not(locks: &Locks, pool: &str) -> Result<(), AppError> {
+    Ok(())
+}
+
+/// `kind = semaphore(permits = 2)`: six concurrent calls, two at a time; a call that may
+/// not wait fails with the timeout while both permits are taken; every permit comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_kind_runs_at_most_n_at_once() {
+    let (_server, locks) = server_and_client().await;
+    let inside = Arc::new(Inside::default());
+    let calls: Vec<_> = (0..6)
+        .map(|_| {
+            let (locks, inside) = (locks.clone(), Arc::clone(&inside));
+            tokio::spawn(async move { pooled(&locks, "p", &inside).await })
+        })
+        .collect();
+    sleep(Duration::from_millis(15)).await;
+    let refused = pooled_or_not(&locks, "p").await;
+    assert!(
+        matches!(&refused, Err(AppError::Lock(err)) if err.is_timeout()),
+        "{refused:?}"
+    );
+    for call in calls {
+        timeout(Duration::from_secs(10), call)
+            .await
+            .expect("every call runs")
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(inside.most.load(Ordering::SeqCst), 2, "two at a time");
+    let semaphore = locks.expirable_semaphore("pool:p");
+    assert_eq!(semaphore.available().await.unwrap(), 2);
+    assert_eq!(semaphore.issued().await.unwrap(), 0);
+    assert!(pooled_or_not(&locks, "p").await.is_ok());
+}
+
 /// A trait whose implementation goes through `#[async_trait]`: the attribute sees the
 /// method after `#[async_trait]` rewrote it into a boxed future, and locks it all the
 /// same.

@@ -49,7 +49,15 @@ impl Service {
     }
 }
 
+#[distributed_lock("pool:{name}", kind = semaphore(permits = 4), wait = "1s", lease = "30s")]
+async fn at_most_four(name: &str) -> Result<(), AppError> {
+    let _ = distlock::current_permits();
+    let _ = name;
+    Ok(())
+}
+
 fn main() {
+    let _ = at_most_four;
     let _ = by_default_client;
     let _ = with_options;
     let _ = with_client;
