@@ -3,7 +3,7 @@
 //! contract, so its flags and output fields only ever grow.
 //!
 //! ```text
-//! contend --url URL [--backend redis|fred|redlock|memory] [--kind mutex|fair|read|write|mixed|multi|semaphore] [--name NAME]
+//! contend --url URL [--backend redis|fred|redlock|memory] [--kind mutex|fair|read|write|mixed|multi|semaphore|latch] [--name NAME]
 //!         --workers N --hold-ms H --think-ms T --seconds S
 //!         [--distinct] [--lease-ms L] [--check-key KEY] [--permits P]
 //! ```
@@ -15,7 +15,10 @@
 //! `mixed` (one operation in five writes); for read-write kinds a writer adds 1 000 000 to
 //! KEY instead and must see exactly that, a reader adds 1 and must see no writer.
 //! `semaphore` takes one permit of a semaphore reset to `--permits P` (default 1) at the
-//! start: never more than P workers may be inside, on the counter and on KEY.
+//! start: never more than P workers may be inside, on the counter and on KEY. `latch`
+//! runs rounds of a count-down latch of N (a fresh one per round): each worker works H
+//! ms, counts down, waits for the latch to open, pauses T ms; a wait is from its count
+//! down to its wake-up, and a waiter woken before all N counted down is a violation.
 //! `--url` takes every URL form of the adapters (`redis://`, `rediss://`,
 //! `redis+cluster://h:p,h:p`, `redis+sentinel://h:p,h:p/NAME`) for `redis` and `fred`;
 //! `--check-key` needs a single-server URL.
@@ -49,11 +52,11 @@ struct Args {
     permits: u64,
 }
 
-const USAGE: &str = "usage: contend --url URL [--backend redis|fred|redlock|memory] [--kind mutex|fair|read|write|mixed|multi|semaphore] [--name NAME] \
+const USAGE: &str = "usage: contend --url URL [--backend redis|fred|redlock|memory] [--kind mutex|fair|read|write|mixed|multi|semaphore|latch] [--name NAME] \
 --workers N --hold-ms H --think-ms T --seconds S [--distinct] [--lease-ms L] [--check-key KEY] [--permits P]";
 
 /// The kinds `--kind` takes.
-const KINDS: [&str; 7] = [
+const KINDS: [&str; 8] = [
     "mutex",
     "fair",
     "read",
@@ -61,6 +64,7 @@ const KINDS: [&str; 7] = [
     "mixed",
     "multi",
     "semaphore",
+    "latch",
 ];
 
 fn parse_args() -> Result<Args, String> {
@@ -261,14 +265,32 @@ async fn run(args: Args) -> Result<String, String> {
     let deadline = started + Duration::from_secs_f64(args.seconds);
     let errors = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
-    for (w, locks) in clients.into_iter().enumerate() {
-        let args = args.clone();
-        let inside = Arc::clone(&inside);
-        let checker = checker.clone();
-        let errors = Arc::clone(&errors);
-        tasks.push(tokio::spawn(async move {
-            worker(w, &args, &locks, &inside, checker, deadline, &errors).await
-        }));
+    if args.kind == "latch" {
+        // A fresh prefix per run: latches of an earlier run never mix with these.
+        let run_id = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let rounds = Arc::new(Rounds {
+            prefix: format!("{}:{run_id:x}", args.name),
+            counted: AtomicU64::new(0),
+            entered: std::sync::Mutex::new((0, None)),
+        });
+        for (w, locks) in clients.into_iter().enumerate() {
+            let (args, rounds, errors) = (args.clone(), Arc::clone(&rounds), Arc::clone(&errors));
+            tasks.push(tokio::spawn(async move {
+                latch_worker(w, &args, &locks, &rounds, deadline, &errors).await
+            }));
+        }
+    } else {
+        for (w, locks) in clients.into_iter().enumerate() {
+            let args = args.clone();
+            let inside = Arc::clone(&inside);
+            let checker = checker.clone();
+            let errors = Arc::clone(&errors);
+            tasks.push(tokio::spawn(async move {
+                worker(w, &args, &locks, &inside, checker, deadline, &errors).await
+            }));
+        }
     }
     let mut reports = Vec::new();
     for task in tasks {
@@ -418,6 +440,88 @@ async fn worker(
         if let Err(err) = released {
             errors.fetch_add(1, Ordering::Relaxed);
             eprintln!("worker {w}: unlock: {}", error_chain(&err));
+        }
+        tokio::time::sleep(args.think).await;
+    }
+    report
+}
+
+/// The latch rounds of one run: round r uses the latch `<prefix>:<r>`, and `counted`
+/// counts every count-down made, so that a woken waiter can tell whether all of its
+/// round's arrived.
+struct Rounds {
+    prefix: String,
+    counted: AtomicU64,
+    /// The highest round any worker entered, and the round nobody enters once the
+    /// deadline passed: every worker stops after the same round, none waits for a round
+    /// the others never join.
+    entered: std::sync::Mutex<(u64, Option<u64>)>,
+}
+
+impl Rounds {
+    /// Whether round `round` (from 1) is run.
+    fn enter(&self, round: u64, deadline: Instant) -> bool {
+        let mut state = self
+            .entered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (entered, closed) = &mut *state;
+        if closed.is_some_and(|closed| round >= closed) {
+            return false;
+        }
+        if Instant::now() >= deadline && *entered < round {
+            *closed = Some(round);
+            return false;
+        }
+        *entered = (*entered).max(round);
+        true
+    }
+}
+
+/// Rounds of a count-down latch of N workers until the deadline: work H ms, count down,
+/// wait for the latch to open (the measured wait), pause T ms.
+async fn latch_worker(
+    w: usize,
+    args: &Args,
+    locks: &Locks,
+    rounds: &Rounds,
+    deadline: Instant,
+    errors: &AtomicU64,
+) -> WorkerReport {
+    let mut report = WorkerReport::default();
+    let workers = args.workers as u64;
+    let mut round = 0u64;
+    loop {
+        round += 1;
+        if !rounds.enter(round, deadline) {
+            break;
+        }
+        let latch = locks.count_down_latch(&format!("{}:{round}", rounds.prefix));
+        let worked = Instant::now();
+        tokio::time::sleep(args.hold).await;
+        report.held += worked.elapsed();
+        let counted = async {
+            latch.try_set_count(workers).await?;
+            rounds.counted.fetch_add(1, Ordering::SeqCst);
+            latch.count_down().await?;
+            let counted_down = Instant::now();
+            latch.wait_for(Duration::from_secs(10)).await?;
+            Ok::<_, distlock::Error>(counted_down.elapsed())
+        };
+        match counted.await {
+            Ok(waited) => {
+                // Round r (from 1) opens only after all r * N count-downs.
+                if rounds.counted.load(Ordering::SeqCst) < round * workers {
+                    report.violations += 1;
+                }
+                report.waits_ms.push(waited.as_secs_f64() * 1000.0);
+                report.ops += 1;
+            }
+            Err(err) => {
+                errors.fetch_add(1, Ordering::Relaxed);
+                eprintln!("worker {w}: latch: {}", error_chain(&err));
+                break;
+            }
         }
         tokio::time::sleep(args.think).await;
     }

@@ -1,0 +1,59 @@
+//! `contend` as the benchmark runs it: the synchronizer kinds against a Redis the test
+//! starts, through both adapters, each reporting work done and no violation.
+
+// reason: a test reports failures by panicking.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use lock_testkit::RedisServer;
+
+/// Runs `contend` with `args` and returns its JSON line.
+async fn contend(args: &[&str]) -> serde_json::Value {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_contend"))
+        .args(args)
+        .output()
+        .await
+        .expect("contend runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "contend {args:?} failed: {}{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{stdout:?}: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latch_and_semaphore_kinds_do_work_without_violations() {
+    let server = RedisServer::start().await;
+    let url = server.url();
+    for backend in ["redis", "fred"] {
+        for (kind, permits) in [("latch", "1"), ("semaphore", "3")] {
+            let report = contend(&[
+                "--url",
+                &url,
+                "--backend",
+                backend,
+                "--kind",
+                kind,
+                "--workers",
+                "4",
+                "--hold-ms",
+                "1",
+                "--think-ms",
+                "1",
+                "--seconds",
+                "1",
+                "--permits",
+                permits,
+                "--check-key",
+                "contend:check",
+            ])
+            .await;
+            assert_eq!(report["violations"], 0, "{backend} {kind}: {report}");
+            assert!(
+                report["ops"].as_u64().is_some_and(|ops| ops >= 4),
+                "{backend} {kind} did no work: {report}"
+            );
+        }
+    }
+}
