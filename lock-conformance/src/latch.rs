@@ -242,3 +242,26 @@ async fn waiting_on(
     sleep(Duration::from_millis(150)).await;
     waiter
 }
+
+/// A latch whose name carries its own hash tag (`{user:1}:ready`) opens for its waiter
+/// like any other. Java's channel adds braces around the whole name, which on a Redis
+/// Cluster puts the channel in another slot than the key.
+pub async fn a_latch_named_with_a_hash_tag_opens(fx: &dyn Fixture) {
+    let (ours, other) = (fx.client().await, fx.client().await);
+    let name = format!("{{{}}}:ready", unique("latch-tag"));
+    let latch = ours.count_down_latch(&name);
+    assert!(latch.try_set_count(1).await.unwrap());
+    let waiter = tokio::spawn({
+        let latch = other.count_down_latch(&name);
+        async move { latch.wait_for(Duration::from_secs(3)).await }
+    });
+    sleep(Duration::from_millis(100)).await;
+    assert!(!waiter.is_finished(), "the latch opened early");
+    latch.count_down().await.unwrap();
+    assert_eq!(latch.count().await.unwrap(), 0);
+    timeout(Duration::from_secs(3), waiter)
+        .await
+        .expect("the waiter woke")
+        .unwrap()
+        .unwrap();
+}

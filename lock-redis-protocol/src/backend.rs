@@ -797,8 +797,8 @@ fn integer(what: &str, reply: Reply) -> Result<i64, Error> {
 impl LatchBackend for RedisBackend {
     async fn try_set_count(&self, name: &LockName, count: u64) -> Result<bool, Error> {
         let count = count.to_string();
-        let channel = layout::latch_channel(name);
-        let args = [&*count, &channel, self.options.publish.command()];
+        let [channel, java] = self.latch_channels(name);
+        let args = [&*count, &channel, self.options.publish.command(), &java];
         let keys = [layout::lock_key(name)];
         match self
             .eval("setting a latch", &script::LATCH_SET, &keys, &args)
@@ -811,9 +811,14 @@ impl LatchBackend for RedisBackend {
 
     async fn count_down(&self, name: &LockName, request: LatchRequest) -> Result<u64, Error> {
         let answer = layout::count_down_answer_key(name, request.id);
-        let channel = layout::latch_channel(name);
+        let [channel, java] = self.latch_channels(name);
         let remembered = millis(request.retry_window).to_string();
-        let args = [&*channel, self.options.publish.command(), &remembered];
+        let args = [
+            &*channel,
+            self.options.publish.command(),
+            &remembered,
+            &java,
+        ];
         let keys = [layout::lock_key(name), &answer];
         let script = &script::LATCH_COUNT_DOWN;
         match self
@@ -837,8 +842,8 @@ impl LatchBackend for RedisBackend {
     }
 
     async fn delete(&self, name: &LockName) -> Result<bool, Error> {
-        let channel = layout::latch_channel(name);
-        let args = [&*channel, self.options.publish.command()];
+        let [channel, java] = self.latch_channels(name);
+        let args = [&*channel, self.options.publish.command(), &java];
         let keys = [layout::lock_key(name)];
         match self
             .eval("deleting a latch", &script::LATCH_DELETE, &keys, &args)
@@ -851,8 +856,25 @@ impl LatchBackend for RedisBackend {
 
     async fn listen(&self, name: &LockName) -> Result<Listener, Error> {
         self.subscriptions
-            .listen(&layout::latch_channel(name))
+            .listen(&layout::latch_listen_channel(name))
             .await
+    }
+}
+
+impl RedisBackend {
+    /// Where a latch's messages go: the channel our waiters listen on, and Java's
+    /// channel when it is another one that a publish next to the key still reaches
+    /// (classic pub/sub carries every channel everywhere; sharded pub/sub only the
+    /// key's slot, where Java's channel for a hash-tagged name is not), else empty.
+    fn latch_channels(&self, name: &LockName) -> [String; 2] {
+        let ours = layout::latch_listen_channel(name);
+        let java = layout::latch_channel(name);
+        let sharded = self.options.publish.command() == PublishMode::Sharded.command();
+        if java == ours || sharded {
+            [ours, String::new()]
+        } else {
+            [ours, java]
+        }
     }
 }
 

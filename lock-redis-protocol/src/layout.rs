@@ -135,11 +135,26 @@ pub fn mutex_channel(name: &LockName) -> String {
 /// The prefix of every count-down latch's channel.
 pub const LATCH_CHANNEL_PREFIX: &str = "redisson_countdownlatch__channel__";
 
-/// A count-down latch's channel: `redisson_countdownlatch__channel__{name}`, braces
-/// always added (Redisson's exception to its naming rule).
+/// A count-down latch's channel as Java's Redisson names it:
+/// `redisson_countdownlatch__channel__{name}`, braces always added (its exception to its
+/// naming rule).
 #[must_use]
 pub fn latch_channel(name: &LockName) -> String {
     format!("{LATCH_CHANNEL_PREFIX}{{{name}}}")
+}
+
+/// The channel this library's latch waiters listen on: Java's, except for a name with
+/// its own hash tag (`{user:1}:ready`), where Java's added braces hash another string
+/// than the key's and, on a cluster, put the channel in another slot (so that a
+/// message published next to the key never reaches a sharded subscriber). Then the
+/// prefix and the name as they are, in the key's slot.
+#[must_use]
+pub fn latch_listen_channel(name: &LockName) -> String {
+    if name.as_str().contains('{') {
+        format!("{LATCH_CHANNEL_PREFIX}{name}")
+    } else {
+        latch_channel(name)
+    }
 }
 
 /// Where a count-down's answer is remembered for its retries:
@@ -201,6 +216,28 @@ mod tests {
         assert_eq!(
             mutex_channel(&name("a{t}b")),
             "redisson_lock__channel:a{t}b"
+        );
+    }
+
+    #[test]
+    fn our_latch_channel_shares_the_slot_of_the_latch() {
+        for n in ["ready", "{user:1}:ready", "a{t}b"] {
+            let n = name(n);
+            assert_eq!(
+                key_slot(lock_key(&n)),
+                key_slot(&latch_listen_channel(&n)),
+                "{n}"
+            );
+        }
+        // Java's channel for a hash-tagged name lies elsewhere; for a plain one it is ours.
+        let tagged = name("{user:1}:ready");
+        assert_ne!(
+            key_slot(lock_key(&tagged)),
+            key_slot(&latch_channel(&tagged))
+        );
+        assert_eq!(
+            latch_listen_channel(&name("ready")),
+            latch_channel(&name("ready"))
         );
     }
 

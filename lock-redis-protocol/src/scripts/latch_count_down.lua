@@ -1,6 +1,7 @@
 -- Counts a latch down once (Redisson's countDown), remembering the answer for retries.
 -- KEYS[1] the latch; KEYS[2] this request's answer; ARGV[1] channel; ARGV[2] publish
--- command; ARGV[3] how long the answer is remembered (ms).
+-- command; ARGV[3] how long the answer is remembered (ms); ARGV[4] Java's channel when
+-- it is another one, else ''.
 -- Reply: the count left; reaching exactly 0 deletes the latch and publishes '0'.
 local before = redis.call('get', KEYS[2])
 if before then
@@ -12,7 +13,7 @@ if redis.call('get', KEYS[1]) then
     if left <= 0 then
         redis.call('del', KEYS[1])
         if left == 0 then
-            redis.call(ARGV[2], ARGV[1], '0')
+            publish_latch(ARGV[2], ARGV[1], ARGV[4], '0')
         end
         left = 0
     end

@@ -336,3 +336,12 @@ local function may_take(reserved, count, wanted, waiter, waited, kept_for)
     end
     return false
 end
+
+-- Publishes a latch's `message` on `channel`, and on `also` unless it is empty (Java's
+-- channel for a name with its own hash tag, which differs from ours).
+local function publish_latch(publish, channel, also, message)
+    redis.call(publish, channel, message)
+    if also ~= '' then
+        redis.call(publish, also, message)
+    end
+end
