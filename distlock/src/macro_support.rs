@@ -61,7 +61,9 @@ pub fn current_permits() -> Option<Arc<LeasedPermits>> {
 /// Used by the code `#[distributed_lock]` generates; not a public API.
 #[doc(hidden)]
 pub mod __private {
-    use super::{Arc, CURRENT, CURRENT_PERMITS, Duration, Error, Future, Holder, Locks};
+    use super::{
+        Arc, CURRENT, CURRENT_PERMITS, Duration, Error, Future, Guard, Holder, LeasedPermits, Locks,
+    };
 
     pub use super::default_client;
 
@@ -133,18 +135,7 @@ pub mod __private {
             }
             let guard = Arc::new(acquisition.await.map_err(E::from)?);
             let result = CURRENT.scope(Arc::clone(&guard), body).await;
-            // The body saw the guard and could react to a loss; a release that finds
-            // the lock already gone changes nothing for the result.
-            match Arc::try_unwrap(guard) {
-                Ok(guard) => {
-                    if let Err(err) = guard.unlock().await
-                        && !err.is_not_held()
-                    {
-                        release_failed(&err);
-                    }
-                }
-                Err(guard) => outlived(guard.name()),
-            }
+            give_back(guard).await;
             result
         });
         if Holder::ambient().is_none() {
@@ -181,34 +172,59 @@ pub mod __private {
         }
         let permit = Arc::new(acquisition.await.map_err(E::from)?);
         let result = CURRENT_PERMITS.scope(Arc::clone(&permit), body).await;
-        match Arc::try_unwrap(permit) {
-            Ok(permit) => {
-                if let Err(err) = permit.release().await
-                    && !err.is_not_held()
-                {
-                    release_failed(&err);
-                }
-            }
-            Err(permit) => outlived(permit.name()),
-        }
+        give_back(permit).await;
         result
     }
 
-    fn release_failed(err: &Error) {
-        tracing::warn!(
-            target: "lock",
-            error = %err.chain(),
-            "releasing the lock or permit of a #[distributed_lock] function failed; \
-             it stays held until its lease ends"
-        );
+    /// What an annotated function holds while its body runs.
+    trait Held: Sized {
+        fn name(&self) -> &str;
+        fn give_back(self) -> impl Future<Output = Result<(), Error>> + Send;
     }
 
-    fn outlived(name: &str) {
-        tracing::warn!(
-            target: "lock",
-            name,
-            "a clone of current_guard() or current_permits() outlives its \
-             #[distributed_lock] function: it is released when the last clone is dropped"
-        );
+    impl Held for Guard {
+        fn name(&self) -> &str {
+            Guard::name(self)
+        }
+
+        fn give_back(self) -> impl Future<Output = Result<(), Error>> + Send {
+            self.unlock()
+        }
+    }
+
+    impl Held for LeasedPermits {
+        fn name(&self) -> &str {
+            LeasedPermits::name(self)
+        }
+
+        fn give_back(self) -> impl Future<Output = Result<(), Error>> + Send {
+            self.release()
+        }
+    }
+
+    /// Gives back what the body held once the body is done. The body saw it and could
+    /// react to a loss; a release that finds it already gone changes nothing for the
+    /// result.
+    async fn give_back<H: Held>(held: Arc<H>) {
+        match Arc::try_unwrap(held) {
+            Ok(held) => {
+                if let Err(err) = held.give_back().await
+                    && !err.is_not_held()
+                {
+                    tracing::warn!(
+                        target: "lock",
+                        error = %err.chain(),
+                        "releasing the lock or permit of a #[distributed_lock] function \
+                         failed; it stays held until its lease ends"
+                    );
+                }
+            }
+            Err(held) => tracing::warn!(
+                target: "lock",
+                name = held.name(),
+                "a clone of current_guard() or current_permits() outlives its \
+                 #[distributed_lock] function: it is released when the last clone is dropped"
+            ),
+        }
     }
 }

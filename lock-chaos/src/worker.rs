@@ -179,29 +179,64 @@ async fn lock_round(
             return Ok(());
         }
     };
-    let waited = asked.elapsed().as_millis();
     let token = guard.fencing_token().unwrap_or(0);
-    let mode = if writes { "w" } else { "r" };
-    store.send(format!("WAIT {name} {id} {waited}")).await?;
-    store
-        .send(format!("ENTER {name} {id} {token} {mode}"))
-        .await?;
-    tokio::time::sleep(hold_time(rng, args.lease)).await;
-    // Announce the check before making it: if this process pauses in between, the
-    // store's record of the valid period ends early, never late.
-    store.send(format!("VALID {name} {id}")).await?;
-    if guard.is_held() {
-        if writes {
-            store.ask(format!("WRITE {name} {id} {token}")).await?;
-        } else {
-            store.ask(format!("READ {name} {id}")).await?;
-        }
+    let (mode, use_it) = if writes {
+        ("w".to_owned(), format!("WRITE {name} {id} {token}"))
     } else {
-        store.send(format!("LOST {name} {id}")).await?;
-    }
+        ("r".to_owned(), format!("READ {name} {id}"))
+    };
+    let section = Section {
+        name,
+        mode,
+        token,
+        use_it,
+    };
+    section
+        .run(store, args, rng, asked, || guard.is_held())
+        .await?;
     // Whatever the release answers (the hold may be gone), the section ends here.
     let _ = guard.unlock().await;
     store.send(format!("LEAVE {name} {id}")).await
+}
+
+/// One critical section as the fenced store hears of it.
+struct Section<'a> {
+    name: &'a str,
+    /// `w`, `r`, or `sP` for a permit of P.
+    mode: String,
+    token: u64,
+    /// The command sent when the check says held (it has a reply).
+    use_it: String,
+}
+
+impl Section<'_> {
+    /// Reports the wait and the entry, holds for a random time, then reports the check
+    /// and uses what is held if `held()` says so.
+    async fn run(
+        &self,
+        store: &mut Store,
+        args: &WorkerArgs,
+        rng: &mut Rng,
+        asked: Instant,
+        held: impl Fn() -> bool,
+    ) -> Result<(), String> {
+        let (name, id) = (self.name, &args.id);
+        let waited = asked.elapsed().as_millis();
+        store.send(format!("WAIT {name} {id} {waited}")).await?;
+        let (token, mode) = (self.token, &self.mode);
+        store
+            .send(format!("ENTER {name} {id} {token} {mode}"))
+            .await?;
+        tokio::time::sleep(hold_time(rng, args.lease)).await;
+        // Announce the check before making it: if this process pauses in between, the
+        // store's record of the valid period ends early, never late.
+        store.send(format!("VALID {name} {id}")).await?;
+        if held() {
+            store.ask(self.use_it.clone()).await.map(drop)
+        } else {
+            store.send(format!("LOST {name} {id}")).await
+        }
+    }
 }
 
 /// One section under a permit of an expirable semaphore of `args.permits`: the store
@@ -230,19 +265,15 @@ async fn semaphore_round(
             return Ok(());
         }
     };
-    let waited = asked.elapsed().as_millis();
-    let capacity = args.permits;
-    store.send(format!("WAIT {name} {id} {waited}")).await?;
-    store
-        .send(format!("ENTER {name} {id} 0 s{capacity}"))
+    let section = Section {
+        name,
+        mode: format!("s{}", args.permits),
+        token: 0,
+        use_it: format!("READ {name} {id}"),
+    };
+    section
+        .run(store, args, rng, asked, || permit.is_held())
         .await?;
-    tokio::time::sleep(hold_time(rng, args.lease)).await;
-    store.send(format!("VALID {name} {id}")).await?;
-    if permit.is_held() {
-        store.ask(format!("READ {name} {id}")).await?;
-    } else {
-        store.send(format!("LOST {name} {id}")).await?;
-    }
     // Whatever the release answers (the permit may be gone), the section ends here.
     let _ = permit.release().await;
     store.send(format!("LEAVE {name} {id}")).await
