@@ -1,4 +1,4 @@
-//! Real `redis-server` processes for tests.
+//! Real `redis-server` processes, and PostgreSQL servers ([`PostgresServer`]), for tests.
 //!
 //! Every test gets its own servers: [`RedisServer::start`] runs a standalone server,
 //! [`RedisCluster::start`] a cluster of masters. Each server listens on `127.0.0.1` on a
@@ -31,6 +31,7 @@
 mod binary;
 mod cluster;
 mod ports;
+mod postgres;
 mod proxy;
 mod pubsub;
 mod scratch;
@@ -40,6 +41,7 @@ mod tls;
 
 pub use binary::redis_server_binary;
 pub use cluster::RedisCluster;
+pub use postgres::{PostgresServer, postgres_bin_dir};
 pub use proxy::{FaultProxy, ProxyFault};
 pub use pubsub::kill_pubsub_clients;
 pub use sentinel::RedisSentinel;

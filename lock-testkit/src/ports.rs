@@ -11,8 +11,8 @@ static TAKEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
 /// The offset of a cluster node's bus port.
 pub(crate) const BUS_OFFSET: u16 = 10_000;
 
-/// Never hand out the port a system Redis may be using.
-const RESERVED: u16 = 6379;
+/// Never hand out the ports a system Redis or PostgreSQL may be using.
+const RESERVED: [u16; 2] = [6379, 5432];
 
 fn binds(port: u16) -> bool {
     TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
@@ -27,7 +27,7 @@ pub(crate) fn reserve(with_bus: bool) -> u16 {
             .map(|addr| addr.port())
             .expect("bind 127.0.0.1:0 to find a free port");
         let bus = port.checked_add(BUS_OFFSET);
-        if port == RESERVED || (with_bus && !bus.is_some_and(binds)) {
+        if RESERVED.contains(&port) || (with_bus && !bus.is_some_and(binds)) {
             continue;
         }
         let mut taken = TAKEN.lock().unwrap_or_else(PoisonError::into_inner);

@@ -1,8 +1,9 @@
 //! Workspace tasks, run as `cargo xtask <command>` (an alias in `.cargo/config.toml`).
 //!
-//! - `cargo xtask test [-- ARGS]`: makes sure `redis-server` exists (installing it with
-//!   apt-get, `sudo -n apt-get` or brew when missing), then runs
-//!   `cargo test --workspace --all-features ARGS` with `REDIS_SERVER_BIN` set.
+//! - `cargo xtask test [-- ARGS]`: makes sure `redis-server` and PostgreSQL's server
+//!   binaries exist (installing them with apt-get, `sudo -n apt-get` or brew when
+//!   missing), then runs `cargo test --workspace --all-features ARGS` with
+//!   `REDIS_SERVER_BIN` and `PG_BIN_DIR` set.
 //! - `cargo xtask demo [-- ARGS]`: runs the `demo` example against `$REDIS_URL`, else
 //!   against a throwaway local `redis-server`, else on the in-memory backend.
 //! - `cargo xtask redis standalone` / `cargo xtask redis cluster [--masters N]`: starts a
@@ -18,14 +19,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, ExitStatus};
 use std::time::Instant;
 
-use lock_testkit::{RedisCluster, RedisServer, redis_server_binary};
+use lock_testkit::{RedisCluster, RedisServer, postgres_bin_dir, redis_server_binary};
 
 const HELP: &str = "\
 usage: cargo xtask <command>
 
 commands:
   test [-- ARGS]                  run `cargo test --workspace --all-features ARGS` against real
-                                  redis-server processes (installs redis-server if missing)
+                                  redis-server and PostgreSQL processes (installs them if missing)
   demo [-- ARGS]                  run the demo: against $REDIS_URL, else a throwaway local
                                   redis-server, else the in-memory backend
   redis standalone                start a standalone redis-server and print its URL; Ctrl-C stops it
@@ -79,6 +80,8 @@ fn test(extra: &[String]) -> Result<ExitCode, String> {
     let started = Instant::now();
     let binary = find_or_install_redis()?;
     println!("xtask: using {}", binary.display());
+    let postgres = find_or_install(&POSTGRES)?;
+    println!("xtask: using PostgreSQL from {}", postgres.display());
     let mut cargo = cargo();
     cargo.arg("test");
     // `-p NAME` narrows the run; `--workspace` would override it.
@@ -88,7 +91,8 @@ fn test(extra: &[String]) -> Result<ExitCode, String> {
     cargo
         .arg("--all-features")
         .args(extra)
-        .env("REDIS_SERVER_BIN", &binary);
+        .env("REDIS_SERVER_BIN", &binary)
+        .env("PG_BIN_DIR", &postgres);
     let status = run_streaming(cargo)?;
     println!(
         "xtask: tests {} in {:.1} s",
@@ -286,28 +290,64 @@ async fn hold_until_ctrl_c() {
     }
 }
 
-/// `redis-server`, installed with the system's package manager when missing.
-fn find_or_install_redis() -> Result<PathBuf, String> {
-    if let Some(binary) = redis_server_binary() {
-        return Ok(binary);
-    }
-    println!("xtask: redis-server not found; trying to install it");
-    let apt = on_path("apt-get");
-    if apt && is_root() {
-        apt_install(&[])?;
-    } else if apt && succeeds(Command::new("sudo").args(["-n", "true"])) {
-        apt_install(&["sudo", "-n"])?;
-    } else if on_path("brew") {
-        let mut brew = Command::new("brew");
-        brew.args(["install", "redis"]);
-        check(run_streaming(brew)?, "brew install redis")?;
-    }
-    redis_server_binary().ok_or_else(|| NOT_FOUND.to_owned())
+/// A server program the tests start, and how to get it.
+struct Needed {
+    /// What it is, in messages.
+    what: &'static str,
+    /// Finds it: the binary, or the directory of its binaries.
+    find: fn() -> Option<PathBuf>,
+    /// Debian's package and Homebrew's formula.
+    apt: &'static str,
+    brew: &'static str,
+    /// What to do when it cannot be installed.
+    not_found: &'static str,
 }
 
-/// `apt-get update && apt-get install -y redis-server`, behind `prefix` (e.g. `sudo -n`).
-fn apt_install(prefix: &[&str]) -> Result<(), String> {
-    for args in [&["update"][..], &["install", "-y", "redis-server"][..]] {
+const REDIS: Needed = Needed {
+    what: "redis-server",
+    find: redis_server_binary,
+    apt: "redis-server",
+    brew: "redis",
+    not_found: NOT_FOUND,
+};
+
+const POSTGRES: Needed = Needed {
+    what: "PostgreSQL's server binaries",
+    find: postgres_bin_dir,
+    apt: "postgresql",
+    brew: "postgresql",
+    not_found: "PostgreSQL not found: install it (Debian/Ubuntu: apt-get install postgresql; \
+         macOS: brew install postgresql) or set PG_BIN_DIR to the directory of initdb",
+};
+
+/// `redis-server`, installed with the system's package manager when missing.
+fn find_or_install_redis() -> Result<PathBuf, String> {
+    find_or_install(&REDIS)
+}
+
+/// What `needed` finds, installed with the system's package manager when missing.
+fn find_or_install(needed: &Needed) -> Result<PathBuf, String> {
+    if let Some(found) = (needed.find)() {
+        return Ok(found);
+    }
+    println!("xtask: {} not found; trying to install it", needed.what);
+    let apt = on_path("apt-get");
+    if apt && is_root() {
+        apt_install(&[], needed)?;
+    } else if apt && succeeds(Command::new("sudo").args(["-n", "true"])) {
+        apt_install(&["sudo", "-n"], needed)?;
+    } else if on_path("brew") {
+        let mut brew = Command::new("brew");
+        brew.args(["install", needed.brew]);
+        let what = format!("brew install {}", needed.brew);
+        check(run_streaming(brew)?, &what, needed)?;
+    }
+    (needed.find)().ok_or_else(|| needed.not_found.to_owned())
+}
+
+/// `apt-get update && apt-get install -y <package>`, behind `prefix` (e.g. `sudo -n`).
+fn apt_install(prefix: &[&str], needed: &Needed) -> Result<(), String> {
+    for args in [&["update"][..], &["install", "-y", needed.apt][..]] {
         let words: Vec<&str> = prefix
             .iter()
             .copied()
@@ -318,16 +358,16 @@ fn apt_install(prefix: &[&str]) -> Result<(), String> {
         command
             .args(&words[1..])
             .env("DEBIAN_FRONTEND", "noninteractive");
-        check(run_streaming(command)?, &words.join(" "))?;
+        check(run_streaming(command)?, &words.join(" "), needed)?;
     }
     Ok(())
 }
 
-fn check(status: ExitStatus, what: &str) -> Result<(), String> {
+fn check(status: ExitStatus, what: &str, needed: &Needed) -> Result<(), String> {
     if status.success() {
         Ok(())
     } else {
-        Err(format!("`{what}` failed ({status}); {NOT_FOUND}"))
+        Err(format!("`{what}` failed ({status}); {}", needed.not_found))
     }
 }
 

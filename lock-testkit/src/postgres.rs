@@ -1,0 +1,336 @@
+//! One PostgreSQL server (`initdb` + `postgres`) in a temporary directory.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::ports;
+use crate::scratch::ScratchDir;
+
+/// The message shown when no PostgreSQL server binaries can be found.
+pub(crate) const NOT_FOUND: &str = "PostgreSQL's server binaries (initdb, postgres) not found: \
+     install them (Debian/Ubuntu: apt-get install postgresql; macOS: brew install postgresql) \
+     or set PG_BIN_DIR to the directory holding them; `cargo xtask test` does this for you";
+
+/// How long `initdb` plus the first start may take.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often readiness is polled.
+const POLL: Duration = Duration::from_millis(50);
+
+/// The directory holding `initdb`, `postgres` and `pg_isready`.
+///
+/// Looks at `$PG_BIN_DIR`, then `pg_config --bindir`, then the newest
+/// `/usr/lib/postgresql/<version>/bin` (Debian's layout), then `PATH`, `/usr/local/pgsql/bin`
+/// and Homebrew's directories. Returns `None` if none of them has both programs.
+#[must_use]
+pub fn postgres_bin_dir() -> Option<PathBuf> {
+    let has_both = |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    candidates.extend(std::env::var_os("PG_BIN_DIR").map(PathBuf::from));
+    if let Ok(output) = Command::new("pg_config").arg("--bindir").output()
+        && output.status.success()
+    {
+        candidates.push(PathBuf::from(
+            String::from_utf8_lossy(&output.stdout).trim().to_owned(),
+        ));
+    }
+    let mut debian: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|entry| entry.path().join("bin"))
+                .collect()
+        })
+        .unwrap_or_default();
+    // Newest first: version directories sort numerically by their length, then text.
+    debian.sort_by_key(|dir| {
+        let version = dir.parent().and_then(Path::file_name).map(|v| {
+            let v = v.to_string_lossy();
+            (v.len(), v.into_owned())
+        });
+        std::cmp::Reverse(version)
+    });
+    candidates.extend(debian);
+    candidates.extend(
+        std::env::var_os("PATH")
+            .map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+            .unwrap_or_default(),
+    );
+    candidates.extend(
+        [
+            "/usr/local/pgsql/bin",
+            "/opt/homebrew/bin",
+            "/usr/local/bin",
+        ]
+        .iter()
+        .map(PathBuf::from),
+    );
+    candidates.into_iter().find(|dir| has_both(dir))
+}
+
+/// A PostgreSQL server on `127.0.0.1`, on a free port (never 5432), with its own data
+/// directory in a temporary directory, trusting local connections as `postgres`.
+/// Dropping it stops the server at once and removes the directory.
+///
+/// Run as root, it runs `initdb` and the server as the `postgres` system user (PostgreSQL
+/// refuses to run as root).
+pub struct PostgresServer {
+    bin: PathBuf,
+    port: u16,
+    child: Option<Child>,
+    dir: ScratchDir,
+    /// The user the processes run as when this process is root.
+    run_as: Option<(u32, u32)>,
+}
+
+impl std::fmt::Debug for PostgresServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresServer")
+            .field("port", &self.port)
+            .field("dir", &self.dir.path())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresServer {
+    /// Creates a cluster with `initdb` and starts it; returns once it accepts
+    /// connections. Panics (with what to install) when the binaries are missing.
+    pub async fn start() -> Self {
+        let bin = postgres_bin_dir().unwrap_or_else(|| panic!("{NOT_FOUND}"));
+        let dir = ScratchDir::new();
+        let run_as = unprivileged_user();
+        if let Some((uid, gid)) = run_as {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))
+                .unwrap_or_else(|e| panic!("chown {}: {e}", dir.path().display()));
+        }
+        let mut server = Self {
+            bin,
+            port: ports::reserve(false),
+            child: None,
+            dir,
+            run_as,
+        };
+        server.init_db();
+        server.launch().await;
+        server
+    }
+
+    /// The port the server listens on.
+    #[must_use]
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A URL of the `postgres` database as the `postgres` superuser.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// The postmaster's process id.
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Stops the server (immediate shutdown, as a crash would) and starts it again on the
+    /// same port with the same data directory: committed data survives.
+    pub async fn restart(&mut self) {
+        self.stop();
+        self.launch().await;
+    }
+
+    /// Pauses every process of the server (SIGSTOP to its process group).
+    pub fn pause(&self) {
+        signal_group(self.pid(), "-STOP");
+    }
+
+    /// Resumes a paused server.
+    pub fn resume(&self) {
+        signal_group(self.pid(), "-CONT");
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let mut command = Command::new(self.bin.join(program));
+        if let Some((uid, gid)) = self.run_as {
+            use std::os::unix::process::CommandExt;
+            command.uid(uid).gid(gid);
+        }
+        command
+    }
+
+    fn log(&self, name: &str) -> File {
+        let path = self.dir.path().join(name);
+        let file = File::options()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+        if let Some((uid, gid)) = self.run_as {
+            // The server appends to it as its own user.
+            let _ = std::os::unix::fs::chown(&path, Some(uid), Some(gid));
+        }
+        file
+    }
+
+    fn init_db(&self) {
+        let output = self
+            .command("initdb")
+            .args(["--username=postgres", "--auth=trust", "--encoding=UTF8"])
+            .args(["--no-sync", "--no-instructions", "--pgdata"])
+            .arg(self.data())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("run initdb: {e}"));
+        assert!(
+            output.status.success(),
+            "initdb failed in {}: {}{}",
+            self.dir.path().display(),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    async fn launch(&mut self) {
+        let port = self.port.to_string();
+        let sockets = self.dir.path().display().to_string();
+        let mut command = self.command("postgres");
+        command
+            .arg("-D")
+            .arg(self.data())
+            .args(["-p", &port, "-k", &sockets, "-h", "127.0.0.1"])
+            // Speed over durability: a test server's data need only survive a restart.
+            .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
+            .args(["-c", "full_page_writes=off", "-c", "max_connections=200"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(self.log("postgres.log"));
+        {
+            use std::os::unix::process::CommandExt;
+            // Its own process group, so that pause() stops the backends too.
+            command.process_group(0);
+        }
+        let child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("start postgres: {e}"));
+        self.child = Some(child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!(
+                    "postgres exited ({status}) on port {}; its log:\n{}",
+                    self.port,
+                    std::fs::read_to_string(self.dir.path().join("postgres.log"))
+                        .unwrap_or_default()
+                );
+            }
+            let ready = self
+                .command("pg_isready")
+                .args(["-q", "-h", "127.0.0.1", "-p", &port, "-U", "postgres"])
+                .status()
+                .is_ok_and(|status| status.success());
+            if ready {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "postgres on port {} was not ready after {START_TIMEOUT:?}",
+                self.port
+            );
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Immediate shutdown (SIGQUIT: no checkpoint, like a crash), then waits for the
+    /// postmaster; SIGKILL if it lingers.
+    fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        signal(child.id(), "-QUIT");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        // A paused server would ignore SIGQUIT.
+        if let Some(child) = &self.child {
+            signal_group(child.id(), "-CONT");
+        }
+        self.stop();
+        ports::release(self.port, false);
+    }
+}
+
+/// The `postgres` system user's ids when this process runs as root, else `None`.
+fn unprivileged_user() -> Option<(u32, u32)> {
+    let id = |args: &[&str]| -> Option<u32> {
+        let output = Command::new("id").args(args).output().ok()?;
+        String::from_utf8_lossy(&output.stdout).trim().parse().ok()
+    };
+    if id(&["-u"])? != 0 {
+        return None;
+    }
+    let uid = id(&["-u", "postgres"]);
+    let gid = id(&["-g", "postgres"]);
+    match (uid, gid) {
+        (Some(uid), Some(gid)) => Some((uid, gid)),
+        _ => panic!(
+            "running as root, and PostgreSQL refuses to: create a `postgres` system user \
+             (installing the postgresql package does) or run the tests as another user"
+        ),
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    // The process may be gone already: nothing to do then.
+    let _ = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Signals the process group led by `pid`.
+fn signal_group(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([sig, "--", &format!("-{pid}")])
+        .stderr(Stdio::null())
+        .status();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn starts_on_a_free_port_restarts_with_its_data_and_stops() {
+        let mut server = PostgresServer::start().await;
+        assert_ne!(server.port(), 5432);
+        let data = server.data();
+        assert!(data.join("PG_VERSION").is_file());
+        let first = server.pid();
+        server.restart().await;
+        assert_ne!(server.pid(), first, "a new postmaster");
+        let dir = server.dir.path().to_owned();
+        drop(server);
+        assert!(!dir.exists(), "the directory was removed");
+    }
+}
