@@ -1,0 +1,16 @@
+//! The PostgreSQL backend of the lock library (in progress): locks as lease rows in
+//! tables the library creates and migrates itself, expiries on the database clock,
+//! waiting by LISTEN/NOTIFY.
+//!
+//! This first part holds the tables: [`schema::migrate`] creates or migrates them in a
+//! schema of the caller's choice ([`schema::SchemaName`], default `distlock`), with a
+//! version row, and refuses with a typed [`SchemaError`] a server too old, a missing
+//! privilege (named), a newer schema or tables changed by hand. The `Backend`
+//! implementation follows.
+//!
+//! This crate follows the facade's version and is not a stable API of its own.
+
+pub mod error;
+pub mod schema;
+
+pub use error::SchemaError;

@@ -1,0 +1,335 @@
+//! The lock tables: created and migrated by the library itself, in a schema of the
+//! user's choice, with a version row.
+//!
+//! Migrating takes a transaction-scoped advisory lock, so that clients starting together
+//! migrate one after the other, and running it again changes nothing. A schema of a
+//! newer version than this library knows, or tables changed by hand, are refused with a
+//! typed error before anything is written.
+
+use std::fmt;
+
+use lock_core::Error;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, GenericClient};
+
+use crate::error::SchemaError;
+
+/// The oldest server the tables and statements are written for (`server_version_num`).
+pub const OLDEST_SERVER: i32 = 130_000;
+
+/// The schema version this library creates and understands.
+pub const VERSION: i32 = 1;
+
+/// The default schema name.
+pub const DEFAULT_SCHEMA: &str = "distlock";
+
+/// A validated schema name: a plain lower-case SQL identifier, so that it can be written
+/// into statements without quoting.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct SchemaName(String);
+
+impl SchemaName {
+    /// Checks `name`: 1 to 63 characters of `a`-`z`, `0`-`9` and `_`, not starting
+    /// with a digit, and not one of PostgreSQL's own (`pg_*`, `information_schema`).
+    pub fn new(name: &str) -> Result<Self, Error> {
+        let plain = name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        let starts_well = name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b == b'_');
+        let reserved = name.starts_with("pg_") || name == "information_schema";
+        if plain && starts_well && name.len() <= 63 && !reserved {
+            Ok(Self(name.to_owned()))
+        } else {
+            Err(Error::invalid_config(
+                format!(
+                    "schema name {name:?}: use 1 to 63 of a-z, 0-9 and _, not starting with a \
+                     digit, and not pg_* or information_schema"
+                ),
+                None,
+            ))
+        }
+    }
+
+    /// The name as written in statements.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for SchemaName {
+    fn default() -> Self {
+        Self(DEFAULT_SCHEMA.to_owned())
+    }
+}
+
+impl fmt::Debug for SchemaName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for SchemaName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The statements of each version, in order; `{schema}` stands for the schema name.
+const STEPS: [&str; 1] = [
+    // Version 1: the holds of every lock kind, the fencing counters, the fair queue and
+    // the answers remembered for retried requests.
+    "CREATE TABLE {schema}.holds (
+        name text NOT NULL,
+        owner text NOT NULL,
+        kind text NOT NULL,
+        holds integer NOT NULL CHECK (holds > 0),
+        expires_at timestamptz NOT NULL,
+        PRIMARY KEY (name, kind, owner)
+    );
+    CREATE TABLE {schema}.tokens (
+        name text PRIMARY KEY,
+        token bigint NOT NULL
+    );
+    CREATE TABLE {schema}.waiters (
+        name text NOT NULL,
+        owner text NOT NULL,
+        arrived bigserial NOT NULL,
+        alive_until timestamptz NOT NULL,
+        PRIMARY KEY (name, owner)
+    );
+    CREATE TABLE {schema}.answers (
+        request uuid PRIMARY KEY,
+        name text NOT NULL,
+        answer bigint NOT NULL,
+        expires_at timestamptz NOT NULL
+    );",
+];
+
+/// What the tables must look like after migrating: table, column, type.
+const EXPECTED: [(&str, &str, &str); 16] = [
+    ("holds", "name", "text"),
+    ("holds", "owner", "text"),
+    ("holds", "kind", "text"),
+    ("holds", "holds", "integer"),
+    ("holds", "expires_at", "timestamp with time zone"),
+    ("tokens", "name", "text"),
+    ("tokens", "token", "bigint"),
+    ("waiters", "name", "text"),
+    ("waiters", "owner", "text"),
+    ("waiters", "arrived", "bigint"),
+    ("waiters", "alive_until", "timestamp with time zone"),
+    ("answers", "request", "uuid"),
+    ("answers", "name", "text"),
+    ("answers", "answer", "bigint"),
+    ("answers", "expires_at", "timestamp with time zone"),
+    ("version", "version", "integer"),
+];
+
+/// Creates or migrates the tables in `schema` and checks them; harmless to run again.
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidConfig`](lock_core::ErrorKind::InvalidConfig) with a
+/// [`SchemaError`] source for a server older than [`OLDEST_SERVER`] or a missing
+/// privilege (the source names it); [`ErrorKind::Incompatible`](lock_core::ErrorKind::Incompatible)
+/// for a schema of a newer version or tables changed by hand; connection errors as
+/// [`ErrorKind::Connection`](lock_core::ErrorKind::Connection). Nothing is written
+/// unless every check passes.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: the migration is one transaction; a dropped future leaves it rolled back
+/// or committed whole.
+pub async fn migrate(client: &mut Client, schema: &SchemaName) -> Result<(), Error> {
+    let server: i32 = client
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .map_err(|err| failed(err, "reading the server version", schema))?
+        .get(0);
+    check_server(server)?;
+    let during = "migrating the lock tables";
+    let transaction = client
+        .transaction()
+        .await
+        .map_err(|err| failed(err, during, schema))?;
+    // One migrator at a time per schema: the key is the schema name's hash.
+    transaction
+        .execute(
+            "SELECT pg_advisory_xact_lock(hashtext('distlock schema ' || $1))",
+            &[&schema.as_str()],
+        )
+        .await
+        .map_err(|err| failed(err, during, schema))?;
+    let exists = transaction
+        .query_opt(
+            "SELECT 1 FROM pg_namespace WHERE nspname = $1",
+            &[&schema.as_str()],
+        )
+        .await
+        .map_err(|err| failed(err, during, schema))?
+        .is_some();
+    if !exists {
+        run(&transaction, "CREATE SCHEMA {schema}", schema).await?;
+    }
+    run(
+        &transaction,
+        "CREATE TABLE IF NOT EXISTS {schema}.version (version integer NOT NULL)",
+        schema,
+    )
+    .await?;
+    let found: Option<i32> = transaction
+        .query_opt(
+            &statement("SELECT version FROM {schema}.version", schema),
+            &[],
+        )
+        .await
+        .map_err(|err| failed(err, during, schema))?
+        .map(|row| row.get(0));
+    let found = found.unwrap_or(0);
+    if found > VERSION {
+        return Err(Error::incompatible(
+            schema.as_str(),
+            SchemaError::Newer {
+                found,
+                known: VERSION,
+            },
+        ));
+    }
+    for step in STEPS.iter().skip(usize::try_from(found).unwrap_or(0)) {
+        run(&transaction, step, schema).await?;
+    }
+    if found < VERSION {
+        run(&transaction, "DELETE FROM {schema}.version", schema).await?;
+        transaction
+            .execute(
+                &statement("INSERT INTO {schema}.version VALUES ($1)", schema),
+                &[&VERSION],
+            )
+            .await
+            .map_err(|err| failed(err, during, schema))?;
+    }
+    check_columns(&transaction, schema).await?;
+    transaction
+        .commit()
+        .await
+        .map_err(|err| failed(err, during, schema))
+}
+
+/// Refuses a server older than [`OLDEST_SERVER`] (`server_version_num`).
+fn check_server(found: i32) -> Result<(), Error> {
+    if found >= OLDEST_SERVER {
+        return Ok(());
+    }
+    Err(Error::invalid_config(
+        "the PostgreSQL server is too old for the lock tables",
+        Some(
+            SchemaError::ServerTooOld {
+                found,
+                needed: OLDEST_SERVER,
+            }
+            .into(),
+        ),
+    ))
+}
+
+/// Refuses tables whose columns are not the expected ones (changed by hand).
+async fn check_columns(client: &impl GenericClient, schema: &SchemaName) -> Result<(), Error> {
+    let rows = client
+        .query(
+            "SELECT table_name::text, column_name::text, data_type::text
+               FROM information_schema.columns WHERE table_schema = $1",
+            &[&schema.as_str()],
+        )
+        .await
+        .map_err(|err| failed(err, "checking the lock tables", schema))?;
+    let found: Vec<(String, String, String)> = rows
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect();
+    for (table, column, kind) in EXPECTED {
+        let present = found.iter().find(|(t, c, _)| t == table && c == column);
+        let problem = match present {
+            None => format!("column {column} is missing"),
+            Some((_, _, actual)) if actual != kind => {
+                format!("column {column} is {actual}, not {kind}")
+            }
+            Some(_) => continue,
+        };
+        return Err(Error::incompatible(
+            format!("{schema}.{table}"),
+            SchemaError::Changed {
+                table: format!("{schema}.{table}"),
+                problem,
+            },
+        ));
+    }
+    Ok(())
+}
+
+fn statement(template: &str, schema: &SchemaName) -> String {
+    template.replace("{schema}", schema.as_str())
+}
+
+async fn run(
+    client: &impl GenericClient,
+    template: &str,
+    schema: &SchemaName,
+) -> Result<(), Error> {
+    client
+        .batch_execute(&statement(template, schema))
+        .await
+        .map_err(|err| failed(err, "migrating the lock tables", schema))
+}
+
+/// A failed statement as the crate's error: a missing privilege names itself, a broken
+/// connection is a connection error, anything else the server's refusal.
+pub(crate) fn failed(
+    err: tokio_postgres::Error,
+    during: &'static str,
+    schema: &SchemaName,
+) -> Error {
+    match err.as_db_error() {
+        Some(db) if *db.code() == SqlState::INSUFFICIENT_PRIVILEGE => {
+            // Creating the schema needs CREATE on the database; working in it, USAGE
+            // and CREATE on the schema.
+            let (privilege, on) = if db.message().contains("database") {
+                ("CREATE", "the database".to_owned())
+            } else {
+                ("USAGE and CREATE", format!("schema {schema}"))
+            };
+            Error::invalid_config(
+                "the database user may not create the lock tables",
+                Some(SchemaError::MissingPrivilege { privilege, on }.into()),
+            )
+        }
+        Some(_) => Error::backend(during, err),
+        None => Error::connection(during, err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// No PostgreSQL 12 is at hand to start; the check itself is what refuses it.
+    #[test]
+    fn a_server_before_13_is_refused_with_its_version() {
+        assert!(check_server(150_019).is_ok());
+        assert!(check_server(OLDEST_SERVER).is_ok());
+        let err = check_server(120_017).expect_err("12 is too old");
+        assert_eq!(err.kind(), lock_core::ErrorKind::InvalidConfig);
+        let source =
+            std::error::Error::source(&err).and_then(|source| source.downcast_ref::<SchemaError>());
+        assert_eq!(
+            source,
+            Some(&SchemaError::ServerTooOld {
+                found: 120_017,
+                needed: OLDEST_SERVER
+            })
+        );
+    }
+}
