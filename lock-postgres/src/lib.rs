@@ -5,12 +5,14 @@
 //! This first part holds the tables: [`schema::migrate`] creates or migrates them in a
 //! schema of the caller's choice ([`schema::SchemaName`], default `distlock`), with a
 //! version row, and refuses with a typed [`SchemaError`] a server too old, a missing
-//! privilege (named), a newer schema or tables changed by hand. The `Backend`
-//! implementation follows.
+//! privilege (named), a newer schema or tables changed by hand. [`notify::Notifications`]
+//! keeps the dedicated LISTEN connection of a client and listens again after it breaks.
+//! The `Backend` implementation follows.
 //!
 //! This crate follows the facade's version and is not a stable API of its own.
 
 pub mod error;
+pub mod notify;
 pub mod schema;
 
 pub use error::SchemaError;

@@ -1,0 +1,226 @@
+//! Waiting by LISTEN/NOTIFY: one dedicated connection per client carries every channel
+//! its waiters listen on (lock-core's [`Subscriptions`] shares one LISTEN per channel
+//! among them).
+//!
+//! When that connection breaks (the server restarted, `pg_terminate_backend`, a network
+//! fault), a task connects again with a growing pause, listens to every channel again, and
+//! wakes every waiter, so that waiters re-poll instead of sleeping through a release whose
+//! NOTIFY was lost with the old connection.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::Error;
+use lock_core::notify::{PubSub, Subscriptions, Wake};
+use tokio::sync::watch;
+use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
+
+/// The application name of the notification connection, as `pg_stat_activity` shows it.
+pub const APPLICATION_NAME: &str = "distlock-notifications";
+
+/// The payload of a notification that one waiter can use (a mutex released); any other
+/// payload wakes every waiter of the channel.
+pub const WAKE_ONE: &str = "one";
+
+/// The first pause before connecting again; it doubles up to [`LONGEST_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+const LONGEST_PAUSE: Duration = Duration::from_secs(2);
+
+/// The LISTEN side: LISTEN and UNLISTEN through the current notification connection.
+#[derive(Default)]
+struct Listening {
+    client: Mutex<Option<Arc<Client>>>,
+}
+
+impl fmt::Debug for Listening {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Listening")
+            .field("connected", &self.current().is_some())
+            .finish()
+    }
+}
+
+impl Listening {
+    fn current(&self) -> Option<Arc<Client>> {
+        self.client
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set(&self, client: Option<Arc<Client>>) {
+        *self.client.lock().unwrap_or_else(PoisonError::into_inner) = client;
+    }
+
+    async fn send(&self, statement: &str, during: &'static str) -> Result<(), Error> {
+        let client = self.current().ok_or_else(|| {
+            Error::connection(during, std::io::Error::other("no notification connection"))
+        })?;
+        client
+            .batch_execute(statement)
+            .await
+            .map_err(|err| Error::connection(during, err))
+    }
+}
+
+#[async_trait]
+impl PubSub for Listening {
+    async fn subscribe(&self, channel: &str) -> Result<(), Error> {
+        self.send(
+            &format!("LISTEN {}", quoted(channel)),
+            "listening for releases",
+        )
+        .await
+    }
+
+    async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
+        self.send(&format!("UNLISTEN {}", quoted(channel)), "unlistening")
+            .await
+    }
+}
+
+/// A channel name as an SQL identifier.
+fn quoted(channel: &str) -> String {
+    format!("\"{}\"", channel.replace('"', "\"\""))
+}
+
+/// The notification side of one client: its registry of channels and the task that
+/// keeps the dedicated connection. Dropping it ends the task and closes the connection.
+#[derive(Debug)]
+pub struct Notifications {
+    subscriptions: Subscriptions,
+    /// Dropped with `self`: the task ends when it sees that.
+    _alive: watch::Sender<()>,
+}
+
+impl Notifications {
+    /// Opens the notification connection to the server `config` names and starts the
+    /// task that keeps it. Must be called within a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Connection`](lock_core::ErrorKind::Connection) when the first
+    /// connection fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: nothing is started before the connection is up.
+    pub async fn connect(mut config: Config) -> Result<Self, Error> {
+        config.application_name(APPLICATION_NAME);
+        let (client, connection) = config
+            .connect(NoTls)
+            .await
+            .map_err(|err| Error::connection("opening the notification connection", err))?;
+        let listening = Arc::new(Listening::default());
+        listening.set(Some(Arc::new(client)));
+        let subscriptions = Subscriptions::new(Arc::clone(&listening) as Arc<dyn PubSub>);
+        let (alive, watched) = watch::channel(());
+        let kept = Kept {
+            config,
+            listening,
+            subscriptions: subscriptions.clone(),
+            alive: watched,
+        };
+        tokio::spawn(kept.run(connection));
+        Ok(Self {
+            subscriptions,
+            _alive: alive,
+        })
+    }
+
+    /// The registry waiters listen through.
+    #[must_use]
+    pub fn subscriptions(&self) -> &Subscriptions {
+        &self.subscriptions
+    }
+}
+
+/// What the connection task keeps.
+struct Kept {
+    config: Config,
+    listening: Arc<Listening>,
+    subscriptions: Subscriptions,
+    alive: watch::Receiver<()>,
+}
+
+type Connection =
+    tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>;
+
+impl Kept {
+    /// Delivers notifications until the connection ends, connects again, and so on,
+    /// until the [`Notifications`] is dropped.
+    async fn run(mut self, mut connection: Connection) {
+        loop {
+            if !self.deliver(&mut connection).await {
+                return;
+            }
+            self.listening.set(None);
+            self.subscriptions.connection_lost();
+            let Some(reconnected) = self.reconnect().await else {
+                return;
+            };
+            connection = reconnected;
+            // LISTEN every channel again, then wake every waiter to re-poll.
+            self.subscriptions.reconnected();
+        }
+    }
+
+    /// Delivers what `connection` receives until it ends; false once the owner is gone.
+    async fn deliver(&mut self, connection: &mut Connection) -> bool {
+        loop {
+            let message = tokio::select! {
+                message = std::future::poll_fn(|cx| connection.poll_message(cx)) => message,
+                _ = self.alive.changed() => return false,
+            };
+            match message {
+                Some(Ok(AsyncMessage::Notification(notification))) => {
+                    let wake = if notification.payload() == WAKE_ONE {
+                        Wake::One
+                    } else {
+                        Wake::All
+                    };
+                    self.subscriptions.deliver(notification.channel(), wake);
+                }
+                Some(Ok(_)) => {}
+                Some(Err(err)) => {
+                    tracing::warn!(
+                        target: "lock",
+                        error = %err,
+                        "the notification connection to PostgreSQL broke; reconnecting"
+                    );
+                    return true;
+                }
+                None => return true,
+            }
+        }
+    }
+
+    /// Connects again, pausing longer after each failure; `None` once the owner is gone.
+    async fn reconnect(&mut self) -> Option<Connection> {
+        let mut pause = FIRST_PAUSE;
+        loop {
+            let connected = tokio::select! {
+                connected = self.config.connect(NoTls) => connected,
+                _ = self.alive.changed() => return None,
+            };
+            match connected {
+                Ok((client, connection)) => {
+                    self.listening.set(Some(Arc::new(client)));
+                    return Some(connection);
+                }
+                Err(err) => tracing::warn!(
+                    target: "lock",
+                    error = %err,
+                    "the notification connection to PostgreSQL failed; trying again"
+                ),
+            }
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                _ = self.alive.changed() => return None,
+            }
+            pause = (pause * 2).min(LONGEST_PAUSE);
+        }
+    }
+}

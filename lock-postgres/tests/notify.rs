@@ -1,0 +1,117 @@
+//! The notification connection on a real PostgreSQL the test starts: a NOTIFY wakes the
+//! listener of its channel, and after `pg_terminate_backend` of that connection (and
+//! after a server restart) the channel is listened to again and every waiter is woken to
+//! re-poll.
+
+// reason: test helpers panic on unexpected errors, like the tests themselves.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use lock_postgres::notify::{APPLICATION_NAME, Notifications, WAKE_ONE};
+use lock_testkit::PostgresServer;
+use tokio::time::timeout;
+use tokio_postgres::{Client, Config, NoTls};
+
+async fn connect(url: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await.unwrap();
+    tokio::spawn(async move {
+        if let Err(err) = connection.await {
+            eprintln!("connection ended: {err}");
+        }
+    });
+    client
+}
+
+/// Sends NOTIFY on `channel` until `notified` resolves (a LISTEN issued again after a
+/// reconnect may not be in place at the first one), at most for `within`.
+async fn notify_until(
+    client: &Client,
+    channel: &str,
+    notified: impl std::future::Future<Output = ()>,
+    within: Duration,
+) -> bool {
+    tokio::pin!(notified);
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        client
+            .batch_execute(&format!("NOTIFY \"{channel}\", '{WAKE_ONE}'"))
+            .await
+            .unwrap();
+        if timeout(Duration::from_millis(100), notified.as_mut())
+            .await
+            .is_ok()
+        {
+            return true;
+        }
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_arrive_and_survive_a_terminated_connection_and_a_restart() {
+    let mut server = PostgresServer::start().await;
+    let config: Config = server.url().parse().unwrap();
+    let notifications = Notifications::connect(config).await.unwrap();
+    let listener = notifications
+        .subscriptions()
+        .listen("dl_test")
+        .await
+        .unwrap();
+    let admin = connect(&server.url()).await;
+    assert!(
+        notify_until(
+            &admin,
+            "dl_test",
+            listener.notified(),
+            Duration::from_secs(2)
+        )
+        .await,
+        "a NOTIFY did not reach its listener"
+    );
+
+    // The notification connection is terminated: the waiter is woken to re-poll, and
+    // later NOTIFYs arrive again.
+    let woken = Box::pin(listener.notified());
+    let mut woken = woken;
+    woken.as_mut().enable();
+    let terminated: i64 = admin
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+              WHERE application_name = $1",
+            &[&APPLICATION_NAME],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(terminated, 1, "one notification connection");
+    timeout(Duration::from_secs(5), woken)
+        .await
+        .expect("the waiter was woken after the reconnect");
+    assert!(
+        notify_until(
+            &admin,
+            "dl_test",
+            listener.notified(),
+            Duration::from_secs(5)
+        )
+        .await,
+        "the channel was not listened to again"
+    );
+
+    // A server restart: the same, with a new admin connection.
+    drop(admin);
+    server.restart().await;
+    let admin = connect(&server.url()).await;
+    assert!(
+        notify_until(
+            &admin,
+            "dl_test",
+            listener.notified(),
+            Duration::from_secs(10)
+        )
+        .await,
+        "the channel was not listened to again after a restart"
+    );
+    assert_eq!(notifications.subscriptions().channels(), ["dl_test"]);
+}
