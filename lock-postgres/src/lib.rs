@@ -11,8 +11,10 @@
 //!
 //! This crate follows the facade's version and is not a stable API of its own.
 
+mod backend;
 pub mod error;
 pub mod notify;
 pub mod schema;
 
+pub use backend::{Connector, PostgresBackend};
 pub use error::SchemaError;

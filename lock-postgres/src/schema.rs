@@ -105,12 +105,18 @@ const STEPS: [&str; 1] = [
         request uuid PRIMARY KEY,
         name text NOT NULL,
         answer bigint NOT NULL,
+        detail bigint NOT NULL,
         expires_at timestamptz NOT NULL
     );",
 ];
 
+/// The functions every operation is one call of (one statement, atomic, no session
+/// state: usable through a transaction-mode pooler). Code rather than data: replaced on
+/// every migration. `{schema}` stands for the schema name.
+const FUNCTIONS: &str = include_str!("functions.sql");
+
 /// What the tables must look like after migrating: table, column, type.
-const EXPECTED: [(&str, &str, &str); 16] = [
+const EXPECTED: [(&str, &str, &str); 17] = [
     ("holds", "name", "text"),
     ("holds", "owner", "text"),
     ("holds", "kind", "text"),
@@ -125,6 +131,7 @@ const EXPECTED: [(&str, &str, &str); 16] = [
     ("answers", "request", "uuid"),
     ("answers", "name", "text"),
     ("answers", "answer", "bigint"),
+    ("answers", "detail", "bigint"),
     ("answers", "expires_at", "timestamp with time zone"),
     ("version", "version", "integer"),
 ];
@@ -213,6 +220,7 @@ pub async fn migrate(client: &mut Client, schema: &SchemaName) -> Result<(), Err
             .map_err(|err| failed(err, during, schema))?;
     }
     check_columns(&transaction, schema).await?;
+    run(&transaction, FUNCTIONS, schema).await?;
     transaction
         .commit()
         .await
