@@ -119,6 +119,13 @@ pub mod fred {
     pub use lock_fred::*;
 }
 
+/// The PostgreSQL backend: locks as lease rows in tables the library creates itself.
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres {
+    pub use lock_postgres::*;
+}
+
 /// MultiLock (all of N locks) and RedLock (a majority of N nodes) over any backends.
 #[cfg(feature = "redlock")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redlock")))]

@@ -1,10 +1,11 @@
 //! `contend` as the benchmark runs it: the synchronizer kinds against a Redis the test
-//! starts, through both adapters, each reporting work done and no violation.
+//! starts, through both adapters, and the mutex on a PostgreSQL it starts, each
+//! reporting work done and no violation.
 
 // reason: a test reports failures by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use lock_testkit::RedisServer;
+use lock_testkit::{PostgresServer, RedisServer};
 
 /// Runs `contend` with `args` and returns its JSON line.
 async fn contend(args: &[&str]) -> serde_json::Value {
@@ -56,4 +57,31 @@ async fn latch_and_semaphore_kinds_do_work_without_violations() {
             );
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mutex_on_postgres_does_work_without_violations() {
+    let server = PostgresServer::start().await;
+    let report = contend(&[
+        "--url",
+        &server.url(),
+        "--backend",
+        "postgres",
+        "--kind",
+        "mutex",
+        "--workers",
+        "4",
+        "--hold-ms",
+        "1",
+        "--think-ms",
+        "1",
+        "--seconds",
+        "1",
+    ])
+    .await;
+    assert_eq!(report["violations"], 0, "{report}");
+    assert!(
+        report["ops"].as_u64().is_some_and(|ops| ops >= 4),
+        "no work on postgres: {report}"
+    );
 }

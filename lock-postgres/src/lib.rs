@@ -18,3 +18,27 @@ pub mod schema;
 
 pub use backend::{Connector, PostgresBackend};
 pub use error::SchemaError;
+
+use std::sync::Arc;
+
+use lock_core::{Backend, Error, Locks};
+
+/// Connects to the server `url` names (see [`Connector::new`]) with default settings
+/// and returns a client.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: a dropped future leaves at most a migration rolled back.
+pub async fn connect(url: &str) -> Result<Locks, Error> {
+    Ok(Locks::new(connect_backend(url).await?))
+}
+
+/// Connects to the server `url` names and returns the backend, for
+/// [`Locks::builder`] or to combine several backends.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: a dropped future leaves at most a migration rolled back.
+pub async fn connect_backend(url: &str) -> Result<Arc<dyn Backend>, Error> {
+    Ok(Arc::new(Connector::new(url).connect().await?))
+}

@@ -3,7 +3,7 @@
 //! contract, so its flags and output fields only ever grow.
 //!
 //! ```text
-//! contend --url URL [--backend redis|fred|redlock|memory] [--kind mutex|fair|read|write|mixed|multi|semaphore|latch] [--name NAME]
+//! contend --url URL [--backend redis|fred|postgres|redlock|memory] [--kind mutex|fair|read|write|mixed|multi|semaphore|latch] [--name NAME]
 //!         --workers N --hold-ms H --think-ms T --seconds S
 //!         [--distinct] [--lease-ms L] [--check-key KEY] [--permits P]
 //! ```
@@ -22,7 +22,9 @@
 //! `--url` takes every URL form of the adapters (`redis://`, `rediss://`,
 //! `redis+cluster://h:p,h:p`, `redis+sentinel://h:p,h:p/NAME`) for `redis` and `fred`;
 //! `--check-key` needs a single-server URL.
-//! `--backend redlock --url URL1,URL2,...` runs a RedLock over those nodes; `--kind multi
+//! `--backend postgres --url postgres://...` runs on PostgreSQL (the mutex kind so far;
+//! `--check-key` needs Redis). `--backend redlock --url URL1,URL2,...` runs a RedLock
+//! over those nodes; `--kind multi
 //! --name a,b,c` takes a MultiLock over the listed names. Output fields: `backend`, `kind`, `workers`, `ops`, `ops_per_s`, `utilization`
 //! (total time held / wall time), `wait_ms_p50`/`p99`/`max`, `fairness_min_over_max`
 //! (fewest over most ops of one worker), `violations`, `permits`.
@@ -52,7 +54,7 @@ struct Args {
     permits: u64,
 }
 
-const USAGE: &str = "usage: contend --url URL [--backend redis|fred|redlock|memory] [--kind mutex|fair|read|write|mixed|multi|semaphore|latch] [--name NAME] \
+const USAGE: &str = "usage: contend --url URL [--backend redis|fred|postgres|redlock|memory] [--kind mutex|fair|read|write|mixed|multi|semaphore|latch] [--name NAME] \
 --workers N --hold-ms H --think-ms T --seconds S [--distinct] [--lease-ms L] [--check-key KEY] [--permits P]";
 
 /// The kinds `--kind` takes.
@@ -146,6 +148,9 @@ async fn client(args: &Args, memory: &distlock::memory::MemoryBackend) -> Result
         "fred" => distlock::fred::connect_backend(url()?)
             .await
             .map_err(|e| error_chain(&e))?,
+        "postgres" => distlock::postgres::connect_backend(url()?)
+            .await
+            .map_err(|e| error_chain(&e))?,
         "redlock" => {
             // Each node connects on first use: the RedLock starts, and serves with a
             // majority, while some nodes are down; they join when they come up.
@@ -169,7 +174,7 @@ async fn client(args: &Args, memory: &distlock::memory::MemoryBackend) -> Result
         }
         other => {
             return Err(format!(
-                "--backend {other} is not supported (redis, fred, redlock, memory)"
+                "--backend {other} is not supported (redis, fred, postgres, redlock, memory)"
             ));
         }
     };
