@@ -12,6 +12,7 @@ use lock_core::backend::{
 };
 use lock_core::notify::Listener;
 use lock_core::{Error, LockName};
+use tokio_postgres::types::{FromSql, ToSql, Type};
 use tokio_postgres::{Config, NoTls};
 
 use crate::notify::Notifications;
@@ -164,25 +165,43 @@ impl PostgresBackend {
         &self,
         during: &'static str,
         call: &str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        params: &[Param<'_>],
     ) -> Result<T, Error>
     where
-        T: for<'a> tokio_postgres::types::FromSql<'a>,
+        T: for<'a> FromSql<'a>,
     {
+        let statement = format!("SELECT {}.{call}", self.schema);
+        let rows = self.query(during, &statement, params).await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| Error::protocol(format!("{during}: no row")))?;
+        row.try_get(0)
+            .map_err(|err| Error::protocol(format!("{during}: {err}")))
+    }
+
+    /// Runs `statement` on a pooled connection as one unnamed statement with typed
+    /// parameters: one round trip, and nothing a transaction-mode pooler could lose
+    /// between statements (a named prepared statement would be).
+    async fn query(
+        &self,
+        during: &'static str,
+        statement: &str,
+        params: &[Param<'_>],
+    ) -> Result<Vec<tokio_postgres::Row>, Error> {
         let client = self
             .pool
             .get()
             .await
             .map_err(|err| Error::connection(during, err))?;
-        let statement = format!("SELECT {}.{call}", self.schema);
-        let row = client
-            .query_one(&statement, params)
+        client
+            .query_typed(statement, params)
             .await
-            .map_err(|err| failed(err, during, &self.schema))?;
-        row.try_get(0)
-            .map_err(|err| Error::protocol(format!("{during}: {err}")))
+            .map_err(|err| failed(err, during, &self.schema))
     }
 }
+
+/// A statement parameter and its type.
+type Param<'a> = (&'a (dyn ToSql + Sync), Type);
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
@@ -207,12 +226,12 @@ impl Backend for PostgresBackend {
                 "acquiring",
                 "mutex_acquire($1::text, $2::text, $3::bigint, $4::boolean, $5::text::uuid, $6::bigint)",
                 &[
-                    &lock.name.as_str(),
-                    &lock.owner.as_str(),
-                    &millis(request.lease),
-                    &request.fencing,
-                    &request.id.to_string(),
-                    &millis(request.retry_window),
+                    (&lock.name.as_str(), Type::TEXT),
+                    (&lock.owner.as_str(), Type::TEXT),
+                    (&millis(request.lease), Type::INT8),
+                    (&request.fencing, Type::BOOL),
+                    (&request.id.to_string(), Type::TEXT),
+                    (&millis(request.retry_window), Type::INT8),
                 ],
             )
             .await?;
@@ -242,13 +261,13 @@ impl Backend for PostgresBackend {
                 "mutex_release($1::text, $2::text, $3::bigint, $4::text::uuid, $5::bigint, \
                  $6::text::uuid, $7::text)",
                 &[
-                    &lock.name.as_str(),
-                    &lock.owner.as_str(),
-                    &millis(request.lease),
-                    &request.id.to_string(),
-                    &millis(request.retry_window),
-                    &undoes,
-                    &self.channel(&lock.name),
+                    (&lock.name.as_str(), Type::TEXT),
+                    (&lock.owner.as_str(), Type::TEXT),
+                    (&millis(request.lease), Type::INT8),
+                    (&request.id.to_string(), Type::TEXT),
+                    (&millis(request.retry_window), Type::INT8),
+                    (&undoes, Type::TEXT),
+                    (&self.channel(&lock.name), Type::TEXT),
                 ],
             )
             .await?;
@@ -266,27 +285,24 @@ impl Backend for PostgresBackend {
         let names: Vec<&str> = locks.iter().map(|lock| lock.name.as_str()).collect();
         let owners: Vec<&str> = locks.iter().map(|lock| lock.owner.as_str()).collect();
         let renewed = async {
-            let client = self
-                .pool
-                .get()
-                .await
-                .map_err(|err| Error::connection("renewing", err))?;
             // One statement for the whole batch: every hold still valid gets the lease
             // from now (never shorter than it had).
             let statement = format!(
                 "UPDATE {s}.holds AS h
                     SET expires_at = greatest(h.expires_at,
-                                              clock_timestamp() + $3::bigint * interval '1 millisecond')
+                                              clock_timestamp() + $3 * interval '1 millisecond')
                    FROM unnest($1::text[], $2::text[]) AS r(name, owner)
                   WHERE h.name = r.name AND h.owner = r.owner AND h.kind = 'mutex'
                     AND h.expires_at > clock_timestamp()
               RETURNING h.name, h.owner",
                 s = self.schema
             );
-            let rows = client
-                .query(&statement, &[&names, &owners, &millis(lease)])
-                .await
-                .map_err(|err| failed(err, "renewing", &self.schema))?;
+            let params: [Param<'_>; 3] = [
+                (&names, Type::TEXT_ARRAY),
+                (&owners, Type::TEXT_ARRAY),
+                (&millis(lease), Type::INT8),
+            ];
+            let rows = self.query("renewing", &statement, &params).await?;
             Ok::<_, Error>(
                 rows.iter()
                     .map(|row| (row.get::<_, String>(0), row.get::<_, String>(1)))
@@ -312,11 +328,6 @@ impl Backend for PostgresBackend {
     }
 
     async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error> {
-        let client = self
-            .pool
-            .get()
-            .await
-            .map_err(|err| Error::connection("inspecting", err))?;
         // Whether anyone holds it, the owner's hold count, and the lock's time left (the
         // longest lease among its holds).
         let statement = format!(
@@ -327,10 +338,14 @@ impl Backend for PostgresBackend {
               WHERE name = $1 AND expires_at > clock_timestamp()",
             s = self.schema
         );
-        let row = client
-            .query_one(&statement, &[&lock.name.as_str(), &lock.owner.as_str()])
-            .await
-            .map_err(|err| failed(err, "inspecting", &self.schema))?;
+        let params: [Param<'_>; 2] = [
+            (&lock.name.as_str(), Type::TEXT),
+            (&lock.owner.as_str(), Type::TEXT),
+        ];
+        let rows = self.query("inspecting", &statement, &params).await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| Error::protocol("inspecting: no row"))?;
         let locked: bool = row.get(0);
         let holds: i64 = row.get(1);
         let ttl: Option<i64> = row.get(2);
@@ -346,7 +361,10 @@ impl Backend for PostgresBackend {
         self.call(
             "force-releasing",
             "force_release($1::text, $2::text)",
-            &[&lock.name.as_str(), &self.channel(&lock.name)],
+            &[
+                (&lock.name.as_str(), Type::TEXT),
+                (&self.channel(&lock.name), Type::TEXT),
+            ],
         )
         .await
     }
