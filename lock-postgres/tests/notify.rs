@@ -9,19 +9,9 @@
 use std::time::Duration;
 
 use lock_postgres::notify::{APPLICATION_NAME, Notifications, WAKE_ONE};
-use lock_testkit::PostgresServer;
+use lock_testkit::{PostgresServer, postgres_client};
 use tokio::time::timeout;
-use tokio_postgres::{Client, Config, NoTls};
-
-async fn connect(url: &str) -> Client {
-    let (client, connection) = tokio_postgres::connect(url, NoTls).await.unwrap();
-    tokio::spawn(async move {
-        if let Err(err) = connection.await {
-            eprintln!("connection ended: {err}");
-        }
-    });
-    client
-}
+use tokio_postgres::{Client, Config};
 
 /// Sends NOTIFY on `channel` until `notified` resolves (a LISTEN issued again after a
 /// reconnect may not be in place at the first one), at most for `within`.
@@ -58,7 +48,7 @@ async fn notifications_arrive_and_survive_a_terminated_connection_and_a_restart(
         .listen("dl_test")
         .await
         .unwrap();
-    let admin = connect(&server.url()).await;
+    let admin = postgres_client(&server.url()).await;
     assert!(
         notify_until(
             &admin,
@@ -102,7 +92,7 @@ async fn notifications_arrive_and_survive_a_terminated_connection_and_a_restart(
     // A server restart: the same, with a new admin connection.
     drop(admin);
     server.restart().await;
-    let admin = connect(&server.url()).await;
+    let admin = postgres_client(&server.url()).await;
     assert!(
         notify_until(
             &admin,

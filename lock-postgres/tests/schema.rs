@@ -8,18 +8,8 @@
 use lock_core::ErrorKind;
 use lock_postgres::SchemaError;
 use lock_postgres::schema::{SchemaName, VERSION, migrate};
-use lock_testkit::PostgresServer;
-use tokio_postgres::{Client, NoTls};
-
-async fn connect(url: &str) -> Client {
-    let (client, connection) = tokio_postgres::connect(url, NoTls).await.unwrap();
-    tokio::spawn(async move {
-        if let Err(err) = connection.await {
-            eprintln!("connection ended: {err}");
-        }
-    });
-    client
-}
+use lock_testkit::{PostgresServer, postgres_client};
+use tokio_postgres::Client;
 
 fn schema_error(err: &lock_core::Error) -> &SchemaError {
     std::error::Error::source(err)
@@ -41,7 +31,7 @@ async fn concurrent_migrations_create_the_tables_once() {
     let schema = SchemaName::new("locks_a").unwrap();
     let mut clients = Vec::new();
     for _ in 0..4 {
-        clients.push(connect(&server.url()).await);
+        clients.push(postgres_client(&server.url()).await);
     }
     let runs = clients.into_iter().map(|mut client| {
         let schema = schema.clone();
@@ -90,13 +80,13 @@ fn schema_names_are_plain_identifiers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_create_gets_the_privilege_named_and_nothing_changes() {
     let server = PostgresServer::start().await;
-    let admin = connect(&server.url()).await;
+    let admin = postgres_client(&server.url()).await;
     admin
         .batch_execute("CREATE ROLE locker LOGIN; CREATE SCHEMA theirs;")
         .await
         .unwrap();
     let url = format!("postgres://locker@127.0.0.1:{}/postgres", server.port());
-    let mut locker = connect(&url).await;
+    let mut locker = postgres_client(&url).await;
     let err = migrate(&mut locker, &SchemaName::new("mine").unwrap())
         .await
         .expect_err("no CREATE on the database");
@@ -137,7 +127,7 @@ async fn a_user_without_create_gets_the_privilege_named_and_nothing_changes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newer_or_hand_changed_schema_is_refused_unchanged() {
     let server = PostgresServer::start().await;
-    let mut client = connect(&server.url()).await;
+    let mut client = postgres_client(&server.url()).await;
     let schema = SchemaName::default();
     migrate(&mut client, &schema).await.unwrap();
     client

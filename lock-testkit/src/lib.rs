@@ -41,7 +41,7 @@ mod tls;
 
 pub use binary::redis_server_binary;
 pub use cluster::RedisCluster;
-pub use postgres::{PostgresServer, postgres_bin_dir};
+pub use postgres::{PostgresServer, postgres_bin_dir, postgres_client};
 pub use proxy::{FaultProxy, ProxyFault};
 pub use pubsub::kill_pubsub_clients;
 pub use sentinel::RedisSentinel;

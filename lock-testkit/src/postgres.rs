@@ -71,6 +71,22 @@ pub fn postgres_bin_dir() -> Option<PathBuf> {
     candidates.into_iter().find(|dir| has_both(dir))
 }
 
+/// A client of the PostgreSQL server `url` names, its connection driven by a task of
+/// its own (a test's side door: setup, inspection, fault injection). Panics when it
+/// cannot connect.
+pub async fn postgres_client(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
+    tokio::spawn(async move {
+        // Ends with the client or with the server; a test sees its own errors.
+        if let Err(err) = connection.await {
+            eprintln!("test connection to PostgreSQL ended: {err}");
+        }
+    });
+    client
+}
+
 /// A PostgreSQL server on `127.0.0.1`, on a free port (never 5432), with its own data
 /// directory in a temporary directory, trusting local connections as `postgres`.
 /// Dropping it stops the server at once and removes the directory.
