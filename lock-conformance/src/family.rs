@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::backend::Acquire;
+use lock_core::backend::{Acquire, Release, ReleaseRequest};
 use lock_core::{AcquireRequest, ErrorKind, Holder, LockKind, LockName, LockRef, Locks, Owner};
 use tokio::time::{Instant, sleep, timeout};
 
@@ -505,4 +505,70 @@ pub async fn fair_lock_is_renewed_fenced_and_force_unlocked(fx: &dyn Fixture) {
         .unwrap()
         .unwrap();
     drop(held);
+}
+
+/// A fair lock that comes free goes to the first waiter in the queue: a newcomer's try
+/// is refused while that waiter keeps its place, and the waiter then gets the lock.
+pub async fn a_free_fair_lock_waits_for_its_first_waiter(fx: &dyn Fixture) {
+    let name = unique("fair-first");
+    let holder = fx.client().await;
+    let held = holder.fair_mutex(&name).lock().await.unwrap();
+    // The first waiter queues through the backend and is slow to come back.
+    let backend = fx.backend().await;
+    let first = LockRef::new(
+        LockKind::Fair,
+        LockName::new(&name).unwrap(),
+        Owner::new("first", "task-0"),
+    );
+    let queued = AcquireRequest::new(Duration::from_secs(30)).enqueue(Duration::from_secs(5));
+    let reply = backend.acquire(&first, queued).await.unwrap();
+    assert!(matches!(reply, Acquire::Busy { .. }), "{reply:?}");
+    held.unlock().await.unwrap();
+    let newcomer = fx.client().await;
+    assert!(
+        newcomer
+            .fair_mutex(&name)
+            .try_lock()
+            .await
+            .unwrap()
+            .is_none(),
+        "a newcomer took the lock before the first waiter"
+    );
+    let reply = backend.acquire(&first, queued.fresh_id()).await.unwrap();
+    assert!(
+        matches!(reply, Acquire::Acquired { holds: 1, .. }),
+        "{reply:?}"
+    );
+    let released = backend
+        .release(&first, ReleaseRequest::new(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(released, Release::Released);
+}
+
+/// One reader holds twice; the hold with the short lease ends on its own. It counts no
+/// more: releasing the live hold frees the lock for a writer at once.
+pub async fn an_expired_read_hold_does_not_outlive_its_owners_release(fx: &dyn Fixture) {
+    let (a, b) = (fx.client().await, fx.client().await);
+    let name = unique("rw-expired-beside-live");
+    let read = a.rw_lock(&name).reader().with_holder(Holder::unique());
+    let short = read.try_lock_for(Duration::ZERO, Some(Duration::from_millis(200)));
+    let short = short.await.unwrap().expect("free");
+    let long = read.try_lock_for(Duration::ZERO, Some(Duration::from_secs(10)));
+    let long = long.await.unwrap().expect("readers share");
+    sleep(Duration::from_millis(350)).await;
+    assert!(!short.is_held(), "a read hold outlived its own lease");
+    long.unlock().await.unwrap();
+    assert_eq!(
+        read.hold_count().await.unwrap(),
+        0,
+        "the expired hold is still counted"
+    );
+    let write = b.rw_lock(&name).writer().try_lock().await.unwrap();
+    write
+        .expect("a writer gets in once the live read hold is released")
+        .unlock()
+        .await
+        .unwrap();
+    drop(short);
 }

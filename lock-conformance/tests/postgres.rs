@@ -1,5 +1,8 @@
 //! The conformance suite on PostgreSQL: every scenario the backend's capabilities select,
-//! on a server the fixture starts (never the one on 5432).
+//! on a server the fixture starts (never the one on 5432), once with the client
+//! connected to the server itself and once with its statements going through PgBouncer
+//! in transaction mode (its notification connection going to the server, as the
+//! README says to set it up).
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
@@ -7,13 +10,29 @@ use async_trait::async_trait;
 use lock_conformance::Fixture;
 use lock_core::Backend;
 use lock_postgres::{Connector, PostgresBackend};
-use lock_testkit::PostgresServer;
+use lock_testkit::{PgBouncer, PostgresServer};
 use tokio::sync::OnceCell;
 
+/// How the fixture's clients reach the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Direct,
+    TransactionPooler,
+}
+
+/// The servers of a fixture: PostgreSQL, and PgBouncer in front of it for
+/// [`Route::TransactionPooler`].
+#[derive(Debug)]
+struct Servers {
+    postgres: PostgresServer,
+    pooler: Option<PgBouncer>,
+}
+
 /// One PostgreSQL server, started on first use; every backend is a new client of it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct PostgresFixture {
-    server: OnceCell<PostgresServer>,
+    route: Route,
+    servers: OnceCell<Servers>,
     backends: Mutex<Vec<Weak<PostgresBackend>>>,
 }
 
@@ -22,20 +41,42 @@ impl PostgresFixture {
         clippy::unused_async,
         reason = "the suite's macro awaits every constructor"
     )]
-    async fn start() -> Self {
-        Self::default()
+    async fn start(route: Route) -> Self {
+        Self {
+            route,
+            servers: OnceCell::new(),
+            backends: Mutex::default(),
+        }
+    }
+
+    async fn servers(&self) -> &Servers {
+        self.servers
+            .get_or_init(|| async {
+                let postgres = PostgresServer::start().await;
+                let pooler = match self.route {
+                    Route::Direct => None,
+                    Route::TransactionPooler => Some(PgBouncer::start(&postgres).await),
+                };
+                Servers { postgres, pooler }
+            })
+            .await
     }
 }
 
 #[async_trait]
 impl Fixture for PostgresFixture {
     async fn backend(&self) -> Arc<dyn Backend> {
-        let server = self.server.get_or_init(PostgresServer::start).await;
-        let backend = Connector::new(server.url())
+        let servers = self.servers().await;
+        let direct = servers.postgres.url();
+        let connector = match &servers.pooler {
+            None => Connector::new(&direct),
+            Some(pooler) => Connector::new(pooler.url()).notifications_url(&direct),
+        };
+        let backend = connector
             .pool_size(4)
             .connect()
             .await
-            .unwrap_or_else(|err| panic!("connecting to {}: {err}", server.url()));
+            .unwrap_or_else(|err| panic!("connecting ({:?}): {err}", self.route));
         let backend = Arc::new(backend);
         self.backends
             .lock()
@@ -61,7 +102,18 @@ impl Fixture for PostgresFixture {
     }
 }
 
-lock_conformance::conformance_suite!(
-    PostgresFixture::start(),
-    without[Fair, ReadWrite, Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore]
-);
+mod direct {
+    use super::{PostgresFixture, Route};
+    lock_conformance::conformance_suite!(
+        PostgresFixture::start(Route::Direct),
+        without[Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore]
+    );
+}
+
+mod through_pgbouncer {
+    use super::{PostgresFixture, Route};
+    lock_conformance::conformance_suite!(
+        PostgresFixture::start(Route::TransactionPooler),
+        without[Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore]
+    );
+}

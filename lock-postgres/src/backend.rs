@@ -6,17 +6,25 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use lock_core::Error;
 use lock_core::backend::{
     Acquire, AcquireRequest, Backend, Capabilities, HoldModel, LockKind, LockRef, LockState,
     Release, ReleaseRequest, Renewal,
 };
 use lock_core::notify::Listener;
-use lock_core::{Error, LockName};
 use tokio_postgres::types::{FromSql, ToSql, Type};
 use tokio_postgres::{Config, NoTls};
 
 use crate::notify::Notifications;
 use crate::schema::{self, SchemaName, failed};
+
+/// The `application_name` of the query connections, unless the URL sets one: what
+/// `pg_stat_activity` shows for them (the notification connection's is
+/// [`crate::notify::APPLICATION_NAME`]).
+pub const QUERIES_APPLICATION_NAME: &str = "distlock-queries";
+
+/// How long a statement may take by default (see [`Connector::response_timeout`]).
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// How many query connections a backend keeps at most by default.
 const DEFAULT_POOL_SIZE: usize = 16;
@@ -30,6 +38,7 @@ pub struct PostgresBackend {
     pool: Pool,
     schema: SchemaName,
     notifications: Notifications,
+    response_timeout: Duration,
 }
 
 impl fmt::Debug for PostgresBackend {
@@ -46,8 +55,10 @@ impl fmt::Debug for PostgresBackend {
 #[must_use = "a connector does nothing until `connect` is called"]
 pub struct Connector {
     url: String,
+    notifications_url: Option<String>,
     schema: SchemaName,
     pool_size: usize,
+    response_timeout: Duration,
 }
 
 impl Connector {
@@ -56,9 +67,19 @@ impl Connector {
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
+            notifications_url: None,
             schema: SchemaName::default(),
             pool_size: DEFAULT_POOL_SIZE,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
         }
+    }
+
+    /// Where the notification connection goes, when not to `url`: it holds a session
+    /// (LISTEN), so behind a transaction-mode pooler point it at the server itself or at
+    /// a session-mode pool, while `url` names the pooler.
+    pub fn notifications_url(mut self, url: impl Into<String>) -> Self {
+        self.notifications_url = Some(url.into());
+        self
     }
 
     /// The schema of the lock tables (default `distlock`).
@@ -70,6 +91,15 @@ impl Connector {
     /// The most query connections kept (default 16).
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = size;
+        self
+    }
+
+    /// How long a statement may take, from asking the pool for a connection to the
+    /// reply (default 3 s, as the Redis adapters). Past it the operation fails with a
+    /// retryable connection error and its connection leaves the pool, so that a paused
+    /// server or a silent network costs a bounded wait, not a hung watchdog.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
         self
     }
 
@@ -87,10 +117,19 @@ impl Connector {
     ///
     /// Cancel-safe: a dropped future leaves at most a migration rolled back.
     pub async fn connect(self) -> Result<PostgresBackend, Error> {
-        let config = parse_url(&self.url)?;
+        let mut config = parse_url(&self.url)?;
+        if config.get_application_name().is_none() {
+            config.application_name(QUERIES_APPLICATION_NAME);
+        }
         if self.pool_size == 0 {
             return Err(Error::invalid_config(
                 "the pool size must be at least 1",
+                None,
+            ));
+        }
+        if self.response_timeout.is_zero() {
+            return Err(Error::invalid_config(
+                "the response timeout must be positive",
                 None,
             ));
         }
@@ -115,11 +154,16 @@ impl Connector {
             let client: &mut tokio_postgres::Client = &mut client;
             schema::migrate(client, &self.schema).await?;
         }
-        let notifications = Notifications::connect(config).await?;
+        let listen_config = match &self.notifications_url {
+            Some(url) => parse_url(url)?,
+            None => config,
+        };
+        let notifications = Notifications::connect(listen_config).await?;
         Ok(PostgresBackend {
             pool,
             schema: self.schema,
             notifications,
+            response_timeout: self.response_timeout,
         })
     }
 }
@@ -141,9 +185,11 @@ fn parse_url(url: &str) -> Result<Config, Error> {
 }
 
 impl PostgresBackend {
-    /// What this backend supports today: the reentrant mutex with fencing tokens and
-    /// retried requests answered once; fair and read-write locks follow.
+    /// What this backend supports: every lock kind, fencing tokens and retried requests
+    /// answered once.
     pub const CAPABILITIES: Capabilities = Capabilities::new(HoldModel::Lease)
+        .fair(true)
+        .read_write(true)
         .fencing(true)
         .retry_safe(true)
         .shared(true);
@@ -154,10 +200,26 @@ impl PostgresBackend {
         self.notifications.subscriptions().channels()
     }
 
-    /// The channel of `name`'s releases: a hash, as channel names are at most 63 bytes.
-    fn channel(&self, name: &LockName) -> String {
-        let digest = sha1_smol::Sha1::from(format!("{}:{name}", self.schema)).digest();
-        format!("dl_{digest}")
+    /// The channel a waiter of `lock` listens on: the name's, or for a fair lock the
+    /// waiter's own (a release wakes exactly the first in the queue). A hash, as channel
+    /// names are at most 63 bytes; the name's length keeps a name and an owner apart.
+    fn channel(&self, lock: &LockRef) -> String {
+        let name = lock.name.as_str();
+        let key = match lock.kind {
+            LockKind::Fair => format!("{}:{}:{name}:{}", self.schema, name.len(), lock.owner),
+            _ => format!("{}:{name}", self.schema),
+        };
+        format!("dl_{}", sha1_smol::Sha1::from(key).digest())
+    }
+
+    /// The channel of `lock`'s name (what a release of a mutex or a read-write lock
+    /// wakes).
+    fn name_channel(&self, lock: &LockRef) -> String {
+        self.channel(&LockRef::new(
+            LockKind::Mutex,
+            lock.name.clone(),
+            lock.owner.clone(),
+        ))
     }
 
     /// Runs `SELECT <schema>.<call>` on a pooled connection and returns its one value.
@@ -188,15 +250,63 @@ impl PostgresBackend {
         statement: &str,
         params: &[Param<'_>],
     ) -> Result<Vec<tokio_postgres::Row>, Error> {
-        let client = self
-            .pool
-            .get()
+        let deadline = tokio::time::Instant::now() + self.response_timeout;
+        let client = tokio::time::timeout_at(deadline, self.pool.get())
             .await
+            .map_err(|elapsed| Error::connection(during, elapsed))?
             .map_err(|err| Error::connection(during, err))?;
-        client
-            .query_typed(statement, params)
-            .await
-            .map_err(|err| failed(err, during, &self.schema))
+        let outcome =
+            tokio::time::timeout_at(deadline, client.query_typed(statement, params)).await;
+        match outcome {
+            Ok(result) => result.map_err(|err| failed(err, during, &self.schema)),
+            Err(elapsed) => {
+                // The statement may still be on its way: its connection leaves the pool
+                // (closed when dropped), so that no later statement queues behind it.
+                drop(deadpool_postgres::Object::take(client));
+                Err(Error::connection(during, elapsed))
+            }
+        }
+    }
+}
+
+/// The longest lock name this backend keeps, in bytes: a name and an owner must fit one
+/// entry of the tables' b-tree indexes (about 2.7 KB) even when they do not compress.
+pub const MAX_NAME_BYTES: usize = 1024;
+
+/// The longest owner string (client id and holder) this backend keeps, in bytes.
+pub const MAX_OWNER_BYTES: usize = 1024;
+
+/// Refuses, before anything is sent, a lock the tables cannot hold.
+fn check_fits(lock: &LockRef) -> Result<(), Error> {
+    if lock.name.as_str().len() > MAX_NAME_BYTES {
+        return Err(Error::invalid_argument(
+            "name",
+            format!(
+                "the PostgreSQL backend keeps names of at most {MAX_NAME_BYTES} bytes, this \
+                 one has {}",
+                lock.name.as_str().len()
+            ),
+        ));
+    }
+    if lock.owner.as_str().len() > MAX_OWNER_BYTES {
+        return Err(Error::invalid_argument(
+            "holder",
+            format!(
+                "the PostgreSQL backend keeps owners (client id and holder) of at most \
+                 {MAX_OWNER_BYTES} bytes, this one has {}",
+                lock.owner.as_str().len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// How the tables store holds of `kind`: the mutex and the fair lock share theirs.
+fn stored_kind(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::Read => "read",
+        LockKind::Write => "write",
+        _ => "mutex",
     }
 }
 
@@ -218,20 +328,24 @@ impl Backend for PostgresBackend {
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
-        if lock.kind != LockKind::Mutex {
-            return Err(Error::unsupported("lock kinds other than the mutex"));
-        }
+        check_fits(lock)?;
+        let place_kept_for = request.wait.map(|wait| millis(wait.place_kept_for));
         let reply: Vec<i64> = self
             .call(
                 "acquiring",
-                "mutex_acquire($1::text, $2::text, $3::bigint, $4::boolean, $5::text::uuid, $6::bigint)",
+                "acquire($1::text, $2::text, $3::text, $4::bigint, $5::boolean, \
+                 $6::text::uuid, $7::bigint, $8::boolean, $9::bigint, $10::text)",
                 &[
                     (&lock.name.as_str(), Type::TEXT),
                     (&lock.owner.as_str(), Type::TEXT),
+                    (&lock.kind.as_str(), Type::TEXT),
                     (&millis(request.lease), Type::INT8),
                     (&request.fencing, Type::BOOL),
                     (&request.id.to_string(), Type::TEXT),
                     (&millis(request.retry_window), Type::INT8),
+                    (&request.waits(), Type::BOOL),
+                    (&place_kept_for.unwrap_or(1), Type::INT8),
+                    (&self.channel(lock), Type::TEXT),
                 ],
             )
             .await?;
@@ -246,28 +360,57 @@ impl Backend for PostgresBackend {
                 ttl: u64::try_from(*ttl).ok().map(Duration::from_millis),
                 reserved: false,
             }),
+            [3, _, _] => Err(Error::WouldDeadlock {
+                name: lock.name.as_str().to_owned(),
+            }),
             _ => Err(unexpected("acquire", &reply)),
         }
     }
 
-    async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
-        if lock.kind != LockKind::Mutex {
-            return Err(Error::unsupported("lock kinds other than the mutex"));
+    async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
+        if lock.kind != LockKind::Fair {
+            return Ok(());
         }
+        check_fits(lock)?;
+        let statement = format!("SELECT {}.cancel_wait($1::text, $2::text)", self.schema);
+        let params: [Param<'_>; 2] = [
+            (&lock.name.as_str(), Type::TEXT),
+            (&lock.owner.as_str(), Type::TEXT),
+        ];
+        self.query("leaving the fair queue", &statement, &params)
+            .await
+            .map(drop)
+    }
+
+    async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
+        check_fits(lock)?;
+        let token = i64::try_from(token).map_err(|_| {
+            Error::invalid_argument("token", "PostgreSQL keeps fencing tokens up to 2^63 - 1")
+        })?;
+        let statement = format!("SELECT {}.raise_fencing($1::text, $2::bigint)", self.schema);
+        let params: [Param<'_>; 2] = [(&lock.name.as_str(), Type::TEXT), (&token, Type::INT8)];
+        self.query("raising the fencing counter", &statement, &params)
+            .await
+            .map(drop)
+    }
+
+    async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
+        check_fits(lock)?;
         let undoes = request.undoes.map(|grant| grant.to_string());
         let reply: Vec<i64> = self
             .call(
                 "releasing",
-                "mutex_release($1::text, $2::text, $3::bigint, $4::text::uuid, $5::bigint, \
-                 $6::text::uuid, $7::text)",
+                "release($1::text, $2::text, $3::text, $4::bigint, $5::text::uuid, $6::bigint, \
+                 $7::text::uuid, $8::text)",
                 &[
                     (&lock.name.as_str(), Type::TEXT),
                     (&lock.owner.as_str(), Type::TEXT),
+                    (&lock.kind.as_str(), Type::TEXT),
                     (&millis(request.lease), Type::INT8),
                     (&request.id.to_string(), Type::TEXT),
                     (&millis(request.retry_window), Type::INT8),
                     (&undoes, Type::TEXT),
-                    (&self.channel(&lock.name), Type::TEXT),
+                    (&self.name_channel(lock), Type::TEXT),
                 ],
             )
             .await?;
@@ -284,71 +427,86 @@ impl Backend for PostgresBackend {
     async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal> {
         let names: Vec<&str> = locks.iter().map(|lock| lock.name.as_str()).collect();
         let owners: Vec<&str> = locks.iter().map(|lock| lock.owner.as_str()).collect();
-        let renewed = async {
-            // One statement for the whole batch: every hold still valid gets the lease
-            // from now (never shorter than it had).
-            let statement = format!(
-                "UPDATE {s}.holds AS h
-                    SET expires_at = greatest(h.expires_at,
-                                              clock_timestamp() + $3 * interval '1 millisecond')
-                   FROM unnest($1::text[], $2::text[]) AS r(name, owner)
-                  WHERE h.name = r.name AND h.owner = r.owner AND h.kind = 'mutex'
-                    AND h.expires_at > clock_timestamp()
-              RETURNING h.name, h.owner",
-                s = self.schema
-            );
-            let params: [Param<'_>; 3] = [
-                (&names, Type::TEXT_ARRAY),
-                (&owners, Type::TEXT_ARRAY),
-                (&millis(lease), Type::INT8),
-            ];
-            let rows = self.query("renewing", &statement, &params).await?;
-            Ok::<_, Error>(
-                rows.iter()
-                    .map(|row| (row.get::<_, String>(0), row.get::<_, String>(1)))
-                    .collect::<Vec<_>>(),
-            )
+        let kinds: Vec<&str> = locks.iter().map(|lock| stored_kind(lock.kind)).collect();
+        // One statement for the whole batch.
+        let statement = format!(
+            "SELECT * FROM {}.renew($1::text[], $2::text[], $3::text[], $4::bigint)",
+            self.schema
+        );
+        let params: [Param<'_>; 4] = [
+            (&names, Type::TEXT_ARRAY),
+            (&owners, Type::TEXT_ARRAY),
+            (&kinds, Type::TEXT_ARRAY),
+            (&millis(lease), Type::INT8),
+        ];
+        let rows = match self.query("renewing", &statement, &params).await {
+            Ok(rows) => rows,
+            Err(err) => return locks.iter().map(|_| Renewal::Failed(err.clone())).collect(),
         };
-        match renewed.await {
-            Ok(renewed) => locks
-                .iter()
-                .map(|lock| {
-                    let found = renewed.iter().any(|(name, owner)| {
-                        name == lock.name.as_str() && owner == lock.owner.as_str()
-                    });
-                    if found && lock.kind == LockKind::Mutex {
-                        Renewal::Renewed
-                    } else {
-                        Renewal::Gone
-                    }
-                })
-                .collect(),
-            Err(err) => locks.iter().map(|_| Renewal::Failed(err.clone())).collect(),
-        }
+        let renewed: Vec<(&str, &str, &str)> = rows
+            .iter()
+            .filter_map(|row| {
+                Some((
+                    row.try_get(0).ok()?,
+                    row.try_get(1).ok()?,
+                    row.try_get(2).ok()?,
+                ))
+            })
+            .collect();
+        locks
+            .iter()
+            .map(|lock| {
+                let key = (
+                    lock.name.as_str(),
+                    lock.owner.as_str(),
+                    stored_kind(lock.kind),
+                );
+                if renewed.contains(&key) {
+                    Renewal::Renewed
+                } else {
+                    Renewal::Gone
+                }
+            })
+            .collect()
     }
 
     async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error> {
-        // Whether anyone holds it, the owner's hold count, and the lock's time left (the
-        // longest lease among its holds).
+        check_fits(lock)?;
+        // The lock's mode (a writer's, else the readers', else the mutex's), the owner's
+        // live holds of the kind asked about, and the lock's time left (its longest
+        // lease).
         let statement = format!(
-            "SELECT count(*) > 0,
-                    coalesce(sum(holds) FILTER (WHERE owner = $2 AND kind = 'mutex'), 0)::bigint,
+            "SELECT CASE WHEN bool_or(kind = 'write') THEN 'write'
+                         WHEN bool_or(kind = 'read') THEN 'read'
+                         ELSE max(kind) END,
+                    coalesce(sum(CASE WHEN kind <> 'read' THEN holds
+                                      ELSE (SELECT count(*) FROM unnest(lease_ends) e
+                                             WHERE e > clock_timestamp()) END)
+                             FILTER (WHERE owner = $2 AND kind = $3), 0)::bigint,
                     ceil(extract(epoch FROM max(expires_at) - clock_timestamp()) * 1000)::bigint
                FROM {s}.holds
               WHERE name = $1 AND expires_at > clock_timestamp()",
             s = self.schema
         );
-        let params: [Param<'_>; 2] = [
+        let params: [Param<'_>; 3] = [
             (&lock.name.as_str(), Type::TEXT),
             (&lock.owner.as_str(), Type::TEXT),
+            (&stored_kind(lock.kind), Type::TEXT),
         ];
         let rows = self.query("inspecting", &statement, &params).await?;
         let row = rows
             .first()
             .ok_or_else(|| Error::protocol("inspecting: no row"))?;
-        let locked: bool = row.get(0);
+        let mode: Option<String> = row.get(0);
         let holds: i64 = row.get(1);
         let ttl: Option<i64> = row.get(2);
+        // A read-write lock shows as locked on the side that holds it; a mutex or fair
+        // lock whenever anyone holds the name.
+        let locked = match (lock.kind, mode.as_deref()) {
+            (_, None) => false,
+            (LockKind::Read | LockKind::Write, Some(mode)) => mode == stored_kind(lock.kind),
+            _ => true,
+        };
         Ok(LockState::new(
             locked,
             u32::try_from(holds).unwrap_or(0),
@@ -358,21 +516,24 @@ impl Backend for PostgresBackend {
     }
 
     async fn force_release(&self, lock: &LockRef) -> Result<bool, Error> {
+        check_fits(lock)?;
         self.call(
             "force-releasing",
-            "force_release($1::text, $2::text)",
+            "force_release($1::text, $2::text, $3::text)",
             &[
                 (&lock.name.as_str(), Type::TEXT),
-                (&self.channel(&lock.name), Type::TEXT),
+                (&lock.kind.as_str(), Type::TEXT),
+                (&self.name_channel(lock), Type::TEXT),
             ],
         )
         .await
     }
 
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
+        check_fits(lock)?;
         self.notifications
             .subscriptions()
-            .listen(&self.channel(&lock.name))
+            .listen(&self.channel(lock))
             .await
     }
 }

@@ -1,39 +1,112 @@
--- The reentrant mutex. Every function takes the name's transaction-scoped advisory lock
--- first, so that operations on one name run one after the other; expiries are on the
--- database clock (clock_timestamp()). A request id's answer is kept in `answers` for the
--- request's retry window, so that a request sent again after a lost reply answers as the
--- first run (answer = status or hold count, detail = fencing token or hold count).
+-- The lock operations. Each public function is one statement of the client, atomic, and
+-- starts with `begin_op`: the name's transaction-scoped advisory lock (operations on one
+-- name run one after the other), the answer of a request already run, and the removal
+-- of what expired. Expiries are on the database clock (clock_timestamp()).
+--
+-- A name's holds are rows of `holds`: kind 'mutex' (the mutex and the fair lock, which
+-- share their holds as in Java's layout), 'write', or 'read' (one row per reader, with
+-- every read hold's own lease end in `lease_ends`, sorted). Kinds other than read and
+-- write exclude each other. Replies are arrays of bigint:
+--   acquire: {1, holds, token} granted, {0, ms the lock stays busy at most, 0} busy,
+--            {3, 0, 0} a reader asking for the write lock (it would wait for itself);
+--   release: {0, 0} not held, {1, holds left} still held, {2, 0} released.
+-- A request's reply is kept in `answers` for its retry window, so that a request sent
+-- again after a lost reply answers as the first run.
 
--- Acquires `p_name` for `p_owner` (reentrant). Returns {1, holds, token} when granted,
--- {0, ms until the current holder's lease ends, 0} when another owner holds it.
-CREATE OR REPLACE FUNCTION {schema}.mutex_acquire(
-    p_name text, p_owner text, p_lease_ms bigint, p_fencing boolean, p_request uuid,
-    p_window_ms bigint
+-- Makes the calling transaction's commit durable even where the server or the session
+-- set synchronous_commit to off: a grant, renewal or fencing token lost in a crash would
+-- let a second holder in, or a token go backwards.
+CREATE OR REPLACE FUNCTION {schema}.durable()
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('synchronous_commit') = 'off' THEN
+        PERFORM set_config('synchronous_commit', 'on', true);
+    END IF;
+END $$;
+
+-- Serializes on `p_name`, drops what expired, and returns the remembered reply of
+-- `p_request` (NULL when it has none).
+CREATE OR REPLACE FUNCTION {schema}.begin_op(p_name text, p_request uuid, p_now timestamptz)
+RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE
+    v_reply bigint[];
+BEGIN
+    PERFORM {schema}.durable();
+    PERFORM pg_advisory_xact_lock(hashtextextended('distlock:' || p_name, 0));
+    IF p_request IS NOT NULL THEN
+        SELECT reply INTO v_reply FROM {schema}.answers
+         WHERE request = p_request AND expires_at > p_now;
+        IF FOUND THEN
+            RETURN v_reply;
+        END IF;
+    END IF;
+    -- One look finds whether anything expired (mostly nothing has).
+    IF EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name
+                  AND (expires_at <= p_now OR lease_ends[1] <= p_now)) THEN
+        DELETE FROM {schema}.holds WHERE name = p_name AND expires_at <= p_now;
+        -- A reader whose row lives on may have holds whose own lease ended: they no
+        -- longer count (the first lease end is the earliest).
+        UPDATE {schema}.holds AS h
+           SET lease_ends = ARRAY(SELECT e FROM unnest(h.lease_ends) e WHERE e > p_now ORDER BY e),
+               holds = (SELECT count(*) FROM unnest(h.lease_ends) e WHERE e > p_now)
+         WHERE name = p_name AND kind = 'read' AND lease_ends[1] <= p_now;
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- Keeps `p_reply` as the answer of `p_request` for `p_window_ms`. Now and then (one call
+-- in 64) it forgets up to 256 answers whose window ended, of any name, skipping those
+-- another call is forgetting: enough to keep the table at about one window of traffic.
+-- Sweeping a few on every call cost four times the insert, as each sweep walked the
+-- index entries of the rows the sweeps before it had just deleted.
+CREATE OR REPLACE FUNCTION {schema}.remember(
+    p_request uuid, p_name text, p_reply bigint[], p_now timestamptz, p_window_ms bigint
+) RETURNS bigint[] LANGUAGE plpgsql AS $$
+BEGIN
+    IF random() < 1.0 / 64 THEN
+        DELETE FROM {schema}.answers WHERE request IN (
+            SELECT request FROM {schema}.answers WHERE expires_at <= p_now
+             ORDER BY expires_at LIMIT 256 FOR UPDATE SKIP LOCKED);
+    END IF;
+    INSERT INTO {schema}.answers (request, name, reply, expires_at)
+    VALUES (p_request, p_name, p_reply, p_now + p_window_ms * interval '1 millisecond');
+    RETURN p_reply;
+END $$;
+
+-- The busy reply: how long the name's holds last at most (NULL when it has none).
+CREATE OR REPLACE FUNCTION {schema}.busy(p_name text, p_now timestamptz)
+RETURNS bigint[] LANGUAGE sql AS $$
+    SELECT ARRAY[0, greatest(1, ceil(extract(epoch FROM max(expires_at) - p_now) * 1000))::bigint, 0]
+      FROM {schema}.holds WHERE name = p_name
+    HAVING count(*) > 0
+$$;
+
+-- Gives `p_owner` one more hold of kind `p_kind` (stored kind) on `p_name`, once the
+-- caller decided it may have it; a fresh hold takes the next fencing token.
+CREATE OR REPLACE FUNCTION {schema}.grant_hold(
+    p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_fencing boolean,
+    p_request uuid, p_window_ms bigint, p_now timestamptz
 ) RETURNS bigint[] LANGUAGE plpgsql AS $$
 DECLARE
-    v_now timestamptz := clock_timestamp();
+    v_end timestamptz := p_now + p_lease_ms * interval '1 millisecond';
     v_holds integer;
     v_token bigint := 0;
-    v_ttl bigint;
-    v_answer {schema}.answers%ROWTYPE;
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended('distlock:' || p_name, 0));
-    SELECT * INTO v_answer FROM {schema}.answers
-     WHERE request = p_request AND expires_at > v_now;
-    IF FOUND THEN
-        RETURN ARRAY[1, v_answer.answer, v_answer.detail];
+    IF p_kind = 'read' THEN
+        INSERT INTO {schema}.holds AS h (name, owner, kind, holds, expires_at, lease_ends)
+        VALUES (p_name, p_owner, 'read', 1, v_end, ARRAY[v_end])
+        ON CONFLICT (name, kind, owner) DO UPDATE
+           SET lease_ends = ARRAY(SELECT e FROM unnest(h.lease_ends || v_end) e ORDER BY e),
+               holds = h.holds + 1,
+               expires_at = greatest(h.expires_at, v_end)
+        RETURNING holds INTO v_holds;
+    ELSE
+        INSERT INTO {schema}.holds AS h (name, owner, kind, holds, expires_at)
+        VALUES (p_name, p_owner, p_kind, 1, v_end)
+        ON CONFLICT (name, kind, owner) DO UPDATE
+           SET holds = h.holds + 1, expires_at = greatest(h.expires_at, v_end)
+        RETURNING holds INTO v_holds;
     END IF;
-    DELETE FROM {schema}.holds WHERE name = p_name AND expires_at <= v_now;
-    SELECT ceil(extract(epoch FROM max(expires_at) - v_now) * 1000)::bigint INTO v_ttl
-      FROM {schema}.holds WHERE name = p_name AND owner <> p_owner;
-    IF v_ttl IS NOT NULL THEN
-        RETURN ARRAY[0, v_ttl, 0];
-    END IF;
-    INSERT INTO {schema}.holds AS h (name, owner, kind, holds, expires_at)
-    VALUES (p_name, p_owner, 'mutex', 1, v_now + p_lease_ms * interval '1 millisecond')
-    ON CONFLICT (name, kind, owner) DO UPDATE
-       SET holds = h.holds + 1, expires_at = greatest(h.expires_at, excluded.expires_at)
-    RETURNING holds INTO v_holds;
     IF p_fencing THEN
         IF v_holds = 1 THEN
             INSERT INTO {schema}.tokens AS t (name, token) VALUES (p_name, 1)
@@ -43,77 +116,242 @@ BEGIN
             SELECT token INTO v_token FROM {schema}.tokens WHERE name = p_name;
         END IF;
     END IF;
-    DELETE FROM {schema}.answers WHERE name = p_name AND expires_at <= v_now;
-    INSERT INTO {schema}.answers (request, name, answer, detail, expires_at)
-    VALUES (p_request, p_name, v_holds, coalesce(v_token, 0),
-            v_now + p_window_ms * interval '1 millisecond');
-    RETURN ARRAY[1, v_holds, coalesce(v_token, 0)];
+    RETURN {schema}.remember(p_request, p_name, ARRAY[1, v_holds, coalesce(v_token, 0)],
+                             p_now, p_window_ms);
 END $$;
 
--- Releases one hold of `p_owner` (or, with `p_undoes`, the grant of that request if it
--- is still remembered). Returns {0, 0} not held, {1, holds left} still held (its lease
--- re-armed), {2, 0} released (one waiter told on `p_channel`).
-CREATE OR REPLACE FUNCTION {schema}.mutex_release(
-    p_name text, p_owner text, p_lease_ms bigint, p_request uuid, p_window_ms bigint,
-    p_undoes uuid, p_channel text
+-- Wakes the first fair waiter of `p_name` that still keeps its place.
+CREATE OR REPLACE FUNCTION {schema}.wake_fair_head(p_name text, p_now timestamptz)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_channel text;
+BEGIN
+    DELETE FROM {schema}.waiters WHERE name = p_name AND alive_until <= p_now;
+    SELECT channel INTO v_channel FROM {schema}.waiters
+     WHERE name = p_name ORDER BY arrived LIMIT 1;
+    IF FOUND THEN
+        PERFORM pg_notify(v_channel, 'one');
+    END IF;
+END $$;
+
+-- The fair lock when it is not this owner's already: the first waiter in the queue goes
+-- first; a waiter (`p_waits`, or queued before) keeps its place for `p_place_ms` and is
+-- told to ask again within a third of that; its wake-ups come on `p_channel`.
+CREATE OR REPLACE FUNCTION {schema}.acquire_fair(
+    p_name text, p_owner text, p_lease_ms bigint, p_fencing boolean, p_request uuid,
+    p_window_ms bigint, p_waits boolean, p_place_ms bigint, p_channel text, p_now timestamptz
+) RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE
+    v_head {schema}.waiters%ROWTYPE;
+    v_queued boolean;
+    v_sleep bigint;
+BEGIN
+    DELETE FROM {schema}.waiters WHERE name = p_name AND alive_until <= p_now;
+    SELECT * INTO v_head FROM {schema}.waiters WHERE name = p_name ORDER BY arrived LIMIT 1;
+    IF NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name)
+       AND (v_head.owner IS NULL OR v_head.owner = p_owner) THEN
+        DELETE FROM {schema}.waiters WHERE name = p_name AND owner = p_owner;
+        RETURN {schema}.grant_hold(p_name, p_owner, 'mutex', p_lease_ms, p_fencing, p_request,
+                                   p_window_ms, p_now);
+    END IF;
+    v_queued := EXISTS (SELECT 1 FROM {schema}.waiters WHERE name = p_name AND owner = p_owner);
+    IF v_queued OR p_waits THEN
+        INSERT INTO {schema}.waiters AS w (name, owner, channel, alive_until)
+        VALUES (p_name, p_owner, p_channel, p_now + p_place_ms * interval '1 millisecond')
+        ON CONFLICT (name, owner) DO UPDATE
+           SET alive_until = excluded.alive_until, channel = excluded.channel;
+        IF v_head.owner IS NULL THEN
+            SELECT * INTO v_head FROM {schema}.waiters WHERE name = p_name
+             ORDER BY arrived LIMIT 1;
+        END IF;
+    END IF;
+    -- Busy until the holds end, or, when free, until the head's place lapses.
+    v_sleep := coalesce(({schema}.busy(p_name, p_now))[2],
+        ceil(extract(epoch FROM v_head.alive_until - p_now) * 1000)::bigint,
+        p_place_ms);
+    IF v_queued OR p_waits THEN
+        v_sleep := least(v_sleep, greatest(1, p_place_ms / 3));
+    END IF;
+    RETURN ARRAY[0, v_sleep, 0];
+END $$;
+
+-- Acquires `p_name` of kind `p_kind` ('mutex', 'fair', 'read' or 'write') for `p_owner`
+-- (reentrant); see the replies above.
+CREATE OR REPLACE FUNCTION {schema}.acquire(
+    p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_fencing boolean,
+    p_request uuid, p_window_ms bigint, p_waits boolean, p_place_ms bigint, p_channel text
 ) RETURNS bigint[] LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
-    v_holds integer;
-    v_status bigint;
-    v_answer {schema}.answers%ROWTYPE;
+    v_reply bigint[];
+    v_stored text := CASE p_kind WHEN 'fair' THEN 'mutex' ELSE p_kind END;
+    v_mine boolean;
+    v_others boolean;
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended('distlock:' || p_name, 0));
-    SELECT * INTO v_answer FROM {schema}.answers
-     WHERE request = p_request AND expires_at > v_now;
-    IF FOUND THEN
-        RETURN ARRAY[v_answer.answer, v_answer.detail];
+    v_reply := {schema}.begin_op(p_name, p_request, v_now);
+    IF v_reply IS NOT NULL THEN
+        RETURN v_reply;
     END IF;
-    DELETE FROM {schema}.holds WHERE name = p_name AND expires_at <= v_now;
+    -- Reentry, and a writer's read hold (a downgrade), are always granted.
+    v_mine := EXISTS (SELECT 1 FROM {schema}.holds
+                       WHERE name = p_name AND owner = p_owner
+                         AND (kind = v_stored OR (v_stored = 'read' AND kind = 'write')));
+    IF v_mine THEN
+        RETURN {schema}.grant_hold(p_name, p_owner, v_stored, p_lease_ms, p_fencing, p_request,
+                                   p_window_ms, v_now);
+    END IF;
+    IF p_kind = 'fair' THEN
+        RETURN {schema}.acquire_fair(p_name, p_owner, p_lease_ms, p_fencing, p_request,
+                                     p_window_ms, p_waits, p_place_ms, p_channel, v_now);
+    END IF;
+    -- Readers share with readers; any other hold excludes everyone else.
+    v_others := EXISTS (SELECT 1 FROM {schema}.holds
+                         WHERE name = p_name AND (v_stored <> 'read' OR kind <> 'read'));
+    IF NOT v_others THEN
+        RETURN {schema}.grant_hold(p_name, p_owner, v_stored, p_lease_ms, p_fencing, p_request,
+                                   p_window_ms, v_now);
+    END IF;
+    IF p_kind = 'write' AND EXISTS (SELECT 1 FROM {schema}.holds
+                                     WHERE name = p_name AND owner = p_owner AND kind = 'read')
+       AND NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name AND kind <> 'read') THEN
+        RETURN ARRAY[3, 0, 0];
+    END IF;
+    RETURN {schema}.busy(p_name, v_now);
+END $$;
+
+-- Releases one hold of `p_owner` of kind `p_kind` (or, with `p_undoes`, the grant of
+-- that request if it is still remembered). The last hold's release wakes: a mutex one
+-- waiter on `p_channel`, a fair lock its first waiter, a writer every waiter, the last
+-- reader one.
+CREATE OR REPLACE FUNCTION {schema}.release(
+    p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_request uuid,
+    p_window_ms bigint, p_undoes uuid, p_channel text
+) RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_reply bigint[];
+    v_stored text := CASE p_kind WHEN 'fair' THEN 'mutex' ELSE p_kind END;
+    v_hold {schema}.holds%ROWTYPE;
+BEGIN
+    v_reply := {schema}.begin_op(p_name, p_request, v_now);
+    IF v_reply IS NOT NULL THEN
+        RETURN v_reply;
+    END IF;
     IF p_undoes IS NOT NULL THEN
         -- An undo releases only a grant still remembered, and forgets it.
         DELETE FROM {schema}.answers WHERE request = p_undoes AND expires_at > v_now;
         IF NOT FOUND THEN
-            v_status := 0;
+            RETURN {schema}.remember(p_request, p_name, ARRAY[0, 0], v_now, p_window_ms);
         END IF;
     END IF;
-    IF v_status IS NULL THEN
-        SELECT holds INTO v_holds FROM {schema}.holds
-         WHERE name = p_name AND kind = 'mutex' AND owner = p_owner;
-        IF NOT FOUND THEN
-            v_status := 0;
-        ELSIF v_holds > 1 THEN
-            v_holds := v_holds - 1;
-            UPDATE {schema}.holds
-               SET holds = v_holds,
-                   expires_at = greatest(expires_at, v_now + p_lease_ms * interval '1 millisecond')
-             WHERE name = p_name AND kind = 'mutex' AND owner = p_owner;
-            v_status := 1;
-        ELSE
-            v_holds := 0;
-            DELETE FROM {schema}.holds
-             WHERE name = p_name AND kind = 'mutex' AND owner = p_owner;
+    SELECT * INTO v_hold FROM {schema}.holds
+     WHERE name = p_name AND kind = v_stored AND owner = p_owner;
+    IF NOT FOUND THEN
+        v_reply := ARRAY[0, 0];
+    ELSIF v_hold.holds > 1 AND v_stored = 'read' THEN
+        -- Which read hold ends is not said: the earliest lease end goes, so that those
+        -- left still cover the holds left.
+        UPDATE {schema}.holds
+           SET lease_ends = lease_ends[2:], holds = holds - 1
+         WHERE name = p_name AND kind = 'read' AND owner = p_owner;
+        v_reply := ARRAY[1, v_hold.holds - 1];
+    ELSIF v_hold.holds > 1 THEN
+        UPDATE {schema}.holds
+           SET holds = holds - 1,
+               expires_at = greatest(expires_at, v_now + p_lease_ms * interval '1 millisecond')
+         WHERE name = p_name AND kind = v_stored AND owner = p_owner;
+        v_reply := ARRAY[1, v_hold.holds - 1];
+    ELSE
+        DELETE FROM {schema}.holds WHERE name = p_name AND kind = v_stored AND owner = p_owner;
+        IF p_kind = 'fair' THEN
+            PERFORM {schema}.wake_fair_head(p_name, v_now);
+        ELSIF p_kind = 'write' THEN
+            PERFORM pg_notify(p_channel, 'all');
+        ELSIF NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name) THEN
             PERFORM pg_notify(p_channel, 'one');
-            v_status := 2;
         END IF;
+        v_reply := ARRAY[2, 0];
     END IF;
-    INSERT INTO {schema}.answers (request, name, answer, detail, expires_at)
-    VALUES (p_request, p_name, v_status, coalesce(v_holds, 0),
-            v_now + p_window_ms * interval '1 millisecond');
-    RETURN ARRAY[v_status, coalesce(v_holds, 0)];
+    RETURN {schema}.remember(p_request, p_name, v_reply, v_now, p_window_ms);
 END $$;
 
--- Deletes every hold of `p_name`; whether there was one. Every waiter is told.
-CREATE OR REPLACE FUNCTION {schema}.force_release(p_name text, p_channel text)
-RETURNS boolean LANGUAGE plpgsql AS $$
+-- A fair waiter gives up: it leaves the queue, and when it was first and the lock is
+-- free, the next waiter is woken.
+CREATE OR REPLACE FUNCTION {schema}.cancel_wait(p_name text, p_owner text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_first boolean;
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended('distlock:' || p_name, 0));
-    DELETE FROM {schema}.holds WHERE name = p_name AND expires_at > clock_timestamp();
-    IF FOUND THEN
-        PERFORM pg_notify(p_channel, 'all');
-        DELETE FROM {schema}.holds WHERE name = p_name;
-        RETURN true;
+    PERFORM {schema}.begin_op(p_name, NULL, v_now);
+    DELETE FROM {schema}.waiters WHERE name = p_name AND alive_until <= v_now;
+    v_first := (SELECT owner FROM {schema}.waiters WHERE name = p_name
+                 ORDER BY arrived LIMIT 1) = p_owner;
+    DELETE FROM {schema}.waiters WHERE name = p_name AND owner = p_owner;
+    IF v_first AND NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name) THEN
+        PERFORM {schema}.wake_fair_head(p_name, v_now);
+    END IF;
+END $$;
+
+-- Deletes every hold of `p_name` when a hold of kind `p_kind` is among them (for 'read',
+-- when readers hold it and no writer); whether it did. Its waiters are told: a fair
+-- lock's first waiter, everyone else's all.
+CREATE OR REPLACE FUNCTION {schema}.force_release(p_name text, p_kind text, p_channel text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_found boolean;
+BEGIN
+    PERFORM {schema}.begin_op(p_name, NULL, v_now);
+    v_found := CASE p_kind
+        WHEN 'read' THEN
+            EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name AND kind = 'read')
+            AND NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name AND kind = 'write')
+        WHEN 'write' THEN
+            EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name AND kind = 'write')
+        ELSE EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name)
+    END;
+    IF NOT v_found THEN
+        RETURN false;
     END IF;
     DELETE FROM {schema}.holds WHERE name = p_name;
-    RETURN false;
+    IF p_kind = 'fair' THEN
+        PERFORM {schema}.wake_fair_head(p_name, v_now);
+    ELSE
+        PERFORM pg_notify(p_channel, 'all');
+    END IF;
+    RETURN true;
+END $$;
+
+-- Re-arms the lease of every listed hold still valid (never shortening it; a reader's
+-- holds each get the lease) and returns those renewed.
+CREATE OR REPLACE FUNCTION {schema}.renew(
+    p_names text[], p_owners text[], p_kinds text[], p_lease_ms bigint
+) RETURNS TABLE (renewed_name text, renewed_owner text, renewed_kind text) LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_end timestamptz := v_now + p_lease_ms * interval '1 millisecond';
+BEGIN
+    PERFORM {schema}.durable();
+    RETURN QUERY
+    UPDATE {schema}.holds AS h
+       SET expires_at = greatest(h.expires_at, v_end),
+           lease_ends = CASE WHEN h.kind = 'read' THEN ARRAY(
+               SELECT greatest(e, v_end) FROM unnest(h.lease_ends) e WHERE e > v_now ORDER BY 1)
+               END,
+           holds = CASE WHEN h.kind = 'read' THEN (
+               SELECT count(*) FROM unnest(h.lease_ends) e WHERE e > v_now)
+               ELSE h.holds END
+      FROM unnest(p_names, p_owners, p_kinds) AS r(name, owner, kind)
+     WHERE h.name = r.name AND h.owner = r.owner AND h.kind = r.kind AND h.expires_at > v_now
+ RETURNING h.name, h.owner, h.kind;
+END $$;
+
+-- Raises the fencing counter of `p_name` to at least `p_token`.
+CREATE OR REPLACE FUNCTION {schema}.raise_fencing(p_name text, p_token bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM {schema}.durable();
+    INSERT INTO {schema}.tokens AS t (name, token) VALUES (p_name, p_token)
+    ON CONFLICT (name) DO UPDATE SET token = greatest(t.token, excluded.token);
 END $$;

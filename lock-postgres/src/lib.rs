@@ -1,13 +1,15 @@
-//! The PostgreSQL backend of the lock library (in progress): locks as lease rows in
-//! tables the library creates and migrates itself, expiries on the database clock,
-//! waiting by LISTEN/NOTIFY.
+//! The PostgreSQL backend of the lock library: locks as lease rows in tables the
+//! library creates and migrates itself, expiries on the database clock, waiting by
+//! LISTEN/NOTIFY.
 //!
-//! This first part holds the tables: [`schema::migrate`] creates or migrates them in a
+//! [`Connector`] (or [`connect`]) gives a [`PostgresBackend`]: the reentrant mutex, the
+//! fair lock and the read-write lock, with fencing tokens and retried requests answered
+//! once, every operation one statement that needs no session (usable through a
+//! transaction-mode pooler). [`schema::migrate`] creates or migrates the tables in a
 //! schema of the caller's choice ([`schema::SchemaName`], default `distlock`), with a
 //! version row, and refuses with a typed [`SchemaError`] a server too old, a missing
 //! privilege (named), a newer schema or tables changed by hand. [`notify::Notifications`]
 //! keeps the dedicated LISTEN connection of a client and listens again after it breaks.
-//! The `Backend` implementation follows.
 //!
 //! This crate follows the facade's version and is not a stable API of its own.
 
@@ -16,7 +18,10 @@ pub mod error;
 pub mod notify;
 pub mod schema;
 
-pub use backend::{Connector, PostgresBackend};
+pub use backend::{
+    Connector, DEFAULT_RESPONSE_TIMEOUT, MAX_NAME_BYTES, MAX_OWNER_BYTES, PostgresBackend,
+    QUERIES_APPLICATION_NAME,
+};
 pub use error::SchemaError;
 
 use std::sync::Arc;

@@ -80,14 +80,16 @@ impl fmt::Display for SchemaName {
 
 /// The statements of each version, in order; `{schema}` stands for the schema name.
 const STEPS: [&str; 1] = [
-    // Version 1: the holds of every lock kind, the fencing counters, the fair queue and
-    // the answers remembered for retried requests.
+    // Version 1: the holds of every lock kind (a reader's row keeps each of its holds'
+    // lease ends), the fencing counters, the fair queue (with each waiter's wake-up
+    // channel) and the replies remembered for retried requests.
     "CREATE TABLE {schema}.holds (
         name text NOT NULL,
         owner text NOT NULL,
-        kind text NOT NULL,
+        kind text NOT NULL CHECK (kind IN ('mutex', 'read', 'write')),
         holds integer NOT NULL CHECK (holds > 0),
         expires_at timestamptz NOT NULL,
+        lease_ends timestamptz[],
         PRIMARY KEY (name, kind, owner)
     );
     CREATE TABLE {schema}.tokens (
@@ -97,43 +99,61 @@ const STEPS: [&str; 1] = [
     CREATE TABLE {schema}.waiters (
         name text NOT NULL,
         owner text NOT NULL,
+        channel text NOT NULL,
         arrived bigserial NOT NULL,
         alive_until timestamptz NOT NULL,
         PRIMARY KEY (name, owner)
     );
+    CREATE INDEX waiters_in_order ON {schema}.waiters (name, arrived);
     CREATE TABLE {schema}.answers (
         request uuid PRIMARY KEY,
         name text NOT NULL,
-        answer bigint NOT NULL,
-        detail bigint NOT NULL,
+        reply bigint[] NOT NULL,
         expires_at timestamptz NOT NULL
+    );
+    CREATE INDEX answers_by_expiry ON {schema}.answers (expires_at);
+    CREATE TABLE {schema}.functions (
+        revision integer NOT NULL,
+        digest text NOT NULL
     );",
 ];
 
+/// The revision of the lock functions (`functions.sql`), raised with every change to
+/// them. A client replaces the installed functions only with a newer revision (or the
+/// same revision changed, as while developing), so that during a rolling upgrade an
+/// older client never puts its functions back under a newer one. A function's
+/// parameters therefore never change: a new signature is a new function, and old ones
+/// stay for older clients.
+pub const FUNCTIONS_REVISION: i32 = 1;
+
 /// The functions every operation is one call of (one statement, atomic, no session
-/// state: usable through a transaction-mode pooler). Code rather than data: replaced on
-/// every migration. `{schema}` stands for the schema name.
+/// state: usable through a transaction-mode pooler). Code rather than data: replaced
+/// when a migration brings a newer revision ([`FUNCTIONS_REVISION`]). `{schema}` stands
+/// for the schema name.
 const FUNCTIONS: &str = include_str!("functions.sql");
 
 /// What the tables must look like after migrating: table, column, type.
-const EXPECTED: [(&str, &str, &str); 17] = [
+const EXPECTED: [(&str, &str, &str); 20] = [
     ("holds", "name", "text"),
     ("holds", "owner", "text"),
     ("holds", "kind", "text"),
     ("holds", "holds", "integer"),
     ("holds", "expires_at", "timestamp with time zone"),
+    ("holds", "lease_ends", "ARRAY"),
     ("tokens", "name", "text"),
     ("tokens", "token", "bigint"),
     ("waiters", "name", "text"),
     ("waiters", "owner", "text"),
+    ("waiters", "channel", "text"),
     ("waiters", "arrived", "bigint"),
     ("waiters", "alive_until", "timestamp with time zone"),
     ("answers", "request", "uuid"),
     ("answers", "name", "text"),
-    ("answers", "answer", "bigint"),
-    ("answers", "detail", "bigint"),
+    ("answers", "reply", "ARRAY"),
     ("answers", "expires_at", "timestamp with time zone"),
     ("version", "version", "integer"),
+    ("functions", "revision", "integer"),
+    ("functions", "digest", "text"),
 ];
 
 /// Creates or migrates the tables in `schema` and checks them; harmless to run again.
@@ -152,10 +172,14 @@ const EXPECTED: [(&str, &str, &str); 17] = [
 /// Cancel-safe: the migration is one transaction; a dropped future leaves it rolled back
 /// or committed whole.
 pub async fn migrate(client: &mut Client, schema: &SchemaName) -> Result<(), Error> {
+    // Unnamed, as every statement outside the migration's transaction: a named prepared
+    // statement would not survive a transaction-mode pooler.
     let server: i32 = client
-        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .query_typed("SELECT current_setting('server_version_num')::int", &[])
         .await
         .map_err(|err| failed(err, "reading the server version", schema))?
+        .first()
+        .ok_or_else(|| Error::protocol("reading the server version: no row"))?
         .get(0);
     check_server(server)?;
     let during = "migrating the lock tables";
@@ -220,11 +244,51 @@ pub async fn migrate(client: &mut Client, schema: &SchemaName) -> Result<(), Err
             .map_err(|err| failed(err, during, schema))?;
     }
     check_columns(&transaction, schema).await?;
-    run(&transaction, FUNCTIONS, schema).await?;
+    install_functions(&transaction, schema).await?;
     transaction
         .commit()
         .await
         .map_err(|err| failed(err, during, schema))
+}
+
+/// Creates or replaces the functions unless those installed are of a newer revision, or
+/// of this one and unchanged.
+async fn install_functions(client: &impl GenericClient, schema: &SchemaName) -> Result<(), Error> {
+    let during = "installing the lock functions";
+    let digest = sha1_smol::Sha1::from(FUNCTIONS).digest().to_string();
+    let installed = client
+        .query_opt(
+            &statement("SELECT revision, digest FROM {schema}.functions", schema),
+            &[],
+        )
+        .await
+        .map_err(|err| failed(err, during, schema))?
+        .map(|row| (row.get::<_, i32>(0), row.get::<_, String>(1)));
+    match installed {
+        Some((revision, _)) if revision > FUNCTIONS_REVISION => {
+            tracing::info!(
+                schema = schema.as_str(),
+                installed = revision,
+                ours = FUNCTIONS_REVISION,
+                "newer lock functions are installed; keeping them"
+            );
+            return Ok(());
+        }
+        Some((revision, found)) if revision == FUNCTIONS_REVISION && found == digest => {
+            return Ok(());
+        }
+        _ => {}
+    }
+    run(client, FUNCTIONS, schema).await?;
+    run(client, "DELETE FROM {schema}.functions", schema).await?;
+    client
+        .execute(
+            &statement("INSERT INTO {schema}.functions VALUES ($1, $2)", schema),
+            &[&FUNCTIONS_REVISION, &digest],
+        )
+        .await
+        .map_err(|err| failed(err, during, schema))?;
+    Ok(())
 }
 
 /// Refuses a server older than [`OLDEST_SERVER`] (`server_version_num`).

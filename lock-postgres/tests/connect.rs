@@ -1,5 +1,6 @@
-//! Connecting: a URL that is not PostgreSQL's, an unreadable one, a pool of nothing and
-//! an unreachable server are typed errors; a reachable one creates the tables once.
+//! Connecting: a URL that is not PostgreSQL's, an unreadable one, a pool of nothing, no
+//! time to answer and an unreachable server are typed errors; a reachable one creates
+//! the tables once.
 
 use lock_core::ErrorKind;
 use lock_postgres::Connector;
@@ -29,6 +30,12 @@ async fn bad_urls_and_settings_are_typed_errors() {
         .connect()
         .await
         .expect_err("a pool of nothing");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    let err = Connector::new(server.url())
+        .response_timeout(std::time::Duration::ZERO)
+        .connect()
+        .await
+        .expect_err("no time to answer");
     assert_eq!(err.kind(), ErrorKind::InvalidConfig);
     let schema = SchemaName::new("other_locks").expect("a valid name");
     for _ in 0..2 {

@@ -1,13 +1,14 @@
 //! The lock tables on a real PostgreSQL the test starts: created once whatever the
 //! number of migrators, in any schema, and refused with a typed error (changing nothing)
-//! for a missing privilege, a newer version or tables changed by hand.
+//! for a missing privilege, a newer version or tables changed by hand; the functions
+//! replaced only by a newer or changed revision.
 
 // reason: test helpers panic on unexpected errors, like the tests themselves.
 #![allow(clippy::unwrap_used)]
 
 use lock_core::ErrorKind;
 use lock_postgres::SchemaError;
-use lock_postgres::schema::{SchemaName, VERSION, migrate};
+use lock_postgres::schema::{FUNCTIONS_REVISION, SchemaName, VERSION, migrate};
 use lock_testkit::{PostgresServer, postgres_client};
 use tokio_postgres::Client;
 
@@ -170,4 +171,61 @@ async fn a_newer_or_hand_changed_schema_is_refused_unchanged() {
             || problem.contains("token")),
         "{err:?}"
     );
+}
+
+/// The transaction id that last wrote the `acquire` function of `distlock`.
+async fn acquire_written_by(client: &Client) -> String {
+    client
+        .query_one(
+            "SELECT xmin::text FROM pg_proc
+              WHERE proname = 'acquire' AND pronamespace = 'distlock'::regnamespace",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn functions_are_replaced_only_by_a_newer_or_changed_revision() {
+    let server = PostgresServer::start().await;
+    let mut client = postgres_client(&server.url()).await;
+    let schema = SchemaName::default();
+    migrate(&mut client, &schema).await.unwrap();
+    let first = acquire_written_by(&client).await;
+    // The same functions: nothing is written (other sessions keep their cached plans).
+    migrate(&mut client, &schema).await.unwrap();
+    assert_eq!(
+        acquire_written_by(&client).await,
+        first,
+        "replaced unchanged"
+    );
+    // The same revision changed (as while developing): replaced.
+    client
+        .batch_execute("UPDATE distlock.functions SET digest = 'edited'")
+        .await
+        .unwrap();
+    migrate(&mut client, &schema).await.unwrap();
+    let second = acquire_written_by(&client).await;
+    assert_ne!(second, first, "changed functions were kept");
+    // A newer library installed its functions: an older one keeps them.
+    client
+        .batch_execute(&format!(
+            "UPDATE distlock.functions SET revision = {}",
+            FUNCTIONS_REVISION + 1
+        ))
+        .await
+        .unwrap();
+    migrate(&mut client, &schema).await.unwrap();
+    assert_eq!(
+        acquire_written_by(&client).await,
+        second,
+        "an older client replaced newer functions"
+    );
+    let revision: i32 = client
+        .query_one("SELECT revision FROM distlock.functions", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(revision, FUNCTIONS_REVISION + 1);
 }

@@ -30,6 +30,7 @@
 
 mod binary;
 mod cluster;
+mod pgbouncer;
 mod ports;
 mod postgres;
 mod proxy;
@@ -41,6 +42,7 @@ mod tls;
 
 pub use binary::redis_server_binary;
 pub use cluster::RedisCluster;
+pub use pgbouncer::{PgBouncer, pgbouncer_binary};
 pub use postgres::{PostgresServer, postgres_bin_dir, postgres_client};
 pub use proxy::{FaultProxy, ProxyFault};
 pub use pubsub::kill_pubsub_clients;

@@ -159,14 +159,24 @@ impl PostgresServer {
         self.launch().await;
     }
 
-    /// Pauses every process of the server (SIGSTOP to its process group).
+    /// Pauses every process of the server: the postmaster first (so that it starts no
+    /// new backend), then each of its children. A signal to the process group would
+    /// miss the children, which PostgreSQL moves into sessions of their own.
     pub fn pause(&self) {
-        signal_group(self.pid(), "-STOP");
+        let postmaster = self.pid();
+        signal(postmaster, "-STOP");
+        for child in children(postmaster) {
+            signal(child, "-STOP");
+        }
     }
 
-    /// Resumes a paused server.
+    /// Resumes a paused server: its children, then the postmaster.
     pub fn resume(&self) {
-        signal_group(self.pid(), "-CONT");
+        let postmaster = self.pid();
+        for child in children(postmaster) {
+            signal(child, "-CONT");
+        }
+        signal(postmaster, "-CONT");
     }
 
     fn data(&self) -> PathBuf {
@@ -222,7 +232,10 @@ impl PostgresServer {
             .arg("-D")
             .arg(self.data())
             .args(["-p", &port, "-k", &sockets, "-h", "127.0.0.1"])
-            // Speed over durability: a test server's data need only survive a restart.
+            // Speed over durability: a test server's data need only survive a restart of
+            // the server, not of the machine (fsync off). Commits are asynchronous too, as
+            // on a server tuned for throughput: the lock functions must ask for durable
+            // commits themselves, and the restart tests check that they do.
             .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
             .args(["-c", "full_page_writes=off", "-c", "max_connections=200"])
             .stdin(Stdio::null())
@@ -230,7 +243,7 @@ impl PostgresServer {
             .stderr(self.log("postgres.log"));
         {
             use std::os::unix::process::CommandExt;
-            // Its own process group, so that pause() stops the backends too.
+            // Its own process group, so that a signal to the test's group spares it.
             command.process_group(0);
         }
         let child = command
@@ -239,16 +252,12 @@ impl PostgresServer {
         self.child = Some(child);
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if let Some(child) = self.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                panic!(
-                    "postgres exited ({status}) on port {}; its log:\n{}",
-                    self.port,
-                    std::fs::read_to_string(self.dir.path().join("postgres.log"))
-                        .unwrap_or_default()
-                );
-            }
+            panic_if_exited(
+                self.child.as_mut(),
+                "postgres",
+                self.port,
+                &self.dir.path().join("postgres.log"),
+            );
             let ready = self
                 .command("pg_isready")
                 .args(["-q", "-h", "127.0.0.1", "-p", &port, "-U", "postgres"])
@@ -288,8 +297,8 @@ impl PostgresServer {
 impl Drop for PostgresServer {
     fn drop(&mut self) {
         // A paused server would ignore SIGQUIT.
-        if let Some(child) = &self.child {
-            signal_group(child.id(), "-CONT");
+        if self.child.is_some() {
+            self.resume();
         }
         self.stop();
         ports::release(self.port, false);
@@ -297,7 +306,7 @@ impl Drop for PostgresServer {
 }
 
 /// The `postgres` system user's ids when this process runs as root, else `None`.
-fn unprivileged_user() -> Option<(u32, u32)> {
+pub(crate) fn unprivileged_user() -> Option<(u32, u32)> {
     let id = |args: &[&str]| -> Option<u32> {
         let output = Command::new("id").args(args).output().ok()?;
         String::from_utf8_lossy(&output.stdout).trim().parse().ok()
@@ -316,20 +325,46 @@ fn unprivileged_user() -> Option<(u32, u32)> {
     }
 }
 
-fn signal(pid: u32, sig: &str) {
-    // The process may be gone already: nothing to do then.
-    let _ = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .stderr(Stdio::null())
-        .status();
+/// Panics with its log when the server process `child` (`what`, on `port`) has exited
+/// while it was expected to start.
+pub(crate) fn panic_if_exited(child: Option<&mut Child>, what: &str, port: u16, log: &Path) {
+    if let Some(child) = child
+        && let Ok(Some(status)) = child.try_wait()
+    {
+        panic!(
+            "{what} exited ({status}) on port {port}; its log:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+    }
 }
 
-/// Signals the process group led by `pid`.
-fn signal_group(pid: u32, sig: &str) {
-    let _ = Command::new("kill")
-        .args([sig, "--", &format!("-{pid}")])
+/// Sends `sig` to `pid`; a process that is gone by then needs nothing.
+fn signal(pid: u32, sig: &str) {
+    if let Err(err) = Command::new("kill")
+        .args([sig, &pid.to_string()])
         .stderr(Stdio::null())
-        .status();
+        .status()
+    {
+        eprintln!("lock-testkit: kill {sig} {pid}: {err}");
+    }
+}
+
+/// The processes whose parent is `parent`, from `/proc/<pid>/stat` (the fourth field).
+fn children(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // The command name, in parentheses, may hold spaces: read after its end.
+            let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+            after_name.split_whitespace().nth(1) == Some(parent.to_string().as_str())
+        })
+        .collect()
 }
 
 #[cfg(test)]
