@@ -1,16 +1,18 @@
 //! `lock-chaos`: fault injection for the lock library, in the spirit of Jepsen.
 //!
 //! ```text
-//! lock-chaos run [--seconds S] [--backend redis|fred|redlock]
+//! lock-chaos run [--seconds S] [--backend redis|fred|redlock|postgres]
 //!                [--kind mutex|fair|rw|semaphore] [--permits P]
 //!                [--workers W] [--names K] [--lease-ms L] [--seed N]
 //! ```
 //!
-//! `run` starts its own Redis (one node, or five for RedLock), a fenced store process
-//! and W worker processes that loop on K names: acquire, check `is_held()`, write to the
-//! store with the fencing token, hold a random short time, release. Meanwhile it injects
+//! `run` starts its own servers (one Redis node, five for RedLock, or one PostgreSQL for
+//! `postgres`), a fenced store process and W worker processes that loop on K names:
+//! acquire, check `is_held()`, write to the store with the fencing token, hold a random
+//! short time, release. Workers reach the servers through fault proxies. Meanwhile it injects
 //! random faults: kill -9 a worker (restarted), SIGSTOP a worker for 2 to 4 leases,
-//! `CLIENT KILL` random connections, restart a node (losing its data), SIGSTOP a node
+//! `CLIENT KILL` (`pg_terminate_backend`) random connections, restart a node as a crash
+//! would (Redis loses its data, PostgreSQL keeps what it committed), SIGSTOP a node
 //! briefly, and for RedLock kill two of five nodes for a while. At the end it prints one
 //! JSON line and exits non-zero unless all three invariants are 0:
 //!
@@ -22,6 +24,7 @@
 //!
 //! `worker` and `store` are the other two roles; `run` starts them.
 
+mod node;
 mod rng;
 mod runner;
 mod store;
@@ -30,7 +33,7 @@ mod worker;
 use std::process::ExitCode;
 use std::time::Duration;
 
-const USAGE: &str = "usage: lock-chaos run [--seconds S] [--backend redis|fred|redlock] \
+const USAGE: &str = "usage: lock-chaos run [--seconds S] [--backend redis|fred|redlock|postgres] \
 [--kind mutex|fair|rw|semaphore] [--permits P] [--workers W] [--names K] [--lease-ms L] \
 [--seed N]";
 
@@ -77,9 +80,9 @@ fn run_args(args: &[String]) -> Result<runner::RunArgs, String> {
             other => return Err(format!("unknown flag {other}\n{USAGE}")),
         }
     }
-    if !["redis", "fred", "redlock"].contains(&run.backend.as_str()) {
+    if !["redis", "fred", "redlock", "postgres"].contains(&run.backend.as_str()) {
         return Err(format!(
-            "--backend {} is not supported (redis, fred, redlock)",
+            "--backend {} is not supported (redis, fred, redlock, postgres)",
             run.backend
         ));
     }
@@ -91,6 +94,9 @@ fn run_args(args: &[String]) -> Result<runner::RunArgs, String> {
     }
     if run.backend == "redlock" && ["fair", "semaphore"].contains(&run.kind.as_str()) {
         return Err(format!("{} cannot span RedLock nodes", run.kind));
+    }
+    if run.backend == "postgres" && run.kind == "semaphore" {
+        return Err("the PostgreSQL backend has no semaphores yet".into());
     }
     if run.permits == 0 || i64::try_from(run.permits).is_err() {
         return Err("--permits must be a positive count".into());

@@ -1,16 +1,17 @@
-//! The run: starts a Redis topology, the fenced store and the worker processes, injects
+//! The run: starts the servers (Redis nodes or a PostgreSQL), the fenced store and the worker processes, injects
 //! random faults until the time is up, then asks the store for its verdict.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;
 
-use lock_testkit::{FaultProxy, ProxyFault, RedisServer};
+use lock_testkit::{FaultProxy, ProxyFault};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
+use crate::node::Node;
 use crate::rng::Rng;
 
 /// What `lock-chaos run` is asked for.
@@ -46,7 +47,7 @@ struct Worker {
 /// Everything the run owns; dropping it stops every process.
 struct Run {
     args: RunArgs,
-    nodes: Vec<RedisServer>,
+    nodes: Vec<Node>,
     /// One per node: workers reach the nodes only through them.
     proxies: Vec<FaultProxy>,
     store: Child,
@@ -58,9 +59,10 @@ struct Run {
 
 impl Run {
     fn urls(&self) -> String {
-        self.proxies
+        self.nodes
             .iter()
-            .map(FaultProxy::url)
+            .zip(&self.proxies)
+            .map(|(node, proxy)| node.url_at(proxy.port()))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -154,7 +156,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<(String, bool), String> {
     let mut nodes = Vec::with_capacity(node_count);
     let mut proxies = Vec::with_capacity(node_count);
     for _ in 0..node_count {
-        let node = RedisServer::start().await;
+        let node = Node::start(&args.backend).await;
         let address = format!("127.0.0.1:{}", node.port());
         let upstream = address.parse().map_err(|e| format!("{address}: {e}"))?;
         proxies.push(FaultProxy::start(upstream).await);
@@ -262,18 +264,7 @@ async fn inject(run: &mut Run, rng: &mut Rng, fault: &str) -> Result<(), String>
         }
         "client_kill" => {
             let node = &run.nodes[rng.range(0, run.nodes.len() as u64) as usize];
-            let ids: String = node.command(&["CLIENT", "LIST"]).await;
-            for line in ids.lines() {
-                let id = line
-                    .split_whitespace()
-                    .find_map(|f| f.strip_prefix("id="))
-                    .unwrap_or("");
-                if !id.is_empty() && rng.chance(30) {
-                    // Our own connection may be among them; it is a fresh one each time.
-                    let _: redis::RedisResult<i64> =
-                        try_command(node, &["CLIENT", "KILL", "ID", id]).await;
-                }
-            }
+            node.kill_some_clients(rng).await;
         }
         "restart_node" => {
             let i = rng.range(0, run.nodes.len() as u64) as usize;
@@ -287,10 +278,11 @@ async fn inject(run: &mut Run, rng: &mut Rng, fault: &str) -> Result<(), String>
             node.resume();
         }
         "lose_reply" => {
-            // The next lock script through one node's proxy runs, and its reply is lost
-            // with the connection (it fires once).
-            let proxy = &run.proxies[rng.range(0, run.proxies.len() as u64) as usize];
-            proxy.set(ProxyFault::LoseReplyTo(b"EVALSHA".to_vec()));
+            // The next lock operation through one node's proxy runs, and its reply is
+            // lost with the connection (it fires once).
+            let i = rng.range(0, run.proxies.len() as u64) as usize;
+            let marker = run.nodes[i].lock_request_marker().to_vec();
+            run.proxies[i].set(ProxyFault::LoseReplyTo(marker));
         }
         "kill_minority" => {
             // Two of five nodes die for a while, then come back empty.
@@ -308,15 +300,4 @@ async fn inject(run: &mut Run, rng: &mut Rng, fault: &str) -> Result<(), String>
         _ => {}
     }
     Ok(())
-}
-
-/// A command that may fail (the connection it targets may be ours).
-async fn try_command(node: &RedisServer, args: &[&str]) -> redis::RedisResult<i64> {
-    let client = redis::Client::open(node.url())?;
-    let mut conn = client.get_multiplexed_async_connection().await?;
-    let mut cmd = redis::cmd(args[0]);
-    for arg in &args[1..] {
-        cmd.arg(*arg);
-    }
-    cmd.query_async(&mut conn).await
 }

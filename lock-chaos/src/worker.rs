@@ -90,6 +90,10 @@ async fn backend(args: &WorkerArgs) -> Result<Arc<dyn Backend>, String> {
                 .map_err(|e| e.to_string())?;
             Ok(Arc::new(redlock))
         }
+        "postgres" => {
+            let postgres = distlock::postgres::Connector::new(args.urls[0].clone()).pool_size(4);
+            shared(postgres.connect().await)
+        }
         other => Err(format!("unknown backend {other}")),
     }
 }

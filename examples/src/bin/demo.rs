@@ -17,13 +17,25 @@ const DEMO_LEASE: Duration = Duration::from_secs(3);
 #[derive(Clone)]
 enum Target {
     Redis(String),
+    Postgres(String),
     Memory(MemoryBackend),
 }
 
 impl Target {
+    /// The server `url` names: PostgreSQL for `postgres://` and `postgresql://`, else
+    /// Redis.
+    fn server(url: String) -> Self {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Target::Postgres(url)
+        } else {
+            Target::Redis(url)
+        }
+    }
+
     async fn client(&self) -> Result<Locks, distlock::Error> {
         let backend: Arc<dyn distlock::Backend> = match self {
             Target::Redis(url) => distlock::redis::connect_backend(url).await?,
+            Target::Postgres(url) => distlock::postgres::connect_backend(url).await?,
             Target::Memory(store) => Arc::new(store.clone()),
         };
         Locks::builder(backend).watchdog_lease(DEMO_LEASE).build()
@@ -37,14 +49,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // The child of the crash step: take the lock, say so, and wait to be killed.
         let url = args.next().ok_or("missing URL")?;
         let name = args.next().ok_or("missing name")?;
-        let locks = Target::Redis(url).client().await?;
+        let locks = Target::server(url).client().await?;
         let _guard = locks.mutex(&name).lock().await?;
         println!("holding");
         std::future::pending::<()>().await;
     }
     let target = if let Ok(url) = std::env::var("REDIS_URL") {
         println!("Using Redis at {url}.");
-        Target::Redis(url)
+        Target::server(url)
     } else {
         println!(
             "No REDIS_URL: using the in-memory backend (locks shared within this process only)."
@@ -135,7 +147,7 @@ async fn crash(target: &Target) -> Result<(), Box<dyn std::error::Error>> {
     );
     let name = "demo:crash";
     match target {
-        Target::Redis(url) => {
+        Target::Redis(url) | Target::Postgres(url) => {
             let mut child = tokio::process::Command::new(std::env::current_exe()?)
                 .args(["--hold-until-killed", url, name])
                 .stdout(Stdio::piped())

@@ -1,0 +1,151 @@
+//! The servers a run's locks live on: Redis nodes, or one PostgreSQL server. The faults
+//! that act on a server (restart, pause, killing client connections) go through here.
+
+use lock_testkit::{PostgresServer, RedisServer};
+
+use crate::rng::Rng;
+
+/// One server of the run.
+pub(crate) enum Node {
+    Redis(RedisServer),
+    Postgres(PostgresServer),
+}
+
+impl Node {
+    /// Starts a server for `backend`.
+    pub(crate) async fn start(backend: &str) -> Node {
+        if backend == "postgres" {
+            Node::Postgres(PostgresServer::start().await)
+        } else {
+            Node::Redis(RedisServer::start().await)
+        }
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        match self {
+            Node::Redis(server) => server.port(),
+            Node::Postgres(server) => server.port(),
+        }
+    }
+
+    /// The URL of this kind of server at `port` (the node's own, or its proxy's).
+    pub(crate) fn url_at(&self, port: u16) -> String {
+        match self {
+            Node::Redis(_) => format!("redis://127.0.0.1:{port}"),
+            Node::Postgres(_) => format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+        }
+    }
+
+    /// What a lock operation sends that the proxy recognizes: its reply can be lost.
+    pub(crate) fn lock_request_marker(&self) -> &'static [u8] {
+        match self {
+            Node::Redis(_) => b"EVALSHA",
+            Node::Postgres(_) => b"SELECT distlock.",
+        }
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        match self {
+            Node::Redis(server) => server.pid(),
+            Node::Postgres(server) => server.pid(),
+        }
+    }
+
+    /// Stops the server as a crash would and starts it again: Redis loses its data,
+    /// PostgreSQL keeps what it committed.
+    pub(crate) async fn restart(&mut self) {
+        match self {
+            Node::Redis(server) => server.restart().await,
+            Node::Postgres(server) => server.restart().await,
+        }
+    }
+
+    pub(crate) fn pause(&self) {
+        match self {
+            Node::Redis(server) => server.pause(),
+            Node::Postgres(server) => server.pause(),
+        }
+    }
+
+    pub(crate) fn resume(&self) {
+        match self {
+            Node::Redis(server) => server.resume(),
+            Node::Postgres(server) => server.resume(),
+        }
+    }
+
+    /// Closes about 30% of the clients' connections from the server's side (`CLIENT
+    /// KILL`, `pg_terminate_backend`). Our own connection may be among them: it is a
+    /// fresh one each time, and a failure only skips this fault.
+    pub(crate) async fn kill_some_clients(&self, rng: &mut Rng) {
+        let outcome = match self {
+            Node::Redis(server) => kill_redis_clients(server, rng).await,
+            Node::Postgres(server) => terminate_postgres_backends(server, rng).await,
+        };
+        if let Err(err) = outcome {
+            eprintln!("chaos: killing client connections: {err}");
+        }
+    }
+}
+
+async fn kill_redis_clients(server: &RedisServer, rng: &mut Rng) -> Result<(), String> {
+    let client = redis::Client::open(server.url()).map_err(|e| e.to_string())?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    for line in list.lines() {
+        let id = line
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("id="))
+            .unwrap_or("");
+        if !id.is_empty() && rng.chance(30) {
+            // The connection may be gone already, or be this one (then the rest are
+            // spared this time).
+            let killed: redis::RedisResult<i64> = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("ID")
+                .arg(id)
+                .query_async(&mut conn)
+                .await;
+            if killed.is_err() {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn terminate_postgres_backends(server: &PostgresServer, rng: &mut Rng) -> Result<(), String> {
+    let (client, connection) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
+        .await
+        .map_err(|e| e.to_string())?;
+    let driver = tokio::spawn(connection);
+    let rows = client
+        .query(
+            "SELECT pid FROM pg_stat_activity
+              WHERE application_name LIKE 'distlock%' AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    for row in rows {
+        let pid: i32 = row.get(0);
+        if rng.chance(30) {
+            client
+                .execute("SELECT pg_terminate_backend($1)", &[&pid])
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    drop(client);
+    driver
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+}
