@@ -1,7 +1,8 @@
 //! `lock-bench`: the benchmark behind `cargo xtask bench`.
 //!
-//! Starts its own redis-server processes (never 6379), runs each scenario for each
-//! contender (this library on the redis adapter, and the `rslock` crate as the peer),
+//! Starts its own redis-server processes (never 6379) and a PostgreSQL (never 5432),
+//! runs each scenario for each contender (this library on the redis adapter with the
+//! `rslock` crate as the peer; on PostgreSQL with PostgreSQL's advisory locks),
 //! and writes `target/bench/report.json`, `report.md` and `report.svg`. Every target is
 //! a ratio of figures measured in the same run.
 //!
@@ -9,6 +10,7 @@
 //! lock-bench [--quick] [--scenario NAME] [--out DIR]
 //! ```
 
+mod postgres;
 mod report;
 mod scenarios;
 
@@ -19,13 +21,14 @@ use std::process::ExitCode;
 use lock_testkit::RedisServer;
 use scenarios::{Results, Scale};
 
-const SCENARIOS: [&str; 6] = [
+const SCENARIOS: [&str; 7] = [
     "uncontended",
     "contended",
     "handoff",
     "watchdog",
     "redlock",
     "waiters",
+    "postgres",
 ];
 
 #[tokio::main]
@@ -80,6 +83,9 @@ async fn main() -> ExitCode {
                 nodes.push(RedisServer::start().await);
             }
             scenarios::redlock(&nodes, scale).await
+        } else if name == "postgres" {
+            let server = lock_testkit::PostgresServer::start().await;
+            postgres::postgres(&server, scale).await
         } else {
             let server = RedisServer::start().await;
             match name {

@@ -24,7 +24,7 @@ pub(crate) struct Scale {
     pub(crate) waiters: usize,
 }
 
-fn figures(pairs: &[(&str, f64)]) -> Figures {
+pub(crate) fn figures(pairs: &[(&str, f64)]) -> Figures {
     pairs
         .iter()
         .map(|(k, v)| ((*k).to_owned(), round(*v)))
@@ -71,7 +71,7 @@ async fn ours(server: &RedisServer) -> Locks {
 }
 
 /// Lock+unlock pairs per second of 64 tasks on distinct names through one client.
-async fn pairs_per_second(locks: &Locks, duration: Duration) -> f64 {
+pub(crate) async fn pairs_per_second(locks: &Locks, duration: Duration) -> f64 {
     let count = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + duration;
     let mut tasks = Vec::new();
@@ -193,6 +193,69 @@ async fn server_limit(server: &RedisServer) -> f64 {
     rps / 2.0
 }
 
+/// One worker of a contended run: acquire, hold 1 ms, release, think 1 ms, until
+/// `deadline`. Returns the waits (ms), the time held and the sections done.
+pub(crate) async fn work_until<H, A, R>(
+    deadline: Instant,
+    mut acquire: impl FnMut() -> A,
+    mut release: impl FnMut(H) -> R,
+) -> (Vec<f64>, Duration, u64)
+where
+    A: Future<Output = Option<H>>,
+    R: Future<Output = ()>,
+{
+    let (mut waits, mut held, mut ops) = (Vec::new(), Duration::ZERO, 0u64);
+    while Instant::now() < deadline {
+        let asked = Instant::now();
+        let Some(taken) = acquire().await else {
+            continue;
+        };
+        let entered = Instant::now();
+        waits.push((entered - asked).as_secs_f64() * 1000.0);
+        sleep(Duration::from_millis(1)).await;
+        held += entered.elapsed();
+        release(taken).await;
+        ops += 1;
+        sleep(Duration::from_millis(1)).await;
+    }
+    (waits, held, ops)
+}
+
+/// 8 clients of ours, each in a worker of [`work_until`] on one name.
+pub(crate) async fn contend_with(
+    clients: Vec<Locks>,
+    name: &'static str,
+    fair: bool,
+    seconds: f64,
+) -> Figures {
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for locks in clients {
+        let lock = if fair {
+            locks.fair_mutex(name)
+        } else {
+            locks.mutex(name)
+        };
+        tasks.push(tokio::spawn(async move {
+            work_until(
+                deadline,
+                || {
+                    let lock = lock.clone();
+                    async move { lock.lock().await.ok() }
+                },
+                |guard| async move {
+                    if let Err(err) = guard.unlock().await {
+                        eprintln!("lock-bench: unlock: {err}");
+                    }
+                },
+            )
+            .await
+        }));
+    }
+    summarize(tasks, started).await
+}
+
 /// One contended run: workers with their own clients loop acquire, hold, release, think.
 async fn contend_ours(server: &RedisServer, adapter: Adapter, fair: bool, seconds: f64) -> Figures {
     let mut clients = Vec::new();
@@ -204,34 +267,7 @@ async fn contend_ours(server: &RedisServer, adapter: Adapter, fair: bool, second
     } else {
         "bench:c:mutex"
     };
-    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for locks in clients {
-        tasks.push(tokio::spawn(async move {
-            let lock = if fair {
-                locks.fair_mutex(name)
-            } else {
-                locks.mutex(name)
-            };
-            let (mut waits, mut held, mut ops) = (Vec::new(), Duration::ZERO, 0u64);
-            while Instant::now() < deadline {
-                let asked = Instant::now();
-                let Ok(guard) = lock.lock().await else {
-                    continue;
-                };
-                let entered = Instant::now();
-                waits.push((entered - asked).as_secs_f64() * 1000.0);
-                sleep(Duration::from_millis(1)).await;
-                held += entered.elapsed();
-                let _ = guard.unlock().await;
-                ops += 1;
-                sleep(Duration::from_millis(1)).await;
-            }
-            (waits, held, ops)
-        }));
-    }
-    summarize(tasks, started).await
+    contend_with(clients, name, fair, seconds).await
 }
 
 async fn contend_peer(server: &RedisServer, seconds: f64) -> Figures {
@@ -239,32 +275,32 @@ async fn contend_peer(server: &RedisServer, seconds: f64) -> Figures {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..8 {
-        let manager = peer(&[server.url()]);
+        let manager = Arc::new(peer(&[server.url()]));
         tasks.push(tokio::spawn(async move {
-            let (mut waits, mut held, mut ops) = (Vec::new(), Duration::ZERO, 0u64);
-            while Instant::now() < deadline {
-                let asked = Instant::now();
-                let Ok(lock) = manager
-                    .acquire_no_guard("bench:c:peer".as_bytes(), Duration::from_secs(30))
-                    .await
-                else {
-                    continue;
-                };
-                let entered = Instant::now();
-                waits.push((entered - asked).as_secs_f64() * 1000.0);
-                sleep(Duration::from_millis(1)).await;
-                held += entered.elapsed();
-                manager.unlock(&lock).await;
-                ops += 1;
-                sleep(Duration::from_millis(1)).await;
-            }
-            (waits, held, ops)
+            let releaser = Arc::clone(&manager);
+            work_until(
+                deadline,
+                || {
+                    let manager = Arc::clone(&manager);
+                    async move {
+                        manager
+                            .acquire_no_guard("bench:c:peer".as_bytes(), Duration::from_secs(30))
+                            .await
+                            .ok()
+                    }
+                },
+                |lock| {
+                    let manager = Arc::clone(&releaser);
+                    async move { manager.unlock(&lock).await }
+                },
+            )
+            .await
         }));
     }
     summarize(tasks, started).await
 }
 
-async fn summarize(
+pub(crate) async fn summarize(
     tasks: Vec<tokio::task::JoinHandle<(Vec<f64>, Duration, u64)>>,
     started: Instant,
 ) -> Figures {
@@ -280,9 +316,17 @@ async fn summarize(
     let waits = sorted(waits);
     let most = ops.iter().copied().max().unwrap_or(0).max(1);
     let fewest = ops.iter().copied().min().unwrap_or(0);
+    let total = ops.iter().sum::<u64>() as f64;
+    let utilization = held.as_secs_f64() / wall;
     figures(&[
-        ("ops", ops.iter().sum::<u64>() as f64),
-        ("utilization", held.as_secs_f64() / wall),
+        ("ops", total),
+        ("utilization", utilization),
+        // Comparable across runtimes and hold times: how long the lock sat free per
+        // hand-off.
+        (
+            "idle_ms_per_handoff",
+            wall * (1.0 - utilization.min(1.0)) * 1000.0 / total.max(1.0),
+        ),
         ("wait_ms_p50", percentile(&waits, 0.50)),
         ("wait_ms_p99", percentile(&waits, 0.99)),
         ("wait_ms_max", waits.last().copied().unwrap_or(0.0)),
