@@ -1,9 +1,9 @@
 //! Workspace tasks, run as `cargo xtask <command>` (an alias in `.cargo/config.toml`).
 //!
-//! - `cargo xtask test [-- ARGS]`: makes sure `redis-server` and PostgreSQL's server
-//!   binaries exist (installing them with apt-get, `sudo -n apt-get` or brew when
-//!   missing), then runs `cargo test --workspace --all-features ARGS` with
-//!   `REDIS_SERVER_BIN` and `PG_BIN_DIR` set.
+//! - `cargo xtask test [-- ARGS]`: makes sure `redis-server`, PostgreSQL's server
+//!   binaries and `pgbouncer` exist (installing them with apt-get, `sudo -n apt-get` or
+//!   brew when missing), then runs `cargo test --workspace --all-features ARGS` with
+//!   `REDIS_SERVER_BIN`, `PG_BIN_DIR` and `PGBOUNCER_BIN` set.
 //! - `cargo xtask demo [-- ARGS]`: runs the `demo` example against `$REDIS_URL`, else
 //!   against a throwaway local `redis-server`, else on the in-memory backend.
 //! - `cargo xtask redis standalone` / `cargo xtask redis cluster [--masters N]`: starts a
@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, ExitStatus};
 use std::time::Instant;
 
-use lock_testkit::{RedisCluster, RedisServer, postgres_bin_dir, redis_server_binary};
+use lock_testkit::{
+    RedisCluster, RedisServer, pgbouncer_binary, postgres_bin_dir, redis_server_binary,
+};
 
 const HELP: &str = "\
 usage: cargo xtask <command>
@@ -31,7 +33,7 @@ commands:
                                   redis-server, else the in-memory backend
   redis standalone                start a standalone redis-server and print its URL; Ctrl-C stops it
   redis cluster [--masters N]     start an N-master Redis Cluster (default 3); Ctrl-C stops it
-  chaos [--seconds S] [--backend redis|fred|redlock] [--kind mutex|fair|rw|semaphore] [...]
+  chaos [--seconds S] [--backend redis|fred|redlock|postgres] [--kind mutex|fair|rw|semaphore] [...]
                                   fault injection: worker processes, a fenced store, random
                                   crashes, pauses and Redis failures; fails on any violation
   bench [--quick] [--scenario NAME]
@@ -82,6 +84,8 @@ fn test(extra: &[String]) -> Result<ExitCode, String> {
     println!("xtask: using {}", binary.display());
     let postgres = find_or_install(&POSTGRES)?;
     println!("xtask: using PostgreSQL from {}", postgres.display());
+    let pgbouncer = find_or_install(&PGBOUNCER)?;
+    println!("xtask: using {}", pgbouncer.display());
     let mut cargo = cargo();
     cargo.arg("test");
     // `-p NAME` narrows the run; `--workspace` would override it.
@@ -92,7 +96,8 @@ fn test(extra: &[String]) -> Result<ExitCode, String> {
         .arg("--all-features")
         .args(extra)
         .env("REDIS_SERVER_BIN", &binary)
-        .env("PG_BIN_DIR", &postgres);
+        .env("PG_BIN_DIR", &postgres)
+        .env("PGBOUNCER_BIN", &pgbouncer);
     let status = run_streaming(cargo)?;
     println!(
         "xtask: tests {} in {:.1} s",
@@ -105,6 +110,14 @@ fn test(extra: &[String]) -> Result<ExitCode, String> {
 /// `cargo xtask chaos`: the harness lives in the `lock-chaos` crate; this builds and runs it.
 fn chaos(extra: &[String]) -> Result<ExitCode, String> {
     let binary = find_or_install_redis()?;
+    let postgres_wanted = extra
+        .windows(2)
+        .any(|pair| pair[0] == "--backend" && pair[1] == "postgres");
+    let postgres = if postgres_wanted {
+        Some(find_or_install(&POSTGRES)?)
+    } else {
+        None
+    };
     // The dev profile shares its build with `cargo xtask test`; the harness measures
     // correctness, not speed.
     println!("xtask: building lock-chaos...");
@@ -118,6 +131,9 @@ fn chaos(extra: &[String]) -> Result<ExitCode, String> {
         .map_or_else(|| workspace_root().join("target"), PathBuf::from);
     let mut run = Command::new(target.join("debug").join("lock-chaos"));
     run.arg("run").args(extra).env("REDIS_SERVER_BIN", &binary);
+    if let Some(postgres) = postgres {
+        run.env("PG_BIN_DIR", postgres);
+    }
     println!("xtask: lock-chaos run {}", extra.join(" "));
     Ok(exit_code(run_streaming(run)?))
 }
@@ -126,6 +142,7 @@ fn chaos(extra: &[String]) -> Result<ExitCode, String> {
 /// in release and runs it from the workspace root.
 fn bench(extra: &[String]) -> Result<ExitCode, String> {
     let binary = find_or_install_redis()?;
+    let postgres = find_or_install(&POSTGRES)?;
     println!("xtask: building lock-bench (release)...");
     let mut build = cargo();
     build.args(["build", "--quiet", "--release", "-p", "lock-bench"]);
@@ -140,7 +157,8 @@ fn bench(extra: &[String]) -> Result<ExitCode, String> {
         .arg("--out")
         .arg(target.join("bench"))
         .current_dir(workspace_root())
-        .env("REDIS_SERVER_BIN", &binary);
+        .env("REDIS_SERVER_BIN", &binary)
+        .env("PG_BIN_DIR", &postgres);
     let started = Instant::now();
     let status = run_streaming(run)?;
     println!(
@@ -318,6 +336,15 @@ const POSTGRES: Needed = Needed {
     brew: "postgresql",
     not_found: "PostgreSQL not found: install it (Debian/Ubuntu: apt-get install postgresql; \
          macOS: brew install postgresql) or set PG_BIN_DIR to the directory of initdb",
+};
+
+const PGBOUNCER: Needed = Needed {
+    what: "pgbouncer",
+    find: pgbouncer_binary,
+    apt: "pgbouncer",
+    brew: "pgbouncer",
+    not_found: "pgbouncer not found: install it (Debian/Ubuntu: apt-get install pgbouncer; \
+         macOS: brew install pgbouncer) or set PGBOUNCER_BIN to its path",
 };
 
 /// `redis-server`, installed with the system's package manager when missing.
