@@ -9,7 +9,7 @@
 use std::fmt;
 
 use lock_core::Error;
-use tokio_postgres::error::SqlState;
+use tokio_postgres::error::{Severity, SqlState};
 use tokio_postgres::{Client, GenericClient};
 
 use crate::error::SchemaError;
@@ -378,9 +378,23 @@ pub(crate) fn failed(
                 Some(SchemaError::MissingPrivilege { privilege, on }.into()),
             )
         }
+        Some(db) if ends_the_session(db) => Error::connection(during, err),
         Some(_) => Error::backend(during, err),
         None => Error::connection(during, err),
     }
+}
+
+/// Whether the server ended the session with this error (an administrator's
+/// `pg_terminate_backend`, a shutdown, a lost connection): the statement's outcome is then
+/// as unknown as after a dropped connection, and sending it again on another connection
+/// is what the request ids make safe.
+fn ends_the_session(db: &tokio_postgres::error::DbError) -> bool {
+    let code = db.code().code();
+    matches!(
+        db.parsed_severity(),
+        Some(Severity::Fatal | Severity::Panic)
+    ) || code.starts_with("08")
+        || code.starts_with("57P")
 }
 
 #[cfg(test)]
