@@ -10,6 +10,8 @@
 //! lock-bench [--quick] [--scenario NAME] [--out DIR]
 //! ```
 
+mod alloc;
+mod contended;
 mod postgres;
 mod report;
 mod scenarios;
@@ -90,7 +92,7 @@ async fn main() -> ExitCode {
             let server = RedisServer::start().await;
             match name {
                 "uncontended" => scenarios::uncontended(&server, scale).await,
-                "contended" => scenarios::contended(&server, scale).await,
+                "contended" => contended::contended(&server, scale).await,
                 "handoff" => scenarios::handoff(&server, scale).await,
                 "watchdog" => scenarios::watchdog(&server, scale).await,
                 _ => scenarios::waiters(&server, scale).await,

@@ -12,9 +12,8 @@ use lock_testkit::PostgresServer;
 use tokio::time::Instant;
 use tokio_postgres::types::Type;
 
-use crate::scenarios::{
-    Figures, Results, Scale, contend_with, figures, pairs_per_second, summarize, work_until,
-};
+use crate::contended::{Kind, contend_with, summarize, work_until};
+use crate::scenarios::{Figures, Results, Scale, figures, pairs_per_second};
 
 /// Connections per pool, ours and the advisory locks' alike.
 const POOL_SIZE: usize = 16;
@@ -127,7 +126,8 @@ pub(crate) async fn postgres(server: &PostgresServer, scale: Scale) -> Results {
     for _ in 0..8 {
         clients.push(ours(server).await);
     }
-    let mut ours_figures = contend_with(clients, "bench:c:postgres", false, scale.seconds).await;
+    let mut ours_figures =
+        contend_with(clients, 1, "bench:c:postgres", Kind::Mutex, scale.seconds).await;
     let mut advisory_figures = advisory_contended(server, scale.seconds).await;
     ours_figures.extend(figures(&[("pairs_per_s", ours_rate)]));
     advisory_figures.extend(figures(&[("pairs_per_s", advisory_rate)]));
