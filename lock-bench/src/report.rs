@@ -48,9 +48,12 @@ impl Targets {
     }
 }
 
+/// `a / b`; NaN (a target missed as unmeasured) when `b` was measured as zero, which
+/// means its measurement failed.
 fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     match (a, b) {
         (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        (Some(_), Some(_)) => Some(f64::NAN),
         _ => None,
     }
 }

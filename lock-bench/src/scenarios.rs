@@ -208,11 +208,12 @@ async fn server_limit(server: &RedisServer) -> f64 {
             "-q",
             "EVALSHA",
             &sha,
-            "4",
+            "5",
             "k:__rand_int__",
             "r:__rand_int__",
             "t:__rand_int__",
             "e",
+            "g:__rand_int__",
             "30000",
             "owner",
             "0",
@@ -220,12 +221,17 @@ async fn server_limit(server: &RedisServer) -> f64 {
             "0",
             "0",
             "0",
+            "10000",
         ])
         .output()
         .await;
     let text = output
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
+    if text.contains("Error") {
+        eprintln!("lock-bench: redis-benchmark on our acquire script failed: {text}");
+        return 0.0;
+    }
     // "EVALSHA ...: 123456.79 requests per second"
     let rps = text
         .split_whitespace()
