@@ -47,6 +47,7 @@ pub struct FaultyBackend {
     listen_delay: Arc<Mutex<Duration>>,
     failing_listens: Arc<std::sync::atomic::AtomicUsize>,
     permit_grant_delay: Arc<Mutex<Duration>>,
+    acquisitions: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl fmt::Debug for FaultyBackend {
@@ -61,6 +62,7 @@ impl fmt::Debug for FaultyBackend {
             .field("listen_delay", &self.listen_delay)
             .field("failing_listens", &self.failing_listens)
             .field("permit_grant_delay", &self.permit_grant_delay)
+            .field("acquisitions", &self.acquisitions)
             .finish()
     }
 }
@@ -79,7 +81,14 @@ impl FaultyBackend {
             listen_delay: Arc::new(Mutex::new(Duration::ZERO)),
             failing_listens: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             permit_grant_delay: Arc::new(Mutex::new(Duration::ZERO)),
+            acquisitions: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         }
+    }
+
+    /// How many lock acquisitions were asked of this wrapper so far.
+    #[must_use]
+    pub fn acquisitions(&self) -> usize {
+        self.acquisitions.load(Ordering::SeqCst)
     }
 
     /// Makes semaphore acquisitions answer this long after the wrapped backend granted
@@ -163,6 +172,7 @@ impl Backend for FaultyBackend {
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
+        self.acquisitions.fetch_add(1, Ordering::SeqCst);
         match self.fault() {
             AcquireFault::None => self.inner.acquire(lock, request).await,
             AcquireFault::FailBeforeSending => Err(injected("injected: not sent")),

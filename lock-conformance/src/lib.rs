@@ -56,6 +56,7 @@ macro_rules! conformance_suite {
             try_lock_for_gives_up_after_its_wait: [],
             an_acquisition_reports_its_timeout_and_keeps_its_lease: [],
             waiter_wakes_on_release: [],
+            one_client_asks_once_for_its_mutex_waiters: [],
             join_of_two_scopes_excludes: [],
             counter_under_lock_is_exact: [],
             channels_are_unsubscribed_after_waiters_leave: [],

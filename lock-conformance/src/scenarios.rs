@@ -9,6 +9,7 @@ use lock_core::{Error, ErrorKind, Holder, LockKind, LockName, LockRef, Locks, Ow
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::Fixture;
+use crate::faulty::FaultyBackend;
 
 /// A unique lock name per call, so scenarios never collide on a shared store.
 pub(crate) fn unique(prefix: &str) -> String {
@@ -344,6 +345,50 @@ pub async fn waiter_wakes_on_release(fx: &dyn Fixture) {
     assert!(
         gap < Duration::from_millis(100),
         "the waiter took {gap:?} to wake"
+    );
+}
+
+/// Many waiters of one client on a held mutex: only the first asks the backend (its
+/// try, and its retry once subscribed); the others wait in the client, and all are
+/// served in arrival order once the holder lets go. Before local lines every waiter
+/// asked twice, and a release woke any of them.
+pub async fn one_client_asks_once_for_its_mutex_waiters(fx: &dyn Fixture) {
+    const WAITERS: usize = 10;
+    let holder = fx.client().await;
+    let name = unique("local-line");
+    let held = holder.mutex(&name).lock().await.unwrap();
+    let counted = FaultyBackend::new(fx.backend().await);
+    let locks = Locks::new(Arc::new(counted.clone()));
+    let served = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for n in 0..WAITERS {
+        let (mutex, served) = (locks.mutex(&name), Arc::clone(&served));
+        waiters.push(tokio::spawn(async move {
+            let guard = mutex.lock().await.unwrap();
+            served.lock().unwrap().push(n);
+            guard.unlock().await.unwrap();
+        }));
+        // Each arrives after the one before.
+        sleep(Duration::from_millis(20)).await;
+    }
+    sleep(Duration::from_millis(100)).await;
+    let asked = counted.acquisitions();
+    assert!(
+        asked <= 2,
+        "{WAITERS} waiters of one client asked the backend {asked} times while the lock \
+         was held"
+    );
+    held.unlock().await.unwrap();
+    for waiter in waiters {
+        timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("every waiter is served")
+            .unwrap();
+    }
+    assert_eq!(
+        *served.lock().unwrap(),
+        (0..WAITERS).collect::<Vec<_>>(),
+        "the waiters were not served in arrival order"
     );
 }
 

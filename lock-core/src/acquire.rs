@@ -6,6 +6,10 @@
 //! out, and repeat. The notification future is armed before every retry, so a release
 //! that lands during the retry still wakes the waiter.
 //!
+//! A client's waiters for one mutex ask the backend one at a time, in arrival order (see
+//! [`crate::turns`]): the first in line tries and listens, the others wait in the
+//! process, and a release wakes the one that asks rather than all of them.
+//!
 //! Each attempt runs in its own task: if the caller's future is dropped while a grant is
 //! on its way, the attempt releases what it was granted instead of leaking a hold.
 
@@ -20,7 +24,9 @@ use crate::backend::{Acquire, AcquireRequest, Backend, ReleaseRequest};
 use crate::client::{InFlight, Inner};
 use crate::guard::Guard;
 use crate::metrics::{self, AcquireOutcome};
-use crate::{Error, LockRef};
+use crate::notify::Listener;
+use crate::turns::Turn;
+use crate::{Error, LockKind, LockName, LockRef};
 use crate::{events, retry};
 
 /// How long a caller is prepared to wait.
@@ -90,6 +96,11 @@ async fn acquire_inner(
         Lease::Watchdog => (client.config.watchdog_lease, true),
         Lease::Fixed(d) => (d, false),
     };
+    let mut turn = match wait_in_line(client, &lock, wait).await {
+        Line::NotQueued => None,
+        Line::Head(turn) => Some(turn),
+        Line::WaitRanOut => return Ok(None),
+    };
     let mut request = AcquireRequest::new(lease_duration)
         .fencing(client.config.fencing)
         .retry_window(client.config.retry_window);
@@ -119,9 +130,13 @@ async fn acquire_inner(
     // Subscribing and every attempt end with the caller's wait: a slow subscription (a
     // connection being re-established) must not hold a bounded wait past its deadline.
     // Both are cancel-safe. A subscription that was not confirmed is tried again.
-    let retry_until = Instant::now() + client.config.retry_window;
-    let subscribing = retry::until_answered(retry_until, || client.backend.listen(&lock));
-    let Some(listener) = Box::pin(within(wait, Duration::ZERO, subscribing)).await else {
+    // A line's heads share one listener, passed on with the turn.
+    let mut own_listener = None;
+    let slot = match turn.as_mut() {
+        Some(turn) => turn.slot(),
+        None => &mut own_listener,
+    };
+    let Some(listener) = listen(client, &lock, wait, slot).await else {
         return Ok(None);
     };
     let listener = listener?;
@@ -185,6 +200,53 @@ async fn acquire_inner(
             () = &mut notified => {}
             () = tokio::time::sleep(sleep_for.max(Duration::from_millis(1))) => {}
         }
+    }
+}
+
+/// Where a waiter stands in its client's line for a mutex.
+enum Line {
+    /// It does not queue: not a mutex, a try, or a reentry (which would wait for its own
+    /// release).
+    NotQueued,
+    /// It is the one waiter of this client that asks the backend.
+    Head(Turn<LockName, Option<Listener>>),
+    /// The caller's wait ran out in the line.
+    WaitRanOut,
+}
+
+/// This client's mutex waiters ask the backend one at a time, in arrival order: the
+/// others wait here and cost no requests, and a release wakes the one that asks.
+async fn wait_in_line(client: &Inner, lock: &LockRef, wait: Wait) -> Line {
+    let deadline = match wait {
+        Wait::Never => return Line::NotQueued,
+        Wait::Until(deadline) => Some(deadline),
+        Wait::Forever => None,
+    };
+    if lock.kind != LockKind::Mutex || client.holds_exclusively(lock) {
+        return Line::NotQueued;
+    }
+    match Box::pin(client.mutex_turns.wait(&lock.name, deadline)).await {
+        Some(turn) => Line::Head(turn),
+        None => Line::WaitRanOut,
+    }
+}
+
+/// The listener in `slot`, or a new subscription put there (`None` when the caller's
+/// wait ran out first). A subscription that was not confirmed is tried again.
+async fn listen<'a>(
+    client: &Inner,
+    lock: &LockRef,
+    wait: Wait,
+    slot: &'a mut Option<Listener>,
+) -> Option<Result<&'a Listener, Error>> {
+    if let Some(listener) = slot.take() {
+        return Some(Ok(slot.insert(listener)));
+    }
+    let retry_until = Instant::now() + client.config.retry_window;
+    let subscribing = retry::until_answered(retry_until, || client.backend.listen(lock));
+    match Box::pin(within(wait, Duration::ZERO, subscribing)).await? {
+        Ok(listener) => Some(Ok(slot.insert(listener))),
+        Err(err) => Some(Err(err)),
     }
 }
 

@@ -10,10 +10,11 @@ use tokio::time::Instant;
 use crate::config::Config;
 use crate::hold::Hold;
 use crate::supervisor::Supervisor;
+use crate::turns::Turns;
 use crate::watchdog::{Renewed, Watchdog};
 use crate::{
-    Backend, Capabilities, CountDownLatch, Error, ExpirableSemaphore, Lock, LockKind, LockRef,
-    LostReason, RwLock, Semaphore, events,
+    Backend, Capabilities, CountDownLatch, Error, ExpirableSemaphore, Lock, LockKind, LockName,
+    LockRef, LostReason, RwLock, Semaphore, events,
 };
 
 /// A client of a lock backend: the factory of lock handles.
@@ -38,7 +39,10 @@ pub(crate) struct Inner {
     pub(crate) watchdog: Watchdog,
     pub(crate) supervisor: Supervisor,
     /// The turns of this client's semaphore waiters, per name.
-    pub(crate) semaphore_turns: crate::semaphore::Turns,
+    pub(crate) semaphore_turns: Turns<LockName>,
+    /// The turns of this client's mutex waiters, per name, with the listener the
+    /// line's heads share.
+    pub(crate) mutex_turns: Turns<LockName, Option<crate::notify::Listener>>,
     /// The expirable permits this client's guards hold, by id.
     pub(crate) leased: crate::expirable::LeasedRegistry,
 }
@@ -80,7 +84,8 @@ impl Locks {
                 in_flight: StdMutex::new(HashMap::new()),
                 watchdog: Watchdog::default(),
                 supervisor: Supervisor::new(),
-                semaphore_turns: crate::semaphore::Turns::default(),
+                semaphore_turns: Turns::default(),
+                mutex_turns: Turns::default(),
                 leased: crate::expirable::LeasedRegistry::default(),
             }),
         }
@@ -179,6 +184,15 @@ impl Locks {
 impl Inner {
     fn holds(&self) -> MutexGuard<'_, HashMap<LockRef, Arc<Hold>>> {
         self.holds.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether this client holds `lock`'s name for `lock`'s owner as a mutex or a fair
+    /// mutex (which share their holds): another acquisition by that owner re-enters.
+    pub(crate) fn holds_exclusively(&self, lock: &LockRef) -> bool {
+        let holds = self.holds();
+        [LockKind::Mutex, LockKind::Fair].into_iter().any(|kind| {
+            holds.contains_key(&LockRef::new(kind, lock.name.clone(), lock.owner.clone()))
+        })
     }
 
     /// Records a granted acquisition (sent at `sent`, `holds` holds after it) and returns

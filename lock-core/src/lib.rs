@@ -48,6 +48,7 @@ pub mod notify;
 mod retry;
 mod semaphore;
 mod supervisor;
+mod turns;
 mod watchdog;
 
 pub use backend::{

@@ -1,14 +1,13 @@
 //! [`Semaphore`]: bounded concurrency across services (Java's `Semaphore`, shared), and
 //! [`Permits`], the guard that gives taken permits back.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::backend::{Capabilities, PermitRequest, PermitReservation, RequestId, SemaphoreBackend};
@@ -472,45 +471,5 @@ impl Drop for Permits {
         if !self.released && self.count > 0 {
             release_unawaited(&self.client, &self.name, self.count, "dropped permits");
         }
-    }
-}
-
-/// Per semaphore name, the turn of this client's waiters: only the first one waits on
-/// the store; the others wait for it, in arrival order.
-#[derive(Debug, Default)]
-pub(crate) struct Turns {
-    by_name: StdMutex<HashMap<LockName, Arc<AsyncMutex<()>>>>,
-}
-
-impl Turns {
-    /// Waits for the turn of `name` until `deadline` (as long as it takes without one);
-    /// `None` when the deadline passed and the turn is still taken. Local waiters go one
-    /// at a time, in arrival order (tokio's mutex is fair); a try does not overtake a
-    /// local waiter either.
-    pub(crate) async fn wait(
-        &self,
-        name: &LockName,
-        deadline: Option<Instant>,
-    ) -> Option<OwnedMutexGuard<()>> {
-        let turn = self.turn(name);
-        match deadline {
-            None => Some(turn.lock_owned().await),
-            Some(deadline) => {
-                match tokio::time::timeout_at(deadline, Arc::clone(&turn).lock_owned()).await {
-                    Ok(head) => Some(head),
-                    Err(_) => turn.try_lock_owned().ok(),
-                }
-            }
-        }
-    }
-
-    /// The queue of `name`, made on first use. Entries nobody else holds are dropped
-    /// now and then, so that names used once take no memory for long.
-    fn turn(&self, name: &LockName) -> Arc<AsyncMutex<()>> {
-        let mut by_name = self.by_name.lock().unwrap_or_else(PoisonError::into_inner);
-        if by_name.len() >= 64 {
-            by_name.retain(|_, turn| Arc::strong_count(turn) > 1);
-        }
-        Arc::clone(by_name.entry(name.clone()).or_default())
     }
 }

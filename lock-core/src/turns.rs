@@ -1,0 +1,186 @@
+//! Local waiting lines: per name, this client's waiters go to the backend one at a time,
+//! in arrival order, and the others wait in the process.
+//!
+//! A line is a fair async mutex per name (tokio's mutex serves its waiters in arrival
+//! order): holding it is being the one waiter of this client that asks the backend. The
+//! mutex guards a slot the heads pass on to each other (a mutex line keeps its
+//! notification listener there, so that a new head does not subscribe again). A line
+//! exists while somebody stands in it or holds its turn, and goes with the last of them,
+//! slot included, so names used once cost nothing once their waiters are gone.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex as StdMutex, MutexGuard, PoisonError};
+
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+use tokio::time::Instant;
+
+/// One line: its turn and the slot its heads pass on.
+type Line<S> = Arc<AsyncMutex<S>>;
+
+/// The lines of one client, by key (a lock or semaphore name), each with a slot `S`.
+pub(crate) struct Turns<K, S = ()> {
+    lines: Arc<StdMutex<HashMap<K, Line<S>>>>,
+}
+
+impl<K, S> Default for Turns<K, S> {
+    fn default() -> Self {
+        Self {
+            lines: Arc::default(),
+        }
+    }
+}
+
+impl<K, S> fmt::Debug for Turns<K, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Turns")
+            .field("lines", &lock(&self.lines).len())
+            .finish()
+    }
+}
+
+fn lock<K, S>(lines: &StdMutex<HashMap<K, Line<S>>>) -> MutexGuard<'_, HashMap<K, Line<S>>> {
+    // Every critical section below is a map lookup, insert or remove that cannot panic
+    // half-way, so a poisoned map is still consistent.
+    lines.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<K: Hash + Eq + Clone, S: Default> Turns<K, S> {
+    /// Waits for the turn of `key` until `deadline` (as long as it takes without one);
+    /// `None` when the deadline passed and the turn is still taken.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a waiter dropped before its turn leaves the line, and the line goes
+    /// with its last waiter.
+    pub(crate) async fn wait(&self, key: &K, deadline: Option<Instant>) -> Option<Turn<K, S>> {
+        let place = self.join(key);
+        let line = Arc::clone(&place.line);
+        let head = match deadline {
+            None => line.lock_owned().await,
+            Some(deadline) => {
+                match tokio::time::timeout_at(deadline, Arc::clone(&line).lock_owned()).await {
+                    Ok(head) => head,
+                    Err(_) => line.try_lock_owned().ok()?,
+                }
+            }
+        };
+        Some(Turn {
+            head,
+            _place: place,
+        })
+    }
+
+    /// The turn of `key` if nobody of this client stands in its line; `None` otherwise.
+    #[cfg(test)]
+    fn try_take(&self, key: &K) -> Option<Turn<K, S>> {
+        let place = self.join(key);
+        let head = Arc::clone(&place.line).try_lock_owned().ok()?;
+        Some(Turn {
+            head,
+            _place: place,
+        })
+    }
+
+    /// How many lines exist (for tests: a line must go with its last waiter).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        lock(&self.lines).len()
+    }
+
+    /// A place in the line of `key`, made on first use.
+    fn join(&self, key: &K) -> Place<K, S> {
+        let line = Arc::clone(lock(&self.lines).entry(key.clone()).or_default());
+        Place {
+            lines: Arc::clone(&self.lines),
+            key: key.clone(),
+            line,
+        }
+    }
+}
+
+/// Standing in a line; the last place to go removes the line.
+struct Place<K: Hash + Eq, S> {
+    lines: Arc<StdMutex<HashMap<K, Line<S>>>>,
+    key: K,
+    line: Line<S>,
+}
+
+impl<K: Hash + Eq, S> Drop for Place<K, S> {
+    fn drop(&mut self) {
+        let mut lines = lock(&self.lines);
+        // Two references left, the map's and this one: nobody else stands in the line
+        // (new places clone it under this map lock, so none can appear meanwhile).
+        if Arc::strong_count(&self.line) == 2 {
+            lines.remove(&self.key);
+        }
+    }
+}
+
+/// The turn of one line: while it lives, its holder is the one waiter of this client
+/// that asks the backend. Dropping it gives the turn to the next in line.
+pub(crate) struct Turn<K: Hash + Eq, S> {
+    // Declared first, so dropped first: the next waiter holds the line before this
+    // place counts whether anybody is left in it.
+    head: OwnedMutexGuard<S>,
+    _place: Place<K, S>,
+}
+
+impl<K: Hash + Eq, S> Turn<K, S> {
+    /// The slot the line's heads pass on to each other.
+    pub(crate) fn slot(&mut self) -> &mut S {
+        &mut self.head
+    }
+}
+
+impl<K: Hash + Eq, S> fmt::Debug for Turn<K, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Turn").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn waiters_take_turns_in_arrival_order_and_the_line_goes_with_the_last() {
+        let turns: Arc<Turns<&'static str>> = Arc::default();
+        let first = turns.wait(&"a", None).await.expect("a free line");
+        let order = Arc::new(StdMutex::new(Vec::new()));
+        let mut waiting = Vec::new();
+        for n in 0..3 {
+            let (turns, order) = (Arc::clone(&turns), Arc::clone(&order));
+            waiting.push(tokio::spawn(async move {
+                let turn = turns.wait(&"a", None).await.expect("no deadline");
+                order.lock().expect("order").push(n);
+                drop(turn);
+            }));
+            // Each joins before the next.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(turns.try_take(&"a").is_none(), "a turn was taken twice");
+        drop(first);
+        for task in waiting {
+            task.await.expect("waiter");
+        }
+        assert_eq!(*order.lock().expect("order"), vec![0, 1, 2]);
+        assert_eq!(turns.len(), 0, "an empty line was kept");
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_gives_up_leaves_the_line() {
+        let turns: Turns<&'static str> = Turns::default();
+        let held = turns.wait(&"a", None).await.expect("a free line");
+        let deadline = Instant::now() + Duration::from_millis(20);
+        assert!(turns.wait(&"a", Some(deadline)).await.is_none());
+        let dropped = turns.wait(&"a", None);
+        drop(dropped);
+        drop(held);
+        assert_eq!(turns.len(), 0, "a line outlived its waiters");
+        assert!(turns.try_take(&"a").is_some());
+    }
+}
