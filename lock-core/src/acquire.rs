@@ -92,14 +92,28 @@ async fn acquire_inner(
 
     // A watchdog that died with its runtime is started again before anything else.
     client.watchdog.revive(client);
-    let (lease_duration, renew) = match lease {
-        Lease::Watchdog => (client.config.watchdog_lease, true),
-        Lease::Fixed(d) => (d, false),
-    };
-    let mut turn = match wait_in_line(client, &lock, wait).await {
+    let turn = match wait_in_line(client, &lock, wait).await {
         Line::NotQueued => None,
         Line::Head(turn) => Some(turn),
         Line::WaitRanOut => return Ok(None),
+    };
+    // Boxed: a waiter in line keeps only the small state above; the state of asking
+    // and listening is made when its turn comes (thousands of waiters add up).
+    Box::pin(ask(client, lock, lease, wait, started, turn)).await
+}
+
+/// The head's part of an acquisition: try, listen, and try again on every release.
+async fn ask(
+    client: &Arc<Inner>,
+    lock: LockRef,
+    lease: Lease,
+    wait: Wait,
+    started: Instant,
+    mut turn: Option<Turn<LockName, Option<Listener>>>,
+) -> Result<Option<Guard>, Error> {
+    let (lease_duration, renew) = match lease {
+        Lease::Watchdog => (client.config.watchdog_lease, true),
+        Lease::Fixed(d) => (d, false),
     };
     let mut request = AcquireRequest::new(lease_duration)
         .fencing(client.config.fencing)

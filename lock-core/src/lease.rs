@@ -6,9 +6,10 @@
 //! is paused, gives the lease up first. Locks and expirable permits both keep one.
 
 use std::fmt;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::LostReason;
@@ -25,15 +26,19 @@ struct Status {
 /// Reports a lease newly lost (events and metrics of what the lease is for).
 type OnLost = Box<dyn Fn(LostReason) + Send + Sync>;
 
+/// Kept in every held lock, so kept small: a plain mutex and one `Notify` (a watch
+/// channel would allocate several hundred bytes more per hold).
 pub(crate) struct LeaseClock {
-    status: watch::Sender<Status>,
+    status: Mutex<Status>,
+    /// Wakes [`LeaseClock::lost`] waiters when the status changed.
+    changed: Notify,
     on_lost: OnLost,
 }
 
 impl fmt::Debug for LeaseClock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LeaseClock")
-            .field("status", &*self.status.borrow())
+            .field("status", &self.status())
             .finish_non_exhaustive()
     }
 }
@@ -43,20 +48,41 @@ impl LeaseClock {
     /// drift); `on_lost` is told once when it is lost.
     pub(crate) fn new(sent: Instant, valid_for: Duration, on_lost: OnLost) -> Self {
         Self {
-            status: watch::Sender::new(Status {
+            status: Mutex::new(Status {
                 deadline: sent + valid_for,
                 lost: None,
                 last_sent: sent,
                 epoch: 0,
             }),
+            changed: Notify::new(),
             on_lost,
         }
+    }
+
+    fn locked(&self) -> MutexGuard<'_, Status> {
+        // Every change below is a few field writes that cannot panic half-way.
+        self.status.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A copy of the status.
+    fn status(&self) -> Status {
+        *self.locked()
+    }
+
+    /// Applies `change`; when it reports a change, wakes the waiters of
+    /// [`LeaseClock::lost`]. Returns what `change` returned.
+    fn send_if_modified(&self, change: impl FnOnce(&mut Status) -> bool) -> bool {
+        let modified = change(&mut self.locked());
+        if modified {
+            self.changed.notify_waiters();
+        }
+        modified
     }
 
     /// Records a successful request sent at `sent` that armed the lease for `valid_for`.
     /// The deadline only moves forward.
     pub(crate) fn extend(&self, sent: Instant, valid_for: Duration) {
-        self.status.send_if_modified(|s| {
+        self.send_if_modified(|s| {
             if s.lost.is_some() {
                 return false;
             }
@@ -74,7 +100,7 @@ impl LeaseClock {
     /// As [`extend`](Self::extend), for a renewal sent at `epoch`: ignored when the lease
     /// was re-armed since.
     pub(crate) fn extend_in(&self, epoch: u64, sent: Instant, valid_for: Duration) {
-        if self.status.borrow().epoch == epoch {
+        if self.status().epoch == epoch {
             self.extend(sent, valid_for);
         }
     }
@@ -82,7 +108,7 @@ impl LeaseClock {
     /// Sets the lease anew from a request sent at `sent`: the deadline may move back
     /// (a shorter lease), and renewals sent before are ignored.
     pub(crate) fn rearm(&self, sent: Instant, valid_for: Duration) {
-        self.status.send_if_modified(|s| {
+        self.send_if_modified(|s| {
             if s.lost.is_some() {
                 return false;
             }
@@ -97,7 +123,7 @@ impl LeaseClock {
     /// that may shorten the lease: whatever becomes of the request, the local deadline
     /// is then never after the store's. Renewals sent before are ignored.
     pub(crate) fn shorten(&self, sent: Instant, valid_for: Duration) {
-        self.status.send_if_modified(|s| {
+        self.send_if_modified(|s| {
             if s.lost.is_some() {
                 return false;
             }
@@ -109,12 +135,12 @@ impl LeaseClock {
 
     /// The number of re-arms so far.
     pub(crate) fn epoch(&self) -> u64 {
-        self.status.borrow().epoch
+        self.status().epoch
     }
 
     /// Marks the lease lost; returns whether this call did it.
     pub(crate) fn mark_lost(&self, reason: LostReason) -> bool {
-        let marked = self.status.send_if_modified(|s| {
+        let marked = self.send_if_modified(|s| {
             if s.lost.is_some() {
                 false
             } else {
@@ -130,16 +156,16 @@ impl LeaseClock {
 
     /// Why the lease is lost, if it is; a passed deadline marks it lost now.
     pub(crate) fn lost_reason(&self) -> Option<LostReason> {
-        let s = *self.status.borrow();
+        let s = self.status();
         if s.lost.is_none() && Instant::now() >= s.deadline {
             self.mark_lost(LostReason::LeaseExpired);
         }
-        self.status.borrow().lost
+        self.status().lost
     }
 
     /// Whether the lease is lost (without checking the deadline).
     pub(crate) fn is_marked_lost(&self) -> bool {
-        self.status.borrow().lost.is_some()
+        self.status().lost.is_some()
     }
 
     /// Time left before the local deadline, or `None` once lost.
@@ -148,8 +174,7 @@ impl LeaseClock {
             return None;
         }
         Some(
-            self.status
-                .borrow()
+            self.status()
                 .deadline
                 .saturating_duration_since(Instant::now()),
         )
@@ -157,18 +182,22 @@ impl LeaseClock {
 
     /// The local deadline (meaningless once lost).
     pub(crate) fn deadline(&self) -> Instant {
-        self.status.borrow().deadline
+        self.status().deadline
     }
 
     pub(crate) fn last_sent(&self) -> Instant {
-        self.status.borrow().last_sent
+        self.status().last_sent
     }
 
     /// Resolves when the lease is lost (by a failed renewal or by its deadline passing).
     pub(crate) async fn lost(&self) -> LostReason {
-        let mut rx = self.status.subscribe();
         loop {
-            let s = *rx.borrow_and_update();
+            // Registered before the status is read, so that a change made after the
+            // read still wakes this waiter.
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let s = self.status();
             if let Some(reason) = s.lost {
                 return reason;
             }
@@ -177,12 +206,7 @@ impl LeaseClock {
                 continue;
             }
             tokio::select! {
-                changed = rx.changed() => {
-                    // The sender lives as long as `self`; this cannot fail while borrowed.
-                    if changed.is_err() {
-                        return LostReason::OwnerGone;
-                    }
-                }
+                () = changed => {}
                 () = tokio::time::sleep_until(s.deadline) => {}
             }
         }

@@ -60,7 +60,9 @@ impl<K: Hash + Eq + Clone, S: Default> Turns<K, S> {
         let head = match deadline {
             None => line.lock_owned().await,
             Some(deadline) => {
-                match tokio::time::timeout_at(deadline, Arc::clone(&line).lock_owned()).await {
+                // Boxed: most waiters wait without a deadline and need no timer.
+                let bounded = tokio::time::timeout_at(deadline, Arc::clone(&line).lock_owned());
+                match Box::pin(bounded).await {
                     Ok(head) => head,
                     Err(_) => line.try_lock_owned().ok()?,
                 }
