@@ -48,6 +48,9 @@ pub struct FaultyBackend {
     failing_listens: Arc<std::sync::atomic::AtomicUsize>,
     permit_grant_delay: Arc<Mutex<Duration>>,
     acquisitions: Arc<std::sync::atomic::AtomicUsize>,
+    /// While set, listeners subscribe here, where no message ever arrives.
+    deaf: Arc<AtomicBool>,
+    silence: lock_core::notify::Subscriptions,
 }
 
 impl fmt::Debug for FaultyBackend {
@@ -63,7 +66,8 @@ impl fmt::Debug for FaultyBackend {
             .field("failing_listens", &self.failing_listens)
             .field("permit_grant_delay", &self.permit_grant_delay)
             .field("acquisitions", &self.acquisitions)
-            .finish()
+            .field("deaf", &self.deaf)
+            .finish_non_exhaustive()
     }
 }
 
@@ -82,7 +86,15 @@ impl FaultyBackend {
             failing_listens: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             permit_grant_delay: Arc::new(Mutex::new(Duration::ZERO)),
             acquisitions: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            deaf: Arc::new(AtomicBool::new(false)),
+            silence: lock_core::notify::Subscriptions::new(Arc::new(lock_core::notify::InProcess)),
         }
+    }
+
+    /// Makes new listeners hear nothing from the wrapped backend (or hear it again): a
+    /// waiter then learns of a release only from its own client, or by its lease.
+    pub fn deafen_listens(&self, deaf: bool) {
+        self.deaf.store(deaf, Ordering::SeqCst);
     }
 
     /// How many lock acquisitions were asked of this wrapper so far.
@@ -246,6 +258,9 @@ impl Backend for FaultyBackend {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
         if failing.is_ok() {
             return Err(injected("injected: subscription not confirmed"));
+        }
+        if self.deaf.load(Ordering::SeqCst) {
+            return self.silence.listen(lock.name.as_str()).await;
         }
         self.inner.listen(lock).await
     }

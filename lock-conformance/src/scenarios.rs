@@ -392,6 +392,24 @@ pub async fn one_client_asks_once_for_its_mutex_waiters(fx: &dyn Fixture) {
     );
 }
 
+/// A release made by a client wakes that client's next mutex waiter at once, without
+/// waiting for the store's release message: here no message ever arrives, and the
+/// holder's 30 s lease would otherwise be the waiter's only way out.
+pub async fn a_clients_own_release_wakes_its_next_waiter(fx: &dyn Fixture) {
+    let deaf = FaultyBackend::new(fx.backend().await);
+    deaf.deafen_listens(true);
+    let locks = Locks::new(Arc::new(deaf));
+    let name = unique("own-release");
+    let held = locks.mutex(&name).lock().await.unwrap();
+    let waiter = spawn_waiter(locks.mutex(&name));
+    sleep(Duration::from_millis(150)).await;
+    let gap = handover_gap(held, waiter, Duration::from_secs(5)).await;
+    assert!(
+        gap < Duration::from_millis(500),
+        "the waiter took {gap:?} to hear its own client's release"
+    );
+}
+
 /// `tokio::join!` of two acquisitions under different holder scopes excludes.
 pub async fn join_of_two_scopes_excludes(fx: &dyn Fixture) {
     let locks = fx.client().await;

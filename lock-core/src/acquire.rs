@@ -144,16 +144,23 @@ async fn ask(
     // Subscribing and every attempt end with the caller's wait: a slow subscription (a
     // connection being re-established) must not hold a bounded wait past its deadline.
     // Both are cancel-safe. A subscription that was not confirmed is tried again.
-    // A line's heads share one listener, passed on with the turn.
+    // A line's heads share one listener, passed on with the turn, and hang it on the
+    // line's bell, which this client's own releases ring.
     let mut own_listener = None;
-    let slot = match turn.as_mut() {
-        Some(turn) => turn.slot(),
-        None => &mut own_listener,
+    let (slot, bell) = match turn.as_mut() {
+        Some(turn) => {
+            let (slot, bell) = turn.parts();
+            (slot, Some(bell))
+        }
+        None => (&mut own_listener, None),
     };
     let Some(listener) = listen(client, &lock, wait, slot).await else {
         return Ok(None);
     };
     let listener = listener?;
+    if let Some(bell) = bell {
+        bell.hang(listener.wake_handle());
+    }
     loop {
         let notified = listener.notified();
         tokio::pin!(notified);

@@ -226,6 +226,7 @@ fn spawn_release(
     let hold = Arc::clone(hold);
     let window = client.config.retry_window;
     let request = ReleaseRequest::new(lease).retry_window(window);
+    let lines = client.mutex_turns.clone();
     client.supervisor.spawn_job(async move {
         // Sent again (same id) while its outcome is unknown: a release that already ran
         // answers as the first time.
@@ -244,6 +245,13 @@ fn spawn_release(
                     break;
                 }
             }
+        }
+        if let Ok(Release::Released) = outcome
+            && matches!(hold.lock.kind, LockKind::Mutex | LockKind::Fair)
+        {
+            // This client's next mutex waiter tries at once rather than when the
+            // store's release message comes back (other clients still get that).
+            lines.ring(&hold.lock.name);
         }
         if let Ok(Release::Released) = outcome
             && hold.guards() > 0

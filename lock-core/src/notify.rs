@@ -469,6 +469,26 @@ impl Listener {
     pub fn wake_all(&self) {
         self.entry.notify.notify_waiters();
     }
+
+    /// A handle that wakes this channel's waiting listeners, without keeping the
+    /// subscription.
+    pub(crate) fn wake_handle(&self) -> WakeHandle {
+        WakeHandle(Arc::downgrade(&self.entry))
+    }
+}
+
+/// Wakes the listeners of one channel that are waiting, while the channel is listened to.
+#[derive(Debug, Clone)]
+pub(crate) struct WakeHandle(std::sync::Weak<Entry>);
+
+impl WakeHandle {
+    /// Wakes every listener of the channel that is currently waiting (none stores the
+    /// wake-up for later).
+    pub(crate) fn wake_all(&self) {
+        if let Some(entry) = self.0.upgrade() {
+            entry.notify.notify_waiters();
+        }
+    }
 }
 
 impl Drop for Listener {

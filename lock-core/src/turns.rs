@@ -7,6 +7,10 @@
 //! notification listener there, so that a new head does not subscribe again). A line
 //! exists while somebody stands in it or holds its turn, and goes with the last of them,
 //! slot included, so names used once cost nothing once their waiters are gone.
+//!
+//! A line also has a bell: the head hangs its listener's wake handle there, so that a
+//! release made by this client wakes the head at once instead of when the store's
+//! message comes back.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -16,12 +20,44 @@ use std::sync::{Arc, Mutex as StdMutex, MutexGuard, PoisonError};
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 use tokio::time::Instant;
 
-/// One line: its turn and the slot its heads pass on.
-type Line<S> = Arc<AsyncMutex<S>>;
+use crate::notify::WakeHandle;
+
+/// One line: its turn with the slot its heads pass on, and its bell.
+struct Line<S> {
+    turn: Arc<AsyncMutex<S>>,
+    bell: Arc<StdMutex<Option<WakeHandle>>>,
+}
+
+impl<S> Clone for Line<S> {
+    fn clone(&self) -> Self {
+        Self {
+            turn: Arc::clone(&self.turn),
+            bell: Arc::clone(&self.bell),
+        }
+    }
+}
+
+impl<S: Default> Default for Line<S> {
+    fn default() -> Self {
+        Self {
+            turn: Arc::default(),
+            bell: Arc::default(),
+        }
+    }
+}
 
 /// The lines of one client, by key (a lock or semaphore name), each with a slot `S`.
 pub(crate) struct Turns<K, S = ()> {
     lines: Arc<StdMutex<HashMap<K, Line<S>>>>,
+}
+
+impl<K, S> Clone for Turns<K, S> {
+    /// Another handle on the same lines.
+    fn clone(&self) -> Self {
+        Self {
+            lines: Arc::clone(&self.lines),
+        }
+    }
 }
 
 impl<K, S> Default for Turns<K, S> {
@@ -56,7 +92,7 @@ impl<K: Hash + Eq + Clone, S: Default> Turns<K, S> {
     /// with its last waiter.
     pub(crate) async fn wait(&self, key: &K, deadline: Option<Instant>) -> Option<Turn<K, S>> {
         let place = self.join(key);
-        let line = Arc::clone(&place.line);
+        let line = Arc::clone(&place.line.turn);
         let head = match deadline {
             None => line.lock_owned().await,
             Some(deadline) => {
@@ -68,21 +104,15 @@ impl<K: Hash + Eq + Clone, S: Default> Turns<K, S> {
                 }
             }
         };
-        Some(Turn {
-            head,
-            _place: place,
-        })
+        Some(Turn { head, place })
     }
 
     /// The turn of `key` if nobody of this client stands in its line; `None` otherwise.
     #[cfg(test)]
     fn try_take(&self, key: &K) -> Option<Turn<K, S>> {
         let place = self.join(key);
-        let head = Arc::clone(&place.line).try_lock_owned().ok()?;
-        Some(Turn {
-            head,
-            _place: place,
-        })
+        let head = Arc::clone(&place.line.turn).try_lock_owned().ok()?;
+        Some(Turn { head, place })
     }
 
     /// How many lines exist (for tests: a line must go with its last waiter).
@@ -91,9 +121,21 @@ impl<K: Hash + Eq + Clone, S: Default> Turns<K, S> {
         lock(&self.lines).len()
     }
 
+    /// Wakes the head of `key`'s line, if it listens: a release this client made.
+    pub(crate) fn ring(&self, key: &K) {
+        let bell = lock(&self.lines)
+            .get(key)
+            .map(|line| Arc::clone(&line.bell));
+        if let Some(bell) = bell
+            && let Some(handle) = bell.lock().unwrap_or_else(PoisonError::into_inner).as_ref()
+        {
+            handle.wake_all();
+        }
+    }
+
     /// A place in the line of `key`, made on first use.
     fn join(&self, key: &K) -> Place<K, S> {
-        let line = Arc::clone(lock(&self.lines).entry(key.clone()).or_default());
+        let line = lock(&self.lines).entry(key.clone()).or_default().clone();
         Place {
             lines: Arc::clone(&self.lines),
             key: key.clone(),
@@ -114,7 +156,7 @@ impl<K: Hash + Eq, S> Drop for Place<K, S> {
         let mut lines = lock(&self.lines);
         // Two references left, the map's and this one: nobody else stands in the line
         // (new places clone it under this map lock, so none can appear meanwhile).
-        if Arc::strong_count(&self.line) == 2 {
+        if Arc::strong_count(&self.line.turn) == 2 {
             lines.remove(&self.key);
         }
     }
@@ -126,13 +168,23 @@ pub(crate) struct Turn<K: Hash + Eq, S> {
     // Declared first, so dropped first: the next waiter holds the line before this
     // place counts whether anybody is left in it.
     head: OwnedMutexGuard<S>,
-    _place: Place<K, S>,
+    place: Place<K, S>,
 }
 
 impl<K: Hash + Eq, S> Turn<K, S> {
-    /// The slot the line's heads pass on to each other.
-    pub(crate) fn slot(&mut self) -> &mut S {
-        &mut self.head
+    /// The slot the line's heads pass on to each other, and the line's bell.
+    pub(crate) fn parts(&mut self) -> (&mut S, Bell<'_>) {
+        (&mut self.head, Bell(&self.place.line.bell))
+    }
+}
+
+/// A line's bell, as its head sees it.
+pub(crate) struct Bell<'a>(&'a StdMutex<Option<WakeHandle>>);
+
+impl Bell<'_> {
+    /// Hangs `handle` on the bell (the head's listener), for the line's later heads too.
+    pub(crate) fn hang(&self, handle: WakeHandle) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
     }
 }
 
