@@ -11,7 +11,7 @@ use tokio::time::{Instant, sleep, timeout};
 
 use crate::Fixture;
 use crate::faulty::{AcquireFault, FaultyBackend};
-use crate::scenarios::{handover_gap, spawn_waiter, unique};
+use crate::scenarios::{all_served, handover_gap, spawn_waiter, unique};
 
 /// Review #1: two read holds of one owner, the newer released first. The lock must not
 /// expire on the server while the older hold still believes it holds: when a writer
@@ -380,12 +380,7 @@ pub async fn our_fair_waiters_keep_their_place_when_redisson_moves_the_queue(fx:
     }
     sleep(Duration::from_millis(200)).await;
     held.unlock().await.unwrap();
-    for waiter in waiters {
-        timeout(Duration::from_secs(10), waiter)
-            .await
-            .expect("every waiter is served")
-            .unwrap();
-    }
+    all_served(waiters).await;
     assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3]);
 }
 

@@ -66,6 +66,16 @@ pub(crate) async fn handover_gap(
     acquired.saturating_duration_since(released)
 }
 
+/// Waits for every waiter task to be served, 10 s at most each.
+pub(crate) async fn all_served(waiters: Vec<tokio::task::JoinHandle<()>>) {
+    for waiter in waiters {
+        timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("every waiter is served")
+            .unwrap();
+    }
+}
+
 pub(crate) fn kind<T: std::fmt::Debug>(r: Result<T, Error>) -> ErrorKind {
     r.expect_err("the call must fail").kind()
 }
@@ -379,12 +389,7 @@ pub async fn one_client_asks_once_for_its_mutex_waiters(fx: &dyn Fixture) {
          was held"
     );
     held.unlock().await.unwrap();
-    for waiter in waiters {
-        timeout(Duration::from_secs(10), waiter)
-            .await
-            .expect("every waiter is served")
-            .unwrap();
-    }
+    all_served(waiters).await;
     assert_eq!(
         *served.lock().unwrap(),
         (0..WAITERS).collect::<Vec<_>>(),
