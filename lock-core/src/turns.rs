@@ -225,6 +225,41 @@ mod tests {
         assert_eq!(turns.len(), 0, "an empty line was kept");
     }
 
+    /// A waiter cancelled while it waits, after the turn was handed to it, is the last
+    /// to leave: the line must go with it.
+    #[tokio::test]
+    async fn a_waiter_cancelled_in_line_takes_the_line_with_it() {
+        let turns: Arc<Turns<&'static str>> = Arc::default();
+        let held = turns.wait(&"a", None).await.expect("a free line");
+        let waiter = {
+            let turns = Arc::clone(&turns);
+            tokio::spawn(async move { turns.wait(&"a", None).await.map(drop) })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // The turn goes to the waiting task, which is cancelled before it runs again.
+        drop(held);
+        waiter.abort();
+        assert!(waiter.await.is_err_and(|err| err.is_cancelled()));
+        assert_eq!(turns.len(), 0, "a line outlived its cancelled waiter");
+        let deadline = Instant::now() + Duration::from_millis(20);
+        let bounded = {
+            let turns = Arc::clone(&turns);
+            let held = turns.wait(&"b", None).await.expect("a free line");
+            let waiter =
+                tokio::spawn(async move { turns.wait(&"b", Some(deadline)).await.map(drop) });
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            waiter.abort();
+            drop(held);
+            waiter.await
+        };
+        assert!(bounded.is_err_and(|err| err.is_cancelled()));
+        assert_eq!(
+            turns.len(),
+            0,
+            "a line outlived its cancelled bounded waiter"
+        );
+    }
+
     #[tokio::test]
     async fn a_waiter_that_gives_up_leaves_the_line() {
         let turns: Turns<&'static str> = Turns::default();
