@@ -58,6 +58,7 @@ macro_rules! conformance_suite {
             waiter_wakes_on_release: [],
             one_client_asks_once_for_its_mutex_waiters: [],
             a_clients_own_release_wakes_its_next_waiter: [],
+            one_client_asks_once_for_its_writers: [ReadWrite],
             join_of_two_scopes_excludes: [],
             counter_under_lock_is_exact: [],
             channels_are_unsubscribed_after_waiters_leave: [],

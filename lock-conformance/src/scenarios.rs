@@ -363,18 +363,28 @@ pub async fn waiter_wakes_on_release(fx: &dyn Fixture) {
 /// served in arrival order once the holder lets go. Before local lines every waiter
 /// asked twice, and a release woke any of them.
 pub async fn one_client_asks_once_for_its_mutex_waiters(fx: &dyn Fixture) {
+    one_client_asks_once(fx, Locks::mutex).await;
+}
+
+/// The same for the writers of a read-write lock.
+pub async fn one_client_asks_once_for_its_writers(fx: &dyn Fixture) {
+    one_client_asks_once(fx, |locks, name| locks.rw_lock(name).writer()).await;
+}
+
+/// Waiters of one client for the lock `handle` makes, while another client holds it.
+async fn one_client_asks_once(fx: &dyn Fixture, handle: fn(&Locks, &str) -> lock_core::Lock) {
     const WAITERS: usize = 10;
     let holder = fx.client().await;
     let name = unique("local-line");
-    let held = holder.mutex(&name).lock().await.unwrap();
+    let held = handle(&holder, &name).lock().await.unwrap();
     let counted = FaultyBackend::new(fx.backend().await);
     let locks = Locks::new(Arc::new(counted.clone()));
     let served = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for n in 0..WAITERS {
-        let (mutex, served) = (locks.mutex(&name), Arc::clone(&served));
+        let (lock, served) = (handle(&locks, &name), Arc::clone(&served));
         waiters.push(tokio::spawn(async move {
-            let guard = mutex.lock().await.unwrap();
+            let guard = lock.lock().await.unwrap();
             served.lock().unwrap().push(n);
             guard.unlock().await.unwrap();
         }));

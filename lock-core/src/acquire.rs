@@ -6,7 +6,8 @@
 //! out, and repeat. The notification future is armed before every retry, so a release
 //! that lands during the retry still wakes the waiter.
 //!
-//! A client's waiters for one mutex ask the backend one at a time, in arrival order (see
+//! A client's waiters for one mutex (or write lock) ask the backend one at a time, in
+//! arrival order (see
 //! [`crate::turns`]): the first in line tries and listens, the others wait in the
 //! process, and a release wakes the one that asks rather than all of them.
 //!
@@ -26,7 +27,7 @@ use crate::guard::Guard;
 use crate::metrics::{self, AcquireOutcome};
 use crate::notify::Listener;
 use crate::turns::Turn;
-use crate::{Error, LockKind, LockName, LockRef};
+use crate::{Error, LockName, LockRef};
 use crate::{events, retry};
 
 /// How long a caller is prepared to wait.
@@ -224,10 +225,10 @@ async fn ask(
     }
 }
 
-/// Where a waiter stands in its client's line for a mutex.
+/// Where a waiter stands in its client's line for a mutex or a write lock.
 enum Line {
-    /// It does not queue: not a mutex, a try, or a reentry (which would wait for its own
-    /// release).
+    /// It does not queue: a fair lock or a reader, a try, or a reentry (which would wait
+    /// for its own release).
     NotQueued,
     /// It is the one waiter of this client that asks the backend.
     Head(Turn<LockName, Option<Listener>>),
@@ -235,18 +236,22 @@ enum Line {
     WaitRanOut,
 }
 
-/// This client's mutex waiters ask the backend one at a time, in arrival order: the
-/// others wait here and cost no requests, and a release wakes the one that asks.
+/// This client's mutex (or writer) waiters ask the backend one at a time, in arrival
+/// order: the others wait here and cost no requests, and a release wakes the one that
+/// asks.
 async fn wait_in_line(client: &Inner, lock: &LockRef, wait: Wait) -> Line {
     let deadline = match wait {
         Wait::Never => return Line::NotQueued,
         Wait::Until(deadline) => Some(deadline),
         Wait::Forever => None,
     };
-    if lock.kind != LockKind::Mutex || client.holds_exclusively(lock) {
+    let Some(turns) = client.turns(lock.kind) else {
+        return Line::NotQueued;
+    };
+    if client.holds_exclusively(lock) {
         return Line::NotQueued;
     }
-    match Box::pin(client.mutex_turns.wait(&lock.name, deadline)).await {
+    match Box::pin(turns.wait(&lock.name, deadline)).await {
         Some(turn) => Line::Head(turn),
         None => Line::WaitRanOut,
     }

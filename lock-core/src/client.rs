@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::hold::Hold;
+use crate::notify::Listener;
 use crate::supervisor::Supervisor;
 use crate::turns::Turns;
 use crate::watchdog::{Renewed, Watchdog};
@@ -42,7 +43,9 @@ pub(crate) struct Inner {
     pub(crate) semaphore_turns: Turns<LockName>,
     /// The turns of this client's mutex waiters, per name, with the listener the
     /// line's heads share.
-    pub(crate) mutex_turns: Turns<LockName, Option<crate::notify::Listener>>,
+    pub(crate) mutex_turns: Turns<LockName, Option<Listener>>,
+    /// The same for this client's writers of read-write locks.
+    pub(crate) writer_turns: Turns<LockName, Option<Listener>>,
     /// The expirable permits this client's guards hold, by id.
     pub(crate) leased: crate::expirable::LeasedRegistry,
 }
@@ -86,6 +89,7 @@ impl Locks {
                 supervisor: Supervisor::new(),
                 semaphore_turns: Turns::default(),
                 mutex_turns: Turns::default(),
+                writer_turns: Turns::default(),
                 leased: crate::expirable::LeasedRegistry::default(),
             }),
         }
@@ -186,13 +190,28 @@ impl Inner {
         self.holds.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether this client holds `lock`'s name for `lock`'s owner as a mutex or a fair
-    /// mutex (which share their holds): another acquisition by that owner re-enters.
+    /// Whether this client holds `lock`'s name for `lock`'s owner in `lock`'s kind (a
+    /// mutex and a fair mutex share their holds): another acquisition by that owner
+    /// re-enters.
     pub(crate) fn holds_exclusively(&self, lock: &LockRef) -> bool {
+        let kinds: &[LockKind] = match lock.kind {
+            LockKind::Mutex | LockKind::Fair => &[LockKind::Mutex, LockKind::Fair],
+            kind => &[kind],
+        };
         let holds = self.holds();
-        [LockKind::Mutex, LockKind::Fair].into_iter().any(|kind| {
-            holds.contains_key(&LockRef::new(kind, lock.name.clone(), lock.owner.clone()))
+        kinds.iter().any(|kind| {
+            holds.contains_key(&LockRef::new(*kind, lock.name.clone(), lock.owner.clone()))
         })
+    }
+
+    /// The local lines of `kind`'s waiters: mutex and write waiters stand in line;
+    /// others (fair waiters, who queue in the store, and readers, who share) do not.
+    pub(crate) fn turns(&self, kind: LockKind) -> Option<&Turns<LockName, Option<Listener>>> {
+        match kind {
+            LockKind::Mutex => Some(&self.mutex_turns),
+            LockKind::Write => Some(&self.writer_turns),
+            _ => None,
+        }
     }
 
     /// Records a granted acquisition (sent at `sent`, `holds` holds after it) and returns

@@ -226,7 +226,11 @@ fn spawn_release(
     let hold = Arc::clone(hold);
     let window = client.config.retry_window;
     let request = ReleaseRequest::new(lease).retry_window(window);
-    let lines = client.mutex_turns.clone();
+    // The line a release of this kind may let in.
+    let lines = match hold.lock.kind {
+        LockKind::Mutex | LockKind::Fair => client.mutex_turns.clone(),
+        LockKind::Write | LockKind::Read => client.writer_turns.clone(),
+    };
     client.supervisor.spawn_job(async move {
         // Sent again (same id) while its outcome is unknown: a release that already ran
         // answers as the first time.
@@ -246,10 +250,8 @@ fn spawn_release(
                 }
             }
         }
-        if let Ok(Release::Released) = outcome
-            && matches!(hold.lock.kind, LockKind::Mutex | LockKind::Fair)
-        {
-            // This client's next mutex waiter tries at once rather than when the
+        if let Ok(Release::Released) = outcome {
+            // This client's next waiter in line tries at once rather than when the
             // store's release message comes back (other clients still get that).
             lines.ring(&hold.lock.name);
         }
