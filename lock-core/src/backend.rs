@@ -610,6 +610,10 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     ///
     /// The returned listener is subscribed when this returns, so a release published after
     /// this call is never missed. Listeners of one channel share one subscription.
+    ///
+    /// For a mutex and for a writer, what the listener hears must not depend on
+    /// `lock.owner`: a client's waiters for one name stand in a line and pass the first
+    /// one's listener on to the next (only a fair lock may wake each waiter on its own).
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error>;
 
     /// The count-down latches of this store, when it declares
