@@ -2,8 +2,9 @@
 //!
 //! - `cargo xtask test [-- ARGS]`: makes sure `redis-server`, PostgreSQL's server
 //!   binaries and `pgbouncer` exist (installing them with apt-get, `sudo -n apt-get` or
-//!   brew when missing), then runs `cargo test --workspace --all-features ARGS` with
-//!   `REDIS_SERVER_BIN`, `PG_BIN_DIR` and `PGBOUNCER_BIN` set.
+//!   brew when missing), then runs `cargo nextest run --workspace --all-features ARGS`
+//!   and the doctests (or `cargo test ...` without nextest) with `REDIS_SERVER_BIN`,
+//!   `PG_BIN_DIR` and `PGBOUNCER_BIN` set.
 //! - `cargo xtask demo [-- ARGS]`: runs the `demo` example against `$REDIS_URL`, else
 //!   against a throwaway local `redis-server`, else on the in-memory backend.
 //! - `cargo xtask redis standalone` / `cargo xtask redis cluster [--masters N]`: starts a
@@ -27,8 +28,9 @@ const HELP: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  test [-- ARGS]                  run `cargo test --workspace --all-features ARGS` against real
-                                  redis-server and PostgreSQL processes (installs them if missing)
+  test [-- ARGS]                  run every test (`cargo nextest run`, else `cargo test`) with ARGS
+                                  against real redis-server and PostgreSQL processes (installs
+                                  them if missing)
   demo [-- ARGS]                  run the demo: against $REDIS_URL, else a throwaway local
                                   redis-server, else the in-memory backend
   redis standalone                start a standalone redis-server and print its URL; Ctrl-C stops it
@@ -86,25 +88,56 @@ fn test(extra: &[String]) -> Result<ExitCode, String> {
     println!("xtask: using PostgreSQL from {}", postgres.display());
     let pgbouncer = find_or_install(&PGBOUNCER)?;
     println!("xtask: using {}", pgbouncer.display());
-    let mut cargo = cargo();
-    cargo.arg("test");
-    // `-p NAME` narrows the run; `--workspace` would override it.
-    if !selects_packages(extra) {
-        cargo.arg("--workspace");
-    }
-    cargo
-        .arg("--all-features")
-        .args(extra)
-        .env("REDIS_SERVER_BIN", &binary)
-        .env("PG_BIN_DIR", &postgres)
-        .env("PGBOUNCER_BIN", &pgbouncer);
-    let status = run_streaming(cargo)?;
+    let servers = [
+        ("REDIS_SERVER_BIN", binary.as_os_str()),
+        ("PG_BIN_DIR", postgres.as_os_str()),
+        ("PGBOUNCER_BIN", pgbouncer.as_os_str()),
+    ];
+    // Most tests wait on servers they start, so nextest, which runs the tests of every
+    // binary side by side (`.config/nextest.toml`), takes a fraction of the time of
+    // `cargo test`, which runs one binary after another. Arguments for libtest (after
+    // `--`) need `cargo test`.
+    let status = if !extra.iter().any(|arg| arg == "--") && has_nextest() {
+        let mut run = workspace_command(&["nextest", "run"], extra);
+        run.envs(servers);
+        let status = run_streaming(run)?;
+        if status.success() {
+            // nextest does not run doctests.
+            let mut doc = workspace_command(&["test", "--doc"], extra);
+            doc.envs(servers);
+            run_streaming(doc)?
+        } else {
+            status
+        }
+    } else {
+        println!("xtask: cargo-nextest not found (cargo install cargo-nextest); using cargo test");
+        let mut run = workspace_command(&["test"], extra);
+        run.envs(servers);
+        run_streaming(run)?
+    };
     println!(
         "xtask: tests {} in {:.1} s",
         if status.success() { "passed" } else { "failed" },
         started.elapsed().as_secs_f64()
     );
     Ok(exit_code(status))
+}
+
+/// `cargo SUBCOMMAND --workspace --all-features EXTRA` (without `--workspace` when
+/// `extra` selects packages: `-p NAME` narrows the run, `--workspace` would override it).
+fn workspace_command(subcommand: &[&str], extra: &[String]) -> Command {
+    let mut cargo = cargo();
+    cargo.args(subcommand);
+    if !selects_packages(extra) {
+        cargo.arg("--workspace");
+    }
+    cargo.arg("--all-features").args(extra);
+    cargo
+}
+
+/// Whether `cargo nextest` is installed.
+fn has_nextest() -> bool {
+    succeeds(cargo().args(["nextest", "--version"]))
 }
 
 /// `cargo xtask chaos`: the harness lives in the `lock-chaos` crate; this builds and runs it.
