@@ -208,11 +208,12 @@ async fn server_limit(server: &RedisServer) -> f64 {
             "-q",
             "EVALSHA",
             &sha,
-            "5",
+            "6",
             "k:__rand_int__",
             "r:__rand_int__",
             "t:__rand_int__",
             "e",
+            "w:__rand_int__",
             "g:__rand_int__",
             "30000",
             "owner",
@@ -221,6 +222,8 @@ async fn server_limit(server: &RedisServer) -> f64 {
             "0",
             "0",
             "0",
+            "",
+            "35000",
             "10000",
         ])
         .output()
@@ -471,16 +474,30 @@ async fn quorum_floor(urls: &[String], rounds: usize) -> Figures {
             format!("{key}:reserved"),
             format!("{key}:token"),
             format!("{key}:epoch"),
+            format!("{key}:waiting"),
             grant_latch.clone(),
         ];
-        let args = vec!["30000", owner, "0", "0", "0", "0", "0", "30000"];
+        let args = vec![
+            "30000", owner, "0", "0", "0", "0", "0", "", "35000", "30000",
+        ];
         let granted = quorum(acquire, keys, args).await;
         let keys = vec![
             key.to_owned(),
+            format!("{key}:waiting"),
+            format!("{key}:reserved"),
             format!("{key}:release:{round}"),
             grant_latch,
         ];
-        let args = vec!["30000", owner, "bench:q:channel", "publish", "30000", "0"];
+        let args = vec![
+            "30000",
+            owner,
+            "bench:q:channel",
+            "publish",
+            "numsub",
+            "100",
+            "30000",
+            "0",
+        ];
         let released = quorum(release, keys, args).await;
         if granted >= majority && released >= majority {
             samples.push(started.elapsed().as_secs_f64() * 1000.0);

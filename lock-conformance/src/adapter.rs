@@ -5,6 +5,7 @@
 //!
 //! An adapter's test file passes an [`AdapterConnect`] to [`adapter_tests!`](crate::adapter_tests).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,6 +13,8 @@ use futures_util::future::BoxFuture;
 use lock_core::{Backend, Error, ErrorKind, Holder, Locks};
 use lock_redis_protocol::NotReplicated;
 use lock_testkit::{FaultProxy, ProxyFault, RedisCluster, RedisSentinel, RedisServer};
+
+use crate::scenarios::{served_then_released, spawn_try_waiter};
 use tokio::time::Instant;
 
 /// What a scenario asks an adapter to connect with: a URL and settings every adapter's
@@ -67,6 +70,9 @@ macro_rules! adapter_tests {
             a_script_whose_reply_was_lost_is_not_sent_again,
             a_missing_password_and_an_unknown_host_fail_at_connect,
             a_redisson_peer_on_a_cluster_hears_us_and_is_heard,
+            a_redisson_waiter_hears_our_release_beside_our_waiters,
+            a_newcomer_cannot_take_a_lock_offered_to_the_client_woken_for_it,
+            an_acl_without_the_wake_commands_still_releases,
         );
     };
 }
@@ -247,17 +253,27 @@ pub async fn sentinel_with_an_unknown_master_is_an_error_within_the_timeout(
 pub const LOCK_COMMANDS: &str = "+ping +hello +evalsha +eval +script|load \
      +subscribe +unsubscribe +exists +type +time +get +set +incr +del +pexpire +pttl \
      +hexists +hget +hset +hdel +hlen +hgetall +hincrby +publish +lindex +lpop +rpush \
-     +lrem +zadd +zscore +zrem";
+     +lrem +zadd +zscore +zrem \
+     +zcard +zrange +zpopmin +zremrangebyscore +pubsub|numsub +pubsub|shardnumsub";
+
+/// The commands with which a release wakes one waiting client instead of all of them.
+pub const WAKE_COMMANDS: &str =
+    "+zcard +zrange +zpopmin +zremrangebyscore +pubsub|numsub +pubsub|shardnumsub";
 
 /// The channels waiters listen on.
 pub const LOCK_CHANNELS: &str = "resetchannels &redisson_lock__channel:* &redisson_rwlock:*";
 
-/// A server with three users: `locker` (exactly the minimal ACL), `nopublish` (without
-/// PUBLISH) and `nochannels` (without the channels). Every password is `s3cret`.
+/// A server with four users: `locker` (exactly the minimal ACL), `beforewakes` (without
+/// the commands releases came to use to wake one client), `nopublish` (without PUBLISH)
+/// and `nochannels` (without the channels). Every password is `s3cret`.
 async fn acl_server() -> RedisServer {
     RedisServer::builder()
         .config_line(format!(
             "user locker on >s3cret ~* {LOCK_CHANNELS} -@all {LOCK_COMMANDS}"
+        ))
+        .config_line(format!(
+            "user beforewakes on >s3cret ~* {LOCK_CHANNELS} -@all {}",
+            LOCK_COMMANDS.replace(WAKE_COMMANDS, "")
         ))
         .config_line(format!(
             "user nopublish on >s3cret ~* {LOCK_CHANNELS} -@all {} ",
@@ -301,6 +317,21 @@ pub async fn the_minimal_acl_is_enough_for_every_lock_kind(connect: &AdapterConn
     assert!(guard.fencing_token().is_some());
     guard.unlock().await.unwrap();
     assert!(a.mutex("acl:m").force_unlock().await.is_ok());
+}
+
+/// An ACL written before releases woke one client (without the commands that counts
+/// and picks it) still releases and wakes: every waiting client is told, as before.
+pub async fn an_acl_without_the_wake_commands_still_releases(connect: &AdapterConnect) {
+    let server = acl_server().await;
+    assert!(!LOCK_COMMANDS.replace(WAKE_COMMANDS, "").contains("zpopmin"));
+    let a = locks(connect, user_spec(&server, "beforewakes"))
+        .await
+        .unwrap();
+    let b = locks(connect, user_spec(&server, "beforewakes"))
+        .await
+        .unwrap();
+    hand_over(&a, &b, "acl:before-wakes").await;
+    hand_over(&b, &a, "acl:before-wakes").await;
 }
 
 pub async fn a_missing_command_permission_is_named_in_the_error(connect: &AdapterConnect) {
@@ -442,29 +473,50 @@ async fn hand_over_to_a_subscribed_waiter(server: &RedisServer, a: &Locks, b: &L
 /// Waits up to 5 s until `PUBSUB <count> channel` (`NUMSUB`, or `SHARDNUMSUB` for
 /// sharded pub/sub) on `server` counts a subscriber.
 async fn await_subscriber(server: &RedisServer, count: &str, channel: &str) {
+    await_subscribers(server, count, channel, 1).await;
+}
+
+/// Waits up to 5 s until `PUBSUB <count> channel` on `server` counts `wanted`
+/// subscribers or more.
+async fn await_subscribers(server: &RedisServer, count: &str, channel: &str, wanted: i64) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let counts: Vec<redis::Value> = server.command(&["PUBSUB", count, channel]).await;
-        if matches!(counts.get(1), Some(redis::Value::Int(n)) if *n > 0) {
+        if matches!(counts.get(1), Some(redis::Value::Int(n)) if *n >= wanted) {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "nobody subscribed to {channel} (PUBSUB {count})"
+            "fewer than {wanted} subscribed to {channel} (PUBSUB {count})"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
-/// How many clients the server has, not counting the one asking.
-async fn client_count(server: &RedisServer) -> usize {
+/// The ids of the server's connections that a lock client opened since `before` was
+/// taken. The test's own probes (one fresh connection per command, whose close the
+/// server may not have processed yet) are left out by the only commands they run.
+async fn client_ids_since(server: &RedisServer, before: &HashSet<u64>) -> HashSet<u64> {
     let list: String = server.command(&["CLIENT", "LIST"]).await;
-    list.lines().count().saturating_sub(1)
+    list.lines()
+        .filter(|line| {
+            let command = field(line, "cmd").unwrap_or("NULL");
+            !(command == "NULL" || command == "client|list" || command.starts_with("pubsub|"))
+        })
+        .filter_map(|line| field(line, "id")?.parse().ok())
+        .filter(|id| !before.contains(id))
+        .collect()
+}
+
+/// The value of `name=` in one line of `CLIENT LIST`.
+fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    line.split(' ')
+        .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
 }
 
 pub async fn dropping_a_client_closes_its_connections(connect: &AdapterConnect) {
     let server = RedisServer::start().await;
-    let before = client_count(&server).await;
+    let before = client_ids_since(&server, &HashSet::new()).await;
     let a = locks(connect, ConnectSpec::new(server.url()))
         .await
         .unwrap();
@@ -475,22 +527,19 @@ pub async fn dropping_a_client_closes_its_connections(connect: &AdapterConnect) 
     // its command connection.
     hand_over_to_a_subscribed_waiter(&server, &a, &b, "adapter:drop").await;
     hand_over_to_a_subscribed_waiter(&server, &b, &a, "adapter:drop").await;
+    let opened = client_ids_since(&server, &before).await;
     assert!(
-        client_count(&server).await >= before + 4,
-        "commands and notifications each"
+        opened.len() >= 4,
+        "commands and notifications each: {opened:?}"
     );
     drop((a, b));
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let now = client_count(&server).await;
-        if now == before {
+        let left = client_ids_since(&server, &before).await;
+        if left.is_disjoint(&opened) {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "{} connections left open",
-            now - before
-        );
+        assert!(Instant::now() < deadline, "connections {left:?} left open");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -633,10 +682,7 @@ pub async fn a_redisson_peer_on_a_cluster_hears_us_and_is_heard(connect: &Adapte
         .command(&["HSET", name, "5f3c6a1e-0000-4000-8000-000000000003:1", "1"])
         .await;
     let _: i64 = shard.command(&["PEXPIRE", name, "10000"]).await;
-    let waiter = {
-        let mutex = ours.mutex(name);
-        tokio::spawn(async move { mutex.try_lock_for(Duration::from_secs(8), None).await })
-    };
+    let waiter = spawn_try_waiter(ours.mutex(name), Duration::from_secs(8));
     await_subscriber(shard, "SHARDNUMSUB", channel).await;
     // Redisson's unlock: the hash goes, the release is announced on the shard.
     let _: i64 = shard.command(&["DEL", name]).await;
@@ -663,6 +709,81 @@ pub async fn a_redisson_peer_on_a_cluster_hears_us_and_is_heard(connect: &Adapte
         heard.is_some(),
         "our release did not reach a sharded subscriber"
     );
+}
+
+/// A Redisson waiter (a raw `SUBSCRIBE` on the lock's channel) listens beside one of our
+/// waiting clients: our release must tell it with `0`, Redisson's unlock message, not
+/// with the wake id of our client alone (which Redisson would not take as a release),
+/// and our waiter is served too.
+pub async fn a_redisson_waiter_hears_our_release_beside_our_waiters(connect: &AdapterConnect) {
+    let server = RedisServer::start().await;
+    let holder = locks(connect, ConnectSpec::new(server.url()))
+        .await
+        .unwrap();
+    let ours = locks(connect, ConnectSpec::new(server.url()))
+        .await
+        .unwrap();
+    let name = "redisson-beside:m";
+    let channel = "redisson_lock__channel:{redisson-beside:m}";
+    let held = holder.mutex(name).lock().await.unwrap();
+    let waiter = spawn_try_waiter(ours.mutex(name), Duration::from_secs(8));
+    let mut redisson = tokio::net::TcpStream::connect(("127.0.0.1", server.port()))
+        .await
+        .unwrap();
+    let subscribe = format!(
+        "*2\r\n$9\r\nSUBSCRIBE\r\n${}\r\n{channel}\r\n",
+        channel.len()
+    );
+    let confirmed = read_until(&mut redisson, subscribe.as_bytes(), b"subscribe").await;
+    assert!(confirmed.is_some(), "the raw SUBSCRIBE was not confirmed");
+    await_subscribers(&server, "NUMSUB", channel, 2).await;
+    // Our waiter has asked once more since it subscribed, and is registered.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    held.unlock().await.unwrap();
+    let unlock_message = format!("{channel}\r\n$1\r\n0\r\n");
+    let heard = read_until(&mut redisson, b"", unlock_message.as_bytes()).await;
+    assert!(
+        heard.is_some(),
+        "the Redisson waiter did not get Redisson's unlock message"
+    );
+    served_then_released(waiter, Duration::from_secs(2), "our waiter was woken too").await;
+}
+
+/// A release that wakes one client alone offers it the lock for a moment: a newcomer's
+/// try right after the release finds it taken, although the woken client is slow to come
+/// (its requests take 300 ms here), and the woken client gets it. Without the offer the
+/// newcomer takes it and the client that was told goes to the back.
+pub async fn a_newcomer_cannot_take_a_lock_offered_to_the_client_woken_for_it(
+    connect: &AdapterConnect,
+) {
+    let server = RedisServer::start().await;
+    let spec = || ConnectSpec::new(server.url());
+    let holder = locks(connect, spec()).await.unwrap();
+    let newcomer = locks(connect, spec()).await.unwrap();
+    let slow = crate::faulty::FaultyBackend::new(connect(spec()).await.unwrap());
+    let woken = Locks::new(Arc::new(slow.clone()));
+    let name = "offer:m";
+    let channel = "redisson_lock__channel:{offer:m}";
+    let held = holder.mutex(name).lock().await.unwrap();
+    let waiter = spawn_try_waiter(woken.mutex(name), Duration::from_secs(8));
+    await_subscriber(&server, "NUMSUB", channel).await;
+    // It has asked again since it subscribed, and is registered.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    slow.set(crate::faulty::AcquireFault::DelayRequest(
+        Duration::from_millis(300),
+    ));
+    held.unlock().await.unwrap();
+    let taken = newcomer.mutex(name).try_lock().await.unwrap();
+    assert!(
+        taken.is_none(),
+        "a newcomer took the lock a release had just offered to the client it woke"
+    );
+    served_then_released(
+        waiter,
+        Duration::from_secs(3),
+        "the woken client was served",
+    )
+    .await;
 }
 
 /// Writes `request`, then reads until the bytes read contain `wanted` (within 2 s).

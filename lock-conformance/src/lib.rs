@@ -24,6 +24,7 @@ mod safety;
 pub mod scenarios;
 pub mod selection;
 mod semaphore;
+mod wakes;
 
 pub use fixture::{Fixture, RedisControl};
 pub use selection::{Deployment, Need};
@@ -58,6 +59,8 @@ macro_rules! conformance_suite {
             waiter_wakes_on_release: [],
             one_client_asks_once_for_its_mutex_waiters: [],
             a_clients_own_release_wakes_its_next_waiter: [],
+            a_release_wakes_one_waiting_client: [WakesOneClient],
+            a_vanished_clients_registration_does_not_swallow_a_release: [WakesOneClient, RedisControl],
             one_client_asks_once_for_its_writers: [ReadWrite],
             join_of_two_scopes_excludes: [],
             counter_under_lock_is_exact: [],

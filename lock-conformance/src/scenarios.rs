@@ -66,6 +66,27 @@ pub(crate) async fn handover_gap(
     acquired.saturating_duration_since(released)
 }
 
+/// A task that tries `lock` for up to `wait`.
+pub(crate) type TryWaiter =
+    tokio::task::JoinHandle<Result<Option<lock_core::Guard>, lock_core::Error>>;
+
+/// Starts a task that tries `lock` for up to `wait`.
+pub(crate) fn spawn_try_waiter(lock: lock_core::Lock, wait: Duration) -> TryWaiter {
+    tokio::spawn(async move { lock.try_lock_for(wait, None).await })
+}
+
+/// Waits up to `bound` for `waiter` to get its lock (`what` says what failed when it
+/// does not), then releases it.
+pub(crate) async fn served_then_released(waiter: TryWaiter, bound: Duration, what: &str) {
+    let guard = timeout(bound, waiter)
+        .await
+        .unwrap_or_else(|_| panic!("{what}"))
+        .unwrap()
+        .unwrap()
+        .expect("the lock was free");
+    guard.unlock().await.unwrap();
+}
+
 /// Waits for every waiter task to be served, 10 s at most each.
 pub(crate) async fn all_served(waiters: Vec<tokio::task::JoinHandle<()>>) {
     for waiter in waiters {
@@ -1023,3 +1044,4 @@ pub use crate::latch::*;
 pub use crate::safety::*;
 pub use crate::selection::declared_capabilities_hold;
 pub use crate::semaphore::*;
+pub use crate::wakes::*;

@@ -28,6 +28,8 @@ pub enum Need {
     Semaphore,
     /// Expirable semaphores ([`Capabilities::expirable_semaphore`]).
     ExpirableSemaphore,
+    /// Releases that wake one waiting client ([`Capabilities::wakes_one_client`]).
+    WakesOneClient,
     /// Server-side access to a Redis deployment ([`Fixture::redis`]).
     RedisControl,
     /// A deployment that can fail over to a replica (Sentinel).
@@ -52,6 +54,10 @@ impl Need {
             Self::ExpirableSemaphore => {
                 declared(|caps| caps.expirable_semaphore, "expirable semaphores")
             }
+            Self::WakesOneClient => declared(
+                |caps| caps.wakes_one_client,
+                "releases that wake one client",
+            ),
             Self::RedisControl => (!deployment.redis_control)
                 .then(|| "the fixture has no Redis deployment to inject faults into".to_owned()),
             Self::Failover => (!deployment.failover)

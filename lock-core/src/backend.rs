@@ -172,6 +172,10 @@ pub struct Waiting {
     /// Fair locks: how long a queued waiter keeps its place without asking again; a
     /// waiter that died is skipped after this.
     pub place_kept_for: Duration,
+    /// With [`Capabilities::wakes_one_client`], a release may wake this caller's client
+    /// alone. Composite backends turn it off for their parts: each part would choose
+    /// its own client, and none might then win every part (or a majority).
+    pub wakes_alone: bool,
 }
 
 impl Default for Waiting {
@@ -180,6 +184,7 @@ impl Default for Waiting {
             waited: Duration::ZERO,
             starving: false,
             place_kept_for: DEFAULT_PLACE_KEPT_FOR,
+            wakes_alone: true,
         }
     }
 }
@@ -262,6 +267,23 @@ impl AcquireRequest {
     #[must_use]
     pub fn waits(&self) -> bool {
         self.wait.is_some()
+    }
+
+    /// Whether the caller waits and a release may wake its client alone (see
+    /// [`Waiting::wakes_alone`]).
+    #[must_use]
+    pub fn waits_to_be_woken_alone(&self) -> bool {
+        self.wait.is_some_and(|wait| wait.wakes_alone)
+    }
+
+    /// The same request for a part of a composite lock: a release of the part wakes
+    /// every waiting client, never one alone (see [`Waiting::wakes_alone`]).
+    #[must_use]
+    pub fn for_a_part(mut self) -> Self {
+        if let Some(wait) = self.wait.as_mut() {
+            wait.wakes_alone = false;
+        }
+        self
     }
 }
 
@@ -405,6 +427,10 @@ pub struct Capabilities {
     pub semaphore: bool,
     /// Expirable semaphores ([`Backend::expirable_semaphores`]).
     pub expirable_semaphore: bool,
+    /// A mutex release wakes one waiting client, not every client with a waiter: one
+    /// attempt per release instead of one per client (where the deployment lets the
+    /// backend tell; otherwise it falls back to waking every client).
+    pub wakes_one_client: bool,
 }
 
 impl Capabilities {
@@ -422,6 +448,7 @@ impl Capabilities {
             count_down_latch: false,
             semaphore: false,
             expirable_semaphore: false,
+            wakes_one_client: false,
         }
     }
 
@@ -479,6 +506,12 @@ impl Capabilities {
         self
     }
 
+    /// Sets [`Capabilities::wakes_one_client`].
+    pub const fn wakes_one_client(mut self, yes: bool) -> Self {
+        self.wakes_one_client = yes;
+        self
+    }
+
     /// Whether locks of `kind` are supported.
     #[must_use]
     pub const fn supports(self, kind: LockKind) -> bool {
@@ -511,6 +544,7 @@ impl Capabilities {
             count_down_latch: common.count_down_latch && next.count_down_latch,
             semaphore: common.semaphore && next.semaphore,
             expirable_semaphore: common.expirable_semaphore && next.expirable_semaphore,
+            wakes_one_client: common.wakes_one_client && next.wakes_one_client,
         })
     }
 

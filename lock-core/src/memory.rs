@@ -676,6 +676,7 @@ impl Backend for MemoryBackend {
             .count_down_latch(true)
             .semaphore(true)
             .expirable_semaphore(true)
+            .wakes_one_client(true)
     }
 
     fn latches(&self) -> Option<&dyn LatchBackend> {

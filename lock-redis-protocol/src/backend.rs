@@ -154,6 +154,9 @@ pub struct RedisBackend {
     options: ProtocolOptions,
     /// Dropped with the last handle to the backend, which ends the adapter's reader.
     alive: Arc<tokio::sync::watch::Sender<()>>,
+    /// What a release publishes to wake this client alone: its mutex waiters register
+    /// it (see [`layout::waiting_clients_key`]). One per backend, as its subscriptions.
+    wake_id: Arc<str>,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -167,7 +170,9 @@ impl fmt::Debug for RedisBackend {
 
 impl RedisBackend {
     /// What every Redis deployment supports: every lock kind, fencing tokens, retries
-    /// answered from latches, reservations for starving waiters, leases.
+    /// answered from latches, reservations for starving waiters, leases, and releases
+    /// that wake one waiting client (on a cluster only with sharded pub/sub: classic
+    /// messages reach listeners on every node, which one node cannot count).
     pub const CAPABILITIES: Capabilities = Capabilities::new(HoldModel::Lease)
         .fair(true)
         .read_write(true)
@@ -177,7 +182,8 @@ impl RedisBackend {
         .shared(true)
         .count_down_latch(true)
         .semaphore(true)
-        .expirable_semaphore(true);
+        .expirable_semaphore(true)
+        .wakes_one_client(true);
 
     /// Runs the protocol over `transport`.
     ///
@@ -186,19 +192,25 @@ impl RedisBackend {
     #[must_use]
     pub fn new(transport: Arc<dyn Transport>, options: ProtocolOptions) -> Self {
         let subscriptions = Subscriptions::new(transport.clone());
+        let wake_id = format!("{}{}", layout::WAKE_ID_PREFIX, uuid::Uuid::new_v4());
         Self {
             transport,
             slot_tags: std::sync::Mutex::new(std::collections::HashMap::new()),
             subscriptions,
             options,
             alive: Arc::new(tokio::sync::watch::Sender::new(())),
+            wake_id: Arc::from(wake_id),
         }
     }
 
     /// Where the adapter delivers messages and reconnect events.
     #[must_use]
     pub fn notification_sink(&self) -> NotificationSink {
-        NotificationSink::new(self.subscriptions.clone(), &self.alive)
+        NotificationSink::new(
+            self.subscriptions.clone(),
+            &self.alive,
+            Arc::clone(&self.wake_id),
+        )
     }
 
     /// Channels this client is subscribed to for its waiters (for diagnostics).
@@ -280,6 +292,18 @@ impl RedisBackend {
         self.options
             .restart_quarantine
             .map_or_else(|| "0".to_owned(), |q| millis(q).to_string())
+    }
+
+    /// The `PUBSUB` subcommand that counts the listeners of a release channel on the
+    /// server that runs the script, or `""` where that count cannot see them all (classic
+    /// pub/sub on a cluster reaches listeners on every node): then every release tells
+    /// every listener.
+    fn listener_count_command(&self) -> &'static str {
+        match (self.options.publish, self.transport.topology()) {
+            (PublishMode::Sharded, _) => "shardnumsub",
+            (_, Topology::Cluster) => "",
+            _ => "numsub",
+        }
     }
 
     /// The channel a waiter of `lock` listens on.
@@ -416,6 +440,15 @@ impl Backend for RedisBackend {
                 let reservation = layout::reservation_key(name);
                 let reservation_ms = millis(self.options.reservation).to_string();
                 let waited_ms = millis(wait.waited).to_string();
+                let waiting = layout::waiting_clients_key(name);
+                let wake_id = if request.waits_to_be_woken_alone() {
+                    &*self.wake_id
+                } else {
+                    ""
+                };
+                // A live waiter asks again within the holder's lease (its own, as a
+                // rule); past that its client's registration lapses.
+                let registered_ms = millis(request.lease + wait.place_kept_for).to_string();
                 let args = [
                     &*lease_ms,
                     owner,
@@ -424,9 +457,11 @@ impl Backend for RedisBackend {
                     &waited_ms,
                     fencing,
                     &quarantine,
+                    wake_id,
+                    &registered_ms,
                     &latch_ms,
                 ];
-                let keys = [key, &reservation, &token_key, &epoch, &latch];
+                let keys = [key, &reservation, &token_key, &epoch, &waiting, &latch];
                 self.eval_write("acquiring", &script::MUTEX_ACQUIRE, &keys, &args)
                     .await?
             }
@@ -504,8 +539,14 @@ impl Backend for RedisBackend {
             }
             _ => {
                 let channel = layout::mutex_channel(name);
-                let args = [&*lease_ms, owner, &channel, publish, &latch_ms, undo];
-                let keys = [key, &latch, &undone];
+                let waiting = layout::waiting_clients_key(name);
+                let reservation = layout::reservation_key(name);
+                let count = self.listener_count_command();
+                let offer_ms = millis(self.options.reservation).to_string();
+                let args = [
+                    &*lease_ms, owner, &channel, publish, count, &offer_ms, &latch_ms, undo,
+                ];
+                let keys = [key, &waiting, &reservation, &latch, &undone];
                 self.eval("releasing", &script::MUTEX_RELEASE, &keys, &args)
                     .await?
             }
@@ -639,10 +680,29 @@ impl Backend for RedisBackend {
     }
 
     async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
-        if lock.kind != LockKind::Fair {
-            return Ok(());
-        }
         let name = &lock.name;
+        match lock.kind {
+            LockKind::Fair => {}
+            LockKind::Mutex => {
+                let channel = layout::mutex_channel(name);
+                let waiting = layout::waiting_clients_key(name);
+                let reservation = layout::reservation_key(name);
+                let keys = [layout::lock_key(name), &waiting, &reservation];
+                let offer_ms = millis(self.options.reservation).to_string();
+                let args = [
+                    &*self.wake_id,
+                    &channel,
+                    self.options.publish.command(),
+                    self.listener_count_command(),
+                    &offer_ms,
+                ];
+                return self
+                    .eval("leaving the waiters", &script::MUTEX_CANCEL, &keys, &args)
+                    .await
+                    .map(drop);
+            }
+            _ => return Ok(()),
+        }
         let [queue, deadlines, alive] = layout::fair_queue_keys(name);
         let prefix = layout::mutex_channel(name);
         let keys = [layout::lock_key(name), &queue, &deadlines, &alive];

@@ -72,6 +72,20 @@ pub fn fair_queue_keys(name: &LockName) -> [String; 3] {
     ]
 }
 
+/// The clients of this library with a waiter on a mutex: `redisson_lock_waiting:{name}`
+/// (a zset wake id -> server ms when the registration lapses; not part of Redisson's
+/// layout). A release that every listener of the lock's channel is registered for wakes
+/// the longest-waiting client alone instead of every client.
+#[must_use]
+pub fn waiting_clients_key(name: &LockName) -> String {
+    format!("redisson_lock_waiting:{}", tagged(name))
+}
+
+/// How a client's wake id starts: a release that wakes one client alone publishes its id
+/// (Redisson peers never see one: such a release is only sent when every listener is
+/// one of ours).
+pub const WAKE_ID_PREFIX: &str = "distlock-wake:";
+
 /// The channel one fair-lock waiter listens on: `redisson_lock__channel:{name}:<owner>`.
 #[must_use]
 pub fn fair_waiter_channel(name: &LockName, owner: &str) -> String {

@@ -99,6 +99,7 @@ scripts! {
     27 EXPIRABLE_RENEW = "expirable_renew";
     28 EXPIRABLE_READ = "expirable_read";
     29 SEMAPHORE_UNRESERVE = "semaphore_unreserve";
+    30 MUTEX_CANCEL = "mutex_cancel";
 }
 
 /// How a script call is sent.

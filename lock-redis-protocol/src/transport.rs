@@ -175,16 +175,20 @@ pub trait Transport: PubSub {
 pub struct NotificationSink {
     alive: tokio::sync::watch::Receiver<()>,
     registry: Subscriptions,
+    /// The payload of a release that wakes this client alone.
+    wake_id: std::sync::Arc<str>,
 }
 
 impl NotificationSink {
     pub(crate) fn new(
         registry: Subscriptions,
         alive: &std::sync::Arc<tokio::sync::watch::Sender<()>>,
+        wake_id: std::sync::Arc<str>,
     ) -> Self {
         Self {
             alive: alive.subscribe(),
             registry,
+            wake_id,
         }
     }
 
@@ -201,10 +205,16 @@ impl NotificationSink {
 
     /// A message arrived on `channel`.
     pub fn message(&self, channel: &str, payload: &[u8]) {
-        // Lock releases publish `0`: one waiter can win, so one is woken. A latch's `0`
-        // opens it for every waiter, and anything else (a Redisson peer's other
-        // primitives) wakes everyone to re-check.
-        let wake = if payload == b"0" && !channel.starts_with(crate::layout::LATCH_CHANNEL_PREFIX) {
+        // Lock releases publish `0`, or the wake id of the one client they wake: one
+        // waiter can win, so one is woken, and a release meant for another client wakes
+        // nobody here. A latch's `0` opens it for every waiter, and anything else (a
+        // Redisson peer's other primitives) wakes everyone to re-check.
+        let wake = if payload.starts_with(crate::layout::WAKE_ID_PREFIX.as_bytes()) {
+            if payload != self.wake_id.as_bytes() {
+                return;
+            }
+            Wake::One
+        } else if payload == b"0" && !channel.starts_with(crate::layout::LATCH_CHANNEL_PREFIX) {
             Wake::One
         } else {
             Wake::All

@@ -185,13 +185,15 @@ impl MultiLock {
 #[async_trait]
 impl Backend for MultiLock {
     /// What every part supports, but no fair locks: each part keeps its own queue, so
-    /// no arrival order holds across parts.
+    /// no arrival order holds across parts (and each part may wake a different waiting
+    /// client after a release).
     fn capabilities(&self) -> Capabilities {
         Capabilities::common(self.parts.iter().map(|(part, _)| part.capabilities()))
             .fair(false)
             .count_down_latch(false)
             .semaphore(false)
             .expirable_semaphore(false)
+            .wakes_one_client(false)
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {

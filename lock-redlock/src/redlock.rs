@@ -338,13 +338,15 @@ impl RedLock {
 impl Backend for RedLock {
     /// What every node supports, but no fair locks: each node keeps its own queue, and
     /// concurrent waiters reach nodes in different orders, so heads disagree and no
-    /// waiter gets a majority.
+    /// waiter gets a majority. For the same reason each node may wake a different
+    /// waiting client after a release.
     fn capabilities(&self) -> Capabilities {
         Capabilities::common(self.nodes.iter().map(|node| node.capabilities()))
             .fair(false)
             .count_down_latch(false)
             .semaphore(false)
             .expirable_semaphore(false)
+            .wakes_one_client(false)
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
@@ -354,6 +356,8 @@ impl Backend for RedLock {
         let started = Instant::now();
         let timeout = self.node_timeout(request.lease);
         let (decide, decision) = watch::channel(Decision::Pending);
+        // Each node would wake a different client alone; every waiting client hears each.
+        let request = request.for_a_part();
         let mut calls: FuturesUnordered<_> = self
             .nodes
             .iter()

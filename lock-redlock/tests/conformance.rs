@@ -91,13 +91,16 @@ mod memory {
     use super::MemoryNodes;
     lock_conformance::conformance_suite!(
         MemoryNodes::start(),
-        without [Fair, Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore]
+        without [Fair, Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient]
     );
 }
 
 mod redis {
     use super::RedisNodes;
-    lock_conformance::conformance_suite!(RedisNodes::start(), without [Fair, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore]);
+    lock_conformance::conformance_suite!(
+        RedisNodes::start(),
+        without [Fair, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient]
+    );
 }
 
 /// Fair locks cannot span RedLock nodes: a typed error, and nothing is left behind.

@@ -111,6 +111,64 @@ async fn two_paused_nodes_still_acquire_within_the_node_timeout() {
     guard.unlock().await.unwrap();
 }
 
+/// How many scripts `server` has run, by `INFO commandstats`.
+async fn scripts_run(server: &RedisServer) -> u64 {
+    let stats: String = server.command(&["INFO", "commandstats"]).await;
+    stats
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_eval") || line.starts_with("cmdstat_fcall"))
+        .filter_map(|line| {
+            line.split_once("calls=")?
+                .1
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// A node of a RedLock never wakes one waiting client alone: each node would choose its
+/// own client (and keep the lock for it a moment), and no client might then win a
+/// majority. So a RedLock's waiter registers its client on no node, and a release is
+/// heard by every waiting client. Fails if a node's acquire is sent as a plain waiter's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_waiter_registers_its_client_on_no_node() {
+    let servers = servers(3).await;
+    let holder = RedLock::builder(nodes(&servers).await)
+        .build()
+        .unwrap()
+        .locks();
+    let waiter = RedLock::builder(nodes(&servers).await)
+        .build()
+        .unwrap()
+        .locks();
+    let guard = holder.mutex("rl:wake").lock().await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter.mutex("rl:wake").lock().await?;
+        guard.unlock().await
+    });
+    for server in &servers {
+        // The holder's acquisition was the first script this node ran; the waiter's
+        // first attempt is the second.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while scripts_run(server).await < 2 {
+            assert!(Instant::now() < deadline, "the waiter asks every node");
+            sleep(Duration::from_millis(10)).await;
+        }
+        let registered: i64 = server
+            .command(&["EXISTS", "redisson_lock_waiting:{rl:wake}"])
+            .await;
+        assert_eq!(registered, 0, "a client registered on a RedLock node");
+    }
+    guard.unlock().await.unwrap();
+    timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the release wakes the waiter")
+        .unwrap()
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_dead_nodes_fail_within_the_wait_with_every_nodes_error() {
     let mut servers = servers(5).await;

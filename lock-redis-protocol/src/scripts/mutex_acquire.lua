@@ -1,10 +1,14 @@
 -- Takes the lock, or one more hold of it, for an owner.
--- KEYS[1] lock hash; KEYS[2] reservation string '<wait start ms>:<owner>';
--- KEYS[3] fencing counter; KEYS[4] restart epoch; KEYS[5] grant latch.
+-- KEYS[1] lock hash; KEYS[2] reservation string '<wait start ms>:<owner>', or
+-- '<ms>:<wake id>' while a release offers the lock to one client (see wake_mutex_waiters);
+-- KEYS[3] fencing counter; KEYS[4] restart epoch; KEYS[5] waiting clients (see
+-- wake_mutex_waiters); KEYS[6] grant latch.
 -- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] '1' if the caller is a starving waiter;
 -- ARGV[4] how long a reservation lasts (ms); ARGV[5] how long the caller has waited (ms);
 -- ARGV[6] '1' to return a fencing token; ARGV[7] restart quarantine (ms, '0' off);
--- ARGV[8] grant latch lifetime (ms): a retry of this request gets the same grant back.
+-- ARGV[8] the caller's client wake id when the caller waits if busy, else '';
+-- ARGV[9] how long a registration of that client lasts (ms);
+-- ARGV[10] grant latch lifetime (ms): a retry of this request gets the same grant back.
 -- The expiry is only ever extended, never shortened, so that a client's local view of
 -- its lease (the latest request it sent plus that request's lease) stays on the safe side.
 -- Reply: {1, holds, token} when the owner now holds it (token 0 without fencing; a
@@ -37,10 +41,15 @@ end
 
 if redis.call('exists', KEYS[1]) == 0 then
     local _, reserved_for = reservation()
-    if reserved_for and reserved_for ~= ARGV[2] then
+    if reserved_for and reserved_for ~= ARGV[2] and reserved_for ~= ARGV[8] then
+        register_waiting(KEYS[5], ARGV[8], ARGV[9])
         return {2, redis.call('pttl', KEYS[2])}
     end
     redis.call('del', KEYS[2])
+    if ARGV[8] ~= '' then
+        -- Served: the client's next waiter registers afresh, behind the others.
+        redis.call('zrem', KEYS[5], ARGV[8])
+    end
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     local token = 0
@@ -61,7 +70,10 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     end
     return granted(holds, token)
 end
--- Busy. A starving waiter reserves the next free moment unless a waiter that started
+-- Busy. A caller that will wait registers its client (or renews the registration), so
+-- that a release can wake this client alone.
+register_waiting(KEYS[5], ARGV[8], ARGV[9])
+-- A starving waiter reserves the next free moment unless a waiter that started
 -- waiting earlier holds the reservation; its own reservation is refreshed on every attempt.
 -- Wait starts are on the server's clock (now minus the caller's own waited time), so
 -- clients need no synchronised clocks.
@@ -70,6 +82,11 @@ if ARGV[3] == '1' then
     local reserved_start, reserved_for = reservation()
     if not reserved_for or reserved_for == ARGV[2] or start < reserved_start then
         redis.call('set', KEYS[2], start .. ':' .. ARGV[2], 'px', ARGV[4])
+        if ARGV[8] ~= '' then
+            -- The next release wakes this client first: the lock is kept for it. (A server
+            -- that refuses ZRANGE, an ACL from before, costs only the order.)
+            pcall(go_first, KEYS[5], ARGV[8])
+        end
     end
 end
 return {0, redis.call('pttl', KEYS[1])}
