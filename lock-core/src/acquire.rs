@@ -51,56 +51,56 @@ pub(crate) enum Lease {
 }
 
 /// Acquires `lock`, waiting as allowed. `Ok(None)` means the wait ran out.
-pub(crate) async fn acquire(
+///
+/// A plain function around one async block rather than an `async fn` over nested ones:
+/// the block uses its captures in place, where each `async fn` layer keeps its own copy
+/// of its arguments, and this future is most of what each of thousands of waiters costs.
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would keep its arguments twice in the future"
+)]
+pub(crate) fn acquire(
     client: &Arc<Inner>,
     lock: LockRef,
     lease: Lease,
     wait: Wait,
-) -> Result<Option<Guard>, Error> {
-    let started = Instant::now();
-    let kind = lock.kind;
-    let span = tracing::debug_span!(
-        target: events::TARGET,
-        "acquire",
-        kind = %lock.kind,
-        name = %lock.name,
-        owner = %lock.owner,
-    );
-    let result = acquire_inner(client, lock, lease, wait, started)
-        .instrument(span)
-        .await;
-    let elapsed = started.elapsed();
-    let outcome = match &result {
-        Ok(Some(_)) => AcquireOutcome::Acquired,
-        Ok(None) if matches!(wait, Wait::Never) => AcquireOutcome::Busy,
-        Ok(None) => AcquireOutcome::Timeout,
-        Err(_) => AcquireOutcome::Error,
-    };
-    metrics::acquire(kind, outcome, elapsed);
-    result
-}
-
-async fn acquire_inner(
-    client: &Arc<Inner>,
-    lock: LockRef,
-    lease: Lease,
-    wait: Wait,
-    started: Instant,
-) -> Result<Option<Guard>, Error> {
-    if client.supervisor.is_closed() {
-        return Err(Error::ShutDown);
+) -> impl Future<Output = Result<Option<Guard>, Error>> + Send + '_ {
+    async move {
+        let started = Instant::now();
+        let kind = lock.kind;
+        let span = tracing::debug_span!(
+            target: events::TARGET,
+            "acquire",
+            kind = %lock.kind,
+            name = %lock.name,
+            owner = %lock.owner,
+        );
+        let result = 'acquired: {
+            if client.supervisor.is_closed() {
+                break 'acquired Err(Error::ShutDown);
+            }
+            // A watchdog that died with its runtime is started again before anything else.
+            span.in_scope(|| client.watchdog.revive(client));
+            let turn = match wait_in_line(client, &lock, wait).await {
+                Line::NotQueued => None,
+                Line::Head(turn) => Some(turn),
+                Line::WaitRanOut => break 'acquired Ok(None),
+            };
+            // Boxed: a waiter in line keeps only the small state above; the state of
+            // asking and listening is made when its turn comes.
+            let asking = ask(client, lock, lease, wait, started, turn);
+            Box::pin(asking.instrument(span)).await
+        };
+        let elapsed = started.elapsed();
+        let outcome = match &result {
+            Ok(Some(_)) => AcquireOutcome::Acquired,
+            Ok(None) if matches!(wait, Wait::Never) => AcquireOutcome::Busy,
+            Ok(None) => AcquireOutcome::Timeout,
+            Err(_) => AcquireOutcome::Error,
+        };
+        metrics::acquire(kind, outcome, elapsed);
+        result
     }
-
-    // A watchdog that died with its runtime is started again before anything else.
-    client.watchdog.revive(client);
-    let turn = match wait_in_line(client, &lock, wait).await {
-        Line::NotQueued => None,
-        Line::Head(turn) => Some(turn),
-        Line::WaitRanOut => return Ok(None),
-    };
-    // Boxed: a waiter in line keeps only the small state above; the state of asking
-    // and listening is made when its turn comes (thousands of waiters add up).
-    Box::pin(ask(client, lock, lease, wait, started, turn)).await
 }
 
 /// The head's part of an acquisition: try, listen, and try again on every release.

@@ -6,6 +6,7 @@ use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::time::Instant;
 
 use crate::acquire::{self, Lease, Wait};
@@ -118,10 +119,9 @@ impl Lock {
     /// Cancel-safe: dropping the future never leaves a hold behind. A grant that arrives
     /// after the drop is given back in the background, and a fair-lock waiter leaves the
     /// queue.
-    pub async fn lock(&self) -> Result<Guard, Error> {
+    pub fn lock(&self) -> impl Future<Output = Result<Guard, Error>> + Send + '_ {
         self.acquire_with(Lease::Watchdog, Wait::Forever)
-            .await?
-            .ok_or_else(|| Error::protocol("an unbounded wait ended without the lock"))
+            .map(unbounded)
     }
 
     /// Waits until the lock is acquired, with a lease that is never renewed: the lock is
@@ -134,9 +134,7 @@ impl Lock {
     /// queue.
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<Guard, Error> {
         check_lease("lease", lease)?;
-        self.acquire_with(Lease::Fixed(lease), Wait::Forever)
-            .await?
-            .ok_or_else(|| Error::protocol("an unbounded wait ended without the lock"))
+        unbounded(self.acquire_with(Lease::Fixed(lease), Wait::Forever).await)
     }
 
     /// One attempt, no waiting (Java's `tryLock()`). `Ok(None)` when someone else holds
@@ -147,8 +145,8 @@ impl Lock {
     /// Cancel-safe: dropping the future never leaves a hold behind. A grant that arrives
     /// after the drop is given back in the background, and a fair-lock waiter leaves the
     /// queue.
-    pub async fn try_lock(&self) -> Result<Option<Guard>, Error> {
-        self.acquire_with(Lease::Watchdog, Wait::Never).await
+    pub fn try_lock(&self) -> impl Future<Output = Result<Option<Guard>, Error>> + Send + '_ {
+        self.acquire_with(Lease::Watchdog, Wait::Never)
     }
 
     /// Waits at most `wait` for the lock (Java's `tryLock(wait, lease)`). With
@@ -179,9 +177,22 @@ impl Lock {
         self.acquire_with(lease, Wait::Until(deadline)).await
     }
 
-    async fn acquire_with(&self, lease: Lease, wait: Wait) -> Result<Option<Guard>, Error> {
-        let lock = self.lock_ref()?;
-        acquire::acquire(&self.named.locks.inner, lock, lease, wait).await
+    /// The acquisition every waiting method shares. The lock's owner is read when the
+    /// future first runs (inside the caller's [`Holder::scope`], if any).
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn would keep its arguments twice in the future"
+    )]
+    fn acquire_with(
+        &self,
+        lease: Lease,
+        wait: Wait,
+    ) -> impl Future<Output = Result<Option<Guard>, Error>> + Send + '_ {
+        // Plain function and block, not an `async fn`: see `acquire::acquire`.
+        async move {
+            let lock = self.lock_ref()?;
+            acquire::acquire(&self.named.locks.inner, lock, lease, wait).await
+        }
     }
 
     /// Whether anyone holds the lock.
@@ -299,6 +310,11 @@ impl RwLock {
     pub fn writer(&self) -> Lock {
         self.write.clone()
     }
+}
+
+/// The outcome of a wait without a deadline, which ends only with the lock or an error.
+fn unbounded(acquired: Result<Option<Guard>, Error>) -> Result<Guard, Error> {
+    acquired?.ok_or_else(|| Error::protocol("an unbounded wait ended without the lock"))
 }
 
 /// An acquisition being configured: [`Lock::acquire`]. Await it to take the lock.
