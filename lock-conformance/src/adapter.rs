@@ -254,11 +254,10 @@ pub const LOCK_COMMANDS: &str = "+ping +hello +evalsha +eval +script|load \
      +subscribe +unsubscribe +exists +type +time +get +set +incr +del +pexpire +pttl \
      +hexists +hget +hset +hdel +hlen +hgetall +hincrby +publish +lindex +lpop +rpush \
      +lrem +zadd +zscore +zrem \
-     +zcard +zrange +zpopmin +zremrangebyscore +pubsub|numsub +pubsub|shardnumsub";
+     +zcard +zrange +zpopmin +pubsub|numsub +pubsub|shardnumsub";
 
 /// The commands with which a release wakes one waiting client instead of all of them.
-pub const WAKE_COMMANDS: &str =
-    "+zcard +zrange +zpopmin +zremrangebyscore +pubsub|numsub +pubsub|shardnumsub";
+pub const WAKE_COMMANDS: &str = "+zcard +zrange +zpopmin +pubsub|numsub +pubsub|shardnumsub";
 
 /// The channels waiters listen on.
 pub const LOCK_CHANNELS: &str = "resetchannels &redisson_lock__channel:* &redisson_rwlock:*";

@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::Locks;
+use lock_core::{LockKind, LockName, LockRef, Locks, Owner};
 use redis::Value;
 use tokio::time::{sleep, timeout};
 
 use crate::Fixture;
-use crate::faulty::FaultyBackend;
+use crate::faulty::{AcquireFault, FaultyBackend};
 use crate::scenarios::{all_served, served_then_released, spawn_try_waiter, unique};
 
 /// Several clients wait for one mutex; each release is followed by one attempt, by one
@@ -123,6 +123,51 @@ pub async fn a_vanished_clients_registration_does_not_swallow_a_release(fx: &dyn
         waiter,
         Duration::from_secs(3),
         "the release reached the live waiter",
+    )
+    .await;
+}
+
+/// A release that must tell everybody (here a listener that is not a registered client
+/// of ours, as a Redisson waiter's would be) still goes to the client of ours that
+/// registered first: the lock is offered to it, so that another client woken by the same
+/// message cannot take it first. The first client's attempts are slowed by 40 ms, so
+/// that without the offer the second client would win.
+pub async fn a_release_told_to_everybody_still_goes_to_the_first_registered_client(
+    fx: &dyn Fixture,
+) {
+    let name = unique("offer-all");
+    let holder = fx.client().await;
+    let held = holder.mutex(&name).lock().await.unwrap();
+    let slow = FaultyBackend::new(fx.backend().await);
+    let first = spawn_try_waiter(
+        Locks::new(Arc::new(slow.clone())).mutex(&name),
+        Duration::from_secs(10),
+    );
+    sleep(Duration::from_millis(200)).await;
+    let second = spawn_try_waiter(fx.client().await.mutex(&name), Duration::from_secs(10));
+    sleep(Duration::from_millis(200)).await;
+    let outsider = fx.backend().await;
+    let lock = LockRef::new(
+        LockKind::Mutex,
+        LockName::new(&name).unwrap(),
+        Owner::new("outsider", "1"),
+    );
+    let _listening = outsider.listen(&lock).await.unwrap();
+    slow.set(AcquireFault::DelayRequest(Duration::from_millis(40)));
+    held.unlock().await.unwrap();
+    let Ok(first) = timeout(Duration::from_secs(3), first).await else {
+        panic!(
+            "the lock did not go to the first registered client; {}",
+            waiting_state(fx, &name).await
+        );
+    };
+    let guard = first.unwrap().unwrap().expect("served");
+    assert!(!second.is_finished(), "both clients hold the lock");
+    guard.unlock().await.unwrap();
+    served_then_released(
+        second,
+        Duration::from_secs(3),
+        "the second client is served next",
     )
     .await;
 }

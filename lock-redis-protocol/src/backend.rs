@@ -447,7 +447,7 @@ impl Backend for RedisBackend {
                     ""
                 };
                 // A live waiter asks again within the holder's lease (its own, as a
-                // rule); past that its client's registration lapses.
+                // rule): a zset of waiting clients none of which asked that long is gone.
                 let registered_ms = millis(request.lease + wait.place_kept_for).to_string();
                 let args = [
                     &*lease_ms,

@@ -73,9 +73,10 @@ pub fn fair_queue_keys(name: &LockName) -> [String; 3] {
 }
 
 /// The clients of this library with a waiter on a mutex: `redisson_lock_waiting:{name}`
-/// (a zset wake id -> server ms when the registration lapses; not part of Redisson's
-/// layout). A release that every listener of the lock's channel is registered for wakes
-/// the longest-waiting client alone instead of every client.
+/// (a zset wake id -> server ms when the client registered; not part of Redisson's
+/// layout). A release offers the lock to the client registered first, and wakes it
+/// alone instead of every client when every listener of the lock's channel is
+/// registered.
 #[must_use]
 pub fn waiting_clients_key(name: &LockName) -> String {
     format!("redisson_lock_waiting:{}", tagged(name))

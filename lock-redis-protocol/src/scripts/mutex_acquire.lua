@@ -7,7 +7,7 @@
 -- ARGV[4] how long a reservation lasts (ms); ARGV[5] how long the caller has waited (ms);
 -- ARGV[6] '1' to return a fencing token; ARGV[7] restart quarantine (ms, '0' off);
 -- ARGV[8] the caller's client wake id when the caller waits if busy, else '';
--- ARGV[9] how long a registration of that client lasts (ms);
+-- ARGV[9] how long the waiting clients' zset outlives a registration (ms);
 -- ARGV[10] grant latch lifetime (ms): a retry of this request gets the same grant back.
 -- The expiry is only ever extended, never shortened, so that a client's local view of
 -- its lease (the latest request it sent plus that request's lease) stays on the safe side.
@@ -70,23 +70,21 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     end
     return granted(holds, token)
 end
--- Busy. A caller that will wait registers its client (or renews the registration), so
--- that a release can wake this client alone.
+-- Busy. A caller that will wait registers its client (which keeps its place if it is
+-- registered already), so that a release can wake this client alone and in its turn.
 register_waiting(KEYS[5], ARGV[8], ARGV[9])
 -- A starving waiter reserves the next free moment unless a waiter that started
 -- waiting earlier holds the reservation; its own reservation is refreshed on every attempt.
 -- Wait starts are on the server's clock (now minus the caller's own waited time), so
--- clients need no synchronised clocks.
+-- clients need no synchronised clocks. A registered client's waiter reserves only while
+-- its client is first among the registered (a release offers the lock to that one: a
+-- reservation must not jump the line it keeps while its waiter sleeps).
 if ARGV[3] == '1' then
     local start = now_ms() - tonumber(ARGV[5])
     local reserved_start, reserved_for = reservation()
-    if not reserved_for or reserved_for == ARGV[2] or start < reserved_start then
+    if (not reserved_for or reserved_for == ARGV[2] or start < reserved_start)
+        and registered_first(KEYS[5], ARGV[8]) then
         redis.call('set', KEYS[2], start .. ':' .. ARGV[2], 'px', ARGV[4])
-        if ARGV[8] ~= '' then
-            -- The next release wakes this client first: the lock is kept for it. (A server
-            -- that refuses ZRANGE, an ACL from before, costs only the order.)
-            pcall(go_first, KEYS[5], ARGV[8])
-        end
     end
 end
 return {0, redis.call('pttl', KEYS[1])}

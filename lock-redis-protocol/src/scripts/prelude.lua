@@ -282,65 +282,68 @@ local function release_exclusive()
 end
 
 -- This library's clients with a waiter on a mutex register in the zset `waiting`
--- (member: the client's wake id; score: when the registration lapses), and each listens
--- on the lock's channel once. The wake id of the client a release should tell alone:
--- the one that has waited longest since it last asked, when every listener of the
--- channel is a registered client; else nil (a Redisson waiter listens, or a registered
--- client stopped listening, and everybody must hear the release).
+-- (member: the client's wake id; score: when it registered, on the server's clock), and
+-- each listens on the lock's channel once. Returns the wake id of the client that
+-- registered first (taken out of the zset: it is served, or registers again), or nil
+-- when none is; and whether a release may tell that client alone: only when every
+-- listener of the channel is a registered client (else a Redisson waiter may listen, or
+-- a registered client stopped listening, and everybody must hear it).
+-- A client that vanished without a word stays registered until it comes first: then one
+-- release offers it the lock in vain (see wake_mutex_waiters) and drops it.
 local function next_waiting_client(waiting, channel, numsub)
-    -- Most releases have nobody waiting: one cheap look before the clock and the sweep.
-    if redis.call('zcard', waiting) == 0 then
-        return nil
-    end
-    redis.call('zremrangebyscore', waiting, '-inf', now_ms())
     local registered = redis.call('zcard', waiting)
     if registered == 0 then
-        return nil
+        return nil, false
     end
-    if redis.call('pubsub', numsub, channel)[2] ~= registered then
-        return nil
-    end
-    return redis.call('zpopmin', waiting)[1]
+    local alone = numsub ~= '' and redis.call('pubsub', numsub, channel)[2] == registered
+    return redis.call('zpopmin', waiting)[1], alone
 end
 
--- Registers (or renews) the waiting client `wake_id` ('' for a caller that does not
--- wait) for `lifetime_ms`, behind the clients registered before.
+-- Registers the waiting client `wake_id` ('' for a caller that does not wait) behind the
+-- clients registered before; a client already registered keeps its place. The zset
+-- lives `lifetime_ms` past its latest registration.
 local function register_waiting(waiting, wake_id, lifetime_ms)
     if wake_id ~= '' then
-        redis.call('zadd', waiting, string.format('%d', now_ms() + tonumber(lifetime_ms)), wake_id)
+        redis.call('zadd', waiting, 'NX', string.format('%d', now_ms()), wake_id)
         redis.call('pexpire', waiting, lifetime_ms)
     end
 end
 
--- Puts the registered client `wake_id` first among a mutex's waiting clients (see
--- next_waiting_client), just ahead of the one that was first.
-local function go_first(waiting, wake_id)
-    local first = redis.call('zrange', waiting, 0, 0, 'WITHSCORES')
-    if first[1] and first[1] ~= wake_id then
-        redis.call('zadd', waiting, string.format('%d', tonumber(first[2]) - 1), wake_id)
+-- Whether the waiting client `wake_id` is the first registered (see
+-- next_waiting_client); true for a caller that does not register ('') and where the
+-- server refuses ZRANGE (an ACL written before it was needed: only the order is lost).
+local function registered_first(waiting, wake_id)
+    if wake_id == '' then
+        return true
     end
+    local looked, first = pcall(redis.call, 'zrange', waiting, 0, 0)
+    return not looked or first[1] == nil or first[1] == wake_id
 end
 
 -- Wakes a mutex's waiters after its release: one client alone where it can (see
 -- next_waiting_client), else every listener with '0', as Redisson does. `numsub` is the
 -- PUBSUB subcommand that counts the channel's listeners, or '' where this server cannot
--- see them all. A server that refuses one of the commands (an ACL written before they
+-- see them all (then every release tells everybody). A server that refuses one of the commands (an ACL written before they
 -- were needed) costs the targeting, never the release.
--- The client woken alone is offered the lock for `offer_ms` in the reservation key
--- `reservation` (unless a starving waiter holds it): our newcomers cannot take it from
--- under the client that was told, which would send that client to the back.
+-- Either way the lock is offered for `offer_ms` to the registered client that has waited
+-- longest, in the reservation key `reservation` (unless a starving waiter holds it): our
+-- other waiters, woken by the same '0' or arriving anew, cannot take it from under that
+-- client, which keeps our clients in the order they registered. (Redisson's own script
+-- does not look at the reservation; its waiters compete as they always did.)
 local function wake_mutex_waiters(waiting, channel, publish, numsub, reservation, offer_ms)
-    local target = nil
-    if numsub ~= '' then
-        local counted, found = pcall(next_waiting_client, waiting, channel, numsub)
-        if counted then
-            target = found
-        end
+    local target, alone = nil, false
+    local counted, found, found_alone = pcall(next_waiting_client, waiting, channel, numsub)
+    if counted then
+        target, alone = found, found_alone
     end
     if target then
         redis.call('set', reservation, now_ms() .. ':' .. target, 'px', offer_ms, 'nx')
     end
-    redis.call(publish, channel, target or '0')
+    if alone then
+        redis.call(publish, channel, target)
+    else
+        redis.call(publish, channel, '0')
+    end
 end
 
 -- A permit id as the expirable semaphore stores it: its 16 raw bytes (sent as 32 hex
