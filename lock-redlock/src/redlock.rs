@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -28,6 +29,13 @@ pub enum NodeRelease {
     /// The node failed or did not answer in time.
     Failed(Error),
 }
+
+/// The lock a release was of, and what each node said to it.
+type LastRelease = (LockRef, Vec<NodeRelease>);
+
+/// One node's answer to a request sent to every node: the node's index and its outcome.
+/// Boxed, so that answers still due can be collected by a task of their own.
+type NodeCall<T> = Pin<Box<dyn Future<Output = (usize, Result<T, Error>)> + Send>>;
 
 /// The default node timeout's upper bound, and the default of requests without a lease.
 const LONGEST_DEFAULT_NODE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -84,7 +92,7 @@ impl RedLockBuilder {
             drift_factor: self.drift_factor,
             drift_floor: self.drift_floor,
             relay: Relay::new(listen_timeout),
-            last_release: Mutex::new(None),
+            last_release: Arc::default(),
             in_flight: Arc::new(InFlight::default()),
         })
     }
@@ -106,8 +114,9 @@ impl RedLockBuilder {
 /// - the fencing token is the largest a majority granted (tokens of the nodes differ);
 /// - a release goes to every node, after any acquisition of the lock still running on
 ///   that node (so a late grant is released too); the lock is still held only while a
-///   majority still holds it. [`RedLock::last_release`] tells what each node said to the
-///   latest release;
+///   majority still holds it. The release answers once a majority agrees, like the
+///   acquire, and [`RedLock::last_release`] tells what each node said to the latest
+///   release once all have answered;
 /// - a node request that failed without an answer is undone as the undo of that
 ///   request's grant, which the node performs only if it granted it (undoing a reentry
 ///   that never ran would take the outer hold away); every node remembers each request's
@@ -124,7 +133,7 @@ pub struct RedLock {
     drift_floor: Duration,
     relay: Relay,
     /// What each node said to the latest release (of any lock) by this client.
-    last_release: Mutex<Option<(LockRef, Vec<NodeRelease>)>>,
+    last_release: Arc<Mutex<Option<LastRelease>>>,
     in_flight: Arc<InFlight>,
 }
 
@@ -260,7 +269,8 @@ impl RedLock {
     }
 
     /// What each node answered to the latest release by this client, if that release
-    /// was of `lock`. Only the latest report is kept.
+    /// was of `lock`, written once every node has answered (or timed out): a release
+    /// itself returns as soon as a majority agrees. Only the latest report is kept.
     #[must_use]
     pub fn last_release(&self, lock: &LockRef) -> Option<Vec<NodeRelease>> {
         match &*self
@@ -271,6 +281,61 @@ impl RedLock {
             Some((released, report)) if released == lock => Some(report.clone()),
             _ => None,
         }
+    }
+
+    /// A release's outcome once a majority of nodes agree on it: released, or still
+    /// held (with the count that majority agrees on). `None` while they do not (yet).
+    fn majority_says(&self, report: &[Option<NodeRelease>]) -> Option<Release> {
+        let mut released = 0;
+        let mut still = Vec::new();
+        for node in report.iter().flatten() {
+            match node {
+                NodeRelease::Done(Release::Released) => released += 1,
+                NodeRelease::Done(Release::StillHeld { holds }) => still.push(*holds),
+                _ => {}
+            }
+        }
+        if released >= self.quorum {
+            return Some(Release::Released);
+        }
+        if still.len() >= self.quorum {
+            still.sort_unstable_by(|a, b| b.cmp(a));
+            return Some(Release::StillHeld {
+                holds: still[self.quorum - 1],
+            });
+        }
+        None
+    }
+
+    /// A release's outcome from every node's answer, when no majority agreed.
+    fn settle_release(&self, report: &[NodeRelease]) -> Result<Release, Error> {
+        let (mut released, mut still, mut failed) = (0, 0, Vec::new());
+        for (i, node) in report.iter().enumerate() {
+            match node {
+                NodeRelease::Done(Release::Released) => released += 1,
+                NodeRelease::Done(Release::StillHeld { .. }) => still += 1,
+                NodeRelease::Done(_) => {}
+                NodeRelease::Failed(err) => failed.push((i, err.clone())),
+            }
+        }
+        // A minority still holding does not keep the lock.
+        if released + still > 0 && failed.len() <= self.nodes.len() - self.quorum {
+            return Ok(Release::Released);
+        }
+        if failed.len() > self.nodes.len() - self.quorum {
+            return Err(Error::connection(
+                "releasing on a majority of nodes",
+                NodeErrors {
+                    nodes: failed,
+                    of: self.nodes.len(),
+                },
+            ));
+        }
+        Ok(if released + still > 0 {
+            Release::Released
+        } else {
+            Release::NotHeld
+        })
     }
 
     fn node_timeout(&self, lease: Duration) -> Duration {
@@ -290,11 +355,7 @@ impl RedLock {
     }
 
     /// Runs `call` on every node at once, each bounded by `timeout`.
-    fn on_all<T, F, Fut>(
-        &self,
-        timeout: Duration,
-        call: F,
-    ) -> FuturesUnordered<impl Future<Output = (usize, Result<T, Error>)> + '_>
+    fn on_all<T, F, Fut>(&self, timeout: Duration, call: F) -> FuturesUnordered<NodeCall<T>>
     where
         F: Fn(Arc<dyn Backend>) -> Fut,
         Fut: Future<Output = Result<T, Error>> + Send + 'static,
@@ -304,11 +365,7 @@ impl RedLock {
     }
 
     /// [`RedLock::on_all`], telling `call` which node it runs on.
-    fn on_all_indexed<T, F, Fut>(
-        &self,
-        timeout: Duration,
-        call: F,
-    ) -> FuturesUnordered<impl Future<Output = (usize, Result<T, Error>)> + '_>
+    fn on_all_indexed<T, F, Fut>(&self, timeout: Duration, call: F) -> FuturesUnordered<NodeCall<T>>
     where
         F: Fn(usize, Arc<dyn Backend>) -> Fut,
         Fut: Future<Output = Result<T, Error>> + Send + 'static,
@@ -321,14 +378,15 @@ impl RedLock {
                 // Each call runs in its own task: it finishes even if this request is
                 // dropped, so a late grant is still known to the node for release.
                 let task = tokio::spawn(call(i, Arc::clone(node)));
-                async move {
+                let answer: NodeCall<T> = Box::pin(async move {
                     let outcome = match tokio::time::timeout(timeout, task).await {
                         Ok(Ok(result)) => result,
                         Ok(Err(join)) => Err(Error::protocol(format!("node task failed: {join}"))),
                         Err(_) => Err(timed_out(timeout)),
                     };
                     (i, outcome)
-                }
+                });
+                answer
             })
             .collect()
     }
@@ -457,6 +515,9 @@ impl Backend for RedLock {
         Ok(())
     }
 
+    /// Answers as soon as a majority agrees (released, or still held), as the acquire
+    /// does; the other nodes' releases finish in their tasks, and
+    /// [`RedLock::last_release`] reports every node once all have answered.
     async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
         let timeout = self.node_timeout(request.lease);
         let mut calls = self.on_all_indexed(timeout, |index, node| {
@@ -473,54 +534,44 @@ impl Backend for RedLock {
             }
         });
         let mut report: Vec<Option<NodeRelease>> = vec![None; self.nodes.len()];
+        let mut decided = None;
         while let Some((i, outcome)) = calls.next().await {
             report[i] = Some(match outcome {
                 Ok(release) => NodeRelease::Done(release),
                 Err(err) => NodeRelease::Failed(err),
             });
-        }
-        let report: Vec<NodeRelease> = report.into_iter().flatten().collect();
-        *self
-            .last_release
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some((lock.clone(), report.clone()));
-        let (mut released, mut still, mut failed) = (0, Vec::new(), Vec::new());
-        for (i, node) in report.iter().enumerate() {
-            match node {
-                NodeRelease::Done(Release::Released) => released += 1,
-                NodeRelease::Done(Release::StillHeld { holds }) => still.push(*holds),
-                NodeRelease::Done(_) => {}
-                NodeRelease::Failed(err) => failed.push((i, err.clone())),
+            decided = self.majority_says(&report);
+            if decided.is_some() {
+                break;
             }
         }
-        // Still held only where a majority still holds it (and then with the count that
-        // majority agrees on); a minority still holding does not keep the lock.
-        if still.len() >= self.quorum {
-            still.sort_unstable_by(|a, b| b.cmp(a));
-            let holds = still[self.quorum - 1];
-            return Ok(Release::StillHeld { holds });
+        let answers_due = !calls.is_empty();
+        let last_release = Arc::clone(&self.last_release);
+        let released = lock.clone();
+        let reported = async move {
+            while let Some((i, outcome)) = calls.next().await {
+                report[i] = Some(match outcome {
+                    Ok(release) => NodeRelease::Done(release),
+                    Err(err) => NodeRelease::Failed(err),
+                });
+            }
+            let report: Vec<NodeRelease> = report.into_iter().flatten().collect();
+            *last_release.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some((released, report.clone()));
+            report
+        };
+        match decided {
+            Some(decided) if answers_due => {
+                tokio::spawn(reported);
+                Ok(decided)
+            }
+            Some(decided) => {
+                reported.await;
+                Ok(decided)
+            }
+            None => self.settle_release(&reported.await),
         }
-        if released >= self.quorum
-            || (released + still.len() > 0 && failed.len() <= self.nodes.len() - self.quorum)
-        {
-            return Ok(Release::Released);
-        }
-        if failed.len() > self.nodes.len() - self.quorum {
-            return Err(Error::connection(
-                "releasing on a majority of nodes",
-                NodeErrors {
-                    nodes: failed,
-                    of: self.nodes.len(),
-                },
-            ));
-        }
-        Ok(if released + still.len() > 0 {
-            Release::Released
-        } else {
-            Release::NotHeld
-        })
     }
-
     async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal> {
         let timeout = self.node_timeout(lease);
         let batch: Arc<[LockRef]> = locks.into();

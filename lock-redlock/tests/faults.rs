@@ -65,10 +65,18 @@ async fn acquires_and_releases_on_every_node() {
         lock_core::Owner::new(locks.client_id(), owner.rsplit_once(':').unwrap().1),
     );
     guard.unlock().await.unwrap();
+    // Written once every node has answered; the release returned when three had.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let report = loop {
+        if let Some(report) = redlock.last_release(&lock_ref) {
+            break report;
+        }
+        assert!(Instant::now() < deadline, "no release report");
+        sleep(Duration::from_millis(10)).await;
+    };
     for server in &servers {
         assert!(fields(server, "rl:basic").await.is_empty());
     }
-    let report = redlock.last_release(&lock_ref).expect("a release report");
     assert_eq!(report.len(), 5);
     assert!(
         report
@@ -167,6 +175,50 @@ async fn a_redlock_waiter_registers_its_client_on_no_node() {
         .expect("the release wakes the waiter")
         .unwrap()
         .unwrap();
+}
+
+/// A release answers once a majority has released, as an acquisition does once a
+/// majority granted: two paused nodes do not hold it up.
+/// Their releases still run when they come back, and the report tells what they said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_answers_once_a_majority_has_released() {
+    let servers = servers(5).await;
+    let node_timeout = Duration::from_secs(2);
+    let redlock = Arc::new(
+        RedLock::builder(nodes(&servers).await)
+            .node_timeout(node_timeout)
+            .build()
+            .unwrap(),
+    );
+    let locks = Locks::new(redlock.clone());
+    let guard = locks.mutex("rl:quorum-release").lock().await.unwrap();
+    let lock_ref = lock_core::LockRef::new(
+        lock_core::LockKind::Mutex,
+        lock_core::LockName::new("rl:quorum-release").unwrap(),
+        lock_core::Owner::new(locks.client_id(), guard.owner().rsplit_once(':').unwrap().1),
+    );
+    servers[0].pause();
+    servers[4].pause();
+    let started = Instant::now();
+    guard.unlock().await.unwrap();
+    // The paused nodes' connections give up after 500 ms (see `connect`), the node
+    // timeout after 2 s: an answer before either did not wait for them.
+    assert!(
+        started.elapsed() < Duration::from_millis(400),
+        "the release waited {:?} for the paused nodes",
+        started.elapsed()
+    );
+    assert!(redlock.last_release(&lock_ref).is_none(), "reported early");
+    servers[0].resume();
+    servers[4].resume();
+    let deadline = Instant::now() + node_timeout * 2;
+    while redlock.last_release(&lock_ref).is_none() {
+        assert!(Instant::now() < deadline, "no release report");
+        sleep(Duration::from_millis(20)).await;
+    }
+    for server in &servers {
+        assert!(fields(server, "rl:quorum-release").await.is_empty());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
