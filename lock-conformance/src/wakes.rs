@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{LockKind, LockName, LockRef, Locks, Owner};
+use lock_redis_protocol::ProtocolOptions;
 use redis::Value;
 use tokio::time::{sleep, timeout};
 
@@ -131,12 +132,14 @@ pub async fn a_vanished_clients_registration_does_not_swallow_a_release(fx: &dyn
 /// of ours, as a Redisson waiter's would be) still goes to the client of ours that
 /// registered first: the lock is offered to it, so that another client woken by the same
 /// message cannot take it first. The first client's attempts are slowed by 40 ms, so
-/// that without the offer the second client would win.
+/// that without the offer the second client would win; the holder's offers last 2 s,
+/// so that a loaded machine does not let this one lapse before the first client asks.
 pub async fn a_release_told_to_everybody_still_goes_to_the_first_registered_client(
     fx: &dyn Fixture,
 ) {
     let name = unique("offer-all");
-    let holder = fx.client().await;
+    let long_offers = ProtocolOptions::default().reservation(Duration::from_secs(2));
+    let holder = Locks::new(fx.backend_with(long_offers).await);
     let held = holder.mutex(&name).lock().await.unwrap();
     let slow = FaultyBackend::new(fx.backend().await);
     let first = spawn_try_waiter(

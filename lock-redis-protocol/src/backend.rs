@@ -130,7 +130,8 @@ impl ProtocolOptions {
         self
     }
 
-    /// Sets how long a starving waiter's reservation lasts (at least 1 ms).
+    /// Sets how long a starving waiter's reservation lasts (at least 1 ms), and how long a
+    /// mutex release offers the lock to the waiting client it picked.
     #[must_use]
     pub fn reservation(mut self, lifetime: Duration) -> Self {
         self.reservation = lifetime.max(Duration::from_millis(1));
