@@ -307,6 +307,25 @@ impl RedLock {
         None
     }
 
+    /// An error naming every node's failure when too many failed for a majority to have
+    /// answered `during`.
+    fn majority_answered(
+        &self,
+        during: &'static str,
+        failed: Vec<(usize, Error)>,
+    ) -> Result<(), Error> {
+        if failed.len() > self.nodes.len() - self.quorum {
+            return Err(Error::connection(
+                during,
+                NodeErrors {
+                    nodes: failed,
+                    of: self.nodes.len(),
+                },
+            ));
+        }
+        Ok(())
+    }
+
     /// A release's outcome from every node's answer, when no majority agreed.
     fn settle_release(&self, report: &[NodeRelease]) -> Result<Release, Error> {
         let (mut released, mut still, mut failed) = (0, 0, Vec::new());
@@ -322,15 +341,7 @@ impl RedLock {
         if released + still > 0 && failed.len() <= self.nodes.len() - self.quorum {
             return Ok(Release::Released);
         }
-        if failed.len() > self.nodes.len() - self.quorum {
-            return Err(Error::connection(
-                "releasing on a majority of nodes",
-                NodeErrors {
-                    nodes: failed,
-                    of: self.nodes.len(),
-                },
-            ));
-        }
+        self.majority_answered("releasing on a majority of nodes", failed)?;
         Ok(if released + still > 0 {
             Release::Released
         } else {
@@ -659,15 +670,7 @@ impl Backend for RedLock {
                 Err(err) => failed.push((i, err)),
             }
         }
-        if failed.len() > self.nodes.len() - self.quorum {
-            return Err(Error::connection(
-                "inspecting a majority of nodes",
-                NodeErrors {
-                    nodes: failed,
-                    of: self.nodes.len(),
-                },
-            ));
-        }
+        self.majority_answered("inspecting a majority of nodes", failed)?;
         // The count a majority agrees on: the quorum-th largest.
         holds.sort_unstable_by(|a, b| b.cmp(a));
         let majority_holds = holds.get(self.quorum - 1).copied().unwrap_or(0);
