@@ -693,15 +693,7 @@ pub async fn a_redisson_peer_on_a_cluster_hears_us_and_is_heard(connect: &Adapte
         .unwrap()
         .expect("the lock was free");
     // A Redisson waiter, subscribed on the shard, hears our release.
-    let mut subscriber = tokio::net::TcpStream::connect(("127.0.0.1", shard.port()))
-        .await
-        .unwrap();
-    let subscribe = format!(
-        "*2\r\n$10\r\nSSUBSCRIBE\r\n${}\r\n{channel}\r\n",
-        channel.len()
-    );
-    let heard = read_until(&mut subscriber, subscribe.as_bytes(), b"ssubscribe").await;
-    assert!(heard.is_some(), "the raw SSUBSCRIBE was not confirmed");
+    let mut subscriber = raw_subscriber(shard.port(), "SSUBSCRIBE", channel).await;
     guard.unlock().await.unwrap();
     let heard = read_until(&mut subscriber, b"", b"smessage").await;
     assert!(
@@ -726,15 +718,7 @@ pub async fn a_redisson_waiter_hears_our_release_beside_our_waiters(connect: &Ad
     let channel = "redisson_lock__channel:{redisson-beside:m}";
     let held = holder.mutex(name).lock().await.unwrap();
     let waiter = spawn_try_waiter(ours.mutex(name), Duration::from_secs(8));
-    let mut redisson = tokio::net::TcpStream::connect(("127.0.0.1", server.port()))
-        .await
-        .unwrap();
-    let subscribe = format!(
-        "*2\r\n$9\r\nSUBSCRIBE\r\n${}\r\n{channel}\r\n",
-        channel.len()
-    );
-    let confirmed = read_until(&mut redisson, subscribe.as_bytes(), b"subscribe").await;
-    assert!(confirmed.is_some(), "the raw SUBSCRIBE was not confirmed");
+    let mut redisson = raw_subscriber(server.port(), "SUBSCRIBE", channel).await;
     await_subscribers(&server, "NUMSUB", channel, 2).await;
     // Our waiter has asked once more since it subscribed, and is registered.
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -783,6 +767,23 @@ pub async fn a_newcomer_cannot_take_a_lock_offered_to_the_client_woken_for_it(
         "the woken client was served",
     )
     .await;
+}
+
+/// A bare connection to the server on `port` that ran `command` (`SUBSCRIBE` or
+/// `SSUBSCRIBE`) on `channel`, as a Redisson waiter's does; panics if it was not confirmed.
+async fn raw_subscriber(port: u16, command: &str, channel: &str) -> tokio::net::TcpStream {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let request = format!(
+        "*2\r\n${}\r\n{command}\r\n${}\r\n{channel}\r\n",
+        command.len(),
+        channel.len()
+    );
+    let confirmation = command.to_lowercase();
+    let confirmed = read_until(&mut stream, request.as_bytes(), confirmation.as_bytes()).await;
+    assert!(confirmed.is_some(), "the raw {command} was not confirmed");
+    stream
 }
 
 /// Writes `request`, then reads until the bytes read contain `wanted` (within 2 s).

@@ -94,8 +94,9 @@ pub async fn a_release_wakes_one_waiting_client(fx: &dyn Fixture) {
 
 /// A client registered as waiting vanished without a word (its process died; here its
 /// registration is written by hand, in the place it would hold, first in line): a
-/// release must not be spent on it. The live waiter is woken at once, not when the
-/// holder's 30 s lease would have ended.
+/// release must not be spent on it. The live waiter is woken at once and served once the
+/// lock's offer to the vanished client (100 ms) has lapsed, not when the holder's 30 s
+/// lease would have ended.
 pub async fn a_vanished_clients_registration_does_not_swallow_a_release(fx: &dyn Fixture) {
     let redis = fx.redis().expect("a Redis fixture");
     let name = unique("vanished");
