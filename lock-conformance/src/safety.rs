@@ -227,6 +227,19 @@ pub async fn an_unanswered_grant_is_undone(fx: &dyn Fixture) {
     another_client_takes(fx, &name, "an unanswered grant was left behind").await;
 }
 
+/// An acquisition dropped after the backend granted it, while the answer is still on its
+/// way, leaves no hold: the rest of the request runs in the background, which gives the
+/// grant back (the lock is free well before its 30 s lease ends).
+pub async fn a_grant_whose_caller_left_is_released(fx: &dyn Fixture) {
+    let faulty = FaultyBackend::new(fx.backend().await);
+    faulty.set(AcquireFault::DelayFreshGrant(Duration::from_millis(200)));
+    let locks = Locks::new(Arc::new(faulty.clone()));
+    let name = unique("caller-left");
+    let left = timeout(Duration::from_millis(50), locks.mutex(&name).lock()).await;
+    assert!(left.is_err(), "the answer was held back: {left:?}");
+    another_client_takes(fx, &name, "a grant whose caller left was kept").await;
+}
+
 /// `try_lock_for(wait)` returns within its wait plus a small slack even when subscribing
 /// to release notifications is slow (here 3 s, as while a connection is re-established).
 pub async fn a_bounded_wait_ends_on_time_when_subscribing_is_slow(fx: &dyn Fixture) {

@@ -11,10 +11,13 @@
 //! [`crate::turns`]): the first in line tries and listens, the others wait in the
 //! process, and a release wakes the one that asks rather than all of them.
 //!
-//! Each attempt runs in its own task: if the caller's future is dropped while a grant is
-//! on its way, the attempt releases what it was granted instead of leaking a hold.
+//! Each attempt is polled by its caller; if the caller's future is dropped while a grant
+//! is on its way, the rest of the attempt runs in the background and releases what it
+//! was granted instead of leaking a hold.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -316,12 +319,11 @@ async fn attempt(
     let lease = request.lease;
     let request = request.fresh_id();
     let in_flight = client.start_acquisition(lock);
-    let settling = Arc::clone(&in_flight);
-    let (tx, rx) = oneshot::channel();
-    let (done, attempt_done) = oneshot::channel::<()>();
-    if let Some(queued) = queued {
+    let done = queued.map(|queued| {
+        let (done, attempt_done) = oneshot::channel::<()>();
         queued.attempt_done = Some(attempt_done);
-    }
+        done
+    });
     let backend = Arc::clone(&client.backend);
     let lock_ref = lock.clone();
     let sent = Instant::now();
@@ -330,33 +332,18 @@ async fn attempt(
         Wait::Until(deadline) => deadline.min(sent + request.retry_window),
         Wait::Forever => sent + request.retry_window,
     };
-    client.supervisor.spawn_job(async move {
-        let reply = retry::until_answered(answer_by, || backend.acquire(&lock_ref, request)).await;
-        let unknown = retry::unanswered(&reply);
-        let undo = match tx.send(reply) {
-            // The caller went away while the grant was in flight.
-            Err(Ok(Acquire::Acquired { .. })) => true,
-            // The caller got an error, or went away, not knowing whether it was granted.
-            _ => unknown,
-        };
-        if undo {
-            undo_grant(&*backend, &lock_ref, request).await;
-        }
-        drop(settling);
-        // Dropping `done` tells a waiter that gave up that its cancellation may go now.
-        drop(done);
-    })?;
-    let mut pending = PendingReply {
-        rx: Some(rx),
-        in_flight: Arc::clone(&in_flight),
+    let call = Box::pin(async move {
+        retry::until_answered(answer_by, || backend.acquire(&lock_ref, request)).await
+    });
+    let reply = RequestInFlight {
+        call: Some(call),
         client: Arc::clone(client),
         lock: lock.clone(),
         request,
-    };
-    let reply = pending
-        .receive()
-        .await
-        .ok_or_else(|| Error::protocol("the acquire task ended without a reply"))??;
+        settling: Some(Arc::clone(&in_flight)),
+        done,
+    }
+    .await?;
     match reply {
         Acquire::Acquired { holds, token } => {
             let hold = client.attach(lock, holds, sent, lease, renew, token);
@@ -386,51 +373,84 @@ async fn undo_grant(backend: &dyn Backend, lock: &LockRef, request: AcquireReque
     }
 }
 
-/// The receiving end of an attempt. If it is dropped after the reply arrived but before
-/// it was taken, the granted hold is released here.
-struct PendingReply {
-    rx: Option<oneshot::Receiver<Result<Acquire, Error>>>,
-    /// Kept by the undo of a grant taken here, until it is done.
-    in_flight: Arc<InFlight>,
+/// The backend's answer to an acquire request, still to come.
+type Call = Pin<Box<dyn Future<Output = Result<Acquire, Error>> + Send>>;
+
+/// One acquire request on its way, polled by the caller itself (no task per attempt).
+/// If the caller goes away before the answer came, what is left of the request goes to
+/// a job of the client's supervisor, which awaits the answer and undoes a grant the
+/// caller will never learn of. An answer that leaves it unknown whether the request
+/// ran (a connection error) is undone in a job as well.
+struct RequestInFlight {
+    /// `None` once answered.
+    call: Option<Call>,
     client: Arc<Inner>,
     lock: LockRef,
     request: AcquireRequest,
+    /// Counts the request as in flight until it is settled: see [`InFlight`].
+    settling: Option<Arc<InFlight>>,
+    /// Dropped once the request is over, so that a waiter that gave up sends its
+    /// cancellation only then (it could otherwise reach the backend first and be
+    /// undone by the request).
+    done: Option<oneshot::Sender<()>>,
 }
 
-impl PendingReply {
-    /// The reply, or `None` if the attempt task died without one.
-    async fn receive(&mut self) -> Option<Result<Acquire, Error>> {
-        let rx = self.rx.as_mut()?;
-        let reply = rx.await.ok();
-        self.rx = None;
-        reply
+impl Future for RequestInFlight {
+    type Output = Result<Acquire, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let Some(call) = this.call.as_mut() else {
+            return Poll::Ready(Err(Error::protocol(
+                "an acquire request polled after it was answered",
+            )));
+        };
+        let reply = std::task::ready!(call.as_mut().poll(cx));
+        this.call = None;
+        if retry::unanswered(&reply) {
+            this.settle_in_background(None);
+        } else {
+            this.settling = None;
+            this.done = None;
+        }
+        Poll::Ready(reply)
     }
 }
 
-impl Drop for PendingReply {
-    fn drop(&mut self) {
-        let Some(mut rx) = self.rx.take() else { return };
-        // Close first: a reply sent after this point comes back to the attempt task,
-        // which releases the grant itself; one sent before it is taken below. Without
-        // the close, a reply landing between `try_recv` and the drop would be lost with
-        // the receiver, and its hold with it.
-        rx.close();
-        let reply = rx.try_recv();
-        #[cfg(test)]
-        tests::before_the_receiver_drops();
-        if let Ok(Ok(Acquire::Acquired { .. })) = reply {
-            let backend = Arc::clone(&self.client.backend);
-            let lock = self.lock.clone();
-            let request = self.request;
-            let settling = Arc::clone(&self.in_flight);
-            let undo = self.client.supervisor.spawn_job(async move {
+impl RequestInFlight {
+    /// Finishes the request in a job: awaits `call`'s answer, if any is still to come,
+    /// and undoes a grant it may hold (with no call left, the grant is unknown).
+    fn settle_in_background(&mut self, call: Option<Call>) {
+        let backend = Arc::clone(&self.client.backend);
+        let lock = self.lock.clone();
+        let request = self.request;
+        let settling = self.settling.take();
+        let done = self.done.take();
+        let settled = self.client.supervisor.spawn_job(async move {
+            let undo = match call {
+                Some(call) => {
+                    let reply = call.await;
+                    matches!(reply, Ok(Acquire::Acquired { .. })) || retry::unanswered(&reply)
+                }
+                None => true,
+            };
+            if undo {
                 undo_grant(&*backend, &lock, request).await;
-                drop(settling);
-            });
-            if let Err(err) = undo {
-                // The lease bounds the hold.
-                events::release_failed(&self.lock, "a grant its caller never learnt of", &err);
             }
+            drop(settling);
+            drop(done);
+        });
+        if let Err(err) = settled {
+            // The lease bounds the hold.
+            events::release_failed(&self.lock, "a grant its caller never learnt of", &err);
+        }
+    }
+}
+
+impl Drop for RequestInFlight {
+    fn drop(&mut self) {
+        if let Some(call) = self.call.take() {
+            self.settle_in_background(Some(call));
         }
     }
 }
@@ -483,58 +503,63 @@ impl Drop for QueuedWaiter {
 
 #[cfg(test)]
 mod tests {
-    use std::cell::RefCell;
-
     use super::*;
     use crate::memory::MemoryBackend;
     use crate::{LockKind, LockName, Owner};
 
-    thread_local! {
-        /// Runs inside `PendingReply::drop`, after its last look at the channel and
-        /// before the receiver goes: where a racing reply lands in the worst case.
-        static RACE: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
-    }
-
-    pub(super) fn before_the_receiver_drops() {
-        if let Some(race) = RACE.with(|race| race.borrow_mut().take()) {
-            race();
-        }
-    }
-
-    /// Review #6: a grant sent while the receiving side is being dropped must come back
-    /// to the sender (the attempt task, which then releases it), never vanish with the
-    /// receiver.
+    /// A request dropped after the backend granted it, but before its caller saw the
+    /// answer, is finished in the background, and the grant is released: the hold must
+    /// not live on for its lease.
     #[tokio::test]
-    async fn a_grant_sent_while_the_reply_is_dropped_returns_to_the_sender() {
+    async fn a_grant_answered_after_its_caller_left_is_released() {
+        let store = MemoryBackend::new();
+        let client = Arc::clone(&crate::Locks::new(Arc::new(store.clone())).inner);
         let lock = LockRef::new(
             LockKind::Mutex,
-            LockName::new("race").expect("name"),
+            LockName::new("left").expect("name"),
             Owner::new("c", "h"),
         );
-        let (tx, rx) = oneshot::channel();
-        let client = Arc::clone(&crate::Locks::new(Arc::new(MemoryBackend::new())).inner);
-        let pending = PendingReply {
-            rx: Some(rx),
-            in_flight: client.start_acquisition(&lock),
-            client,
-            lock,
-            request: AcquireRequest::new(Duration::from_secs(1)),
-        };
-        let returned = std::rc::Rc::new(std::cell::Cell::new(false));
-        let seen = std::rc::Rc::clone(&returned);
-        RACE.with(|race| {
-            *race.borrow_mut() = Some(Box::new(move || {
-                let grant = Acquire::Acquired {
-                    holds: 1,
-                    token: None,
-                };
-                seen.set(tx.send(Ok(grant)).is_err());
-            }));
+        let request = AcquireRequest::new(Duration::from_secs(30)).fresh_id();
+        let (answer, answer_comes) = oneshot::channel::<()>();
+        let (backend, lock_ref) = (Arc::clone(&client.backend), lock.clone());
+        // The grant is made at once; its answer waits for the test.
+        let call: Call = Box::pin(async move {
+            let reply = backend.acquire(&lock_ref, request).await;
+            answer_comes.await.expect("the test sends the answer");
+            reply
         });
-        drop(pending);
+        let mut in_flight = RequestInFlight {
+            call: Some(call),
+            client: Arc::clone(&client),
+            lock: lock.clone(),
+            request,
+            settling: Some(client.start_acquisition(&lock)),
+            done: None,
+        };
         assert!(
-            returned.get(),
-            "the grant was accepted by a receiver that was being dropped: it is lost"
+            futures_poll_once(&mut in_flight).await.is_pending(),
+            "the answer is held back"
         );
+        assert_eq!(
+            store.held_locks().len(),
+            1,
+            "the backend granted the request"
+        );
+        drop(in_flight);
+        answer
+            .send(())
+            .expect("the background job awaits the answer");
+        tokio::time::timeout(Duration::from_secs(2), client.supervisor.drain())
+            .await
+            .expect("the background job ends");
+        assert!(
+            store.held_locks().is_empty(),
+            "a grant whose caller went away was kept"
+        );
+    }
+
+    /// Polls `future` once.
+    async fn futures_poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
+        std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *future).poll(cx))).await
     }
 }
