@@ -7,6 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use distlock::Locks;
+use lock_core::LockName;
+use lock_core::backend::RequestId;
+use lock_redis_protocol::{layout, script};
 use lock_testkit::RedisServer;
 use tokio::time::{Instant, sleep};
 
@@ -175,48 +178,92 @@ pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
         "rslock".into(),
         with_cpu(server, duration, peer_pairs_per_second(server, duration)).await,
     );
-    let limit = server_limit(server).await;
-    results.insert("server limit".into(), figures(&[("pairs_per_s", limit)]));
+    // Its client CPU is the pipelining load's, not a lock client's.
+    results.insert(
+        "server limit".into(),
+        with_cpu(server, duration, server_limit(server, duration)).await,
+    );
     results
 }
 
-/// `redis-benchmark` pipelined on our acquire script, halved (a pair is two calls).
-async fn server_limit(server: &RedisServer) -> f64 {
-    let sha: String = server
-        .command(&[
-            "SCRIPT",
-            "LOAD",
-            lock_redis_protocol::script::MUTEX_ACQUIRE.source(),
-        ])
+/// How many pairs each connection of the server-limit load keeps in flight.
+const LIMIT_PIPELINE: usize = 16;
+/// How many connections the server-limit load uses.
+const LIMIT_CONNECTIONS: usize = 4;
+
+/// The server's own limit for our scripts: lock+unlock pairs per second of our mutex
+/// acquire and release scripts, each pair on a fresh name with the keys and arguments
+/// the adapters send (a first acquire, a last release that publishes), pipelined so
+/// that the server, not a client's round trips, sets the pace.
+async fn server_limit(server: &RedisServer, duration: Duration) -> f64 {
+    let acquire: String = server
+        .command(&["SCRIPT", "LOAD", script::MUTEX_ACQUIRE.source()])
         .await;
-    let binary = lock_testkit::redis_server_binary()
-        .and_then(|b| b.parent().map(|d| d.join("redis-benchmark")))
-        .filter(|b| b.exists());
-    let Some(binary) = binary else {
-        return 0.0;
-    };
-    let output = tokio::process::Command::new(binary)
-        .args([
-            "-p",
-            &server.port().to_string(),
-            "-P",
-            "16",
-            "-n",
-            "200000",
-            "-r",
-            "100000",
-            "-q",
-            "EVALSHA",
-            &sha,
-            "6",
-            "k:__rand_int__",
-            "r:__rand_int__",
-            "t:__rand_int__",
-            "e",
-            "w:__rand_int__",
-            "g:__rand_int__",
+    let release: String = server
+        .command(&["SCRIPT", "LOAD", script::MUTEX_RELEASE.source()])
+        .await;
+    let scripts = Arc::new((acquire, release));
+    let client = redis::Client::open(server.url()).expect("the server's url");
+    let deadline = Instant::now() + duration;
+    let mut loads = Vec::new();
+    for connection in 0..LIMIT_CONNECTIONS {
+        let scripts = Arc::clone(&scripts);
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect for the server limit");
+        loads.push(tokio::spawn(async move {
+            let mut pairs = 0u64;
+            while Instant::now() < deadline {
+                let mut pipe = redis::pipe();
+                for _ in 0..LIMIT_PIPELINE {
+                    let name = format!("bench:limit:{connection}:{pairs}");
+                    pairs += 1;
+                    add_pair(&mut pipe, &scripts, &name);
+                }
+                let replies: Vec<redis::Value> = pipe
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                check_pairs(&replies)?;
+            }
+            Ok::<u64, String>(pairs)
+        }));
+    }
+    let mut pairs = 0;
+    for load in loads {
+        match load.await {
+            Ok(Ok(done)) => pairs += done,
+            Ok(Err(err)) => {
+                eprintln!("lock-bench: the server-limit load failed: {err}");
+                return 0.0;
+            }
+            Err(err) => {
+                eprintln!("lock-bench: a server-limit task failed: {err}");
+                return 0.0;
+            }
+        }
+    }
+    pairs as f64 / duration.as_secs_f64()
+}
+
+/// Adds one acquire and its release, as the redis adapter sends them for a free mutex.
+fn add_pair(pipe: &mut redis::Pipeline, (acquire, release): &(String, String), name: &str) {
+    let name = LockName::new(name).expect("a valid lock name");
+    let (grant, unlock) = (RequestId::random(), RequestId::random());
+    let grant_latch = layout::grant_latch_key(&name, grant);
+    pipe.cmd("EVALSHA")
+        .arg(acquire)
+        .arg(6)
+        .arg(layout::lock_key(&name))
+        .arg(layout::reservation_key(&name))
+        .arg(layout::token_key(&name))
+        .arg("bench:limit:epoch")
+        .arg(layout::waiting_clients_key(&name))
+        .arg(&grant_latch)
+        .arg(&[
             "30000",
-            "owner",
+            "bench-owner",
             "0",
             "100",
             "0",
@@ -225,25 +272,32 @@ async fn server_limit(server: &RedisServer) -> f64 {
             "",
             "35000",
             "10000",
-        ])
-        .output()
-        .await;
-    let text = output
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    if text.contains("Error") {
-        eprintln!("lock-bench: redis-benchmark on our acquire script failed: {text}");
-        return 0.0;
+        ]);
+    pipe.cmd("EVALSHA")
+        .arg(release)
+        .arg(5)
+        .arg(layout::lock_key(&name))
+        .arg(layout::waiting_clients_key(&name))
+        .arg(layout::reservation_key(&name))
+        .arg(layout::release_latch_key(&name, unlock))
+        .arg(&grant_latch)
+        .arg(&["30000", "bench-owner"])
+        .arg(layout::mutex_channel(&name))
+        .arg(&["publish", "numsub", "100", "10000", "0"]);
+}
+
+/// Every pair was granted (`{1, 1, 0}`) and released (`0`).
+fn check_pairs(replies: &[redis::Value]) -> Result<(), String> {
+    use redis::Value;
+    for pair in replies.chunks(2) {
+        let granted =
+            matches!(&pair[0], Value::Array(items) if items.first() == Some(&Value::Int(1)));
+        let released = pair.get(1) == Some(&Value::Int(0));
+        if !(granted && released) {
+            return Err(format!("an unexpected reply: {pair:?}"));
+        }
     }
-    // "EVALSHA ...: 123456.79 requests per second"
-    let rps = text
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .windows(3)
-        .find(|w| w[1] == "requests" && w[2] == "per")
-        .and_then(|w| w[0].parse::<f64>().ok())
-        .unwrap_or(0.0);
-    rps / 2.0
+    Ok(())
 }
 
 /// Two clients ping-pong one lock: from one release returning to the other acquiring.
