@@ -47,6 +47,7 @@ pub struct FaultyBackend {
     listen_delay: Arc<Mutex<Duration>>,
     failing_listens: Arc<std::sync::atomic::AtomicUsize>,
     permit_grant_delay: Arc<Mutex<Duration>>,
+    release_delay: Arc<Mutex<Duration>>,
     acquisitions: Arc<std::sync::atomic::AtomicUsize>,
     /// While set, listeners subscribe here, where no message ever arrives.
     deaf: Arc<AtomicBool>,
@@ -65,6 +66,7 @@ impl fmt::Debug for FaultyBackend {
             .field("listen_delay", &self.listen_delay)
             .field("failing_listens", &self.failing_listens)
             .field("permit_grant_delay", &self.permit_grant_delay)
+            .field("release_delay", &self.release_delay)
             .field("acquisitions", &self.acquisitions)
             .field("deaf", &self.deaf)
             .finish_non_exhaustive()
@@ -85,6 +87,7 @@ impl FaultyBackend {
             listen_delay: Arc::new(Mutex::new(Duration::ZERO)),
             failing_listens: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             permit_grant_delay: Arc::new(Mutex::new(Duration::ZERO)),
+            release_delay: Arc::new(Mutex::new(Duration::ZERO)),
             acquisitions: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             deaf: Arc::new(AtomicBool::new(false)),
             silence: lock_core::notify::Subscriptions::new(Arc::new(lock_core::notify::InProcess)),
@@ -115,6 +118,15 @@ impl FaultyBackend {
     /// Makes releases fail without reaching the wrapped backend (or forward again).
     pub fn fail_releases(&self, failing: bool) {
         self.failing_releases.store(failing, Ordering::SeqCst);
+    }
+
+    /// Makes releases reach the wrapped backend this long after they were sent (a slow
+    /// connection), so that a caller may give up while its release is on its way.
+    pub fn delay_releases(&self, delay: Duration) {
+        *self
+            .release_delay
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = delay;
     }
 
     /// Runs the next release on the wrapped backend, then reports a connection error:
@@ -218,6 +230,13 @@ impl Backend for FaultyBackend {
     async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
         if self.failing_releases.load(Ordering::SeqCst) {
             return Err(injected("injected: release not sent"));
+        }
+        let delay = *self
+            .release_delay
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
         }
         let outcome = self.inner.release(lock, request).await;
         if self.losing_release_reply.swap(false, Ordering::SeqCst) {

@@ -88,6 +88,7 @@ macro_rules! conformance_suite {
             a_lost_reply_is_retried_and_counted_once: [RetrySafe],
             an_unanswered_grant_is_undone: [RetrySafe],
             a_grant_whose_caller_left_is_released: [RetrySafe],
+            unlocks_in_flight_finish_before_shutdown_returns: [],
             a_replayed_grant_keeps_its_exact_fencing_token: [RetrySafe, Fencing],
             fair_order_is_arrival_order: [Fair],
             fair_lock_serves_500_waiters: [Fair],

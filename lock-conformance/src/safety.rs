@@ -240,6 +240,37 @@ pub async fn a_grant_whose_caller_left_is_released(fx: &dyn Fixture) {
     another_client_takes(fx, &name, "a grant whose caller left was kept").await;
 }
 
+/// Unlocks whose release is on its way when the client shuts down, one abandoned by its
+/// caller and one still awaited, both complete before `shutdown` returns: the abandoned
+/// one goes on in the background, and shutdown waits for both.
+pub async fn unlocks_in_flight_finish_before_shutdown_returns(fx: &dyn Fixture) {
+    let faulty = FaultyBackend::new(fx.backend().await);
+    let locks = Locks::new(Arc::new(faulty.clone()));
+    let (left, awaited) = (unique("unlock-left"), unique("unlock-awaited"));
+    let observer = fx.client().await;
+    let left_guard = locks.mutex(&left).lock().await.unwrap();
+    let awaited_guard = locks.mutex(&awaited).lock().await.unwrap();
+    faulty.delay_releases(Duration::from_millis(200));
+    let gave_up = timeout(Duration::from_millis(20), left_guard.unlock()).await;
+    assert!(gave_up.is_err(), "the release was held back: {gave_up:?}");
+    let unlocking = tokio::spawn(awaited_guard.unlock());
+    // The awaited unlock is under way before the shutdown begins.
+    sleep(Duration::from_millis(20)).await;
+    timeout(Duration::from_secs(5), locks.shutdown())
+        .await
+        .expect("the releases end within their delay");
+    for (name, what) in [(&left, "an abandoned"), (&awaited, "an awaited")] {
+        assert!(
+            !observer.mutex(name).is_locked().await.unwrap(),
+            "{what} unlock was still under way when shutdown returned"
+        );
+    }
+    unlocking
+        .await
+        .unwrap()
+        .expect("the awaited unlock succeeds");
+}
+
 /// `try_lock_for(wait)` returns within its wait plus a small slack even when subscribing
 /// to release notifications is slow (here 3 s, as while a connection is re-established).
 pub async fn a_bounded_wait_ends_on_time_when_subscribing_is_slow(fx: &dyn Fixture) {

@@ -313,13 +313,15 @@ async fn multi_clients(server: &RedisServer, names: &[&str], n: usize) -> Vec<Lo
 async fn ten_clients_race_for_a_multilock_and_one_wins_each_round() {
     let server = RedisServer::start().await;
     let clients = multi_clients(&server, &["order:1", "stock:7", "payment:3"], 10).await;
-    // Every client waits up to 150 ms; the winner keeps its guard until every attempt
-    // has returned, so exactly one can win a round (and, with ordered waiting, one does).
-    for round in 0..20 {
+    // Every client waits up to 1 s; the winner keeps its guard until every attempt has
+    // returned, so exactly one can win a round (and, with ordered waiting, one does).
+    // The wait is long enough for a loaded machine: with 150 ms, a CI run under load
+    // once saw a round nobody won.
+    for round in 0..8 {
         let attempts = clients.iter().map(|locks| async move {
             locks
                 .mutex("checkout")
-                .try_lock_for(Duration::from_millis(150), None)
+                .try_lock_for(Duration::from_secs(1), None)
                 .await
                 .unwrap()
         });
