@@ -10,6 +10,7 @@ use lock_core::{AcquireRequest, ErrorKind, Holder, LockKind, LockName, LockRef, 
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::Fixture;
+use crate::faulty::FaultyBackend;
 use crate::scenarios::{eventually, handover_gap, kind, spawn_waiter, unique};
 
 async fn client_with(
@@ -21,8 +22,8 @@ async fn client_with(
         .expect("valid client settings")
 }
 
-/// Waiters of a fair lock, each its own client, started 20 ms apart, get the lock in
-/// exactly their arrival order.
+/// Waiters of a fair lock, each its own client, each arriving once the one before it
+/// is queued, get the lock in exactly their arrival order.
 pub async fn fair_order_is_arrival_order(fx: &dyn Fixture) {
     let name = unique("fair-order");
     let holder = fx.client().await;
@@ -30,7 +31,8 @@ pub async fn fair_order_is_arrival_order(fx: &dyn Fixture) {
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for i in 0..8 {
-        let locks = fx.client().await;
+        let counted = FaultyBackend::new(fx.backend().await);
+        let locks = Locks::new(Arc::new(counted.clone()));
         let (name, order) = (name.clone(), Arc::clone(&order));
         waiters.push(tokio::spawn(async move {
             let guard = locks.fair_mutex(&name).lock().await.unwrap();
@@ -38,7 +40,16 @@ pub async fn fair_order_is_arrival_order(fx: &dyn Fixture) {
             sleep(Duration::from_millis(2)).await;
             guard.unlock().await.unwrap();
         }));
-        sleep(Duration::from_millis(20)).await;
+        // A waiter asks again once subscribed, so a second request means the first was
+        // answered: the waiter is queued. (Fixed pauses between arrivals let a loaded
+        // machine deliver a later waiter's first request first.)
+        let queued = timeout(Duration::from_secs(10), async {
+            while counted.acquisitions() < 2 {
+                sleep(Duration::from_millis(2)).await;
+            }
+        })
+        .await;
+        assert!(queued.is_ok(), "waiter {i} never asked again");
     }
     first.unlock().await.unwrap();
     for waiter in waiters {
