@@ -251,39 +251,59 @@ async fn server_limit(server: &RedisServer, duration: Duration) -> f64 {
 fn add_pair(pipe: &mut redis::Pipeline, (acquire, release): &(String, String), name: &str) {
     let name = LockName::new(name).expect("a valid lock name");
     let (grant, unlock) = (RequestId::random(), RequestId::random());
+    let lock = layout::lock_key(&name);
+    let (reservation, waiting) = (
+        layout::reservation_key(&name),
+        layout::waiting_clients_key(&name),
+    );
     let grant_latch = layout::grant_latch_key(&name, grant);
-    pipe.cmd("EVALSHA")
-        .arg(acquire)
-        .arg(6)
-        .arg(layout::lock_key(&name))
-        .arg(layout::reservation_key(&name))
-        .arg(layout::token_key(&name))
-        .arg("bench:limit:epoch")
-        .arg(layout::waiting_clients_key(&name))
-        .arg(&grant_latch)
-        .arg(&[
-            "30000",
-            "bench-owner",
-            "0",
-            "100",
-            "0",
-            "0",
-            "0",
-            "",
-            "35000",
-            "10000",
-        ]);
-    pipe.cmd("EVALSHA")
-        .arg(release)
-        .arg(5)
-        .arg(layout::lock_key(&name))
-        .arg(layout::waiting_clients_key(&name))
-        .arg(layout::reservation_key(&name))
-        .arg(layout::release_latch_key(&name, unlock))
-        .arg(&grant_latch)
-        .arg(&["30000", "bench-owner"])
-        .arg(layout::mutex_channel(&name))
-        .arg(&["publish", "numsub", "100", "10000", "0"]);
+    let token = layout::token_key(&name);
+    let acquire_keys = [
+        lock,
+        &reservation,
+        &token,
+        "bench:limit:epoch",
+        &waiting,
+        &grant_latch,
+    ];
+    let acquire_args = [
+        "30000",
+        "bench-owner",
+        "0",
+        "100",
+        "0",
+        "0",
+        "0",
+        "",
+        "35000",
+        "10000",
+    ];
+    pipe.add_command(evalsha(acquire, &acquire_keys, &acquire_args));
+    let release_latch = layout::release_latch_key(&name, unlock);
+    let channel = layout::mutex_channel(&name);
+    let release_keys = [lock, &waiting, &reservation, &release_latch, &grant_latch];
+    let release_args = [
+        "30000",
+        "bench-owner",
+        &channel,
+        "publish",
+        "numsub",
+        "100",
+        "10000",
+        "0",
+    ];
+    pipe.add_command(evalsha(release, &release_keys, &release_args));
+}
+
+/// `EVALSHA sha numkeys keys... args...`, a script call as the adapters send it.
+fn evalsha<K: AsRef<str>>(sha: &str, keys: &[K], args: &[&str]) -> redis::Cmd {
+    let mut call = redis::cmd("EVALSHA");
+    call.arg(sha).arg(keys.len());
+    for key in keys {
+        call.arg(key.as_ref());
+    }
+    call.arg(args);
+    call
 }
 
 /// Every pair was granted (`{1, 1, 0}`) and released (`0`).
@@ -509,8 +529,7 @@ async fn quorum_floor(urls: &[String], rounds: usize) -> Figures {
             .iter()
             .map(|node| {
                 let mut node = node.clone();
-                let mut call = redis::cmd("EVALSHA");
-                call.arg(sha).arg(keys.len()).arg(&keys).arg(&args);
+                let call = evalsha(sha, &keys, &args);
                 async move { call.query_async::<redis::Value>(&mut node).await }
             })
             .collect::<futures_util::stream::FuturesUnordered<_>>();
