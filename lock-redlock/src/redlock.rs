@@ -408,10 +408,12 @@ impl Backend for RedLock {
     /// What every node supports, but no fair locks: each node keeps its own queue, and
     /// concurrent waiters reach nodes in different orders, so heads disagree and no
     /// waiter gets a majority. For the same reason each node may wake a different
-    /// waiting client after a release.
+    /// waiting client after a release. Requests to the nodes run in tasks of their own,
+    /// so a later request may overtake an earlier one.
     fn capabilities(&self) -> Capabilities {
         Capabilities::common(self.nodes.iter().map(|node| node.capabilities()))
             .fair(false)
+            .ordered_requests(false)
             .count_down_latch(false)
             .semaphore(false)
             .expirable_semaphore(false)
@@ -688,11 +690,14 @@ impl Backend for RedLock {
             let lock = lock.clone();
             async move { node.force_release(&lock).await }
         });
-        let mut any = false;
+        // Deleted on every node that answers; it "was held" as `inspect` says it is, on a
+        // majority. A minority still holding it is what a release that answered once a
+        // majority agreed leaves for a moment: that lock was already free.
+        let mut held = 0;
         while let Some((_, outcome)) = calls.next().await {
-            any |= matches!(outcome, Ok(true));
+            held += usize::from(matches!(outcome, Ok(true)));
         }
-        Ok(any)
+        Ok(held >= self.quorum)
     }
 
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {

@@ -160,3 +160,32 @@ async fn a_multilock_waiter_cancelled_mid_attempt_keeps_nothing() {
     );
     held.unlock().await.unwrap();
 }
+
+/// A release answers once a majority agrees; a slow node's part still runs after it.
+/// A force-unlock in that moment finds the lock on that node alone: the lock was free,
+/// and saying it was held would tell the caller it took it away from someone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlock_behind_a_majority_release_finds_the_lock_free() {
+    let (stores, faulty) = nodes();
+    faulty[2].delay_releases(Duration::from_millis(300));
+    let locks = redlock(&faulty);
+    let m = locks.mutex("rl:straggler");
+    m.lock().await.unwrap().unlock().await.unwrap();
+    assert!(
+        !stores[2].held_locks().is_empty(),
+        "the slow node's release was expected to be still on its way"
+    );
+    assert!(
+        !m.force_unlock().await.unwrap(),
+        "a lock a majority had released was reported held"
+    );
+    let rival = plain_redlock(&stores);
+    assert!(
+        rival
+            .mutex("rl:straggler")
+            .try_lock()
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
