@@ -48,6 +48,8 @@ pub struct FaultyBackend {
     failing_listens: Arc<std::sync::atomic::AtomicUsize>,
     permit_grant_delay: Arc<Mutex<Duration>>,
     release_delay: Arc<Mutex<Duration>>,
+    /// While `true`, release answers wait for it to turn `false`.
+    release_answers_held: Arc<tokio::sync::watch::Sender<bool>>,
     acquisitions: Arc<std::sync::atomic::AtomicUsize>,
     /// While set, listeners subscribe here, where no message ever arrives.
     deaf: Arc<AtomicBool>,
@@ -67,6 +69,7 @@ impl fmt::Debug for FaultyBackend {
             .field("failing_listens", &self.failing_listens)
             .field("permit_grant_delay", &self.permit_grant_delay)
             .field("release_delay", &self.release_delay)
+            .field("release_answers_held", &*self.release_answers_held.borrow())
             .field("acquisitions", &self.acquisitions)
             .field("deaf", &self.deaf)
             .finish_non_exhaustive()
@@ -88,6 +91,7 @@ impl FaultyBackend {
             failing_listens: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             permit_grant_delay: Arc::new(Mutex::new(Duration::ZERO)),
             release_delay: Arc::new(Mutex::new(Duration::ZERO)),
+            release_answers_held: Arc::new(tokio::sync::watch::Sender::new(false)),
             acquisitions: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             deaf: Arc::new(AtomicBool::new(false)),
             silence: lock_core::notify::Subscriptions::new(Arc::new(lock_core::notify::InProcess)),
@@ -121,12 +125,20 @@ impl FaultyBackend {
     }
 
     /// Makes releases reach the wrapped backend this long after they were sent (a slow
-    /// connection), so that a caller may give up while its release is on its way.
+    /// connection), so that a caller may give up while its release is on its way. A
+    /// request sent after a delayed release may then overtake it, whatever the wrapped
+    /// backend's [`Capabilities::ordered_requests`] says.
     pub fn delay_releases(&self, delay: Duration) {
         *self
             .release_delay
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = delay;
+    }
+
+    /// Holds back the answers of releases, which the wrapped backend has run, until
+    /// called again with `false` (a slow reply).
+    pub fn hold_release_answers(&self, held: bool) {
+        self.release_answers_held.send_replace(held);
     }
 
     /// Runs the next release on the wrapped backend, then reports a connection error:
@@ -239,6 +251,11 @@ impl Backend for FaultyBackend {
             tokio::time::sleep(delay).await;
         }
         let outcome = self.inner.release(lock, request).await;
+        // The sender lives as long as this wrapper, so the wait cannot fail.
+        let mut answers = self.release_answers_held.subscribe();
+        if let Err(closed) = answers.wait_for(|held| !held).await {
+            return Err(Error::connection("waiting to answer a release", closed));
+        }
         if self.losing_release_reply.swap(false, Ordering::SeqCst) {
             return Err(injected("injected: reply lost"));
         }

@@ -59,6 +59,7 @@ macro_rules! conformance_suite {
             waiter_wakes_on_release: [],
             one_client_asks_once_for_its_mutex_waiters: [],
             a_clients_own_release_wakes_its_next_waiter: [],
+            a_clients_next_waiter_asks_right_behind_its_release: [OrderedRequests],
             a_release_wakes_one_waiting_client: [WakesOneClient],
             a_vanished_clients_registration_does_not_swallow_a_release: [WakesOneClient, RedisControl],
             a_release_told_to_everybody_still_goes_to_the_first_registered_client: [WakesOneClient],

@@ -430,20 +430,69 @@ async fn one_client_asks_once(fx: &dyn Fixture, handle: fn(&Locks, &str) -> lock
 
 /// A release made by a client wakes that client's next mutex waiter at once, without
 /// waiting for the store's release message: here no message ever arrives, and the
-/// holder's 30 s lease would otherwise be the waiter's only way out.
+/// holder's 30 s lease would otherwise be the waiter's only way out. The release is
+/// slow to reach the store, so where the client wakes its waiter as soon as the
+/// release is on its way, the waiter asks too early and must be woken again once the
+/// release is answered.
 pub async fn a_clients_own_release_wakes_its_next_waiter(fx: &dyn Fixture) {
     let deaf = FaultyBackend::new(fx.backend().await);
     deaf.deafen_listens(true);
-    let locks = Locks::new(Arc::new(deaf));
+    let locks = Locks::new(Arc::new(deaf.clone()));
     let name = unique("own-release");
     let held = locks.mutex(&name).lock().await.unwrap();
     let waiter = spawn_waiter(locks.mutex(&name));
     sleep(Duration::from_millis(150)).await;
+    deaf.delay_releases(Duration::from_millis(100));
     let gap = handover_gap(held, waiter, Duration::from_secs(5)).await;
     assert!(
         gap < Duration::from_millis(500),
         "the waiter took {gap:?} to hear its own client's release"
     );
+}
+
+/// Where the store keeps a client's requests in order, the client's next waiter asks
+/// as soon as the client's release is on its way, not once it is answered: here the
+/// release's answer is held back and no message ever arrives, so the waiter gets the
+/// lock before the answer only by asking right behind the release (else the holder's
+/// 30 s lease, or the answer, would be its way out).
+pub async fn a_clients_next_waiter_asks_right_behind_its_release(fx: &dyn Fixture) {
+    let faulty = FaultyBackend::new(fx.backend().await);
+    faulty.deafen_listens(true);
+    let locks = Locks::new(Arc::new(faulty.clone()));
+    // A server that has not run the release script yet is sent it after refusing its
+    // digest, and the waiter's request goes in between: load it first, on the node of
+    // the lock (one hash tag for both names).
+    let tag = unique("behind-release");
+    let warm_up = locks.mutex(&format!("{{{tag}}}:warm-up"));
+    warm_up.lock().await.unwrap().unlock().await.unwrap();
+    let name = format!("{{{tag}}}:held");
+    let held = locks.mutex(&name).lock().await.unwrap();
+    let waiter = {
+        let lock = locks.mutex(&name);
+        tokio::spawn(async move { lock.lock().await.unwrap() })
+    };
+    // The waiter asks, subscribes and asks again: then it waits for a wake-up.
+    let queued = timeout(Duration::from_secs(10), async {
+        while faulty.acquisitions() < 4 {
+            sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    assert!(queued.is_ok(), "the waiter never asked twice");
+    faulty.hold_release_answers(true);
+    let unlocking = tokio::spawn(held.unlock());
+    let served = timeout(Duration::from_secs(5), waiter).await;
+    let answered_first = unlocking.is_finished();
+    faulty.hold_release_answers(false);
+    let guard = served
+        .expect("the waiter was not served while its client's release went unanswered")
+        .unwrap();
+    assert!(
+        !answered_first,
+        "the release was answered although held back"
+    );
+    unlocking.await.unwrap().unwrap();
+    guard.unlock().await.unwrap();
 }
 
 /// `tokio::join!` of two acquisitions under different holder scopes excludes.

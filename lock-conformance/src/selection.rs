@@ -30,6 +30,8 @@ pub enum Need {
     ExpirableSemaphore,
     /// Releases that wake one waiting client ([`Capabilities::wakes_one_client`]).
     WakesOneClient,
+    /// Requests served in the order sent ([`Capabilities::ordered_requests`]).
+    OrderedRequests,
     /// Server-side access to a Redis deployment ([`Fixture::redis`]).
     RedisControl,
     /// A deployment that can fail over to a replica (Sentinel).
@@ -58,6 +60,9 @@ impl Need {
                 |caps| caps.wakes_one_client,
                 "releases that wake one client",
             ),
+            Self::OrderedRequests => {
+                declared(|caps| caps.ordered_requests, "requests served in order")
+            }
             Self::RedisControl => (!deployment.redis_control)
                 .then(|| "the fixture has no Redis deployment to inject faults into".to_owned()),
             Self::Failover => (!deployment.failover)

@@ -106,7 +106,7 @@ mod direct {
     use super::{PostgresFixture, Route};
     lock_conformance::conformance_suite!(
         PostgresFixture::start(Route::Direct),
-        without[Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient]
+        without[Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests]
     );
 }
 
@@ -114,6 +114,6 @@ mod through_pgbouncer {
     use super::{PostgresFixture, Route};
     lock_conformance::conformance_suite!(
         PostgresFixture::start(Route::TransactionPooler),
-        without[Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient]
+        without[Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests]
     );
 }

@@ -140,6 +140,9 @@ async fn ask(
     let first = attempt(client, &lock, request, renew, wait, queued.as_mut());
     if let Attempt::Acquired(guard) = Box::pin(first).await? {
         QueuedWaiter::served(&mut queued);
+        if let Some(turn) = &turn {
+            turn.served();
+        }
         return Ok(Some(guard));
     }
     if matches!(wait, Wait::Never) || expired(wait) {
@@ -162,7 +165,7 @@ async fn ask(
         return Ok(None);
     };
     let listener = listener?;
-    if let Some(bell) = bell {
+    if let Some(bell) = &bell {
         bell.hang(listener.wake_handle());
     }
     loop {
@@ -186,6 +189,9 @@ async fn ask(
         let ttl = match outcome? {
             Attempt::Acquired(guard) => {
                 QueuedWaiter::served(&mut queued);
+                if let Some(bell) = &bell {
+                    bell.served();
+                }
                 metrics::waited(lock.kind, started.elapsed());
                 return Ok(Some(guard));
             }

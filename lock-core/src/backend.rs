@@ -431,6 +431,13 @@ pub struct Capabilities {
     /// attempt per release instead of one per client (where the deployment lets the
     /// backend tell; otherwise it falls back to waking every client).
     pub wakes_one_client: bool,
+    /// The store serves this client's requests in the order they were first polled: a
+    /// release polled before an acquisition runs before it. lock-core uses this only to
+    /// go faster, never for safety: the client's next waiter for a lock asks as soon as
+    /// the client's own release of it is on its way, and its request lands right behind
+    /// the release. Where the order does not hold, that waiter finds the lock busy and
+    /// waits for the release's notification as any other client's waiter does.
+    pub ordered_requests: bool,
 }
 
 impl Capabilities {
@@ -449,6 +456,7 @@ impl Capabilities {
             semaphore: false,
             expirable_semaphore: false,
             wakes_one_client: false,
+            ordered_requests: false,
         }
     }
 
@@ -512,6 +520,12 @@ impl Capabilities {
         self
     }
 
+    /// Sets [`Capabilities::ordered_requests`].
+    pub const fn ordered_requests(mut self, yes: bool) -> Self {
+        self.ordered_requests = yes;
+        self
+    }
+
     /// Whether locks of `kind` are supported.
     #[must_use]
     pub const fn supports(self, kind: LockKind) -> bool {
@@ -545,6 +559,7 @@ impl Capabilities {
             semaphore: common.semaphore && next.semaphore,
             expirable_semaphore: common.expirable_semaphore && next.expirable_semaphore,
             wakes_one_client: common.wakes_one_client && next.wakes_one_client,
+            ordered_requests: common.ordered_requests && next.ordered_requests,
         })
     }
 

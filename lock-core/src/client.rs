@@ -38,7 +38,7 @@ pub(crate) struct Inner {
     /// Acquisitions per lock whose outcome is not settled yet: see [`InFlight`].
     in_flight: StdMutex<HashMap<LockRef, u32>>,
     pub(crate) watchdog: Watchdog,
-    pub(crate) supervisor: Supervisor,
+    pub(crate) supervisor: Arc<Supervisor>,
     /// The turns of this client's semaphore waiters, per name.
     pub(crate) semaphore_turns: Turns<LockName>,
     /// The turns of this client's mutex waiters, per name, with the listener the
@@ -86,7 +86,7 @@ impl Locks {
                 holds: StdMutex::new(HashMap::new()),
                 in_flight: StdMutex::new(HashMap::new()),
                 watchdog: Watchdog::default(),
-                supervisor: Supervisor::new(),
+                supervisor: Arc::new(Supervisor::new()),
                 semaphore_turns: Turns::default(),
                 mutex_turns: Turns::default(),
                 writer_turns: Turns::default(),

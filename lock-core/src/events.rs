@@ -42,6 +42,16 @@ pub(crate) fn release_failed(lock: &LockRef, of: &'static str, err: &Error) {
     );
 }
 
+/// Work its caller abandoned could not go on: there was no runtime left to run it on. A
+/// release left undone this way ends with its lease.
+pub(crate) fn job_dropped(err: &Error) {
+    tracing::warn!(
+        target: TARGET,
+        error = %err.chain(),
+        "work abandoned by its caller was dropped unfinished"
+    );
+}
+
 /// Permits nobody awaits could not be given back (dropped permits, or a grant whose
 /// caller went away): a plain semaphore has that many fewer until someone adds them; an
 /// expirable one gets them back when their lease ends.

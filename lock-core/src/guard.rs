@@ -169,8 +169,9 @@ impl Guard {
     ///
     /// # Cancel safety
     ///
-    /// Cancel-safe: the release runs in its own task and completes if this future is
-    /// dropped ([`Locks::shutdown`](crate::Locks::shutdown) waits for it).
+    /// Cancel-safe: if this future is dropped before the release is over, the rest of
+    /// the release goes on in a task of its own and completes
+    /// ([`Locks::shutdown`](crate::Locks::shutdown) waits for it).
     pub async fn unlock(mut self) -> Result<(), Error> {
         self.released = true;
         self.finish();
@@ -182,10 +183,10 @@ impl Guard {
         }
         // Taken before the request can run: the re-armed lease counts from no earlier.
         let sent = Instant::now();
-        let release = spawn_release(&self.client, &self.hold, self.lease, None)?;
-        let outcome = release
-            .await
-            .map_err(|_| Error::protocol("the release task was cancelled"))??;
+        // Polled right here; only if this future is dropped first does the rest of the
+        // release go on in a task of its own.
+        let release = release_job(&self.client, &self.hold, self.lease, None);
+        let outcome = self.client.supervisor.awaited_job(release).await?;
         match outcome {
             // A mutex or write release re-arms the lease of the holds left. A read
             // release re-arms nothing: the owner's remaining read holds keep their own
@@ -213,15 +214,15 @@ impl Guard {
     }
 }
 
-/// Sends the release in its own task, so that it completes even if the caller goes away.
+/// The release of `hold`, as a job that must finish even if nobody awaits it.
 /// `unawaited` names the release when nobody awaits its outcome (a dropped guard): a
 /// failure is then reported through `tracing`.
-fn spawn_release(
+fn release_job(
     client: &Arc<Inner>,
     hold: &Arc<Hold>,
     lease: Duration,
     unawaited: Option<&'static str>,
-) -> Result<tokio::task::JoinHandle<Result<Release, Error>>, Error> {
+) -> impl Future<Output = Result<Release, Error>> + Send + 'static {
     let backend = Arc::clone(&client.backend);
     let hold = Arc::clone(hold);
     let window = client.config.retry_window;
@@ -231,12 +232,21 @@ fn spawn_release(
         LockKind::Mutex | LockKind::Fair => client.mutex_turns.clone(),
         LockKind::Write | LockKind::Read => client.writer_turns.clone(),
     };
-    client.supervisor.spawn_job(async move {
+    // Where the store keeps this client's requests in order, the next waiter in line may
+    // ask as soon as this release is on its way: its request runs right after it. Only
+    // the hold's last release frees the lock (counted before the request is sent).
+    let ring_early =
+        client.capabilities.ordered_requests && hold.guards() == 0 && hold.adopted() == 0;
+    async move {
         // Sent again (same id) while its outcome is unknown: a release that already ran
         // answers as the first time.
         let until = Instant::now() + window;
-        let mut outcome =
-            retry::until_answered(until, || backend.release(&hold.lock, request)).await;
+        let release = retry::until_answered(until, || backend.release(&hold.lock, request));
+        let (mut outcome, rung) = if ring_early {
+            once_sent(release, || lines.ring(&hold.lock.name)).await
+        } else {
+            (release.await, None)
+        };
         if matches!(outcome, Ok(Release::StillHeld { .. })) && hold.guards() == 0 {
             // The hold's last release also gives back the holds it adopted (those of
             // guards given up as lost, which sent none).
@@ -252,8 +262,10 @@ fn spawn_release(
         }
         if let Ok(Release::Released) = outcome {
             // This client's next waiter in line tries at once rather than when the
-            // store's release message comes back (other clients still get that).
-            lines.ring(&hold.lock.name);
+            // store's release message comes back (other clients still get that); if it
+            // was woken before this answer and nobody has been served since, it may
+            // have come too early (a script the server had to load first).
+            lines.ring_again(&hold.lock.name, rung.flatten());
         }
         if let Ok(Release::Released) = outcome
             && hold.guards() > 0
@@ -266,7 +278,26 @@ fn spawn_release(
             events::release_failed(&hold.lock, of, err);
         }
         outcome
+    }
+}
+
+/// Runs `request`, calling `sent` once its first poll leaves it pending (it is then on
+/// its way); returns what `sent` returned, if it was called.
+async fn once_sent<F: Future, R>(request: F, sent: impl FnOnce() -> R) -> (F::Output, Option<R>) {
+    let mut request = std::pin::pin!(request);
+    let mut sent = Some(sent);
+    let mut said = None;
+    let output = std::future::poll_fn(|cx| {
+        let poll = request.as_mut().poll(cx);
+        if poll.is_pending()
+            && let Some(sent) = sent.take()
+        {
+            said = Some(sent());
+        }
+        poll
     })
+    .await;
+    (output, said)
 }
 
 impl Drop for Guard {
@@ -277,7 +308,12 @@ impl Drop for Guard {
         self.released = true;
         self.finish();
         if self.lost_reason().is_none()
-            && let Err(err) = spawn_release(&self.client, &self.hold, self.lease, Some(DROPPED))
+            && let Err(err) = self.client.supervisor.spawn_job(release_job(
+                &self.client,
+                &self.hold,
+                self.lease,
+                Some(DROPPED),
+            ))
         {
             // Without a runtime the release cannot be sent; renewal has stopped, so the
             // lease runs out on its own.

@@ -112,6 +112,11 @@ impl Hold {
         self.counts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// How many adopted holds the hold's last release will give back.
+    pub(crate) fn adopted(&self) -> u32 {
+        self.counts().adopted
+    }
+
     /// The adopted holds, handed out once (to the hold's last release).
     pub(crate) fn take_adopted(&self) -> u32 {
         std::mem::take(&mut self.counts().adopted)

@@ -666,7 +666,7 @@ fn release_exclusive(
 impl Backend for MemoryBackend {
     /// Every lock kind, fencing, retries and count-down latches; no reservations, which
     /// first-come-first-served wake-ups make unnecessary here; shared by the clients of
-    /// this process only.
+    /// this process only. Every request runs when it is first polled, so in order.
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(HoldModel::Lease)
             .fair(true)
@@ -677,6 +677,7 @@ impl Backend for MemoryBackend {
             .semaphore(true)
             .expirable_semaphore(true)
             .wakes_one_client(true)
+            .ordered_requests(true)
     }
 
     fn latches(&self) -> Option<&dyn LatchBackend> {

@@ -13,8 +13,10 @@
 //! thread) it runs on the runtime the client was built in, as long as that one lives.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
@@ -114,13 +116,27 @@ impl Supervisor {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let runtime = self.runtime()?;
+        Ok(spawn_counted(&self.runtime()?, self.ticket(), job))
+    }
+
+    /// A job its caller polls while it awaits the outcome: no task is spawned unless the
+    /// caller goes away first, and then what is left of the job goes on in a job of its
+    /// own. [`Supervisor::drain`] waits for it from now on, wherever it runs.
+    pub(crate) fn awaited_job<F>(self: &Arc<Self>, job: F) -> AwaitedJob<F>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        AwaitedJob {
+            job: Some((Box::pin(job), self.ticket())),
+            supervisor: Arc::clone(self),
+        }
+    }
+
+    /// Counts one job as running until the ticket is dropped.
+    fn ticket(&self) -> JobTicket {
         self.jobs.running.fetch_add(1, Ordering::AcqRel);
-        let ticket = JobTicket(Arc::clone(&self.jobs));
-        Ok(runtime.spawn(async move {
-            let _ticket = ticket;
-            job.await
-        }))
+        JobTicket(Arc::clone(&self.jobs))
     }
 
     /// Refuses new acquisitions from now on.
@@ -150,6 +166,75 @@ impl Supervisor {
             }
             idle.await;
         }
+    }
+}
+
+/// Runs `job` on `runtime`, counted as running until it ends.
+fn spawn_counted<F>(runtime: &Handle, ticket: JobTicket, job: F) -> JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    runtime.spawn(async move {
+        let _ticket = ticket;
+        job.await
+    })
+}
+
+/// See [`Supervisor::awaited_job`].
+pub(crate) struct AwaitedJob<F: Future + Send + 'static>
+where
+    F::Output: Send + 'static,
+{
+    /// The job and its count among the running ones; `None` once finished.
+    job: Option<(Pin<Box<F>>, JobTicket)>,
+    supervisor: Arc<Supervisor>,
+}
+
+impl<F> Future for AwaitedJob<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        let Some((job, _)) = this.job.as_mut() else {
+            // Polled again after it finished: like a fused future, it has nothing more.
+            return Poll::Pending;
+        };
+        let output = std::task::ready!(job.as_mut().poll(cx));
+        this.job = None;
+        Poll::Ready(output)
+    }
+}
+
+impl<F> Drop for AwaitedJob<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn drop(&mut self) {
+        let Some((job, ticket)) = self.job.take() else {
+            return;
+        };
+        match self.supervisor.runtime() {
+            Ok(runtime) => drop(spawn_counted(&runtime, ticket, job)),
+            Err(err) => crate::events::job_dropped(&err),
+        }
+    }
+}
+
+impl<F> std::fmt::Debug for AwaitedJob<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwaitedJob")
+            .field("finished", &self.job.is_none())
+            .finish_non_exhaustive()
     }
 }
 

@@ -10,7 +10,8 @@
 //!
 //! A line also has a bell: the head hangs its listener's wake handle there, so that a
 //! release made by this client wakes the head at once instead of when the store's
-//! message comes back.
+//! message comes back. The bell counts the heads served, so that a release that rang
+//! before it was answered can tell whether its ring was heard.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -25,7 +26,19 @@ use crate::notify::WakeHandle;
 /// One line: its turn with the slot its heads pass on, and its bell.
 struct Line<S> {
     turn: Arc<AsyncMutex<S>>,
-    bell: Arc<StdMutex<Option<WakeHandle>>>,
+    bell: Arc<StdMutex<Ringer>>,
+}
+
+/// What a line's bell reaches: the head's listener, and how many heads were served.
+#[derive(Default)]
+struct Ringer {
+    listener: Option<WakeHandle>,
+    served: u64,
+}
+
+fn ringer(bell: &StdMutex<Ringer>) -> MutexGuard<'_, Ringer> {
+    // Each critical section is one assignment or read.
+    bell.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl<S> Clone for Line<S> {
@@ -122,15 +135,32 @@ impl<K: Hash + Eq + Clone, S: Default> Turns<K, S> {
     }
 
     /// Wakes the head of `key`'s line, if it listens: a release this client made.
-    pub(crate) fn ring(&self, key: &K) {
+    /// Returns how many heads the line had served, for [`Turns::ring_again`]; `None`
+    /// when nobody stands in the line.
+    pub(crate) fn ring(&self, key: &K) -> Option<u64> {
+        self.ring_if(key, |_| true)
+    }
+
+    /// Rings again unless a head was served since [`Turns::ring`] returned `served`
+    /// (`None`: rings in any case): a ring before the release was answered may have
+    /// woken a head too early, which then found the lock still taken and waits.
+    pub(crate) fn ring_again(&self, key: &K, served: Option<u64>) {
+        self.ring_if(key, |now| served.is_none_or(|then| then == now));
+    }
+
+    /// Wakes the head of `key`'s line if it listens and `due` says so of the count of
+    /// heads served; returns that count.
+    fn ring_if(&self, key: &K, due: impl FnOnce(u64) -> bool) -> Option<u64> {
         let bell = lock(&self.lines)
             .get(key)
-            .map(|line| Arc::clone(&line.bell));
-        if let Some(bell) = bell
-            && let Some(handle) = bell.lock().unwrap_or_else(PoisonError::into_inner).as_ref()
+            .map(|line| Arc::clone(&line.bell))?;
+        let ringer = ringer(&bell);
+        if due(ringer.served)
+            && let Some(handle) = &ringer.listener
         {
             handle.wake_all();
         }
+        Some(ringer.served)
     }
 
     /// A place in the line of `key`, made on first use.
@@ -176,15 +206,25 @@ impl<K: Hash + Eq, S> Turn<K, S> {
     pub(crate) fn parts(&mut self) -> (&mut S, Bell<'_>) {
         (&mut self.head, Bell(&self.place.line.bell))
     }
+
+    /// Counts this head as served (it got what it waited for).
+    pub(crate) fn served(&self) {
+        Bell(&self.place.line.bell).served();
+    }
 }
 
 /// A line's bell, as its head sees it.
-pub(crate) struct Bell<'a>(&'a StdMutex<Option<WakeHandle>>);
+pub(crate) struct Bell<'a>(&'a StdMutex<Ringer>);
 
 impl Bell<'_> {
     /// Hangs `handle` on the bell (the head's listener), for the line's later heads too.
     pub(crate) fn hang(&self, handle: WakeHandle) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
+        ringer(self.0).listener = Some(handle);
+    }
+
+    /// Counts the head as served (it got what it waited for).
+    pub(crate) fn served(&self) {
+        ringer(self.0).served += 1;
     }
 }
 

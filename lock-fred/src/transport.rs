@@ -20,7 +20,6 @@ pub(crate) enum Commands {
 }
 
 impl Commands {
-    /// One client: each is one multiplexed connection per server.
     /// The deployment the clients talk to.
     pub(crate) fn topology(&self) -> Topology {
         if self.next().is_clustered() {
@@ -30,6 +29,7 @@ impl Commands {
         }
     }
 
+    /// One client: each is one multiplexed connection per server.
     pub(crate) fn next(&self) -> &Client {
         match self {
             Self::Client(client) => client,
@@ -263,6 +263,12 @@ impl Transport for FredTransport {
 
     fn topology(&self) -> Topology {
         self.commands.topology()
+    }
+
+    /// A client queues commands to its connections in the order they were sent, which
+    /// the first poll does; a pool's clients do not keep order among themselves.
+    fn keeps_order(&self) -> bool {
+        matches!(self.commands, Commands::Client(_))
     }
 
     fn response_timeout(&self) -> Duration {

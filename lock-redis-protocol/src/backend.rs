@@ -173,7 +173,9 @@ impl RedisBackend {
     /// What every Redis deployment supports: every lock kind, fencing tokens, retries
     /// answered from latches, reservations for starving waiters, leases, and releases
     /// that wake one waiting client (on a cluster only with sharded pub/sub: classic
-    /// messages reach listeners on every node, which one node cannot count).
+    /// messages reach listeners on every node, which one node cannot count). An adapter
+    /// whose connection keeps requests in order adds
+    /// [`Capabilities::ordered_requests`].
     pub const CAPABILITIES: Capabilities = Capabilities::new(HoldModel::Lease)
         .fair(true)
         .read_write(true)
@@ -389,7 +391,7 @@ fn flag(on: bool) -> &'static str {
 #[async_trait]
 impl Backend for RedisBackend {
     fn capabilities(&self) -> Capabilities {
-        Self::CAPABILITIES
+        Self::CAPABILITIES.ordered_requests(self.transport.keeps_order())
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {

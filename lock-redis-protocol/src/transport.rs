@@ -162,6 +162,15 @@ pub trait Transport: PubSub {
     /// The kind of deployment.
     fn topology(&self) -> Topology;
 
+    /// Whether calls reach the server in the order [`Transport::send`] was first polled
+    /// (one multiplexed connection per server, written in order). It only speeds up a
+    /// client's hand-off to its own next waiter
+    /// ([`Capabilities::ordered_requests`](lock_core::Capabilities::ordered_requests)), so
+    /// the default, `false`, is always safe.
+    fn keeps_order(&self) -> bool {
+        false
+    }
+
     /// The longest wait for one reply.
     fn response_timeout(&self) -> std::time::Duration;
 }

@@ -207,6 +207,13 @@ impl Transport for RedisTransport {
         self.commands.topology()
     }
 
+    /// One multiplexed connection per server writes commands in the order they were
+    /// queued, which the first poll does; a pool's connections do not keep order among
+    /// themselves.
+    fn keeps_order(&self) -> bool {
+        !matches!(self.commands, Commands::Pool(_))
+    }
+
     fn response_timeout(&self) -> Duration {
         self.response_timeout
     }

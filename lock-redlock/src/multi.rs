@@ -186,7 +186,8 @@ impl MultiLock {
 impl Backend for MultiLock {
     /// What every part supports, but no fair locks: each part keeps its own queue, so
     /// no arrival order holds across parts (and each part may wake a different waiting
-    /// client after a release).
+    /// client after a release). Requests in order on every part stay in order: a release
+    /// is sent to every part when first polled.
     fn capabilities(&self) -> Capabilities {
         Capabilities::common(self.parts.iter().map(|(part, _)| part.capabilities()))
             .fair(false)
