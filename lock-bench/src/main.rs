@@ -13,6 +13,7 @@
 mod alloc;
 mod contended;
 mod postgres;
+mod renewals;
 mod report;
 mod scenarios;
 

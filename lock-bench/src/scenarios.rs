@@ -13,6 +13,8 @@ use lock_redis_protocol::{layout, script};
 use lock_testkit::RedisServer;
 use tokio::time::{Instant, sleep};
 
+use crate::renewals;
+
 /// Figures of one contender in one scenario.
 pub(crate) type Figures = BTreeMap<String, f64>;
 /// Figures by contender.
@@ -397,16 +399,42 @@ fn cpu_seconds() -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-async fn script_calls(server: &RedisServer) -> f64 {
+async fn script_calls(server: &RedisServer) -> u64 {
     let info: String = server.command(&["INFO", "commandstats"]).await;
     info.lines()
         .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
         .filter_map(|l| {
             l.split([':', ','])
                 .find_map(|f| f.strip_prefix("calls="))
-                .and_then(|c| c.parse::<f64>().ok())
+                .and_then(|c| c.parse::<u64>().ok())
         })
         .sum()
+}
+
+/// Script calls the server has run and locks the watchdog has renewed, at one moment.
+struct RenewalCounts {
+    script_calls: u64,
+    renewed: u64,
+}
+
+/// Both counts, read while no watchdog round is in flight: a round caught halfway has
+/// run calls on the server whose renewals its client has not counted yet.
+async fn quiet_renewal_counts(server: &RedisServer) -> RenewalCounts {
+    let renewed = || renewals::renewed_so_far().expect("the bench installs no other recorder");
+    // Rounds come about once a second and last well under one: 100 tries (about 5 s)
+    // find a quiet moment unless the watchdog never rests.
+    for _ in 0..100 {
+        let first = RenewalCounts {
+            renewed: renewed(),
+            script_calls: script_calls(server).await,
+        };
+        sleep(Duration::from_millis(50)).await;
+        let calls = script_calls(server).await;
+        if calls == first.script_calls && renewed() == first.renewed {
+            return first;
+        }
+    }
+    panic!("the watchdog renewed or the server ran scripts in every 50 ms for 5 s");
 }
 
 /// One client holds many locks with a 3 s lease for 12 s.
@@ -430,13 +458,14 @@ pub(crate) async fn watchdog(server: &RedisServer, scale: Scale) -> Results {
                 .expect("lock"),
         );
     }
-    let calls_before = script_calls(server).await;
+    let before = quiet_renewal_counts(server).await;
     let cpu_before = cpu_seconds();
-    let hold = Duration::from_secs(scale.watchdog_seconds);
-    sleep(hold).await;
-    let calls = script_calls(server).await - calls_before;
+    sleep(Duration::from_secs(scale.watchdog_seconds)).await;
+    let after = quiet_renewal_counts(server).await;
     let cpu = cpu_seconds() - cpu_before;
-    let rounds = hold.as_secs_f64() / (lease.as_secs_f64() / 3.0);
+    let calls = (after.script_calls - before.script_calls) as f64;
+    // Each renewal is one lock renewed in one round.
+    let rounds = (after.renewed - before.renewed) as f64 / scale.watchdog_locks as f64;
     let still_valid = guards.iter().filter(|g| g.is_held()).count();
     let on_server: i64 = server.command(&["DBSIZE"]).await;
     let all_held =
@@ -450,6 +479,7 @@ pub(crate) async fn watchdog(server: &RedisServer, scale: Scale) -> Results {
         "lock (redis)".into(),
         figures(&[
             ("locks", scale.watchdog_locks as f64),
+            ("rounds", rounds),
             ("script_calls_per_round", calls / rounds),
             ("script_calls_per_100_locks_per_round", per_100),
             ("client_cpu_seconds", cpu),
