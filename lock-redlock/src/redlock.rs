@@ -116,7 +116,9 @@ impl RedLockBuilder {
 ///   that node (so a late grant is released too); the lock is still held only while a
 ///   majority still holds it. The release answers once a majority agrees, like the
 ///   acquire, and [`RedLock::last_release`] tells what each node said to the latest
-///   release once all have answered;
+///   release once all have answered. A release that finds the lock on a minority only
+///   answers "not held", as on one node: the hold was lost before it (and the minority's
+///   parts are released all the same);
 /// - a node request that failed without an answer is undone as the undo of that
 ///   request's grant, which the node performs only if it granted it (undoing a reentry
 ///   that never ran would take the outer hold away); every node remembers each request's
@@ -315,38 +317,46 @@ impl RedLock {
         failed: Vec<(usize, Error)>,
     ) -> Result<(), Error> {
         if failed.len() > self.nodes.len() - self.quorum {
-            return Err(Error::connection(
-                during,
-                NodeErrors {
-                    nodes: failed,
-                    of: self.nodes.len(),
-                },
-            ));
+            return Err(self.nodes_failed(during, failed));
         }
         Ok(())
     }
 
-    /// A release's outcome from every node's answer, when no majority agreed.
+    /// A connection error naming every failed node's error.
+    fn nodes_failed(&self, during: &'static str, failed: Vec<(usize, Error)>) -> Error {
+        Error::connection(
+            during,
+            NodeErrors {
+                nodes: failed,
+                of: self.nodes.len(),
+            },
+        )
+    }
+
+    /// A release's outcome from every node's answer, when no majority agreed on
+    /// "released" or on "still held".
+    ///
+    /// A hold that a majority still had (some nodes released it, some kept a count) is
+    /// released: a minority keeps no lock. A hold a majority no longer had was lost
+    /// before the release (leases ran out, nodes restarted, someone force-unlocked it),
+    /// even where a minority still had its part: not held, as on one node. When failed
+    /// nodes could tip it either way, nobody knows, and the failures are the answer.
     fn settle_release(&self, report: &[NodeRelease]) -> Result<Release, Error> {
-        let (mut released, mut still, mut failed) = (0, 0, Vec::new());
+        let (mut held, mut failed) = (0, Vec::new());
         for (i, node) in report.iter().enumerate() {
             match node {
-                NodeRelease::Done(Release::Released) => released += 1,
-                NodeRelease::Done(Release::StillHeld { .. }) => still += 1,
+                NodeRelease::Done(Release::Released | Release::StillHeld { .. }) => held += 1,
                 NodeRelease::Done(_) => {}
                 NodeRelease::Failed(err) => failed.push((i, err.clone())),
             }
         }
-        // A minority still holding does not keep the lock.
-        if released + still > 0 && failed.len() <= self.nodes.len() - self.quorum {
+        if held >= self.quorum {
             return Ok(Release::Released);
         }
-        self.majority_answered("releasing on a majority of nodes", failed)?;
-        Ok(if released + still > 0 {
-            Release::Released
-        } else {
-            Release::NotHeld
-        })
+        if held + failed.len() >= self.quorum {
+            return Err(self.nodes_failed("releasing on a majority of nodes", failed));
+        }
+        Ok(Release::NotHeld)
     }
 
     fn node_timeout(&self, lease: Duration) -> Duration {

@@ -95,8 +95,9 @@ async fn a_grant_answered_after_the_release_is_released_too() {
     );
 }
 
-/// A release that a majority answers "released" while a minority still holds the lock
-/// (the majority lost it) is not "still held": the remaining guards of the hold are lost.
+/// A release that a majority answers "not held" while a minority still holds the lock
+/// (the majority lost it) is not "still held": the hold was lost, the release says so, and
+/// the remaining guards of the hold are lost too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_majority_that_lost_the_lock_ends_the_remaining_guards() {
     let (stores, faulty) = nodes();
@@ -111,7 +112,11 @@ async fn a_majority_that_lost_the_lock_ends_the_remaining_guards() {
         let only = Locks::new(Arc::new(store.clone()));
         assert!(only.mutex("rl:majority-lost").force_unlock().await.unwrap());
     }
-    first.unlock().await.unwrap();
+    let lost = first
+        .unlock()
+        .await
+        .expect_err("a release of a hold a majority lost");
+    assert!(lost.is_not_held(), "{lost}");
     assert!(
         !second.is_held(),
         "a guard believes it holds a lock a majority no longer has"
@@ -187,5 +192,28 @@ async fn a_force_unlock_behind_a_majority_release_finds_the_lock_free() {
             .await
             .unwrap()
             .is_some()
+    );
+}
+
+/// A guard whose lock was force-unlocked on a majority and is still on one node (that
+/// node's delete came late, or failed) is stale: its release says "not held", as on one
+/// node, instead of reporting a release of a lock it no longer had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_guard_with_a_minority_part_left_is_told_it_lost_the_lock() {
+    let (stores, faulty) = nodes();
+    let locks = redlock(&faulty);
+    let stale = locks.mutex("rl:stale").lock().await.unwrap();
+    for store in &stores[1..] {
+        let only = Locks::new(Arc::new(store.clone()));
+        assert!(only.mutex("rl:stale").force_unlock().await.unwrap());
+    }
+    let err = stale
+        .unlock()
+        .await
+        .expect_err("a stale guard must not release");
+    assert!(err.is_not_held(), "{err}");
+    assert!(
+        stores[0].held_locks().is_empty(),
+        "the minority part stays after the release"
     );
 }
