@@ -137,15 +137,29 @@ async fn with_cpu(
     run: impl Future<Output = f64>,
 ) -> Figures {
     let (client_before, server_before) = (cpu_seconds(), server_cpu_seconds(server).await);
+    let reads_before = server_reads(server).await;
     let rate = run.await;
     let client = cpu_seconds() - client_before;
-    let server = server_cpu_seconds(server).await - server_before;
+    let server_cpu = server_cpu_seconds(server).await - server_before;
+    let reads = server_reads(server).await - reads_before;
     let pairs = (rate * duration.as_secs_f64()).max(1.0);
     figures(&[
         ("pairs_per_s", rate),
         ("client_cpu_us_per_pair", client * 1e6 / pairs),
-        ("server_cpu_us_per_pair", server * 1e6 / pairs),
+        ("server_cpu_us_per_pair", server_cpu * 1e6 / pairs),
+        ("server_reads_per_pair", reads / pairs),
     ])
+}
+
+/// How many times redis-server has read from its clients' sockets (`INFO stats`): the
+/// fewer reads per pair, the more commands each read brought (the server's cost per
+/// command falls with it).
+async fn server_reads(server: &RedisServer) -> f64 {
+    let info: String = server.command(&["INFO", "stats"]).await;
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_reads_processed:"))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0)
 }
 
 /// CPU time redis-server has used (user + system), from `INFO cpu`.

@@ -114,6 +114,18 @@ impl RequestId {
     pub fn random() -> Self {
         Self(uuid::Uuid::new_v4().as_u128())
     }
+
+    /// Appends the id's 32 lowercase hex digits to `out`, as [`Display`](fmt::Display)
+    /// shows it, without the formatting machinery (backends put it in keys on every
+    /// request).
+    pub fn push_hex(self, out: &mut String) {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        out.reserve(32);
+        for byte in self.0.to_be_bytes() {
+            out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+            out.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+        }
+    }
 }
 
 impl fmt::Debug for RequestId {
@@ -835,4 +847,29 @@ pub trait LatchBackend: fmt::Debug + Send + Sync {
     /// Starts listening for the latch's notifications (opened, closed again). Subscribed
     /// when this returns.
     async fn listen(&self, name: &LockName) -> Result<Listener, Error>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RequestId;
+
+    #[test]
+    fn request_id_hex_is_its_display() {
+        for id in [
+            0,
+            1,
+            0xabc,
+            u128::MAX,
+            0x0123_4567_89ab_cdef_fedc_ba98_7654_3210,
+        ] {
+            let id = RequestId(id);
+            let mut hex = String::from("key:");
+            id.push_hex(&mut hex);
+            assert_eq!(hex, format!("key:{id}"));
+        }
+        let random = RequestId::random();
+        let mut hex = String::new();
+        random.push_hex(&mut hex);
+        assert_eq!(hex, random.to_string());
+    }
 }

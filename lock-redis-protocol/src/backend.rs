@@ -1,5 +1,6 @@
 //! [`RedisBackend`]: the lock protocol over any [`Transport`].
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use lock_core::backend::{
 use lock_core::notify::{Listener, Subscriptions};
 use lock_core::{Error, LockName, RequestId};
 
+use crate::decimals::Decimals;
 use crate::error::{NotReplicated, WrongType};
 use crate::events;
 use crate::layout;
@@ -276,9 +278,9 @@ impl RedisBackend {
 
     /// The restart epoch key for `name`: one per server, or one per slot in a cluster
     /// (a script's keys share the lock's slot).
-    fn epoch_key(&self, name: &LockName) -> String {
+    fn epoch_key(&self, name: &LockName) -> Cow<'static, str> {
         if self.transport.topology() != Topology::Cluster {
-            return layout::EPOCH_PREFIX.to_owned();
+            return Cow::Borrowed(layout::EPOCH_PREFIX);
         }
         let slot = key_slot(layout::lock_key(name));
         let mut tags = self
@@ -288,13 +290,12 @@ impl RedisBackend {
         let tag = tags
             .entry(slot)
             .or_insert_with(|| layout::tag_for_slot(slot));
-        format!("{}:{{{tag}}}", layout::EPOCH_PREFIX)
+        Cow::Owned(format!("{}:{{{tag}}}", layout::EPOCH_PREFIX))
     }
 
-    fn quarantine_ms(&self) -> String {
-        self.options
-            .restart_quarantine
-            .map_or_else(|| "0".to_owned(), |q| millis(q).to_string())
+    /// The restart quarantine in milliseconds, 0 for none.
+    fn quarantine_ms(&self) -> u128 {
+        self.options.restart_quarantine.map_or(0, millis)
     }
 
     /// The `PUBSUB` subcommand that counts the listeners of a release channel on the
@@ -316,6 +317,35 @@ impl RedisBackend {
             LockKind::Read | LockKind::Write => layout::rw_channel(&lock.name),
             _ => layout::mutex_channel(&lock.name),
         }
+    }
+
+    /// A grant fewer replicas confirmed than asked for could be lost in a failover: it
+    /// is given back, and the acquisition fails with the reason.
+    async fn give_back_unreplicated(
+        &self,
+        lock: &LockRef,
+        request: &AcquireRequest,
+        acknowledged: u32,
+    ) -> Result<(), Error> {
+        let Some((wanted, _)) = self.options.replica_ack else {
+            return Ok(());
+        };
+        if acknowledged >= wanted {
+            return Ok(());
+        }
+        let undo = ReleaseRequest::new(request.lease)
+            .retry_window(request.retry_window)
+            .undoing(request.id);
+        if let Err(err) = Backend::release(self, lock, undo).await {
+            events::unconfirmed_grant_kept(lock, &err);
+        }
+        Err(Error::backend_retryable(
+            "acquiring",
+            NotReplicated {
+                wanted,
+                acknowledged,
+            },
+        ))
     }
 
     /// Renews one batch of locks of one kind family in one slot.
@@ -397,29 +427,35 @@ impl Backend for RedisBackend {
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
         let name = &lock.name;
         let owner = lock.owner.as_str();
-        let lease_ms = millis(request.lease).to_string();
         let key = layout::lock_key(name);
         let token_key = layout::token_key(name);
         let fencing = flag(request.fencing);
         let epoch = self.epoch_key(name);
-        let quarantine = self.quarantine_ms();
         let latch = layout::grant_latch_key(name, request.id);
-        let latch_ms = millis(request.retry_window).to_string();
         let wait = request.wait.unwrap_or_default();
+        let numbers = Decimals::new([
+            millis(request.lease),
+            millis(request.retry_window),
+            self.quarantine_ms(),
+        ]);
+        let [lease_ms, latch_ms, quarantine] = numbers.get();
         let (reply, acknowledged) = match lock.kind {
             LockKind::Fair => {
-                let timeout_ms = millis(wait.place_kept_for).to_string();
+                let fair = Decimals::new([
+                    millis(wait.place_kept_for),
+                    u128::from(layout::REDISSON_WAIT_SLOT_MS),
+                ]);
+                let [timeout_ms, slot] = fair.get();
                 let [queue, deadlines, alive] = layout::fair_queue_keys(name);
-                let slot = layout::REDISSON_WAIT_SLOT_MS.to_string();
                 let args = [
-                    &*lease_ms,
+                    lease_ms,
                     owner,
                     flag(request.waits()),
-                    &timeout_ms,
+                    timeout_ms,
                     fencing,
-                    &quarantine,
-                    &slot,
-                    &latch_ms,
+                    quarantine,
+                    slot,
+                    latch_ms,
                 ];
                 let keys = [key, &queue, &deadlines, &alive, &token_key, &epoch, &latch];
                 self.eval_write("acquiring", &script::FAIR_ACQUIRE, &keys, &args)
@@ -427,22 +463,20 @@ impl Backend for RedisBackend {
             }
             LockKind::Read => {
                 let prefix = layout::read_hold_prefix(name, owner);
-                let args = [&*lease_ms, owner, &prefix, fencing, &quarantine, &latch_ms];
+                let args = [lease_ms, owner, &prefix, fencing, quarantine, latch_ms];
                 let keys = [key, &token_key, &epoch, &latch];
                 self.eval_write("acquiring", &script::RW_READ_ACQUIRE, &keys, &args)
                     .await?
             }
             LockKind::Write => {
                 let prefix = layout::read_hold_prefix(name, owner);
-                let args = [&*lease_ms, owner, fencing, &quarantine, &prefix, &latch_ms];
+                let args = [lease_ms, owner, fencing, quarantine, &prefix, latch_ms];
                 let keys = [key, &token_key, &epoch, &latch];
                 self.eval_write("acquiring", &script::RW_WRITE_ACQUIRE, &keys, &args)
                     .await?
             }
             _ => {
                 let reservation = layout::reservation_key(name);
-                let reservation_ms = millis(self.options.reservation).to_string();
-                let waited_ms = millis(wait.waited).to_string();
                 let waiting = layout::waiting_clients_key(name);
                 let wake_id = if request.waits_to_be_woken_alone() {
                     &*self.wake_id
@@ -451,18 +485,23 @@ impl Backend for RedisBackend {
                 };
                 // A live waiter asks again within the holder's lease (its own, as a
                 // rule): a zset of waiting clients none of which asked that long is gone.
-                let registered_ms = millis(request.lease + wait.place_kept_for).to_string();
+                let mutex = Decimals::new([
+                    millis(self.options.reservation),
+                    millis(wait.waited),
+                    millis(request.lease + wait.place_kept_for),
+                ]);
+                let [reservation_ms, waited_ms, registered_ms] = mutex.get();
                 let args = [
-                    &*lease_ms,
+                    lease_ms,
                     owner,
                     flag(wait.starving),
-                    &reservation_ms,
-                    &waited_ms,
+                    reservation_ms,
+                    waited_ms,
                     fencing,
-                    &quarantine,
+                    quarantine,
                     wake_id,
-                    &registered_ms,
-                    &latch_ms,
+                    registered_ms,
+                    latch_ms,
                 ];
                 let keys = [key, &reservation, &token_key, &epoch, &waiting, &latch];
                 self.eval_write("acquiring", &script::MUTEX_ACQUIRE, &keys, &args)
@@ -470,24 +509,9 @@ impl Backend for RedisBackend {
             }
         };
         let items = integers(&reply);
-        if let (Some([1, ..]), Some((wanted, _)), Some(acknowledged)) =
-            (items.as_deref(), self.options.replica_ack, acknowledged)
-            && acknowledged < wanted
-        {
-            // Not confirmed: a failover could lose it. Give the hold back and say why.
-            let undo = ReleaseRequest::new(request.lease)
-                .retry_window(request.retry_window)
-                .undoing(request.id);
-            if let Err(err) = Backend::release(self, lock, undo).await {
-                events::unconfirmed_grant_kept(lock, &err);
-            }
-            return Err(Error::backend_retryable(
-                "acquiring",
-                NotReplicated {
-                    wanted,
-                    acknowledged,
-                },
-            ));
+        if let (Some([1, ..]), Some(acknowledged)) = (items.as_deref(), acknowledged) {
+            self.give_back_unreplicated(lock, &request, acknowledged)
+                .await?;
         }
         decode_acquire(items.as_deref(), &reply, name, request.fencing)
     }
@@ -508,34 +532,38 @@ impl Backend for RedisBackend {
     async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
         let name = &lock.name;
         let owner = lock.owner.as_str();
-        let lease_ms = millis(request.lease).to_string();
         let key = layout::lock_key(name);
         let publish = self.options.publish.command();
         // Every release script ends its keys with its latch and the grant it may undo,
         // and its arguments with the latch lifetime and the undo flag.
         let latch = layout::release_latch_key(name, request.id);
         let undone = layout::grant_latch_key(name, request.undoes.unwrap_or(request.id));
-        let latch_ms = millis(request.retry_window).to_string();
+        let numbers = Decimals::new([
+            millis(request.lease),
+            millis(request.retry_window),
+            millis(self.options.reservation),
+        ]);
+        let [lease_ms, latch_ms, offer_ms] = numbers.get();
         let undo = flag(request.undoes.is_some());
         let reply = match lock.kind {
             LockKind::Fair => {
                 let [queue, deadlines, alive] = layout::fair_queue_keys(name);
                 let prefix = layout::mutex_channel(name);
-                let args = [&*lease_ms, owner, &prefix, publish, &latch_ms, undo];
+                let args = [lease_ms, owner, &prefix, publish, latch_ms, undo];
                 let keys = [key, &queue, &deadlines, &alive, &latch, &undone];
                 self.eval("releasing", &script::FAIR_RELEASE, &keys, &args)
                     .await?
             }
             LockKind::Read => {
                 let (channel, tagged) = (layout::rw_channel(name), layout::tagged(name));
-                let args = [owner, &channel, publish, &tagged, &latch_ms, undo];
+                let args = [owner, &channel, publish, &tagged, latch_ms, undo];
                 let keys = [key, &latch, &undone];
                 self.eval("releasing", &script::RW_READ_RELEASE, &keys, &args)
                     .await?
             }
             LockKind::Write => {
                 let channel = layout::rw_channel(name);
-                let args = [&*lease_ms, owner, &channel, publish, &latch_ms, undo];
+                let args = [lease_ms, owner, &channel, publish, latch_ms, undo];
                 let keys = [key, &latch, &undone];
                 self.eval("releasing", &script::RW_WRITE_RELEASE, &keys, &args)
                     .await?
@@ -545,9 +573,8 @@ impl Backend for RedisBackend {
                 let waiting = layout::waiting_clients_key(name);
                 let reservation = layout::reservation_key(name);
                 let count = self.listener_count_command();
-                let offer_ms = millis(self.options.reservation).to_string();
                 let args = [
-                    &*lease_ms, owner, &channel, publish, count, &offer_ms, &latch_ms, undo,
+                    lease_ms, owner, &channel, publish, count, offer_ms, latch_ms, undo,
                 ];
                 let keys = [key, &waiting, &reservation, &latch, &undone];
                 self.eval("releasing", &script::MUTEX_RELEASE, &keys, &args)

@@ -10,12 +10,41 @@ pub const MUTEX_CHANNEL_PREFIX: &str = "redisson_lock__channel";
 /// keys live in the slot of the lock's own key.
 #[must_use]
 pub fn tagged(name: &LockName) -> String {
+    tagged_key(&[], name, &[])
+}
+
+/// The pieces of a name's hash tag: the braces around it, or none when it holds a `{`.
+fn tag(name: &LockName) -> [&str; 3] {
     let name = name.as_str();
     if name.contains('{') {
-        name.to_owned()
+        ["", name, ""]
     } else {
-        format!("{{{name}}}")
+        ["{", name, "}"]
     }
+}
+
+/// `prefix`, the name with its hash tag, then `suffix`: built in one allocation of the
+/// exact size, without the formatting machinery (several keys are built for every
+/// request).
+fn tagged_key(prefix: &[&str], name: &LockName, suffix: &[&str]) -> String {
+    tagged_key_with_room(prefix, name, suffix, 0)
+}
+
+/// [`tagged_key`] with room for `extra` more bytes.
+fn tagged_key_with_room(prefix: &[&str], name: &LockName, suffix: &[&str], extra: usize) -> String {
+    let tag = tag(name);
+    let pieces = || prefix.iter().chain(&tag).chain(suffix);
+    let mut key = String::with_capacity(pieces().map(|piece| piece.len()).sum::<usize>() + extra);
+    pieces().for_each(|piece| key.push_str(piece));
+    key
+}
+
+/// A key that remembers one request's answer: `prefix`, the tagged name, `infix`, then
+/// the request id's 32 hex digits.
+fn request_key(prefix: &str, name: &LockName, infix: &str, request: RequestId) -> String {
+    let mut key = tagged_key_with_room(&[prefix], name, &[infix], 32);
+    request.push_hex(&mut key);
+    key
 }
 
 /// The key of the lock's hash: the name itself.
@@ -32,19 +61,19 @@ pub const RESERVATION_PREFIX: &str = "redisson_lock_reserved";
 /// clients ignore it and may still overtake, which costs fairness, never exclusion).
 #[must_use]
 pub fn reservation_key(name: &LockName) -> String {
-    format!("{RESERVATION_PREFIX}:{}", tagged(name))
+    tagged_key(&[RESERVATION_PREFIX, ":"], name, &[])
 }
 
 /// The fair lock's waiter queue: `redisson_lock_queue:{name}` (a list of owners).
 #[must_use]
 pub fn fair_queue_key(name: &LockName) -> String {
-    format!("redisson_lock_queue:{}", tagged(name))
+    tagged_key(&["redisson_lock_queue:"], name, &[])
 }
 
 /// The fair lock's waiter deadlines: `redisson_lock_timeout:{name}` (a zset owner -> ms).
 #[must_use]
 pub fn fair_deadlines_key(name: &LockName) -> String {
-    format!("redisson_lock_timeout:{}", tagged(name))
+    tagged_key(&["redisson_lock_timeout:"], name, &[])
 }
 
 /// When each of this library's fair-lock waiters last asked, plus the waiter timeout:
@@ -53,7 +82,7 @@ pub fn fair_deadlines_key(name: &LockName) -> String {
 /// the queue advances, so those scores cannot tell whether one of our waiters still asks.
 #[must_use]
 pub fn fair_alive_key(name: &LockName) -> String {
-    format!("redisson_lock_waiter_alive:{}", tagged(name))
+    tagged_key(&["redisson_lock_waiter_alive:"], name, &[])
 }
 
 /// Redisson's wait slot (its fair lock's default `threadWaitTime`, 5 minutes): a new
@@ -79,7 +108,7 @@ pub fn fair_queue_keys(name: &LockName) -> [String; 3] {
 /// registered.
 #[must_use]
 pub fn waiting_clients_key(name: &LockName) -> String {
-    format!("redisson_lock_waiting:{}", tagged(name))
+    tagged_key(&["redisson_lock_waiting:"], name, &[])
 }
 
 /// How a client's wake id starts: a release that wakes one client alone publishes its id
@@ -90,40 +119,40 @@ pub const WAKE_ID_PREFIX: &str = "distlock-wake:";
 /// The channel one fair-lock waiter listens on: `redisson_lock__channel:{name}:<owner>`.
 #[must_use]
 pub fn fair_waiter_channel(name: &LockName, owner: &str) -> String {
-    format!("{}:{owner}", mutex_channel(name))
+    tagged_key(&[MUTEX_CHANNEL_PREFIX, ":"], name, &[":", owner])
 }
 
 /// The channel of a read-write lock: `redisson_rwlock:{name}`.
 #[must_use]
 pub fn rw_channel(name: &LockName) -> String {
-    format!("redisson_rwlock:{}", tagged(name))
+    tagged_key(&["redisson_rwlock:"], name, &[])
 }
 
 /// The prefix of one owner's read-hold keys: `{name}:<owner>:rwlock_timeout` (hold `n`
 /// lives in `<prefix>:<n>`).
 #[must_use]
 pub fn read_hold_prefix(name: &LockName, owner: &str) -> String {
-    format!("{}:{owner}:rwlock_timeout", tagged(name))
+    tagged_key(&[], name, &[":", owner, ":rwlock_timeout"])
 }
 
 /// The fencing counter: `redisson_lock_token:{name}`.
 #[must_use]
 pub fn token_key(name: &LockName) -> String {
-    format!("redisson_lock_token:{}", tagged(name))
+    tagged_key(&["redisson_lock_token:"], name, &[])
 }
 
 /// Where a grant is remembered for retries of its acquire request:
 /// `redisson_lock_latch:{name}:<request id>` (our own key; Redisson has none).
 #[must_use]
 pub fn grant_latch_key(name: &LockName, request: RequestId) -> String {
-    format!("redisson_lock_latch:{}:{request}", tagged(name))
+    request_key("redisson_lock_latch:", name, ":", request)
 }
 
 /// Where a release's answer is remembered for its retries: Redisson's unlock latch,
 /// `redisson_unlock_latch:{name}:<request id>`.
 #[must_use]
 pub fn release_latch_key(name: &LockName, request: RequestId) -> String {
-    format!("redisson_unlock_latch:{}:{request}", tagged(name))
+    request_key("redisson_unlock_latch:", name, ":", request)
 }
 
 /// The restart epoch key (`redisson_lock_epoch`, or `redisson_lock_epoch:{tag}` per
@@ -144,7 +173,7 @@ pub fn tag_for_slot(slot: u16) -> String {
 /// The channel a mutex release is published on: `redisson_lock__channel:{name}`.
 #[must_use]
 pub fn mutex_channel(name: &LockName) -> String {
-    format!("{MUTEX_CHANNEL_PREFIX}:{}", tagged(name))
+    tagged_key(&[MUTEX_CHANNEL_PREFIX, ":"], name, &[])
 }
 
 /// The prefix of every count-down latch's channel.
@@ -176,34 +205,34 @@ pub fn latch_listen_channel(name: &LockName) -> String {
 /// `{name}:redisson_latch_count_down:<request id>` (our own key; Redisson has none).
 #[must_use]
 pub fn count_down_answer_key(name: &LockName, request: RequestId) -> String {
-    format!("{}:redisson_latch_count_down:{request}", tagged(name))
+    request_key("", name, ":redisson_latch_count_down:", request)
 }
 
 /// A semaphore's channel, shared with the permit-expirable semaphore: `redisson_sc:{name}`.
 #[must_use]
 pub fn semaphore_channel(name: &LockName) -> String {
-    format!("redisson_sc:{}", tagged(name))
+    tagged_key(&["redisson_sc:"], name, &[])
 }
 
 /// Where a permit request's answer is remembered for its retries:
 /// `{name}:redisson_sc_request:<request id>` (our own key; Redisson has none).
 #[must_use]
 pub fn permit_answer_key(name: &LockName, request: RequestId) -> String {
-    format!("{}:redisson_sc_request:{request}", tagged(name))
+    request_key("", name, ":redisson_sc_request:", request)
 }
 
 /// Where a semaphore's permits are held back for a starving waiter (both kinds):
 /// `redisson_sc_reserved:{name}` (our own key; Redisson has none).
 #[must_use]
 pub fn permit_reservation_key(name: &LockName) -> String {
-    format!("redisson_sc_reserved:{}", tagged(name))
+    tagged_key(&["redisson_sc_reserved:"], name, &[])
 }
 
 /// An expirable semaphore's issued permits: the sorted set `{name}:timeout` (member the
 /// permit id's 16 bytes, score its expiry in epoch ms), as Redisson's.
 #[must_use]
 pub fn permit_timeouts_key(name: &LockName) -> String {
-    format!("{}:timeout", tagged(name))
+    tagged_key(&[], name, &[":timeout"])
 }
 
 #[cfg(test)]
@@ -219,6 +248,60 @@ mod tests {
     fn every_slot_has_a_tag() {
         for slot in [0, 1, 5461, 12182, 16383] {
             assert_eq!(key_slot(&tag_for_slot(slot)), slot);
+        }
+    }
+
+    #[test]
+    fn keys_spell_out_their_layout() {
+        let id = RequestId::random();
+        for (plain, tag) in [("order:42", "{order:42}"), ("a{t}b", "a{t}b")] {
+            let n = name(plain);
+            assert_eq!(tagged(&n), tag);
+            assert_eq!(reservation_key(&n), format!("redisson_lock_reserved:{tag}"));
+            assert_eq!(token_key(&n), format!("redisson_lock_token:{tag}"));
+            assert_eq!(
+                waiting_clients_key(&n),
+                format!("redisson_lock_waiting:{tag}")
+            );
+            assert_eq!(
+                fair_queue_keys(&n),
+                [
+                    format!("redisson_lock_queue:{tag}"),
+                    format!("redisson_lock_timeout:{tag}"),
+                    format!("redisson_lock_waiter_alive:{tag}"),
+                ]
+            );
+            assert_eq!(
+                fair_waiter_channel(&n, "c:1"),
+                format!("redisson_lock__channel:{tag}:c:1")
+            );
+            assert_eq!(rw_channel(&n), format!("redisson_rwlock:{tag}"));
+            assert_eq!(
+                read_hold_prefix(&n, "c:1"),
+                format!("{tag}:c:1:rwlock_timeout")
+            );
+            assert_eq!(
+                grant_latch_key(&n, id),
+                format!("redisson_lock_latch:{tag}:{id}")
+            );
+            assert_eq!(
+                release_latch_key(&n, id),
+                format!("redisson_unlock_latch:{tag}:{id}")
+            );
+            assert_eq!(
+                count_down_answer_key(&n, id),
+                format!("{tag}:redisson_latch_count_down:{id}")
+            );
+            assert_eq!(semaphore_channel(&n), format!("redisson_sc:{tag}"));
+            assert_eq!(
+                permit_answer_key(&n, id),
+                format!("{tag}:redisson_sc_request:{id}")
+            );
+            assert_eq!(
+                permit_reservation_key(&n),
+                format!("redisson_sc_reserved:{tag}")
+            );
+            assert_eq!(permit_timeouts_key(&n), format!("{tag}:timeout"));
         }
     }
 

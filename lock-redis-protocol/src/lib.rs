@@ -18,6 +18,7 @@
 
 mod backend;
 pub mod connect;
+mod decimals;
 mod error;
 mod events;
 pub mod layout;

@@ -136,6 +136,29 @@ impl<'a> ScriptCall<'a> {
         }
     }
 
+    /// How many arguments the command has after its name: the body, the number of keys,
+    /// the keys and the arguments.
+    #[must_use]
+    pub fn arg_count(&self) -> usize {
+        2 + self.keys.len() + self.args.len()
+    }
+
+    /// The bytes of the command's name and arguments together (not counting the
+    /// protocol's framing): what a driver's buffer for it needs at least.
+    #[must_use]
+    pub fn byte_len(&self) -> usize {
+        // The number of keys has at most 20 digits.
+        self.command().len()
+            + self.body().len()
+            + 20
+            + self
+                .keys
+                .iter()
+                .chain(self.args)
+                .map(|s| s.len())
+                .sum::<usize>()
+    }
+
     /// The first argument: the SHA1 or the source. The number of keys, the keys and the
     /// arguments follow it.
     #[must_use]

@@ -130,8 +130,10 @@ impl RedisTransport {
 /// `EVALSHA`/`EVAL` with the call's arguments; a cluster connection routes it by its
 /// first key.
 fn script_command(call: &ScriptCall<'_>) -> redis::Cmd {
-    let mut command = redis::cmd(call.command());
+    // Sized up front: a command grown argument by argument reallocates several times.
+    let mut command = redis::Cmd::with_capacity(1 + call.arg_count(), call.byte_len());
     command
+        .arg(call.command())
         .arg(call.body())
         .arg(call.keys.len())
         .arg(call.keys)

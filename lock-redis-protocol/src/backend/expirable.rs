@@ -12,6 +12,7 @@ use lock_core::notify::Listener;
 use lock_core::{Error, LockName, MAX_DURATION, RequestId};
 
 use super::{RedisBackend, integer, millis, reservation_args, unexpected};
+use crate::decimals::Decimals;
 use crate::script::{self, Script};
 use crate::transport::Reply;
 use crate::{events, layout};
@@ -58,10 +59,10 @@ impl ExpirableSemaphoreBackend for RedisBackend {
         if request.ids.is_empty() {
             return Err(Error::invalid_argument("permits", "must be at least 1"));
         }
-        let lease = millis(request.lease).to_string();
+        let numbers = Decimals::new([millis(request.lease), self.quarantine_ms()]);
+        let [lease, quarantine] = numbers.get();
         let epoch = self.epoch_key(name);
         let reserved = layout::permit_reservation_key(name);
-        let quarantine = self.quarantine_ms();
         let [reserving, so_far_ms, kept_ms] = reservation_args(request.reserve);
         let reply = self
             .eval_expirable(
@@ -69,7 +70,7 @@ impl ExpirableSemaphoreBackend for RedisBackend {
                 &script::EXPIRABLE_ISSUE,
                 name,
                 &[&epoch, &reserved],
-                &[&lease, &quarantine, &reserving, &so_far_ms, &kept_ms],
+                &[lease, quarantine, &reserving, &so_far_ms, &kept_ms],
                 &request.ids,
             )
             .await?;
