@@ -59,7 +59,13 @@ impl Owner {
     /// Builds the owner string of `holder` on the client identified by `client_id`.
     #[must_use]
     pub fn new(client_id: &str, holder: &str) -> Self {
-        Self(Arc::from(format!("{client_id}:{holder}")))
+        Self::from_pieces(&[client_id, ":", holder])
+    }
+
+    /// The owner string made of `pieces`, in one allocation (an owner is made for every
+    /// operation outside a holder's scope).
+    pub(crate) fn from_pieces(pieces: &[&str]) -> Self {
+        Self(Arc::from(concat(pieces)))
     }
 
     /// The owner string as stored.
@@ -78,6 +84,45 @@ impl fmt::Debug for Owner {
 impl fmt::Display for Owner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// `pieces` joined into a string kept on the stack when it is short, so that turning it
+/// into an `Arc<str>` is its only allocation.
+pub(crate) fn concat(pieces: &[&str]) -> Concat {
+    let len = pieces.iter().map(|piece| piece.len()).sum();
+    if len > SHORT {
+        return Concat::Long(pieces.concat());
+    }
+    let mut bytes = [0; SHORT];
+    let mut at = 0;
+    for piece in pieces {
+        bytes[at..at + piece.len()].copy_from_slice(piece.as_bytes());
+        at += piece.len();
+    }
+    Concat::Short { bytes, len }
+}
+
+/// How long a string [`concat`] keeps on the stack: a client id, a `:` and a holder
+/// id of a few dozen characters.
+const SHORT: usize = 96;
+
+/// A string made by [`concat`].
+pub(crate) enum Concat {
+    Short { bytes: [u8; SHORT], len: usize },
+    Long(String),
+}
+
+impl From<Concat> for Arc<str> {
+    fn from(joined: Concat) -> Self {
+        match joined {
+            // Whole `str`s copied one after another are UTF-8.
+            Concat::Short { bytes, len } => match std::str::from_utf8(&bytes[..len]) {
+                Ok(text) => Arc::from(text),
+                Err(_) => Arc::from(String::from_utf8_lossy(&bytes[..len])),
+            },
+            Concat::Long(text) => Arc::from(text),
+        }
     }
 }
 
@@ -851,7 +896,24 @@ pub trait LatchBackend: fmt::Debug + Send + Sync {
 
 #[cfg(test)]
 mod tests {
-    use super::RequestId;
+    use super::{Owner, RequestId};
+
+    #[test]
+    fn owners_join_client_and_holder_at_any_length() {
+        let client = "6f1c2a8e-0d4b-4c55-9a51-3f0e1b2c3d4e";
+        for holder in [
+            "h",
+            "scope-12",
+            &"x".repeat(58),
+            &"y".repeat(59),
+            &"z".repeat(300),
+        ] {
+            assert_eq!(
+                Owner::new(client, holder).as_str(),
+                format!("{client}:{holder}")
+            );
+        }
+    }
 
     #[test]
     fn request_id_hex_is_its_display() {

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use crate::acquire::{self, Lease, Wait};
 use crate::config::{check_bound, check_lease};
+use crate::holder;
 use crate::named::Named;
 use crate::{Error, Guard, Holder, LockKind, LockRef, Locks, Owner};
 
@@ -82,8 +83,11 @@ impl Lock {
         if let Some(missing) = self.named.locks.inner.capabilities.missing(self.kind) {
             return Err(Error::unsupported(missing));
         }
-        let holder = self.holder.clone().unwrap_or_else(Holder::current);
-        let owner = Owner::new(&self.named.locks.inner.client_id, holder.as_str());
+        let client_id = &self.named.locks.inner.client_id;
+        let owner = match self.holder.clone().or_else(Holder::ambient) {
+            Some(holder) => Owner::new(client_id, holder.as_str()),
+            None => holder::unique_owner(client_id),
+        };
         Ok(LockRef::new(self.kind, name, owner))
     }
 

@@ -16,12 +16,29 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::Error;
+use crate::backend::{Owner, concat};
 
 tokio::task_local! {
     static AMBIENT: Holder;
 }
 
 static NEXT_SCOPE: AtomicU64 = AtomicU64::new(1);
+
+/// How the id of a holder made by [`Holder::unique`] starts; its number follows.
+const UNIQUE_PREFIX: &str = "scope-";
+
+/// The number of the next unique holder.
+fn next_unique() -> u64 {
+    NEXT_SCOPE.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The owner of a holder of its own, never used before, on the client `client_id`:
+/// [`Holder::current`] outside any scope, without making the holder itself (every
+/// unscoped operation asks for one).
+pub(crate) fn unique_owner(client_id: &str) -> Owner {
+    let mut digits = itoa::Buffer::new();
+    Owner::from_pieces(&[client_id, ":", UNIQUE_PREFIX, digits.format(next_unique())])
+}
 
 /// The identity that may re-enter a lock. Cheap to clone.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -46,10 +63,11 @@ impl Holder {
     /// A holder never handed out before in this process.
     #[must_use]
     pub fn unique() -> Self {
-        Self(Arc::from(format!(
-            "scope-{}",
-            NEXT_SCOPE.fetch_add(1, Ordering::Relaxed)
-        )))
+        let mut digits = itoa::Buffer::new();
+        Self(Arc::from(concat(&[
+            UNIQUE_PREFIX,
+            digits.format(next_unique()),
+        ])))
     }
 
     /// The holder in effect here: the innermost scope's, else a new one (outside a

@@ -31,27 +31,47 @@ pub(crate) enum AcquireOutcome {
     Error,
 }
 
-pub(crate) fn acquire(kind: LockKind, outcome: AcquireOutcome, elapsed: Duration) {
-    let outcome = match outcome {
-        AcquireOutcome::Acquired => "acquired",
-        AcquireOutcome::Busy => "busy",
-        AcquireOutcome::Timeout => "timeout",
-        AcquireOutcome::Error => "error",
+/// Runs a `metrics` macro with the lock kind as its first label, spelt out literally in
+/// each arm so that every key is a static one: a label computed at run time makes the
+/// macro allocate its key on every call, recorder or not, and these are called for every
+/// acquisition and release.
+macro_rules! with_kind {
+    ($kind:expr, $macro:ident!($name:expr $(, $label:literal => $value:literal)*)) => {
+        match $kind {
+            LockKind::Mutex => metrics::$macro!($name, "kind" => "mutex" $(, $label => $value)*),
+            LockKind::Fair => metrics::$macro!($name, "kind" => "fair" $(, $label => $value)*),
+            LockKind::Read => metrics::$macro!($name, "kind" => "read" $(, $label => $value)*),
+            LockKind::Write => metrics::$macro!($name, "kind" => "write" $(, $label => $value)*),
+        }
     };
-    metrics::histogram!(ACQUIRE_SECONDS, "kind" => kind.as_str(), "outcome" => outcome)
-        .record(elapsed.as_secs_f64());
+}
+
+pub(crate) fn acquire(kind: LockKind, outcome: AcquireOutcome, elapsed: Duration) {
+    let histogram = match outcome {
+        AcquireOutcome::Acquired => {
+            with_kind!(kind, histogram!(ACQUIRE_SECONDS, "outcome" => "acquired"))
+        }
+        AcquireOutcome::Busy => with_kind!(kind, histogram!(ACQUIRE_SECONDS, "outcome" => "busy")),
+        AcquireOutcome::Timeout => {
+            with_kind!(kind, histogram!(ACQUIRE_SECONDS, "outcome" => "timeout"))
+        }
+        AcquireOutcome::Error => {
+            with_kind!(kind, histogram!(ACQUIRE_SECONDS, "outcome" => "error"))
+        }
+    };
+    histogram.record(elapsed.as_secs_f64());
 }
 
 pub(crate) fn waited(kind: LockKind, waited: Duration) {
-    metrics::histogram!(WAIT_SECONDS, "kind" => kind.as_str()).record(waited.as_secs_f64());
+    with_kind!(kind, histogram!(WAIT_SECONDS)).record(waited.as_secs_f64());
 }
 
 pub(crate) fn held(kind: LockKind, delta: f64) {
-    metrics::gauge!(HELD, "kind" => kind.as_str()).increment(delta);
+    with_kind!(kind, gauge!(HELD)).increment(delta);
 }
 
 pub(crate) fn released(kind: LockKind, held_for: Duration) {
-    metrics::histogram!(HOLD_SECONDS, "kind" => kind.as_str()).record(held_for.as_secs_f64());
+    with_kind!(kind, histogram!(HOLD_SECONDS)).record(held_for.as_secs_f64());
 }
 
 pub(crate) fn renewals(outcome: &'static str, count: usize) {
@@ -66,4 +86,89 @@ pub(crate) fn lost(kind: LockKind, reason: LostReason) {
         LostReason::OwnerGone => "owner_gone",
     };
     metrics::counter!(LOST_TOTAL, "kind" => kind.as_str(), "reason" => reason).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use metrics::{
+        Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+
+    use super::*;
+
+    /// Writes down every key registered, as `name{label=value,...}`.
+    #[derive(Default)]
+    struct Keys(Mutex<Vec<String>>);
+
+    impl Keys {
+        fn note(&self, key: &Key) {
+            let labels: Vec<String> = key
+                .labels()
+                .map(|label| format!("{}={}", label.key(), label.value()))
+                .collect();
+            let mut keys = self.0.lock().unwrap();
+            keys.push(format!("{}{{{}}}", key.name(), labels.join(",")));
+        }
+    }
+
+    impl Recorder for Keys {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            self.note(key);
+            Counter::noop()
+        }
+
+        fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+            self.note(key);
+            Gauge::noop()
+        }
+
+        fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+            self.note(key);
+            Histogram::noop()
+        }
+    }
+
+    #[test]
+    fn every_kind_and_outcome_is_labelled_by_name() {
+        let keys = Keys::default();
+        let kinds = [
+            LockKind::Mutex,
+            LockKind::Fair,
+            LockKind::Read,
+            LockKind::Write,
+        ];
+        let outcomes = [
+            (AcquireOutcome::Acquired, "acquired"),
+            (AcquireOutcome::Busy, "busy"),
+            (AcquireOutcome::Timeout, "timeout"),
+            (AcquireOutcome::Error, "error"),
+        ];
+        let mut expected = Vec::new();
+        metrics::with_local_recorder(&keys, || {
+            for kind in kinds {
+                let k = kind.as_str();
+                for (outcome, label) in outcomes {
+                    acquire(kind, outcome, Duration::ZERO);
+                    expected.push(format!("{ACQUIRE_SECONDS}{{kind={k},outcome={label}}}"));
+                }
+                waited(kind, Duration::ZERO);
+                held(kind, 1.0);
+                released(kind, Duration::ZERO);
+                lost(kind, LostReason::LeaseExpired);
+                expected.extend([
+                    format!("{WAIT_SECONDS}{{kind={k}}}"),
+                    format!("{HELD}{{kind={k}}}"),
+                    format!("{HOLD_SECONDS}{{kind={k}}}"),
+                    format!("{LOST_TOTAL}{{kind={k},reason=expired}}"),
+                ]);
+            }
+        });
+        assert_eq!(*keys.0.lock().unwrap(), expected);
+    }
 }
