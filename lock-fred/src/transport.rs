@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fred::bytes::{Bytes, BytesMut};
 use fred::clients::{Pipeline, SubscriberClient};
 use fred::prelude::{Client, ClientLike, Options, Pool, PubsubInterface, ServerInterface, Value};
 use fred::types::{ClusterHash, CustomCommand};
@@ -111,15 +112,26 @@ impl FredTransport {
 /// needed the script); custom commands pipeline. Every call handles its own `NOSCRIPT`,
 /// so pipelining is safe, and it is what lets one connection carry many concurrent lock
 /// calls.
-fn script_command(call: &ScriptCall<'_>) -> (CustomCommand, Vec<String>) {
+///
+/// The keys and arguments are copied into one buffer and handed over as slices of it:
+/// fred clones every argument it is given, and a slice's clone only counts a reference
+/// where a string's would copy it (the script's SHA1 or source is static and never
+/// copied).
+fn script_command(call: &ScriptCall<'_>) -> (CustomCommand, Vec<Value>) {
     let slot = call
         .keys
         .first()
         .map_or(0, |key| fred::util::redis_keyslot(key.as_bytes()));
-    let mut arguments = Vec::with_capacity(2 + call.keys.len() + call.args.len());
-    arguments.push(call.body().to_owned());
-    arguments.push(call.keys.len().to_string());
-    arguments.extend(call.keys.iter().chain(call.args).map(|&s| s.to_owned()));
+    let pieces = || call.keys.iter().chain(call.args);
+    let mut buffer = BytesMut::with_capacity(pieces().map(|piece| piece.len()).sum());
+    pieces().for_each(|piece| buffer.extend_from_slice(piece.as_bytes()));
+    let mut rest = buffer.freeze();
+    let mut arguments = Vec::with_capacity(call.arg_count());
+    arguments.push(Value::Bytes(Bytes::from_static(call.body().as_bytes())));
+    arguments.push(Value::Integer(
+        i64::try_from(call.keys.len()).unwrap_or(i64::MAX),
+    ));
+    arguments.extend(pieces().map(|piece| Value::Bytes(rest.split_to(piece.len()))));
     let command = CustomCommand::new_static(call.command(), ClusterHash::Custom(slot), false);
     (command, arguments)
 }

@@ -229,7 +229,7 @@ impl RedisBackend {
     async fn eval_write(
         &self,
         during: &'static str,
-        script: &Script,
+        script: &'static Script,
         keys: &[&str],
         args: &[&str],
     ) -> Result<(Reply, Option<u32>), Error> {
@@ -264,7 +264,7 @@ impl RedisBackend {
     async fn eval(
         &self,
         during: &'static str,
-        script: &Script,
+        script: &'static Script,
         keys: &[&str],
         args: &[&str],
     ) -> Result<Reply, Error> {
@@ -1028,7 +1028,7 @@ fn name_refused_command(
 /// know it (after a restart or `SCRIPT FLUSH`). In a cluster, `EVAL` is routed like
 /// `EVALSHA`, so the script lands on the node that needs it.
 async fn send_loading<'a, T, F, Fut>(
-    script: &'a Script,
+    script: &'static Script,
     keys: &'a [&'a str],
     args: &'a [&'a str],
     send: F,

@@ -116,8 +116,8 @@ pub enum ScriptForm {
 /// shares its slot).
 #[derive(Debug, Clone, Copy)]
 pub struct ScriptCall<'a> {
-    /// The script.
-    pub script: &'a Script,
+    /// The script (every script is a static of this module).
+    pub script: &'static Script,
     /// Its keys (`KEYS`).
     pub keys: &'a [&'a str],
     /// Its arguments (`ARGV`).
@@ -126,7 +126,7 @@ pub struct ScriptCall<'a> {
     pub form: ScriptForm,
 }
 
-impl<'a> ScriptCall<'a> {
+impl ScriptCall<'_> {
     /// `EVALSHA` or `EVAL`.
     #[must_use]
     pub fn command(&self) -> &'static str {
@@ -162,7 +162,7 @@ impl<'a> ScriptCall<'a> {
     /// The first argument: the SHA1 or the source. The number of keys, the keys and the
     /// arguments follow it.
     #[must_use]
-    pub fn body(&self) -> &'a str {
+    pub fn body(&self) -> &'static str {
         match self.form {
             ScriptForm::BySha => self.script.sha1(),
             ScriptForm::WithSource => self.script.source(),

@@ -24,7 +24,7 @@ impl RedisBackend {
     async fn eval_expirable(
         &self,
         during: &'static str,
-        script: &Script,
+        script: &'static Script,
         name: &LockName,
         extra: &[&str],
         args: &[&str],
