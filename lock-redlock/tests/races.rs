@@ -44,6 +44,15 @@ fn plain_redlock(stores: &[MemoryBackend]) -> Locks {
         .locks()
 }
 
+/// Deletes the lock `name` on each of `stores` alone, as a restart without persistence
+/// or a force-unlock sent to that node would; each must have held it.
+async fn force_unlock_on(stores: &[MemoryBackend], name: &str) {
+    for store in stores {
+        let only = Locks::new(Arc::new(store.clone()));
+        assert!(only.mutex(name).force_unlock().await.unwrap());
+    }
+}
+
 /// Review #3: a reentry that fails on a majority before reaching it must not be undone
 /// there: the undo would take away the outer hold, and another client would get a
 /// majority while the outer guard still holds.
@@ -108,10 +117,7 @@ async fn a_majority_that_lost_the_lock_ends_the_remaining_guards() {
     let first = m.lock().await.unwrap();
     let second = m.lock().await.unwrap();
     // Two nodes lose the lock (a restart without persistence, say).
-    for store in &stores[1..] {
-        let only = Locks::new(Arc::new(store.clone()));
-        assert!(only.mutex("rl:majority-lost").force_unlock().await.unwrap());
-    }
+    force_unlock_on(&stores[1..], "rl:majority-lost").await;
     let lost = first
         .unlock()
         .await
@@ -203,10 +209,7 @@ async fn a_stale_guard_with_a_minority_part_left_is_told_it_lost_the_lock() {
     let (stores, faulty) = nodes();
     let locks = redlock(&faulty);
     let stale = locks.mutex("rl:stale").lock().await.unwrap();
-    for store in &stores[1..] {
-        let only = Locks::new(Arc::new(store.clone()));
-        assert!(only.mutex("rl:stale").force_unlock().await.unwrap());
-    }
+    force_unlock_on(&stores[1..], "rl:stale").await;
     let err = stale
         .unlock()
         .await
