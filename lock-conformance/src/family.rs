@@ -423,13 +423,15 @@ pub async fn fencing_tokens_strictly_increase(fx: &dyn Fixture) {
     inner.unlock().await.unwrap();
     outer.unlock().await.unwrap();
 
-    // A hold whose lease ran out on the server: the next holder's token is larger.
-    let short = m
-        .try_lock_for(Duration::ZERO, Some(Duration::from_millis(150)))
-        .await;
+    // A hold whose lease ran out on the server: the next holder's token is larger. The
+    // lock is free, but not at once everywhere: a RedLock's release answers once a
+    // majority released, so one node may still be releasing, and a single attempt then
+    // needs every other node to answer in time. The wait lets a loaded machine retry.
+    let lease = Duration::from_millis(150);
+    let short = m.try_lock_for(Duration::from_secs(5), Some(lease)).await;
     let expired = short.unwrap().expect("free");
     assert!(expired.fencing_token().unwrap() > reentered);
-    sleep(Duration::from_millis(250)).await;
+    sleep(lease + Duration::from_millis(100)).await;
     let next = clients[1].mutex(&name).lock().await.unwrap();
     assert!(next.fencing_token().unwrap() > expired.fencing_token().unwrap());
     next.unlock().await.unwrap();
