@@ -49,7 +49,12 @@ fn plain_redlock(stores: &[MemoryBackend]) -> Locks {
 async fn force_unlock_on(stores: &[MemoryBackend], name: &str) {
     for store in stores {
         let only = Locks::new(Arc::new(store.clone()));
-        assert!(only.mutex(name).force_unlock().await.unwrap());
+        assert!(
+            only.mutex(name)
+                .force_unlock()
+                .await
+                .expect("the node answers")
+        );
     }
 }
 
