@@ -12,10 +12,52 @@ use std::sync::{Arc, OnceLock};
 use lock_core::metrics::RENEWALS_TOTAL;
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 
-/// Counts successful renewals; every other metric is dropped.
+/// Counts renewals by outcome; every other metric is dropped.
 #[derive(Debug, Default)]
 struct RenewalCounter {
-    renewed: Arc<AtomicU64>,
+    counts: Arc<Counts>,
+}
+
+/// Renewals the library reported so far, by outcome.
+#[derive(Debug, Default)]
+struct Counts {
+    renewed: AtomicU64,
+    /// Renewals that failed (an error or no reply): the watchdog retries them sooner,
+    /// and each retry is a script call no renewal counts.
+    failed: AtomicU64,
+}
+
+/// What [`so_far`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Renewals {
+    pub(crate) renewed: u64,
+    pub(crate) failed: u64,
+}
+
+/// A counter that adds to one field of the shared counts.
+struct Field {
+    counts: Arc<Counts>,
+    renewed: bool,
+}
+
+impl metrics::CounterFn for Field {
+    fn increment(&self, value: u64) {
+        self.field().fetch_add(value, Ordering::Relaxed);
+    }
+
+    fn absolute(&self, value: u64) {
+        self.field().fetch_max(value, Ordering::Relaxed);
+    }
+}
+
+impl Field {
+    fn field(&self) -> &AtomicU64 {
+        if self.renewed {
+            &self.counts.renewed
+        } else {
+            &self.counts.failed
+        }
+    }
 }
 
 impl Recorder for RenewalCounter {
@@ -24,15 +66,22 @@ impl Recorder for RenewalCounter {
     fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
 
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        let renewed = key.name() == RENEWALS_TOTAL
-            && key
-                .labels()
-                .any(|label| label.key() == "outcome" && label.value() == "renewed");
-        if renewed {
-            Counter::from_arc(Arc::clone(&self.renewed))
-        } else {
-            Counter::noop()
+        if key.name() != RENEWALS_TOTAL {
+            return Counter::noop();
         }
+        let outcome = key
+            .labels()
+            .find(|label| label.key() == "outcome")
+            .map(|label| label.value().to_owned());
+        let renewed = match outcome.as_deref() {
+            Some("renewed") => true,
+            Some("failed") => false,
+            _ => return Counter::noop(),
+        };
+        Counter::from_arc(Arc::new(Field {
+            counts: Arc::clone(&self.counts),
+            renewed,
+        }))
     }
 
     fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
@@ -44,20 +93,21 @@ impl Recorder for RenewalCounter {
     }
 }
 
-/// The number of locks renewed so far in this process, counted from the first call.
+/// The renewals reported so far in this process, counted from the first call.
 ///
 /// The first call installs the process's metrics recorder; it returns `None` if another
 /// recorder was installed before it.
-pub(crate) fn renewed_so_far() -> Option<u64> {
-    static RENEWED: OnceLock<Option<Arc<AtomicU64>>> = OnceLock::new();
-    RENEWED
+pub(crate) fn so_far() -> Option<Renewals> {
+    static COUNTS: OnceLock<Option<Arc<Counts>>> = OnceLock::new();
+    COUNTS
         .get_or_init(|| {
             let recorder = RenewalCounter::default();
-            let renewed = Arc::clone(&recorder.renewed);
-            metrics::set_global_recorder(recorder)
-                .ok()
-                .map(|()| renewed)
+            let counts = Arc::clone(&recorder.counts);
+            metrics::set_global_recorder(recorder).ok().map(|()| counts)
         })
         .as_ref()
-        .map(|renewed| renewed.load(Ordering::Relaxed))
+        .map(|counts| Renewals {
+            renewed: counts.renewed.load(Ordering::Relaxed),
+            failed: counts.failed.load(Ordering::Relaxed),
+        })
 }

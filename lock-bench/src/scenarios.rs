@@ -336,7 +336,7 @@ fn check_pairs(replies: &[redis::Value]) -> Result<(), String> {
     Ok(())
 }
 
-/// Two clients ping-pong one lock: from one release returning to the other acquiring.
+/// Two clients ping-pong one lock: from one release being sent to the other acquiring.
 pub(crate) async fn handoff(server: &RedisServer, scale: Scale) -> Results {
     let (a, b) = (ours(server).await, ours(server).await);
     let rounds = (scale.seconds * 200.0) as usize;
@@ -360,10 +360,16 @@ pub(crate) async fn handoff(server: &RedisServer, scale: Scale) -> Results {
         };
         // Let the waiter subscribe and sleep.
         sleep(Duration::from_millis(2)).await;
-        let _ = held.unlock().await;
+        // The clock starts as the release is sent: the waiter, woken by the release
+        // script itself, is often served before the releasing task has seen the
+        // release's answer, so a clock started once `unlock()` returned measured less
+        // than a round trip.
         *released_at
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
+        if let Err(err) = held.unlock().await {
+            panic!("the bench's release failed: {err}");
+        }
         if let Ok(since) = waiting.await {
             samples.push(since.as_secs_f64() * 1000.0);
         }
@@ -425,30 +431,35 @@ async fn script_calls(server: &RedisServer) -> u64 {
         .sum()
 }
 
-/// Script calls the server has run and locks the watchdog has renewed, at one moment.
+/// Script calls the server has run and renewals the watchdog has reported, at one moment.
 struct RenewalCounts {
     script_calls: u64,
-    renewed: u64,
+    renewals: renewals::Renewals,
 }
 
-/// Both counts, read while no watchdog round is in flight: a round caught halfway has
-/// run calls on the server whose renewals its client has not counted yet.
-async fn quiet_renewal_counts(server: &RedisServer) -> RenewalCounts {
-    let renewed = || renewals::renewed_so_far().expect("the bench installs no other recorder");
-    // Rounds come about once a second and last well under one: 100 tries (about 5 s)
-    // find a quiet moment unless the watchdog never rests.
-    for _ in 0..100 {
-        let first = RenewalCounts {
-            renewed: renewed(),
-            script_calls: script_calls(server).await,
-        };
-        sleep(Duration::from_millis(50)).await;
-        let calls = script_calls(server).await;
-        if calls == first.script_calls && renewed() == first.renewed {
-            return first;
+/// Both counts, read right after a watchdog round reported its renewals. A round reports
+/// once all its calls were answered, and the next one starts an interval (1 s) later, so
+/// the server's count then holds every call of the rounds reported and no other. (Reading
+/// them in a moment of 50 ms without change could catch a round whose calls had all run
+/// but whose client had not reported yet.)
+async fn renewal_counts_after_a_round(server: &RedisServer) -> RenewalCounts {
+    let reported = || renewals::so_far().expect("the bench installs no other recorder");
+    let start = reported();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = reported();
+        if now != start {
+            return RenewalCounts {
+                script_calls: script_calls(server).await,
+                renewals: now,
+            };
         }
+        assert!(
+            Instant::now() < deadline,
+            "the watchdog reported no round in 5 s"
+        );
+        sleep(Duration::from_millis(1)).await;
     }
-    panic!("the watchdog renewed or the server ran scripts in every 50 ms for 5 s");
 }
 
 /// One client holds many locks with a 3 s lease for 12 s.
@@ -472,14 +483,16 @@ pub(crate) async fn watchdog(server: &RedisServer, scale: Scale) -> Results {
                 .expect("lock"),
         );
     }
-    let before = quiet_renewal_counts(server).await;
+    let before = renewal_counts_after_a_round(server).await;
     let cpu_before = cpu_seconds();
     sleep(Duration::from_secs(scale.watchdog_seconds)).await;
-    let after = quiet_renewal_counts(server).await;
+    let after = renewal_counts_after_a_round(server).await;
     let cpu = cpu_seconds() - cpu_before;
     let calls = (after.script_calls - before.script_calls) as f64;
     // Each renewal is one lock renewed in one round.
-    let rounds = (after.renewed - before.renewed) as f64 / scale.watchdog_locks as f64;
+    let renewed = after.renewals.renewed - before.renewals.renewed;
+    let failed = after.renewals.failed - before.renewals.failed;
+    let rounds = renewed as f64 / scale.watchdog_locks as f64;
     let still_valid = guards.iter().filter(|g| g.is_held()).count();
     let on_server: i64 = server.command(&["DBSIZE"]).await;
     let all_held =
@@ -496,6 +509,7 @@ pub(crate) async fn watchdog(server: &RedisServer, scale: Scale) -> Results {
             ("rounds", rounds),
             ("script_calls_per_round", calls / rounds),
             ("script_calls_per_100_locks_per_round", per_100),
+            ("failed_renewals", failed as f64),
             ("client_cpu_seconds", cpu),
             ("all_held", if all_held { 1.0 } else { 0.0 }),
         ]),
