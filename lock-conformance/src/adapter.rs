@@ -73,6 +73,8 @@ macro_rules! adapter_tests {
             a_redisson_waiter_hears_our_release_beside_our_waiters,
             a_newcomer_cannot_take_a_lock_offered_to_the_client_woken_for_it,
             an_acl_without_the_wake_commands_still_releases,
+            a_release_that_wakes_one_client_sends_one_message,
+            an_acl_without_a_clients_own_channel_still_hands_over,
         );
     };
 }
@@ -262,11 +264,16 @@ pub const WAKE_COMMANDS: &str = "+zcard +zrange +zpopmin +pubsub|numsub +pubsub|
 /// The channels waiters listen on.
 pub const LOCK_CHANNELS: &str = "resetchannels &redisson_lock__channel:* &redisson_rwlock:*";
 
-/// A server with four users: `locker` (exactly the minimal ACL), `beforewakes` (without
-/// the commands releases came to use to wake one client), `nopublish` (without PUBLISH)
-/// and `nochannels` (without the channels). Every password is `s3cret`.
+/// A server with five users: `locker` (exactly the minimal ACL), `beforewakes` (without
+/// the commands releases came to use to wake one client), `nopublish` (without PUBLISH),
+/// `nochannels` (without the channels) and `lockchannelsonly` (the locks' own channels,
+/// not a client's own). Every password is `s3cret`.
 async fn acl_server() -> RedisServer {
     RedisServer::builder()
+        .config_line(format!(
+            "user lockchannelsonly on >s3cret ~* resetchannels &redisson_lock__channel:{{* \
+             -@all {LOCK_COMMANDS}"
+        ))
         .config_line(format!(
             "user locker on >s3cret ~* {LOCK_CHANNELS} -@all {LOCK_COMMANDS}"
         ))
@@ -331,6 +338,23 @@ pub async fn an_acl_without_the_wake_commands_still_releases(connect: &AdapterCo
         .unwrap();
     hand_over(&a, &b, "acl:before-wakes").await;
     hand_over(&b, &a, "acl:before-wakes").await;
+}
+
+/// An ACL that allows the locks' channels alone, not the channel on which a release
+/// can wake one client by itself (`redisson_lock__channel:<wake id>`): the waiter's
+/// subscription to it is refused, and releases wake the client on the lock's channel.
+pub async fn an_acl_without_a_clients_own_channel_still_hands_over(connect: &AdapterConnect) {
+    let server = acl_server().await;
+    let a = locks(connect, user_spec(&server, "lockchannelsonly"))
+        .await
+        .unwrap();
+    let b = locks(connect, user_spec(&server, "lockchannelsonly"))
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        hand_over(&a, &b, "acl:own-channel").await;
+        hand_over(&b, &a, "acl:own-channel").await;
+    }
 }
 
 pub async fn a_missing_command_permission_is_named_in_the_error(connect: &AdapterConnect) {
@@ -765,6 +789,59 @@ pub async fn a_newcomer_cannot_take_a_lock_offered_to_the_client_woken_for_it(
         waiter,
         Duration::from_secs(3),
         "the woken client was served",
+    )
+    .await;
+}
+
+/// A release that wakes one client alone sends one message, on that client's own
+/// channel, and nothing on the lock's channel, which every waiting client listens on
+/// (each heard every release before, and all but one ignored it). The client woken here
+/// is a stand-in written by hand: registered first, listening on the lock's channel and
+/// on its own on two bare connections. It never comes, and the live waiter, told
+/// nothing, asks again when the holder's lease (1 s) would have ended: it is served
+/// then, the offer to the stand-in having lapsed.
+pub async fn a_release_that_wakes_one_client_sends_one_message(connect: &AdapterConnect) {
+    let server = RedisServer::start().await;
+    let holder = locks(connect, ConnectSpec::new(server.url()))
+        .await
+        .unwrap();
+    let live = locks(connect, ConnectSpec::new(server.url()))
+        .await
+        .unwrap();
+    let name = "one-message:m";
+    let channel = "redisson_lock__channel:{one-message:m}";
+    let waiting = "redisson_lock_waiting:{one-message:m}";
+    let stand_in = "distlock-wake:00000000-0000-4000-8000-0000000000aa";
+    let held = holder
+        .mutex(name)
+        .lock_with_lease(Duration::from_secs(1))
+        .await
+        .unwrap();
+    let mut on_lock_channel = raw_subscriber(server.port(), "SUBSCRIBE", channel).await;
+    let own_channel = format!("redisson_lock__channel:{stand_in}");
+    let mut on_own_channel = raw_subscriber(server.port(), "SUBSCRIBE", &own_channel).await;
+    let _: i64 = server.command(&["ZADD", waiting, "1", stand_in]).await;
+    let waiter = spawn_try_waiter(live.mutex(name), Duration::from_secs(8));
+    await_subscribers(&server, "NUMSUB", channel, 2).await;
+    // The live waiter has asked again since it subscribed, and is registered behind.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    held.unlock().await.unwrap();
+    let told = format!("{own_channel}\r\n${}\r\n{channel}\r\n", channel.len());
+    let heard = read_until(&mut on_own_channel, b"", told.as_bytes()).await;
+    assert!(
+        heard.is_some(),
+        "the client woken alone was not told on its own channel"
+    );
+    let fanned_out = read_until(&mut on_lock_channel, b"", b"message").await;
+    assert!(
+        fanned_out.is_none(),
+        "the release was also sent on the lock's channel: {:?}",
+        fanned_out.map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+    );
+    served_then_released(
+        waiter,
+        Duration::from_secs(3),
+        "the live waiter was served once the offer lapsed",
     )
     .await;
 }

@@ -160,6 +160,11 @@ pub struct RedisBackend {
     /// What a release publishes to wake this client alone: its mutex waiters register
     /// it (see [`layout::waiting_clients_key`]). One per backend, as its subscriptions.
     wake_id: Arc<str>,
+    /// Where such a release may wake it instead (see [`layout::own_channel`]).
+    own_channel: Arc<str>,
+    /// Set once the server refused a subscription to the own channel (an ACL that does
+    /// not allow it): waiters then listen on their locks' channels alone.
+    own_channel_refused: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -204,7 +209,9 @@ impl RedisBackend {
             subscriptions,
             options,
             alive: Arc::new(tokio::sync::watch::Sender::new(())),
+            own_channel: layout::own_channel(&wake_id).into(),
             wake_id: Arc::from(wake_id),
+            own_channel_refused: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -308,6 +315,15 @@ impl RedisBackend {
             (_, Topology::Cluster) => "",
             _ => "numsub",
         }
+    }
+
+    /// Whether a mutex release can wake this client on its own channel: with classic
+    /// pub/sub outside a cluster, where a script may publish on any channel and count its
+    /// listeners (a cluster's classic messages go to every node, and sharded channels
+    /// must live in the lock's slot).
+    /// The release script decides the same way, from the listener count command.
+    fn wakes_on_own_channel(&self) -> bool {
+        self.listener_count_command() == "numsub"
     }
 
     /// The channel a waiter of `lock` listens on.
@@ -749,7 +765,32 @@ impl Backend for RedisBackend {
     }
 
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
-        self.subscriptions.listen(&Self::channel(lock)).await
+        use std::sync::atomic::Ordering;
+        let channel = Self::channel(lock);
+        if lock.kind != LockKind::Mutex
+            || !self.wakes_on_own_channel()
+            || self.own_channel_refused.load(Ordering::Relaxed)
+        {
+            return self.subscriptions.listen(&channel).await;
+        }
+        // A release that wakes this client alone tells it on its own channel: one
+        // message instead of one to every client listening on the lock's.
+        let (shared, own) = futures_util::future::join(
+            self.subscriptions.listen(&channel),
+            self.subscriptions.listen(&self.own_channel),
+        )
+        .await;
+        match own {
+            Ok(own) => Ok(shared?.keeping(own)),
+            // The release then tells it on the lock's channel, as every other client.
+            Err(err) if err.is_backend() => {
+                if !self.own_channel_refused.swap(true, Ordering::Relaxed) {
+                    events::own_channel_refused(&err);
+                }
+                shared
+            }
+            Err(err) => Err(err),
+        }
     }
 
     fn latches(&self) -> Option<&dyn LatchBackend> {

@@ -39,3 +39,15 @@ pub(crate) fn quarantine_active(name: &LockName, left: Option<Duration>) {
          until the longest lease from before has run out"
     );
 }
+
+/// The server refused this client's subscription to its own channel (an ACL that allows
+/// only the locks' channels, say): releases wake it on the locks' channels, as they wake
+/// every other client there. Reported once per client.
+pub(crate) fn own_channel_refused(err: &Error) {
+    tracing::info!(
+        target: TARGET,
+        error = %err.chain(),
+        "the server refused this client's own wake-up channel; releases wake it on the \
+         locks' channels instead"
+    );
+}

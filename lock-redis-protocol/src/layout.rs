@@ -111,10 +111,22 @@ pub fn waiting_clients_key(name: &LockName) -> String {
     tagged_key(&["redisson_lock_waiting:"], name, &[])
 }
 
-/// How a client's wake id starts: a release that wakes one client alone publishes its id
-/// (Redisson peers never see one: such a release is only sent when every listener is
-/// one of ours).
+/// How a client's wake id starts. A release that wakes one client alone (sent only when
+/// every listener of the lock's channel is one of ours, so Redisson peers never see one)
+/// publishes the lock's channel on the client's own channel (see [`own_channel`]) where
+/// the client listens there, else the wake id on the lock's channel, where every client
+/// hears it and the others ignore it.
 pub const WAKE_ID_PREFIX: &str = "distlock-wake:";
+
+/// The channel a client listens on while its mutex waiters do, to be woken alone:
+/// `redisson_lock__channel:<wake id>` (classic pub/sub outside a cluster only). It falls
+/// under the lock channels' ACL pattern, and never meets a lock's channel: a wake id
+/// holds no `{`, a lock's channel always does. The scripts build it the same way
+/// (`own_channel` in the prelude).
+#[must_use]
+pub fn own_channel(wake_id: &str) -> String {
+    format!("{MUTEX_CHANNEL_PREFIX}:{wake_id}")
+}
 
 /// The channel one fair-lock waiter listens on: `redisson_lock__channel:{name}:<owner>`.
 #[must_use]
@@ -242,6 +254,18 @@ mod tests {
 
     fn name(s: &str) -> LockName {
         LockName::new(s).expect("valid name")
+    }
+
+    #[test]
+    fn the_scripts_build_a_clients_own_channel_as_the_layout_does() {
+        let wake_id = format!("{WAKE_ID_PREFIX}1234");
+        let own = own_channel(&wake_id);
+        assert_eq!(own, format!("redisson_lock__channel:{wake_id}"));
+        let prelude = include_str!("scripts/prelude.lua");
+        assert!(prelude.contains("return 'redisson_lock__channel:' .. wake_id"));
+        // Never a lock's channel: those always hold the name's hash tag.
+        assert!(!own.contains('{'));
+        assert!(mutex_channel(&name("distlock-wake:1234")).contains('{'));
     }
 
     #[test]

@@ -186,6 +186,8 @@ pub struct NotificationSink {
     registry: Subscriptions,
     /// The payload of a release that wakes this client alone.
     wake_id: std::sync::Arc<str>,
+    /// This client's own channel, on which such a release may come instead.
+    own_channel: std::sync::Arc<str>,
 }
 
 impl NotificationSink {
@@ -197,6 +199,7 @@ impl NotificationSink {
         Self {
             alive: alive.subscribe(),
             registry,
+            own_channel: crate::layout::own_channel(&wake_id).into(),
             wake_id,
         }
     }
@@ -214,6 +217,14 @@ impl NotificationSink {
 
     /// A message arrived on `channel`.
     pub fn message(&self, channel: &str, payload: &[u8]) {
+        // A release that wakes this client alone may come on its own channel, with the
+        // lock's channel as the payload.
+        if channel == &*self.own_channel {
+            if let Ok(lock_channel) = std::str::from_utf8(payload) {
+                self.registry.deliver(lock_channel, Wake::One);
+            }
+            return;
+        }
         // Lock releases publish `0`, or the wake id of the one client they wake: one
         // waiter can win, so one is woken, and a release meant for another client wakes
         // nobody here. A latch's `0` opens it for every waiter, and anything else (a

@@ -321,7 +321,9 @@ local function registered_first(waiting, wake_id)
 end
 
 -- Wakes a mutex's waiters after its release: one client alone where it can (see
--- next_waiting_client), else every listener with '0', as Redisson does. `numsub` is the
+-- next_waiting_client), on its own channel where it listens there (one message instead
+-- of one per listener of the lock's channel), else every listener with '0', as Redisson
+-- does. `numsub` is the
 -- PUBSUB subcommand that counts the channel's listeners, or '' where this server cannot
 -- see them all (then every release tells everybody). A server that refuses one of the commands (an ACL written before they
 -- were needed) costs the targeting, never the release.
@@ -330,6 +332,24 @@ end
 -- other waiters, woken by the same '0' or arriving anew, cannot take it from under that
 -- client, which keeps our clients in the order they registered. (Redisson's own script
 -- does not look at the reservation; its waiters compete as they always did.)
+-- The channel on which the waiting client `wake_id` may listen to be woken alone
+-- (layout::own_channel; classic pub/sub outside a cluster only).
+local function own_channel(wake_id)
+    return 'redisson_lock__channel:' .. wake_id
+end
+
+-- Tells the waiting client `wake_id` alone, on its own channel, that the lock of
+-- `channel` was released; false (nothing sent) where it does not listen there or the
+-- server refuses the count or the message.
+local function tell_on_own_channel(wake_id, channel)
+    local own = own_channel(wake_id)
+    local counted, counts = pcall(redis.call, 'pubsub', 'numsub', own)
+    if not counted or counts[2] == 0 then
+        return false
+    end
+    return (pcall(redis.call, 'publish', own, channel))
+end
+
 local function wake_mutex_waiters(waiting, channel, publish, numsub, reservation, offer_ms)
     local target, alone = nil, false
     local counted, found, found_alone = pcall(next_waiting_client, waiting, channel, numsub)
@@ -339,10 +359,10 @@ local function wake_mutex_waiters(waiting, channel, publish, numsub, reservation
     if target then
         redis.call('set', reservation, now_ms() .. ':' .. target, 'px', offer_ms, 'nx')
     end
-    if alone then
-        redis.call(publish, channel, target)
-    else
+    if not alone then
         redis.call(publish, channel, '0')
+    elseif numsub ~= 'numsub' or not tell_on_own_channel(target, channel) then
+        redis.call(publish, channel, target)
     end
 end
 
