@@ -201,6 +201,15 @@ fn other_targets(all: &All, targets: &mut Targets) {
         |m| m <= 3.0,
     );
     targets.check(
+        "handoff p50 vs the bare hand-off floor (redis-rs, same runtime)",
+        "<= 1.5x",
+        ratio(
+            figure(all, "handoff", "lock (redis)", "handoff_ms_p50"),
+            figure(all, "handoff", "bare hand-off", "handoff_ms_p50"),
+        ),
+        |m| m <= 1.5,
+    );
+    targets.check(
         "watchdog script calls per 100 locks per round",
         "<= 1",
         figure(

@@ -384,8 +384,71 @@ pub(crate) async fn handoff(server: &RedisServer, scale: Scale) -> Results {
             ("handoff_ms_p99", percentile(&samples, 0.99)),
         ]),
     );
+    results.insert("bare hand-off".into(), handoff_floor(server, rounds).await);
     results.insert("loopback".into(), figures(&[("ping_ms_p50", ping)]));
     results
+}
+
+/// The floor under a hand-off through redis-rs on this runtime: one bare client deletes
+/// a key and publishes in one script, and a bare subscriber that hears it takes the key
+/// with `SET NX` on its own connection; timed from the script being sent to the `SET`
+/// being answered, as the hand-off above is.
+async fn handoff_floor(server: &RedisServer, rounds: usize) -> Figures {
+    const KEY: &str = "bench:h:floor";
+    const CHANNEL: &str = "bench:h:floor:channel";
+    let client = redis::Client::open(server.url()).expect("url");
+    let mut releaser = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let mut taker = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let pubsub = client.get_async_pubsub().await.expect("connect");
+    let (mut subscriptions, mut messages) = pubsub.split();
+    subscriptions.subscribe(CHANNEL).await.expect("subscribe");
+    let release = redis::Script::new(
+        "redis.call('del', KEYS[1]); redis.call('publish', ARGV[1], '0'); return 0",
+    );
+    let mut samples = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let _: () = redis::cmd("SET")
+            .arg(KEY)
+            .arg("held")
+            .query_async(&mut releaser)
+            .await
+            .expect("set");
+        let waiting = tokio::spawn(async move {
+            use futures_util::StreamExt as _;
+            messages.next().await.expect("a release message");
+            let taken: Option<String> = redis::cmd("SET")
+                .arg(KEY)
+                .arg("taken")
+                .arg("NX")
+                .query_async(&mut taker)
+                .await
+                .expect("set nx");
+            assert!(taken.is_some(), "the floor's key was free");
+            (Instant::now(), messages, taker)
+        });
+        sleep(Duration::from_millis(2)).await;
+        let sent = Instant::now();
+        let _: i64 = release
+            .key(KEY)
+            .arg(CHANNEL)
+            .invoke_async(&mut releaser)
+            .await
+            .expect("release");
+        let (taken_at, back, conn) = waiting.await.expect("the floor's waiter");
+        (messages, taker) = (back, conn);
+        samples.push((taken_at - sent).as_secs_f64() * 1000.0);
+    }
+    let samples = sorted(samples);
+    figures(&[
+        ("handoff_ms_p50", percentile(&samples, 0.5)),
+        ("handoff_ms_p99", percentile(&samples, 0.99)),
+    ])
 }
 
 async fn ping_ms(server: &RedisServer) -> f64 {
