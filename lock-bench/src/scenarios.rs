@@ -422,14 +422,14 @@ async fn handoff_floor(server: &RedisServer, rounds: usize) -> Figures {
         let waiting = tokio::spawn(async move {
             use futures_util::StreamExt as _;
             messages.next().await.expect("a release message");
-            let taken: Option<String> = redis::cmd("SET")
+            let won: Option<String> = redis::cmd("SET")
                 .arg(KEY)
                 .arg("taken")
                 .arg("NX")
                 .query_async(&mut taker)
                 .await
                 .expect("set nx");
-            assert!(taken.is_some(), "the floor's key was free");
+            assert!(won.is_some(), "the floor's key was free");
             (Instant::now(), messages, taker)
         });
         sleep(Duration::from_millis(2)).await;
