@@ -12,7 +12,7 @@ use futures_util::stream::FuturesUnordered;
 use lock_core::backend::{Acquire, Capabilities, LockState, Release, Renewal};
 use lock_core::notify::Listener;
 use lock_core::{
-    AcquireRequest, Backend, Error, ErrorKind, LockKind, LockRef, Locks, ReleaseRequest,
+    AcquireRequest, Backend, Error, ErrorKind, LockKind, LockRef, Locks, ReleaseRequest, RequestId,
 };
 use tokio::sync::{RwLock, oneshot, watch};
 use tokio::time::Instant;
@@ -94,6 +94,7 @@ impl RedLockBuilder {
             relay: Relay::new(listen_timeout),
             last_release: Arc::default(),
             in_flight: Arc::new(InFlight::default()),
+            tries: Arc::new(Tries::default()),
         })
     }
 }
@@ -137,6 +138,41 @@ pub struct RedLock {
     /// What each node said to the latest release (of any lock) by this client.
     last_release: Arc<Mutex<Option<LastRelease>>>,
     in_flight: Arc<InFlight>,
+    tries: Arc<Tries>,
+}
+
+/// The node tasks of each request's latest try, by request id. A request whose outcome
+/// was unknown is sent again under its id; a node would answer the resend by replaying
+/// the grant of the earlier try, which that try's undo (a node task of its own, perhaps
+/// still on its way) then takes away: the resend would count a grant that is gone. So a
+/// resend starts once every node task of the earlier try has ended. Entries live only
+/// while such tasks run.
+#[derive(Debug, Default)]
+struct Tries(Mutex<HashMap<RequestId, TryBarrier>>);
+
+/// Held shared by a try's node tasks; a resend of the request takes it exclusively.
+type TryBarrier = Arc<RwLock<()>>;
+
+impl Tries {
+    /// Waits until the node tasks of earlier tries of request `id` have ended; returns
+    /// the barrier this try's node tasks hold.
+    async fn begin(&self, id: RequestId) -> TryBarrier {
+        let barrier = {
+            let mut tries = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            Arc::clone(tries.entry(id).or_default())
+        };
+        drop(barrier.write().await);
+        barrier
+    }
+
+    /// Drops `barrier` and forgets the entry when nobody else uses it.
+    fn done(&self, id: RequestId, barrier: TryBarrier) {
+        let mut tries = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        drop(barrier);
+        if tries.get(&id).is_some_and(|b| Arc::strong_count(b) == 1) {
+            tries.remove(&id);
+        }
+    }
 }
 
 /// Acquisitions still running on a node, per lock. A release on that node waits for
@@ -197,14 +233,22 @@ fn spawn_acquire(
     lock: LockRef,
     request: AcquireRequest,
     mut decision: watch::Receiver<Decision>,
-    in_flight: Arc<InFlight>,
+    (in_flight, tries): (Arc<InFlight>, Arc<Tries>),
+    barrier: TryBarrier,
 ) -> oneshot::Receiver<Result<Acquire, Error>> {
     let (reply, answer) = oneshot::channel();
     // Entered before the task starts: a release of this lock on this node, however soon
-    // it comes, waits for this acquisition.
+    // it comes, waits for this acquisition, and a resend of the request for its end.
     let gate = in_flight.gate(index, &lock);
     let entered = Arc::clone(&gate).try_read_owned().ok();
+    let this_try = Arc::clone(&barrier).try_read_owned().ok();
     tokio::spawn(async move {
+        let this_try = match this_try {
+            Some(this_try) => this_try,
+            // Not taken only if a resend already waits, which it cannot before this
+            // try's acquire returns; waiting keeps the order all the same.
+            None => Arc::clone(&barrier).read_owned().await,
+        };
         let entered = match entered {
             Some(entered) => entered,
             // A release of an earlier hold is running on this node: go after it.
@@ -236,6 +280,8 @@ fn spawn_acquire(
         }
         drop(entered);
         in_flight.done(index, &lock, gate);
+        drop(this_try);
+        tries.done(request.id, barrier);
     });
     answer
 }
@@ -434,6 +480,7 @@ impl Backend for RedLock {
         if lock.kind == LockKind::Fair {
             return Err(Error::unsupported("fair locks over RedLock nodes"));
         }
+        let barrier = self.tries.begin(request.id).await;
         let started = Instant::now();
         let timeout = self.node_timeout(request.lease);
         let (decide, decision) = watch::channel(Decision::Pending);
@@ -449,7 +496,8 @@ impl Backend for RedLock {
                     lock.clone(),
                     request,
                     decision.clone(),
-                    Arc::clone(&self.in_flight),
+                    (Arc::clone(&self.in_flight), Arc::clone(&self.tries)),
+                    Arc::clone(&barrier),
                 );
                 async move {
                     let outcome = match tokio::time::timeout(timeout, answer).await {
@@ -461,6 +509,8 @@ impl Backend for RedLock {
                 }
             })
             .collect();
+        // The node tasks hold the barrier now; the last of them forgets it.
+        drop(barrier);
         let n = self.nodes.len();
         let mut answers: Vec<Option<Granted>> = (0..n).map(|_| None).collect();
         let (mut granted, mut answered) = (0, 0);

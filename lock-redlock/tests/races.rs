@@ -44,6 +44,20 @@ fn plain_redlock(stores: &[MemoryBackend]) -> Locks {
         .locks()
 }
 
+/// Waits until every node was asked for `acquisitions` acquisitions: a RedLock's
+/// acquire returns once a majority granted it, while the last node's request may still
+/// run (a loaded machine let one land after a force-unlock the test meant to follow it).
+/// An in-memory node answers as it is asked.
+async fn asked_everywhere(nodes: &[FaultyBackend], acquisitions: usize) {
+    timeout(Duration::from_secs(5), async {
+        while nodes.iter().any(|node| node.acquisitions() < acquisitions) {
+            sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("every node was asked");
+}
+
 /// Deletes the lock `name` on each of `stores` alone, as a restart without persistence
 /// or a force-unlock sent to that node would; each must have held it.
 async fn force_unlock_on(stores: &[MemoryBackend], name: &str) {
@@ -121,6 +135,7 @@ async fn a_majority_that_lost_the_lock_ends_the_remaining_guards() {
         .with_holder(Holder::unique());
     let first = m.lock().await.unwrap();
     let second = m.lock().await.unwrap();
+    asked_everywhere(&faulty, 2).await;
     // Two nodes lose the lock (a restart without persistence, say).
     force_unlock_on(&stores[1..], "rl:majority-lost").await;
     let lost = first
@@ -214,6 +229,7 @@ async fn a_stale_guard_with_a_minority_part_left_is_told_it_lost_the_lock() {
     let (stores, faulty) = nodes();
     let locks = redlock(&faulty);
     let stale = locks.mutex("rl:stale").lock().await.unwrap();
+    asked_everywhere(&faulty, 1).await;
     force_unlock_on(&stores[1..], "rl:stale").await;
     let err = stale
         .unlock()
@@ -224,4 +240,44 @@ async fn a_stale_guard_with_a_minority_part_left_is_told_it_lost_the_lock() {
         stores[0].held_locks().is_empty(),
         "the minority part stays after the release"
     );
+}
+
+/// A RedLock try that failed (two nodes lost their replies) is sent again under the same
+/// request id, as every request whose outcome is unknown is. The failed try's grants on
+/// those two nodes are undone by undo releases that are slow to arrive (100 ms). The
+/// resend must not be answered by those nodes replaying the grants the undos then take
+/// away: its holder would believe it holds a lock that a majority no longer has, and
+/// another client would get it (CI failure of write_release_wakes_all_readers on
+/// RedLock over Redis: a reader's release found its hold gone from two nodes).
+#[tokio::test]
+async fn a_resent_try_is_not_answered_by_grants_its_failed_try_undoes() {
+    let (_stores, faulty) = nodes();
+    let locks = redlock(&faulty);
+    for node in &faulty[..2] {
+        node.set(AcquireFault::LoseReply);
+        node.delay_releases(Duration::from_millis(100));
+    }
+    let held = locks
+        .mutex("rl:resent")
+        .try_lock_for(Duration::from_secs(2), None)
+        .await
+        .expect("acquired after a resend")
+        .expect("the lock was free");
+    for node in &faulty[..2] {
+        node.delay_releases(Duration::ZERO);
+    }
+    // Every undo of the failed try has arrived by now.
+    sleep(Duration::from_millis(300)).await;
+    let other = redlock(&faulty);
+    let taken = other
+        .mutex("rl:resent")
+        .try_lock()
+        .await
+        .expect("the nodes answer");
+    assert!(
+        taken.is_none(),
+        "a second client got the lock while the first still believes it holds it"
+    );
+    assert!(held.is_held());
+    held.unlock().await.expect("released on a majority");
 }
