@@ -247,7 +247,7 @@ async fn a_stale_guard_with_a_minority_part_left_is_told_it_lost_the_lock() {
 /// those two nodes are undone by undo releases that are slow to arrive (100 ms). The
 /// resend must not be answered by those nodes replaying the grants the undos then take
 /// away: its holder would believe it holds a lock that a majority no longer has, and
-/// another client would get it (CI failure of write_release_wakes_all_readers on
+/// another client would get it (CI failure of `write_release_wakes_all_readers` on
 /// RedLock over Redis: a reader's release found its hold gone from two nodes).
 #[tokio::test]
 async fn a_resent_try_is_not_answered_by_grants_its_failed_try_undoes() {
