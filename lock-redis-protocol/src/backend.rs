@@ -221,7 +221,7 @@ impl RedisBackend {
         NotificationSink::new(
             self.subscriptions.clone(),
             &self.alive,
-            Arc::clone(&self.wake_id),
+            (Arc::clone(&self.wake_id), Arc::clone(&self.own_channel)),
         )
     }
 

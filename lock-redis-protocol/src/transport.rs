@@ -194,13 +194,13 @@ impl NotificationSink {
     pub(crate) fn new(
         registry: Subscriptions,
         alive: &std::sync::Arc<tokio::sync::watch::Sender<()>>,
-        wake_id: std::sync::Arc<str>,
+        (wake_id, own_channel): (std::sync::Arc<str>, std::sync::Arc<str>),
     ) -> Self {
         Self {
             alive: alive.subscribe(),
             registry,
-            own_channel: crate::layout::own_channel(&wake_id).into(),
             wake_id,
+            own_channel,
         }
     }
 

@@ -14,7 +14,7 @@ use lock_core::notify::Listener;
 use lock_core::{
     AcquireRequest, Backend, Error, ErrorKind, LockKind, LockRef, Locks, ReleaseRequest, RequestId,
 };
-use tokio::sync::{RwLock, oneshot, watch};
+use tokio::sync::{OwnedRwLockReadGuard, RwLock, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::error::{NodeErrors, timed_out};
@@ -141,36 +141,54 @@ pub struct RedLock {
     tries: Arc<Tries>,
 }
 
-/// The node tasks of each request's latest try, by request id. A request whose outcome
-/// was unknown is sent again under its id; a node would answer the resend by replaying
-/// the grant of the earlier try, which that try's undo (a node task of its own, perhaps
-/// still on its way) then takes away: the resend would count a grant that is gone. So a
-/// resend starts once every node task of the earlier try has ended. Entries live only
-/// while such tasks run.
-#[derive(Debug, Default)]
-struct Tries(Mutex<HashMap<RequestId, TryBarrier>>);
+/// Read-write gates by key, each alive only while somebody holds it: the map does not
+/// grow with the keys ever used.
+#[derive(Debug)]
+struct Gates<K>(Mutex<HashMap<K, Gate>>);
 
-/// Held shared by a try's node tasks; a resend of the request takes it exclusively.
-type TryBarrier = Arc<RwLock<()>>;
+/// Shared by work that may run together; taken exclusively by work that must come after.
+type Gate = Arc<RwLock<()>>;
 
-impl Tries {
-    /// Waits until the node tasks of earlier tries of request `id` have ended; returns
-    /// the barrier this try's node tasks hold.
-    async fn begin(&self, id: RequestId) -> TryBarrier {
-        let barrier = {
-            let mut tries = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-            Arc::clone(tries.entry(id).or_default())
-        };
-        drop(barrier.write().await);
-        barrier
+impl<K> Default for Gates<K> {
+    fn default() -> Self {
+        Self(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Gates<K> {
+    fn gate(&self, key: K) -> Gate {
+        let mut gates = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(gates.entry(key).or_default())
     }
 
-    /// Drops `barrier` and forgets the entry when nobody else uses it.
-    fn done(&self, id: RequestId, barrier: TryBarrier) {
-        let mut tries = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        drop(barrier);
-        if tries.get(&id).is_some_and(|b| Arc::strong_count(b) == 1) {
-            tries.remove(&id);
+    /// Drops `gate` (and the guard taken from it, dropped before) and forgets the entry
+    /// when nobody else uses it.
+    fn done(&self, key: &K, gate: Gate) {
+        let mut gates = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        drop(gate);
+        if gates.get(key).is_some_and(|g| Arc::strong_count(g) == 1) {
+            gates.remove(key);
+        }
+    }
+
+    /// Waits until everybody who shares `key`'s gate now has let go.
+    async fn wait_free(&self, key: K) {
+        let gate = self.gate(key.clone());
+        drop(gate.write().await);
+        self.done(&key, gate);
+    }
+}
+
+/// A shared hold of `gate`: taken at once where nobody holds or waits for it
+/// exclusively, so that work that takes it exclusively later waits for this; else once
+/// it is free.
+fn share(gate: &Gate) -> impl Future<Output = OwnedRwLockReadGuard<()>> + Send + 'static {
+    let now = Arc::clone(gate).try_read_owned().ok();
+    let gate = Arc::clone(gate);
+    async move {
+        match now {
+            Some(shared) => shared,
+            None => gate.read_owned().await,
         }
     }
 }
@@ -178,31 +196,15 @@ impl Tries {
 /// Acquisitions still running on a node, per lock. A release on that node waits for
 /// them, so that a grant answered after the lock was released there (a slow node the
 /// quorum did not wait for) is released too, instead of holding the node for a lease.
-/// Entries live only while something runs: the map does not grow with the locks taken.
-#[derive(Debug, Default)]
-struct InFlight(Mutex<HashMap<(usize, LockRef), Gate>>);
+type InFlight = Gates<(usize, LockRef)>;
 
-/// Acquisitions of one lock on one node share it for reading; a release takes it for
-/// writing, after them.
-type Gate = Arc<RwLock<()>>;
-
-impl InFlight {
-    fn gate(&self, node: usize, lock: &LockRef) -> Gate {
-        let mut gates = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        Arc::clone(gates.entry((node, lock.clone())).or_default())
-    }
-
-    /// Drops `gate` (and the guard taken from it, dropped before) and forgets the entry
-    /// when nobody else uses it.
-    fn done(&self, node: usize, lock: &LockRef, gate: Gate) {
-        let mut gates = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        drop(gate);
-        let key = (node, lock.clone());
-        if gates.get(&key).is_some_and(|g| Arc::strong_count(g) == 1) {
-            gates.remove(&key);
-        }
-    }
-}
+/// The node tasks of each request's latest try, by request id. A request whose outcome
+/// was unknown is sent again under its id; a node would answer the resend by replaying
+/// the grant of the earlier try, which that try's undo (a node task of its own, perhaps
+/// still on its way) then takes away: the resend would count a grant that is gone. So a
+/// resend starts once every node task of the earlier try has ended: the tasks share the
+/// request's gate, a resend takes it exclusively first.
+type Tries = Gates<RequestId>;
 
 impl fmt::Debug for RedLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -234,26 +236,17 @@ fn spawn_acquire(
     request: AcquireRequest,
     mut decision: watch::Receiver<Decision>,
     (in_flight, tries): (Arc<InFlight>, Arc<Tries>),
-    barrier: TryBarrier,
 ) -> oneshot::Receiver<Result<Acquire, Error>> {
     let (reply, answer) = oneshot::channel();
     // Entered before the task starts: a release of this lock on this node, however soon
     // it comes, waits for this acquisition, and a resend of the request for its end.
-    let gate = in_flight.gate(index, &lock);
-    let entered = Arc::clone(&gate).try_read_owned().ok();
-    let this_try = Arc::clone(&barrier).try_read_owned().ok();
+    let node_key = (index, lock.clone());
+    let (gate, this_try) = (in_flight.gate(node_key.clone()), tries.gate(request.id));
+    let (entered, in_try) = (share(&gate), share(&this_try));
     tokio::spawn(async move {
-        let this_try = match this_try {
-            Some(this_try) => this_try,
-            // Not taken only if a resend already waits, which it cannot before this
-            // try's acquire returns; waiting keeps the order all the same.
-            None => Arc::clone(&barrier).read_owned().await,
-        };
-        let entered = match entered {
-            Some(entered) => entered,
-            // A release of an earlier hold is running on this node: go after it.
-            None => Arc::clone(&gate).read_owned().await,
-        };
+        // Not free at once only if a release of an earlier hold runs on this node: this
+        // acquisition goes after it.
+        let (in_try, entered) = (in_try.await, entered.await);
         let result = node.acquire(&lock, request).await;
         let maybe_held = !matches!(result, Ok(Acquire::Busy { .. }));
         // A caller that went away no longer needs the answer; `decision` still tells
@@ -279,9 +272,9 @@ fn spawn_acquire(
             }
         }
         drop(entered);
-        in_flight.done(index, &lock, gate);
-        drop(this_try);
-        tries.done(request.id, barrier);
+        in_flight.done(&node_key, gate);
+        drop(in_try);
+        tries.done(&request.id, this_try);
     });
     answer
 }
@@ -480,7 +473,8 @@ impl Backend for RedLock {
         if lock.kind == LockKind::Fair {
             return Err(Error::unsupported("fair locks over RedLock nodes"));
         }
-        let barrier = self.tries.begin(request.id).await;
+        // A resend of this request goes after every node task of its earlier try.
+        self.tries.wait_free(request.id).await;
         let started = Instant::now();
         let timeout = self.node_timeout(request.lease);
         let (decide, decision) = watch::channel(Decision::Pending);
@@ -497,7 +491,6 @@ impl Backend for RedLock {
                     request,
                     decision.clone(),
                     (Arc::clone(&self.in_flight), Arc::clone(&self.tries)),
-                    Arc::clone(&barrier),
                 );
                 async move {
                     let outcome = match tokio::time::timeout(timeout, answer).await {
@@ -509,8 +502,6 @@ impl Backend for RedLock {
                 }
             })
             .collect();
-        // The node tasks hold the barrier now; the last of them forgets it.
-        drop(barrier);
         let n = self.nodes.len();
         let mut answers: Vec<Option<Granted>> = (0..n).map(|_| None).collect();
         let (mut granted, mut answered) = (0, 0);
@@ -597,12 +588,13 @@ impl Backend for RedLock {
             let (lock, in_flight) = (lock.clone(), Arc::clone(&self.in_flight));
             async move {
                 // After any acquisition of this lock still running on the node.
-                let gate = in_flight.gate(index, &lock);
+                let key = (index, lock.clone());
+                let gate = in_flight.gate(key.clone());
                 let outcome = {
                     let _settled = gate.write().await;
                     node.release(&lock, request).await
                 };
-                in_flight.done(index, &lock, gate);
+                in_flight.done(&key, gate);
                 outcome
             }
         });
@@ -839,5 +831,62 @@ impl RedLock {
     #[must_use]
     pub fn subscribed_channels(&self) -> Vec<String> {
         self.relay.channels()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use lock_core::memory::MemoryBackend;
+    use lock_core::{AcquireRequest, Backend, LockKind, LockName, LockRef, Owner};
+
+    use super::RedLock;
+
+    fn lock(owner: &str) -> LockRef {
+        LockRef::new(
+            LockKind::Mutex,
+            LockName::new("gates").expect("valid name"),
+            Owner::new(owner, "1"),
+        )
+    }
+
+    /// The gates of acquisitions and of tries live only while their node tasks run:
+    /// granted, busy and released alike leave nothing behind.
+    #[tokio::test]
+    async fn gates_are_forgotten_once_their_tasks_end() {
+        let nodes: Vec<Arc<dyn Backend>> = (0..3)
+            .map(|_| Arc::new(MemoryBackend::new()) as Arc<dyn Backend>)
+            .collect();
+        let redlock = RedLock::builder(nodes).build().expect("valid RedLock");
+        let request = AcquireRequest::new(Duration::from_secs(10));
+        let held = redlock
+            .acquire(&lock("a"), request)
+            .await
+            .expect("acquired");
+        assert!(matches!(held, lock_core::backend::Acquire::Acquired { .. }));
+        let busy = redlock
+            .acquire(&lock("b"), AcquireRequest::new(Duration::from_secs(10)))
+            .await
+            .expect("answered");
+        assert!(matches!(busy, lock_core::backend::Acquire::Busy { .. }));
+        let release = lock_core::ReleaseRequest::new(Duration::from_secs(10));
+        redlock
+            .release(&lock("a"), release)
+            .await
+            .expect("released");
+        tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let tries = redlock.tries.0.lock().expect("not poisoned").len();
+                let in_flight = redlock.in_flight.0.lock().expect("not poisoned").len();
+                if tries == 0 && in_flight == 0 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .expect("every gate is forgotten");
     }
 }
