@@ -769,7 +769,7 @@ pub(crate) async fn waiters(server: &RedisServer, scale: Scale) -> Results {
     let settle_until = Instant::now() + Duration::from_secs(30);
     loop {
         let channels: Vec<String> = server
-            .command(&["PUBSUB", "CHANNELS", "redisson_lock__channel:*"])
+            .command(&["PUBSUB", "CHANNELS", "redisson_lock__channel:{*"])
             .await;
         if channels.len() >= names || Instant::now() > settle_until {
             break;

@@ -14,7 +14,7 @@ use lock_core::{Backend, Error, ErrorKind, Holder, Locks};
 use lock_redis_protocol::NotReplicated;
 use lock_testkit::{FaultProxy, ProxyFault, RedisCluster, RedisSentinel, RedisServer};
 
-use crate::scenarios::{served_then_released, spawn_try_waiter};
+use crate::scenarios::{eventually, served_then_released, spawn_try_waiter};
 use tokio::time::Instant;
 
 /// What a scenario asks an adapter to connect with: a URL and settings every adapter's
@@ -75,6 +75,7 @@ macro_rules! adapter_tests {
             an_acl_without_the_wake_commands_still_releases,
             a_release_that_wakes_one_client_sends_one_message,
             an_acl_without_a_clients_own_channel_still_hands_over,
+            a_client_keeps_its_own_channel_across_waits,
         );
     };
 }
@@ -844,6 +845,63 @@ pub async fn a_release_that_wakes_one_client_sends_one_message(connect: &Adapter
         "the live waiter was served once the offer lapsed",
     )
     .await;
+}
+
+/// A client subscribes its own channel with its first mutex waiter and keeps it: a later
+/// wait subscribes the lock's channel alone (one SUBSCRIBE, not two), and the own channel
+/// goes with the client.
+pub async fn a_client_keeps_its_own_channel_across_waits(connect: &AdapterConnect) {
+    let server = RedisServer::start().await;
+    let a = locks(connect, ConnectSpec::new(server.url()))
+        .await
+        .unwrap();
+    let b = locks(connect, ConnectSpec::new(server.url()))
+        .await
+        .unwrap();
+    let name = "own-channel:kept";
+    let own_channels = || async {
+        let pattern = format!(
+            "{}*",
+            lock_redis_protocol::layout::own_channel(lock_redis_protocol::layout::WAKE_ID_PREFIX)
+        );
+        server
+            .command::<Vec<String>>(&["PUBSUB", "CHANNELS", &pattern])
+            .await
+    };
+    let lock_is_free = || async { server.command::<i64>(&["EXISTS", name]).await == 0 };
+    hand_over_to_a_subscribed_waiter(&server, &a, &b, name).await;
+    let kept = own_channels().await;
+    assert_eq!(kept.len(), 1, "the waiting client's own channel: {kept:?}");
+    // The waiter dropped its guard: its release is on its way.
+    assert!(eventually(Duration::from_secs(2), lock_is_free).await);
+    let before = subscribe_calls(&server).await;
+    hand_over_to_a_subscribed_waiter(&server, &a, &b, name).await;
+    assert_eq!(
+        subscribe_calls(&server).await - before,
+        1,
+        "a later wait subscribes the lock's channel alone"
+    );
+    assert_eq!(own_channels().await, kept);
+    drop(b);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            own_channels().await.is_empty()
+        })
+        .await,
+        "the own channel outlived its client"
+    );
+}
+
+/// How many SUBSCRIBE commands the server has run (`INFO commandstats`).
+async fn subscribe_calls(server: &RedisServer) -> u64 {
+    let stats: String = server.command(&["INFO", "commandstats"]).await;
+    stats
+        .lines()
+        .find_map(|line| {
+            let calls = line.strip_prefix("cmdstat_subscribe:calls=")?;
+            calls.split(',').next()?.parse().ok()
+        })
+        .unwrap_or(0)
 }
 
 /// A bare connection to the server on `port` that ran `command` (`SUBSCRIBE` or

@@ -23,7 +23,8 @@ pub trait Fixture: Send + Sync {
         self.backend().await
     }
 
-    /// Channels subscribed for waiters, across the whole store.
+    /// Channels subscribed for waiters of locks, across the whole store (not a client's
+    /// own wake-up channel, which a Redis client keeps for its life).
     async fn subscribed_channels(&self) -> Vec<String>;
 
     /// Whether each fresh grant's fencing token is exactly one more than the last (one

@@ -179,7 +179,6 @@ impl Subscriptions {
         let listener = Listener {
             entry,
             shared: Arc::clone(&self.shared),
-            companion: None,
         };
         let mut state = listener.entry.state.subscribe();
         let outcome = state
@@ -441,8 +440,6 @@ impl WeakSubscriptions {
 pub struct Listener {
     entry: Arc<Entry>,
     shared: Arc<Shared>,
-    /// Another subscription this one needs while it lives (see [`Listener::keeping`]).
-    companion: Option<Box<Listener>>,
 }
 
 impl fmt::Debug for Listener {
@@ -471,16 +468,6 @@ impl Listener {
     /// Wakes every listener of this channel in this client that is currently waiting.
     pub fn wake_all(&self) {
         self.entry.notify.notify_waiters();
-    }
-
-    /// This listener, keeping `companion`'s share of its channel for as long as it
-    /// lives: for a backend whose notifications for this channel may also arrive on
-    /// another one (a channel of the client's own, say), and which delivers those to
-    /// this channel.
-    #[must_use]
-    pub fn keeping(mut self, companion: Listener) -> Listener {
-        self.companion = Some(Box::new(companion));
-        self
     }
 
     /// A handle that wakes this channel's waiting listeners, without keeping the
@@ -593,23 +580,6 @@ mod tests {
         })
         .await;
         assert!(other.is_err(), "a single release must wake a single waiter");
-    }
-
-    #[tokio::test]
-    async fn a_companion_subscription_lives_as_long_as_its_keeper() {
-        let rec = Arc::new(Recorder::default());
-        let subs = Subscriptions::new(rec.clone());
-        let own = subs.listen("own").await.expect("listen");
-        let keeper = subs.listen("shared").await.expect("listen").keeping(own);
-        let other = subs.listen("own").await.expect("listen");
-        drop(other);
-        assert_eq!(subs.channels(), vec!["own".to_owned(), "shared".to_owned()]);
-        drop(keeper);
-        assert!(subs.channels().is_empty());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let mut seen = log(&rec);
-        seen.sort();
-        assert_eq!(seen, vec!["+own", "+shared", "-own", "-shared"]);
     }
 
     #[tokio::test]

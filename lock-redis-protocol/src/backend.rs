@@ -162,6 +162,15 @@ pub struct RedisBackend {
     wake_id: Arc<str>,
     /// Where such a release may wake it instead (see [`layout::own_channel`]).
     own_channel: Arc<str>,
+    /// The subscription to the own channel, taken by the first mutex waiter and kept for
+    /// the client's life: a client whose locks are contended waits again and again, and
+    /// a second SUBSCRIBE and UNSUBSCRIBE per wait cost the server more than one idle
+    /// subscription does.
+    own_listener: tokio::sync::OnceCell<Listener>,
+    /// Set once a mutex waiter registered this client (see [`layout::waiting_clients_key`]):
+    /// only a registered client is ever woken alone. A waiter that does not register (a
+    /// RedLock's, on each of its nodes) has no use for the own channel.
+    registered_a_waiter: std::sync::atomic::AtomicBool,
     /// Set once the server refused a subscription to the own channel (an ACL that does
     /// not allow it): waiters then listen on their locks' channels alone.
     own_channel_refused: std::sync::atomic::AtomicBool,
@@ -211,6 +220,8 @@ impl RedisBackend {
             alive: Arc::new(tokio::sync::watch::Sender::new(())),
             own_channel: layout::own_channel(&wake_id).into(),
             wake_id: Arc::from(wake_id),
+            own_listener: tokio::sync::OnceCell::new(),
+            registered_a_waiter: std::sync::atomic::AtomicBool::new(false),
             own_channel_refused: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -495,6 +506,9 @@ impl Backend for RedisBackend {
                 let reservation = layout::reservation_key(name);
                 let waiting = layout::waiting_clients_key(name);
                 let wake_id = if request.waits_to_be_woken_alone() {
+                    // Before the waiter listens: its first attempt comes first.
+                    self.registered_a_waiter
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
                     &*self.wake_id
                 } else {
                     ""
@@ -769,19 +783,24 @@ impl Backend for RedisBackend {
         let channel = Self::channel(lock);
         if lock.kind != LockKind::Mutex
             || !self.wakes_on_own_channel()
+            || !self.registered_a_waiter.load(Ordering::Relaxed)
             || self.own_channel_refused.load(Ordering::Relaxed)
         {
+            return self.subscriptions.listen(&channel).await;
+        }
+        if self.own_listener.initialized() {
             return self.subscriptions.listen(&channel).await;
         }
         // A release that wakes this client alone tells it on its own channel: one
         // message instead of one to every client listening on the lock's.
         let (shared, own) = futures_util::future::join(
             self.subscriptions.listen(&channel),
-            self.subscriptions.listen(&self.own_channel),
+            self.own_listener
+                .get_or_try_init(|| self.subscriptions.listen(&self.own_channel)),
         )
         .await;
         match own {
-            Ok(own) => Ok(shared?.keeping(own)),
+            Ok(_) => shared,
             // The release then tells it on the lock's channel, as every other client.
             Err(err) if err.is_backend() => {
                 if !self.own_channel_refused.swap(true, Ordering::Relaxed) {

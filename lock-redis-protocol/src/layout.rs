@@ -118,9 +118,9 @@ pub fn waiting_clients_key(name: &LockName) -> String {
 /// hears it and the others ignore it.
 pub const WAKE_ID_PREFIX: &str = "distlock-wake:";
 
-/// The channel a client listens on while its mutex waiters do, to be woken alone:
-/// `redisson_lock__channel:<wake id>` (classic pub/sub outside a cluster only). It falls
-/// under the lock channels' ACL pattern, and never meets a lock's channel: a wake id
+/// The channel a client listens on, from its first mutex wait for its life, to be woken
+/// alone: `redisson_lock__channel:<wake id>` (classic pub/sub outside a cluster only).
+/// It falls under the lock channels' ACL pattern, and never meets a lock's channel: a wake id
 /// holds no `{`, a lock's channel always does. The scripts build it the same way
 /// (`own_channel` in the prelude).
 #[must_use]

@@ -320,18 +320,6 @@ local function registered_first(waiting, wake_id)
     return not looked or first[1] == nil or first[1] == wake_id
 end
 
--- Wakes a mutex's waiters after its release: one client alone where it can (see
--- next_waiting_client), on its own channel where it listens there (one message instead
--- of one per listener of the lock's channel), else every listener with '0', as Redisson
--- does. `numsub` is the
--- PUBSUB subcommand that counts the channel's listeners, or '' where this server cannot
--- see them all (then every release tells everybody). A server that refuses one of the commands (an ACL written before they
--- were needed) costs the targeting, never the release.
--- Either way the lock is offered for `offer_ms` to the registered client that has waited
--- longest, in the reservation key `reservation` (unless a starving waiter holds it): our
--- other waiters, woken by the same '0' or arriving anew, cannot take it from under that
--- client, which keeps our clients in the order they registered. (Redisson's own script
--- does not look at the reservation; its waiters compete as they always did.)
 -- The channel on which the waiting client `wake_id` may listen to be woken alone
 -- (layout::own_channel; classic pub/sub outside a cluster only).
 local function own_channel(wake_id)
@@ -350,6 +338,18 @@ local function tell_on_own_channel(wake_id, channel)
     return (pcall(redis.call, 'publish', own, channel))
 end
 
+-- Wakes a mutex's waiters after its release: one client alone where it can (see
+-- next_waiting_client), on its own channel where it listens there (one message instead
+-- of one per listener of the lock's channel), else every listener with '0', as Redisson
+-- does. `numsub` is the PUBSUB subcommand that counts the channel's listeners, or ''
+-- where this server cannot see them all (then every release tells everybody). A server
+-- that refuses one of the commands (an ACL written before they were needed) costs the
+-- targeting, never the release.
+-- Either way the lock is offered for `offer_ms` to the registered client that has waited
+-- longest, in the reservation key `reservation` (unless a starving waiter holds it): our
+-- other waiters, woken by the same '0' or arriving anew, cannot take it from under that
+-- client, which keeps our clients in the order they registered. (Redisson's own script
+-- does not look at the reservation; its waiters compete as they always did.)
 local function wake_mutex_waiters(waiting, channel, publish, numsub, reservation, offer_ms)
     local target, alone = nil, false
     local counted, found, found_alone = pcall(next_waiting_client, waiting, channel, numsub)
