@@ -98,7 +98,15 @@ fn test(extra: &[String]) -> Result<ExitCode, String> {
     // `cargo test`, which runs one binary after another. Arguments for libtest (after
     // `--`) need `cargo test`.
     let status = if !extra.iter().any(|arg| arg == "--") && has_nextest() {
+        // The `dev` profile, which the doctests below build with: under nextest's
+        // default (`test`) every dependency would be compiled a second time for them.
+        let profile: &[&str] = if extra.iter().any(|arg| arg.starts_with("--cargo-profile")) {
+            &[]
+        } else {
+            &["--cargo-profile", "dev"]
+        };
         let mut run = workspace_command(&["nextest", "run"], extra);
+        run.args(profile);
         run.envs(servers);
         let status = run_streaming(run)?;
         if status.success() {
