@@ -76,6 +76,7 @@ macro_rules! adapter_tests {
             a_release_that_wakes_one_client_sends_one_message,
             an_acl_without_a_clients_own_channel_still_hands_over,
             a_client_keeps_its_own_channel_across_waits,
+            a_client_not_yet_listening_on_the_locks_channel_is_told_alone,
         );
     };
 }
@@ -843,6 +844,54 @@ pub async fn a_release_that_wakes_one_client_sends_one_message(connect: &Adapter
         waiter,
         Duration::from_secs(3),
         "the live waiter was served once the offer lapsed",
+    )
+    .await;
+}
+
+/// A registered client that listens on its own channel but not yet on the lock's (it
+/// subscribes after the attempt that registered it is answered) is told alone: the
+/// release does not tell every listener of the lock's channel because fewer listen there
+/// than are registered. A stand-in plays that client with a raw subscription to its own
+/// channel; a live waiter of another client listens on the lock's channel behind it.
+pub async fn a_client_not_yet_listening_on_the_locks_channel_is_told_alone(
+    connect: &AdapterConnect,
+) {
+    let server = RedisServer::start().await;
+    let holder = locks(connect, ConnectSpec::new(server.url()))
+        .await
+        .unwrap();
+    let live = locks(connect, ConnectSpec::new(server.url()))
+        .await
+        .unwrap();
+    let name = "not-yet-listening:m";
+    let channel = "redisson_lock__channel:{not-yet-listening:m}";
+    let waiting = "redisson_lock_waiting:{not-yet-listening:m}";
+    let stand_in = "distlock-wake:00000000-0000-4000-8000-0000000000bb";
+    // A short lease: nobody wakes the live waiter once the stand-in's offer lapses.
+    let held = holder
+        .mutex(name)
+        .lock_with_lease(Duration::from_secs(1))
+        .await
+        .unwrap();
+    let own_channel = lock_redis_protocol::layout::own_channel(stand_in);
+    let mut on_own_channel = raw_subscriber(server.port(), "SUBSCRIBE", &own_channel).await;
+    let _: i64 = server.command(&["ZADD", waiting, "1", stand_in]).await;
+    let waiter = spawn_try_waiter(live.mutex(name), Duration::from_secs(8));
+    await_subscriber(&server, "NUMSUB", channel).await;
+    // The live waiter has asked again since it subscribed, and is registered behind.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    held.unlock().await.unwrap();
+    let told = format!("{own_channel}\r\n${}\r\n{channel}\r\n", channel.len());
+    assert!(
+        read_until(&mut on_own_channel, b"", told.as_bytes())
+            .await
+            .is_some(),
+        "the first registered client was not told alone on its own channel"
+    );
+    served_then_released(
+        waiter,
+        Duration::from_secs(3),
+        "the live waiter was served once the holder's lease was over",
     )
     .await;
 }

@@ -281,22 +281,44 @@ local function release_exclusive()
     return nil
 end
 
+-- The channel on which the waiting client `wake_id` may listen to be woken alone
+-- (layout::own_channel; classic pub/sub outside a cluster only).
+local function own_channel(wake_id)
+    return 'redisson_lock__channel:' .. wake_id
+end
+
+-- Whether the client `wake_id` listens on its own channel; false where the server refuses
+-- the count.
+local function listens_on_own_channel(wake_id)
+    local counted, counts = pcall(redis.call, 'pubsub', 'numsub', own_channel(wake_id))
+    return counted and counts[2] > 0
+end
+
 -- This library's clients with a waiter on a mutex register in the zset `waiting`
 -- (member: the client's wake id; score: when it registered, on the server's clock), and
 -- each listens on the lock's channel once. Returns the wake id of the client that
 -- registered first (taken out of the zset: it is served, or registers again), or nil
--- when none is; and whether a release may tell that client alone: only when every
--- listener of the channel is a registered client (else a Redisson waiter may listen, or
--- a registered client stopped listening, and everybody must hear it).
--- A client that vanished without a word stays registered until it comes first: then one
--- release offers it the lock in vain (see wake_mutex_waiters) and drops it.
+-- when none is; whether a release may tell that client alone; and whether it listens on
+-- its own channel (only looked at with `numsub` 'numsub').
+-- Alone when every listener of the lock's channel is a registered client (else a
+-- Redisson waiter may listen, and everybody must hear it), or when fewer listen than are
+-- registered and the first registered client listens on its own channel. Our clients
+-- register with the attempt that finds the lock busy and subscribe after its answer, so
+-- under contention a release often finds a client between the two: it will ask again
+-- once subscribed, and must not make every other client ask too. (The own channel tells
+-- a live client from one that vanished without a word: a vanished client stays
+-- registered until it comes first; then everybody is told, one release offers it the
+-- lock in vain, and drops it.)
 local function next_waiting_client(waiting, channel, numsub)
     local registered = redis.call('zcard', waiting)
     if registered == 0 then
-        return nil, false
+        return nil, false, false
     end
-    local alone = numsub ~= '' and redis.call('pubsub', numsub, channel)[2] == registered
-    return redis.call('zpopmin', waiting)[1], alone
+    local listening = numsub ~= '' and redis.call('pubsub', numsub, channel)[2]
+    local target = redis.call('zpopmin', waiting)[1]
+    local own = numsub == 'numsub' and listens_on_own_channel(target)
+    local alone = listening == registered or (listening and listening < registered and own)
+    return target, alone, own
 end
 
 -- Registers the waiting client `wake_id` ('' for a caller that does not wait) behind the
@@ -320,27 +342,10 @@ local function registered_first(waiting, wake_id)
     return not looked or first[1] == nil or first[1] == wake_id
 end
 
--- The channel on which the waiting client `wake_id` may listen to be woken alone
--- (layout::own_channel; classic pub/sub outside a cluster only).
-local function own_channel(wake_id)
-    return 'redisson_lock__channel:' .. wake_id
-end
-
--- Tells the waiting client `wake_id` alone, on its own channel, that the lock of
--- `channel` was released; false (nothing sent) where it does not listen there or the
--- server refuses the count or the message.
-local function tell_on_own_channel(wake_id, channel)
-    local own = own_channel(wake_id)
-    local counted, counts = pcall(redis.call, 'pubsub', 'numsub', own)
-    if not counted or counts[2] == 0 then
-        return false
-    end
-    return (pcall(redis.call, 'publish', own, channel))
-end
-
 -- Wakes a mutex's waiters after its release: one client alone where it can (see
 -- next_waiting_client), on its own channel where it listens there (one message instead
--- of one per listener of the lock's channel), else every listener with '0', as Redisson
+-- of one per listener of the lock's channel; its payload is the lock's channel), else
+-- with its wake id on the lock's channel; otherwise every listener with '0', as Redisson
 -- does. `numsub` is the PUBSUB subcommand that counts the channel's listeners, or ''
 -- where this server cannot see them all (then every release tells everybody). A server
 -- that refuses one of the commands (an ACL written before they were needed) costs the
@@ -351,17 +356,18 @@ end
 -- client, which keeps our clients in the order they registered. (Redisson's own script
 -- does not look at the reservation; its waiters compete as they always did.)
 local function wake_mutex_waiters(waiting, channel, publish, numsub, reservation, offer_ms)
-    local target, alone = nil, false
-    local counted, found, found_alone = pcall(next_waiting_client, waiting, channel, numsub)
+    local target, alone, own = nil, false, false
+    local counted, found, found_alone, found_own =
+        pcall(next_waiting_client, waiting, channel, numsub)
     if counted then
-        target, alone = found, found_alone
+        target, alone, own = found, found_alone, found_own
     end
     if target then
         redis.call('set', reservation, now_ms() .. ':' .. target, 'px', offer_ms, 'nx')
     end
     if not alone then
         redis.call(publish, channel, '0')
-    elseif numsub ~= 'numsub' or not tell_on_own_channel(target, channel) then
+    elseif not (own and pcall(redis.call, 'publish', own_channel(target), channel)) then
         redis.call(publish, channel, target)
     end
 end
