@@ -803,49 +803,105 @@ pub async fn a_newcomer_cannot_take_a_lock_offered_to_the_client_woken_for_it(
 /// nothing, asks again when the holder's lease (1 s) would have ended: it is served
 /// then, the offer to the stand-in having lapsed.
 pub async fn a_release_that_wakes_one_client_sends_one_message(connect: &AdapterConnect) {
-    let server = RedisServer::start().await;
-    let holder = locks(connect, ConnectSpec::new(server.url()))
-        .await
-        .unwrap();
-    let live = locks(connect, ConnectSpec::new(server.url()))
-        .await
-        .unwrap();
-    let name = "one-message:m";
-    let channel = "redisson_lock__channel:{one-message:m}";
-    let waiting = "redisson_lock_waiting:{one-message:m}";
-    let stand_in = "distlock-wake:00000000-0000-4000-8000-0000000000aa";
-    let held = holder
-        .mutex(name)
-        .lock_with_lease(Duration::from_secs(1))
-        .await
-        .unwrap();
-    let mut on_lock_channel = raw_subscriber(server.port(), "SUBSCRIBE", channel).await;
-    let own_channel = format!("redisson_lock__channel:{stand_in}");
-    let mut on_own_channel = raw_subscriber(server.port(), "SUBSCRIBE", &own_channel).await;
-    let _: i64 = server.command(&["ZADD", waiting, "1", stand_in]).await;
-    let waiter = spawn_try_waiter(live.mutex(name), Duration::from_secs(8));
-    await_subscribers(&server, "NUMSUB", channel, 2).await;
-    // The live waiter has asked again since it subscribed, and is registered behind.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    held.unlock().await.unwrap();
-    let told = format!("{own_channel}\r\n${}\r\n{channel}\r\n", channel.len());
-    let heard = read_until(&mut on_own_channel, b"", told.as_bytes()).await;
-    assert!(
-        heard.is_some(),
-        "the client woken alone was not told on its own channel"
-    );
-    let fanned_out = read_until(&mut on_lock_channel, b"", b"message").await;
+    let mut scene = StandIn::set_up(connect, "one-message:m", true).await;
+    scene.release_tells_the_stand_in_alone().await;
+    let on_lock_channel = scene
+        .on_lock_channel
+        .as_mut()
+        .expect("listens on the lock's");
+    let fanned_out = read_until(on_lock_channel, b"", b"message").await;
     assert!(
         fanned_out.is_none(),
         "the release was also sent on the lock's channel: {:?}",
         fanned_out.map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
     );
-    served_then_released(
-        waiter,
-        Duration::from_secs(3),
-        "the live waiter was served once the offer lapsed",
-    )
-    .await;
+    scene.live_waiter_is_served().await;
+}
+
+/// The stand-in scenes: a lock held with a 1 s lease (once the stand-in's offer lapses
+/// nobody wakes the live waiter, which asks again when that lease would have ended); a
+/// stand-in client written by hand, registered first and listening on its own channel on
+/// a bare connection (and on the lock's on another, if asked); a live waiter of another
+/// client registered behind it.
+struct StandIn {
+    server: RedisServer,
+    _clients: (Locks, Locks),
+    held: Option<lock_core::Guard>,
+    waiter: Option<crate::scenarios::TryWaiter>,
+    channel: String,
+    own_channel: String,
+    on_own_channel: tokio::net::TcpStream,
+    on_lock_channel: Option<tokio::net::TcpStream>,
+}
+
+impl StandIn {
+    /// Sets the scene up on `name`; returns once the live waiter has asked again since
+    /// it subscribed.
+    async fn set_up(connect: &AdapterConnect, name: &str, on_lock_channel: bool) -> Self {
+        let server = RedisServer::start().await;
+        let holder = locks(connect, ConnectSpec::new(server.url()))
+            .await
+            .unwrap();
+        let live = locks(connect, ConnectSpec::new(server.url()))
+            .await
+            .unwrap();
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        let waiting = format!("redisson_lock_waiting:{{{name}}}");
+        let stand_in = "distlock-wake:00000000-0000-4000-8000-0000000000aa";
+        let held = holder
+            .mutex(name)
+            .lock_with_lease(Duration::from_secs(1))
+            .await
+            .unwrap();
+        let on_lock_channel = if on_lock_channel {
+            Some(raw_subscriber(server.port(), "SUBSCRIBE", &channel).await)
+        } else {
+            None
+        };
+        let own_channel = lock_redis_protocol::layout::own_channel(stand_in);
+        let on_own_channel = raw_subscriber(server.port(), "SUBSCRIBE", &own_channel).await;
+        let _: i64 = server.command(&["ZADD", &waiting, "1", stand_in]).await;
+        let waiter = spawn_try_waiter(live.mutex(name), Duration::from_secs(8));
+        let listeners = if on_lock_channel.is_some() { 2 } else { 1 };
+        await_subscribers(&server, "NUMSUB", &channel, listeners).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Self {
+            server,
+            _clients: (holder, live),
+            held: Some(held),
+            waiter: Some(waiter),
+            channel,
+            own_channel,
+            on_own_channel,
+            on_lock_channel,
+        }
+    }
+
+    /// Releases the lock; the stand-in is told alone, on its own channel.
+    async fn release_tells_the_stand_in_alone(&mut self) {
+        let held = self.held.take().expect("released once");
+        held.unlock().await.unwrap();
+        let (own, channel) = (&self.own_channel, &self.channel);
+        let told = format!("{own}\r\n${}\r\n{channel}\r\n", channel.len());
+        assert!(
+            read_until(&mut self.on_own_channel, b"", told.as_bytes())
+                .await
+                .is_some(),
+            "the client woken alone was not told on its own channel"
+        );
+    }
+
+    /// The live waiter gets the lock once the holder's lease would have ended.
+    async fn live_waiter_is_served(mut self) {
+        let waiter = self.waiter.take().expect("one waiter");
+        served_then_released(
+            waiter,
+            Duration::from_secs(3),
+            "the live waiter was served once the offer lapsed",
+        )
+        .await;
+        drop(self.server);
+    }
 }
 
 /// A registered client that listens on its own channel but not yet on the lock's (it
@@ -856,44 +912,9 @@ pub async fn a_release_that_wakes_one_client_sends_one_message(connect: &Adapter
 pub async fn a_client_not_yet_listening_on_the_locks_channel_is_told_alone(
     connect: &AdapterConnect,
 ) {
-    let server = RedisServer::start().await;
-    let holder = locks(connect, ConnectSpec::new(server.url()))
-        .await
-        .unwrap();
-    let live = locks(connect, ConnectSpec::new(server.url()))
-        .await
-        .unwrap();
-    let name = "not-yet-listening:m";
-    let channel = "redisson_lock__channel:{not-yet-listening:m}";
-    let waiting = "redisson_lock_waiting:{not-yet-listening:m}";
-    let stand_in = "distlock-wake:00000000-0000-4000-8000-0000000000bb";
-    // A short lease: nobody wakes the live waiter once the stand-in's offer lapses.
-    let held = holder
-        .mutex(name)
-        .lock_with_lease(Duration::from_secs(1))
-        .await
-        .unwrap();
-    let own_channel = lock_redis_protocol::layout::own_channel(stand_in);
-    let mut on_own_channel = raw_subscriber(server.port(), "SUBSCRIBE", &own_channel).await;
-    let _: i64 = server.command(&["ZADD", waiting, "1", stand_in]).await;
-    let waiter = spawn_try_waiter(live.mutex(name), Duration::from_secs(8));
-    await_subscriber(&server, "NUMSUB", channel).await;
-    // The live waiter has asked again since it subscribed, and is registered behind.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    held.unlock().await.unwrap();
-    let told = format!("{own_channel}\r\n${}\r\n{channel}\r\n", channel.len());
-    assert!(
-        read_until(&mut on_own_channel, b"", told.as_bytes())
-            .await
-            .is_some(),
-        "the first registered client was not told alone on its own channel"
-    );
-    served_then_released(
-        waiter,
-        Duration::from_secs(3),
-        "the live waiter was served once the holder's lease was over",
-    )
-    .await;
+    let mut scene = StandIn::set_up(connect, "not-yet-listening:m", false).await;
+    scene.release_tells_the_stand_in_alone().await;
+    scene.live_waiter_is_served().await;
 }
 
 /// A client subscribes its own channel with its first mutex waiter and keeps it: a later
