@@ -98,6 +98,20 @@ async fn locks(connect: &AdapterConnect, spec: ConnectSpec) -> Result<Locks, Err
     connect(spec).await.map(Locks::new)
 }
 
+/// A standalone server and two clients of it.
+async fn server_and_two_clients(connect: &AdapterConnect) -> (RedisServer, Locks, Locks) {
+    let server = RedisServer::start().await;
+    let (a, b) = two_clients(connect, &server.url()).await;
+    (server, a, b)
+}
+
+/// Two clients of the deployment at `url`.
+async fn two_clients(connect: &AdapterConnect, url: &str) -> (Locks, Locks) {
+    let a = locks(connect, ConnectSpec::new(url)).await.unwrap();
+    let b = locks(connect, ConnectSpec::new(url)).await.unwrap();
+    (a, b)
+}
+
 /// Connecting with `spec` fails, within the connect timeout plus a margin; returns the
 /// error.
 async fn fails_in_time(connect: &AdapterConnect, spec: ConnectSpec) -> Error {
@@ -223,8 +237,7 @@ pub async fn single_server_url_on_a_cluster_node_is_a_config_error(connect: &Ada
         .map(|node| format!("127.0.0.1:{}", node.port()))
         .collect();
     let url = format!("redis+cluster://{}", hosts.join(","));
-    let a = locks(connect, ConnectSpec::new(url.clone())).await.unwrap();
-    let b = locks(connect, ConnectSpec::new(url)).await.unwrap();
+    let (a, b) = two_clients(connect, &url).await;
     hand_over(&a, &b, "adapter:cluster").await;
 }
 
@@ -244,12 +257,7 @@ pub async fn sentinel_with_an_unknown_master_is_an_error_within_the_timeout(
         chain(&err)
     );
     // The right name works.
-    let a = locks(connect, ConnectSpec::new(deployment.url()))
-        .await
-        .unwrap();
-    let b = locks(connect, ConnectSpec::new(deployment.url()))
-        .await
-        .unwrap();
+    let (a, b) = two_clients(connect, &deployment.url()).await;
     hand_over(&a, &b, "adapter:sentinel").await;
 }
 
@@ -542,12 +550,7 @@ fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
 pub async fn dropping_a_client_closes_its_connections(connect: &AdapterConnect) {
     let server = RedisServer::start().await;
     let before = client_ids_since(&server, &HashSet::new()).await;
-    let a = locks(connect, ConnectSpec::new(server.url()))
-        .await
-        .unwrap();
-    let b = locks(connect, ConnectSpec::new(server.url()))
-        .await
-        .unwrap();
+    let (a, b) = two_clients(connect, &server.url()).await;
     // Each client waits once, so each has its notification connection open as well as
     // its command connection.
     hand_over_to_a_subscribed_waiter(&server, &a, &b, "adapter:drop").await;
@@ -733,13 +736,7 @@ pub async fn a_redisson_peer_on_a_cluster_hears_us_and_is_heard(connect: &Adapte
 /// with the wake id of our client alone (which Redisson would not take as a release),
 /// and our waiter is served too.
 pub async fn a_redisson_waiter_hears_our_release_beside_our_waiters(connect: &AdapterConnect) {
-    let server = RedisServer::start().await;
-    let holder = locks(connect, ConnectSpec::new(server.url()))
-        .await
-        .unwrap();
-    let ours = locks(connect, ConnectSpec::new(server.url()))
-        .await
-        .unwrap();
+    let (server, holder, ours) = server_and_two_clients(connect).await;
     let name = "redisson-beside:m";
     let channel = "redisson_lock__channel:{redisson-beside:m}";
     let held = holder.mutex(name).lock().await.unwrap();
@@ -838,13 +835,7 @@ impl StandIn {
     /// Sets the scene up on `name`; returns once the live waiter has asked again since
     /// it subscribed.
     async fn set_up(connect: &AdapterConnect, name: &str, on_lock_channel: bool) -> Self {
-        let server = RedisServer::start().await;
-        let holder = locks(connect, ConnectSpec::new(server.url()))
-            .await
-            .unwrap();
-        let live = locks(connect, ConnectSpec::new(server.url()))
-            .await
-            .unwrap();
+        let (server, holder, live) = server_and_two_clients(connect).await;
         let channel = format!("redisson_lock__channel:{{{name}}}");
         let waiting = format!("redisson_lock_waiting:{{{name}}}");
         let stand_in = "distlock-wake:00000000-0000-4000-8000-0000000000aa";
@@ -921,22 +912,12 @@ pub async fn a_client_not_yet_listening_on_the_locks_channel_is_told_alone(
 /// wait subscribes the lock's channel alone (one SUBSCRIBE, not two), and the own channel
 /// goes with the client.
 pub async fn a_client_keeps_its_own_channel_across_waits(connect: &AdapterConnect) {
-    let server = RedisServer::start().await;
-    let a = locks(connect, ConnectSpec::new(server.url()))
-        .await
-        .unwrap();
-    let b = locks(connect, ConnectSpec::new(server.url()))
-        .await
-        .unwrap();
+    let (server, a, b) = server_and_two_clients(connect).await;
     let name = "own-channel:kept";
     let own_channels = || async {
-        let pattern = format!(
-            "{}*",
-            lock_redis_protocol::layout::own_channel(lock_redis_protocol::layout::WAKE_ID_PREFIX)
-        );
-        server
-            .command::<Vec<String>>(&["PUBSUB", "CHANNELS", &pattern])
-            .await
+        let mut channels: Vec<String> = server.command(&["PUBSUB", "CHANNELS"]).await;
+        channels.retain(|channel| lock_redis_protocol::layout::is_own_channel(channel));
+        channels
     };
     let lock_is_free = || async { server.command::<i64>(&["EXISTS", name]).await == 0 };
     hand_over_to_a_subscribed_waiter(&server, &a, &b, name).await;

@@ -169,9 +169,7 @@ impl Fixture for RedisFixture {
             }
         };
         // A client keeps its own channel once a mutex waiter needed it.
-        let own =
-            lock_redis_protocol::layout::own_channel(lock_redis_protocol::layout::WAKE_ID_PREFIX);
-        channels.retain(|channel| !channel.starts_with(&own));
+        channels.retain(|channel| !lock_redis_protocol::layout::is_own_channel(channel));
         channels.sort();
         channels.dedup();
         channels

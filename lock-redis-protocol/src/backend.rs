@@ -165,15 +165,13 @@ pub struct RedisBackend {
     /// The subscription to the own channel, taken by the first mutex waiter and kept for
     /// the client's life: a client whose locks are contended waits again and again, and
     /// a second SUBSCRIBE and UNSUBSCRIBE per wait cost the server more than one idle
-    /// subscription does.
-    own_listener: tokio::sync::OnceCell<Listener>,
+    /// subscription does. `None` once the server refused it (an ACL that does not allow
+    /// it): waiters then listen on their locks' channels alone.
+    own_listener: tokio::sync::OnceCell<Option<Listener>>,
     /// Set once a mutex waiter registered this client (see [`layout::waiting_clients_key`]):
     /// only a registered client is ever woken alone. A waiter that does not register (a
     /// RedLock's, on each of its nodes) has no use for the own channel.
     registered_a_waiter: std::sync::atomic::AtomicBool,
-    /// Set once the server refused a subscription to the own channel (an ACL that does
-    /// not allow it): waiters then listen on their locks' channels alone.
-    own_channel_refused: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -222,7 +220,6 @@ impl RedisBackend {
             wake_id: Arc::from(wake_id),
             own_listener: tokio::sync::OnceCell::new(),
             registered_a_waiter: std::sync::atomic::AtomicBool::new(false),
-            own_channel_refused: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -335,6 +332,19 @@ impl RedisBackend {
     /// The release script decides the same way, from the listener count command.
     fn wakes_on_own_channel(&self) -> bool {
         self.listener_count_command() == "numsub"
+    }
+
+    /// Subscribes this client's own channel; `None` where the server refuses it (a
+    /// release then tells this client on the lock's channel, as every other client).
+    async fn own_channel_listener(&self) -> Result<Option<Listener>, Error> {
+        match self.subscriptions.listen(&self.own_channel).await {
+            Ok(listener) => Ok(Some(listener)),
+            Err(err) if err.is_backend() => {
+                events::own_channel_refused(&err);
+                Ok(None)
+            }
+            Err(err) => Err(err),
+        }
     }
 
     /// The channel a waiter of `lock` listens on.
@@ -784,11 +794,8 @@ impl Backend for RedisBackend {
         if lock.kind != LockKind::Mutex
             || !self.wakes_on_own_channel()
             || !self.registered_a_waiter.load(Ordering::Relaxed)
-            || self.own_channel_refused.load(Ordering::Relaxed)
+            || self.own_listener.initialized()
         {
-            return self.subscriptions.listen(&channel).await;
-        }
-        if self.own_listener.initialized() {
             return self.subscriptions.listen(&channel).await;
         }
         // A release that wakes this client alone tells it on its own channel: one
@@ -796,20 +803,11 @@ impl Backend for RedisBackend {
         let (shared, own) = futures_util::future::join(
             self.subscriptions.listen(&channel),
             self.own_listener
-                .get_or_try_init(|| self.subscriptions.listen(&self.own_channel)),
+                .get_or_try_init(|| self.own_channel_listener()),
         )
         .await;
-        match own {
-            Ok(_) => shared,
-            // The release then tells it on the lock's channel, as every other client.
-            Err(err) if err.is_backend() => {
-                if !self.own_channel_refused.swap(true, Ordering::Relaxed) {
-                    events::own_channel_refused(&err);
-                }
-                shared
-            }
-            Err(err) => Err(err),
-        }
+        own?;
+        shared
     }
 
     fn latches(&self) -> Option<&dyn LatchBackend> {

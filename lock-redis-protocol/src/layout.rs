@@ -128,6 +128,15 @@ pub fn own_channel(wake_id: &str) -> String {
     format!("{MUTEX_CHANNEL_PREFIX}:{wake_id}")
 }
 
+/// Whether `channel` is a client's own channel (see [`own_channel`]).
+#[must_use]
+pub fn is_own_channel(channel: &str) -> bool {
+    channel
+        .strip_prefix(MUTEX_CHANNEL_PREFIX)
+        .and_then(|rest| rest.strip_prefix(':'))
+        .is_some_and(|id| id.starts_with(WAKE_ID_PREFIX))
+}
+
 /// The channel one fair-lock waiter listens on: `redisson_lock__channel:{name}:<owner>`.
 #[must_use]
 pub fn fair_waiter_channel(name: &LockName, owner: &str) -> String {
@@ -266,6 +275,8 @@ mod tests {
         // Never a lock's channel: those always hold the name's hash tag.
         assert!(!own.contains('{'));
         assert!(mutex_channel(&name("distlock-wake:1234")).contains('{'));
+        assert!(is_own_channel(&own));
+        assert!(!is_own_channel(&mutex_channel(&name("distlock-wake:1234"))));
     }
 
     #[test]
