@@ -77,6 +77,7 @@ macro_rules! adapter_tests {
             an_acl_without_a_clients_own_channel_still_hands_over,
             a_client_keeps_its_own_channel_across_waits,
             a_client_not_yet_listening_on_the_locks_channel_is_told_alone,
+            a_release_keeps_a_starving_waiters_reservation_for_an_offers_time,
         );
     };
 }
@@ -788,6 +789,43 @@ pub async fn a_newcomer_cannot_take_a_lock_offered_to_the_client_woken_for_it(
         waiter,
         Duration::from_secs(3),
         "the woken client was served",
+    )
+    .await;
+}
+
+/// A release that finds the lock reserved for a starving waiter keeps that reservation
+/// for at least an offer's time (100 ms): the waiter, woken by this release, must have
+/// the time to come. A reservation with 20 ms left is written by hand here (a waiter's
+/// last attempt was long ago); without the extension it lapses before anybody could
+/// come, and a newcomer takes the lock.
+pub async fn a_release_keeps_a_starving_waiters_reservation_for_an_offers_time(
+    connect: &AdapterConnect,
+) {
+    let (server, holder, waiting) = server_and_two_clients(connect).await;
+    let name = "starving-offer:m";
+    let reservation = "redisson_lock_reserved:{starving-offer:m}";
+    let held = holder.mutex(name).lock().await.unwrap();
+    let waiter = spawn_try_waiter(waiting.mutex(name), Duration::from_secs(8));
+    await_subscriber(
+        &server,
+        "NUMSUB",
+        "redisson_lock__channel:{starving-offer:m}",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let () = server
+        .command(&["SET", reservation, "1:a-starving-waiter", "PX", "20"])
+        .await;
+    held.unlock().await.unwrap();
+    let left: i64 = server.command(&["PTTL", reservation]).await;
+    assert!(
+        left > 20,
+        "the release let a starving waiter's reservation lapse ({left} ms left)"
+    );
+    served_then_released(
+        waiter,
+        Duration::from_secs(3),
+        "the waiter was served once the reservation lapsed",
     )
     .await;
 }

@@ -362,8 +362,11 @@ local function wake_mutex_waiters(waiting, channel, publish, numsub, reservation
     if counted then
         target, alone, own = found, found_alone, found_own
     end
-    if target then
-        redis.call('set', reservation, now_ms() .. ':' .. target, 'px', offer_ms, 'nx')
+    if target and not redis.call('set', reservation, now_ms() .. ':' .. target, 'px', offer_ms, 'nx')
+        and redis.call('pttl', reservation) < tonumber(offer_ms) then
+        -- A starving waiter's reservation stands, and must last until that waiter, woken
+        -- by this release, could come: else a newcomer takes the lock as it lapses.
+        redis.call('pexpire', reservation, offer_ms)
     end
     if not alone then
         redis.call(publish, channel, '0')
