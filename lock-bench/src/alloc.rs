@@ -17,3 +17,8 @@ pub(crate) fn live_bytes() -> f64 {
     let stats = COUNTING.stats();
     stats.bytes_allocated as f64 - stats.bytes_deallocated as f64
 }
+
+/// Allocations made so far, over the whole process.
+pub(crate) fn allocations() -> f64 {
+    COUNTING.stats().allocations as f64
+}

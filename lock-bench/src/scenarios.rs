@@ -130,7 +130,8 @@ async fn peer_pairs_per_second(server: &RedisServer, duration: Duration) -> f64 
 }
 
 /// Runs one contender (`run` reports pairs per second over `duration`) and adds the CPU
-/// time each pair cost this process and the server.
+/// time each pair cost this process and the server, and the allocations it cost this
+/// process (all of its tasks count, the driver's too, for every contender alike).
 async fn with_cpu(
     server: &RedisServer,
     duration: Duration,
@@ -138,7 +139,9 @@ async fn with_cpu(
 ) -> Figures {
     let (client_before, server_before) = (cpu_seconds(), server_cpu_seconds(server).await);
     let reads_before = server_reads(server).await;
+    let allocations_before = crate::alloc::allocations();
     let rate = run.await;
+    let allocations = crate::alloc::allocations() - allocations_before;
     let client = cpu_seconds() - client_before;
     let server_cpu = server_cpu_seconds(server).await - server_before;
     let reads = server_reads(server).await - reads_before;
@@ -146,6 +149,7 @@ async fn with_cpu(
     figures(&[
         ("pairs_per_s", rate),
         ("client_cpu_us_per_pair", client * 1e6 / pairs),
+        ("client_allocations_per_pair", allocations / pairs),
         ("server_cpu_us_per_pair", server_cpu * 1e6 / pairs),
         ("server_reads_per_pair", reads / pairs),
     ])
