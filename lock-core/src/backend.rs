@@ -165,10 +165,16 @@ impl RequestId {
     /// request).
     pub fn push_hex(self, out: &mut String) {
         const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        out.reserve(32);
-        for byte in self.0.to_be_bytes() {
-            out.push(char::from(DIGITS[usize::from(byte >> 4)]));
-            out.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+        // Filled in place and appended at once: pushing digit by digit checked the
+        // string's room 32 times.
+        let mut hex = [0u8; 32];
+        for (pair, byte) in hex.chunks_exact_mut(2).zip(self.0.to_be_bytes()) {
+            pair[0] = DIGITS[usize::from(byte >> 4)];
+            pair[1] = DIGITS[usize::from(byte & 0xf)];
+        }
+        // Always ASCII digits.
+        if let Ok(hex) = std::str::from_utf8(&hex) {
+            out.push_str(hex);
         }
     }
 }

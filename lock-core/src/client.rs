@@ -1,6 +1,6 @@
 //! [`Locks`]: one client of a lock backend.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -83,8 +83,8 @@ impl Locks {
                 backend,
                 client_id: uuid::Uuid::new_v4().to_string(),
                 config,
-                holds: StdMutex::new(HashMap::new()),
-                in_flight: StdMutex::new(HashMap::new()),
+                holds: StdMutex::new(HashMap::default()),
+                in_flight: StdMutex::new(HashMap::default()),
                 watchdog: Watchdog::default(),
                 supervisor: Arc::new(Supervisor::new()),
                 semaphore_turns: Turns::default(),

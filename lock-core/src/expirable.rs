@@ -2,7 +2,7 @@
 //! `PermitExpirableSemaphore`, shared), and [`LeasedPermits`], the guard of issued
 //! permits.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;

@@ -10,7 +10,9 @@
 //! subscribed again and every listener is woken, so that waiters re-poll at once instead of
 //! sleeping through a release whose message was lost with the old connection.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -127,7 +129,7 @@ impl Subscriptions {
         let (commands, rx) = mpsc::unbounded_channel();
         Self {
             shared: Arc::new(Shared {
-                channels: Mutex::new(HashMap::new()),
+                channels: Mutex::new(HashMap::default()),
                 commands,
                 worker: Mutex::new(WorkerSlot {
                     parts: Some(WorkerParts {

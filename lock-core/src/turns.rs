@@ -13,7 +13,7 @@
 //! message comes back. The bell counts the heads served, so that a release that rang
 //! before it was answered can tell whether its ring was heard.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::fmt;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard, PoisonError};

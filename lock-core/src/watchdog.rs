@@ -8,7 +8,7 @@
 //! lease, is never left to expire before the next one). A renewal that finds the owner gone marks the hold lost at once;
 //! a failed renewal is retried sooner, and the hold is lost when its local deadline passes.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -173,7 +173,7 @@ async fn run(client: Weak<Inner>) {
             continue;
         }
         let mut holds = Vec::new();
-        let mut permits: HashMap<LockName, Vec<(Arc<PermitHold>, u64)>> = HashMap::new();
+        let mut permits: HashMap<LockName, Vec<(Arc<PermitHold>, u64)>> = HashMap::default();
         for entry in due {
             let epoch = entry.lease().epoch();
             match entry {

@@ -465,10 +465,10 @@ impl Backend for RedisBackend {
         let name = &lock.name;
         let owner = lock.owner.as_str();
         let key = layout::lock_key(name);
-        let token_key = layout::token_key(name);
+        let mut built = layout::Keys::new(name);
+        let (token_at, latch_at) = (built.token(), built.grant_latch(request.id));
         let fencing = flag(request.fencing);
         let epoch = self.epoch_key(name);
-        let latch = layout::grant_latch_key(name, request.id);
         let wait = request.wait.unwrap_or_default();
         let numbers = Decimals::new([
             millis(request.lease),
@@ -484,6 +484,7 @@ impl Backend for RedisBackend {
                 ]);
                 let [timeout_ms, slot] = fair.get();
                 let [queue, deadlines, alive] = layout::fair_queue_keys(name);
+                let (token_key, latch) = (built.get(token_at), built.get(latch_at));
                 let args = [
                     lease_ms,
                     owner,
@@ -494,27 +495,26 @@ impl Backend for RedisBackend {
                     slot,
                     latch_ms,
                 ];
-                let keys = [key, &queue, &deadlines, &alive, &token_key, &epoch, &latch];
+                let keys = [key, &queue, &deadlines, &alive, token_key, &epoch, latch];
                 self.eval_write("acquiring", &script::FAIR_ACQUIRE, &keys, &args)
                     .await?
             }
             LockKind::Read => {
                 let prefix = layout::read_hold_prefix(name, owner);
                 let args = [lease_ms, owner, &prefix, fencing, quarantine, latch_ms];
-                let keys = [key, &token_key, &epoch, &latch];
+                let keys = [key, built.get(token_at), &epoch, built.get(latch_at)];
                 self.eval_write("acquiring", &script::RW_READ_ACQUIRE, &keys, &args)
                     .await?
             }
             LockKind::Write => {
                 let prefix = layout::read_hold_prefix(name, owner);
                 let args = [lease_ms, owner, fencing, quarantine, &prefix, latch_ms];
-                let keys = [key, &token_key, &epoch, &latch];
+                let keys = [key, built.get(token_at), &epoch, built.get(latch_at)];
                 self.eval_write("acquiring", &script::RW_WRITE_ACQUIRE, &keys, &args)
                     .await?
             }
             _ => {
-                let reservation = layout::reservation_key(name);
-                let waiting = layout::waiting_clients_key(name);
+                let (reservation_at, waiting_at) = (built.reservation(), built.waiting_clients());
                 let wake_id = if request.waits_to_be_woken_alone() {
                     // Before the waiter listens: its first attempt comes first.
                     self.registered_a_waiter
@@ -543,7 +543,14 @@ impl Backend for RedisBackend {
                     registered_ms,
                     latch_ms,
                 ];
-                let keys = [key, &reservation, &token_key, &epoch, &waiting, &latch];
+                let keys = [
+                    key,
+                    built.get(reservation_at),
+                    built.get(token_at),
+                    &epoch,
+                    built.get(waiting_at),
+                    built.get(latch_at),
+                ];
                 self.eval_write("acquiring", &script::MUTEX_ACQUIRE, &keys, &args)
                     .await?
             }
@@ -576,8 +583,9 @@ impl Backend for RedisBackend {
         let publish = self.options.publish.command();
         // Every release script ends its keys with its latch and the grant it may undo,
         // and its arguments with the latch lifetime and the undo flag.
-        let latch = layout::release_latch_key(name, request.id);
-        let undone = layout::grant_latch_key(name, request.undoes.unwrap_or(request.id));
+        let mut built = layout::Keys::new(name);
+        let latch_at = built.release_latch(request.id);
+        let undone_at = built.grant_latch(request.undoes.unwrap_or(request.id));
         let numbers = Decimals::new([
             millis(request.lease),
             millis(request.retry_window),
@@ -590,33 +598,40 @@ impl Backend for RedisBackend {
                 let [queue, deadlines, alive] = layout::fair_queue_keys(name);
                 let prefix = layout::mutex_channel(name);
                 let args = [lease_ms, owner, &prefix, publish, latch_ms, undo];
-                let keys = [key, &queue, &deadlines, &alive, &latch, &undone];
+                let (latch, undone) = (built.get(latch_at), built.get(undone_at));
+                let keys = [key, &queue, &deadlines, &alive, latch, undone];
                 self.eval("releasing", &script::FAIR_RELEASE, &keys, &args)
                     .await?
             }
             LockKind::Read => {
                 let (channel, tagged) = (layout::rw_channel(name), layout::tagged(name));
                 let args = [owner, &channel, publish, &tagged, latch_ms, undo];
-                let keys = [key, &latch, &undone];
+                let keys = [key, built.get(latch_at), built.get(undone_at)];
                 self.eval("releasing", &script::RW_READ_RELEASE, &keys, &args)
                     .await?
             }
             LockKind::Write => {
                 let channel = layout::rw_channel(name);
                 let args = [lease_ms, owner, &channel, publish, latch_ms, undo];
-                let keys = [key, &latch, &undone];
+                let keys = [key, built.get(latch_at), built.get(undone_at)];
                 self.eval("releasing", &script::RW_WRITE_RELEASE, &keys, &args)
                     .await?
             }
             _ => {
-                let channel = layout::mutex_channel(name);
-                let waiting = layout::waiting_clients_key(name);
-                let reservation = layout::reservation_key(name);
+                let channel_at = built.mutex_channel();
+                let (waiting_at, reservation_at) = (built.waiting_clients(), built.reservation());
                 let count = self.listener_count_command();
+                let channel = built.get(channel_at);
                 let args = [
-                    lease_ms, owner, &channel, publish, count, offer_ms, latch_ms, undo,
+                    lease_ms, owner, channel, publish, count, offer_ms, latch_ms, undo,
                 ];
-                let keys = [key, &waiting, &reservation, &latch, &undone];
+                let keys = [
+                    key,
+                    built.get(waiting_at),
+                    built.get(reservation_at),
+                    built.get(latch_at),
+                    built.get(undone_at),
+                ];
                 self.eval("releasing", &script::MUTEX_RELEASE, &keys, &args)
                     .await?
             }

@@ -23,28 +23,136 @@ fn tag(name: &LockName) -> [&str; 3] {
     }
 }
 
-/// `prefix`, the name with its hash tag, then `suffix`: built in one allocation of the
-/// exact size, without the formatting machinery (several keys are built for every
-/// request).
+/// `prefix`, the name with its hash tag, then `suffix`, in one allocation of the exact
+/// size, without the formatting machinery.
 fn tagged_key(prefix: &[&str], name: &LockName, suffix: &[&str]) -> String {
-    tagged_key_with_room(prefix, name, suffix, 0)
-}
-
-/// [`tagged_key`] with room for `extra` more bytes.
-fn tagged_key_with_room(prefix: &[&str], name: &LockName, suffix: &[&str], extra: usize) -> String {
     let tag = tag(name);
     let pieces = || prefix.iter().chain(&tag).chain(suffix);
-    let mut key = String::with_capacity(pieces().map(|piece| piece.len()).sum::<usize>() + extra);
+    let mut key = String::with_capacity(pieces().map(|piece| piece.len()).sum::<usize>());
     pieces().for_each(|piece| key.push_str(piece));
     key
 }
 
-/// A key that remembers one request's answer: `prefix`, the tagged name, `infix`, then
-/// the request id's 32 hex digits.
-fn request_key(prefix: &str, name: &LockName, infix: &str, request: RequestId) -> String {
-    let mut key = tagged_key_with_room(&[prefix], name, &[infix], 32);
-    request.push_hex(&mut key);
-    key
+/// How one kind of key or channel is spelled: what comes before a lock's tagged name and
+/// what after it (a key of one request ends with the request's id after that).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Spelling {
+    before: &'static str,
+    after: &'static str,
+}
+
+impl Spelling {
+    const fn new(before: &'static str, after: &'static str) -> Self {
+        Self { before, after }
+    }
+
+    /// This key of `name` alone.
+    fn of(self, name: &LockName) -> String {
+        let mut keys = Keys::new(name);
+        let key = keys.add(self);
+        keys.buffer.truncate(key.end);
+        keys.buffer
+    }
+
+    /// This key of `name` for `request` alone.
+    fn of_request(self, name: &LockName, request: RequestId) -> String {
+        let mut keys = Keys::new(name);
+        let key = keys.add_for_request(self, request);
+        keys.buffer.truncate(key.end);
+        keys.buffer
+    }
+}
+
+const RESERVATION: Spelling = Spelling::new("redisson_lock_reserved:", "");
+const FAIR_QUEUE: Spelling = Spelling::new("redisson_lock_queue:", "");
+const FAIR_DEADLINES: Spelling = Spelling::new("redisson_lock_timeout:", "");
+const FAIR_ALIVE: Spelling = Spelling::new("redisson_lock_waiter_alive:", "");
+const WAITING_CLIENTS: Spelling = Spelling::new("redisson_lock_waiting:", "");
+const RW_CHANNEL: Spelling = Spelling::new("redisson_rwlock:", "");
+const TOKEN: Spelling = Spelling::new("redisson_lock_token:", "");
+const GRANT_LATCH: Spelling = Spelling::new("redisson_lock_latch:", ":");
+const RELEASE_LATCH: Spelling = Spelling::new("redisson_unlock_latch:", ":");
+const MUTEX_CHANNEL: Spelling = Spelling::new("redisson_lock__channel:", "");
+const COUNT_DOWN_ANSWER: Spelling = Spelling::new("", ":redisson_latch_count_down:");
+const SEMAPHORE_CHANNEL: Spelling = Spelling::new("redisson_sc:", "");
+const PERMIT_ANSWER: Spelling = Spelling::new("", ":redisson_sc_request:");
+const PERMIT_RESERVATION: Spelling = Spelling::new("redisson_sc_reserved:", "");
+const PERMIT_TIMEOUTS: Spelling = Spelling::new("", ":timeout");
+
+/// The keys of one request on one lock, built one after the other into one buffer: one
+/// allocation per request, and the name's hash tag worked out once (a mutex's acquire
+/// and release take nine keys between them).
+pub(crate) struct Keys<'n> {
+    tag: [&'n str; 3],
+    buffer: String,
+}
+
+/// Where one key lies in its [`Keys`]' buffer.
+pub(crate) type KeyAt = std::ops::Range<usize>;
+
+impl<'n> Keys<'n> {
+    /// Room for five keys of an ordinary length without growing.
+    pub(crate) fn new(name: &'n LockName) -> Self {
+        let tag = tag(name);
+        let tagged: usize = tag.iter().map(|piece| piece.len()).sum();
+        Self {
+            tag,
+            buffer: String::with_capacity(5 * (tagged + 24) + 2 * 33),
+        }
+    }
+
+    /// Adds the `spelling` key of the name.
+    pub(crate) fn add(&mut self, spelling: Spelling) -> KeyAt {
+        let start = self.buffer.len();
+        self.buffer.push_str(spelling.before);
+        for piece in self.tag {
+            self.buffer.push_str(piece);
+        }
+        self.buffer.push_str(spelling.after);
+        start..self.buffer.len()
+    }
+
+    /// Adds the `spelling` key of the name for `request`.
+    pub(crate) fn add_for_request(&mut self, spelling: Spelling, request: RequestId) -> KeyAt {
+        let start = self.add(spelling).start;
+        request.push_hex(&mut self.buffer);
+        start..self.buffer.len()
+    }
+
+    /// The reservation key (see [`reservation_key`]).
+    pub(crate) fn reservation(&mut self) -> KeyAt {
+        self.add(RESERVATION)
+    }
+
+    /// The waiting clients' key (see [`waiting_clients_key`]).
+    pub(crate) fn waiting_clients(&mut self) -> KeyAt {
+        self.add(WAITING_CLIENTS)
+    }
+
+    /// The fencing counter (see [`token_key`]).
+    pub(crate) fn token(&mut self) -> KeyAt {
+        self.add(TOKEN)
+    }
+
+    /// The mutex release channel (see [`mutex_channel`]).
+    pub(crate) fn mutex_channel(&mut self) -> KeyAt {
+        self.add(MUTEX_CHANNEL)
+    }
+
+    /// The grant latch of `request` (see [`grant_latch_key`]).
+    pub(crate) fn grant_latch(&mut self, request: RequestId) -> KeyAt {
+        self.add_for_request(GRANT_LATCH, request)
+    }
+
+    /// The release latch of `request` (see [`release_latch_key`]).
+    pub(crate) fn release_latch(&mut self, request: RequestId) -> KeyAt {
+        self.add_for_request(RELEASE_LATCH, request)
+    }
+
+    /// The key at `at`.
+    pub(crate) fn get(&self, at: KeyAt) -> &str {
+        self.buffer.get(at).unwrap_or_default()
+    }
 }
 
 /// The key of the lock's hash: the name itself.
@@ -53,27 +161,24 @@ pub fn lock_key(name: &LockName) -> &str {
     name.as_str()
 }
 
-/// Prefix of the key a starving waiter reserves a lock's next free moment with.
-pub const RESERVATION_PREFIX: &str = "redisson_lock_reserved";
-
 /// The reservation key of a lock: `redisson_lock_reserved:{name}`, a string holding the
 /// owner of the starving waiter that goes next (not part of Redisson's layout: Redisson
 /// clients ignore it and may still overtake, which costs fairness, never exclusion).
 #[must_use]
 pub fn reservation_key(name: &LockName) -> String {
-    tagged_key(&[RESERVATION_PREFIX, ":"], name, &[])
+    RESERVATION.of(name)
 }
 
 /// The fair lock's waiter queue: `redisson_lock_queue:{name}` (a list of owners).
 #[must_use]
 pub fn fair_queue_key(name: &LockName) -> String {
-    tagged_key(&["redisson_lock_queue:"], name, &[])
+    FAIR_QUEUE.of(name)
 }
 
 /// The fair lock's waiter deadlines: `redisson_lock_timeout:{name}` (a zset owner -> ms).
 #[must_use]
 pub fn fair_deadlines_key(name: &LockName) -> String {
-    tagged_key(&["redisson_lock_timeout:"], name, &[])
+    FAIR_DEADLINES.of(name)
 }
 
 /// When each of this library's fair-lock waiters last asked, plus the waiter timeout:
@@ -82,7 +187,7 @@ pub fn fair_deadlines_key(name: &LockName) -> String {
 /// the queue advances, so those scores cannot tell whether one of our waiters still asks.
 #[must_use]
 pub fn fair_alive_key(name: &LockName) -> String {
-    tagged_key(&["redisson_lock_waiter_alive:"], name, &[])
+    FAIR_ALIVE.of(name)
 }
 
 /// Redisson's wait slot (its fair lock's default `threadWaitTime`, 5 minutes): a new
@@ -108,7 +213,7 @@ pub fn fair_queue_keys(name: &LockName) -> [String; 3] {
 /// registered.
 #[must_use]
 pub fn waiting_clients_key(name: &LockName) -> String {
-    tagged_key(&["redisson_lock_waiting:"], name, &[])
+    WAITING_CLIENTS.of(name)
 }
 
 /// How a client's wake id starts. A release that wakes one client alone (sent only when
@@ -146,7 +251,7 @@ pub fn fair_waiter_channel(name: &LockName, owner: &str) -> String {
 /// The channel of a read-write lock: `redisson_rwlock:{name}`.
 #[must_use]
 pub fn rw_channel(name: &LockName) -> String {
-    tagged_key(&["redisson_rwlock:"], name, &[])
+    RW_CHANNEL.of(name)
 }
 
 /// The prefix of one owner's read-hold keys: `{name}:<owner>:rwlock_timeout` (hold `n`
@@ -159,21 +264,21 @@ pub fn read_hold_prefix(name: &LockName, owner: &str) -> String {
 /// The fencing counter: `redisson_lock_token:{name}`.
 #[must_use]
 pub fn token_key(name: &LockName) -> String {
-    tagged_key(&["redisson_lock_token:"], name, &[])
+    TOKEN.of(name)
 }
 
 /// Where a grant is remembered for retries of its acquire request:
 /// `redisson_lock_latch:{name}:<request id>` (our own key; Redisson has none).
 #[must_use]
 pub fn grant_latch_key(name: &LockName, request: RequestId) -> String {
-    request_key("redisson_lock_latch:", name, ":", request)
+    GRANT_LATCH.of_request(name, request)
 }
 
 /// Where a release's answer is remembered for its retries: Redisson's unlock latch,
 /// `redisson_unlock_latch:{name}:<request id>`.
 #[must_use]
 pub fn release_latch_key(name: &LockName, request: RequestId) -> String {
-    request_key("redisson_unlock_latch:", name, ":", request)
+    RELEASE_LATCH.of_request(name, request)
 }
 
 /// The restart epoch key (`redisson_lock_epoch`, or `redisson_lock_epoch:{tag}` per
@@ -194,7 +299,7 @@ pub fn tag_for_slot(slot: u16) -> String {
 /// The channel a mutex release is published on: `redisson_lock__channel:{name}`.
 #[must_use]
 pub fn mutex_channel(name: &LockName) -> String {
-    tagged_key(&[MUTEX_CHANNEL_PREFIX, ":"], name, &[])
+    MUTEX_CHANNEL.of(name)
 }
 
 /// The prefix of every count-down latch's channel.
@@ -226,34 +331,34 @@ pub fn latch_listen_channel(name: &LockName) -> String {
 /// `{name}:redisson_latch_count_down:<request id>` (our own key; Redisson has none).
 #[must_use]
 pub fn count_down_answer_key(name: &LockName, request: RequestId) -> String {
-    request_key("", name, ":redisson_latch_count_down:", request)
+    COUNT_DOWN_ANSWER.of_request(name, request)
 }
 
 /// A semaphore's channel, shared with the permit-expirable semaphore: `redisson_sc:{name}`.
 #[must_use]
 pub fn semaphore_channel(name: &LockName) -> String {
-    tagged_key(&["redisson_sc:"], name, &[])
+    SEMAPHORE_CHANNEL.of(name)
 }
 
 /// Where a permit request's answer is remembered for its retries:
 /// `{name}:redisson_sc_request:<request id>` (our own key; Redisson has none).
 #[must_use]
 pub fn permit_answer_key(name: &LockName, request: RequestId) -> String {
-    request_key("", name, ":redisson_sc_request:", request)
+    PERMIT_ANSWER.of_request(name, request)
 }
 
 /// Where a semaphore's permits are held back for a starving waiter (both kinds):
 /// `redisson_sc_reserved:{name}` (our own key; Redisson has none).
 #[must_use]
 pub fn permit_reservation_key(name: &LockName) -> String {
-    tagged_key(&["redisson_sc_reserved:"], name, &[])
+    PERMIT_RESERVATION.of(name)
 }
 
 /// An expirable semaphore's issued permits: the sorted set `{name}:timeout` (member the
 /// permit id's 16 bytes, score its expiry in epoch ms), as Redisson's.
 #[must_use]
 pub fn permit_timeouts_key(name: &LockName) -> String {
-    tagged_key(&[], name, &[":timeout"])
+    PERMIT_TIMEOUTS.of(name)
 }
 
 #[cfg(test)]
