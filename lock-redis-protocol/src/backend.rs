@@ -555,12 +555,13 @@ impl Backend for RedisBackend {
                     .await?
             }
         };
-        let items = integers(&reply);
-        if let (Some([1, ..]), Some(acknowledged)) = (items.as_deref(), acknowledged) {
+        let items = AcquireAnswer::of(&reply);
+        let items = items.as_ref().map(AcquireAnswer::items);
+        if let (Some([1, ..]), Some(acknowledged)) = (items, acknowledged) {
             self.give_back_unreplicated(lock, &request, acknowledged)
                 .await?;
         }
-        decode_acquire(items.as_deref(), &reply, name, request.fencing)
+        decode_acquire(items, &reply, name, request.fencing)
     }
 
     async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
@@ -1168,17 +1169,34 @@ fn classify(err: TransportError, during: &'static str, key: &str) -> Error {
     }
 }
 
-/// A script's reply as integers, when it is an array of them.
-fn integers(reply: &Reply) -> Option<Vec<i64>> {
-    match reply {
-        Reply::Array(items) => items
-            .iter()
-            .map(|item| match item {
-                Reply::Int(n) => Some(*n),
-                _ => None,
-            })
-            .collect(),
-        _ => None,
+/// The integers an acquire script answers with (two or three), read without allocating.
+struct AcquireAnswer {
+    items: [i64; 3],
+    len: usize,
+}
+
+impl AcquireAnswer {
+    /// `None` unless `reply` is an array of at most three integers.
+    fn of(reply: &Reply) -> Option<Self> {
+        let Reply::Array(replies) = reply else {
+            return None;
+        };
+        let mut answer = Self {
+            items: [0; 3],
+            len: 0,
+        };
+        for reply in replies {
+            let (Reply::Int(n), Some(slot)) = (reply, answer.items.get_mut(answer.len)) else {
+                return None;
+            };
+            *slot = *n;
+            answer.len += 1;
+        }
+        Some(answer)
+    }
+
+    fn items(&self) -> &[i64] {
+        &self.items[..self.len]
     }
 }
 
@@ -1246,6 +1264,25 @@ fn unexpected(what: &str, reply: &Reply) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_acquire_answer_is_two_or_three_integers_and_nothing_else() {
+        let ints = |ns: &[i64]| Reply::Array(ns.iter().map(|&n| Reply::Int(n)).collect());
+        let read = |reply: &Reply| AcquireAnswer::of(reply).map(|a| a.items().to_vec());
+        assert_eq!(read(&ints(&[1, 1, 7])), Some(vec![1, 1, 7]));
+        assert_eq!(read(&ints(&[0, 250])), Some(vec![0, 250]));
+        assert_eq!(read(&ints(&[1, 1, 7, 8])), None, "a fourth integer");
+        assert_eq!(
+            read(&Reply::Array(vec![Reply::Int(0), Reply::Nil])),
+            None,
+            "not an integer"
+        );
+        assert_eq!(read(&Reply::Int(1)), None, "not an array");
+        let name = LockName::new("n").expect("valid name");
+        let too_long = ints(&[1, 1, 7, 8]);
+        let decoded = decode_acquire(None, &too_long, &name, true);
+        assert!(decoded.is_err(), "an unreadable answer is an error");
+    }
 
     #[test]
     fn the_publish_mode_is_decided_as_redisson_decides_it() {
