@@ -584,7 +584,8 @@ pub(crate) async fn watchdog(server: &RedisServer, scale: Scale) -> Results {
     results
 }
 
-async fn latency_ours(locks: &Locks, rounds: usize) -> Figures {
+/// Lock+unlock pair times (ms) of `rounds` sequential pairs on one name.
+async fn latency_ours(locks: &Locks, rounds: usize) -> Vec<f64> {
     let mutex = locks.mutex("bench:r");
     let mut samples = Vec::with_capacity(rounds);
     for _ in 0..rounds {
@@ -594,14 +595,11 @@ async fn latency_ours(locks: &Locks, rounds: usize) -> Figures {
             samples.push(started.elapsed().as_secs_f64() * 1000.0);
         }
     }
-    let samples = sorted(samples);
-    figures(&[
-        ("pair_ms_p50", percentile(&samples, 0.5)),
-        ("pair_ms_p99", percentile(&samples, 0.99)),
-    ])
+    samples
 }
 
-async fn latency_peer(manager: &rslock::LockManager, rounds: usize) -> Figures {
+/// rslock's lock+unlock pair times (ms) of `rounds` sequential pairs on one name.
+async fn latency_peer(manager: &rslock::LockManager, rounds: usize) -> Vec<f64> {
     let mut samples = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let started = Instant::now();
@@ -613,6 +611,11 @@ async fn latency_peer(manager: &rslock::LockManager, rounds: usize) -> Figures {
             samples.push(started.elapsed().as_secs_f64() * 1000.0);
         }
     }
+    samples
+}
+
+/// The p50 and p99 of pair times.
+fn pair_figures(samples: Vec<f64>) -> Figures {
     let samples = sorted(samples);
     figures(&[
         ("pair_ms_p50", percentile(&samples, 0.5)),
@@ -623,93 +626,111 @@ async fn latency_peer(manager: &rslock::LockManager, rounds: usize) -> Figures {
 /// The floor under RedLock on these nodes: a bare client sends our own acquire script to
 /// every node at once and goes on when a majority answered, then the release script the
 /// same way. What RedLock costs above this is ours.
-async fn quorum_floor(urls: &[String], rounds: usize) -> Figures {
-    use futures_util::StreamExt as _;
-    use lock_redis_protocol::script::{MUTEX_ACQUIRE, MUTEX_RELEASE};
+/// A bare client of `urls` that sends our acquire and release scripts to every node at
+/// once and counts a call done once a majority answered: RedLock's floor.
+struct QuorumFloor {
+    nodes: Vec<redis::aio::MultiplexedConnection>,
+}
 
-    let mut nodes = Vec::with_capacity(urls.len());
-    for url in urls {
-        let client = redis::Client::open(url.as_str()).expect("url");
-        let mut connection = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
-        for script in [&MUTEX_ACQUIRE, &MUTEX_RELEASE] {
-            let _: String = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(script.source())
-                .query_async(&mut connection)
+impl QuorumFloor {
+    async fn connect(urls: &[String]) -> Self {
+        use lock_redis_protocol::script::{MUTEX_ACQUIRE, MUTEX_RELEASE};
+
+        let mut nodes = Vec::with_capacity(urls.len());
+        for url in urls {
+            let client = redis::Client::open(url.as_str()).expect("url");
+            let mut connection = client
+                .get_multiplexed_async_connection()
                 .await
-                .expect("SCRIPT LOAD");
+                .expect("connect");
+            for script in [&MUTEX_ACQUIRE, &MUTEX_RELEASE] {
+                let _: String = redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(script.source())
+                    .query_async(&mut connection)
+                    .await
+                    .expect("SCRIPT LOAD");
+            }
+            nodes.push(connection);
         }
-        nodes.push(connection);
+        Self { nodes }
     }
-    let majority = urls.len() / 2 + 1;
-    let (acquire, release) = (MUTEX_ACQUIRE.sha1(), MUTEX_RELEASE.sha1());
-    let key = "{bench:q}";
-    let owner = "bench-floor:1";
-    // Sends one script call to every node; returns once a majority answered.
-    let quorum = |sha: &str, keys: Vec<String>, args: Vec<&str>| {
-        let calls = nodes
+
+    /// Sends one script call to every node; returns how many of the first majority of
+    /// answers were not errors.
+    async fn quorum(&self, sha: &str, keys: &[String], args: &[&str]) -> usize {
+        use futures_util::StreamExt as _;
+
+        let majority = self.nodes.len() / 2 + 1;
+        let calls = self
+            .nodes
             .iter()
             .map(|node| {
                 let mut node = node.clone();
-                let call = evalsha(sha, &keys, &args);
+                let call = evalsha(sha, keys, args);
                 async move { call.query_async::<redis::Value>(&mut node).await }
             })
             .collect::<futures_util::stream::FuturesUnordered<_>>();
-        async move {
-            let answered = calls.filter(|reply| std::future::ready(reply.is_ok()));
-            answered.take(majority).count().await
-        }
-    };
-    let mut samples = Vec::with_capacity(rounds);
-    for round in 0..rounds {
-        let started = Instant::now();
-        let grant_latch = format!("{key}:grant:{round}");
-        let keys = vec![
-            key.to_owned(),
-            format!("{key}:reserved"),
-            format!("{key}:token"),
-            format!("{key}:epoch"),
-            format!("{key}:waiting"),
-            grant_latch.clone(),
-        ];
-        let args = vec![
-            "30000", owner, "0", "0", "0", "0", "0", "", "35000", "30000",
-        ];
-        let granted = quorum(acquire, keys, args).await;
-        let keys = vec![
-            key.to_owned(),
-            format!("{key}:waiting"),
-            format!("{key}:reserved"),
-            format!("{key}:release:{round}"),
-            grant_latch,
-        ];
-        let args = vec![
-            "30000",
-            owner,
-            "bench:q:channel",
-            "publish",
-            "numsub",
-            "100",
-            "30000",
-            "0",
-        ];
-        let released = quorum(release, keys, args).await;
-        if granted >= majority && released >= majority {
-            samples.push(started.elapsed().as_secs_f64() * 1000.0);
-        }
+        let answered = calls.filter(|reply| std::future::ready(reply.is_ok()));
+        answered.take(majority).count().await
     }
-    let samples = sorted(samples);
-    figures(&[
-        ("pair_ms_p50", percentile(&samples, 0.5)),
-        ("pair_ms_p99", percentile(&samples, 0.99)),
-    ])
+
+    /// Pair times (ms) of rounds `first..first + rounds` (each round has latch keys of
+    /// its own, so that no round is answered from an earlier one's latch).
+    async fn rounds(&self, first: usize, rounds: usize) -> Vec<f64> {
+        use lock_redis_protocol::script::{MUTEX_ACQUIRE, MUTEX_RELEASE};
+
+        let majority = self.nodes.len() / 2 + 1;
+        let (acquire, release) = (MUTEX_ACQUIRE.sha1(), MUTEX_RELEASE.sha1());
+        let key = "{bench:q}";
+        let owner = "bench-floor:1";
+        let mut samples = Vec::with_capacity(rounds);
+        for round in first..first + rounds {
+            let started = Instant::now();
+            let grant_latch = format!("{key}:grant:{round}");
+            let keys = [
+                key.to_owned(),
+                format!("{key}:reserved"),
+                format!("{key}:token"),
+                format!("{key}:epoch"),
+                format!("{key}:waiting"),
+                grant_latch.clone(),
+            ];
+            let args = [
+                "30000", owner, "0", "0", "0", "0", "0", "", "35000", "30000",
+            ];
+            let granted = self.quorum(acquire, &keys, &args).await;
+            let keys = [
+                key.to_owned(),
+                format!("{key}:waiting"),
+                format!("{key}:reserved"),
+                format!("{key}:release:{round}"),
+                grant_latch,
+            ];
+            let args = [
+                "30000",
+                owner,
+                "bench:q:channel",
+                "publish",
+                "numsub",
+                "100",
+                "30000",
+                "0",
+            ];
+            let released = self.quorum(release, &keys, &args).await;
+            if granted >= majority && released >= majority {
+                samples.push(started.elapsed().as_secs_f64() * 1000.0);
+            }
+        }
+        samples
+    }
 }
 
-/// Acquire+release latency on 5 nodes and on 1, ours and the peer's, and the bare
-/// quorum floor on 5.
+/// How many blocks each contender's rounds of a latency scenario are split into, taken
+/// in turn: a drift of the machine during the scenario (a neighbour's load, the clock
+/// speed) then weighs on every contender alike instead of on whoever ran at the time.
+const TURNS: usize = 10;
+
 pub(crate) async fn redlock(nodes: &[RedisServer], scale: Scale) -> Results {
     let rounds = (scale.seconds * 300.0) as usize;
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
@@ -726,16 +747,29 @@ pub(crate) async fn redlock(nodes: &[RedisServer], scale: Scale) -> Results {
         .expect("nodes")
         .locks();
     let one = distlock::redis::connect(&urls[0]).await.expect("connect");
-    let mut results = Results::new();
-    results.insert("lock redlock x5".into(), latency_ours(&five, rounds).await);
-    results.insert("lock single".into(), latency_ours(&one, rounds).await);
-    results.insert("rslock x5".into(), latency_peer(&peer(&urls), rounds).await);
-    results.insert("bare quorum x5".into(), quorum_floor(&urls, rounds).await);
-    results.insert(
-        "rslock single".into(),
-        latency_peer(&peer(&urls[..1]), rounds).await,
-    );
-    results
+    let floor = QuorumFloor::connect(&urls).await;
+    let (peer_five, peer_one) = (peer(&urls), peer(&urls[..1]));
+    let block = rounds.div_ceil(TURNS);
+    let mut samples: [Vec<f64>; 5] = Default::default();
+    for turn in 0..TURNS {
+        samples[0].extend(latency_ours(&five, block).await);
+        samples[1].extend(latency_ours(&one, block).await);
+        samples[2].extend(latency_peer(&peer_five, block).await);
+        samples[3].extend(floor.rounds(turn * block, block).await);
+        samples[4].extend(latency_peer(&peer_one, block).await);
+    }
+    let names = [
+        "lock redlock x5",
+        "lock single",
+        "rslock x5",
+        "bare quorum x5",
+        "rslock single",
+    ];
+    names
+        .into_iter()
+        .zip(samples)
+        .map(|(name, samples)| (name.to_owned(), pair_figures(samples)))
+        .collect()
 }
 
 /// Many tasks waiting on 100 names in one process.
