@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use distlock::Locks;
+use distlock::{Lock, Locks};
 use lock_core::LockName;
 use lock_core::backend::RequestId;
 use lock_redis_protocol::{layout, script};
@@ -342,112 +342,27 @@ fn check_pairs(replies: &[redis::Value]) -> Result<(), String> {
 
 /// Two clients ping-pong one lock: from one release being sent to the other acquiring.
 pub(crate) async fn handoff(server: &RedisServer, scale: Scale) -> Results {
-    let (a, b) = (ours(server).await, ours(server).await);
     let rounds = (scale.seconds * 200.0) as usize;
-    let released_at = Arc::new(std::sync::Mutex::new(Instant::now()));
-    let mut samples = Vec::with_capacity(rounds);
-    let (ma, mb) = (a.mutex("bench:h"), b.mutex("bench:h"));
-    for _ in 0..rounds {
-        let held = ma.lock().await.expect("lock");
-        let waiting = {
-            let (mb, released_at) = (mb.clone(), Arc::clone(&released_at));
-            tokio::spawn(async move {
-                let guard = mb.lock().await.expect("lock");
-                let at = Instant::now();
-                let since = at
-                    - *released_at
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let _ = guard.unlock().await;
-                since
-            })
-        };
-        // Let the waiter subscribe and sleep.
-        sleep(Duration::from_millis(2)).await;
-        // The clock starts as the release is sent: the waiter, woken by the release
-        // script itself, is often served before the releasing task has seen the
-        // release's answer, so a clock started once `unlock()` returned measured less
-        // than a round trip.
-        *released_at
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
-        if let Err(err) = held.unlock().await {
-            panic!("the bench's release failed: {err}");
-        }
-        if let Ok(since) = waiting.await {
-            samples.push(since.as_secs_f64() * 1000.0);
-        }
+    let ours = HandoffOurs::connect(server).await;
+    let mut floor = HandoffFloor::connect(server).await;
+    let mut ping = Ping::connect(server).await;
+    let block = rounds.div_ceil(TURNS);
+    let (mut our_samples, mut floor_samples, mut ping_samples) = (vec![], vec![], vec![]);
+    for _ in 0..TURNS {
+        our_samples.extend(ours.rounds(block).await);
+        floor_samples.extend(floor.rounds(block).await);
+        ping_samples.extend(ping.rounds(PINGS / TURNS).await);
     }
-    let samples = sorted(samples);
-    let ping = ping_ms(server).await;
     let mut results = Results::new();
-    results.insert(
-        "lock (redis)".into(),
-        figures(&[
-            ("handoff_ms_p50", percentile(&samples, 0.5)),
-            ("handoff_ms_p99", percentile(&samples, 0.99)),
-        ]),
-    );
-    results.insert("bare hand-off".into(), handoff_floor(server, rounds).await);
+    results.insert("lock (redis)".into(), handoff_figures(our_samples));
+    results.insert("bare hand-off".into(), handoff_figures(floor_samples));
+    let ping = percentile(&sorted(ping_samples), 0.5);
     results.insert("loopback".into(), figures(&[("ping_ms_p50", ping)]));
     results
 }
 
-/// The floor under a hand-off through redis-rs on this runtime: one bare client deletes
-/// a key and publishes in one script, and a bare subscriber that hears it takes the key
-/// with `SET NX` on its own connection; timed from the script being sent to the `SET`
-/// being answered, as the hand-off above is.
-async fn handoff_floor(server: &RedisServer, rounds: usize) -> Figures {
-    const KEY: &str = "bench:h:floor";
-    const CHANNEL: &str = "bench:h:floor:channel";
-    let client = redis::Client::open(server.url()).expect("url");
-    let mut releaser = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let mut taker = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let pubsub = client.get_async_pubsub().await.expect("connect");
-    let (mut subscriptions, mut messages) = pubsub.split();
-    subscriptions.subscribe(CHANNEL).await.expect("subscribe");
-    let release = redis::Script::new(
-        "redis.call('del', KEYS[1]); redis.call('publish', ARGV[1], '0'); return 0",
-    );
-    let mut samples = Vec::with_capacity(rounds);
-    for _ in 0..rounds {
-        let _: () = redis::cmd("SET")
-            .arg(KEY)
-            .arg("held")
-            .query_async(&mut releaser)
-            .await
-            .expect("set");
-        let waiting = tokio::spawn(async move {
-            use futures_util::StreamExt as _;
-            messages.next().await.expect("a release message");
-            let won: Option<String> = redis::cmd("SET")
-                .arg(KEY)
-                .arg("taken")
-                .arg("NX")
-                .query_async(&mut taker)
-                .await
-                .expect("set nx");
-            assert!(won.is_some(), "the floor's key was free");
-            (Instant::now(), messages, taker)
-        });
-        sleep(Duration::from_millis(2)).await;
-        let sent = Instant::now();
-        let _: i64 = release
-            .key(KEY)
-            .arg(CHANNEL)
-            .invoke_async(&mut releaser)
-            .await
-            .expect("release");
-        let (taken_at, back, conn) = waiting.await.expect("the floor's waiter");
-        (messages, taker) = (back, conn);
-        samples.push((taken_at - sent).as_secs_f64() * 1000.0);
-    }
+/// The p50 and p99 of hand-off times.
+fn handoff_figures(samples: Vec<f64>) -> Figures {
     let samples = sorted(samples);
     figures(&[
         ("handoff_ms_p50", percentile(&samples, 0.5)),
@@ -455,19 +370,172 @@ async fn handoff_floor(server: &RedisServer, rounds: usize) -> Figures {
     ])
 }
 
-async fn ping_ms(server: &RedisServer) -> f64 {
-    let client = redis::Client::open(server.url()).expect("url");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let mut samples = Vec::new();
-    for _ in 0..500 {
-        let started = Instant::now();
-        let _: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut conn).await;
-        samples.push(started.elapsed().as_secs_f64() * 1000.0);
+/// Two clients of ours handing one mutex over.
+struct HandoffOurs {
+    holder: Lock,
+    waiter: Lock,
+}
+
+impl HandoffOurs {
+    async fn connect(server: &RedisServer) -> Self {
+        let (a, b) = (ours(server).await, ours(server).await);
+        Self {
+            holder: a.mutex("bench:h"),
+            waiter: b.mutex("bench:h"),
+        }
     }
-    percentile(&sorted(samples), 0.5)
+
+    /// Times (ms) from a release being sent to the waiting client holding the lock.
+    async fn rounds(&self, rounds: usize) -> Vec<f64> {
+        let released_at = Arc::new(std::sync::Mutex::new(Instant::now()));
+        let mut samples = Vec::with_capacity(rounds);
+        for _ in 0..rounds {
+            let held = self.holder.lock().await.expect("lock");
+            let waiting = {
+                let (waiter, released_at) = (self.waiter.clone(), Arc::clone(&released_at));
+                tokio::spawn(async move {
+                    let guard = waiter.lock().await.expect("lock");
+                    let at = Instant::now();
+                    let since = at
+                        - *released_at
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let _ = guard.unlock().await;
+                    since
+                })
+            };
+            // Let the waiter subscribe and sleep.
+            sleep(Duration::from_millis(2)).await;
+            // The clock starts as the release is sent: the waiter, woken by the release
+            // script itself, is often served before the releasing task has seen the
+            // release's answer, so a clock started once `unlock()` returned measured
+            // less than a round trip.
+            *released_at
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
+            if let Err(err) = held.unlock().await {
+                panic!("the bench's release failed: {err}");
+            }
+            if let Ok(since) = waiting.await {
+                samples.push(since.as_secs_f64() * 1000.0);
+            }
+        }
+        samples
+    }
+}
+
+/// The bare hand-off floor: a script deletes a key and publishes; a bare subscriber
+/// takes the key with `SET NX` (redis-rs, same runtime, timed alike).
+struct HandoffFloor {
+    releaser: redis::aio::MultiplexedConnection,
+    /// Kept: the subscription lives as long as its sink half.
+    _subscriptions: redis::aio::PubSubSink,
+    /// The subscriber's messages and connection, lent to each round's waiting task.
+    taker: Option<(redis::aio::PubSubStream, redis::aio::MultiplexedConnection)>,
+    release: redis::Script,
+}
+
+impl HandoffFloor {
+    const KEY: &str = "bench:h:floor";
+    const CHANNEL: &str = "bench:h:floor:channel";
+
+    async fn connect(server: &RedisServer) -> Self {
+        let client = redis::Client::open(server.url()).expect("url");
+        let releaser = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let taker = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let pubsub = client.get_async_pubsub().await.expect("connect");
+        let (mut subscriptions, messages) = pubsub.split();
+        subscriptions
+            .subscribe(Self::CHANNEL)
+            .await
+            .expect("subscribe");
+        let release = redis::Script::new(
+            "redis.call('del', KEYS[1]); redis.call('publish', ARGV[1], '0'); return 0",
+        );
+        Self {
+            releaser,
+            _subscriptions: subscriptions,
+            taker: Some((messages, taker)),
+            release,
+        }
+    }
+
+    /// Times (ms) from the release being sent to the subscriber holding the key.
+    async fn rounds(&mut self, rounds: usize) -> Vec<f64> {
+        let mut samples = Vec::with_capacity(rounds);
+        for _ in 0..rounds {
+            let _: () = redis::cmd("SET")
+                .arg(Self::KEY)
+                .arg("held")
+                .query_async(&mut self.releaser)
+                .await
+                .expect("set");
+            let (mut messages, mut taker) = self.taker.take().expect("the taker is back");
+            let waiting = tokio::spawn(async move {
+                use futures_util::StreamExt as _;
+                messages.next().await.expect("a release message");
+                let won: Option<String> = redis::cmd("SET")
+                    .arg(Self::KEY)
+                    .arg("taken")
+                    .arg("NX")
+                    .query_async(&mut taker)
+                    .await
+                    .expect("set nx");
+                assert!(won.is_some(), "the floor's key was free");
+                (Instant::now(), messages, taker)
+            });
+            sleep(Duration::from_millis(2)).await;
+            let sent = Instant::now();
+            let _: i64 = self
+                .release
+                .key(Self::KEY)
+                .arg(Self::CHANNEL)
+                .invoke_async(&mut self.releaser)
+                .await
+                .expect("release");
+            let (taken_at, messages, taker) = waiting.await.expect("the floor's waiter");
+            self.taker = Some((messages, taker));
+            samples.push((taken_at - sent).as_secs_f64() * 1000.0);
+        }
+        samples
+    }
+}
+
+/// How many loopback PINGs the hand-off scenario times.
+const PINGS: usize = 500;
+
+/// A connection that times `PING`s.
+struct Ping {
+    conn: redis::aio::MultiplexedConnection,
+}
+
+impl Ping {
+    async fn connect(server: &RedisServer) -> Self {
+        let client = redis::Client::open(server.url()).expect("url");
+        let conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        Self { conn }
+    }
+
+    /// Round-trip times (ms) of `rounds` PINGs.
+    async fn rounds(&mut self, rounds: usize) -> Vec<f64> {
+        let mut samples = Vec::with_capacity(rounds);
+        for _ in 0..rounds {
+            let started = Instant::now();
+            let _: redis::RedisResult<String> =
+                redis::cmd("PING").query_async(&mut self.conn).await;
+            samples.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        samples
+    }
 }
 
 /// CPU time of this process (user + system), from `/proc/self/stat`.
