@@ -48,20 +48,30 @@ impl Spelling {
 
     /// This key of `name` alone.
     fn of(self, name: &LockName) -> String {
-        let mut keys = Keys::new(name);
-        let key = keys.add(self);
-        keys.buffer.truncate(key.end);
-        keys.buffer
+        self.alone(name, None)
     }
 
     /// This key of `name` for `request` alone.
     fn of_request(self, name: &LockName, request: RequestId) -> String {
-        let mut keys = Keys::new(name);
-        let key = keys.add_for_request(self, request);
-        keys.buffer.truncate(key.end);
+        self.alone(name, Some(request))
+    }
+
+    /// One key in a string of its exact size.
+    fn alone(self, name: &LockName, request: Option<RequestId>) -> String {
+        let mut keys = Keys::with_room(name, |tagged| {
+            let id = if request.is_some() { HEX_LEN } else { 0 };
+            self.before.len() + tagged + self.after.len() + id
+        });
+        match request {
+            Some(request) => keys.add_for_request(self, request),
+            None => keys.add(self),
+        };
         keys.buffer
     }
 }
+
+/// How long a request id is in a key: 32 hex digits.
+const HEX_LEN: usize = 32;
 
 const RESERVATION: Spelling = Spelling::new("redisson_lock_reserved:", "");
 const FAIR_QUEUE: Spelling = Spelling::new("redisson_lock_queue:", "");
@@ -91,13 +101,19 @@ pub(crate) struct Keys<'n> {
 pub(crate) type KeyAt = std::ops::Range<usize>;
 
 impl<'n> Keys<'n> {
-    /// Room for five keys of an ordinary length without growing.
+    /// Room for the keys of a mutex release (the most a request takes on the hot path:
+    /// five, two of them for requests) with prefixes of up to 24 bytes.
     pub(crate) fn new(name: &'n LockName) -> Self {
+        Self::with_room(name, |tagged| 5 * (tagged + 24) + 2 * (1 + HEX_LEN))
+    }
+
+    /// Room for `room(length of the tagged name)` bytes.
+    fn with_room(name: &'n LockName, room: impl FnOnce(usize) -> usize) -> Self {
         let tag = tag(name);
-        let tagged: usize = tag.iter().map(|piece| piece.len()).sum();
+        let tagged = tag.iter().map(|piece| piece.len()).sum();
         Self {
             tag,
-            buffer: String::with_capacity(5 * (tagged + 24) + 2 * 33),
+            buffer: String::with_capacity(room(tagged)),
         }
     }
 
@@ -442,6 +458,39 @@ mod tests {
                 format!("redisson_sc_reserved:{tag}")
             );
             assert_eq!(permit_timeouts_key(&n), format!("{tag}:timeout"));
+        }
+    }
+
+    #[test]
+    fn a_requests_keys_in_one_buffer_are_the_layouts_keys() {
+        let (id, other) = (RequestId::random(), RequestId::random());
+        for plain in [
+            "order:42",
+            "a{t}b",
+            "a-name-long-enough-to-make-the-buffer-grow-twice",
+        ] {
+            let n = name(plain);
+            let mut keys = Keys::new(&n);
+            let at = [
+                keys.release_latch(id),
+                keys.grant_latch(other),
+                keys.mutex_channel(),
+                keys.waiting_clients(),
+                keys.reservation(),
+                keys.token(),
+            ];
+            let built = at.map(|at| keys.get(at).to_owned());
+            assert_eq!(
+                built,
+                [
+                    release_latch_key(&n, id),
+                    grant_latch_key(&n, other),
+                    mutex_channel(&n),
+                    waiting_clients_key(&n),
+                    reservation_key(&n),
+                    token_key(&n),
+                ]
+            );
         }
     }
 
