@@ -440,15 +440,9 @@ impl HandoffFloor {
     const CHANNEL: &str = "bench:h:floor:channel";
 
     async fn connect(server: &RedisServer) -> Self {
-        let client = redis::Client::open(server.url()).expect("url");
-        let releaser = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
-        let taker = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
+        let url = server.url();
+        let (releaser, taker) = (bare_connection(&url).await, bare_connection(&url).await);
+        let client = redis::Client::open(url).expect("url");
         let pubsub = client.get_async_pubsub().await.expect("connect");
         let (mut subscriptions, messages) = pubsub.split();
         subscriptions
@@ -507,6 +501,15 @@ impl HandoffFloor {
     }
 }
 
+/// A redis-rs connection of a floor's own, beside our clients.
+async fn bare_connection(url: &str) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(url).expect("url");
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
 /// How many loopback PINGs the hand-off scenario times.
 const PINGS: usize = 500;
 
@@ -517,12 +520,9 @@ struct Ping {
 
 impl Ping {
     async fn connect(server: &RedisServer) -> Self {
-        let client = redis::Client::open(server.url()).expect("url");
-        let conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
-        Self { conn }
+        Self {
+            conn: bare_connection(&server.url()).await,
+        }
     }
 
     /// Round-trip times (ms) of `rounds` PINGs.
@@ -706,11 +706,7 @@ impl QuorumFloor {
 
         let mut nodes = Vec::with_capacity(urls.len());
         for url in urls {
-            let client = redis::Client::open(url.as_str()).expect("url");
-            let mut connection = client
-                .get_multiplexed_async_connection()
-                .await
-                .expect("connect");
+            let mut connection = bare_connection(url).await;
             for script in [&MUTEX_ACQUIRE, &MUTEX_RELEASE] {
                 let _: String = redis::cmd("SCRIPT")
                     .arg("LOAD")
