@@ -23,14 +23,13 @@ fn tag(name: &LockName) -> [&str; 3] {
     }
 }
 
-/// `prefix`, the name with its hash tag, then `suffix`, in one allocation of the exact
-/// size, without the formatting machinery.
+/// `prefix`, the name with its hash tag, then `suffix`, in a string of its exact size,
+/// without the formatting machinery.
 fn tagged_key(prefix: &[&str], name: &LockName, suffix: &[&str]) -> String {
-    let tag = tag(name);
-    let pieces = || prefix.iter().chain(&tag).chain(suffix);
-    let mut key = String::with_capacity(pieces().map(|piece| piece.len()).sum::<usize>());
-    pieces().for_each(|piece| key.push_str(piece));
-    key
+    let length = |pieces: &[&str]| pieces.iter().map(|piece| piece.len()).sum::<usize>();
+    let mut keys = Keys::with_room(name, |tagged| length(prefix) + tagged + length(suffix));
+    keys.add_around(prefix, suffix);
+    keys.buffer
 }
 
 /// How one kind of key or channel is spelled: what comes before a lock's tagged name and
@@ -119,12 +118,15 @@ impl<'n> Keys<'n> {
 
     /// Adds the `spelling` key of the name.
     pub(crate) fn add(&mut self, spelling: Spelling) -> KeyAt {
+        self.add_around(&[spelling.before], &[spelling.after])
+    }
+
+    /// Adds the pieces of `before`, the tagged name, then the pieces of `after`.
+    fn add_around(&mut self, before: &[&str], after: &[&str]) -> KeyAt {
         let start = self.buffer.len();
-        self.buffer.push_str(spelling.before);
-        for piece in self.tag {
+        for piece in before.iter().chain(&self.tag).chain(after) {
             self.buffer.push_str(piece);
         }
-        self.buffer.push_str(spelling.after);
         start..self.buffer.len()
     }
 
