@@ -354,19 +354,19 @@ pub(crate) async fn handoff(server: &RedisServer, scale: Scale) -> Results {
         ping_samples.extend(ping.rounds(PINGS / TURNS).await);
     }
     let mut results = Results::new();
-    results.insert("lock (redis)".into(), handoff_figures(our_samples));
-    results.insert("bare hand-off".into(), handoff_figures(floor_samples));
+    results.insert("lock (redis)".into(), p50_p99("handoff_ms", our_samples));
+    results.insert("bare hand-off".into(), p50_p99("handoff_ms", floor_samples));
     let ping = percentile(&sorted(ping_samples), 0.5);
     results.insert("loopback".into(), figures(&[("ping_ms_p50", ping)]));
     results
 }
 
-/// The p50 and p99 of hand-off times.
-fn handoff_figures(samples: Vec<f64>) -> Figures {
+/// The p50 and p99 of `samples`, named `<what>_p50` and `<what>_p99`.
+fn p50_p99(what: &str, samples: Vec<f64>) -> Figures {
     let samples = sorted(samples);
     figures(&[
-        ("handoff_ms_p50", percentile(&samples, 0.5)),
-        ("handoff_ms_p99", percentile(&samples, 0.99)),
+        (format!("{what}_p50").as_str(), percentile(&samples, 0.5)),
+        (format!("{what}_p99").as_str(), percentile(&samples, 0.99)),
     ])
 }
 
@@ -424,8 +424,10 @@ impl HandoffOurs {
     }
 }
 
-/// The bare hand-off floor: a script deletes a key and publishes; a bare subscriber
-/// takes the key with `SET NX` (redis-rs, same runtime, timed alike).
+/// The floor under a hand-off through redis-rs on this runtime: one bare client deletes
+/// a key and publishes in one script, and a bare subscriber that hears it takes the key
+/// with `SET NX` on its own connection; timed from the script being sent to the `SET`
+/// being answered, as our hand-off is.
 struct HandoffFloor {
     releaser: redis::aio::MultiplexedConnection,
     /// Kept: the subscription lives as long as its sink half.
@@ -682,25 +684,18 @@ async fn latency_peer(manager: &rslock::LockManager, rounds: usize) -> Vec<f64> 
     samples
 }
 
-/// The p50 and p99 of pair times.
-fn pair_figures(samples: Vec<f64>) -> Figures {
-    let samples = sorted(samples);
-    figures(&[
-        ("pair_ms_p50", percentile(&samples, 0.5)),
-        ("pair_ms_p99", percentile(&samples, 0.99)),
-    ])
-}
-
 /// The floor under RedLock on these nodes: a bare client sends our own acquire script to
 /// every node at once and goes on when a majority answered, then the release script the
 /// same way. What RedLock costs above this is ours.
-/// A bare client of `urls` that sends our acquire and release scripts to every node at
-/// once and counts a call done once a majority answered: RedLock's floor.
 struct QuorumFloor {
     nodes: Vec<redis::aio::MultiplexedConnection>,
 }
 
 impl QuorumFloor {
+    fn majority(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
     async fn connect(urls: &[String]) -> Self {
         use lock_redis_protocol::script::{MUTEX_ACQUIRE, MUTEX_RELEASE};
 
@@ -725,7 +720,6 @@ impl QuorumFloor {
     async fn quorum(&self, sha: &str, keys: &[String], args: &[&str]) -> usize {
         use futures_util::StreamExt as _;
 
-        let majority = self.nodes.len() / 2 + 1;
         let calls = self
             .nodes
             .iter()
@@ -736,7 +730,7 @@ impl QuorumFloor {
             })
             .collect::<futures_util::stream::FuturesUnordered<_>>();
         let answered = calls.filter(|reply| std::future::ready(reply.is_ok()));
-        answered.take(majority).count().await
+        answered.take(self.majority()).count().await
     }
 
     /// Pair times (ms) of rounds `first..first + rounds` (each round has latch keys of
@@ -744,7 +738,7 @@ impl QuorumFloor {
     async fn rounds(&self, first: usize, rounds: usize) -> Vec<f64> {
         use lock_redis_protocol::script::{MUTEX_ACQUIRE, MUTEX_RELEASE};
 
-        let majority = self.nodes.len() / 2 + 1;
+        let majority = self.majority();
         let (acquire, release) = (MUTEX_ACQUIRE.sha1(), MUTEX_RELEASE.sha1());
         let key = "{bench:q}";
         let owner = "bench-floor:1";
@@ -832,7 +826,7 @@ pub(crate) async fn redlock(nodes: &[RedisServer], scale: Scale) -> Results {
     names
         .into_iter()
         .zip(samples)
-        .map(|(name, samples)| (name.to_owned(), pair_figures(samples)))
+        .map(|(name, samples)| (name.to_owned(), p50_p99("pair_ms", samples)))
         .collect()
 }
 
