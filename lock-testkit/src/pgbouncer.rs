@@ -1,7 +1,7 @@
 //! PgBouncer in front of a test's PostgreSQL, pooling in transaction mode: the setup in
 //! which a statement may run on another server connection than the one before it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::PostgresServer;
 use crate::ports;
-use crate::postgres::{panic_if_exited, unprivileged_user};
+use crate::postgres::{PortTaken, still_starting, unprivileged_user};
 use crate::scratch::ScratchDir;
 
 /// The message shown when PgBouncer cannot be found.
@@ -64,8 +64,34 @@ impl PgBouncer {
     pub async fn start(server: &PostgresServer) -> Self {
         let binary = pgbouncer_binary().unwrap_or_else(|| panic!("{NOT_FOUND}"));
         let dir = ScratchDir::new();
-        let port = ports::reserve(false);
-        let path = |name: &str| dir.path().join(name).display().to_string();
+        write(&dir, "users.txt", "\"postgres\" \"\"\n");
+        if let Some((uid, gid)) = unprivileged_user() {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))
+                .unwrap_or_else(|e| panic!("chown {}: {e}", dir.path().display()));
+        }
+        let mut bouncer = Self {
+            port: 0,
+            child: None,
+            dir,
+        };
+        for _ in 0..ports::PORT_ATTEMPTS {
+            bouncer.port = ports::reserve(false);
+            bouncer.spawn(&binary, server.port());
+            if bouncer.wait_until_listening().await.is_ok() {
+                return bouncer;
+            }
+            ports::release(bouncer.port, false);
+        }
+        panic!(
+            "pgbouncer found its port taken {} times in a row; its log is in {}",
+            ports::PORT_ATTEMPTS,
+            bouncer.dir.path().display()
+        );
+    }
+
+    /// Writes the configuration for `self.port` and starts the process.
+    fn spawn(&mut self, binary: &Path, upstream: u16) {
+        let path = |name: &str| self.dir.path().join(name).display().to_string();
         let config = format!(
             "[databases]\n\
              postgres = host=127.0.0.1 port={upstream} dbname=postgres user=postgres\n\
@@ -80,16 +106,18 @@ impl PgBouncer {
              default_pool_size = 40\n\
              ignore_startup_parameters = extra_float_digits,options\n\
              logfile = {log}\n",
-            upstream = server.port(),
+            port = self.port,
             users = path("users.txt"),
             log = path("pgbouncer.log"),
         );
-        let write = |name: &str, text: &str| {
-            std::fs::write(dir.path().join(name), text)
-                .unwrap_or_else(|e| panic!("write {name}: {e}"));
-        };
-        write("pgbouncer.ini", &config);
-        write("users.txt", "\"postgres\" \"\"\n");
+        write(&self.dir, "pgbouncer.ini", &config);
+        // Each attempt is judged by its own log.
+        let log = self.dir.path().join("pgbouncer.log");
+        if log.exists()
+            && let Err(err) = std::fs::remove_file(&log)
+        {
+            eprintln!("lock-testkit: removing {}: {err}", log.display());
+        }
         let mut command = Command::new(binary);
         command
             .arg(path("pgbouncer.ini"))
@@ -98,20 +126,12 @@ impl PgBouncer {
             .stderr(Stdio::null());
         if let Some((uid, gid)) = unprivileged_user() {
             use std::os::unix::process::CommandExt;
-            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))
-                .unwrap_or_else(|e| panic!("chown {}: {e}", dir.path().display()));
             command.uid(uid).gid(gid);
         }
         let child = command
             .spawn()
             .unwrap_or_else(|e| panic!("start pgbouncer: {e}"));
-        let mut bouncer = Self {
-            port,
-            child: Some(child),
-            dir,
-        };
-        bouncer.wait_until_listening().await;
-        bouncer
+        self.child = Some(child);
     }
 
     /// The port clients connect to.
@@ -126,20 +146,25 @@ impl PgBouncer {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
-    async fn wait_until_listening(&mut self) {
+    /// Waits until the process accepts connections; [`PortTaken`] if it exited because
+    /// its port was taken.
+    async fn wait_until_listening(&mut self) -> Result<(), PortTaken> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            panic_if_exited(
+            if let Err(taken) = still_starting(
                 self.child.as_mut(),
                 "pgbouncer",
                 self.port,
                 &self.dir.path().join("pgbouncer.log"),
-            );
+            ) {
+                self.child = None;
+                return Err(taken);
+            }
             if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
                 .await
                 .is_ok()
             {
-                return;
+                return Ok(());
             }
             assert!(
                 Instant::now() < deadline,
@@ -149,6 +174,11 @@ impl PgBouncer {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// Writes `text` into the file `name` of `dir`.
+fn write(dir: &ScratchDir, name: &str, text: &str) {
+    std::fs::write(dir.path().join(name), text).unwrap_or_else(|e| panic!("write {name}: {e}"));
 }
 
 impl Drop for PgBouncer {

@@ -130,8 +130,25 @@ impl PostgresServer {
             run_as,
         };
         server.init_db();
-        server.launch().await;
-        server
+        for attempt in 1..=ports::PORT_ATTEMPTS {
+            match server.launch().await {
+                Ok(()) => return server,
+                Err(PortTaken) if attempt < ports::PORT_ATTEMPTS => {
+                    // The next attempt is judged by its own log.
+                    if let Err(err) = std::fs::remove_file(server.dir.path().join("postgres.log")) {
+                        eprintln!("lock-testkit: removing postgres.log: {err}");
+                    }
+                    ports::release(server.port, false);
+                    server.port = ports::reserve(false);
+                }
+                Err(PortTaken) => {}
+            }
+        }
+        panic!(
+            "postgres found its port taken {} times in a row; its log is in {}",
+            ports::PORT_ATTEMPTS,
+            server.dir.path().display()
+        );
     }
 
     /// The port the server listens on.
@@ -156,7 +173,12 @@ impl PostgresServer {
     /// same port with the same data directory: committed data survives.
     pub async fn restart(&mut self) {
         self.stop();
-        self.launch().await;
+        let launched = self.launch().await;
+        assert!(
+            launched.is_ok(),
+            "postgres could not restart: another process took its port {}",
+            self.port
+        );
     }
 
     /// Pauses every process of the server: the postmaster first (so that it starts no
@@ -224,7 +246,9 @@ impl PostgresServer {
         );
     }
 
-    async fn launch(&mut self) {
+    /// Starts the server on `self.port` and waits until it is ready; [`PortTaken`] if
+    /// another process holds the port.
+    async fn launch(&mut self) -> Result<(), PortTaken> {
         let port = self.port.to_string();
         let sockets = self.dir.path().display().to_string();
         let mut command = self.command("postgres");
@@ -252,19 +276,22 @@ impl PostgresServer {
         self.child = Some(child);
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            panic_if_exited(
+            if let Err(taken) = still_starting(
                 self.child.as_mut(),
                 "postgres",
                 self.port,
                 &self.dir.path().join("postgres.log"),
-            );
+            ) {
+                self.child = None;
+                return Err(taken);
+            }
             let ready = self
                 .command("pg_isready")
                 .args(["-q", "-h", "127.0.0.1", "-p", &port, "-U", "postgres"])
                 .status()
                 .is_ok_and(|status| status.success());
             if ready {
-                return;
+                return Ok(());
             }
             assert!(
                 Instant::now() < deadline,
@@ -325,17 +352,30 @@ pub(crate) fn unprivileged_user() -> Option<(u32, u32)> {
     }
 }
 
-/// Panics with its log when the server process `child` (`what`, on `port`) has exited
-/// while it was expected to start.
-pub(crate) fn panic_if_exited(child: Option<&mut Child>, what: &str, port: u16, log: &Path) {
+/// The starting server process `child` (`what`, on `port`) gave up because another
+/// process holds its port.
+#[derive(Debug)]
+pub(crate) struct PortTaken;
+
+/// Checks on the server process `child` (`what`, on `port`) while it starts: `Ok` while it
+/// runs, [`PortTaken`] when it exited because its port was taken (the caller may try
+/// another), and a panic with its log when it exited for any other reason.
+pub(crate) fn still_starting(
+    child: Option<&mut Child>,
+    what: &str,
+    port: u16,
+    log: &Path,
+) -> Result<(), PortTaken> {
     if let Some(child) = child
         && let Ok(Some(status)) = child.try_wait()
     {
-        panic!(
-            "{what} exited ({status}) on port {port}; its log:\n{}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
+        let log = std::fs::read_to_string(log).unwrap_or_default();
+        if ports::log_says_port_taken(&log) {
+            return Err(PortTaken);
+        }
+        panic!("{what} exited ({status}) on port {port}; its log:\n{log}");
     }
+    Ok(())
 }
 
 /// Sends `sig` to `pid`; a process that is gone by then needs nothing.

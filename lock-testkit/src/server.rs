@@ -21,8 +21,6 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 const CLUSTER_RESTART_TIMEOUT: Duration = Duration::from_secs(20);
 /// How often readiness is polled.
 const POLL: Duration = Duration::from_millis(20);
-/// How many fresh ports are tried when the chosen one turns out to be taken.
-const PORT_ATTEMPTS: usize = 5;
 /// Response timeout for [`RedisServer::command`]: long enough for any test command,
 /// short enough that a paused or wedged server fails the test instead of hanging it.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -232,7 +230,7 @@ impl RedisServer {
         let binary = require_binary();
         let dir = ScratchDir::new();
         let deadline = Instant::now() + START_TIMEOUT;
-        for attempt in 1..=PORT_ATTEMPTS {
+        for attempt in 1..=ports::PORT_ATTEMPTS {
             let port = ports::reserve(config.cluster);
             write_config(dir.path(), port, &config);
             clear_logs(dir.path());
@@ -253,7 +251,7 @@ impl RedisServer {
                     ports::release(port, config.cluster);
                     let busy = matches!(why, NotReady::Foreign)
                         || (matches!(why, NotReady::Exited(_)) && log_says_busy(dir.path()));
-                    let retry = busy && attempt < PORT_ATTEMPTS && Instant::now() < deadline;
+                    let retry = busy && attempt < ports::PORT_ATTEMPTS && Instant::now() < deadline;
                     assert!(
                         retry,
                         "redis-server ({}) did not start on 127.0.0.1:{port}: {}\n{}",
@@ -435,8 +433,7 @@ fn clear_logs(dir: &Path) {
 
 fn log_says_busy(dir: &Path) -> bool {
     ["redis.log", "stderr.log"].iter().any(|name| {
-        std::fs::read_to_string(dir.join(name))
-            .is_ok_and(|text| text.contains("Address already in use"))
+        std::fs::read_to_string(dir.join(name)).is_ok_and(|text| ports::log_says_port_taken(&text))
     })
 }
 
