@@ -32,11 +32,13 @@ pub(crate) enum AcquireOutcome {
 }
 
 /// Runs a `metrics` macro with the lock kind as its first label, spelt out literally in
-/// each arm so that every key is a static one: a label computed at run time makes the
-/// macro allocate its key on every call, recorder or not, and these are called for every
-/// acquisition and release.
+/// each arm so that every key is a static one, hashed once: a label computed at run time
+/// makes the macro allocate its key on every call, and a name that is not a literal (a
+/// `const` included) makes it hash the key on every call, recorder or not. These run for
+/// every acquisition and release. The names repeat the constants above; the test below
+/// checks that they agree.
 macro_rules! with_kind {
-    ($kind:expr, $macro:ident!($name:expr $(, $label:literal => $value:literal)*)) => {
+    ($kind:expr, $macro:ident!($name:literal $(, $label:literal => $value:literal)*)) => {
         match $kind {
             LockKind::Mutex => metrics::$macro!($name, "kind" => "mutex" $(, $label => $value)*),
             LockKind::Fair => metrics::$macro!($name, "kind" => "fair" $(, $label => $value)*),
@@ -49,29 +51,41 @@ macro_rules! with_kind {
 pub(crate) fn acquire(kind: LockKind, outcome: AcquireOutcome, elapsed: Duration) {
     let histogram = match outcome {
         AcquireOutcome::Acquired => {
-            with_kind!(kind, histogram!(ACQUIRE_SECONDS, "outcome" => "acquired"))
+            with_kind!(
+                kind,
+                histogram!("lock_acquire_seconds", "outcome" => "acquired")
+            )
         }
-        AcquireOutcome::Busy => with_kind!(kind, histogram!(ACQUIRE_SECONDS, "outcome" => "busy")),
+        AcquireOutcome::Busy => with_kind!(
+            kind,
+            histogram!("lock_acquire_seconds", "outcome" => "busy")
+        ),
         AcquireOutcome::Timeout => {
-            with_kind!(kind, histogram!(ACQUIRE_SECONDS, "outcome" => "timeout"))
+            with_kind!(
+                kind,
+                histogram!("lock_acquire_seconds", "outcome" => "timeout")
+            )
         }
         AcquireOutcome::Error => {
-            with_kind!(kind, histogram!(ACQUIRE_SECONDS, "outcome" => "error"))
+            with_kind!(
+                kind,
+                histogram!("lock_acquire_seconds", "outcome" => "error")
+            )
         }
     };
     histogram.record(elapsed.as_secs_f64());
 }
 
 pub(crate) fn waited(kind: LockKind, waited: Duration) {
-    with_kind!(kind, histogram!(WAIT_SECONDS)).record(waited.as_secs_f64());
+    with_kind!(kind, histogram!("lock_wait_seconds")).record(waited.as_secs_f64());
 }
 
 pub(crate) fn held(kind: LockKind, delta: f64) {
-    with_kind!(kind, gauge!(HELD)).increment(delta);
+    with_kind!(kind, gauge!("lock_held")).increment(delta);
 }
 
 pub(crate) fn released(kind: LockKind, held_for: Duration) {
-    with_kind!(kind, histogram!(HOLD_SECONDS)).record(held_for.as_secs_f64());
+    with_kind!(kind, histogram!("lock_hold_seconds")).record(held_for.as_secs_f64());
 }
 
 pub(crate) fn renewals(outcome: &'static str, count: usize) {

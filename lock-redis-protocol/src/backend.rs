@@ -261,7 +261,7 @@ impl RedisBackend {
                     ));
                 }
                 let wait = ReplicaWait { replicas, timeout };
-                let limit = self.transport.response_timeout() * 2 + timeout;
+                let limit = Some(self.transport.response_timeout() * 2 + timeout);
                 let sent = send_loading(script, keys, args, |call| {
                     TransportError::within(limit, self.transport.send_then_wait(call, wait))
                 });
@@ -283,7 +283,7 @@ impl RedisBackend {
         keys: &[&str],
         args: &[&str],
     ) -> Result<Reply, Error> {
-        let limit = self.transport.response_timeout();
+        let limit = (!self.transport.bounds_its_calls()).then(|| self.transport.response_timeout());
         send_loading(script, keys, args, |call| {
             TransportError::within(limit, self.transport.send(call))
         })
@@ -309,7 +309,7 @@ impl RedisBackend {
     }
 
     /// The restart quarantine in milliseconds, 0 for none.
-    fn quarantine_ms(&self) -> u128 {
+    fn quarantine_ms(&self) -> u64 {
         self.options.restart_quarantine.map_or(0, millis)
     }
 
@@ -478,10 +478,8 @@ impl Backend for RedisBackend {
         let [lease_ms, latch_ms, quarantine] = numbers.get();
         let (reply, acknowledged) = match lock.kind {
             LockKind::Fair => {
-                let fair = Decimals::new([
-                    millis(wait.place_kept_for),
-                    u128::from(layout::REDISSON_WAIT_SLOT_MS),
-                ]);
+                let fair =
+                    Decimals::new([millis(wait.place_kept_for), layout::REDISSON_WAIT_SLOT_MS]);
                 let [timeout_ms, slot] = fair.get();
                 let [queue, deadlines, alive] = layout::fair_queue_keys(name);
                 let (token_key, latch) = (built.get(token_at), built.get(latch_at));
@@ -528,7 +526,7 @@ impl Backend for RedisBackend {
                 let mutex = Decimals::new([
                     millis(self.options.reservation),
                     millis(wait.waited),
-                    millis(request.lease + wait.place_kept_for),
+                    millis(request.lease.saturating_add(wait.place_kept_for)),
                 ]);
                 let [reservation_ms, waited_ms, registered_ms] = mutex.get();
                 let args = [
@@ -1245,8 +1243,9 @@ fn not_run_here(server: &ServerError) -> bool {
     )
 }
 
-fn millis(d: Duration) -> u128 {
-    d.as_millis().max(1)
+/// Whole milliseconds, at least one (a zero lease would mean none), at most `u64::MAX`.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 fn pttl(ms: i64) -> Option<Duration> {

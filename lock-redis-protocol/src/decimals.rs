@@ -1,22 +1,30 @@
 //! Script arguments are strings: the numbers of one call, rendered into one buffer.
 
-/// The decimal renderings of `N` numbers kept in one buffer, so that a script call's
-/// numeric arguments cost one allocation instead of one each, and no trip through the
+/// The longest decimal rendering of a `u64`.
+const LONGEST: usize = 20;
+/// Room for three numbers, the most any script call renders at once.
+const ROOM: usize = 3 * LONGEST;
+
+/// The decimal renderings of `N` numbers (at most three) kept in one buffer on the stack,
+/// so that a script call's numeric arguments cost no allocation and no trip through the
 /// formatting machinery (every acquire and release sends several).
 pub(crate) struct Decimals<const N: usize> {
-    text: String,
+    text: [u8; ROOM],
     ends: [usize; N],
 }
 
 impl<const N: usize> Decimals<N> {
     /// Renders `numbers`, in order.
-    pub(crate) fn new(numbers: [u128; N]) -> Self {
+    pub(crate) fn new(numbers: [u64; N]) -> Self {
+        const { assert!(N * LONGEST <= ROOM, "room for at most three numbers") };
         let mut digits = itoa::Buffer::new();
-        // Milliseconds of a lease or a window: a handful of digits each, as a rule.
-        let mut text = String::with_capacity(N * 8);
+        let mut text = [0; ROOM];
+        let mut len = 0;
         let ends = numbers.map(|n| {
-            text.push_str(digits.format(n));
-            text.len()
+            let rendered = digits.format(n).as_bytes();
+            text[len..len + rendered.len()].copy_from_slice(rendered);
+            len += rendered.len();
+            len
         });
         Self { text, ends }
     }
@@ -25,7 +33,8 @@ impl<const N: usize> Decimals<N> {
     pub(crate) fn get(&self) -> [&str; N] {
         let mut start = 0;
         self.ends.map(|end| {
-            let rendered = &self.text[start..end];
+            // Only ASCII digits were written, so this is never the empty fallback.
+            let rendered = std::str::from_utf8(&self.text[start..end]).unwrap_or_default();
             start = end;
             rendered
         })
@@ -38,11 +47,9 @@ mod tests {
 
     #[test]
     fn renders_each_number_apart() {
-        let decimals = Decimals::new([0, 7, 30_000, u128::from(u64::MAX), 12]);
-        assert_eq!(
-            decimals.get(),
-            ["0", "7", "30000", "18446744073709551615", "12"]
-        );
+        let decimals = Decimals::new([0, 30_000, u64::MAX]);
+        assert_eq!(decimals.get(), ["0", "30000", "18446744073709551615"]);
+        assert_eq!(Decimals::new([7, 12]).get(), ["7", "12"]);
         assert_eq!(Decimals::<0>::new([]).get(), [""; 0]);
     }
 }

@@ -93,18 +93,21 @@ pub enum TransportError {
 }
 
 impl TransportError {
-    /// Runs `call`; taking longer than `limit` is an [`TransportError::Io`].
+    /// Runs `call`; taking longer than `limit` (if any) is an [`TransportError::Io`].
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe exactly when `call` is.
     pub async fn within<T>(
-        limit: std::time::Duration,
+        limit: Option<std::time::Duration>,
         call: impl Future<Output = Result<T, Self>>,
     ) -> Result<T, Self> {
-        tokio::time::timeout(limit, call)
-            .await
-            .unwrap_or_else(|elapsed| Err(Self::Io(Box::new(elapsed))))
+        match limit {
+            Some(limit) => tokio::time::timeout(limit, call)
+                .await
+                .unwrap_or_else(|elapsed| Err(Self::Io(Box::new(elapsed)))),
+            None => call.await,
+        }
     }
 
     /// The adapter has no prepared form of `script`.
@@ -142,7 +145,7 @@ pub trait Transport: PubSub {
     /// Sends `call` once (`EVALSHA` or `EVAL`, as [`ScriptCall::command`] says), routed in
     /// a cluster by `keys[0]`. A call whose reply was lost must not be sent again here:
     /// the protocol decides about retries. The protocol bounds the call by
-    /// [`Transport::response_timeout`].
+    /// [`Transport::response_timeout`], unless [`Transport::bounds_its_calls`].
     async fn send(&self, call: ScriptCall<'_>) -> Result<Reply, TransportError>;
 
     /// Sends `call` and then `WAIT` back to back on one connection (so that `WAIT` covers
@@ -173,6 +176,14 @@ pub trait Transport: PubSub {
 
     /// The longest wait for one reply.
     fn response_timeout(&self) -> std::time::Duration;
+
+    /// Whether every [`Transport::send`] ends within [`Transport::response_timeout`] of
+    /// its own accord, a reconnection included: the protocol then sets no timer of its own
+    /// around each call (one per call is a measurable share of a lock's client CPU). The
+    /// default, `false`, is always safe.
+    fn bounds_its_calls(&self) -> bool {
+        false
+    }
 }
 
 /// Where an adapter delivers what its subscription connection receives.

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use lock_core::{Error, Locks};
 use lock_redis_protocol::{ConnectorSettings, PublishMode, RedisBackend, connect};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 
 use crate::notifications::{self, Link};
+use crate::reconnect::Reconnecting;
 use crate::sentinel::Failover;
 use crate::sharded::{self, ShardedLink};
 use crate::transport::{Commands, Notifications, RedisPool, RedisTransport};
@@ -192,9 +193,11 @@ impl Connector {
         let (commands, nodes) = match target {
             Target::Url(url) => match url::parse(&url, &tls)? {
                 Deployment::Single(client) => {
-                    let manager = manager(&client, connect_timeout, response_timeout).await?;
-                    refuse_cluster_node(manager.clone(), response_timeout).await?;
-                    (Commands::Manager(manager), vec![client])
+                    let connection =
+                        Reconnecting::connect(client.clone(), connect_timeout, response_timeout)
+                            .await?;
+                    refuse_cluster_node(&connection).await?;
+                    (Commands::Connection(connection), vec![client])
                 }
                 Deployment::Cluster(urls) => {
                     let connected = cluster(&urls, &tls, connect_timeout, response_timeout).await?;
@@ -264,40 +267,19 @@ impl Connector {
     }
 }
 
-pub(crate) async fn manager(
-    client: &redis::Client,
-    connect_timeout: Duration,
-    response_timeout: Duration,
-) -> Result<ConnectionManager, Error> {
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(connect_timeout))
-        .set_response_timeout(Some(response_timeout))
-        // Reconnects happen in the background; a call during one fails fast and the
-        // caller (the watchdog, or the user) decides whether to retry.
-        .set_number_of_retries(1);
-    let connecting = ConnectionManager::new_with_config(client.clone(), config);
-    match tokio::time::timeout(connect_timeout, connecting).await {
-        Ok(Ok(manager)) => Ok(manager),
-        Ok(Err(err)) => Err(crate::error::connection("connecting", err)),
-        Err(elapsed) => Err(Error::connection("connecting", elapsed)),
-    }
-}
-
 /// A single-server URL that points at a cluster node would fail on every other key
 /// with `MOVED`: say so at once. A server that wants a password the URL lacks answers
-/// `NOAUTH` here: also said at once, not at the first lock (the connection manager
-/// connects without checking).
-async fn refuse_cluster_node(
-    mut manager: ConnectionManager,
-    timeout: Duration,
-) -> Result<(), Error> {
+/// `NOAUTH` here: also said at once, not at the first lock.
+async fn refuse_cluster_node(connection: &Reconnecting) -> Result<(), Error> {
     let mut command = redis::cmd("INFO");
     command.arg("cluster");
-    let info = command.query_async::<String>(&mut manager);
-    match tokio::time::timeout(timeout, info).await {
-        Ok(Ok(info)) => connect::refuse_cluster_node(&info),
+    match connection.send(&command).await {
+        Ok(redis::Value::BulkString(info)) => {
+            connect::refuse_cluster_node(&String::from_utf8_lossy(&info))
+        }
+        Ok(redis::Value::VerbatimString { text, .. }) => connect::refuse_cluster_node(&text),
         // NOPERM here is an ACL without INFO, not refused credentials.
-        Ok(Err(err)) if matches!(err.code(), Some("NOAUTH" | "WRONGPASS")) => {
+        Err(err) if matches!(err.code(), Some("NOAUTH" | "WRONGPASS")) => {
             Err(crate::error::connection("connecting", err))
         }
         // A server that does not answer INFO (an ACL without it) is taken at its word.

@@ -23,6 +23,7 @@
 mod connector;
 mod error;
 mod notifications;
+mod reconnect;
 mod sentinel;
 mod sharded;
 mod transport;
@@ -37,6 +38,10 @@ pub use lock_redis_protocol::{
     ConnectorSettings, NotReplicated, ProtocolOptions, PublishMode, RedisBackend, WrongType,
 };
 pub use transport::RedisPool;
+
+/// The `tracing` target of what this crate reports, lock-core's: one directive covers
+/// every event of the library.
+const EVENTS_TARGET: &str = "lock";
 
 /// Connects to the deployment `url` names (see [`Connector::new`]) with default settings.
 ///

@@ -5,14 +5,15 @@ use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
 use lock_core::Error;
-use redis::aio::ConnectionManager;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+
+use crate::reconnect::Reconnecting;
 
 /// The current master's connection, replaced when a failover moved the master.
 pub(crate) struct Failover {
     sentinels: tokio::sync::Mutex<SentinelClient>,
     /// The master's address and the connection to it.
-    current: RwLock<(String, ConnectionManager)>,
+    current: RwLock<(String, Reconnecting)>,
     connect_timeout: Duration,
     response_timeout: Duration,
 }
@@ -51,10 +52,11 @@ impl Failover {
         .map_err(|err| Error::invalid_config("invalid Sentinel settings", Some(err.into())))?;
         let sentinels = tokio::sync::Mutex::new(client);
         let master = Self::resolve_with(&sentinels, connect_timeout).await?;
-        let manager = crate::connector::manager(&master, connect_timeout, response_timeout).await?;
+        let addr = address(&master);
+        let connection = Reconnecting::connect(master, connect_timeout, response_timeout).await?;
         Ok(Self {
             sentinels,
-            current: RwLock::new((address(&master), manager)),
+            current: RwLock::new((addr, connection)),
             connect_timeout,
             response_timeout,
         })
@@ -83,13 +85,13 @@ impl Failover {
         Self::resolve_with(&self.sentinels, self.connect_timeout).await
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, (String, ConnectionManager)> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, (String, Reconnecting)> {
         // Only whole-value swaps happen under the lock: a poisoned value is consistent.
         self.current.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The connection to the master as last known.
-    pub(crate) fn manager(&self) -> ConnectionManager {
+    pub(crate) fn connection(&self) -> Reconnecting {
         self.read().1.clone()
     }
 
@@ -102,10 +104,10 @@ impl Failover {
         if addr == self.read().0 {
             return;
         }
-        if let Ok(manager) =
-            crate::connector::manager(&master, self.connect_timeout, self.response_timeout).await
+        if let Ok(connection) =
+            Reconnecting::connect(master, self.connect_timeout, self.response_timeout).await
         {
-            *self.current.write().unwrap_or_else(PoisonError::into_inner) = (addr, manager);
+            *self.current.write().unwrap_or_else(PoisonError::into_inner) = (addr, connection);
         }
     }
 }

@@ -14,6 +14,7 @@ use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 
 use crate::notifications::Link;
+use crate::reconnect::Reconnecting;
 use crate::sentinel::Failover;
 use crate::sharded::ShardedLink;
 
@@ -23,6 +24,9 @@ pub type RedisPool = bb8::Pool<bb8_redis::RedisConnectionManager>;
 /// The connection that carries script calls.
 #[derive(Clone)]
 pub(crate) enum Commands {
+    /// Ours, to a server a URL names.
+    Connection(Reconnecting),
+    /// The application's.
     Manager(ConnectionManager),
     Cluster(ClusterConnection),
     Pool(RedisPool),
@@ -32,13 +36,16 @@ pub(crate) enum Commands {
 impl Commands {
     pub(crate) fn topology(&self) -> Topology {
         match self {
-            Self::Manager(_) | Self::Pool(_) | Self::Sentinel(_) => Topology::Single,
+            Self::Connection(_) | Self::Manager(_) | Self::Pool(_) | Self::Sentinel(_) => {
+                Topology::Single
+            }
             Self::Cluster(_) => Topology::Cluster,
         }
     }
 
     fn name(&self) -> &'static str {
         match self {
+            Self::Connection(_) => "connection",
             Self::Manager(_) => "connection manager",
             Self::Cluster(_) => "cluster connection",
             Self::Pool(_) => "bb8 pool",
@@ -91,6 +98,10 @@ impl RedisTransport {
     async fn query(&self, command: &redis::Cmd) -> Result<Value, TransportError> {
         // Each arm clones a cheap handle to a multiplexed connection.
         match &self.commands {
+            Commands::Connection(connection) => connection
+                .send(command)
+                .await
+                .map_err(crate::error::transport),
             Commands::Manager(manager) => command
                 .query_async(&mut manager.clone())
                 .await
@@ -100,7 +111,7 @@ impl RedisTransport {
                 .await
                 .map_err(crate::error::transport),
             Commands::Sentinel(failover) => {
-                let result = command.query_async(&mut failover.manager()).await;
+                let result = failover.connection().send(command).await;
                 if let Err(err) = &result {
                     // A broken connection, or a master that became a replica: the
                     // Sentinels may know a new master by now.
@@ -166,8 +177,9 @@ impl RedisTransport {
         pipe: &redis::Pipeline,
     ) -> Result<T, TransportError> {
         let result = match &self.commands {
+            Commands::Connection(connection) => connection.send_pipeline(pipe).await,
             Commands::Manager(manager) => pipe.query_async(&mut manager.clone()).await,
-            Commands::Sentinel(failover) => pipe.query_async(&mut failover.manager()).await,
+            Commands::Sentinel(failover) => failover.connection().send_pipeline(pipe).await,
             Commands::Pool(pool) => {
                 let mut connection = pool
                     .get()
@@ -186,7 +198,17 @@ impl RedisTransport {
 #[async_trait]
 impl Transport for RedisTransport {
     async fn send(&self, call: ScriptCall<'_>) -> Result<Reply, TransportError> {
-        self.query(&script_command(&call)).await.map(reply)
+        let command = script_command(&call);
+        // Our own connection first: the others' futures (a Sentinel's failover, a pool's
+        // checkout) are large, and this future is moved into a box on every call.
+        if let Commands::Connection(connection) = &self.commands {
+            return connection
+                .send(&command)
+                .await
+                .map(reply)
+                .map_err(crate::error::transport);
+        }
+        Box::pin(self.query(&command)).await.map(reply)
     }
 
     async fn send_then_wait(
@@ -218,6 +240,14 @@ impl Transport for RedisTransport {
 
     fn response_timeout(&self) -> Duration {
         self.response_timeout
+    }
+
+    /// Our own connection ends every call within the response timeout (see
+    /// [`Reconnecting::send`]); the others may wait longer for a reconnection (a
+    /// connection manager, a pool checkout, a Sentinel asked for the new master), and the
+    /// protocol bounds their calls.
+    fn bounds_its_calls(&self) -> bool {
+        matches!(self.commands, Commands::Connection(_))
     }
 }
 
