@@ -129,30 +129,54 @@ async fn peer_pairs_per_second(server: &RedisServer, duration: Duration) -> f64 
     count.load(Ordering::Relaxed) as f64 / duration.as_secs_f64()
 }
 
-/// Runs one contender (`run` reports pairs per second over `duration`) and adds the CPU
-/// time each pair cost this process and the server, and the allocations it cost this
-/// process (all of its tasks count, the driver's too, for every contender alike).
-async fn with_cpu(
-    server: &RedisServer,
-    duration: Duration,
-    run: impl Future<Output = f64>,
-) -> Figures {
-    let (client_before, server_before) = (cpu_seconds(), server_cpu_seconds(server).await);
-    let reads_before = server_reads(server).await;
-    let allocations_before = crate::alloc::allocations();
-    let rate = run.await;
-    let allocations = crate::alloc::allocations() - allocations_before;
-    let client = cpu_seconds() - client_before;
-    let server_cpu = server_cpu_seconds(server).await - server_before;
-    let reads = server_reads(server).await - reads_before;
-    let pairs = (rate * duration.as_secs_f64()).max(1.0);
-    figures(&[
-        ("pairs_per_s", rate),
-        ("client_cpu_us_per_pair", client * 1e6 / pairs),
-        ("client_allocations_per_pair", allocations / pairs),
-        ("server_cpu_us_per_pair", server_cpu * 1e6 / pairs),
-        ("server_reads_per_pair", reads / pairs),
-    ])
+/// What one contender's runs cost, summed over its turns.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    seconds: f64,
+    pairs: f64,
+    client_cpu: f64,
+    allocations: f64,
+    server_cpu: f64,
+    reads: f64,
+}
+
+impl Tally {
+    /// Runs one turn of a contender (`run` reports pairs per second over `duration`) and
+    /// adds what it did and cost: the CPU time of this process and of the server, and the
+    /// allocations of this process (all of its tasks count, the driver's too, for every
+    /// contender alike).
+    async fn run(
+        &mut self,
+        server: &RedisServer,
+        duration: Duration,
+        run: impl Future<Output = f64>,
+    ) {
+        let (client_before, server_before) = (cpu_seconds(), server_cpu_seconds(server).await);
+        let reads_before = server_reads(server).await;
+        let allocations_before = crate::alloc::allocations();
+        let rate = run.await;
+        self.allocations += crate::alloc::allocations() - allocations_before;
+        self.client_cpu += cpu_seconds() - client_before;
+        self.server_cpu += server_cpu_seconds(server).await - server_before;
+        self.reads += server_reads(server).await - reads_before;
+        self.pairs += rate * duration.as_secs_f64();
+        self.seconds += duration.as_secs_f64();
+    }
+
+    /// Pairs per second, and each cost per pair.
+    fn figures(&self) -> Figures {
+        let pairs = self.pairs.max(1.0);
+        figures(&[
+            (
+                "pairs_per_s",
+                self.pairs / self.seconds.max(f64::MIN_POSITIVE),
+            ),
+            ("client_cpu_us_per_pair", self.client_cpu * 1e6 / pairs),
+            ("client_allocations_per_pair", self.allocations / pairs),
+            ("server_cpu_us_per_pair", self.server_cpu * 1e6 / pairs),
+            ("server_reads_per_pair", self.reads / pairs),
+        ])
+    }
 }
 
 /// How many times redis-server has read from its clients' sockets (`INFO stats`): the
@@ -180,31 +204,37 @@ async fn server_cpu_seconds(server: &RedisServer) -> f64 {
 
 /// Lock+unlock pairs per second, 64 tasks on distinct names through one client, with
 /// the client's and the server's CPU per pair; and the server's own limit for our
-/// scripts.
+/// scripts. The contenders take [`TURNS`] turns each, so that a drift of the machine
+/// weighs on all of them alike (the ratio to the server's limit moved by 0.15 between
+/// two runs of the same binary when each contender ran in one go).
 pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
-    let duration = Duration::from_secs_f64(scale.seconds);
+    let turn = Duration::from_secs_f64(scale.seconds / UNCONTENDED_TURNS as f64);
     let redis = Adapter::Redis.connect(server).await;
     let fred = Adapter::Fred.connect(server).await;
+    let (mut ours, mut theirs, mut rslock, mut limit) = Default::default();
+    for _ in 0..UNCONTENDED_TURNS {
+        Tally::run(&mut ours, server, turn, pairs_per_second(&redis, turn)).await;
+        Tally::run(&mut limit, server, turn, server_limit(server, turn)).await;
+        Tally::run(&mut theirs, server, turn, pairs_per_second(&fred, turn)).await;
+        Tally::run(
+            &mut rslock,
+            server,
+            turn,
+            peer_pairs_per_second(server, turn),
+        )
+        .await;
+    }
     let mut results = Results::new();
-    results.insert(
-        "lock (redis)".into(),
-        with_cpu(server, duration, pairs_per_second(&redis, duration)).await,
-    );
-    results.insert(
-        "lock (fred)".into(),
-        with_cpu(server, duration, pairs_per_second(&fred, duration)).await,
-    );
-    results.insert(
-        "rslock".into(),
-        with_cpu(server, duration, peer_pairs_per_second(server, duration)).await,
-    );
+    results.insert("lock (redis)".into(), Tally::figures(&ours));
+    results.insert("lock (fred)".into(), Tally::figures(&theirs));
+    results.insert("rslock".into(), Tally::figures(&rslock));
     // Its client CPU is the pipelining load's, not a lock client's.
-    results.insert(
-        "server limit".into(),
-        with_cpu(server, duration, server_limit(server, duration)).await,
-    );
+    results.insert("server limit".into(), Tally::figures(&limit));
     results
 }
+
+/// How many turns each contender of the uncontended scenario takes.
+const UNCONTENDED_TURNS: usize = 5;
 
 /// How many pairs each connection of the server-limit load keeps in flight.
 const LIMIT_PIPELINE: usize = 16;
