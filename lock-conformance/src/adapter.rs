@@ -26,6 +26,8 @@ pub struct ConnectSpec {
     pub url: String,
     /// The connector's connect timeout.
     pub connect_timeout: Duration,
+    /// The connector's response timeout (`None`: the default).
+    pub response_timeout: Option<Duration>,
     /// A PEM root certificate to trust for `rediss://`.
     pub root_certificate: Option<Vec<u8>>,
     /// Replica acknowledgement: how many replicas, within how long.
@@ -37,6 +39,7 @@ impl ConnectSpec {
         Self {
             url: url.into(),
             connect_timeout: Duration::from_secs(2),
+            response_timeout: None,
             root_certificate: None,
             replica_ack: None,
         }
@@ -68,6 +71,7 @@ macro_rules! adapter_tests {
             locks_work_over_tls_and_a_wrong_setup_is_a_typed_error,
             dropping_a_client_closes_its_connections,
             a_script_whose_reply_was_lost_is_not_sent_again,
+            a_call_ends_within_the_response_timeout_while_the_network_is_down,
             a_missing_password_and_an_unknown_host_fail_at_connect,
             a_redisson_peer_on_a_cluster_hears_us_and_is_heard,
             a_redisson_waiter_hears_our_release_beside_our_waiters,
@@ -601,6 +605,61 @@ pub async fn a_script_whose_reply_was_lost_is_not_sent_again(connect: &AdapterCo
     let name = "adapter:lost-grant-cluster";
     let node = cluster.node_index_for_key(name).await;
     lose_one_grant(&clustered, &cluster.proxies()[node], name).await;
+}
+
+/// Every script call ends within the response timeout, whatever the network does: a
+/// paused server, a connection that broke, and a new connection that cannot be made (the
+/// proxy accepts it and then forwards nothing, so a driver's handshake hangs for the
+/// connect timeout, which is longer). A `try_lock` sends one request, so it must end as a
+/// connection error within about the response timeout.
+pub async fn a_call_ends_within_the_response_timeout_while_the_network_is_down(
+    connect: &AdapterConnect,
+) {
+    const RESPONSE: Duration = Duration::from_millis(400);
+    let server = RedisServer::start().await;
+    let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap()).await;
+    let mut spec = ConnectSpec::new(proxy.url());
+    spec.connect_timeout = Duration::from_secs(3);
+    spec.response_timeout = Some(RESPONSE);
+    let locks = locks(connect, spec).await.unwrap();
+    let mutex = locks.mutex("adapter:bounded");
+    mutex.lock().await.unwrap().unlock().await.unwrap();
+    let bounded = |what: &'static str| {
+        let mutex = mutex.clone();
+        async move {
+            let started = Instant::now();
+            let tried = tokio::time::timeout(Duration::from_secs(10), mutex.try_lock())
+                .await
+                .unwrap_or_else(|_| panic!("{what}: the call never ended"));
+            let took = started.elapsed();
+            assert!(
+                matches!(&tried, Err(err) if err.kind() == ErrorKind::Connection),
+                "{what}: {tried:?}"
+            );
+            assert!(
+                took < RESPONSE + Duration::from_millis(600),
+                "{what}: the call took {took:?}, the response timeout is {RESPONSE:?}"
+            );
+        }
+    };
+    server.pause();
+    bounded("a paused server").await;
+    server.resume();
+    // The paused request's late answer reaches the driver, which has given up on it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.set(ProxyFault::BlackHole);
+    let killed: i64 = server.command(&["CLIENT", "KILL", "TYPE", "normal"]).await;
+    assert!(killed >= 1, "the script connection was not killed");
+    // A driver may learn of the broken connection from this call, or reconnect on its
+    // own; either way its next connection hangs in the black hole.
+    bounded("a broken connection").await;
+    bounded("a reconnection that hangs").await;
+    proxy.set(ProxyFault::Forward);
+    let back = eventually(Duration::from_secs(10), || async {
+        mutex.try_lock().await.is_ok_and(|guard| guard.is_some())
+    })
+    .await;
+    assert!(back, "no call went through once the network was back");
 }
 
 /// Takes `name` with a `try_lock` through `proxy`, losing the grant's reply: the caller

@@ -286,6 +286,13 @@ impl Transport for FredTransport {
     fn response_timeout(&self) -> Duration {
         self.response_timeout
     }
+
+    /// Every call carries the response timeout in its options, and fred counts it from
+    /// the moment the command is queued, so a call waiting for a reconnection is bounded
+    /// too (the adapter suite's `a_call_ends_within_the_response_timeout_...` checks it).
+    fn bounds_its_calls(&self) -> bool {
+        true
+    }
 }
 
 /// Flattens a fred value into the few shapes lock-core's scripts return.

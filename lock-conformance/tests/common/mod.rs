@@ -91,7 +91,10 @@ pub(crate) fn fred_connector() -> AdapterConnect {
 /// The settings the adapter suite asks for.
 #[allow(dead_code)] // reason: each test file uses one of the two adapters.
 fn settings_of(spec: &ConnectSpec) -> ConnectorSettings {
-    let settings = ConnectorSettings::default().connect_timeout(spec.connect_timeout);
+    let mut settings = ConnectorSettings::default().connect_timeout(spec.connect_timeout);
+    if let Some(timeout) = spec.response_timeout {
+        settings = settings.response_timeout(timeout);
+    }
     match spec.replica_ack {
         Some((replicas, timeout)) => settings.replica_ack(replicas, timeout),
         None => settings,
