@@ -151,29 +151,28 @@ impl Reconnecting {
             Shared::reconnect_in_background(&self.shared, generation);
         }
         let settled = changes.wait_for(|link| !matches!(link, Link::Connecting));
-        let link = match tokio::time::timeout(self.shared.response_timeout, settled).await {
-            Ok(Ok(link)) => link.clone(),
-            Ok(Err(_closed)) => return Err(not_connected("the connection was closed")),
-            Err(_elapsed) => {
-                return Err(not_connected(
-                    "reconnecting to the server took longer than the response timeout",
-                ));
-            }
-        };
-        match link {
-            Link::Up {
-                connection,
-                generation,
-            } => Ok((connection, generation)),
-            Link::Down { why, .. } => Err(not_connected(&format!("reconnecting failed: {why}"))),
-            Link::Connecting => Err(not_connected("still reconnecting")),
+        match tokio::time::timeout(self.shared.response_timeout, settled).await {
+            Ok(Ok(link)) => match &*link {
+                Link::Up {
+                    connection,
+                    generation,
+                } => Ok((connection.clone(), *generation)),
+                Link::Down { why, .. } => {
+                    Err(not_connected(&format!("reconnecting failed: {why}")))
+                }
+                Link::Connecting => Err(not_connected("still reconnecting")),
+            },
+            Ok(Err(_closed)) => Err(not_connected("the connection was closed")),
+            Err(_elapsed) => Err(not_connected(
+                "reconnecting to the server took longer than the response timeout",
+            )),
         }
     }
 
     /// After a call on connection `generation`: an error that means the connection is
-    /// gone starts a new one.
+    /// gone (a dropped connection is one of them) starts a new one.
     fn after(&self, error: Option<&RedisError>, generation: u64) {
-        if error.is_some_and(|err| err.is_connection_dropped() || err.is_unrecoverable_error()) {
+        if error.is_some_and(RedisError::is_unrecoverable_error) {
             Shared::broke(&self.shared, generation);
         }
     }

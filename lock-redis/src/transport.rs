@@ -96,7 +96,6 @@ impl RedisTransport {
 
     /// Sends one command on the script connection.
     async fn query(&self, command: &redis::Cmd) -> Result<Value, TransportError> {
-        // Each arm clones a cheap handle to a multiplexed connection.
         match &self.commands {
             Commands::Connection(connection) => connection
                 .send(command)
@@ -110,32 +109,42 @@ impl RedisTransport {
                 .query_async(&mut cluster.clone())
                 .await
                 .map_err(crate::error::transport),
-            Commands::Sentinel(failover) => {
-                let result = failover.connection().send(command).await;
-                if let Err(err) = &result {
-                    // A broken connection, or a master that became a replica: the
-                    // Sentinels may know a new master by now.
-                    let moved = err
-                        .code()
-                        .is_some_and(|c| c == "READONLY" || c == "MASTERDOWN");
-                    if moved || err.code().is_none() {
-                        failover.refresh().await;
-                    }
-                }
-                result.map_err(crate::error::transport)
-            }
-            Commands::Pool(pool) => {
-                let mut connection = pool
-                    .get()
-                    .await
-                    .map_err(|err| TransportError::Io(Box::new(PoolError(err.to_string()))))?;
-                command
-                    .query_async(&mut *connection)
-                    .await
-                    .map_err(crate::error::transport)
-            }
+            // Boxed: a failover's and a checkout's futures are large, and every call's
+            // future (ours too) is moved into a box on every call; inline, it would carry
+            // room for them.
+            Commands::Sentinel(failover) => Box::pin(query_master(failover, command)).await,
+            Commands::Pool(pool) => Box::pin(query_pooled(pool, command)).await,
         }
     }
+}
+
+/// Sends one command to the master the Sentinels named last; after a failure that may
+/// mean the master moved, asks them again.
+async fn query_master(failover: &Failover, command: &redis::Cmd) -> Result<Value, TransportError> {
+    let result = failover.connection().send(command).await;
+    if let Err(err) = &result {
+        // A broken connection, or a master that became a replica: the Sentinels may know
+        // a new master by now.
+        let moved = err
+            .code()
+            .is_some_and(|c| c == "READONLY" || c == "MASTERDOWN");
+        if moved || err.code().is_none() {
+            failover.refresh().await;
+        }
+    }
+    result.map_err(crate::error::transport)
+}
+
+/// Sends one command on a connection checked out of `pool`.
+async fn query_pooled(pool: &RedisPool, command: &redis::Cmd) -> Result<Value, TransportError> {
+    let mut connection = pool
+        .get()
+        .await
+        .map_err(|err| TransportError::Io(Box::new(PoolError(err.to_string()))))?;
+    command
+        .query_async(&mut *connection)
+        .await
+        .map_err(crate::error::transport)
 }
 
 /// `EVALSHA`/`EVAL` with the call's arguments; a cluster connection routes it by its
@@ -198,17 +207,7 @@ impl RedisTransport {
 #[async_trait]
 impl Transport for RedisTransport {
     async fn send(&self, call: ScriptCall<'_>) -> Result<Reply, TransportError> {
-        let command = script_command(&call);
-        // Our own connection first: the others' futures (a Sentinel's failover, a pool's
-        // checkout) are large, and this future is moved into a box on every call.
-        if let Commands::Connection(connection) = &self.commands {
-            return connection
-                .send(&command)
-                .await
-                .map(reply)
-                .map_err(crate::error::transport);
-        }
-        Box::pin(self.query(&command)).await.map(reply)
+        self.query(&script_command(&call)).await.map(reply)
     }
 
     async fn send_then_wait(

@@ -9,7 +9,8 @@ use tokio::time::Instant;
 
 use crate::PostgresServer;
 use crate::ports;
-use crate::postgres::{PortTaken, still_starting, unprivileged_user};
+use crate::ports::PortTaken;
+use crate::postgres::{still_starting, unprivileged_user};
 use crate::scratch::ScratchDir;
 
 /// The message shown when PgBouncer cannot be found.
@@ -111,13 +112,7 @@ impl PgBouncer {
             log = path("pgbouncer.log"),
         );
         write(&self.dir, "pgbouncer.ini", &config);
-        // Each attempt is judged by its own log.
-        let log = self.dir.path().join("pgbouncer.log");
-        if log.exists()
-            && let Err(err) = std::fs::remove_file(&log)
-        {
-            eprintln!("lock-testkit: removing {}: {err}", log.display());
-        }
+        ports::remove_earlier_log(&self.dir.path().join("pgbouncer.log"));
         let mut command = Command::new(binary);
         command
             .arg(path("pgbouncer.ini"))

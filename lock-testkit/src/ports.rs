@@ -31,10 +31,23 @@ const LOWEST: u16 = 10_000;
 /// Linux's default ephemeral range, for systems that do not say theirs.
 const DEFAULT_EPHEMERAL: (u16, u16) = (32_768, 60_999);
 
+/// A server gave up starting because another process holds its port.
+#[derive(Debug)]
+pub(crate) struct PortTaken;
+
 /// What a server's log says when its port was taken: the wording of Redis, PostgreSQL
 /// and PgBouncer alike (it is `strerror(EADDRINUSE)`).
 pub(crate) fn log_says_port_taken(log: &str) -> bool {
     log.contains("Address already in use")
+}
+
+/// Removes the log an earlier start left, so that the next start is judged by its own.
+pub(crate) fn remove_earlier_log(log: &std::path::Path) {
+    if let Err(err) = std::fs::remove_file(log)
+        && err.kind() != std::io::ErrorKind::NotFound
+    {
+        eprintln!("lock-testkit: removing {}: {err}", log.display());
+    }
 }
 
 fn binds(port: u16) -> bool {

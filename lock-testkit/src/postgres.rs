@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::ports;
+use crate::ports::{self, PortTaken};
 use crate::scratch::ScratchDir;
 
 /// The message shown when no PostgreSQL server binaries can be found.
@@ -124,25 +124,19 @@ impl PostgresServer {
         }
         let mut server = Self {
             bin,
-            port: ports::reserve(false),
+            port: 0,
             child: None,
             dir,
             run_as,
         };
         server.init_db();
-        for attempt in 1..=ports::PORT_ATTEMPTS {
-            match server.launch().await {
-                Ok(()) => return server,
-                Err(PortTaken) if attempt < ports::PORT_ATTEMPTS => {
-                    // The next attempt is judged by its own log.
-                    if let Err(err) = std::fs::remove_file(server.dir.path().join("postgres.log")) {
-                        eprintln!("lock-testkit: removing postgres.log: {err}");
-                    }
-                    ports::release(server.port, false);
-                    server.port = ports::reserve(false);
-                }
-                Err(PortTaken) => {}
+        for _ in 0..ports::PORT_ATTEMPTS {
+            server.port = ports::reserve(false);
+            ports::remove_earlier_log(&server.dir.path().join("postgres.log"));
+            if server.launch().await.is_ok() {
+                return server;
             }
+            ports::release(server.port, false);
         }
         panic!(
             "postgres found its port taken {} times in a row; its log is in {}",
@@ -351,11 +345,6 @@ pub(crate) fn unprivileged_user() -> Option<(u32, u32)> {
         ),
     }
 }
-
-/// The starting server process `child` (`what`, on `port`) gave up because another
-/// process holds its port.
-#[derive(Debug)]
-pub(crate) struct PortTaken;
 
 /// Checks on the server process `child` (`what`, on `port`) while it starts: `Ok` while it
 /// runs, [`PortTaken`] when it exited because its port was taken (the caller may try

@@ -427,7 +427,7 @@ fn describe(why: &NotReady) -> String {
 /// Removes the logs of an earlier run, so a failure is judged by this run's log only.
 fn clear_logs(dir: &Path) {
     for name in ["redis.log", "stderr.log"] {
-        let _ = std::fs::remove_file(dir.join(name));
+        ports::remove_earlier_log(&dir.join(name));
     }
 }
 
