@@ -356,12 +356,11 @@ fn evalsha<K: AsRef<str>>(sha: &str, keys: &[K], args: &[&str]) -> redis::Cmd {
     call
 }
 
-/// Every pair was granted (`{1, 1, 0}`) and released (`0`).
+/// Every pair was granted (`'1:0'`: one hold, no token) and released (`0`).
 fn check_pairs(replies: &[redis::Value]) -> Result<(), String> {
     use redis::Value;
     for pair in replies.chunks(2) {
-        let granted =
-            matches!(&pair[0], Value::Array(items) if items.first() == Some(&Value::Int(1)));
+        let granted = matches!(&pair[0], Value::BulkString(grant) if grant == b"1:0");
         let released = pair.get(1) == Some(&Value::Int(0));
         if !(granted && released) {
             return Err(format!("an unexpected reply: {pair:?}"));

@@ -1174,10 +1174,13 @@ struct AcquireAnswer {
 }
 
 impl AcquireAnswer {
-    /// `None` unless `reply` is an array of at most three integers.
+    /// A grant (`'<holds>:<token>'`, read as `[1, holds, token]`), or an array of at most
+    /// three integers; `None` for anything else.
     fn of(reply: &Reply) -> Option<Self> {
-        let Reply::Array(replies) = reply else {
-            return None;
+        let replies = match reply {
+            Reply::Bytes(grant) => return Self::grant(grant),
+            Reply::Array(replies) => replies,
+            _ => return None,
         };
         let mut answer = Self {
             items: [0; 3],
@@ -1193,12 +1196,20 @@ impl AcquireAnswer {
         Some(answer)
     }
 
+    fn grant(grant: &[u8]) -> Option<Self> {
+        let (holds, token) = std::str::from_utf8(grant).ok()?.split_once(':')?;
+        Some(Self {
+            items: [1, holds.parse().ok()?, token.parse().ok()?],
+            len: 3,
+        })
+    }
+
     fn items(&self) -> &[i64] {
         &self.items[..self.len]
     }
 }
 
-/// An acquire script's answer: `{1, holds, token}`, `{0, ttl}` busy, `{2, ttl}` reserved
+/// An acquire script's answer: `'<holds>:<token>'` (read as `[1, holds, token]`), `{0, ttl}` busy, `{2, ttl}` reserved
 /// for a starving waiter, `{3, _}` an upgrade that would wait for itself, `{4, ms}` no
 /// grants during the restart quarantine (reported through `tracing`).
 fn decode_acquire(
@@ -1265,10 +1276,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_acquire_answer_is_two_or_three_integers_and_nothing_else() {
+    fn an_acquire_answer_is_a_grant_or_two_integers_and_nothing_else() {
         let ints = |ns: &[i64]| Reply::Array(ns.iter().map(|&n| Reply::Int(n)).collect());
         let read = |reply: &Reply| AcquireAnswer::of(reply).map(|a| a.items().to_vec());
-        assert_eq!(read(&ints(&[1, 1, 7])), Some(vec![1, 1, 7]));
+        let bytes = |s: &str| Reply::Bytes(s.as_bytes().to_vec());
+        assert_eq!(read(&bytes("2:7")), Some(vec![1, 2, 7]));
+        assert_eq!(read(&bytes("2")), None, "a grant without its token");
+        assert_eq!(read(&bytes("2:x")), None, "a token that is no number");
         assert_eq!(read(&ints(&[0, 250])), Some(vec![0, 250]));
         assert_eq!(read(&ints(&[1, 1, 7, 8])), None, "a fourth integer");
         assert_eq!(

@@ -31,10 +31,13 @@ impl<const N: usize> Decimals<N> {
 
     /// The renderings, in the order of the numbers.
     pub(crate) fn get(&self) -> [&str; N] {
+        // Only ASCII digits were written: one check covers them all (the empty fallback
+        // never happens), and no cut between two of them splits a character.
+        let len = self.ends.last().copied().unwrap_or(0);
+        let text = std::str::from_utf8(&self.text[..len]).unwrap_or_default();
         let mut start = 0;
         self.ends.map(|end| {
-            // Only ASCII digits were written, so this is never the empty fallback.
-            let rendered = std::str::from_utf8(&self.text[start..end]).unwrap_or_default();
+            let rendered = text.get(start..end).unwrap_or_default();
             start = end;
             rendered
         })

@@ -8,7 +8,7 @@
 -- ARGV[7] Redisson's wait slot (ms); ARGV[8] grant latch lifetime (ms): a retry of this
 -- request gets the same grant back.
 -- Deadlines come from the server's clock, so clients need no synchronised clocks.
--- Reply: {1, holds, token} when held; {0, ms} when not: ms is the longest the caller
+-- Reply: '<holds>:<token>' when held; {0, ms} when not: ms is the longest the caller
 -- should wait for a message before asking again; {4, ms} while the restart quarantine
 -- lasts.
 

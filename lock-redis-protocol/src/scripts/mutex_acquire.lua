@@ -11,7 +11,7 @@
 -- ARGV[10] grant latch lifetime (ms): a retry of this request gets the same grant back.
 -- The expiry is only ever extended, never shortened, so that a client's local view of
 -- its lease (the latest request it sent plus that request's lease) stays on the safe side.
--- Reply: {1, holds, token} when the owner now holds it (token 0 without fencing; a
+-- Reply: '<holds>:<token>' when the owner now holds it (token 0 without fencing; a
 -- reentry reports the current counter, which is the holder's own token); {0, pttl} when
 -- someone else does;
 -- {2, pttl of the reservation} when it is free but reserved for another owner; {4, ms}

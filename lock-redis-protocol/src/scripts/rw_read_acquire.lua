@@ -5,7 +5,7 @@
 -- ARGV[4] '1' to return a fencing token; ARGV[5] restart quarantine (ms, '0' off);
 -- ARGV[6] grant latch lifetime (ms): a retry of this request gets the same grant back.
 -- Readers share the lock; the writer may also read (downgrade); anyone else waits.
--- Reply: {1, holds, token} when held; {0, pttl} when a writer holds it; {4, ms} while
+-- Reply: '<holds>:<token>' when held; {0, pttl} when a writer holds it; {4, ms} while
 -- the restart quarantine lasts.
 local again = grant_replayed()
 if again then

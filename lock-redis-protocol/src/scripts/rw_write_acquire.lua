@@ -4,7 +4,7 @@
 -- ARGV[3] '1' to return a fencing token; ARGV[4] restart quarantine (ms, '0' off);
 -- ARGV[5] the owner's read-hold key prefix ('{name}:<owner>:rwlock_timeout');
 -- ARGV[6] grant latch lifetime (ms): a retry of this request gets the same grant back.
--- Reply: {1, holds, token} when held; {0, pttl} when busy; {3, 0} when the owner holds
+-- Reply: '<holds>:<token>' when held; {0, pttl} when busy; {3, 0} when the owner holds
 -- the read lock (an upgrade would wait for itself forever); {4, ms} while the restart
 -- quarantine lasts.
 local again = grant_replayed()
