@@ -3,6 +3,8 @@
 use std::fmt;
 use std::sync::OnceLock;
 
+mod prelude;
+
 /// A Lua script run atomically by Redis.
 ///
 /// It is sent by SHA1 (`EVALSHA`), and with its source (`EVAL`, which loads it) when the
@@ -10,7 +12,10 @@ use std::sync::OnceLock;
 pub struct Script {
     index: usize,
     name: &'static str,
-    source: &'static str,
+    /// The script's own code.
+    body: &'static str,
+    /// The prelude's helpers it calls, then `body`: what the server runs.
+    source: OnceLock<String>,
     sha1: OnceLock<String>,
 }
 
@@ -21,17 +26,17 @@ impl Script {
         self.name
     }
 
-    /// The Lua source.
+    /// The Lua source: the helpers of the prelude the script calls, then its own code.
     #[must_use]
-    pub fn source(&self) -> &'static str {
-        self.source
+    pub fn source(&self) -> &str {
+        self.source.get_or_init(|| prelude::with_helpers(self.body))
     }
 
     /// The SHA1 of the source, in lowercase hex, as `EVALSHA` wants it.
     #[must_use]
     pub fn sha1(&self) -> &str {
         self.sha1
-            .get_or_init(|| sha1_smol::Sha1::from(self.source).digest().to_string())
+            .get_or_init(|| sha1_smol::Sha1::from(self.source()).digest().to_string())
     }
 
     /// The position of this script in [`ALL`].
@@ -56,10 +61,8 @@ macro_rules! scripts {
             pub static $ident: Script = Script {
                 index: $index,
                 name: $file,
-                source: concat!(
-                    include_str!("scripts/prelude.lua"),
-                    include_str!(concat!("scripts/", $file, ".lua"))
-                ),
+                body: include_str!(concat!("scripts/", $file, ".lua")),
+                source: OnceLock::new(),
                 sha1: OnceLock::new(),
             };
         )*
@@ -189,7 +192,8 @@ mod tests {
         let script = Script {
             index: 0,
             name: "example",
-            source: "return 1",
+            body: "return 1",
+            source: OnceLock::new(),
             sha1: OnceLock::new(),
         };
         assert_eq!(script.sha1(), "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");

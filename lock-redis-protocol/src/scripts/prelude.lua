@@ -1,4 +1,4 @@
--- Shared helpers, prepended to every script.
+-- Shared helpers: each script carries those it calls (see script/prelude.rs).
 
 local function now_ms()
     local time = redis.call('time')
