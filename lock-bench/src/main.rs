@@ -11,6 +11,7 @@
 //! ```
 
 mod alloc;
+mod bare;
 mod contended;
 mod postgres;
 mod renewals;

@@ -131,13 +131,21 @@ fn contended_targets(all: &All, targets: &mut Targets) {
 /// Throughput against the server's own limit, CPU against the peer, fred against redis.
 fn uncontended_targets(all: &All, targets: &mut Targets) {
     let u = |who: &str, metric: &str| figure(all, "uncontended", who, metric);
+    // The server's limit is the faster of two clients that send our scripts and nothing
+    // else: the pipelined load, and 64 tasks on one connection (which went faster in
+    // some runs: a pipeline waits for its last reply before the next is sent).
+    let limit = match (
+        u("server limit", "pairs_per_s"),
+        u("bare scripts (redis-rs)", "pairs_per_s"),
+    ) {
+        (Some(pipelined), Some(bare)) => Some(pipelined.max(bare)),
+        (pipelined, bare) => pipelined.or(bare),
+    };
     targets.check(
-        "uncontended (redis adapter) vs the server's limit for our scripts",
+        "uncontended (redis adapter) vs the server's limit for our scripts (the faster of \
+         the pipelined load and the bare client)",
         ">= 0.9x",
-        ratio(
-            u("lock (redis)", "pairs_per_s"),
-            u("server limit", "pairs_per_s"),
-        ),
+        ratio(u("lock (redis)", "pairs_per_s"), limit),
         |m| m >= 0.9,
     );
     targets.check(
@@ -158,6 +166,34 @@ fn uncontended_targets(all: &All, targets: &mut Targets) {
         ),
         |m| m >= 0.9,
     );
+}
+
+/// Ratios beside the uncontended targets, which are not targets: what a miss is
+/// measured against. The bare clients send our two scripts and nothing else, so the
+/// adapters' cost above them is the library's, and the bare clients' own against the
+/// peer is what any client of our scripts pays.
+fn uncontended_context(all: &All) -> Vec<(&'static str, Option<f64>)> {
+    let u = |who: &str, metric: &str| figure(all, "uncontended", who, metric);
+    let cpu = |who: &str| u(who, "client_cpu_us_per_pair");
+    let rate = |who: &str| u(who, "pairs_per_s");
+    vec![
+        (
+            "client CPU per pair: redis adapter vs bare redis-rs sending our scripts",
+            ratio(cpu("lock (redis)"), cpu("bare scripts (redis-rs)")),
+        ),
+        (
+            "client CPU per pair: bare redis-rs sending our scripts vs rslock",
+            ratio(cpu("bare scripts (redis-rs)"), cpu("rslock")),
+        ),
+        (
+            "pairs/s: fred adapter vs bare fred sending our scripts",
+            ratio(rate("lock (fred)"), rate("bare scripts (fred)")),
+        ),
+        (
+            "pairs/s: bare fred sending our scripts vs the redis adapter",
+            ratio(rate("bare scripts (fred)"), rate("lock (redis)")),
+        ),
+    ]
 }
 
 /// Heap bytes, counted by the bench's allocator.
@@ -265,6 +301,9 @@ pub(crate) fn write(dir: &Path, quick: bool, all: &All) -> std::io::Result<Strin
         "targets": targets.iter().map(|t| json!({
             "name": t.name, "target": t.wanted, "measured": t.measured, "met": t.met,
         })).collect::<Vec<_>>(),
+        "beside_the_targets": uncontended_context(all).iter().filter_map(|(name, value)| {
+            value.map(|v| json!({ "name": name, "measured": (v * 1000.0).round() / 1000.0 }))
+        }).collect::<Vec<_>>(),
     });
     std::fs::write(
         dir.join("report.json"),
@@ -310,6 +349,20 @@ fn markdown(quick: bool, all: &All, targets: &[Target], machine: &serde_json::Va
             t.measured,
             if t.met { "yes" } else { "**no**" }
         );
+    }
+    let context: Vec<_> = uncontended_context(all)
+        .into_iter()
+        .filter_map(|(name, value)| value.map(|v| (name, v)))
+        .collect();
+    if !context.is_empty() {
+        let _ = writeln!(
+            md,
+            "\nBeside the targets (not targets: what a miss is measured against):\n\n\
+             | ratio | measured |\n|---|---|"
+        );
+        for (name, value) in context {
+            let _ = writeln!(md, "| {name} | {value:.3} |");
+        }
     }
     for (scenario, results) in all {
         let metrics: Vec<&String> = results

@@ -7,12 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use distlock::{Lock, Locks};
-use lock_core::LockName;
-use lock_core::backend::RequestId;
-use lock_redis_protocol::{layout, script};
 use lock_testkit::RedisServer;
 use tokio::time::{Instant, sleep};
 
+use crate::bare::{self, Pair, evalsha};
 use crate::renewals;
 
 /// Figures of one contender in one scenario.
@@ -203,8 +201,8 @@ async fn server_cpu_seconds(server: &RedisServer) -> f64 {
 }
 
 /// Lock+unlock pairs per second, 64 tasks on distinct names through one client, with
-/// the client's and the server's CPU per pair; and the server's own limit for our
-/// scripts. The contenders take [`TURNS`] turns each, so that a drift of the machine
+/// the client's and the server's CPU per pair; the server's own limit for our scripts;
+/// and bare redis-rs and fred clients sending the same two scripts. The contenders take [`TURNS`] turns each, so that a drift of the machine
 /// weighs on all of them alike (the ratio to the server's limit moved by 0.15 between
 /// two runs of the same binary when each contender ran in one go).
 pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
@@ -212,6 +210,7 @@ pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
     let redis = Adapter::Redis.connect(server).await;
     let fred = Adapter::Fred.connect(server).await;
     let (mut ours, mut theirs, mut rslock, mut limit) = Default::default();
+    let (mut bare_redis, mut bare_fred) = Default::default();
     for _ in 0..UNCONTENDED_TURNS {
         Tally::run(&mut ours, server, turn, pairs_per_second(&redis, turn)).await;
         Tally::run(&mut limit, server, turn, server_limit(server, turn)).await;
@@ -223,11 +222,21 @@ pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
             peer_pairs_per_second(server, turn),
         )
         .await;
+        let bare = bare::redis_pairs_per_second(server, turn);
+        Tally::run(&mut bare_redis, server, turn, bare).await;
+        let bare = bare::fred_pairs_per_second(server, turn);
+        Tally::run(&mut bare_fred, server, turn, bare).await;
     }
     let mut results = Results::new();
     results.insert("lock (redis)".into(), Tally::figures(&ours));
     results.insert("lock (fred)".into(), Tally::figures(&theirs));
     results.insert("rslock".into(), Tally::figures(&rslock));
+    // The floors: our two scripts from bare clients (see `bare`).
+    results.insert(
+        "bare scripts (redis-rs)".into(),
+        Tally::figures(&bare_redis),
+    );
+    results.insert("bare scripts (fred)".into(), Tally::figures(&bare_fred));
     // Its client CPU is the pipelining load's, not a lock client's.
     results.insert("server limit".into(), Tally::figures(&limit));
     results
@@ -246,13 +255,7 @@ const LIMIT_CONNECTIONS: usize = 4;
 /// the adapters send (a first acquire, a last release that publishes), pipelined so
 /// that the server, not a client's round trips, sets the pace.
 async fn server_limit(server: &RedisServer, duration: Duration) -> f64 {
-    let acquire: String = server
-        .command(&["SCRIPT", "LOAD", script::MUTEX_ACQUIRE.source()])
-        .await;
-    let release: String = server
-        .command(&["SCRIPT", "LOAD", script::MUTEX_RELEASE.source()])
-        .await;
-    let scripts = Arc::new((acquire, release));
+    let scripts = bare::load_scripts(server).await;
     let client = redis::Client::open(server.url()).expect("the server's url");
     let deadline = Instant::now() + duration;
     let mut loads = Vec::new();
@@ -269,7 +272,9 @@ async fn server_limit(server: &RedisServer, duration: Duration) -> f64 {
                 for _ in 0..LIMIT_PIPELINE {
                     let name = format!("bench:limit:{connection}:{pairs}");
                     pairs += 1;
-                    add_pair(&mut pipe, &scripts, &name);
+                    for command in Pair::new(&name, "bench-owner").redis_commands(&scripts) {
+                        pipe.add_command(command);
+                    }
                 }
                 let replies: Vec<redis::Value> = pipe
                     .query_async(&mut conn)
@@ -297,72 +302,14 @@ async fn server_limit(server: &RedisServer, duration: Duration) -> f64 {
     pairs as f64 / duration.as_secs_f64()
 }
 
-/// Adds one acquire and its release, as the redis adapter sends them for a free mutex.
-fn add_pair(pipe: &mut redis::Pipeline, (acquire, release): &(String, String), name: &str) {
-    let name = LockName::new(name).expect("a valid lock name");
-    let (grant, unlock) = (RequestId::random(), RequestId::random());
-    let lock = layout::lock_key(&name);
-    let (reservation, waiting) = (
-        layout::reservation_key(&name),
-        layout::waiting_clients_key(&name),
-    );
-    let grant_latch = layout::grant_latch_key(&name, grant);
-    let token = layout::token_key(&name);
-    let acquire_keys = [
-        lock,
-        &reservation,
-        &token,
-        "bench:limit:epoch",
-        &waiting,
-        &grant_latch,
-    ];
-    let acquire_args = [
-        "30000",
-        "bench-owner",
-        "0",
-        "100",
-        "0",
-        "0",
-        "0",
-        "",
-        "35000",
-        "10000",
-    ];
-    pipe.add_command(evalsha(acquire, &acquire_keys, &acquire_args));
-    let release_latch = layout::release_latch_key(&name, unlock);
-    let channel = layout::mutex_channel(&name);
-    let release_keys = [lock, &waiting, &reservation, &release_latch, &grant_latch];
-    let release_args = [
-        "30000",
-        "bench-owner",
-        &channel,
-        "publish",
-        "numsub",
-        "100",
-        "10000",
-        "0",
-    ];
-    pipe.add_command(evalsha(release, &release_keys, &release_args));
-}
-
-/// `EVALSHA sha numkeys keys... args...`, a script call as the adapters send it.
-fn evalsha<K: AsRef<str>>(sha: &str, keys: &[K], args: &[&str]) -> redis::Cmd {
-    let mut call = redis::cmd("EVALSHA");
-    call.arg(sha).arg(keys.len());
-    for key in keys {
-        call.arg(key.as_ref());
-    }
-    call.arg(args);
-    call
-}
-
-/// Every pair was granted (`'1:0'`: one hold, no token) and released (`0`).
+/// Every pair was granted and released.
 fn check_pairs(replies: &[redis::Value]) -> Result<(), String> {
-    use redis::Value;
     for pair in replies.chunks(2) {
-        let granted = matches!(&pair[0], Value::BulkString(grant) if grant == b"1:0");
-        let released = pair.get(1) == Some(&Value::Int(0));
-        if !(granted && released) {
+        let succeeded = match pair {
+            [acquired, released] => bare::redis_pair_succeeded(acquired, released),
+            _ => false,
+        };
+        if !succeeded {
             return Err(format!("an unexpected reply: {pair:?}"));
         }
     }

@@ -1,0 +1,278 @@
+//! Bare clients that send our mutex's acquire and release scripts, with the keys and
+//! arguments the adapters send for a free mutex, and nothing else: no lock library
+//! around them. They are the floors of the uncontended scenario: what a pair of our
+//! scripts costs a client of redis-rs or of fred, beside which the adapters' own cost
+//! shows.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use fred::prelude::{Builder, ClientLike, Config, Options, Value};
+use fred::types::{ClusterHash, CustomCommand};
+use lock_core::LockName;
+use lock_core::backend::RequestId;
+use lock_redis_protocol::settings::DEFAULT_RESPONSE_TIMEOUT;
+use lock_redis_protocol::{layout, script};
+use lock_testkit::RedisServer;
+use tokio::time::Instant;
+
+/// How many tasks send pairs at once, as in the adapters' runs.
+const TASKS: usize = 64;
+
+/// The keys and arguments of one acquire of a free mutex and of its release.
+pub(crate) struct Pair {
+    pub(crate) acquire_keys: [String; 6],
+    pub(crate) acquire_args: [&'static str; 10],
+    pub(crate) release_keys: [String; 5],
+    pub(crate) release_args: [String; 8],
+}
+
+impl Pair {
+    /// A pair on `name` by `owner`, each request with latch keys of its own.
+    pub(crate) fn new(name: &str, owner: &'static str) -> Self {
+        let name = LockName::new(name).expect("a valid lock name");
+        let (grant, unlock) = (RequestId::random(), RequestId::random());
+        let lock = layout::lock_key(&name).to_owned();
+        let reservation = layout::reservation_key(&name);
+        let waiting = layout::waiting_clients_key(&name);
+        let grant_latch = layout::grant_latch_key(&name, grant);
+        Self {
+            acquire_keys: [
+                lock.clone(),
+                reservation.clone(),
+                layout::token_key(&name),
+                "bench:epoch".to_owned(),
+                waiting.clone(),
+                grant_latch.clone(),
+            ],
+            // As the adapters send them for a caller that would wait: its client's
+            // wake id, and latches kept for the default retry window.
+            acquire_args: [
+                "30000",
+                owner,
+                "0",
+                "100",
+                "0",
+                "0",
+                "0",
+                "distlock-wake:bench",
+                "35000",
+                "5000",
+            ],
+            release_keys: [
+                lock,
+                waiting,
+                reservation,
+                layout::release_latch_key(&name, unlock),
+                grant_latch,
+            ],
+            release_args: [
+                "30000".to_owned(),
+                owner.to_owned(),
+                layout::mutex_channel(&name),
+                "publish".to_owned(),
+                "numsub".to_owned(),
+                "100".to_owned(),
+                "5000".to_owned(),
+                "0".to_owned(),
+            ],
+        }
+    }
+
+    /// The acquire, then the release, as redis-rs commands.
+    pub(crate) fn redis_commands(&self, (acquire, release): &(String, String)) -> [redis::Cmd; 2] {
+        [
+            evalsha(acquire, &self.acquire_keys, &self.acquire_args),
+            evalsha(release, &self.release_keys, &self.release_args),
+        ]
+    }
+
+    /// The acquire, then the release, as the arguments of fred custom commands.
+    fn fred_arguments(&self, (acquire, release): &(String, String)) -> [Vec<Value>; 2] {
+        let call = |sha: &str, keys: &[String], args: &mut dyn Iterator<Item = &str>| {
+            let mut call = vec![
+                Value::from(sha),
+                Value::from(i64::try_from(keys.len()).unwrap_or(i64::MAX)),
+            ];
+            call.extend(keys.iter().map(|key| Value::from(key.as_str())));
+            call.extend(args.map(Value::from));
+            call
+        };
+        [
+            call(
+                acquire,
+                &self.acquire_keys,
+                &mut self.acquire_args.iter().copied(),
+            ),
+            call(
+                release,
+                &self.release_keys,
+                &mut self.release_args.iter().map(String::as_str),
+            ),
+        ]
+    }
+}
+
+/// `EVALSHA sha numkeys keys... args...`, a script call as the adapters send it.
+pub(crate) fn evalsha<K: AsRef<str>, A: AsRef<str>>(
+    sha: &str,
+    keys: &[K],
+    args: &[A],
+) -> redis::Cmd {
+    let mut call = redis::cmd("EVALSHA");
+    call.arg(sha).arg(keys.len());
+    for key in keys {
+        call.arg(key.as_ref());
+    }
+    for arg in args {
+        call.arg(arg.as_ref());
+    }
+    call
+}
+
+/// The SHA1s of the acquire and release scripts, loaded into `server`.
+pub(crate) async fn load_scripts(server: &RedisServer) -> Arc<(String, String)> {
+    let acquire: String = server
+        .command(&["SCRIPT", "LOAD", script::MUTEX_ACQUIRE.source()])
+        .await;
+    let release: String = server
+        .command(&["SCRIPT", "LOAD", script::MUTEX_RELEASE.source()])
+        .await;
+    Arc::new((acquire, release))
+}
+
+/// Whether a pair's answers are a grant (`'1:0'`: one hold, no token) and a release
+/// (`0`).
+pub(crate) fn redis_pair_succeeded(acquired: &redis::Value, released: &redis::Value) -> bool {
+    matches!(acquired, redis::Value::BulkString(grant) if grant == b"1:0")
+        && *released == redis::Value::Int(0)
+}
+
+/// Pairs per second of [`TASKS`] tasks, each on a name of its own, sending one pair
+/// after the other through one redis-rs multiplexed connection (as the redis adapter
+/// does) for `duration`.
+pub(crate) async fn redis_pairs_per_second(server: &RedisServer, duration: Duration) -> f64 {
+    let scripts = load_scripts(server).await;
+    let connection = redis::Client::open(server.url())
+        .expect("the server's url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect the bare redis-rs client");
+    run_tasks(duration, "redis-rs", |task, pairs| {
+        let (scripts, mut connection) = (Arc::clone(&scripts), connection.clone());
+        async move {
+            let name = format!("bench:bare-redis:{task}");
+            while pairs.keep_going() {
+                let [acquire, release] = Pair::new(&name, "bench-owner").redis_commands(&scripts);
+                let acquired: redis::Value = acquire
+                    .query_async(&mut connection)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let released: redis::Value = release
+                    .query_async(&mut connection)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                pairs.count(redis_pair_succeeded(&acquired, &released))?;
+            }
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// Pairs per second of [`TASKS`] tasks as in [`redis_pairs_per_second`], through one fred
+/// client with the per-call options of the fred adapter (one attempt, the default
+/// response timeout) and custom `EVALSHA` commands, as the adapter sends them.
+pub(crate) async fn fred_pairs_per_second(server: &RedisServer, duration: Duration) -> f64 {
+    let scripts = load_scripts(server).await;
+    let config = Config::from_url(&server.url()).expect("the server's url");
+    let client = Builder::from_config(config).build().expect("a fred client");
+    client.init().await.expect("connect the bare fred client");
+    let options = Options {
+        max_attempts: Some(1),
+        timeout: Some(DEFAULT_RESPONSE_TIMEOUT),
+        ..Options::default()
+    };
+    let rate = run_tasks(duration, "fred", |task, pairs| {
+        let (scripts, client, options) = (Arc::clone(&scripts), client.clone(), options.clone());
+        async move {
+            let name = format!("bench:bare-fred:{task}");
+            let command = || CustomCommand::new_static("EVALSHA", ClusterHash::FirstKey, false);
+            while pairs.keep_going() {
+                let [acquire, release] = Pair::new(&name, "bench-owner").fred_arguments(&scripts);
+                let client = client.with_options(&options);
+                let acquired: Value = client
+                    .custom(command(), acquire)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let released: Value = client
+                    .custom(command(), release)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let granted = acquired.as_bytes() == Some(b"1:0".as_slice());
+                pairs.count(granted && released == Value::Integer(0))?;
+            }
+            Ok(())
+        }
+    })
+    .await;
+    if let Err(err) = client.quit().await {
+        eprintln!("lock-bench: closing the bare fred client failed: {err}");
+    }
+    rate
+}
+
+/// The pairs the tasks of one run did, and when the run ends.
+struct Pairs {
+    done: AtomicU64,
+    deadline: Instant,
+}
+
+impl Pairs {
+    fn keep_going(&self) -> bool {
+        Instant::now() < self.deadline
+    }
+
+    fn count(&self, succeeded: bool) -> Result<(), String> {
+        if !succeeded {
+            return Err("a pair was not granted and released".to_owned());
+        }
+        self.done.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// Runs [`TASKS`] tasks made by `task` for `duration`; pairs per second, or 0 (a failed
+/// measurement) if any task failed.
+async fn run_tasks<F, Fut>(duration: Duration, client: &str, task: F) -> f64
+where
+    F: Fn(usize, Arc<Pairs>) -> Fut,
+    Fut: Future<Output = Result<(), String>> + Send + 'static,
+{
+    let pairs = Arc::new(Pairs {
+        done: AtomicU64::new(0),
+        deadline: Instant::now() + duration,
+    });
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|i| tokio::spawn(task(i, Arc::clone(&pairs))))
+        .collect();
+    let mut failed = false;
+    for task in tasks {
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => {
+                eprintln!("lock-bench: a bare {client} task failed: {err}");
+                failed = true;
+            }
+            Err(err) => {
+                eprintln!("lock-bench: a bare {client} task panicked: {err}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        return 0.0;
+    }
+    pairs.done.load(Ordering::Relaxed) as f64 / duration.as_secs_f64()
+}
