@@ -86,11 +86,18 @@ mod tests {
         let helpers = helpers(PRELUDE);
         assert_eq!(helpers.len(), PRELUDE.matches("\nlocal function ").count());
         let joined: String = helpers.iter().map(|helper| helper.text).collect();
-        assert_eq!(joined, PRELUDE, "nothing of the prelude falls between helpers");
+        assert_eq!(
+            joined, PRELUDE,
+            "nothing of the prelude falls between helpers"
+        );
         let mut names: Vec<_> = helpers.iter().map(|helper| helper.name).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), helpers.len(), "every helper has a name of its own");
+        assert_eq!(
+            names.len(),
+            helpers.len(),
+            "every helper has a name of its own"
+        );
     }
 
     #[test]
@@ -121,7 +128,10 @@ mod tests {
             assert!(release.contains(&definition), "{needed} is carried");
         }
         for source in [&acquire, &release] {
-            assert!(!source.contains("local function may_take("), "a semaphore's");
+            assert!(
+                !source.contains("local function may_take("),
+                "a semaphore's"
+            );
             assert!(source.len() < PRELUDE.len(), "well under the whole prelude");
         }
     }
