@@ -16,8 +16,9 @@ pub(super) fn with_helpers(body: &str) -> String {
     let mut needed = vec![false; helpers.len()];
     let mut unread = vec![body];
     while let Some(text) = unread.pop() {
+        let code = without_comment_lines(text);
         for (helper, needed) in helpers.iter().zip(needed.iter_mut()) {
-            if !*needed && names(text, helper.name) {
+            if !*needed && names(&code, helper.name) {
                 *needed = true;
                 unread.push(helper.text);
             }
@@ -65,9 +66,18 @@ fn helpers(prelude: &str) -> Vec<Helper<'_>> {
     helpers
 }
 
+/// `text` without its comment lines (those that start with `--`), which name helpers
+/// they do not call. A comment after code on its line stays: at worst it carries a
+/// helper that is not needed.
+fn without_comment_lines(text: &str) -> String {
+    text.lines()
+        .filter(|line| !line.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Whether `text` names `name` as a whole identifier: called, or passed on (as to
-/// `pcall`). A mention in a comment counts too, which at worst carries a helper that is
-/// not needed.
+/// `pcall`).
 fn names(text: &str, name: &str) -> bool {
     let part_of_identifier = |c: char| c.is_ascii_alphanumeric() || c == '_';
     text.match_indices(name).any(|(at, _)| {
@@ -127,6 +137,8 @@ mod tests {
             let definition = format!("local function {needed}(");
             assert!(release.contains(&definition), "{needed} is carried");
         }
+        // The acquire script's comments name the release's helper; it does not call it.
+        assert!(!acquire.contains("local function wake_mutex_waiters("));
         for source in [&acquire, &release] {
             assert!(
                 !source.contains("local function may_take("),
