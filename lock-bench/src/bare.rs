@@ -21,11 +21,12 @@ use tokio::time::Instant;
 const TASKS: usize = 64;
 
 /// The keys and arguments of one acquire of a free mutex and of its release.
+#[derive(Debug)]
 pub(crate) struct Pair {
-    pub(crate) acquire_keys: [String; 6],
-    pub(crate) acquire_args: [&'static str; 10],
-    pub(crate) release_keys: [String; 5],
-    pub(crate) release_args: [String; 8],
+    acquire_keys: [String; 6],
+    acquire_args: [&'static str; 10],
+    release_keys: [String; 5],
+    release_args: [String; 8],
 }
 
 impl Pair {
@@ -224,6 +225,7 @@ pub(crate) async fn fred_pairs_per_second(server: &RedisServer, duration: Durati
 }
 
 /// The pairs the tasks of one run did, and when the run ends.
+#[derive(Debug)]
 struct Pairs {
     done: AtomicU64,
     deadline: Instant,

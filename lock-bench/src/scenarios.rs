@@ -202,9 +202,10 @@ async fn server_cpu_seconds(server: &RedisServer) -> f64 {
 
 /// Lock+unlock pairs per second, 64 tasks on distinct names through one client, with
 /// the client's and the server's CPU per pair; the server's own limit for our scripts;
-/// and bare redis-rs and fred clients sending the same two scripts. The contenders take [`TURNS`] turns each, so that a drift of the machine
-/// weighs on all of them alike (the ratio to the server's limit moved by 0.15 between
-/// two runs of the same binary when each contender ran in one go).
+/// and bare redis-rs and fred clients sending the same two scripts. The contenders take
+/// [`UNCONTENDED_TURNS`] turns each, so that a drift of the machine weighs on all of them
+/// alike (the ratio to the server's limit moved by 0.15 between two runs of the same
+/// binary when each contender ran in one go).
 pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
     let turn = Duration::from_secs_f64(scale.seconds / UNCONTENDED_TURNS as f64);
     let redis = Adapter::Redis.connect(server).await;
