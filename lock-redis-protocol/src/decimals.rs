@@ -15,6 +15,12 @@ pub(crate) struct Decimals<const N: usize> {
 
 impl<const N: usize> Decimals<N> {
     /// Renders `numbers`, in order.
+    ///
+    /// Never inlined: every acquire and release renders numbers, and one copy of this
+    /// code (with `itoa`'s) serves them all, where inlined copies would each take room
+    /// in the processor's instruction cache, which a lock/unlock pair overflows (see
+    /// docs/benchmarks.md, stop 12).
+    #[inline(never)]
     pub(crate) fn new(numbers: [u64; N]) -> Self {
         const { assert!(N * LONGEST <= ROOM, "room for at most three numbers") };
         let mut digits = itoa::Buffer::new();

@@ -122,6 +122,10 @@ impl<'n> Keys<'n> {
     }
 
     /// Adds the pieces of `before`, the tagged name, then the pieces of `after`.
+    ///
+    /// Never inlined, for the reason given at [`Decimals::new`](crate::decimals): one
+    /// copy serves every key of every request.
+    #[inline(never)]
     fn add_around(&mut self, before: &[&str], after: &[&str]) -> KeyAt {
         let start = self.buffer.len();
         for piece in before.iter().chain(&self.tag).chain(after) {
