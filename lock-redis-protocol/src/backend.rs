@@ -1209,9 +1209,10 @@ impl AcquireAnswer {
     }
 }
 
-/// An acquire script's answer: `'<holds>:<token>'` (read as `[1, holds, token]`), `{0, ttl}` busy, `{2, ttl}` reserved
-/// for a starving waiter, `{3, _}` an upgrade that would wait for itself, `{4, ms}` no
-/// grants during the restart quarantine (reported through `tracing`).
+/// An acquire script's answer: `'<holds>:<token>'` (read as `[1, holds, token]`),
+/// `{0, ttl}` busy, `{2, ttl}` reserved for a starving waiter, `{3, _}` an upgrade that
+/// would wait for itself, `{4, ms}` no grants during the restart quarantine (reported
+/// through `tracing`).
 fn decode_acquire(
     items: Option<&[i64]>,
     reply: &Reply,

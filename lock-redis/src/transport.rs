@@ -137,14 +137,20 @@ async fn query_master(failover: &Failover, command: &redis::Cmd) -> Result<Value
 
 /// Sends one command on a connection checked out of `pool`.
 async fn query_pooled(pool: &RedisPool, command: &redis::Cmd) -> Result<Value, TransportError> {
-    let mut connection = pool
-        .get()
-        .await
-        .map_err(|err| TransportError::Io(Box::new(PoolError(err.to_string()))))?;
+    let mut connection = checkout(pool).await?;
     command
         .query_async(&mut *connection)
         .await
         .map_err(crate::error::transport)
+}
+
+/// A connection of `pool`; a checkout that failed or timed out is an I/O error.
+async fn checkout(
+    pool: &RedisPool,
+) -> Result<bb8::PooledConnection<'_, bb8_redis::RedisConnectionManager>, TransportError> {
+    pool.get()
+        .await
+        .map_err(|err| TransportError::Io(Box::new(PoolError(err.to_string()))))
 }
 
 /// `EVALSHA`/`EVAL` with the call's arguments; a cluster connection routes it by its
@@ -189,13 +195,7 @@ impl RedisTransport {
             Commands::Connection(connection) => connection.send_pipeline(pipe).await,
             Commands::Manager(manager) => pipe.query_async(&mut manager.clone()).await,
             Commands::Sentinel(failover) => failover.connection().send_pipeline(pipe).await,
-            Commands::Pool(pool) => {
-                let mut connection = pool
-                    .get()
-                    .await
-                    .map_err(|err| TransportError::Io(Box::new(PoolError(err.to_string()))))?;
-                pipe.query_async(&mut *connection).await
-            }
+            Commands::Pool(pool) => pipe.query_async(&mut *checkout(pool).await?).await,
             Commands::Cluster(_) => {
                 return Err(TransportError::Io("no pipelines on a cluster".into()));
             }
