@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use fred::prelude::{Builder, ClientLike, Config, Options, Value};
+use fred::prelude::{Builder, ClientLike, Config, ConnectionConfig, Options, TcpConfig, Value};
 use fred::types::{ClusterHash, CustomCommand};
 use lock_core::LockName;
 use lock_core::backend::RequestId;
@@ -182,13 +182,38 @@ pub(crate) async fn redis_pairs_per_second(server: &RedisServer, duration: Durat
     .await
 }
 
+/// How a bare fred client's socket sends small writes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum FredSocket {
+    /// fred's default: the kernel holds a small write while an earlier one is unacknowledged
+    /// (Nagle), which merges the one write fred makes per script call.
+    Default,
+    /// `TCP_NODELAY`, as the fred adapter and redis-rs set it: every write leaves at once.
+    NoDelay,
+}
+
 /// Pairs per second of [`TASKS`] tasks as in [`redis_pairs_per_second`], through one fred
 /// client with the per-call options of the fred adapter (one attempt, the default
-/// response timeout) and custom `EVALSHA` commands, as the adapter sends them.
-pub(crate) async fn fred_pairs_per_second(server: &RedisServer, duration: Duration) -> f64 {
+/// response timeout) and custom `EVALSHA` commands, as the adapter sends them, over a
+/// socket set as `socket` says.
+pub(crate) async fn fred_pairs_per_second(
+    server: &RedisServer,
+    duration: Duration,
+    socket: FredSocket,
+) -> f64 {
     let scripts = load_scripts(server).await;
     let config = Config::from_url(&server.url()).expect("the server's url");
-    let client = Builder::from_config(config).build().expect("a fred client");
+    let mut builder = Builder::from_config(config);
+    if let FredSocket::NoDelay = socket {
+        builder.set_connection_config(ConnectionConfig {
+            tcp: TcpConfig {
+                nodelay: Some(true),
+                ..TcpConfig::default()
+            },
+            ..ConnectionConfig::default()
+        });
+    }
+    let client = builder.build().expect("a fred client");
     client.init().await.expect("connect the bare fred client");
     let options = Options {
         max_attempts: Some(1),

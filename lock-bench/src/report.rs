@@ -193,6 +193,20 @@ fn uncontended_context(all: &All) -> Vec<(&'static str, Option<f64>)> {
             "pairs/s: bare fred sending our scripts vs the redis adapter",
             ratio(rate("bare scripts (fred)"), rate("lock (redis)")),
         ),
+        (
+            "pairs/s: fred adapter vs bare fred with the adapter's TCP_NODELAY",
+            ratio(
+                rate("lock (fred)"),
+                rate("bare scripts (fred, TCP_NODELAY)"),
+            ),
+        ),
+        (
+            "pairs/s: bare fred with TCP_NODELAY vs the redis adapter",
+            ratio(
+                rate("bare scripts (fred, TCP_NODELAY)"),
+                rate("lock (redis)"),
+            ),
+        ),
     ]
 }
 

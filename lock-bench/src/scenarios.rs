@@ -10,7 +10,7 @@ use distlock::{Lock, Locks};
 use lock_testkit::RedisServer;
 use tokio::time::{Instant, sleep};
 
-use crate::bare::{self, Pair, evalsha};
+use crate::bare::{self, FredSocket, Pair, evalsha};
 use crate::renewals;
 
 /// Figures of one contender in one scenario.
@@ -211,7 +211,7 @@ pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
     let redis = Adapter::Redis.connect(server).await;
     let fred = Adapter::Fred.connect(server).await;
     let (mut ours, mut theirs, mut rslock, mut limit) = Default::default();
-    let (mut bare_redis, mut bare_fred) = Default::default();
+    let (mut bare_redis, mut bare_fred, mut bare_fred_nodelay) = Default::default();
     for _ in 0..UNCONTENDED_TURNS {
         Tally::run(&mut ours, server, turn, pairs_per_second(&redis, turn)).await;
         Tally::run(&mut limit, server, turn, server_limit(server, turn)).await;
@@ -225,8 +225,10 @@ pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
         .await;
         let bare = bare::redis_pairs_per_second(server, turn);
         Tally::run(&mut bare_redis, server, turn, bare).await;
-        let bare = bare::fred_pairs_per_second(server, turn);
+        let bare = bare::fred_pairs_per_second(server, turn, FredSocket::Default);
         Tally::run(&mut bare_fred, server, turn, bare).await;
+        let bare = bare::fred_pairs_per_second(server, turn, FredSocket::NoDelay);
+        Tally::run(&mut bare_fred_nodelay, server, turn, bare).await;
     }
     let mut results = Results::new();
     results.insert("lock (redis)".into(), Tally::figures(&ours));
@@ -238,6 +240,10 @@ pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
         Tally::figures(&bare_redis),
     );
     results.insert("bare scripts (fred)".into(), Tally::figures(&bare_fred));
+    results.insert(
+        "bare scripts (fred, TCP_NODELAY)".into(),
+        Tally::figures(&bare_fred_nodelay),
+    );
     // Its client CPU is the pipelining load's, not a lock client's.
     results.insert("server limit".into(), Tally::figures(&limit));
     results
