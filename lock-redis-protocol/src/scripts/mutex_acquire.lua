@@ -26,26 +26,30 @@ if quarantined > 0 then
     return {4, quarantined}
 end
 
--- The reservation's wait start and owner; a malformed one counts as absent.
+-- The reservation's wait start and owner (a malformed one counts as absent), and whether
+-- the key exists at all.
 local function reservation()
     local value = redis.call('get', KEYS[2])
     if not value then
-        return nil, nil
+        return nil, nil, false
     end
     local sep = string.find(value, ':', 1, true)
     if not sep then
-        return nil, nil
+        return nil, nil, true
     end
-    return tonumber(string.sub(value, 1, sep - 1)), string.sub(value, sep + 1)
+    return tonumber(string.sub(value, 1, sep - 1)), string.sub(value, sep + 1), true
 end
 
 if redis.call('exists', KEYS[1]) == 0 then
-    local _, reserved_for = reservation()
+    local _, reserved_for, reserved = reservation()
     if reserved_for and reserved_for ~= ARGV[2] and reserved_for ~= ARGV[8] then
         register_waiting(KEYS[5], ARGV[8], ARGV[9])
         return {2, redis.call('pttl', KEYS[2])}
     end
-    redis.call('del', KEYS[2])
+    -- Taken up (or malformed): it goes. Most grants find none, and skip the call.
+    if reserved then
+        redis.call('del', KEYS[2])
+    end
     if ARGV[8] ~= '' then
         -- Served: the client's next waiter registers afresh, behind the others.
         redis.call('zrem', KEYS[5], ARGV[8])

@@ -268,8 +268,15 @@ local function release_exclusive()
     if before then
         return before
     end
-    if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    local held = redis.call('hget', KEYS[1], ARGV[2])
+    if not held then
         return released(-1)
+    end
+    -- The lock hash has one field, the owner's: its last hold deletes the lock without
+    -- counting down first.
+    if held == '1' then
+        redis.call('del', KEYS[1])
+        return nil
     end
     local holds = drop_hold(KEYS[1], ARGV[2], ARGV[1])
     if holds > 0 then
