@@ -899,7 +899,7 @@ pub async fn a_grant_clears_an_unreadable_reservation_and_holds_count_down(
     connect: &AdapterConnect,
 ) {
     let server = RedisServer::start().await;
-    let locks = locks(connect, ConnectSpec::new(&server.url()))
+    let locks = locks(connect, ConnectSpec::new(server.url()))
         .await
         .unwrap();
     let (name, reservation) = ("bookkeeping:m", "redisson_lock_reserved:{bookkeeping:m}");
