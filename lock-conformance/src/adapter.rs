@@ -854,13 +854,17 @@ pub async fn a_newcomer_cannot_take_a_lock_offered_to_the_client_woken_for_it(
 }
 
 /// A release that finds the lock reserved for a starving waiter keeps that reservation
-/// for at least an offer's time (100 ms): the waiter, woken by this release, must have
-/// the time to come. A reservation with 20 ms left is written by hand here (a waiter's
-/// last attempt was long ago); without the extension it lapses before anybody could
-/// come, and a newcomer takes the lock.
+/// for at least an offer's time (100 ms), and no longer: the waiter, woken by this
+/// release, must have the time to come, and a waiter that vanished must not keep the
+/// lock from everybody. The reservation is written by hand here without an expiry, so
+/// that it cannot lapse before the release runs however slow the machine (one with 20 ms
+/// left did under load); to the release it is one with less than an offer left. The
+/// bounds are checked against the moment the release was sent, so a slow reply only
+/// loosens them.
 pub async fn a_release_keeps_a_starving_waiters_reservation_for_an_offers_time(
     connect: &AdapterConnect,
 ) {
+    const OFFER: Duration = Duration::from_millis(100);
     let (server, holder, waiting) = server_and_two_clients(connect).await;
     let name = "starving-offer:m";
     let reservation = "redisson_lock_reserved:{starving-offer:m}";
@@ -874,14 +878,40 @@ pub async fn a_release_keeps_a_starving_waiters_reservation_for_an_offers_time(
     .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let () = server
-        .command(&["SET", reservation, "1:a-starving-waiter", "PX", "20"])
+        .command(&["SET", reservation, "1:a-starving-waiter"])
         .await;
+    let sent = Instant::now();
     held.unlock().await.unwrap();
-    let left: i64 = server.command(&["PTTL", reservation]).await;
-    assert!(
-        left > 20,
-        "the release let a starving waiter's reservation lapse ({left} ms left)"
-    );
+    let read = "return {redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1])}";
+    let (owner, left): (Option<String>, i64) =
+        server.command(&["EVAL", read, "1", reservation]).await;
+    let since_sent = sent.elapsed();
+    // PTTL counts whole milliseconds.
+    let rounding = Duration::from_millis(2);
+    match owner {
+        Some(owner) => {
+            assert_eq!(
+                owner, "1:a-starving-waiter",
+                "the reservation changed hands"
+            );
+            let left = u64::try_from(left).unwrap_or_else(|_| {
+                panic!("the release left a starving waiter's reservation without an expiry")
+            });
+            let until = since_sent + Duration::from_millis(left) + rounding;
+            assert!(
+                until >= OFFER,
+                "the reservation lasts {until:?} from the release, less than an offer"
+            );
+            assert!(
+                Duration::from_millis(left) <= OFFER,
+                "the reservation has {left} ms left, more than an offer"
+            );
+        }
+        None => assert!(
+            since_sent + rounding >= OFFER,
+            "the reservation lapsed {since_sent:?} after the release, within an offer"
+        ),
+    }
     served_then_released(
         waiter,
         Duration::from_secs(3),
