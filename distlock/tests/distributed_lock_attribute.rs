@@ -1,5 +1,7 @@
 //! `#[distributed_lock]` against a real Redis: exclusion, reentry, timeouts, early
-//! returns, panics, cancellation, templates with fields, methods and kinds.
+//! returns, panics, cancellation, templates with fields, methods and kinds. (Here rather
+//! than in lock-macros: trybuild compiles every dev-dependency of that crate for its
+//! cases, and a Redis client and server kit would double their build.)
 
 // reason: test helpers panic on unexpected errors, like the tests themselves.
 #![allow(clippy::unwrap_used)]
