@@ -168,6 +168,36 @@ fn uncontended_targets(all: &All, targets: &mut Targets) {
     );
 }
 
+/// Ratios beside the targets, which are not targets themselves: what a miss is measured
+/// against.
+fn context(all: &All) -> Vec<(&'static str, Option<f64>)> {
+    let mut context = uncontended_context(all);
+    context.extend(handoff_context(all));
+    context
+}
+
+/// Beside the hand-off targets: the server's share. Our hand-off runs two scripts where
+/// the floor runs a small one and a `SET`, on a server that idles between rounds.
+fn handoff_context(all: &All) -> Vec<(&'static str, Option<f64>)> {
+    let h = |who: &str, metric: &str| figure(all, "handoff", who, metric);
+    vec![
+        (
+            "hand-off rounds (lock, wait, hand-off, unlock): server time, ours vs the bare floor's",
+            ratio(
+                h("lock (redis)", "server_us_per_round"),
+                h("bare hand-off", "server_us_per_round"),
+            ),
+        ),
+        (
+            "hand-off rounds: server time per script call, ours vs the bare floor's",
+            ratio(
+                h("lock (redis)", "script_server_us_per_call"),
+                h("bare hand-off", "script_server_us_per_call"),
+            ),
+        ),
+    ]
+}
+
 /// Ratios beside the uncontended targets, which are not targets: what a miss is
 /// measured against. The bare clients send our two scripts and nothing else, so the
 /// adapters' cost above them is the library's, and the bare clients' own against the
@@ -315,7 +345,7 @@ pub(crate) fn write(dir: &Path, quick: bool, all: &All) -> std::io::Result<Strin
         "targets": targets.iter().map(|t| json!({
             "name": t.name, "target": t.wanted, "measured": t.measured, "met": t.met,
         })).collect::<Vec<_>>(),
-        "beside_the_targets": uncontended_context(all).iter().filter_map(|(name, value)| {
+        "beside_the_targets": context(all).iter().filter_map(|(name, value)| {
             value.map(|v| json!({ "name": name, "measured": (v * 1000.0).round() / 1000.0 }))
         }).collect::<Vec<_>>(),
     });
@@ -364,7 +394,7 @@ fn markdown(quick: bool, all: &All, targets: &[Target], machine: &serde_json::Va
             if t.met { "yes" } else { "**no**" }
         );
     }
-    let context: Vec<_> = uncontended_context(all)
+    let context: Vec<_> = context(all)
         .into_iter()
         .filter_map(|(name, value)| value.map(|v| (name, v)))
         .collect();

@@ -331,17 +331,89 @@ pub(crate) async fn handoff(server: &RedisServer, scale: Scale) -> Results {
     let mut ping = Ping::connect(server).await;
     let block = rounds.div_ceil(TURNS);
     let (mut our_samples, mut floor_samples, mut ping_samples) = (vec![], vec![], vec![]);
+    let (mut our_time, mut floor_time) = (ServerTime::default(), ServerTime::default());
     for _ in 0..TURNS {
+        let before = ServerTime::read(server).await;
         our_samples.extend(ours.rounds(block).await);
+        let between = ServerTime::read(server).await;
         floor_samples.extend(floor.rounds(block).await);
+        let after = ServerTime::read(server).await;
+        our_time.add(before, between);
+        floor_time.add(between, after);
         ping_samples.extend(ping.rounds(PINGS / TURNS).await);
     }
+    let rounds = (block * TURNS) as f64;
     let mut results = Results::new();
-    results.insert("lock (redis)".into(), p50_p99("handoff_ms", our_samples));
-    results.insert("bare hand-off".into(), p50_p99("handoff_ms", floor_samples));
+    let mut handoffs = p50_p99("handoff_ms", our_samples);
+    handoffs.extend(our_time.figures(rounds));
+    results.insert("lock (redis)".into(), handoffs);
+    let mut handoffs = p50_p99("handoff_ms", floor_samples);
+    handoffs.extend(floor_time.figures(rounds));
+    results.insert("bare hand-off".into(), handoffs);
     let ping = percentile(&sorted(ping_samples), 0.5);
     results.insert("loopback".into(), figures(&[("ping_ms_p50", ping)]));
     results
+}
+
+/// The server's time for a contender's rounds, from `INFO commandstats`: a hand-off's
+/// floor is mostly the server's, and a script's time per call on a server that idles
+/// between rounds is several times its time under a steady load.
+#[derive(Debug, Default, Clone, Copy)]
+struct ServerTime {
+    /// Microseconds of every command but `INFO` (the reading's own).
+    total_us: f64,
+    /// Microseconds and calls of `EVALSHA`.
+    script_us: f64,
+    script_calls: f64,
+}
+
+impl ServerTime {
+    /// The server's totals so far.
+    async fn read(server: &RedisServer) -> Self {
+        let info: String = server.command(&["INFO", "commandstats"]).await;
+        let mut time = Self::default();
+        for line in info.lines() {
+            let Some((command, stats)) = line
+                .strip_prefix("cmdstat_")
+                .and_then(|l| l.split_once(':'))
+            else {
+                continue;
+            };
+            let stat = |name: &str| {
+                stats
+                    .split(',')
+                    .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
+                    .and_then(|value| value.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            if command != "info" {
+                time.total_us += stat("usec");
+            }
+            if command == "evalsha" {
+                time.script_us += stat("usec");
+                time.script_calls += stat("calls");
+            }
+        }
+        time
+    }
+
+    /// Adds what the server spent between two readings.
+    fn add(&mut self, before: Self, after: Self) {
+        self.total_us += after.total_us - before.total_us;
+        self.script_us += after.script_us - before.script_us;
+        self.script_calls += after.script_calls - before.script_calls;
+    }
+
+    /// Server microseconds per round, and per script call.
+    fn figures(&self, rounds: f64) -> Figures {
+        figures(&[
+            ("server_us_per_round", self.total_us / rounds),
+            (
+                "script_server_us_per_call",
+                self.script_us / self.script_calls,
+            ),
+        ])
+    }
 }
 
 /// The p50 and p99 of `samples`, named `<what>_p50` and `<what>_p99`.
