@@ -357,7 +357,7 @@ pub(crate) async fn handoff(server: &RedisServer, scale: Scale) -> Results {
 
 /// The server's time for a contender's rounds, from `INFO commandstats`: a hand-off's
 /// floor is mostly the server's, and a script's time per call on a server that idles
-/// between rounds is several times its time under a steady load.
+/// between rounds is about three times its time under a steady load (stop 14's runs).
 #[derive(Debug, Default, Clone, Copy)]
 struct ServerTime {
     /// Microseconds of every command but `INFO` (the reading's own).
