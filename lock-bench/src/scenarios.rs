@@ -371,6 +371,11 @@ impl ServerTime {
     /// The server's totals so far.
     async fn read(server: &RedisServer) -> Self {
         let info: String = server.command(&["INFO", "commandstats"]).await;
+        Self::parse(&info)
+    }
+
+    /// The totals in the text of `INFO commandstats`.
+    fn parse(info: &str) -> Self {
         let mut time = Self::default();
         for line in info.lines() {
             let Some((command, stats)) = line
@@ -1026,4 +1031,30 @@ async fn held_memory(locks: &Locks) -> Figures {
         ("bytes_per_held_lock", percentile(&sorted(held), 0.5)),
         ("bytes_left_per_released_hold", left),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServerTime;
+
+    #[test]
+    fn server_time_sums_every_command_but_info_and_counts_scripts_apart() {
+        let info = "# Commandstats\r\n\
+            cmdstat_evalsha:calls=4,usec=100,usec_per_call=25.00,rejected_calls=0,failed_calls=1\r\n\
+            cmdstat_info:calls=9,usec=900,usec_per_call=100.00,rejected_calls=0,failed_calls=0\r\n\
+            cmdstat_set:calls=2,usec=6,usec_per_call=3.00,rejected_calls=0,failed_calls=0\r\n\
+            cmdstat_eval:calls=1,usec=30,usec_per_call=30.00,rejected_calls=0,failed_calls=0\r\n";
+        let time = ServerTime::parse(info);
+        assert_eq!(time.total_us, 136.0);
+        assert_eq!(time.script_us, 100.0);
+        assert_eq!(time.script_calls, 4.0);
+        let mut sum = ServerTime::default();
+        sum.add(ServerTime::default(), time);
+        sum.add(
+            time,
+            ServerTime::parse(&info.replace("usec=100,", "usec=150,")),
+        );
+        assert_eq!(sum.script_us, 150.0);
+        assert_eq!(sum.figures(2.0)["server_us_per_round"], 93.0);
+    }
 }
