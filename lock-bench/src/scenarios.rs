@@ -1037,6 +1037,10 @@ async fn held_memory(locks: &Locks) -> Figures {
 mod tests {
     use super::ServerTime;
 
+    fn equal(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
     #[test]
     fn server_time_sums_every_command_but_info_and_counts_scripts_apart() {
         let info = "# Commandstats\r\n\
@@ -1045,16 +1049,36 @@ mod tests {
             cmdstat_set:calls=2,usec=6,usec_per_call=3.00,rejected_calls=0,failed_calls=0\r\n\
             cmdstat_eval:calls=1,usec=30,usec_per_call=30.00,rejected_calls=0,failed_calls=0\r\n";
         let time = ServerTime::parse(info);
-        assert_eq!(time.total_us, 136.0);
-        assert_eq!(time.script_us, 100.0);
-        assert_eq!(time.script_calls, 4.0);
+        assert!(
+            equal(time.total_us, 136.0),
+            "time.total_us = {}",
+            time.total_us
+        );
+        assert!(
+            equal(time.script_us, 100.0),
+            "time.script_us = {}",
+            time.script_us
+        );
+        assert!(
+            equal(time.script_calls, 4.0),
+            "time.script_calls = {}",
+            time.script_calls
+        );
         let mut sum = ServerTime::default();
         sum.add(ServerTime::default(), time);
         sum.add(
             time,
             ServerTime::parse(&info.replace("usec=100,", "usec=150,")),
         );
-        assert_eq!(sum.script_us, 150.0);
-        assert_eq!(sum.figures(2.0)["server_us_per_round"], 93.0);
+        assert!(
+            equal(sum.script_us, 150.0),
+            "sum.script_us = {}",
+            sum.script_us
+        );
+        assert!(
+            equal(sum.figures(2.0)["server_us_per_round"], 93.0),
+            "sum.figures(2.0)[server_us_per_round] = {}",
+            sum.figures(2.0)["server_us_per_round"]
+        );
     }
 }
