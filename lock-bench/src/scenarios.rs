@@ -342,13 +342,13 @@ pub(crate) async fn handoff(server: &RedisServer, scale: Scale) -> Results {
         floor_time.add(between, after);
         ping_samples.extend(ping.rounds(PINGS / TURNS).await);
     }
-    let rounds = (block * TURNS) as f64;
+    let rounds_run = (block * TURNS) as f64;
     let mut results = Results::new();
     let mut handoffs = p50_p99("handoff_ms", our_samples);
-    handoffs.extend(our_time.figures(rounds));
+    handoffs.extend(our_time.figures(rounds_run));
     results.insert("lock (redis)".into(), handoffs);
     let mut handoffs = p50_p99("handoff_ms", floor_samples);
-    handoffs.extend(floor_time.figures(rounds));
+    handoffs.extend(floor_time.figures(rounds_run));
     results.insert("bare hand-off".into(), handoffs);
     let ping = percentile(&sorted(ping_samples), 0.5);
     results.insert("loopback".into(), figures(&[("ping_ms_p50", ping)]));
@@ -377,26 +377,13 @@ impl ServerTime {
     /// The totals in the text of `INFO commandstats`.
     fn parse(info: &str) -> Self {
         let mut time = Self::default();
-        for line in info.lines() {
-            let Some((command, stats)) = line
-                .strip_prefix("cmdstat_")
-                .and_then(|l| l.split_once(':'))
-            else {
-                continue;
-            };
-            let stat = |name: &str| {
-                stats
-                    .split(',')
-                    .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
-                    .and_then(|value| value.parse::<f64>().ok())
-                    .unwrap_or(0.0)
-            };
+        for (command, stats) in command_stats(info) {
             if command != "info" {
-                time.total_us += stat("usec");
+                time.total_us += stats.usec;
             }
             if command == "evalsha" {
-                time.script_us += stat("usec");
-                time.script_calls += stat("calls");
+                time.script_us += stats.usec;
+                time.script_calls += stats.calls as f64;
             }
         }
         time
@@ -618,14 +605,35 @@ fn cpu_seconds() -> f64 {
 
 async fn script_calls(server: &RedisServer) -> u64 {
     let info: String = server.command(&["INFO", "commandstats"]).await;
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split([':', ','])
-                .find_map(|f| f.strip_prefix("calls="))
-                .and_then(|c| c.parse::<u64>().ok())
-        })
+    command_stats(&info)
+        .filter(|(command, _)| matches!(*command, "evalsha" | "eval"))
+        .map(|(_, stats)| stats.calls)
         .sum()
+}
+
+/// One command's line of `INFO commandstats`.
+#[derive(Debug, Default, Clone, Copy)]
+struct CommandStats {
+    calls: u64,
+    usec: f64,
+}
+
+/// Each command's name (lower case) and figures in the text of `INFO commandstats`; a
+/// figure that is missing or unreadable counts as 0.
+fn command_stats(info: &str) -> impl Iterator<Item = (&str, CommandStats)> {
+    info.lines().filter_map(|line| {
+        let (command, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+        let field = |name: &str| {
+            fields
+                .split(',')
+                .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
+        };
+        let stats = CommandStats {
+            calls: field("calls").and_then(|v| v.parse().ok()).unwrap_or(0),
+            usec: field("usec").and_then(|v| v.parse().ok()).unwrap_or(0.0),
+        };
+        Some((command, stats))
+    })
 }
 
 /// Script calls the server has run and renewals the watchdog has reported, at one moment.
