@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use distlock::{Lock, Locks};
-use lock_testkit::RedisServer;
+use lock_testkit::{CommandStats, RedisServer};
 use tokio::time::{Instant, sleep};
 
 use crate::bare::{self, FredSocket, Pair, evalsha};
@@ -370,14 +370,13 @@ struct ServerTime {
 impl ServerTime {
     /// The server's totals so far.
     async fn read(server: &RedisServer) -> Self {
-        let info: String = server.command(&["INFO", "commandstats"]).await;
-        Self::parse(&info)
+        Self::from_stats(&server.command_stats().await)
     }
 
-    /// The totals in the text of `INFO commandstats`.
-    fn parse(info: &str) -> Self {
+    /// The totals in the server's figures per command.
+    fn from_stats(stats: &BTreeMap<String, CommandStats>) -> Self {
         let mut time = Self::default();
-        for (command, stats) in command_stats(info) {
+        for (command, stats) in stats {
             if command != "info" {
                 time.total_us += stats.usec;
             }
@@ -604,36 +603,12 @@ fn cpu_seconds() -> f64 {
 }
 
 async fn script_calls(server: &RedisServer) -> u64 {
-    let info: String = server.command(&["INFO", "commandstats"]).await;
-    command_stats(&info)
-        .filter(|(command, _)| matches!(*command, "evalsha" | "eval"))
-        .map(|(_, stats)| stats.calls)
+    let stats = server.command_stats().await;
+    ["evalsha", "eval"]
+        .iter()
+        .filter_map(|command| stats.get(*command))
+        .map(|stats| stats.calls)
         .sum()
-}
-
-/// One command's line of `INFO commandstats`.
-#[derive(Debug, Default, Clone, Copy)]
-struct CommandStats {
-    calls: u64,
-    usec: f64,
-}
-
-/// Each command's name (lower case) and figures in the text of `INFO commandstats`; a
-/// figure that is missing or unreadable counts as 0.
-fn command_stats(info: &str) -> impl Iterator<Item = (&str, CommandStats)> {
-    info.lines().filter_map(|line| {
-        let (command, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-        let field = |name: &str| {
-            fields
-                .split(',')
-                .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
-        };
-        let stats = CommandStats {
-            calls: field("calls").and_then(|v| v.parse().ok()).unwrap_or(0),
-            usec: field("usec").and_then(|v| v.parse().ok()).unwrap_or(0.0),
-        };
-        Some((command, stats))
-    })
 }
 
 /// Script calls the server has run and renewals the watchdog has reported, at one moment.
@@ -1043,6 +1018,8 @@ async fn held_memory(locks: &Locks) -> Figures {
 
 #[cfg(test)]
 mod tests {
+    use lock_testkit::parse_command_stats;
+
     use super::ServerTime;
 
     fn equal(a: f64, b: f64) -> bool {
@@ -1056,7 +1033,7 @@ mod tests {
             cmdstat_info:calls=9,usec=900,usec_per_call=100.00,rejected_calls=0,failed_calls=0\r\n\
             cmdstat_set:calls=2,usec=6,usec_per_call=3.00,rejected_calls=0,failed_calls=0\r\n\
             cmdstat_eval:calls=1,usec=30,usec_per_call=30.00,rejected_calls=0,failed_calls=0\r\n";
-        let time = ServerTime::parse(info);
+        let time = ServerTime::from_stats(&parse_command_stats(info));
         assert!(
             equal(time.total_us, 136.0),
             "time.total_us = {}",
@@ -1076,7 +1053,9 @@ mod tests {
         sum.add(ServerTime::default(), time);
         sum.add(
             time,
-            ServerTime::parse(&info.replace("usec=100,", "usec=150,")),
+            ServerTime::from_stats(&parse_command_stats(
+                &info.replace("usec=100,", "usec=150,"),
+            )),
         );
         assert!(
             equal(sum.script_us, 150.0),

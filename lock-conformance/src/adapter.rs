@@ -1104,14 +1104,11 @@ pub async fn a_client_keeps_its_own_channel_across_waits(connect: &AdapterConnec
 
 /// How many SUBSCRIBE commands the server has run (`INFO commandstats`).
 async fn subscribe_calls(server: &RedisServer) -> u64 {
-    let stats: String = server.command(&["INFO", "commandstats"]).await;
-    stats
-        .lines()
-        .find_map(|line| {
-            let calls = line.strip_prefix("cmdstat_subscribe:calls=")?;
-            calls.split(',').next()?.parse().ok()
-        })
-        .unwrap_or(0)
+    server
+        .command_stats()
+        .await
+        .get("subscribe")
+        .map_or(0, |stats| stats.calls)
 }
 
 /// A bare connection to the server on `port` that ran `command` (`SUBSCRIBE` or

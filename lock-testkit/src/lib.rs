@@ -30,6 +30,7 @@
 
 mod binary;
 mod cluster;
+mod commandstats;
 mod pgbouncer;
 mod ports;
 mod postgres;
@@ -42,6 +43,7 @@ mod tls;
 
 pub use binary::redis_server_binary;
 pub use cluster::RedisCluster;
+pub use commandstats::{CommandStats, parse_command_stats};
 pub use pgbouncer::{PgBouncer, pgbouncer_binary};
 pub use postgres::{PostgresServer, postgres_bin_dir, postgres_client};
 pub use proxy::{FaultProxy, ProxyFault};

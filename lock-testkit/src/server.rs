@@ -11,6 +11,7 @@ use redis::{AsyncConnectionConfig, FromRedisValue};
 use tokio::time::Instant;
 
 use crate::binary::require_binary;
+use crate::commandstats::{CommandStats, parse_command_stats};
 use crate::ports;
 use crate::scratch::ScratchDir;
 
@@ -148,6 +149,13 @@ impl RedisServer {
     #[must_use]
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Each command's calls and microseconds so far (`INFO commandstats`), by name.
+    /// Panics as [`RedisServer::command`] does.
+    pub async fn command_stats(&self) -> std::collections::BTreeMap<String, CommandStats> {
+        let info: String = self.command(&["INFO", "commandstats"]).await;
+        parse_command_stats(&info)
     }
 
     /// Runs one command on a fresh connection and converts the reply.
