@@ -547,13 +547,17 @@ pub async fn a_free_fair_lock_waits_for_its_first_waiter(fx: &dyn Fixture) {
             .is_none(),
         "a newcomer took the lock before the first waiter"
     );
-    let reply = backend.acquire(&first, queued.fresh_id()).await.unwrap();
+    let grant = queued.fresh_id();
+    let reply = backend.acquire(&first, grant).await.unwrap();
     assert!(
         matches!(reply, Acquire::Acquired { holds: 1, .. }),
         "{reply:?}"
     );
     let released = backend
-        .release(&first, ReleaseRequest::new(Duration::from_secs(30)))
+        .release(
+            &first,
+            ReleaseRequest::new(Duration::from_secs(30), grant.id),
+        )
         .await
         .unwrap();
     assert_eq!(released, Release::Released);

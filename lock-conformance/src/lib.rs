@@ -18,6 +18,7 @@ mod expirable;
 mod family;
 pub mod faulty;
 pub mod fixture;
+mod grants;
 mod latch;
 pub mod redis_fixture;
 mod safety;
@@ -73,6 +74,13 @@ macro_rules! conformance_suite {
             watchdog_renews_a_hold_taken_between_rounds: [],
             a_grant_after_a_lost_hold_leaves_nothing_held: [],
             replies_of_one_holder_in_any_order: [],
+            fair_and_plain_guards_of_one_holder_end_their_own_grants: [Fair],
+            a_delayed_release_ends_only_its_own_grant: [],
+            an_undo_never_ends_a_later_grant: [RetrySafe],
+            an_undo_never_ends_a_later_read_grant: [ReadWrite, RetrySafe],
+            a_lost_guard_beside_concurrent_grants_leaves_nothing_held: [],
+            a_late_copy_of_a_released_grant_grants_nothing: [RetrySafe],
+            a_release_of_an_unknown_grant_ends_nothing: [],
             a_bounded_wait_ends_on_time_when_subscribing_is_slow: [],
             an_unconfirmed_subscription_is_tried_again: [],
             read_write_compatibility: [ReadWrite],

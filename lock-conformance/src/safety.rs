@@ -483,9 +483,10 @@ pub async fn a_redisson_waiter_keeps_the_fair_queue(fx: &dyn Fixture) {
 
 /// Code review, medium 9: a holder whose hold was lost locally (its renewals ran on the
 /// server, but no reply came back) while the server kept it, then takes the lock again:
-/// the server counts that as a reentry. Unlocking the new guard must leave nothing held;
-/// before, the old hold's count stayed on the server, unrenewed and unreleased, and kept
-/// everyone out for the rest of its lease.
+/// the server counts that as a reentry. Each guard ends its own grant: the new guard's
+/// unlock leaves the lost guard's grant, whose unlock (an error: it was lost) ends it, and
+/// nothing is left held. Before grants had identities, the old hold's count stayed on the
+/// server, unrenewed and unreleased, and kept everyone out for the rest of its lease.
 pub async fn a_grant_after_a_lost_hold_leaves_nothing_held(fx: &dyn Fixture) {
     let faulty = FaultyBackend::new(fx.backend().await);
     let locks = Locks::builder(Arc::new(faulty.clone()))
@@ -508,11 +509,17 @@ pub async fn a_grant_after_a_lost_hold_leaves_nothing_held(fx: &dyn Fixture) {
         "the server still counted the first hold (a reentry)"
     );
     second.unlock().await.unwrap();
+    assert_eq!(
+        lock.hold_count().await.unwrap(),
+        1,
+        "the new guard's unlock ended another grant than its own"
+    );
+    let err = first.unlock().await.expect_err("the first guard was lost");
+    assert!(err.is_not_held(), "{err}");
     assert!(
         !lock.is_locked().await.unwrap(),
-        "the lost hold's count was left on the server"
+        "the lost guard's grant was left on the server"
     );
-    drop(first);
 }
 
 /// The strings of an array reply.

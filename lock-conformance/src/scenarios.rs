@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lock_core::{Error, ErrorKind, Holder, LockKind, LockName, LockRef, Locks, Owner};
+use lock_core::{Error, ErrorKind, Holder, LockKind, LockName, LockRef, Locks, Owner, RequestId};
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::Fixture;
@@ -230,7 +230,7 @@ pub async fn non_holder_cannot_release(fx: &dyn Fixture) {
         .backend()
         .release(
             &intruder,
-            lock_core::ReleaseRequest::new(Duration::from_secs(30)),
+            lock_core::ReleaseRequest::new(Duration::from_secs(30), RequestId::random()),
         )
         .await
         .unwrap();
@@ -897,7 +897,22 @@ pub async fn starving_waiter_goes_before_newcomers(fx: &dyn Fixture) {
     let acquired = |reply: Acquire| matches!(reply, Acquire::Acquired { .. });
     let reserved = |reply: Acquire| matches!(reply, Acquire::Busy { reserved: true, .. });
 
-    assert!(acquired(backend.acquire(&holder, plain()).await.unwrap()));
+    // Takes the lock for `who`; the grant's id, to release it by.
+    let take = |who: LockRef, request: AcquireRequest| {
+        let backend = Arc::clone(&backend);
+        async move { acquired(backend.acquire(&who, request).await.unwrap()).then_some(request.id) }
+    };
+    let release = |who: LockRef, grant: Option<RequestId>| {
+        let backend = Arc::clone(&backend);
+        async move {
+            let grant = grant.expect("the lock was taken");
+            let release = lock_core::ReleaseRequest::new(lease, grant);
+            backend.release(&who, release).await.unwrap();
+        }
+    };
+
+    let held = take(holder.clone(), plain()).await;
+    assert!(held.is_some());
     // Two starving waiters find it busy; the one waiting longer holds the reservation.
     assert!(!acquired(
         backend.acquire(&young, starving(20)).await.unwrap()
@@ -905,10 +920,7 @@ pub async fn starving_waiter_goes_before_newcomers(fx: &dyn Fixture) {
     assert!(!acquired(
         backend.acquire(&old, starving(500)).await.unwrap()
     ));
-    backend
-        .release(&holder, lock_core::ReleaseRequest::new(lease))
-        .await
-        .unwrap();
+    release(holder.clone(), held).await;
     let reply = backend.acquire(&newcomer, plain()).await.unwrap();
     assert!(
         reserved(reply),
@@ -917,28 +929,22 @@ pub async fn starving_waiter_goes_before_newcomers(fx: &dyn Fixture) {
     assert!(reserved(
         backend.acquire(&young, starving(30)).await.unwrap()
     ));
-    assert!(acquired(
-        backend.acquire(&old, starving(510)).await.unwrap()
-    ));
-    backend
-        .release(&old, lock_core::ReleaseRequest::new(lease))
-        .await
-        .unwrap();
+    let held = take(old.clone(), starving(510)).await;
+    assert!(held.is_some());
+    release(old.clone(), held).await;
 
     // The young waiter reserves next, then goes away: its reservation lapses.
-    assert!(acquired(backend.acquire(&holder, plain()).await.unwrap()));
+    let held = take(holder.clone(), plain()).await;
+    assert!(held.is_some());
     assert!(!acquired(
         backend.acquire(&young, starving(40)).await.unwrap()
     ));
-    backend
-        .release(&holder, lock_core::ReleaseRequest::new(lease))
-        .await
-        .unwrap();
+    release(holder.clone(), held).await;
     assert!(reserved(backend.acquire(&newcomer, plain()).await.unwrap()));
     let lapsed = timeout(Duration::from_secs(2), async {
         loop {
-            if acquired(backend.acquire(&newcomer, plain()).await.unwrap()) {
-                break;
+            if let Some(grant) = take(newcomer.clone(), plain()).await {
+                break grant;
             }
             sleep(Duration::from_millis(10)).await;
         }
@@ -948,10 +954,7 @@ pub async fn starving_waiter_goes_before_newcomers(fx: &dyn Fixture) {
         lapsed.is_ok(),
         "an abandoned reservation kept the lock free but unusable"
     );
-    backend
-        .release(&newcomer, lock_core::ReleaseRequest::new(lease))
-        .await
-        .unwrap();
+    release(newcomer.clone(), lapsed.ok()).await;
 }
 
 /// With a restart quarantine, a lock held while its node restarts (losing its data) is
@@ -1092,6 +1095,7 @@ pub async fn replica_ack_keeps_the_lock_across_a_failover(fx: &dyn Fixture) {
 
 pub use crate::expirable::*;
 pub use crate::family::*;
+pub use crate::grants::*;
 pub use crate::latch::*;
 pub use crate::safety::*;
 pub use crate::selection::declared_capabilities_hold;

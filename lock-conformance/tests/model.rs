@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use lock_core::backend::{Acquire, Release};
 use lock_core::memory::MemoryBackend;
-use lock_core::{AcquireRequest, Backend, LockKind, LockName, LockRef, Owner};
+use lock_core::{AcquireRequest, Backend, LockKind, LockName, LockRef, Owner, RequestId};
 use lock_testkit::RedisServer;
 
 /// xorshift64*: reproducible from the seed printed on failure.
@@ -52,18 +52,22 @@ enum Seen {
     Error(lock_core::ErrorKind),
 }
 
-async fn apply(backend: &dyn Backend, op: Op, lock: &LockRef) -> Seen {
+/// Applies `op` to `lock` on `backend`: an acquisition under the id `grant`, or the
+/// release of grant `grant`.
+async fn apply(backend: &dyn Backend, op: Op, lock: &LockRef, grant: RequestId) -> Seen {
     let lease = Duration::from_secs(60);
     let result = match op {
-        Op::Acquire => backend
-            .acquire(lock, AcquireRequest::new(lease))
-            .await
-            .map(|reply| match reply {
-                Acquire::Acquired { holds, .. } => Seen::Acquired(holds),
-                _ => Seen::Busy,
-            }),
+        Op::Acquire => {
+            let mut request = AcquireRequest::new(lease);
+            request.id = grant;
+            backend.acquire(lock, request).await
+        }
+        .map(|reply| match reply {
+            Acquire::Acquired { holds, .. } => Seen::Acquired(holds),
+            _ => Seen::Busy,
+        }),
         Op::Release => backend
-            .release(lock, lock_core::ReleaseRequest::new(lease))
+            .release(lock, lock_core::ReleaseRequest::new(lease, grant))
             .await
             .map(|reply| match reply {
                 Release::Released => Seen::Released,
@@ -104,6 +108,9 @@ async fn memory_and_redis_agree_on_random_operation_sequences() {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let memory: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
         let mut history = Vec::new();
+        // Every acquisition's id, by the hold it asked for (a mutex and a fair lock of
+        // one owner are one hold): a release names one of them, or a grant never made.
+        let mut grants: Vec<(String, RequestId)> = Vec::new();
         for step in 0..60 {
             // Mutex and fair locks share a key, as read and write do: keep the two
             // families on different names, as an application would.
@@ -120,9 +127,35 @@ async fn memory_and_redis_agree_on_random_operation_sequences() {
                 Owner::new("model", rng.pick(&owners)),
             );
             let op = rng.pick(&ops);
-            let expected = apply(&*memory, op, &lock).await;
-            let actual = apply(&*redis, op, &lock).await;
-            history.push(format!("{step}: {op:?} {kind:?} {name} {}", lock.owner));
+            let stored = match kind {
+                LockKind::Fair => LockKind::Mutex,
+                kind => kind,
+            };
+            let hold = format!("{stored:?} {name} {}", lock.owner);
+            let grant = match op {
+                Op::Release => {
+                    let made: Vec<RequestId> = grants
+                        .iter()
+                        .filter(|(of, _)| *of == hold)
+                        .map(|(_, id)| *id)
+                        .collect();
+                    if made.is_empty() || rng.next().is_multiple_of(8) {
+                        RequestId::random()
+                    } else {
+                        rng.pick(&made)
+                    }
+                }
+                _ => RequestId::random(),
+            };
+            let expected = apply(&*memory, op, &lock, grant).await;
+            let actual = apply(&*redis, op, &lock, grant).await;
+            if matches!(op, Op::Acquire) {
+                grants.push((hold, grant));
+            }
+            history.push(format!(
+                "{step}: {op:?} {kind:?} {name} {} {grant}",
+                lock.owner
+            ));
             assert_eq!(
                 actual,
                 expected,

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::{Acquire, AcquireRequest, Backend, ReleaseRequest};
-use crate::client::{InFlight, Inner};
+use crate::client::{Granted, Inner};
 use crate::guard::Guard;
 use crate::metrics::{self, AcquireOutcome};
 use crate::notify::Listener;
@@ -324,7 +324,6 @@ async fn attempt(
 ) -> Result<Attempt, Error> {
     let lease = request.lease;
     let request = request.fresh_id();
-    let in_flight = client.start_acquisition(lock);
     let done = queued.map(|queued| {
         let (done, attempt_done) = oneshot::channel::<()>();
         queued.attempt_done = Some(attempt_done);
@@ -346,17 +345,26 @@ async fn attempt(
         client: Arc::clone(client),
         lock: lock.clone(),
         request,
-        settling: Some(Arc::clone(&in_flight)),
         done,
     }
     .await?;
     match reply {
-        Acquire::Acquired { holds, token } => {
-            let hold = client.attach(lock, holds, sent, lease, renew, token);
-            drop(in_flight);
+        Acquire::Acquired {
+            holds,
+            token,
+            origin,
+        } => {
+            let granted = Granted {
+                holds,
+                token,
+                origin,
+            };
+            let hold = client.attach(lock, granted, sent, lease, renew);
             Ok(Attempt::Acquired(Guard::new(
                 Arc::clone(client),
                 hold,
+                lock.clone(),
+                request.id,
                 lease,
                 renew,
                 sent,
@@ -366,13 +374,12 @@ async fn attempt(
     }
 }
 
-/// Releases what `request` was granted, if the backend remembers granting it: the caller
-/// never learnt of the grant. Nobody awaits this: a failure can only be logged, and the
-/// lease bounds the hold.
+/// Ends the grant `request` may have got, if it is alive: the caller never learnt of
+/// it. Nobody awaits this: a failure can only be logged, and the lease bounds the hold.
 async fn undo_grant(backend: &dyn Backend, lock: &LockRef, request: AcquireRequest) {
-    let undo = ReleaseRequest::new(request.lease)
+    let undo = ReleaseRequest::new(request.lease, request.id)
         .retry_window(request.retry_window)
-        .undoing(request.id);
+        .undoing();
     let until = Instant::now() + request.retry_window;
     if let Err(err) = retry::until_answered(until, || backend.release(lock, undo)).await {
         events::release_failed(lock, "a grant its caller never learnt of", &err);
@@ -393,8 +400,6 @@ struct RequestInFlight {
     client: Arc<Inner>,
     lock: LockRef,
     request: AcquireRequest,
-    /// Counts the request as in flight until it is settled: see [`InFlight`].
-    settling: Option<Arc<InFlight>>,
     /// Dropped once the request is over, so that a waiter that gave up sends its
     /// cancellation only then (it could otherwise reach the backend first and be
     /// undone by the request).
@@ -416,7 +421,6 @@ impl Future for RequestInFlight {
         if retry::unanswered(&reply) {
             this.settle_in_background(None);
         } else {
-            this.settling = None;
             this.done = None;
         }
         Poll::Ready(reply)
@@ -430,7 +434,6 @@ impl RequestInFlight {
         let backend = Arc::clone(&self.client.backend);
         let lock = self.lock.clone();
         let request = self.request;
-        let settling = self.settling.take();
         let done = self.done.take();
         let settled = self.client.supervisor.spawn_job(async move {
             let undo = match call {
@@ -443,7 +446,6 @@ impl RequestInFlight {
             if undo {
                 undo_grant(&*backend, &lock, request).await;
             }
-            drop(settling);
             drop(done);
         });
         if let Err(err) = settled {
@@ -539,7 +541,6 @@ mod tests {
             client: Arc::clone(&client),
             lock: lock.clone(),
             request,
-            settling: Some(client.start_acquisition(&lock)),
             done: None,
         };
         assert!(

@@ -160,6 +160,27 @@ impl RequestId {
         Self(uuid::Uuid::new_v4().as_u128())
     }
 
+    /// The id shown as `hex` (32 hex digits, as [`Display`](fmt::Display) shows it);
+    /// `None` for anything else.
+    #[must_use]
+    pub fn from_hex(hex: &str) -> Option<Self> {
+        if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        u128::from_str_radix(hex, 16).ok().map(Self)
+    }
+
+    /// The id whose 128 bits are `high` then `low` (a store that keeps numbers of 64 bits
+    /// answers with the two halves).
+    #[must_use]
+    pub fn from_halves(high: i64, low: i64) -> Self {
+        let (high, low) = (
+            u128::from(high.cast_unsigned()),
+            u128::from(low.cast_unsigned()),
+        );
+        Self(high << 64 | low)
+    }
+
     /// Appends the id's 32 lowercase hex digits to `out`, as [`Display`](fmt::Display)
     /// shows it, without the formatting machinery (backends put it in keys on every
     /// request).
@@ -199,11 +220,17 @@ pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(5);
 #[non_exhaustive]
 pub enum Acquire {
     /// The lock is now held; `holds` is the owner's hold count after this acquisition.
+    /// The grant is known by the request's id from now on: a release names it.
     Acquired {
         /// Hold count after this acquisition (1 for a fresh acquisition).
         holds: u32,
         /// The fencing token of a fresh acquisition, when the request asked for one.
         token: Option<u64>,
+        /// The id of the grant that began the owner's hold this grant belongs to (its own
+        /// id for a fresh acquisition): two grants with the same origin share one hold in
+        /// the store, and a different origin means the earlier hold ended there. `None`
+        /// from a backend that does not tell.
+        origin: Option<RequestId>,
     },
     /// Someone else holds the lock, or it is free but reserved for a starving waiter.
     Busy {
@@ -350,29 +377,38 @@ impl AcquireRequest {
     }
 }
 
-/// What a release asks for.
+/// What a release asks for: the end of one grant.
+///
+/// A release names the grant it ends by the id of the acquire request that got it. The
+/// backend removes exactly that grant, and only while it is alive (granted, not ended,
+/// its hold not expired or replaced): a release never ends someone else's grant, nor a
+/// later grant of the same owner. The undo of a grant whose answer never arrived is the
+/// same request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReleaseRequest {
     /// The lease to re-arm when holds remain.
     pub lease: Duration,
+    /// The grant this release ends: the id of the acquire request that got it.
+    pub grant: RequestId,
     /// This request's id: the answer is remembered under it for `retry_window`, so the
     /// release sent again after a lost reply never releases a second hold.
     pub id: RequestId,
     /// How long the caller may send the request again.
     pub retry_window: Duration,
-    /// The release undoes the grant of this acquire request (a composite lock giving a
-    /// part back, a grant whose caller went away): the grant is forgotten, so that a
-    /// retry of that acquire request is not answered with it.
+    /// Set when the caller never learnt whether `grant` was made (its reply was lost, or
+    /// its caller went away). A backend that tells grants apart treats it as any other
+    /// release; one that does not releases only a grant it still remembers.
     pub undoes: Option<RequestId>,
 }
 
 impl ReleaseRequest {
-    /// A release re-arming `lease` on the holds left, with a fresh id.
+    /// The end of `grant`, re-arming `lease` on the holds left, with a fresh id.
     #[must_use]
-    pub fn new(lease: Duration) -> Self {
+    pub fn new(lease: Duration, grant: RequestId) -> Self {
         Self {
             lease,
+            grant,
             id: RequestId::random(),
             retry_window: DEFAULT_RETRY_WINDOW,
             undoes: None,
@@ -386,10 +422,10 @@ impl ReleaseRequest {
         self
     }
 
-    /// Marks the release as the undo of the grant of acquire request `grant`.
+    /// Marks the release as the undo of its grant, whose outcome the caller never learnt.
     #[must_use]
-    pub fn undoing(mut self, grant: RequestId) -> Self {
-        self.undoes = Some(grant);
+    pub fn undoing(mut self) -> Self {
+        self.undoes = Some(self.grant);
         self
     }
 }
@@ -939,5 +975,18 @@ mod tests {
         let mut hex = String::new();
         random.push_hex(&mut hex);
         assert_eq!(hex, random.to_string());
+        assert_eq!(RequestId::from_hex(&hex), Some(random));
+        assert_eq!(RequestId::from_hex(&hex.to_uppercase()), Some(random));
+        let id = RequestId(0x8000_0000_0000_0001_0000_0000_0000_00ff);
+        assert_eq!(RequestId::from_halves(i64::MIN + 1, 0xff), id);
+        for bad in [
+            "",
+            "0",
+            &hex[1..],
+            &format!("{hex}0"),
+            &format!("+{}", &hex[1..]),
+        ] {
+            assert_eq!(RequestId::from_hex(bad), None, "{bad:?}");
+        }
     }
 }

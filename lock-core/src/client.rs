@@ -15,7 +15,7 @@ use crate::turns::Turns;
 use crate::watchdog::{Renewed, Watchdog};
 use crate::{
     Backend, Capabilities, CountDownLatch, Error, ExpirableSemaphore, Lock, LockKind, LockName,
-    LockRef, LostReason, RwLock, Semaphore, events,
+    LockRef, LostReason, RequestId, RwLock, Semaphore, events,
 };
 
 /// A client of a lock backend: the factory of lock handles.
@@ -34,9 +34,8 @@ pub(crate) struct Inner {
     pub(crate) capabilities: Capabilities,
     pub(crate) client_id: String,
     pub(crate) config: Config,
+    /// The live holds, by the hold as the store counts it (see [`held_as`]).
     holds: StdMutex<HashMap<LockRef, Arc<Hold>>>,
-    /// Acquisitions per lock whose outcome is not settled yet: see [`InFlight`].
-    in_flight: StdMutex<HashMap<LockRef, u32>>,
     pub(crate) watchdog: Watchdog,
     pub(crate) supervisor: Arc<Supervisor>,
     /// The turns of this client's semaphore waiters, per name.
@@ -84,7 +83,6 @@ impl Locks {
                 client_id: uuid::Uuid::new_v4().to_string(),
                 config,
                 holds: StdMutex::new(HashMap::default()),
-                in_flight: StdMutex::new(HashMap::default()),
                 watchdog: Watchdog::default(),
                 supervisor: Arc::new(Supervisor::new()),
                 semaphore_turns: Turns::default(),
@@ -194,14 +192,7 @@ impl Inner {
     /// mutex and a fair mutex share their holds): another acquisition by that owner
     /// re-enters.
     pub(crate) fn holds_exclusively(&self, lock: &LockRef) -> bool {
-        let kinds: &[LockKind] = match lock.kind {
-            LockKind::Mutex | LockKind::Fair => &[LockKind::Mutex, LockKind::Fair],
-            kind => &[kind],
-        };
-        let holds = self.holds();
-        kinds.iter().any(|kind| {
-            holds.contains_key(&LockRef::new(*kind, lock.name.clone(), lock.owner.clone()))
-        })
+        self.holds().contains_key(&held_as(lock))
     }
 
     /// The local lines of `kind`'s waiters: mutex and write waiters stand in line;
@@ -214,42 +205,43 @@ impl Inner {
         }
     }
 
-    /// Records a granted acquisition (sent at `sent`, `holds` holds after it) and returns
-    /// the hold the new guard belongs to.
+    /// Records a grant made by a request sent at `sent` and returns the hold the new
+    /// guard belongs to: the live hold it joins in the store (a reentry, or a concurrent
+    /// acquisition answered out of order), else a new one.
     pub(crate) fn attach(
         self: &Arc<Self>,
         lock: &LockRef,
-        holds_after: u32,
+        granted: Granted,
         sent: Instant,
         lease: Duration,
         renew: bool,
-        token: Option<u64>,
     ) -> Arc<Hold> {
         let valid_for = lease.saturating_sub(self.config.drift(lease));
+        let key = held_as(lock);
         let hold = {
             let mut holds = self.holds();
-            match holds.get(lock) {
-                // A reentry joins the live hold of the same owner, and so does a grant
-                // that was counted before the one that created it but answered later.
+            match holds.get(&key) {
                 Some(existing)
-                    if existing.lost_reason().is_none() && existing.claims(holds_after) =>
+                    if existing.lost_reason().is_none()
+                        && existing.includes(granted.origin, granted.holds) =>
                 {
                     existing.extend(sent, valid_for);
                     Arc::clone(existing)
                 }
                 existing => {
-                    // Otherwise a fresh grant means any hold we still remember expired
-                    // on the server (or was force-released there).
+                    // The store's hold we remember ended there (expired, or was
+                    // force-released) and this grant began another.
                     if let Some(stale) = existing {
                         stale.mark_lost(LostReason::LeaseExpired);
                     }
-                    // Earlier holds the server counts that no acquisition in flight
-                    // explains belong to guards given up as lost: the new hold adopts
-                    // them, or they would keep the lock after everything is unlocked.
-                    let others = self.in_flight_count(lock).saturating_sub(1);
-                    let counts = (holds_after, others);
-                    let hold = Arc::new(Hold::new(lock.clone(), counts, sent, valid_for, token));
-                    holds.insert(lock.clone(), Arc::clone(&hold));
+                    let hold = Arc::new(Hold::new(
+                        lock.clone(),
+                        granted.origin,
+                        sent,
+                        valid_for,
+                        granted.token,
+                    ));
+                    holds.insert(key, Arc::clone(&hold));
                     hold
                 }
             }
@@ -259,28 +251,6 @@ impl Inner {
                 .register(self, Renewed::Lock(Arc::clone(&hold)));
         }
         hold
-    }
-
-    /// Counts an acquisition of `lock` as in flight until every clone of the returned
-    /// ticket is dropped.
-    pub(crate) fn start_acquisition(self: &Arc<Self>, lock: &LockRef) -> Arc<InFlight> {
-        let mut in_flight = self
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        *in_flight.entry(lock.clone()).or_insert(0) += 1;
-        Arc::new(InFlight {
-            client: Arc::clone(self),
-            lock: lock.clone(),
-        })
-    }
-
-    fn in_flight_count(&self, lock: &LockRef) -> u32 {
-        let in_flight = self
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        in_flight.get(lock).copied().unwrap_or(0)
     }
 
     /// Removes a guard from its hold; forgets the hold when it was the last guard.
@@ -293,8 +263,9 @@ impl Inner {
         }
         if left == 0 {
             let mut holds = self.holds();
-            if holds.get(&hold.lock).is_some_and(|h| Arc::ptr_eq(h, hold)) {
-                holds.remove(&hold.lock);
+            let key = held_as(&hold.lock);
+            if holds.get(&key).is_some_and(|h| Arc::ptr_eq(h, hold)) {
+                holds.remove(&key);
             }
         }
     }
@@ -316,37 +287,20 @@ impl Inner {
     }
 }
 
-/// One acquisition whose outcome is not settled: its reply was not attached yet, or a
-/// grant nobody learnt of is still being undone. The caller and the attempt task each
-/// keep a clone. A grant that counts earlier holds of its owner is explained by these
-/// (their replies may come later) or by nothing (their guards were given up as lost).
-pub(crate) struct InFlight {
-    client: Arc<Inner>,
-    lock: LockRef,
+/// What a grant told about the hold it belongs to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Granted {
+    pub(crate) holds: u32,
+    pub(crate) token: Option<u64>,
+    pub(crate) origin: Option<RequestId>,
 }
 
-impl fmt::Debug for InFlight {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The client is left out: its Debug would print every hold.
-        f.debug_struct("InFlight")
-            .field("lock", &self.lock)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        let mut in_flight = self
-            .client
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = in_flight.get_mut(&self.lock) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                in_flight.remove(&self.lock);
-            }
-        }
+/// The hold `lock` stands for as the store counts it: a mutex and a fair lock of one
+/// owner on one name are one hold.
+fn held_as(lock: &LockRef) -> LockRef {
+    match lock.kind {
+        LockKind::Fair => LockRef::new(LockKind::Mutex, lock.name.clone(), lock.owner.clone()),
+        _ => lock.clone(),
     }
 }
 

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Release, ReleaseRequest};
+use crate::backend::{Release, ReleaseRequest, RequestId};
 use crate::client::Inner;
 use crate::hold::Hold;
-use crate::{Error, LockKind, LostReason, events, metrics, retry};
+use crate::{Error, LockKind, LockRef, LostReason, events, metrics, retry};
 
 const DROPPED: &str = "a dropped guard";
 
@@ -28,6 +28,11 @@ const DROPPED: &str = "a dropped guard";
 pub struct Guard {
     client: Arc<Inner>,
     hold: Arc<Hold>,
+    /// The lock as this guard took it (its hold may have been begun by another kind of
+    /// the same store hold: a fair and a plain mutex share one).
+    lock: LockRef,
+    /// This guard's grant: the one its release ends.
+    grant: RequestId,
     lease: Duration,
     renew: bool,
     acquired_at: Instant,
@@ -40,9 +45,10 @@ pub struct Guard {
 impl fmt::Debug for Guard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Guard")
-            .field("kind", &self.hold.lock.kind)
-            .field("name", &self.hold.lock.name)
-            .field("owner", &self.hold.lock.owner)
+            .field("kind", &self.lock.kind)
+            .field("name", &self.lock.name)
+            .field("owner", &self.lock.owner)
+            .field("grant", &self.grant)
             .field("lease", &self.lease)
             .field("watchdog", &self.renew)
             .field("held", &self.is_held())
@@ -51,20 +57,25 @@ impl fmt::Debug for Guard {
 }
 
 impl Guard {
-    /// A guard for a hold granted by a request sent at `sent`.
+    /// The guard of `grant` on `lock`, part of `hold`, granted by a request sent at
+    /// `sent`.
     pub(crate) fn new(
         client: Arc<Inner>,
         hold: Arc<Hold>,
+        lock: LockRef,
+        grant: RequestId,
         lease: Duration,
         renew: bool,
         sent: Instant,
     ) -> Self {
-        metrics::held(hold.lock.kind, 1.0);
+        metrics::held(lock.kind, 1.0);
         let own_deadline =
-            (hold.lock.kind == LockKind::Read && !renew).then(|| sent + client.valid_for(lease));
+            (lock.kind == LockKind::Read && !renew).then(|| sent + client.valid_for(lease));
         Self {
             client,
             hold,
+            lock,
+            grant,
             lease,
             renew,
             acquired_at: Instant::now(),
@@ -86,19 +97,19 @@ impl Guard {
     /// The lock's name.
     #[must_use]
     pub fn name(&self) -> &str {
-        self.hold.lock.name.as_str()
+        self.lock.name.as_str()
     }
 
     /// The lock's kind.
     #[must_use]
     pub fn kind(&self) -> LockKind {
-        self.hold.lock.kind
+        self.lock.kind
     }
 
     /// The owner string stored in the backend (`"<client-uuid>:<holder>"`).
     #[must_use]
     pub fn owner(&self) -> &str {
-        self.hold.lock.owner.as_str()
+        self.lock.owner.as_str()
     }
 
     /// Whether the hold is still valid by the local clock: not lost, and the last
@@ -163,9 +174,11 @@ impl Guard {
     /// Releases this hold.
     ///
     /// Returns [`Error::NotHeld`] when the hold was already gone (its lease expired, or
-    /// the lock was force-released); nothing is changed on the server then. If the
-    /// request fails, the lock is released at the latest when its lease runs out (renewal
-    /// stops at once).
+    /// the lock was force-released). A guard that the client gave up as lost still ends
+    /// its grant in the store, in case the store kept it (renewals whose replies were
+    /// lost): the release ends this guard's grant and nothing else, only while it is
+    /// alive. If the request fails, the lock is released at the latest when its lease
+    /// runs out (renewal stops at once).
     ///
     /// # Cancel safety
     ///
@@ -175,19 +188,20 @@ impl Guard {
     pub async fn unlock(mut self) -> Result<(), Error> {
         self.released = true;
         self.finish();
-        if let Some(reason) = self.lost_reason() {
+        let lost = self.lost_reason();
+        // Taken before the request can run: the re-armed lease counts from no earlier.
+        let sent = Instant::now();
+        // Polled right here; only if this future is dropped first does the rest of the
+        // release go on in a task of its own.
+        let release = release_job(&self, None);
+        let outcome = self.client.supervisor.awaited_job(release).await;
+        if let Some(reason) = lost {
             return Err(Error::NotHeld {
                 name: self.name().to_owned(),
                 lost: Some(reason),
             });
         }
-        // Taken before the request can run: the re-armed lease counts from no earlier.
-        let sent = Instant::now();
-        // Polled right here; only if this future is dropped first does the rest of the
-        // release go on in a task of its own.
-        let release = release_job(&self.client, &self.hold, self.lease, None);
-        let outcome = self.client.supervisor.awaited_job(release).await?;
-        match outcome {
+        match outcome? {
             // A mutex or write release re-arms the lease of the holds left. A read
             // release re-arms nothing: the owner's remaining read holds keep their own
             // expiries, which the local deadline already covers.
@@ -209,63 +223,49 @@ impl Guard {
     /// Synchronous bookkeeping shared by `unlock` and `Drop`.
     fn finish(&self) {
         self.client.detach(&self.hold, self.renew);
-        metrics::held(self.hold.lock.kind, -1.0);
-        metrics::released(self.hold.lock.kind, self.acquired_at.elapsed());
+        metrics::held(self.lock.kind, -1.0);
+        metrics::released(self.lock.kind, self.acquired_at.elapsed());
     }
 }
 
-/// The release of `hold`, as a job that must finish even if nobody awaits it.
+/// The release of `guard`'s grant, as a job that must finish even if nobody awaits it.
 /// `unawaited` names the release when nobody awaits its outcome (a dropped guard): a
 /// failure is then reported through `tracing`.
 fn release_job(
-    client: &Arc<Inner>,
-    hold: &Arc<Hold>,
-    lease: Duration,
+    guard: &Guard,
     unawaited: Option<&'static str>,
 ) -> impl Future<Output = Result<Release, Error>> + Send + 'static {
+    let client = &guard.client;
     let backend = Arc::clone(&client.backend);
-    let hold = Arc::clone(hold);
+    let hold = Arc::clone(&guard.hold);
+    let lock = guard.lock.clone();
     let window = client.config.retry_window;
-    let request = ReleaseRequest::new(lease).retry_window(window);
+    let request = ReleaseRequest::new(guard.lease, guard.grant).retry_window(window);
     // The line a release of this kind may let in.
-    let lines = match hold.lock.kind {
+    let lines = match lock.kind {
         LockKind::Mutex | LockKind::Fair => client.mutex_turns.clone(),
         LockKind::Write | LockKind::Read => client.writer_turns.clone(),
     };
     // Where the store keeps this client's requests in order, the next waiter in line may
     // ask as soon as this release is on its way: its request runs right after it. Only
     // the hold's last release frees the lock (counted before the request is sent).
-    let ring_early =
-        client.capabilities.ordered_requests && hold.guards() == 0 && hold.adopted() == 0;
+    let ring_early = client.capabilities.ordered_requests && hold.guards() == 0;
     async move {
         // Sent again (same id) while its outcome is unknown: a release that already ran
         // answers as the first time.
         let until = Instant::now() + window;
-        let release = retry::until_answered(until, || backend.release(&hold.lock, request));
-        let (mut outcome, rung) = if ring_early {
-            once_sent(release, || lines.ring(&hold.lock.name)).await
+        let release = retry::until_answered(until, || backend.release(&lock, request));
+        let (outcome, rung) = if ring_early {
+            once_sent(release, || lines.ring(&lock.name)).await
         } else {
             (release.await, None)
         };
-        if matches!(outcome, Ok(Release::StillHeld { .. })) && hold.guards() == 0 {
-            // The hold's last release also gives back the holds it adopted (those of
-            // guards given up as lost, which sent none).
-            for _ in 0..hold.take_adopted() {
-                let request = ReleaseRequest::new(lease).retry_window(window);
-                let until = Instant::now() + window;
-                outcome =
-                    retry::until_answered(until, || backend.release(&hold.lock, request)).await;
-                if !matches!(outcome, Ok(Release::StillHeld { .. })) {
-                    break;
-                }
-            }
-        }
         if let Ok(Release::Released) = outcome {
             // This client's next waiter in line tries at once rather than when the
             // store's release message comes back (other clients still get that); if it
             // was woken before this answer and nobody has been served since, it may
             // have come too early (a script the server had to load first).
-            lines.ring_again(&hold.lock.name, rung.flatten());
+            lines.ring_again(&lock.name, rung.flatten());
         }
         if let Ok(Release::Released) = outcome
             && hold.guards() > 0
@@ -275,7 +275,7 @@ fn release_job(
             hold.mark_lost(LostReason::OwnerGone);
         }
         if let (Some(of), Err(err)) = (unawaited, &outcome) {
-            events::release_failed(&hold.lock, of, err);
+            events::release_failed(&lock, of, err);
         }
         outcome
     }
@@ -307,17 +307,15 @@ impl Drop for Guard {
         }
         self.released = true;
         self.finish();
-        if self.lost_reason().is_none()
-            && let Err(err) = self.client.supervisor.spawn_job(release_job(
-                &self.client,
-                &self.hold,
-                self.lease,
-                Some(DROPPED),
-            ))
+        // Lost or not: a lost guard's grant may still be alive in the store.
+        if let Err(err) = self
+            .client
+            .supervisor
+            .spawn_job(release_job(self, Some(DROPPED)))
         {
             // Without a runtime the release cannot be sent; renewal has stopped, so the
             // lease runs out on its own.
-            events::release_failed(&self.hold.lock, DROPPED, &err);
+            events::release_failed(&self.lock, DROPPED, &err);
         }
     }
 }

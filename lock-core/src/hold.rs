@@ -1,14 +1,17 @@
 //! The client-side view of one hold: its local validity and whether it was lost.
 //!
 //! All guards of one owner on one lock share a [`Hold`] (reentrant acquisitions add guards
-//! to it). Its validity is a [`LeaseClock`]: the scripts only extend expiries, so the
-//! deadline only moves forward.
+//! to it), as the store counts them in one hold. Each guard ends its own grant; the hold
+//! only carries what the grants share: the lease, renewed for all of them, and whether
+//! it was lost. Its validity is a [`LeaseClock`]: the scripts only extend expiries, so
+//! the deadline only moves forward.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::RequestId;
 use crate::lease::LeaseClock;
 use crate::{LockRef, LostReason, metrics};
 
@@ -16,41 +19,30 @@ use crate::{LockRef, LostReason, metrics};
 struct Counts {
     guards: usize,
     renewing: usize,
-    /// Grants the server counted before the one that created this hold whose replies
-    /// have not arrived yet (concurrent acquisitions by one owner can be answered out of
-    /// order): each joins this hold when it comes.
-    unclaimed: u32,
-    /// Server holds of this owner that no live guard and no request in flight accounts
-    /// for: those of guards this client already gave up as lost, which send no release.
-    /// The hold's last release releases them too.
-    adopted: u32,
 }
 
 /// One owner's hold on one lock, shared by its guards.
 #[derive(Debug)]
 pub(crate) struct Hold {
+    /// The hold as the store counts it: a mutex and a fair lock of one owner share one.
     pub(crate) lock: LockRef,
     /// The fencing token of the acquisition that created the hold (reentries keep it).
     pub(crate) token: Option<u64>,
-    /// The owner's hold count after the grant that created this hold.
-    born_holds: u32,
+    /// The grant that began the hold in the store, when the backend tells.
+    origin: Option<RequestId>,
     pub(crate) lease: LeaseClock,
     counts: Mutex<Counts>,
 }
 
 impl Hold {
-    /// A hold created by a grant that left the owner `holds` holds on the server, while
-    /// `in_flight` other acquisitions of the owner had no answer yet: the holds that
-    /// neither they nor this grant account for are adopted.
+    /// The hold begun in the store by grant `origin`, granted by a request sent at `sent`.
     pub(crate) fn new(
         lock: LockRef,
-        (holds, in_flight): (u32, u32),
+        origin: Option<RequestId>,
         sent: Instant,
         valid_for: Duration,
         token: Option<u64>,
     ) -> Self {
-        let earlier = holds.saturating_sub(1);
-        let unclaimed = earlier.min(in_flight);
         let lost_lock = lock.clone();
         let on_lost = Box::new(move |reason| {
             metrics::lost(lost_lock.kind, reason);
@@ -59,27 +51,21 @@ impl Hold {
         Self {
             lock,
             token,
-            born_holds: holds,
+            origin,
             lease: LeaseClock::new(sent, valid_for, on_lost),
-            counts: Mutex::new(Counts {
-                unclaimed,
-                adopted: earlier - unclaimed,
-                ..Counts::default()
-            }),
+            counts: Mutex::new(Counts::default()),
         }
     }
 
-    /// Whether a grant that left the owner `holds` holds belongs to this live hold
-    /// (a reentry, or an earlier concurrent acquisition answered late), rather than
-    /// starting a new hold after this one was lost on the server. Claims the grant.
-    pub(crate) fn claims(&self, holds: u32) -> bool {
-        let mut counts = self.counts();
-        if holds < self.born_holds && counts.unclaimed > 0 {
-            counts.unclaimed -= 1;
-            return true;
+    /// Whether a grant that left the owner `holds` holds, in the store's hold begun by
+    /// `origin`, belongs to this hold. A different origin means the store's hold this
+    /// one stands for ended there (expired, or force-released) and a new one began.
+    /// Without origins, a fresh grant (1) says the same.
+    pub(crate) fn includes(&self, origin: Option<RequestId>, holds: u32) -> bool {
+        match (self.origin, origin) {
+            (Some(ours), Some(theirs)) => ours == theirs,
+            _ => holds > 1,
         }
-        // A fresh grant (1) that nothing explains means the server lost this hold.
-        holds > 1
     }
 
     /// Records a successful request sent at `sent` that armed the lease for `valid_for`
@@ -110,16 +96,6 @@ impl Hold {
 
     fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
         self.counts.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// How many adopted holds the hold's last release will give back.
-    pub(crate) fn adopted(&self) -> u32 {
-        self.counts().adopted
-    }
-
-    /// The adopted holds, handed out once (to the hold's last release).
-    pub(crate) fn take_adopted(&self) -> u32 {
-        std::mem::take(&mut self.counts().adopted)
     }
 
     /// Adds a guard; returns whether the hold now needs renewal and did not before.

@@ -6,8 +6,10 @@
 //! the demo's fallback when no server is at hand. Locks are not shared between processes.
 //!
 //! The state is one entry per name whose fields are owners (or `owner:write` for a writer)
-//! with hold counts, an optional read-write `mode`, one expiry per read hold, a fair
-//! lock's waiter queue and a fencing counter.
+//! with their grants (one per acquisition not yet released, each a read hold with its own
+//! expiry), an optional read-write `mode`, a fair lock's waiter queue and a fencing
+//! counter. A release names the grant it ends and ends only that one, only while it is
+//! alive.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -33,18 +35,29 @@ enum Mode {
     Write,
 }
 
+/// One grant of a hold: the acquire request that got it and, for a read hold, its own
+/// expiry (the grants of any other hold share the entry's).
+#[derive(Debug, Clone, Copy)]
+struct Grant {
+    id: RequestId,
+    expires: Option<Instant>,
+}
+
+/// One owner's hold (a field of the entry): its grants, one per acquisition not yet
+/// released, and the grant that began it.
+#[derive(Debug)]
+struct Field {
+    origin: RequestId,
+    grants: Vec<Grant>,
+}
+
 /// One held lock.
 #[derive(Debug)]
 struct Entry {
-    /// Field -> hold count: `owner` for mutex, fair and read holds, `owner:write` for the
-    /// writer.
-    fields: HashMap<String, u32>,
+    /// `owner` for mutex, fair and read holds, `owner:write` for the writer.
+    fields: HashMap<String, Field>,
     /// `None` for mutex and fair locks.
     mode: Option<Mode>,
-    /// The expiries of each reader's holds (as many as its count). Releases do not say
-    /// which hold they end, so a release drops the shortest: the expiries left still
-    /// cover the holds left, as every backend keeps them.
-    read_holds: HashMap<String, Vec<Instant>>,
     expires: Instant,
 }
 
@@ -53,7 +66,6 @@ impl Entry {
         Self {
             fields: HashMap::new(),
             mode,
-            read_holds: HashMap::new(),
             expires: now,
         }
     }
@@ -64,50 +76,60 @@ impl Entry {
     }
 
     fn count(&self, field: &str) -> u32 {
-        self.fields.get(field).copied().unwrap_or(0)
+        self.fields.get(field).map_or(0, |held| {
+            u32::try_from(held.grants.len()).unwrap_or(u32::MAX)
+        })
     }
 
-    fn add(&mut self, field: &str) -> u32 {
-        let holds = self.fields.entry(field.to_owned()).or_insert(0);
-        *holds = holds.saturating_add(1);
-        *holds
+    /// Adds `grant` to `field`'s hold (beginning it if there is none); returns the
+    /// holds after it and the hold's origin.
+    fn add(&mut self, field: &str, grant: Grant) -> (u32, RequestId) {
+        let held = self.fields.entry(field.to_owned()).or_insert(Field {
+            origin: grant.id,
+            grants: Vec::new(),
+        });
+        held.grants.push(grant);
+        let holds = u32::try_from(held.grants.len()).unwrap_or(u32::MAX);
+        (holds, held.origin)
     }
 
-    /// Drops `owner`'s read holds whose leases ended; returns how many are live.
+    /// Drops `owner`'s read grants whose leases ended; returns how many are live.
     fn live_reads(&mut self, owner: &str, now: Instant) -> u32 {
-        let Some(expiries) = self.read_holds.get_mut(owner) else {
+        let Some(held) = self.fields.get_mut(owner) else {
             return 0;
         };
-        expiries.retain(|expiry| *expiry > now);
-        let live = u32::try_from(expiries.len()).unwrap_or(u32::MAX);
+        held.grants
+            .retain(|grant| grant.expires.is_none_or(|expires| expires > now));
+        let live = u32::try_from(held.grants.len()).unwrap_or(u32::MAX);
         if live == 0 {
-            self.read_holds.remove(owner);
             self.fields.remove(owner);
-        } else {
-            self.fields.insert(owner.to_owned(), live);
         }
         live
     }
 
     /// The latest expiry of any live read hold.
     fn longest_read(&self, now: Instant) -> Option<Instant> {
-        self.read_holds
+        self.fields
             .values()
-            .flatten()
-            .filter(|expiry| **expiry > now)
+            .flat_map(|held| &held.grants)
+            .filter_map(|grant| grant.expires)
+            .filter(|expiry| *expiry > now)
             .max()
-            .copied()
     }
 
-    /// Removes one hold of `field`; returns the holds left.
-    fn remove(&mut self, field: &str) -> u32 {
-        let left = self.count(field).saturating_sub(1);
+    /// Ends grant `id` of `field` if it is alive there; returns the holds left, or
+    /// `None` when the grant is not alive (never granted, ended, or its hold expired).
+    fn end(&mut self, field: &str, id: RequestId, now: Instant) -> Option<u32> {
+        let held = self.fields.get_mut(field)?;
+        let at = held.grants.iter().position(|grant| {
+            grant.id == id && grant.expires.is_none_or(|expires| expires > now)
+        })?;
+        held.grants.swap_remove(at);
+        let left = u32::try_from(held.grants.len()).unwrap_or(u32::MAX);
         if left == 0 {
             self.fields.remove(field);
-        } else {
-            self.fields.insert(field.to_owned(), left);
         }
-        left
+        Some(left)
     }
 }
 
@@ -142,10 +164,9 @@ struct Store {
     locks: HashMap<String, Entry>,
     queues: HashMap<String, Queue>,
     tokens: HashMap<String, u64>,
-    /// Answers remembered for retries of the same request (as a networked backend's latches):
-    /// grants by acquire request, answers by release request, until they expire.
-    grants: HashMap<(String, RequestId), (Acquire, Instant)>,
-    releases: HashMap<(String, RequestId), (Release, Instant)>,
+    /// What became of each grant, by its id, for retries and late copies of its
+    /// requests (as a networked backend's latches), until the answer expires.
+    answers: HashMap<(String, RequestId), (Answer, Instant)>,
     /// Count-down latches: the count left per name (absent: open).
     latches: HashMap<String, u64>,
     /// Answers to count-downs, remembered for their retries.
@@ -169,68 +190,31 @@ impl Store {
     fn forget_expired(&mut self, now: Instant) {
         self.remembered += 1;
         if self.remembered.is_multiple_of(256) {
-            self.grants.retain(|_, (_, until)| *until > now);
-            self.releases.retain(|_, (_, until)| *until > now);
+            self.answers.retain(|_, (_, until)| *until > now);
             self.count_downs.retain(|_, (_, until)| *until > now);
             self.permit_answers.retain(|_, (_, until)| *until > now);
         }
     }
 
-    fn grant_replayed(&self, name: &str, id: RequestId, now: Instant) -> Option<Acquire> {
-        self.grants
+    /// The answer already given about grant `id` of `name`, if any.
+    fn answered(&self, name: &str, id: RequestId, now: Instant) -> Option<Answer> {
+        self.answers
             .get(&(name.to_owned(), id))
             .filter(|(_, until)| *until > now)
-            .map(|(grant, _)| *grant)
+            .map(|(answer, _)| *answer)
     }
 
-    fn remember_grant(
+    /// Keeps `answer` about grant `id` of `name` for `kept_for`.
+    fn remember(
         &mut self,
         name: &str,
-        request: &AcquireRequest,
-        grant: Acquire,
-        now: Instant,
+        id: RequestId,
+        answer: Answer,
+        (now, kept_for): (Instant, Duration),
     ) {
-        if matches!(grant, Acquire::Acquired { .. }) {
-            self.forget_expired(now);
-            self.grants.insert(
-                (name.to_owned(), request.id),
-                (grant, now + request.retry_window),
-            );
-        }
-    }
-
-    fn release_replayed(
-        &mut self,
-        name: &str,
-        request: &ReleaseRequest,
-        now: Instant,
-    ) -> Option<Release> {
-        if let Some((answer, until)) = self.releases.get(&(name.to_owned(), request.id))
-            && *until > now
-        {
-            return Some(*answer);
-        }
-        let undone = request.undoes?;
-        // An undo releases only a grant still remembered, and forgets it.
-        match self.grants.remove(&(name.to_owned(), undone)) {
-            Some((_, until)) if until > now => None,
-            _ => Some(self.remember_release(name, request, Release::NotHeld, now)),
-        }
-    }
-
-    fn remember_release(
-        &mut self,
-        name: &str,
-        request: &ReleaseRequest,
-        answer: Release,
-        now: Instant,
-    ) -> Release {
         self.forget_expired(now);
-        self.releases.insert(
-            (name.to_owned(), request.id),
-            (answer, now + request.retry_window),
-        );
-        answer
+        self.answers
+            .insert((name.to_owned(), id), (answer, now + kept_for));
     }
 
     /// The live entry for `name`, dropping it first if it expired.
@@ -299,6 +283,16 @@ impl Store {
         }
         Some(*counter).filter(|&t| t > 0)
     }
+}
+
+/// What became of a grant, kept for the retries of its requests.
+#[derive(Debug, Clone, Copy)]
+enum Answer {
+    /// The acquire request got it: a retry gets the same answer.
+    Granted(Acquire),
+    /// It was released (or undone, or found not alive): a retry of its release gets the
+    /// same answer, and a late copy of its acquire request grants nothing.
+    Ended(Release),
 }
 
 /// A semaphore's permits held back for a starving waiter.
@@ -420,22 +414,34 @@ fn acquire_exclusive(
 ) -> Acquire {
     let name = lock.name.as_str();
     let owner = lock.owner.as_str();
+    let grant = Grant {
+        id: request.id,
+        expires: None,
+    };
     match store.live(name, now) {
         Some(entry) if entry.fields.contains_key(owner) => {
-            let holds = entry.add(owner);
+            let (holds, origin) = entry.add(owner, grant);
             entry.arm(now, request.lease);
             let token = store.token(name, false, request.fencing);
-            Acquire::Acquired { holds, token }
+            granted(holds, token, origin)
         }
         Some(entry) => busy(entry, now),
         None => {
             let mut entry = Entry::new(None, now);
-            entry.add(owner);
+            let (holds, origin) = entry.add(owner, grant);
             entry.arm(now, request.lease);
             store.locks.insert(name.to_owned(), entry);
             let token = store.token(name, true, request.fencing);
-            Acquire::Acquired { holds: 1, token }
+            granted(holds, token, origin)
         }
+    }
+}
+
+fn granted(holds: u32, token: Option<u64>, origin: RequestId) -> Acquire {
+    Acquire::Acquired {
+        holds,
+        token,
+        origin: Some(origin),
     }
 }
 
@@ -518,15 +524,14 @@ fn acquire_read(
         }
     };
     entry.live_reads(owner, now);
-    let holds = entry.add(owner);
-    entry
-        .read_holds
-        .entry(owner.to_owned())
-        .or_default()
-        .push(now + request.lease);
+    let grant = Grant {
+        id: request.id,
+        expires: Some(now + request.lease),
+    };
+    let (holds, origin) = entry.add(owner, grant);
     entry.arm(now, request.lease);
     let token = store.token(name, holds == 1, request.fencing);
-    Acquire::Acquired { holds, token }
+    granted(holds, token, origin)
 }
 
 fn acquire_write(
@@ -537,18 +542,22 @@ fn acquire_write(
 ) -> Result<Acquire, Error> {
     let name = lock.name.as_str();
     let writer = writer_field(&lock.owner);
-    let (holds, fresh) = match store.live(name, now) {
+    let grant = Grant {
+        id: request.id,
+        expires: None,
+    };
+    let (holds, origin, fresh) = match store.live(name, now) {
         None => {
             let mut entry = Entry::new(Some(Mode::Write), now);
-            entry.add(&writer);
+            let (holds, origin) = entry.add(&writer, grant);
             entry.arm(now, request.lease);
             store.locks.insert(name.to_owned(), entry);
-            (1, true)
+            (holds, origin, true)
         }
         Some(entry) if entry.mode == Some(Mode::Write) && entry.fields.contains_key(&writer) => {
-            let holds = entry.add(&writer);
+            let (holds, origin) = entry.add(&writer, grant);
             entry.arm(now, request.lease);
-            (holds, false)
+            (holds, origin, false)
         }
         Some(entry) if entry.mode == Some(Mode::Read) => {
             // Only live read holds of the owner make an upgrade wait for itself.
@@ -566,29 +575,26 @@ fn acquire_write(
         Some(entry) => return Ok(busy(entry, now)),
     };
     let token = store.token(name, fresh, request.fencing);
-    Ok(Acquire::Acquired { holds, token })
+    Ok(granted(holds, token, origin))
 }
 
-/// Releases one read hold; the lock lives as long as its longest live read hold.
-fn release_read(store: &mut Store, lock: &LockRef, now: Instant) -> (Release, Wakeup) {
+/// Ends read grant `grant`; the lock lives as long as its longest live read hold.
+fn release_read(
+    store: &mut Store,
+    lock: &LockRef,
+    grant: RequestId,
+    now: Instant,
+) -> (Release, Wakeup) {
     let name = lock.name.as_str();
-    let owner = lock.owner.as_str();
     let Some(entry) = store.live(name, now) else {
         return (Release::NotHeld, None);
     };
-    if entry.live_reads(owner, now) == 0 {
+    if entry.end(lock.owner.as_str(), grant, now).is_none() {
         return (Release::NotHeld, None);
     }
-    if let Some(expiries) = entry.read_holds.get_mut(owner)
-        && let Some(shortest) = (0..expiries.len()).min_by_key(|&i| expiries[i])
-    {
-        expiries.swap_remove(shortest);
-    }
-    let left = entry.live_reads(owner, now);
-    let outcome = if left == 0 {
-        Release::Released
-    } else {
-        Release::StillHeld { holds: left }
+    let outcome = match entry.live_reads(lock.owner.as_str(), now) {
+        0 => Release::Released,
+        holds => Release::StillHeld { holds },
     };
     if entry.mode == Some(Mode::Write) {
         return (outcome, None);
@@ -608,20 +614,21 @@ fn release_read(store: &mut Store, lock: &LockRef, now: Instant) -> (Release, Wa
 fn release_write(
     store: &mut Store,
     lock: &LockRef,
-    lease: Duration,
+    request: &ReleaseRequest,
     now: Instant,
 ) -> (Release, Wakeup) {
     let name = lock.name.as_str();
-    let writer = writer_field(&lock.owner);
     let Some(entry) = store.live(name, now) else {
         return (Release::NotHeld, None);
     };
-    if entry.mode != Some(Mode::Write) || !entry.fields.contains_key(&writer) {
+    if entry.mode != Some(Mode::Write) {
         return (Release::NotHeld, None);
     }
-    let left = entry.remove(&writer);
+    let Some(left) = entry.end(&writer_field(&lock.owner), request.grant, now) else {
+        return (Release::NotHeld, None);
+    };
     if left > 0 {
-        entry.arm(now, lease);
+        entry.arm(now, request.lease);
         return (Release::StillHeld { holds: left }, None);
     }
     if entry.fields.is_empty() {
@@ -638,20 +645,18 @@ fn release_write(
 fn release_exclusive(
     store: &mut Store,
     lock: &LockRef,
-    lease: Duration,
+    request: &ReleaseRequest,
     now: Instant,
 ) -> (Release, Wakeup) {
     let name = lock.name.as_str();
-    let owner = lock.owner.as_str();
     let Some(entry) = store.live(name, now) else {
         return (Release::NotHeld, None);
     };
-    if !entry.fields.contains_key(owner) {
+    let Some(left) = entry.end(lock.owner.as_str(), request.grant, now) else {
         return (Release::NotHeld, None);
-    }
-    let left = entry.remove(owner);
+    };
     if left > 0 {
-        entry.arm(now, lease);
+        entry.arm(now, request.lease);
         return (Release::StillHeld { holds: left }, None);
     }
     store.locks.remove(name);
@@ -698,8 +703,17 @@ impl Backend for MemoryBackend {
         let now = Instant::now();
         let mut store = self.store();
         let name = lock.name.as_str();
-        if let Some(grant) = store.grant_replayed(name, request.id, now) {
-            return Ok(grant);
+        match store.answered(name, request.id, now) {
+            Some(Answer::Granted(grant)) => return Ok(grant),
+            // A copy of a request whose grant already ended (or was undone before it
+            // came) grants nothing: nobody would release it.
+            Some(Answer::Ended(_)) => {
+                return Ok(Acquire::Busy {
+                    ttl: None,
+                    reserved: false,
+                });
+            }
+            None => {}
         }
         let reply = match lock.kind {
             LockKind::Fair => acquire_fair(&mut store, lock, request, now),
@@ -707,7 +721,10 @@ impl Backend for MemoryBackend {
             LockKind::Write => acquire_write(&mut store, lock, request, now)?,
             _ => acquire_exclusive(&mut store, lock, request, now),
         };
-        store.remember_grant(name, &request, reply, now);
+        if matches!(reply, Acquire::Acquired { .. }) {
+            let kept = (now, request.retry_window);
+            store.remember(name, request.id, Answer::Granted(reply), kept);
+        }
         Ok(reply)
     }
 
@@ -749,19 +766,22 @@ impl Backend for MemoryBackend {
 
     async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
         let now = Instant::now();
-        let lease = request.lease;
         let (outcome, wakeup) = {
             let mut store = self.store();
             let name = lock.name.as_str();
-            if let Some(answer) = store.release_replayed(name, &request, now) {
+            if let Some(Answer::Ended(answer)) = store.answered(name, request.grant, now) {
                 return Ok(answer);
             }
             let (outcome, wakeup) = match lock.kind {
-                LockKind::Read => release_read(&mut store, lock, now),
-                LockKind::Write => release_write(&mut store, lock, lease, now),
-                _ => release_exclusive(&mut store, lock, lease, now),
+                LockKind::Read => release_read(&mut store, lock, request.grant, now),
+                LockKind::Write => release_write(&mut store, lock, &request, now),
+                _ => release_exclusive(&mut store, lock, &request, now),
             };
-            (store.remember_release(name, &request, outcome, now), wakeup)
+            // Kept for twice the window: a copy of the grant's acquire request that
+            // comes later than its own retries could must still find the grant ended.
+            let kept = (now, request.retry_window.saturating_mul(2));
+            store.remember(name, request.grant, Answer::Ended(outcome), kept);
+            (outcome, wakeup)
         };
         self.wake(wakeup);
         Ok(outcome)
@@ -785,12 +805,12 @@ impl Backend for MemoryBackend {
                 if holds == 0 {
                     return Renewal::Gone;
                 }
-                if let Some(expiries) = entry.read_holds.get_mut(owner)
+                if let Some(held) = entry.fields.get_mut(owner)
                     && lock.kind == LockKind::Read
                 {
                     // Extend only: a hold with a longer lease of its own keeps it.
-                    for expiry in expiries {
-                        *expiry = (*expiry).max(now + lease);
+                    for expires in held.grants.iter_mut().filter_map(|g| g.expires.as_mut()) {
+                        *expires = (*expires).max(now + lease);
                     }
                 }
                 entry.arm(now, lease);

@@ -9,7 +9,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use lock_core::Error;
 use lock_core::backend::{
     Acquire, AcquireRequest, Backend, Capabilities, HoldModel, LockKind, LockRef, LockState,
-    Release, ReleaseRequest, Renewal,
+    Release, ReleaseRequest, Renewal, RequestId,
 };
 use lock_core::notify::Listener;
 use tokio_postgres::types::{FromSql, ToSql, Type};
@@ -333,7 +333,7 @@ impl Backend for PostgresBackend {
         let reply: Vec<i64> = self
             .call(
                 "acquiring",
-                "acquire($1::text, $2::text, $3::text, $4::bigint, $5::boolean, \
+                "acquire_grant($1::text, $2::text, $3::text, $4::bigint, $5::boolean, \
                  $6::text::uuid, $7::bigint, $8::boolean, $9::bigint, $10::text)",
                 &[
                     (&lock.name.as_str(), Type::TEXT),
@@ -350,11 +350,12 @@ impl Backend for PostgresBackend {
             )
             .await?;
         match reply.as_slice() {
-            [1, holds, token] => Ok(Acquire::Acquired {
+            [1, holds, token, high, low] => Ok(Acquire::Acquired {
                 holds: u32::try_from(*holds).map_err(|_| unexpected("acquire", &reply))?,
                 token: u64::try_from(*token)
                     .ok()
                     .filter(|&t| request.fencing && t > 0),
+                origin: Some(RequestId::from_halves(*high, *low)),
             }),
             [0, ttl, _] => Ok(Acquire::Busy {
                 ttl: u64::try_from(*ttl).ok().map(Duration::from_millis),
@@ -396,12 +397,12 @@ impl Backend for PostgresBackend {
 
     async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
         check_fits(lock)?;
-        let undoes = request.undoes.map(|grant| grant.to_string());
+        let grant = request.grant.to_string();
         let reply: Vec<i64> = self
             .call(
                 "releasing",
-                "release($1::text, $2::text, $3::text, $4::bigint, $5::text::uuid, $6::bigint, \
-                 $7::text::uuid, $8::text)",
+                "release_grant($1::text, $2::text, $3::text, $4::bigint, $5::text::uuid, \
+                 $6::bigint, $7::text::uuid, $8::text)",
                 &[
                     (&lock.name.as_str(), Type::TEXT),
                     (&lock.owner.as_str(), Type::TEXT),
@@ -409,7 +410,7 @@ impl Backend for PostgresBackend {
                     (&millis(request.lease), Type::INT8),
                     (&request.id.to_string(), Type::TEXT),
                     (&millis(request.retry_window), Type::INT8),
-                    (&undoes, Type::TEXT),
+                    (&grant, Type::TEXT),
                     (&self.name_channel(lock), Type::TEXT),
                 ],
             )

@@ -6,10 +6,21 @@
 -- A name's holds are rows of `holds`: kind 'mutex' (the mutex and the fair lock, which
 -- share their holds as in Java's layout), 'write', or 'read' (one row per reader, with
 -- every read hold's own lease end in `lease_ends`, sorted). Kinds other than read and
--- write exclude each other. Replies are arrays of bigint:
---   acquire: {1, holds, token} granted, {0, ms the lock stays busy at most, 0} busy,
---            {3, 0, 0} a reader asking for the write lock (it would wait for itself);
---   release: {0, 0} not held, {1, holds left} still held, {2, 0} released.
+-- write exclude each other.
+--
+-- Grants: each grant is known by the id of the acquire request that got it, a row of
+-- `grants` naming its hold (name, kind, owner) and the hold's origin (the grant that
+-- began it, `holds.origin`), and for a read grant its own lease end. A grant is alive
+-- while its row is there, its origin is its hold's, and (reads) its lease end has not
+-- passed: a hold that ended and began again has a new origin, so no grant of the old
+-- one is alive in it. A release ends exactly the grant it names, only while it is alive.
+--
+-- Replies are arrays of bigint:
+--   acquire_grant: {1, holds, token, origin high 64 bits, origin low 64 bits} granted,
+--            {0, ms the lock stays busy at most, 0} busy, {3, 0, 0} a reader asking for
+--            the write lock (it would wait for itself); `acquire` answers the first three;
+--   release: {0, 0} not held (the grant is not alive), {1, holds left} still held,
+--            {2, 0} released.
 -- A request's reply is kept in `answers` for its retry window, so that a request sent
 -- again after a lost reply answers as the first run.
 
@@ -81,8 +92,16 @@ RETURNS bigint[] LANGUAGE sql AS $$
     HAVING count(*) > 0
 $$;
 
+-- The two halves of a uuid as bigints, high first (a reply is an array of bigint).
+CREATE OR REPLACE FUNCTION {schema}.uuid_halves(p_id uuid)
+RETURNS bigint[] LANGUAGE sql IMMUTABLE AS $$
+    SELECT ARRAY[('x' || substr(replace(p_id::text, '-', ''), 1, 16))::bit(64)::bigint,
+                 ('x' || substr(replace(p_id::text, '-', ''), 17, 16))::bit(64)::bigint]
+$$;
+
 -- Gives `p_owner` one more hold of kind `p_kind` (stored kind) on `p_name`, once the
--- caller decided it may have it; a fresh hold takes the next fencing token.
+-- caller decided it may have it, as grant `p_request`; a fresh hold takes the next
+-- fencing token and begins with this grant as its origin.
 CREATE OR REPLACE FUNCTION {schema}.grant_hold(
     p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_fencing boolean,
     p_request uuid, p_window_ms bigint, p_now timestamptz
@@ -90,23 +109,33 @@ CREATE OR REPLACE FUNCTION {schema}.grant_hold(
 DECLARE
     v_end timestamptz := p_now + p_lease_ms * interval '1 millisecond';
     v_holds integer;
+    v_origin uuid;
     v_token bigint := 0;
 BEGIN
     IF p_kind = 'read' THEN
-        INSERT INTO {schema}.holds AS h (name, owner, kind, holds, expires_at, lease_ends)
-        VALUES (p_name, p_owner, 'read', 1, v_end, ARRAY[v_end])
+        INSERT INTO {schema}.holds AS h (name, owner, kind, holds, expires_at, lease_ends, origin)
+        VALUES (p_name, p_owner, 'read', 1, v_end, ARRAY[v_end], p_request)
         ON CONFLICT (name, kind, owner) DO UPDATE
            SET lease_ends = ARRAY(SELECT e FROM unnest(h.lease_ends || v_end) e ORDER BY e),
                holds = h.holds + 1,
-               expires_at = greatest(h.expires_at, v_end)
-        RETURNING holds INTO v_holds;
+               expires_at = greatest(h.expires_at, v_end),
+               origin = coalesce(h.origin, p_request)
+        RETURNING holds, origin INTO v_holds, v_origin;
     ELSE
-        INSERT INTO {schema}.holds AS h (name, owner, kind, holds, expires_at)
-        VALUES (p_name, p_owner, p_kind, 1, v_end)
+        INSERT INTO {schema}.holds AS h (name, owner, kind, holds, expires_at, origin)
+        VALUES (p_name, p_owner, p_kind, 1, v_end, p_request)
         ON CONFLICT (name, kind, owner) DO UPDATE
-           SET holds = h.holds + 1, expires_at = greatest(h.expires_at, v_end)
-        RETURNING holds INTO v_holds;
+           SET holds = h.holds + 1, expires_at = greatest(h.expires_at, v_end),
+               origin = coalesce(h.origin, p_request)
+        RETURNING holds, origin INTO v_holds, v_origin;
     END IF;
+    IF v_holds = 1 THEN
+        -- Grants of an earlier hold of this owner that ended without a release.
+        DELETE FROM {schema}.grants WHERE name = p_name AND kind = p_kind AND owner = p_owner;
+    END IF;
+    INSERT INTO {schema}.grants (request, name, kind, owner, origin, lease_end)
+    VALUES (p_request, p_name, p_kind, p_owner, v_origin,
+            CASE WHEN p_kind = 'read' THEN v_end END);
     IF p_fencing THEN
         IF v_holds = 1 THEN
             INSERT INTO {schema}.tokens AS t (name, token) VALUES (p_name, 1)
@@ -116,7 +145,9 @@ BEGIN
             SELECT token INTO v_token FROM {schema}.tokens WHERE name = p_name;
         END IF;
     END IF;
-    RETURN {schema}.remember(p_request, p_name, ARRAY[1, v_holds, coalesce(v_token, 0)],
+    RETURN {schema}.remember(p_request, p_name,
+                             ARRAY[1, v_holds, coalesce(v_token, 0)]
+                                 || {schema}.uuid_halves(v_origin),
                              p_now, p_window_ms);
 END $$;
 
@@ -176,8 +207,8 @@ BEGIN
 END $$;
 
 -- Acquires `p_name` of kind `p_kind` ('mutex', 'fair', 'read' or 'write') for `p_owner`
--- (reentrant); see the replies above.
-CREATE OR REPLACE FUNCTION {schema}.acquire(
+-- (reentrant) as grant `p_request`; see the replies above.
+CREATE OR REPLACE FUNCTION {schema}.acquire_grant(
     p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_fencing boolean,
     p_request uuid, p_window_ms bigint, p_waits boolean, p_place_ms bigint, p_channel text
 ) RETURNS bigint[] LANGUAGE plpgsql AS $$
@@ -219,13 +250,22 @@ BEGIN
     RETURN {schema}.busy(p_name, v_now);
 END $$;
 
--- Releases one hold of `p_owner` of kind `p_kind` (or, with `p_undoes`, the grant of
--- that request if it is still remembered). The last hold's release wakes: a mutex one
--- waiter on `p_channel`, a fair lock its first waiter, a writer every waiter, the last
--- reader one.
-CREATE OR REPLACE FUNCTION {schema}.release(
+-- `acquire_grant` for clients of the first revision, which read three numbers.
+CREATE OR REPLACE FUNCTION {schema}.acquire(
+    p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_fencing boolean,
+    p_request uuid, p_window_ms bigint, p_waits boolean, p_place_ms bigint, p_channel text
+) RETURNS bigint[] LANGUAGE sql AS $$
+    SELECT ({schema}.acquire_grant(p_name, p_owner, p_kind, p_lease_ms, p_fencing, p_request,
+                                   p_window_ms, p_waits, p_place_ms, p_channel))[1:3]
+$$;
+
+-- Ends grant `p_grant` of `p_owner`'s hold of kind `p_kind` if it is alive (without a
+-- grant, as clients of the first revision ask, one hold of the owner). The last hold's
+-- release wakes: a mutex one waiter on `p_channel`, a fair lock its first waiter, a
+-- writer every waiter, the last reader one.
+CREATE OR REPLACE FUNCTION {schema}.release_grant(
     p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_request uuid,
-    p_window_ms bigint, p_undoes uuid, p_channel text
+    p_window_ms bigint, p_grant uuid, p_channel text
 ) RETURNS bigint[] LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
@@ -237,20 +277,18 @@ BEGIN
     IF v_reply IS NOT NULL THEN
         RETURN v_reply;
     END IF;
-    IF p_undoes IS NOT NULL THEN
-        -- An undo releases only a grant still remembered, and forgets it.
-        DELETE FROM {schema}.answers WHERE request = p_undoes AND expires_at > v_now;
-        IF NOT FOUND THEN
-            RETURN {schema}.remember(p_request, p_name, ARRAY[0, 0], v_now, p_window_ms);
-        END IF;
-    END IF;
     SELECT * INTO v_hold FROM {schema}.holds
      WHERE name = p_name AND kind = v_stored AND owner = p_owner;
+    IF FOUND AND p_grant IS NOT NULL THEN
+        DELETE FROM {schema}.grants
+         WHERE request = p_grant AND name = p_name AND kind = v_stored AND owner = p_owner
+           AND origin = v_hold.origin AND (lease_end IS NULL OR lease_end > v_now);
+    END IF;
     IF NOT FOUND THEN
         v_reply := ARRAY[0, 0];
     ELSIF v_hold.holds > 1 AND v_stored = 'read' THEN
-        -- Which read hold ends is not said: the earliest lease end goes, so that those
-        -- left still cover the holds left.
+        -- Whichever read hold ends, the earliest lease end goes: those left still cover
+        -- the live grants (sorted, each lease end at or above the grant's own).
         UPDATE {schema}.holds
            SET lease_ends = lease_ends[2:], holds = holds - 1
          WHERE name = p_name AND kind = 'read' AND owner = p_owner;
@@ -263,6 +301,7 @@ BEGIN
         v_reply := ARRAY[1, v_hold.holds - 1];
     ELSE
         DELETE FROM {schema}.holds WHERE name = p_name AND kind = v_stored AND owner = p_owner;
+        DELETE FROM {schema}.grants WHERE name = p_name AND kind = v_stored AND owner = p_owner;
         IF p_kind = 'fair' THEN
             PERFORM {schema}.wake_fair_head(p_name, v_now);
         ELSIF p_kind = 'write' THEN
@@ -274,6 +313,16 @@ BEGIN
     END IF;
     RETURN {schema}.remember(p_request, p_name, v_reply, v_now, p_window_ms);
 END $$;
+
+-- `release_grant` for clients of the first revision, whose undo names the grant
+-- (`p_undoes`) and whose other releases name none.
+CREATE OR REPLACE FUNCTION {schema}.release(
+    p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_request uuid,
+    p_window_ms bigint, p_undoes uuid, p_channel text
+) RETURNS bigint[] LANGUAGE sql AS $$
+    SELECT {schema}.release_grant(p_name, p_owner, p_kind, p_lease_ms, p_request, p_window_ms,
+                                  p_undoes, p_channel)
+$$;
 
 -- A fair waiter gives up: it leaves the queue, and when it was first and the lock is
 -- free, the next waiter is woken.
@@ -315,6 +364,7 @@ BEGIN
         RETURN false;
     END IF;
     DELETE FROM {schema}.holds WHERE name = p_name;
+    DELETE FROM {schema}.grants WHERE name = p_name;
     IF p_kind = 'fair' THEN
         PERFORM {schema}.wake_fair_head(p_name, v_now);
     ELSE
@@ -333,6 +383,12 @@ DECLARE
     v_end timestamptz := v_now + p_lease_ms * interval '1 millisecond';
 BEGIN
     PERFORM {schema}.durable();
+    -- A read grant's own lease end moves with its hold's.
+    UPDATE {schema}.grants AS g
+       SET lease_end = greatest(g.lease_end, v_end)
+      FROM unnest(p_names, p_owners, p_kinds) AS r(name, owner, kind)
+     WHERE r.kind = 'read' AND g.name = r.name AND g.owner = r.owner AND g.kind = 'read'
+       AND g.lease_end > v_now;
     RETURN QUERY
     UPDATE {schema}.holds AS h
        SET expires_at = greatest(h.expires_at, v_end),

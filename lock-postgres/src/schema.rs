@@ -18,7 +18,7 @@ use crate::error::SchemaError;
 pub const OLDEST_SERVER: i32 = 130_000;
 
 /// The schema version this library creates and understands.
-pub const VERSION: i32 = 1;
+pub const VERSION: i32 = 2;
 
 /// The default schema name.
 pub const DEFAULT_SCHEMA: &str = "distlock";
@@ -79,7 +79,7 @@ impl fmt::Display for SchemaName {
 }
 
 /// The statements of each version, in order; `{schema}` stands for the schema name.
-const STEPS: [&str; 1] = [
+const STEPS: [&str; 2] = [
     // Version 1: the holds of every lock kind (a reader's row keeps each of its holds'
     // lease ends), the fencing counters, the fair queue (with each waiter's wake-up
     // channel) and the replies remembered for retried requests.
@@ -116,6 +116,18 @@ const STEPS: [&str; 1] = [
         revision integer NOT NULL,
         digest text NOT NULL
     );",
+    // Version 2: grants, one row per live grant, naming its hold and the hold's origin
+    // (the grant that began it), so that a release ends exactly its own grant.
+    "ALTER TABLE {schema}.holds ADD COLUMN origin uuid;
+    CREATE TABLE {schema}.grants (
+        request uuid PRIMARY KEY,
+        name text NOT NULL,
+        kind text NOT NULL,
+        owner text NOT NULL,
+        origin uuid NOT NULL,
+        lease_end timestamptz
+    );
+    CREATE INDEX grants_of_hold ON {schema}.grants (name, kind, owner);",
 ];
 
 /// The revision of the lock functions (`functions.sql`), raised with every change to
@@ -124,7 +136,7 @@ const STEPS: [&str; 1] = [
 /// older client never puts its functions back under a newer one. A function's
 /// parameters therefore never change: a new signature is a new function, and old ones
 /// stay for older clients.
-pub const FUNCTIONS_REVISION: i32 = 1;
+pub const FUNCTIONS_REVISION: i32 = 2;
 
 /// The functions every operation is one call of (one statement, atomic, no session
 /// state: usable through a transaction-mode pooler). Code rather than data: replaced
@@ -133,13 +145,20 @@ pub const FUNCTIONS_REVISION: i32 = 1;
 const FUNCTIONS: &str = include_str!("functions.sql");
 
 /// What the tables must look like after migrating: table, column, type.
-const EXPECTED: [(&str, &str, &str); 20] = [
+const EXPECTED: [(&str, &str, &str); 27] = [
     ("holds", "name", "text"),
     ("holds", "owner", "text"),
     ("holds", "kind", "text"),
     ("holds", "holds", "integer"),
     ("holds", "expires_at", "timestamp with time zone"),
     ("holds", "lease_ends", "ARRAY"),
+    ("holds", "origin", "uuid"),
+    ("grants", "request", "uuid"),
+    ("grants", "name", "text"),
+    ("grants", "kind", "text"),
+    ("grants", "owner", "text"),
+    ("grants", "origin", "uuid"),
+    ("grants", "lease_end", "timestamp with time zone"),
     ("tokens", "name", "text"),
     ("tokens", "token", "bigint"),
     ("waiters", "name", "text"),

@@ -147,7 +147,7 @@ async fn a_newer_or_hand_changed_schema_is_refused_unchanged() {
         "the version was touched"
     );
     client
-        .batch_execute("UPDATE distlock.version SET version = 1")
+        .batch_execute(&format!("UPDATE distlock.version SET version = {VERSION}"))
         .await
         .unwrap();
     client

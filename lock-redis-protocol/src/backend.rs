@@ -370,9 +370,9 @@ impl RedisBackend {
         if acknowledged >= wanted {
             return Ok(());
         }
-        let undo = ReleaseRequest::new(request.lease)
+        let undo = ReleaseRequest::new(request.lease, request.id)
             .retry_window(request.retry_window)
-            .undoing(request.id);
+            .undoing();
         if let Err(err) = Backend::release(self, lock, undo).await {
             events::unconfirmed_grant_kept(lock, &err);
         }
@@ -385,9 +385,62 @@ impl RedisBackend {
         ))
     }
 
+    /// Runs the mutex's acquire script over its `keys` (see `mutex_acquire.lua`), with
+    /// `numbers` the lease, the fencing flag, the quarantine, the grant's id and the latch
+    /// lifetime, as the acquire takes them for every kind.
+    async fn acquire_mutex(
+        &self,
+        lock: &LockRef,
+        request: &AcquireRequest,
+        keys: [&str; 7],
+        [lease_ms, fencing, quarantine, grant, latch_ms]: [&str; 5],
+    ) -> Result<(Reply, Option<u32>), Error> {
+        let wait = request.wait.unwrap_or_default();
+        let wake_id = if request.waits_to_be_woken_alone() {
+            // Before the waiter listens: its first attempt comes first.
+            self.registered_a_waiter
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            &*self.wake_id
+        } else {
+            ""
+        };
+        // A live waiter asks again within the holder's lease (its own, as a rule): a zset
+        // of waiting clients none of which asked that long is gone.
+        let mutex = Decimals::new([
+            millis(self.options.reservation),
+            millis(wait.waited),
+            millis(request.lease.saturating_add(wait.place_kept_for)),
+        ]);
+        let [reservation_ms, waited_ms, registered_ms] = mutex.get();
+        let args = [
+            lease_ms,
+            lock.owner.as_str(),
+            flag(wait.starving),
+            reservation_ms,
+            waited_ms,
+            fencing,
+            quarantine,
+            wake_id,
+            registered_ms,
+            grant,
+            latch_ms,
+        ];
+        self.eval_write("acquiring", &script::MUTEX_ACQUIRE, &keys, &args)
+            .await
+    }
+
     /// Renews one batch of locks of one kind family in one slot.
     async fn renew_chunk(&self, locks: &[&LockRef], lease_ms: &str) -> Vec<Renewal> {
-        let keys: Vec<&str> = locks.iter().map(|l| layout::lock_key(&l.name)).collect();
+        // Per lock: the lock and its owner's grants hash.
+        let grants: Vec<String> = locks
+            .iter()
+            .map(|l| layout::grants_key(&l.name, l.owner.as_str(), l.kind == LockKind::Write))
+            .collect();
+        let keys: Vec<&str> = locks
+            .iter()
+            .zip(&grants)
+            .flat_map(|(l, grants)| [layout::lock_key(&l.name), grants.as_str()])
+            .collect();
         let reads = locks.first().is_some_and(|l| l.kind == LockKind::Read);
         // Per lock: the owner's field, and for read holds the prefix of its hold keys.
         let per_lock: Vec<String> = locks
@@ -467,6 +520,12 @@ impl Backend for RedisBackend {
         let key = layout::lock_key(name);
         let mut built = layout::Keys::new(name);
         let (token_at, latch_at) = (built.token(), built.grant_latch(request.id));
+        let grants_at = built.grants(owner, lock.kind == LockKind::Write);
+        // Only the mutex's script takes these; made in the same buffer, they cost no
+        // allocation.
+        let (reservation_at, waiting_at) = (built.reservation(), built.waiting_clients());
+        let mut grant = String::with_capacity(32);
+        request.id.push_hex(&mut grant);
         let fencing = flag(request.fencing);
         let epoch = self.epoch_key(name);
         let wait = request.wait.unwrap_or_default();
@@ -491,75 +550,68 @@ impl Backend for RedisBackend {
                     fencing,
                     quarantine,
                     slot,
+                    &grant,
                     latch_ms,
                 ];
-                let keys = [key, &queue, &deadlines, &alive, token_key, &epoch, latch];
+                let grants = built.get(grants_at);
+                let keys = [
+                    key, &queue, &deadlines, &alive, token_key, &epoch, grants, latch,
+                ];
                 self.eval_write("acquiring", &script::FAIR_ACQUIRE, &keys, &args)
                     .await?
             }
             LockKind::Read => {
                 let prefix = layout::read_hold_prefix(name, owner);
-                let args = [lease_ms, owner, &prefix, fencing, quarantine, latch_ms];
-                let keys = [key, built.get(token_at), &epoch, built.get(latch_at)];
+                let args = [
+                    lease_ms, owner, &prefix, fencing, quarantine, &grant, latch_ms,
+                ];
+                let keys = [
+                    key,
+                    built.get(token_at),
+                    &epoch,
+                    built.get(grants_at),
+                    built.get(latch_at),
+                ];
                 self.eval_write("acquiring", &script::RW_READ_ACQUIRE, &keys, &args)
                     .await?
             }
             LockKind::Write => {
                 let prefix = layout::read_hold_prefix(name, owner);
-                let args = [lease_ms, owner, fencing, quarantine, &prefix, latch_ms];
-                let keys = [key, built.get(token_at), &epoch, built.get(latch_at)];
+                let args = [
+                    lease_ms, owner, fencing, quarantine, &prefix, &grant, latch_ms,
+                ];
+                let keys = [
+                    key,
+                    built.get(token_at),
+                    &epoch,
+                    built.get(grants_at),
+                    built.get(latch_at),
+                ];
                 self.eval_write("acquiring", &script::RW_WRITE_ACQUIRE, &keys, &args)
                     .await?
             }
             _ => {
-                let (reservation_at, waiting_at) = (built.reservation(), built.waiting_clients());
-                let wake_id = if request.waits_to_be_woken_alone() {
-                    // Before the waiter listens: its first attempt comes first.
-                    self.registered_a_waiter
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
-                    &*self.wake_id
-                } else {
-                    ""
-                };
-                // A live waiter asks again within the holder's lease (its own, as a
-                // rule): a zset of waiting clients none of which asked that long is gone.
-                let mutex = Decimals::new([
-                    millis(self.options.reservation),
-                    millis(wait.waited),
-                    millis(request.lease.saturating_add(wait.place_kept_for)),
-                ]);
-                let [reservation_ms, waited_ms, registered_ms] = mutex.get();
-                let args = [
-                    lease_ms,
-                    owner,
-                    flag(wait.starving),
-                    reservation_ms,
-                    waited_ms,
-                    fencing,
-                    quarantine,
-                    wake_id,
-                    registered_ms,
-                    latch_ms,
-                ];
                 let keys = [
                     key,
                     built.get(reservation_at),
                     built.get(token_at),
                     &epoch,
                     built.get(waiting_at),
+                    built.get(grants_at),
                     built.get(latch_at),
                 ];
-                self.eval_write("acquiring", &script::MUTEX_ACQUIRE, &keys, &args)
-                    .await?
+                let numbers = [lease_ms, fencing, quarantine, &grant, latch_ms];
+                self.acquire_mutex(lock, &request, keys, numbers).await?
             }
         };
-        let items = AcquireAnswer::of(&reply);
-        let items = items.as_ref().map(AcquireAnswer::items);
+        let answer = AcquireAnswer::of(&reply);
+        let items = answer.as_ref().map(AcquireAnswer::items);
         if let (Some([1, ..]), Some(acknowledged)) = (items, acknowledged) {
             self.give_back_unreplicated(lock, &request, acknowledged)
                 .await?;
         }
-        decode_acquire(items, &reply, name, request.fencing)
+        let origin = answer.as_ref().and_then(|answer| answer.origin);
+        decode_acquire(items, origin, &reply, name, request.fencing)
     }
 
     async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
@@ -580,39 +632,42 @@ impl Backend for RedisBackend {
         let owner = lock.owner.as_str();
         let key = layout::lock_key(name);
         let publish = self.options.publish.command();
-        // Every release script ends its keys with its latch and the grant it may undo,
-        // and its arguments with the latch lifetime and the undo flag.
+        // Every release script ends its keys with the owner's grants hash and the
+        // grant's latch, and its arguments with the grant's id and the latch lifetime.
         let mut built = layout::Keys::new(name);
-        let latch_at = built.release_latch(request.id);
-        let undone_at = built.grant_latch(request.undoes.unwrap_or(request.id));
+        let grants_at = built.grants(owner, lock.kind == LockKind::Write);
+        let latch_at = built.grant_latch(request.grant);
+        let mut grant = String::with_capacity(32);
+        request.grant.push_hex(&mut grant);
+        // Kept twice the window: a copy of the grant's acquire request that comes later
+        // than its own retries could must still find the grant ended.
         let numbers = Decimals::new([
             millis(request.lease),
-            millis(request.retry_window),
+            millis(request.retry_window.saturating_mul(2)),
             millis(self.options.reservation),
         ]);
         let [lease_ms, latch_ms, offer_ms] = numbers.get();
-        let undo = flag(request.undoes.is_some());
         let reply = match lock.kind {
             LockKind::Fair => {
                 let [queue, deadlines, alive] = layout::fair_queue_keys(name);
                 let prefix = layout::mutex_channel(name);
-                let args = [lease_ms, owner, &prefix, publish, latch_ms, undo];
-                let (latch, undone) = (built.get(latch_at), built.get(undone_at));
-                let keys = [key, &queue, &deadlines, &alive, latch, undone];
+                let args = [lease_ms, owner, &prefix, publish, &grant, latch_ms];
+                let (grants, latch) = (built.get(grants_at), built.get(latch_at));
+                let keys = [key, &queue, &deadlines, &alive, grants, latch];
                 self.eval("releasing", &script::FAIR_RELEASE, &keys, &args)
                     .await?
             }
             LockKind::Read => {
                 let (channel, tagged) = (layout::rw_channel(name), layout::tagged(name));
-                let args = [owner, &channel, publish, &tagged, latch_ms, undo];
-                let keys = [key, built.get(latch_at), built.get(undone_at)];
+                let args = [owner, &channel, publish, &tagged, &grant, latch_ms];
+                let keys = [key, built.get(grants_at), built.get(latch_at)];
                 self.eval("releasing", &script::RW_READ_RELEASE, &keys, &args)
                     .await?
             }
             LockKind::Write => {
                 let channel = layout::rw_channel(name);
-                let args = [lease_ms, owner, &channel, publish, latch_ms, undo];
-                let keys = [key, built.get(latch_at), built.get(undone_at)];
+                let args = [lease_ms, owner, &channel, publish, &grant, latch_ms];
+                let keys = [key, built.get(grants_at), built.get(latch_at)];
                 self.eval("releasing", &script::RW_WRITE_RELEASE, &keys, &args)
                     .await?
             }
@@ -622,14 +677,14 @@ impl Backend for RedisBackend {
                 let count = self.listener_count_command();
                 let channel = built.get(channel_at);
                 let args = [
-                    lease_ms, owner, channel, publish, count, offer_ms, latch_ms, undo,
+                    lease_ms, owner, channel, publish, count, offer_ms, &grant, latch_ms,
                 ];
                 let keys = [
                     key,
                     built.get(waiting_at),
                     built.get(reservation_at),
+                    built.get(grants_at),
                     built.get(latch_at),
-                    built.get(undone_at),
                 ];
                 self.eval("releasing", &script::MUTEX_RELEASE, &keys, &args)
                     .await?
@@ -1167,10 +1222,12 @@ fn classify(err: TransportError, during: &'static str, key: &str) -> Error {
     }
 }
 
-/// The integers an acquire script answers with (two or three), read without allocating.
+/// The integers an acquire script answers with (two or three), read without allocating,
+/// and a grant's origin.
 struct AcquireAnswer {
     items: [i64; 3],
     len: usize,
+    origin: Option<RequestId>,
 }
 
 impl AcquireAnswer {
@@ -1185,6 +1242,7 @@ impl AcquireAnswer {
         let mut answer = Self {
             items: [0; 3],
             len: 0,
+            origin: None,
         };
         for reply in replies {
             let (Reply::Int(n), Some(slot)) = (reply, answer.items.get_mut(answer.len)) else {
@@ -1196,11 +1254,14 @@ impl AcquireAnswer {
         Some(answer)
     }
 
+    /// `'<holds>:<token>:<origin>'`.
     fn grant(grant: &[u8]) -> Option<Self> {
-        let (holds, token) = std::str::from_utf8(grant).ok()?.split_once(':')?;
+        let (holds, rest) = std::str::from_utf8(grant).ok()?.split_once(':')?;
+        let (token, origin) = rest.split_once(':')?;
         Some(Self {
             items: [1, holds.parse().ok()?, token.parse().ok()?],
             len: 3,
+            origin: Some(RequestId::from_hex(origin)?),
         })
     }
 
@@ -1209,12 +1270,14 @@ impl AcquireAnswer {
     }
 }
 
-/// An acquire script's answer: `'<holds>:<token>'` (read as `[1, holds, token]`),
+/// An acquire script's answer: `'<holds>:<token>:<origin>'` (read as
+/// `[1, holds, token]` and the origin),
 /// `{0, ttl}` busy, `{2, ttl}` reserved for a starving waiter, `{3, _}` an upgrade that
 /// would wait for itself, `{4, ms}` no grants during the restart quarantine (reported
 /// through `tracing`).
 fn decode_acquire(
     items: Option<&[i64]>,
+    origin: Option<RequestId>,
     reply: &Reply,
     name: &LockName,
     fencing: bool,
@@ -1223,6 +1286,7 @@ fn decode_acquire(
         Some([1, holds, token]) => Ok(Acquire::Acquired {
             holds: count(*holds, reply)?,
             token: u64::try_from(*token).ok().filter(|&t| fencing && t > 0),
+            origin,
         }),
         Some([0, ttl]) => Ok(Acquire::Busy {
             ttl: pttl(*ttl),
@@ -1281,9 +1345,21 @@ mod tests {
         let ints = |ns: &[i64]| Reply::Array(ns.iter().map(|&n| Reply::Int(n)).collect());
         let read = |reply: &Reply| AcquireAnswer::of(reply).map(|a| a.items().to_vec());
         let bytes = |s: &str| Reply::Bytes(s.as_bytes().to_vec());
-        assert_eq!(read(&bytes("2:7")), Some(vec![1, 2, 7]));
+        let origin = RequestId::random();
+        let grant = format!("2:7:{origin}");
+        assert_eq!(read(&bytes(&grant)), Some(vec![1, 2, 7]));
+        assert_eq!(
+            AcquireAnswer::of(&bytes(&grant)).and_then(|a| a.origin),
+            Some(origin)
+        );
+        assert_eq!(read(&bytes("2:7")), None, "a grant without its origin");
+        assert_eq!(read(&bytes("2:7:x")), None, "an origin that is no id");
         assert_eq!(read(&bytes("2")), None, "a grant without its token");
-        assert_eq!(read(&bytes("2:x")), None, "a token that is no number");
+        assert_eq!(
+            read(&bytes(&format!("2:x:{origin}"))),
+            None,
+            "a token that is no number"
+        );
         assert_eq!(read(&ints(&[0, 250])), Some(vec![0, 250]));
         assert_eq!(read(&ints(&[1, 1, 7, 8])), None, "a fourth integer");
         assert_eq!(
@@ -1294,7 +1370,7 @@ mod tests {
         assert_eq!(read(&Reply::Int(1)), None, "not an array");
         let name = LockName::new("n").expect("valid name");
         let too_long = ints(&[1, 1, 7, 8]);
-        let decoded = decode_acquire(None, &too_long, &name, true);
+        let decoded = decode_acquire(None, None, &too_long, &name, true);
         assert!(decoded.is_err(), "an unreadable answer is an error");
     }
 

@@ -100,10 +100,11 @@ pub(crate) struct Keys<'n> {
 pub(crate) type KeyAt = std::ops::Range<usize>;
 
 impl<'n> Keys<'n> {
-    /// Room for the keys of a mutex release (the most a request takes on the hot path:
-    /// five, two of them for requests) with prefixes of up to 24 bytes.
+    /// Room for the keys of a mutex acquire (the most a request takes on the hot path:
+    /// six, one of them for a request and one for an owner) with prefixes of up to 24
+    /// bytes and owners of up to 64.
     pub(crate) fn new(name: &'n LockName) -> Self {
-        Self::with_room(name, |tagged| 5 * (tagged + 24) + 2 * (1 + HEX_LEN))
+        Self::with_room(name, |tagged| 6 * (tagged + 24) + 1 + HEX_LEN + 64)
     }
 
     /// Room for `room(length of the tagged name)` bytes.
@@ -166,9 +167,11 @@ impl<'n> Keys<'n> {
         self.add_for_request(GRANT_LATCH, request)
     }
 
-    /// The release latch of `request` (see [`release_latch_key`]).
-    pub(crate) fn release_latch(&mut self, request: RequestId) -> KeyAt {
-        self.add_for_request(RELEASE_LATCH, request)
+    /// The grants hash of `owner`'s hold, its write hold when `writer` (see
+    /// [`grants_key`]).
+    pub(crate) fn grants(&mut self, owner: &str, writer: bool) -> KeyAt {
+        let suffix = if writer { ":write" } else { "" };
+        self.add_around(&[GRANTS_PREFIX], &[":", owner, suffix])
     }
 
     /// The key at `at`.
@@ -294,6 +297,20 @@ pub fn token_key(name: &LockName) -> String {
 #[must_use]
 pub fn grant_latch_key(name: &LockName, request: RequestId) -> String {
     GRANT_LATCH.of_request(name, request)
+}
+
+/// What comes before a lock's tagged name in a grants hash's key.
+const GRANTS_PREFIX: &str = "redisson_lock_grants:";
+
+/// The grants of one owner's hold: `redisson_lock_grants:{name}:<owner>`, or
+/// `...:<owner>:write` for a write hold (our own key; Redisson has none). A hash: field
+/// `o` names the grant that began the hold, and each live grant's id names its origin
+/// (and, for a read grant, its own expiry), with the lock's expiry; see the prelude's
+/// `record_grant`.
+#[must_use]
+pub fn grants_key(name: &LockName, owner: &str, writer: bool) -> String {
+    let suffix = if writer { ":write" } else { "" };
+    tagged_key(&[GRANTS_PREFIX], name, &[":", owner, suffix])
 }
 
 /// Where a release's answer is remembered for its retries: Redisson's unlock latch,
@@ -469,7 +486,7 @@ mod tests {
 
     #[test]
     fn a_requests_keys_in_one_buffer_are_the_layouts_keys() {
-        let (id, other) = (RequestId::random(), RequestId::random());
+        let other = RequestId::random();
         for plain in [
             "order:42",
             "a{t}b",
@@ -478,7 +495,7 @@ mod tests {
             let n = name(plain);
             let mut keys = Keys::new(&n);
             let at = [
-                keys.release_latch(id),
+                keys.grants("client:holder", true),
                 keys.grant_latch(other),
                 keys.mutex_channel(),
                 keys.waiting_clients(),
@@ -489,7 +506,7 @@ mod tests {
             assert_eq!(
                 built,
                 [
-                    release_latch_key(&n, id),
+                    grants_key(&n, "client:holder", true),
                     grant_latch_key(&n, other),
                     mutex_channel(&n),
                     waiting_clients_key(&n),

@@ -35,6 +35,7 @@
 mod error;
 mod lazy;
 mod multi;
+mod origin;
 mod redlock;
 mod relay;
 

@@ -9,9 +9,12 @@ use async_trait::async_trait;
 use futures_util::future::join_all;
 use lock_core::backend::{Acquire, Capabilities, LockState, Release, Renewal};
 use lock_core::notify::Listener;
-use lock_core::{AcquireRequest, Backend, Error, LockName, LockRef, Locks, ReleaseRequest};
+use lock_core::{
+    AcquireRequest, Backend, Error, LockName, LockRef, Locks, ReleaseRequest, RequestId,
+};
 
 use crate::error::NodeErrors;
+use crate::origin::common_origin;
 use crate::relay::Relay;
 
 /// Builds a [`MultiLock`].
@@ -101,16 +104,23 @@ impl fmt::Debug for MultiLock {
     }
 }
 
-/// Whether a waiter kept a part from its previous attempt.
+/// Whether a waiter kept a part from its previous attempt, and under which grant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kept {
     No,
-    Yes { token: Option<u64> },
+    Yes {
+        token: Option<u64>,
+        grant: RequestId,
+    },
 }
 
 /// One part's answer to an acquire attempt.
 enum Part {
-    Held { holds: u32, token: Option<u64> },
+    Held {
+        holds: u32,
+        token: Option<u64>,
+        origin: Option<RequestId>,
+    },
     Busy(Option<Duration>),
     Failed(Error),
 }
@@ -136,30 +146,55 @@ impl MultiLock {
         self.kept.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Takes part `i`: a part kept from the previous attempt only has its lease re-armed
-    /// (so that its lease counts from this attempt, like the others').
+    /// Takes part `i` under this request's id, so that every part holds the composite
+    /// grant under one id and its release names it. A part kept from the previous
+    /// attempt is taken again (a reentry) and its earlier grant ended, which re-arms its
+    /// lease from this attempt, like the others'.
     async fn take(&self, i: usize, lock: &LockRef, request: AcquireRequest, kept: Kept) -> Part {
         let backend = &self.parts[i].0;
         let part = self.part(i, lock);
-        if let Kept::Yes { token } = kept {
-            let renewed = backend
-                .renew(std::slice::from_ref(&part), request.lease)
-                .await;
-            if matches!(renewed.first(), Some(Renewal::Renewed)) {
-                return Part::Held { holds: 1, token };
-            }
-        }
         // The caller's id goes to every part (each keeps its own latch, by name), so
         // that a retry of this request is answered by each part as the first time.
         let mut plain = AcquireRequest::new(request.lease)
             .fencing(request.fencing)
             .retry_window(request.retry_window);
         plain.id = request.id;
-        match backend.acquire(&part, plain).await {
-            Ok(Acquire::Acquired { holds, token }) => Part::Held { holds, token },
+        let taken = match backend.acquire(&part, plain).await {
+            Ok(Acquire::Acquired {
+                holds,
+                token,
+                origin,
+            }) => Part::Held {
+                holds,
+                token,
+                origin,
+            },
             Ok(Acquire::Busy { ttl, .. }) => Part::Busy(ttl),
             Ok(_) => Part::Failed(Error::protocol("a part answered an unknown reply")),
             Err(err) => Part::Failed(err),
+        };
+        let Kept::Yes { token, grant } = kept else {
+            return taken;
+        };
+        // The earlier grant goes whatever this attempt got: held again, the part holds
+        // the new grant alone; not held again, the waiter does not keep it.
+        let earlier = ReleaseRequest::new(request.lease, grant).retry_window(request.retry_window);
+        let ended = backend.release(&part, earlier).await;
+        match (taken, ended) {
+            (
+                Part::Held {
+                    holds: holds @ 2..,
+                    origin,
+                    ..
+                },
+                Ok(_),
+            ) => Part::Held {
+                holds: holds - 1,
+                token,
+                origin,
+            },
+            (taken, Ok(_)) => taken,
+            (_, Err(err)) => Part::Failed(err),
         }
     }
 
@@ -206,10 +241,18 @@ impl Backend for MultiLock {
         let answers = join_all((0..n).map(|i| self.take(i, lock, request, kept[i]))).await;
         if answers.iter().all(|a| matches!(a, Part::Held { .. })) {
             let (holds, token) = answers.iter().fold((1, None), |(h, t), a| match a {
-                Part::Held { holds, token } => (h.max(*holds), t.max(*token)),
+                Part::Held { holds, token, .. } => (h.max(*holds), t.max(*token)),
                 _ => (h, t),
             });
-            return Ok(Acquire::Acquired { holds, token });
+            let origin = common_origin(answers.iter().map(|a| match a {
+                Part::Held { origin, .. } => *origin,
+                _ => None,
+            }));
+            return Ok(Acquire::Acquired {
+                holds,
+                token,
+                origin,
+            });
         }
         let held: Vec<usize> = (0..n)
             .filter(|&i| matches!(answers[i], Part::Held { .. }))
@@ -234,9 +277,9 @@ impl Backend for MultiLock {
         }
         // What this attempt took goes back as the undo of its grants: a part whose
         // request failed without an answer is released only if it granted it.
-        let undo = ReleaseRequest::new(request.lease)
+        let undo = ReleaseRequest::new(request.lease, request.id)
             .retry_window(request.retry_window)
-            .undoing(request.id);
+            .undoing();
         if !failures.is_empty() {
             let taken: Vec<usize> = (0..n)
                 .filter(|i| held.contains(i) || failures.iter().any(|(f, _)| f == i))
@@ -259,7 +302,10 @@ impl Backend for MultiLock {
         if !keep.is_empty() {
             let mut mask = vec![Kept::No; n];
             for i in keep {
-                mask[i] = Kept::Yes { token: tokens[i] };
+                mask[i] = Kept::Yes {
+                    token: tokens[i],
+                    grant: request.id,
+                };
             }
             self.kept().insert(lock.clone(), mask);
         }
@@ -281,11 +327,14 @@ impl Backend for MultiLock {
     async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
         let kept = self.kept().remove(lock);
         if let Some(mask) = kept {
-            let parts: Vec<usize> = (0..mask.len()).filter(|&i| mask[i] != Kept::No).collect();
-            // The lease does not matter for a last hold; use a short one for the rare
+            // The lease does not matter for a last hold; a short one for the rare
             // reentrant case.
-            let release = ReleaseRequest::new(Duration::from_secs(1));
-            self.release_parts(&parts, lock, release).await;
+            for (i, kept) in mask.into_iter().enumerate() {
+                if let Kept::Yes { grant, .. } = kept {
+                    let release = ReleaseRequest::new(Duration::from_secs(1), grant);
+                    self.release_parts(&[i], lock, release).await;
+                }
+            }
         }
         Ok(())
     }

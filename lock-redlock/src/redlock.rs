@@ -18,6 +18,7 @@ use tokio::sync::{OwnedRwLockReadGuard, RwLock, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::error::{NodeErrors, timed_out};
+use crate::origin::common_origin;
 use crate::relay::Relay;
 
 /// What one node said to a release.
@@ -95,6 +96,7 @@ impl RedLockBuilder {
             last_release: Arc::default(),
             in_flight: Arc::new(InFlight::default()),
             tries: Arc::new(Tries::default()),
+            granted: Arc::default(),
         })
     }
 }
@@ -139,6 +141,10 @@ pub struct RedLock {
     last_release: Arc<Mutex<Option<LastRelease>>>,
     in_flight: Arc<InFlight>,
     tries: Arc<Tries>,
+    /// The grants this client holds, by lock: a node that lost them (a restart without
+    /// persistence) while the majority keeps them gets them back under the same ids, so
+    /// that their releases end them there too.
+    granted: Arc<Mutex<HashMap<LockRef, Vec<RequestId>>>>,
 }
 
 /// Read-write gates by key, each alive only while somebody holds it: the map does not
@@ -257,9 +263,9 @@ fn spawn_acquire(
                 .wait_for(|d| *d != Decision::Pending)
                 .await
                 .is_ok_and(|d| *d == Decision::Kept);
-            let undo = ReleaseRequest::new(request.lease)
+            let undo = ReleaseRequest::new(request.lease, request.id)
                 .retry_window(request.retry_window)
-                .undoing(request.id);
+                .undoing();
             if !kept && let Err(err) = node.release(&lock, undo).await {
                 tracing::warn!(
                     target: "lock",
@@ -281,7 +287,11 @@ fn spawn_acquire(
 
 /// One node's answer to an acquire.
 enum Granted {
-    Yes { holds: u32, token: Option<u64> },
+    Yes {
+        holds: u32,
+        token: Option<u64>,
+        origin: Option<RequestId>,
+    },
     Busy(Option<Duration>),
     Failed(Error),
 }
@@ -307,6 +317,59 @@ impl RedLock {
     #[must_use]
     pub fn quorum(&self) -> usize {
         self.quorum
+    }
+
+    fn grants(&self) -> std::sync::MutexGuard<'_, HashMap<LockRef, Vec<RequestId>>> {
+        // Single map operations only: a poisoned map is still consistent.
+        self.granted.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Forgets `grant` of `lock`: it is being released.
+    fn forget_grant(&self, lock: &LockRef, grant: RequestId) {
+        let mut granted = self.grants();
+        if let Some(grants) = granted.get_mut(lock) {
+            grants.retain(|held| *held != grant);
+            if grants.is_empty() {
+                granted.remove(lock);
+            }
+        }
+    }
+
+    /// Gives node `index`, which lost `lock`, this client's grants of it back, each under
+    /// its own id and through the node's gate (a release of the lock on that node waits
+    /// for them, so none lands after it). A grant the node still remembers is answered
+    /// as before and counts once.
+    fn repair(&self, index: usize, lock: &LockRef, lease: Duration) {
+        let grants = self.grants().get(lock).cloned().unwrap_or_default();
+        for grant in grants {
+            let mut request = AcquireRequest::new(lease);
+            request.id = grant;
+            // Decided at once: the grant counts.
+            let (_decided, decision) = watch::channel(Decision::Kept);
+            let answer = spawn_acquire(
+                (index, Arc::clone(&self.nodes[index])),
+                lock.clone(),
+                request,
+                decision,
+                (Arc::clone(&self.in_flight), Arc::clone(&self.tries)),
+            );
+            let name = lock.name.clone();
+            tokio::spawn(async move {
+                let repaired = match answer.await {
+                    Ok(result) => result,
+                    Err(_) => Err(Error::protocol("a node's task ended without a reply")),
+                };
+                if let Err(err) = repaired {
+                    tracing::warn!(
+                        target: "lock",
+                        node = index,
+                        name = %name,
+                        error = %err.chain(),
+                        "a RedLock node that lost the lock could not be given it back"
+                    );
+                }
+            });
+        }
     }
 
     /// What each node answered to the latest release by this client, if that release
@@ -508,9 +571,17 @@ impl Backend for RedLock {
         while let Some((i, outcome)) = calls.next().await {
             answered += 1;
             answers[i] = Some(match outcome {
-                Ok(Acquire::Acquired { holds, token }) => {
+                Ok(Acquire::Acquired {
+                    holds,
+                    token,
+                    origin,
+                }) => {
                     granted += 1;
-                    Granted::Yes { holds, token }
+                    Granted::Yes {
+                        holds,
+                        token,
+                        origin,
+                    }
                 }
                 Ok(Acquire::Busy { ttl, .. }) => Granted::Busy(ttl),
                 Ok(_) => Granted::Failed(Error::protocol("a node answered an unknown reply")),
@@ -531,12 +602,16 @@ impl Backend for RedLock {
             .iter()
             .flatten()
             .filter_map(|a| match a {
-                Granted::Yes { holds, token } => Some((*holds, *token)),
+                Granted::Yes { holds, token, .. } => Some((*holds, *token)),
                 _ => None,
             })
             .fold((0, None), |(h, t), (holds, token)| {
                 (h.max(holds), t.max(token))
             });
+        let origin = common_origin(answers.iter().flatten().filter_map(|a| match a {
+            Granted::Yes { origin, .. } => Some(*origin),
+            _ => None,
+        }));
         // Nodes count tokens separately. The token is the largest the majority gave;
         // raising a majority's counters to it makes every later majority (which shares
         // a node with this one) give a larger one.
@@ -550,7 +625,15 @@ impl Backend for RedLock {
         // is left to tell, which is no failure.
         if granted >= self.quorum && valid && fenced {
             let _ = decide.send(Decision::Kept);
-            return Ok(Acquire::Acquired { holds, token });
+            self.grants()
+                .entry(lock.clone())
+                .or_default()
+                .push(request.id);
+            return Ok(Acquire::Acquired {
+                holds,
+                token,
+                origin,
+            });
         }
         let _ = decide.send(Decision::Undone);
         self.not_acquired(answers)
@@ -583,6 +666,7 @@ impl Backend for RedLock {
     /// does; the other nodes' releases finish in their tasks, and
     /// [`RedLock::last_release`] reports every node once all have answered.
     async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
+        self.forget_grant(lock, request.grant);
         let timeout = self.node_timeout(request.lease);
         let mut calls = self.on_all_indexed(timeout, |index, node| {
             let (lock, in_flight) = (lock.clone(), Arc::clone(&self.in_flight));
@@ -672,19 +756,7 @@ impl Backend for RedLock {
                     // The majority holds it: give it back to nodes that lost it (a
                     // restart without persistence), so that the majority stays robust.
                     for i in gone {
-                        let (node, lock) = (Arc::clone(&self.nodes[i]), lock.clone());
-                        tokio::spawn(async move {
-                            let repaired = node.acquire(&lock, AcquireRequest::new(lease)).await;
-                            if let Err(err) = repaired {
-                                tracing::warn!(
-                                    target: "lock",
-                                    node = i,
-                                    name = %lock.name,
-                                    error = %err.chain(),
-                                    "a RedLock node that lost the lock could not be given it back"
-                                );
-                            }
-                        });
+                        self.repair(i, lock, lease);
                     }
                     Renewal::Renewed
                 } else if gone.len() > n - self.quorum {
@@ -871,11 +943,16 @@ mod tests {
             .await
             .expect("answered");
         assert!(matches!(busy, lock_core::backend::Acquire::Busy { .. }));
-        let release = lock_core::ReleaseRequest::new(Duration::from_secs(10));
-        redlock
+        let release = lock_core::ReleaseRequest::new(Duration::from_secs(10), request.id);
+        let released = redlock
             .release(&lock("a"), release)
             .await
             .expect("released");
+        assert_eq!(released, lock_core::backend::Release::Released);
+        assert!(
+            redlock.grants().is_empty(),
+            "a released grant is remembered"
+        );
         tokio::time::timeout(Duration::from_secs(5), async {
             loop {
                 let tries = redlock.tries.0.lock().expect("not poisoned").len();

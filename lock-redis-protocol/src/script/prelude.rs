@@ -128,12 +128,24 @@ mod tests {
     #[test]
     fn the_mutex_scripts_carry_their_helpers_and_no_others() {
         let acquire = with_helpers(include_str!("../scripts/mutex_acquire.lua"));
-        for needed in ["granted", "grant_replayed", "quarantine_left", "now_ms"] {
+        for needed in [
+            "granted",
+            "grant_replayed",
+            "record_grant",
+            "lease_left",
+            "quarantine_left",
+            "now_ms",
+        ] {
             let definition = format!("local function {needed}(");
             assert!(acquire.contains(&definition), "{needed} is carried");
         }
         let release = with_helpers(include_str!("../scripts/mutex_release.lua"));
-        for needed in ["release_exclusive", "drop_hold", "next_waiting_client"] {
+        for needed in [
+            "release_exclusive",
+            "end_exclusive_grant",
+            "grant_alive",
+            "next_waiting_client",
+        ] {
             let definition = format!("local function {needed}(");
             assert!(release.contains(&definition), "{needed} is carried");
         }

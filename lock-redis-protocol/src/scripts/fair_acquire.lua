@@ -1,14 +1,15 @@
 -- Takes the fair lock, or one more hold of it, in queue order.
 -- KEYS[1] lock hash; KEYS[2] waiter queue (list of owners); KEYS[3] Redisson's waiter
 -- scores (zset owner -> ms); KEYS[4] our waiters' liveness (hash owner -> server ms);
--- KEYS[5] fencing counter; KEYS[6] restart epoch; KEYS[7] grant latch.
+-- KEYS[5] fencing counter; KEYS[6] restart epoch; KEYS[7] the owner's grants hash;
+-- KEYS[8] grant latch.
 -- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] '1' to join the queue when busy;
 -- ARGV[4] waiter timeout (ms): a queued waiter that has not asked again for this long is
 -- skipped; ARGV[5] '1' to return a fencing token; ARGV[6] restart quarantine (ms);
--- ARGV[7] Redisson's wait slot (ms); ARGV[8] grant latch lifetime (ms): a retry of this
--- request gets the same grant back.
+-- ARGV[7] Redisson's wait slot (ms); ARGV[8] this request's id, the grant's; ARGV[9]
+-- grant latch lifetime (ms): a retry of this request gets the same grant back.
 -- Deadlines come from the server's clock, so clients need no synchronised clocks.
--- Reply: '<holds>:<token>' when held; {0, ms} when not: ms is the longest the caller
+-- Reply: '<holds>:<token>:<origin>' when held; {0, ms} when not: ms is the longest the caller
 -- should wait for a message before asking again; {4, ms} while the restart quarantine
 -- lasts.
 
@@ -44,14 +45,16 @@ if redis.call('exists', KEYS[1]) == 0 then
         redis.call('hdel', KEYS[4], ARGV[2])
         redis.call('hincrby', KEYS[1], ARGV[2], 1)
         redis.call('pexpire', KEYS[1], ARGV[1])
-        return granted(1, token(true))
+        local origin = record_grant(true, ARGV[1])
+        return granted(1, token(true), origin)
     end
 elseif redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
-    return granted(holds, token(false))
+    local origin = record_grant(false, ARGV[1])
+    return granted(holds, token(false), origin)
 end
 
 -- Busy, or free while another waiter is first. A waiting caller takes (or keeps) its

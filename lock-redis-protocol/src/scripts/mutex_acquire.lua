@@ -2,16 +2,17 @@
 -- KEYS[1] lock hash; KEYS[2] reservation string '<wait start ms>:<owner>', or
 -- '<ms>:<wake id>' while a release offers the lock to one client (see wake_mutex_waiters);
 -- KEYS[3] fencing counter; KEYS[4] restart epoch; KEYS[5] waiting clients (see
--- wake_mutex_waiters); KEYS[6] grant latch.
+-- wake_mutex_waiters); KEYS[6] the owner's grants hash; KEYS[7] grant latch.
 -- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] '1' if the caller is a starving waiter;
 -- ARGV[4] how long a reservation lasts (ms); ARGV[5] how long the caller has waited (ms);
 -- ARGV[6] '1' to return a fencing token; ARGV[7] restart quarantine (ms, '0' off);
 -- ARGV[8] the caller's client wake id when the caller waits if busy, else '';
 -- ARGV[9] how long the waiting clients' zset outlives a registration (ms);
--- ARGV[10] grant latch lifetime (ms): a retry of this request gets the same grant back.
+-- ARGV[10] this request's id, the grant's; ARGV[11] grant latch lifetime (ms): a retry
+-- of this request gets the same grant back.
 -- The expiry is only ever extended, never shortened, so that a client's local view of
 -- its lease (the latest request it sent plus that request's lease) stays on the safe side.
--- Reply: '<holds>:<token>' when the owner now holds it (token 0 without fencing; a
+-- Reply: '<holds>:<token>:<origin>' when the owner now holds it (token 0 without fencing; a
 -- reentry reports the current counter, which is the holder's own token); {0, pttl} when
 -- someone else does;
 -- {2, pttl of the reservation} when it is free but reserved for another owner; {4, ms}
@@ -56,11 +57,12 @@ if redis.call('exists', KEYS[1]) == 0 then
     end
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
+    local origin = record_grant(true, ARGV[1])
     local token = 0
     if ARGV[6] == '1' then
         token = next_token(KEYS[3])
     end
-    return granted(1, token)
+    return granted(1, token, origin)
 end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
@@ -68,11 +70,12 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
+    local origin = record_grant(false, ARGV[1])
     local token = 0
     if ARGV[6] == '1' then
         token = tonumber(redis.call('get', KEYS[3]) or 0)
     end
-    return granted(holds, token)
+    return granted(holds, token, origin)
 end
 -- Busy. A caller that will wait registers its client (which keeps its place if it is
 -- registered already), so that a release can wake this client alone and in its turn.

@@ -1,13 +1,16 @@
--- Re-arms the lease of every lock its owner still holds.
--- KEYS[i] lock hash; ARGV[1] lease (ms); ARGV[i + 1] owner of KEYS[i].
--- Reply: one integer per key, 1 renewed, 0 not held (including a key of another type).
+-- Re-arms the lease of every lock its owner still holds, and of the hold's grants.
+-- KEYS[2i - 1] lock hash; KEYS[2i] its owner's grants hash; ARGV[1] lease (ms);
+-- ARGV[i + 1] owner of KEYS[2i - 1].
+-- Reply: one integer per lock, 1 renewed, 0 not held (including a key of another type).
 local lease = tonumber(ARGV[1])
 local renewed = {}
-for i, key in ipairs(KEYS) do
+for i = 1, #KEYS / 2 do
+    local key = KEYS[2 * i - 1]
     local held = redis.pcall('hexists', key, ARGV[i + 1])
     if held == 1 then
         if redis.call('pttl', key) < lease then
             redis.call('pexpire', key, lease)
+            redis.call('pexpire', KEYS[2 * i], lease)
         end
         renewed[i] = 1
     else

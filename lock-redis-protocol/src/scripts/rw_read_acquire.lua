@@ -1,11 +1,13 @@
 -- Takes a read hold of a read-write lock.
--- KEYS[1] lock hash; KEYS[2] fencing counter; KEYS[3] restart epoch; KEYS[4] grant latch.
+-- KEYS[1] lock hash; KEYS[2] fencing counter; KEYS[3] restart epoch; KEYS[4] the reader's
+-- grants hash; KEYS[5] grant latch.
 -- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] the owner's hold-key prefix
 -- ('{name}:<owner>:rwlock_timeout'; hold n lives in '<prefix>:<n>' with its own lease);
 -- ARGV[4] '1' to return a fencing token; ARGV[5] restart quarantine (ms, '0' off);
--- ARGV[6] grant latch lifetime (ms): a retry of this request gets the same grant back.
+-- ARGV[6] this request's id, the grant's; ARGV[7] grant latch lifetime (ms): a retry of
+-- this request gets the same grant back.
 -- Readers share the lock; the writer may also read (downgrade); anyone else waits.
--- Reply: '<holds>:<token>' when held; {0, pttl} when a writer holds it; {4, ms} while
+-- Reply: '<holds>:<token>:<origin>' when held; {0, pttl} when a writer holds it; {4, ms} while
 -- the restart quarantine lasts.
 local again = grant_replayed()
 if again then
@@ -28,6 +30,7 @@ if mode == false or mode == 'read'
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
+    local origin = record_grant(holds == 1, ARGV[1], now_ms() + tonumber(ARGV[1]))
     local token = 0
     if ARGV[4] == '1' then
         if holds == 1 then
@@ -36,6 +39,6 @@ if mode == false or mode == 'read'
             token = tonumber(redis.call('get', KEYS[2]) or 0)
         end
     end
-    return granted(holds, token)
+    return granted(holds, token, origin)
 end
 return {0, redis.call('pttl', KEYS[1])}

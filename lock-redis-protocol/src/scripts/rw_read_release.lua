@@ -1,12 +1,15 @@
--- Releases one read hold.
--- KEYS[1] lock hash; KEYS[2] release latch; KEYS[3] grant latch to undo.
+-- Ends one read grant.
+-- KEYS[1] lock hash; KEYS[2] the reader's grants hash; KEYS[3] the grant's latch.
 -- ARGV[1] owner; ARGV[2] channel; ARGV[3] publish command;
 -- ARGV[4] the lock's tagged name (hold keys are '<it>:<owner>:rwlock_timeout:<n>');
--- ARGV[5] latch lifetime (ms); ARGV[6] '1' to release only the grant in KEYS[3].
+-- ARGV[5] the grant's id; ARGV[6] latch lifetime (ms).
 -- The lock lives as long as its longest live read hold, so a crashed reader's holds stop
 -- counting when their own leases end; it never expires before a live hold of the owner
--- (see drop_read). When no hold is left the lock is deleted and one waiter is woken ('0').
--- Reply: -1 not held (nothing changed); 0 this owner's last read hold went; n > 0 left.
+-- (see drop_read: the hold keys' expiries, sorted, stay at or above the live grants'
+-- expiries, sorted, whichever grant ends). When no hold is left the lock is deleted and
+-- one waiter is woken ('0').
+-- Reply: -1 not held (the grant is not alive; nothing changed); 0 this owner's last read
+-- hold went; n > 0 left.
 local before = release_replayed()
 if before then
     return before
@@ -18,11 +21,19 @@ end
 local function prefix(owner)
     return ARGV[4] .. ':' .. owner .. ':rwlock_timeout'
 end
+if not grant_alive(now_ms()) then
+    return released(-1)
+end
 local holds = live_reads(KEYS[1], ARGV[1], prefix(ARGV[1]))
 if holds == 0 then
     return released(-1)
 end
 holds = drop_read(KEYS[1], ARGV[1], prefix(ARGV[1]), holds)
+if holds == 0 then
+    redis.call('del', KEYS[2])
+else
+    redis.call('hdel', KEYS[2], ARGV[5])
+end
 if mode == 'write' then
     -- The writer's own read hold: the write hold keeps the lock and its lease.
     return released(holds)

@@ -1,11 +1,14 @@
 -- Re-arms every live read hold of each lock's owner, and the lock itself, to at least
 -- the lease (never shorter: a hold with a longer lease of its own keeps it).
--- KEYS[i] lock hash; ARGV[1] lease (ms); ARGV[2i] owner of KEYS[i];
+-- KEYS[2i - 1] lock hash; KEYS[2i] its owner's grants hash (the grants' own expiries are
+-- extended as the hold keys are); ARGV[1] lease (ms); ARGV[2i] owner of KEYS[2i - 1];
 -- ARGV[2i + 1] the hold-key prefix of that owner ('{name}:<owner>:rwlock_timeout').
--- Reply: one integer per key, 1 renewed, 0 not held.
+-- Reply: one integer per lock, 1 renewed, 0 not held.
 local lease = tonumber(ARGV[1])
 local renewed = {}
-for i, key in ipairs(KEYS) do
+local until_ms = now_ms() + lease
+for i = 1, #KEYS / 2 do
+    local key, grants = KEYS[2 * i - 1], KEYS[2 * i]
     local holds = 0
     if redis.call('type', key)['ok'] == 'hash' then
         holds = live_reads(key, ARGV[2 * i], ARGV[2 * i + 1])
@@ -19,6 +22,16 @@ for i, key in ipairs(KEYS) do
         end
         if lease_left(key) < lease then
             redis.call('pexpire', key, lease)
+        end
+        local records = redis.call('hgetall', grants)
+        for r = 1, #records, 2 do
+            local origin, expiry = string.match(records[r + 1], '^(%x+):(%d+)$')
+            if origin and tonumber(expiry) < until_ms then
+                redis.call('hset', grants, records[r], origin .. ':' .. until_ms)
+            end
+        end
+        if lease_left(grants) < lease then
+            redis.call('pexpire', grants, lease)
         end
         renewed[i] = 1
     else

@@ -1,10 +1,12 @@
 -- Takes the write hold of a read-write lock, or one more of it.
--- KEYS[1] lock hash; KEYS[2] fencing counter; KEYS[3] restart epoch; KEYS[4] grant latch.
+-- KEYS[1] lock hash; KEYS[2] fencing counter; KEYS[3] restart epoch; KEYS[4] the
+-- writer's grants hash; KEYS[5] grant latch.
 -- ARGV[1] lease (ms); ARGV[2] owner (the writer's field is '<owner>:write');
 -- ARGV[3] '1' to return a fencing token; ARGV[4] restart quarantine (ms, '0' off);
 -- ARGV[5] the owner's read-hold key prefix ('{name}:<owner>:rwlock_timeout');
--- ARGV[6] grant latch lifetime (ms): a retry of this request gets the same grant back.
--- Reply: '<holds>:<token>' when held; {0, pttl} when busy; {3, 0} when the owner holds
+-- ARGV[6] this request's id, the grant's; ARGV[7] grant latch lifetime (ms): a retry of
+-- this request gets the same grant back.
+-- Reply: '<holds>:<token>:<origin>' when held; {0, pttl} when busy; {3, 0} when the owner holds
 -- the read lock (an upgrade would wait for itself forever); {4, ms} while the restart
 -- quarantine lasts.
 local again = grant_replayed()
@@ -40,14 +42,16 @@ end
 if mode == false then
     redis.call('hset', KEYS[1], 'mode', 'write', writer, 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
-    return granted(1, token(true))
+    local origin = record_grant(true, ARGV[1])
+    return granted(1, token(true), origin)
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], writer) == 1 then
     local holds = redis.call('hincrby', KEYS[1], writer, 1)
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
-    return granted(holds, token(false))
+    local origin = record_grant(false, ARGV[1])
+    return granted(holds, token(false), origin)
 end
 
 return {0, redis.call('pttl', KEYS[1])}
