@@ -107,6 +107,41 @@ pub async fn a_cut_off_holders_permits_come_back_after_one_lease(fx: &dyn Fixtur
     taken.release().await.unwrap();
 }
 
+/// N4 (review 2): a watchdog renewal of a permit that lands after the holder lengthened
+/// its lease (`update_lease`) extends, never cuts: the store keeps the longer lease the
+/// guard believes in, and nobody gets the one permit while the guard holds it. (Before,
+/// the late renewal overwrote the expiry with the watchdog's shorter lease.)
+pub async fn a_late_renewal_never_cuts_a_lengthened_permit_lease(fx: &dyn Fixture) {
+    let faulty = FaultyBackend::new(fx.backend().await);
+    let holder = Locks::builder(Arc::new(faulty.clone()))
+        .watchdog_lease(Duration::from_millis(600))
+        .build()
+        .unwrap();
+    let name = unique("xsem-late-renewal");
+    let ours = holder.expirable_semaphore(&name);
+    assert!(ours.try_set_permits(1).await.unwrap());
+    let mut permit = ours.acquire(1).await.unwrap();
+    // The watchdog's next renewal (due within a third of the lease) lands late.
+    faulty.delay_next_permit_renewal(Duration::from_millis(300));
+    sleep(Duration::from_millis(250)).await;
+    permit.update_lease(Duration::from_secs(5)).await.unwrap();
+    // The late renewal has landed; a cut lease would have ended by now.
+    sleep(Duration::from_millis(1_200)).await;
+    let other = fx.client().await;
+    let intruder = other
+        .expirable_semaphore(&name)
+        .try_acquire(1)
+        .await
+        .unwrap();
+    assert!(
+        !(intruder.is_some() && permit.is_held()),
+        "OVER CAPACITY: another client got the one permit while the holder's lengthened \
+         lease still held it"
+    );
+    drop(intruder);
+    permit.release().await.unwrap();
+}
+
 /// Every operation, and bad input as typed errors that change nothing.
 pub async fn expirable_operations_and_bad_input(fx: &dyn Fixture) {
     let locks = fx.client().await;

@@ -47,6 +47,8 @@ pub struct FaultyBackend {
     listen_delay: Arc<Mutex<Duration>>,
     failing_listens: Arc<std::sync::atomic::AtomicUsize>,
     permit_grant_delay: Arc<Mutex<Duration>>,
+    /// How long the next expirable-permit renewal waits before it is forwarded.
+    permit_renewal_delay: Arc<Mutex<Duration>>,
     release_delay: Arc<Mutex<Duration>>,
     /// While `true`, release answers wait for it to turn `false`.
     release_answers_held: Arc<tokio::sync::watch::Sender<bool>>,
@@ -68,6 +70,7 @@ impl fmt::Debug for FaultyBackend {
             .field("listen_delay", &self.listen_delay)
             .field("failing_listens", &self.failing_listens)
             .field("permit_grant_delay", &self.permit_grant_delay)
+            .field("permit_renewal_delay", &self.permit_renewal_delay)
             .field("release_delay", &self.release_delay)
             .field("release_answers_held", &*self.release_answers_held.borrow())
             .field("acquisitions", &self.acquisitions)
@@ -90,6 +93,7 @@ impl FaultyBackend {
             listen_delay: Arc::new(Mutex::new(Duration::ZERO)),
             failing_listens: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             permit_grant_delay: Arc::new(Mutex::new(Duration::ZERO)),
+            permit_renewal_delay: Arc::new(Mutex::new(Duration::ZERO)),
             release_delay: Arc::new(Mutex::new(Duration::ZERO)),
             release_answers_held: Arc::new(tokio::sync::watch::Sender::new(false)),
             acquisitions: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
@@ -108,6 +112,16 @@ impl FaultyBackend {
     #[must_use]
     pub fn acquisitions(&self) -> usize {
         self.acquisitions.load(Ordering::SeqCst)
+    }
+
+    /// Makes the next renewal of expirable permits (the watchdog's; not a lease set by
+    /// `update_lease`) wait this long before it reaches the wrapped backend: a renewal
+    /// that lands late.
+    pub fn delay_next_permit_renewal(&self, delay: Duration) {
+        *self
+            .permit_renewal_delay
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = delay;
     }
 
     /// Makes semaphore acquisitions answer this long after the wrapped backend granted
@@ -388,7 +402,28 @@ impl ExpirableSemaphoreBackend for FaultyBackend {
         if self.failing_renewals.load(Ordering::SeqCst) {
             return Err(injected("injected: renewal not sent"));
         }
+        let delay = std::mem::take(
+            &mut *self
+                .permit_renewal_delay
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         self.inner_expirable()?.renew(name, ids, lease).await
+    }
+
+    async fn set_lease(
+        &self,
+        name: &LockName,
+        ids: &[PermitId],
+        lease: Duration,
+    ) -> Result<Vec<bool>, Error> {
+        if self.failing_renewals.load(Ordering::SeqCst) {
+            return Err(injected("injected: renewal not sent"));
+        }
+        self.inner_expirable()?.set_lease(name, ids, lease).await
     }
 
     async fn cancel_reservation(&self, name: &LockName, waiter: RequestId) -> Result<(), Error> {

@@ -135,6 +135,7 @@ macro_rules! conformance_suite {
             a_redisson_peer_shares_our_semaphore: [RedisControl, Semaphore],
             expirable_permits_bound_concurrency_while_renewed: [ExpirableSemaphore],
             a_cut_off_holders_permits_come_back_after_one_lease: [ExpirableSemaphore],
+            a_late_renewal_never_cuts_a_lengthened_permit_lease: [ExpirableSemaphore],
             expirable_operations_and_bad_input: [ExpirableSemaphore],
             an_expirable_permit_request_sent_twice_counts_once: [ExpirableSemaphore, RetrySafe],
             expirable_and_plain_semaphores_share_one_count: [ExpirableSemaphore, Semaphore],

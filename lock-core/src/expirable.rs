@@ -197,7 +197,8 @@ impl ExpirableSemaphore {
         }
         let until = sent + client.config.retry_window;
         let ids = [id];
-        let issued = retry::until_answered(until, || semaphores.renew(name, &ids, lease)).await?;
+        let issued =
+            retry::until_answered(until, || semaphores.set_lease(name, &ids, lease)).await?;
         if issued.first() == Some(&true) {
             Ok(())
         } else {
@@ -623,7 +624,7 @@ impl LeasedPermits {
         self.held.lease.shorten(sent, valid_for);
         let until = sent + self.client.config.retry_window;
         let issued = retry::until_answered(until, || {
-            semaphores.renew(&self.held.name, &self.held.ids, lease)
+            semaphores.set_lease(&self.held.name, &self.held.ids, lease)
         })
         .await?;
         if issued.iter().all(|&issued| issued) {

@@ -171,9 +171,19 @@ pub trait ExpirableSemaphoreBackend: fmt::Debug + Send + Sync {
     /// first time. Listeners are told.
     async fn release(&self, name: &LockName, request: &ReturnRequest) -> Result<bool, Error>;
 
-    /// Sets the expiry of each of `ids` that is still issued to `lease` from now; for
-    /// each id in order, whether it was issued.
+    /// Extends the expiry of each of `ids` that is still issued to at least `lease` from
+    /// now, never shortening it (the watchdog's renewal: one that lands late must not
+    /// cut a lease set since); for each id in order, whether it was issued.
     async fn renew(
+        &self,
+        name: &LockName,
+        ids: &[PermitId],
+        lease: Duration,
+    ) -> Result<Vec<bool>, Error>;
+
+    /// Sets the expiry of each of `ids` that is still issued to `lease` from now, longer
+    /// or shorter (Java's `updateLeaseTime`); for each id in order, whether it was issued.
+    async fn set_lease(
         &self,
         name: &LockName,
         ids: &[PermitId],

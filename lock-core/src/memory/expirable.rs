@@ -64,6 +64,33 @@ impl MemoryBackend {
         }
         Ok(answer)
     }
+
+    /// Gives each of `ids` still issued the expiry `expiry(its expiry, now + lease)`;
+    /// for each id in order, whether it was issued.
+    fn update_expiries(
+        &self,
+        name: &LockName,
+        ids: &[PermitId],
+        expiry: impl Fn(&Instant, Instant) -> Instant,
+        lease: Duration,
+    ) -> Result<Vec<bool>, Error> {
+        self.with_reclaimed(name, |store, now| {
+            let Some(issued) = store.issued.get_mut(name.as_str()) else {
+                return (vec![false; ids.len()], false);
+            };
+            let updated = ids
+                .iter()
+                .map(|id| match issued.get_mut(id) {
+                    Some(expires) => {
+                        *expires = expiry(expires, now + lease);
+                        true
+                    }
+                    None => false,
+                })
+                .collect();
+            (updated, false)
+        })
+    }
 }
 
 #[async_trait]
@@ -165,22 +192,16 @@ impl ExpirableSemaphoreBackend for MemoryBackend {
         ids: &[PermitId],
         lease: Duration,
     ) -> Result<Vec<bool>, Error> {
-        self.with_reclaimed(name, |store, now| {
-            let Some(issued) = store.issued.get_mut(name.as_str()) else {
-                return (vec![false; ids.len()], false);
-            };
-            let renewed = ids
-                .iter()
-                .map(|id| match issued.get_mut(id) {
-                    Some(expiry) => {
-                        *expiry = now + lease;
-                        true
-                    }
-                    None => false,
-                })
-                .collect();
-            (renewed, false)
-        })
+        self.update_expiries(name, ids, |expiry, at_least| (*expiry).max(at_least), lease)
+    }
+
+    async fn set_lease(
+        &self,
+        name: &LockName,
+        ids: &[PermitId],
+        lease: Duration,
+    ) -> Result<Vec<bool>, Error> {
+        self.update_expiries(name, ids, |_, exactly| exactly, lease)
     }
 
     async fn cancel_reservation(&self, name: &LockName, waiter: RequestId) -> Result<(), Error> {

@@ -40,6 +40,42 @@ impl RedisBackend {
         all.extend(ids.iter().map(String::as_str));
         self.eval(during, script, &keys, &all).await
     }
+
+    /// Extends the expiries of `ids` still issued to `lease` from now, or sets them
+    /// `exactly`; for each id, whether it was issued.
+    async fn update_expiries(
+        &self,
+        name: &LockName,
+        ids: &[PermitId],
+        lease: Duration,
+        exactly: bool,
+    ) -> Result<Vec<bool>, Error> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let lease = millis(lease).to_string();
+        let exactly = if exactly { "1" } else { "0" };
+        let reply = self
+            .eval_expirable(
+                "renewing permits",
+                &script::EXPIRABLE_RENEW,
+                name,
+                &[],
+                &[&lease, exactly],
+                ids,
+            )
+            .await?;
+        match &reply {
+            Reply::Array(items) if items.len() == ids.len() => items
+                .iter()
+                .map(|item| match item {
+                    Reply::Int(renewed) => Ok(*renewed == 1),
+                    _ => Err(unexpected("expirable renew", &reply)),
+                })
+                .collect(),
+            _ => Err(unexpected("expirable renew", &reply)),
+        }
+    }
 }
 
 #[async_trait]
@@ -121,30 +157,16 @@ impl ExpirableSemaphoreBackend for RedisBackend {
         ids: &[PermitId],
         lease: Duration,
     ) -> Result<Vec<bool>, Error> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let lease = millis(lease).to_string();
-        let reply = self
-            .eval_expirable(
-                "renewing permits",
-                &script::EXPIRABLE_RENEW,
-                name,
-                &[],
-                &[&lease],
-                ids,
-            )
-            .await?;
-        match &reply {
-            Reply::Array(items) if items.len() == ids.len() => items
-                .iter()
-                .map(|item| match item {
-                    Reply::Int(renewed) => Ok(*renewed == 1),
-                    _ => Err(unexpected("expirable renew", &reply)),
-                })
-                .collect(),
-            _ => Err(unexpected("expirable renew", &reply)),
-        }
+        self.update_expiries(name, ids, lease, false).await
+    }
+
+    async fn set_lease(
+        &self,
+        name: &LockName,
+        ids: &[PermitId],
+        lease: Duration,
+    ) -> Result<Vec<bool>, Error> {
+        self.update_expiries(name, ids, lease, true).await
     }
 
     /// The plain semaphore's: both kinds share the reservation.
