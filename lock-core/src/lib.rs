@@ -26,6 +26,33 @@
 //!   successful request was *sent*, minus a drift margin.
 //! - Dropping a guard, or a pending acquire future, never leaves a hold behind for longer
 //!   than its lease; with a runtime, the release is sent at once.
+//!
+//! # One identity per grant
+//!
+//! Every path that takes or gives back a hold follows five rules; a reviewer can check
+//! each path against them.
+//!
+//! 1. A grant is named by the id of the acquire request that made it ([`RequestId`]).
+//!    The request sent again after a lost reply carries the same id and gets the same
+//!    grant, never a second one.
+//! 2. The store keeps each hold (a name, an owner, and the kind as the store counts it:
+//!    a mutex and a fair lock of one owner are one hold) as the set of its live grants
+//!    and its origin, the grant that began it. A grant is alive while it is in its
+//!    hold's set and the hold has not expired (a read grant: while its own lease runs).
+//! 3. A release names one grant and ends it only while it is alive; otherwise it changes
+//!    nothing. The undo of a grant whose answer never arrived is the same release.
+//! 4. The client never infers from counts which grants it owns. Each guard holds one
+//!    grant and releases it, lost or not; guards share a local hold only while the store
+//!    reports the same origin for their grants (a different origin: the earlier hold
+//!    ended in the store, and its guards are lost).
+//! 5. A request sent again within its retry window gets its first answer. A late copy
+//!    of an acquire request whose grant already ended grants nothing while the store
+//!    remembers the end (twice the retry window on Redis and in memory).
+//!
+//! Composite locks keep the rules part by part: every part holds a composite grant under
+//! the composite request's id, a part kept from an earlier attempt is taken again under
+//! the new id (and its earlier grant ended), and a part that lost its hold is given each
+//! live grant back under that grant's id.
 
 mod acquire;
 pub mod backend;
