@@ -71,6 +71,8 @@ macro_rules! adapter_tests {
             locks_work_over_tls_and_a_wrong_setup_is_a_typed_error,
             dropping_a_client_closes_its_connections,
             a_script_whose_reply_was_lost_is_not_sent_again,
+            an_outage_as_long_as_the_retry_window_leaves_no_hold,
+            a_release_delivered_after_its_window_ends_nothing_more,
             a_call_ends_within_the_response_timeout_while_the_network_is_down,
             a_missing_password_and_an_unknown_host_fail_at_connect,
             a_redisson_peer_on_a_cluster_hears_us_and_is_heard,
@@ -661,6 +663,91 @@ pub async fn a_call_ends_within_the_response_timeout_while_the_network_is_down(
     })
     .await;
     assert!(back, "no call went through once the network was back");
+}
+
+/// N12 (review 2): a grant's reply is lost, and the network then stays down longer than
+/// the retry window: every resend fails, the caller gets an error, and the undo runs once
+/// the network is back. It ends the grant, which is still alive: another client gets the
+/// lock within seconds, not after the 30 s lease. (Before, the undo found the grant's
+/// latch expired and left the hold for its lease.)
+pub async fn an_outage_as_long_as_the_retry_window_leaves_no_hold(connect: &AdapterConnect) {
+    const WINDOW: Duration = Duration::from_millis(800);
+    let server = RedisServer::start().await;
+    let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap()).await;
+    let mut spec = ConnectSpec::new(proxy.url());
+    spec.connect_timeout = Duration::from_millis(300);
+    spec.response_timeout = Some(Duration::from_millis(200));
+    let locks = Locks::builder(connect(spec).await.unwrap())
+        .retry_window(WINDOW)
+        .build()
+        .unwrap();
+    let mutex = locks.mutex("adapter:outage");
+    // Every script is loaded first, so the reply lost is the grant's, not a NOSCRIPT.
+    mutex.lock().await.unwrap().unlock().await.unwrap();
+    proxy.set(ProxyFault::LoseReplyThenBlackHole(b"EVALSHA".to_vec()));
+    let failed = mutex.lock().await;
+    assert!(
+        failed.is_err(),
+        "the network was down for the whole window: {failed:?}"
+    );
+    assert_eq!(proxy.lost_replies(), 1, "the grant's reply was lost");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.set(ProxyFault::Forward);
+    let other = fresh_client(connect, &server).await;
+    let taken = tokio::time::timeout(Duration::from_secs(5), other.mutex("adapter:outage").lock())
+        .await
+        .expect("a grant nobody learnt of was left for its lease");
+    taken.unwrap().unlock().await.unwrap();
+}
+
+/// N13 (review 2): a holder's release is held back on its connection past the retry
+/// window; the client gives up on that connection, sends the release again on a new one
+/// (it runs), and the holder locks again. Then the held copy of the first release is
+/// delivered: it ends nothing more, and the holder's new grant still excludes everyone.
+/// (Before, the copy found its latch expired and released the new hold.)
+pub async fn a_release_delivered_after_its_window_ends_nothing_more(connect: &AdapterConnect) {
+    const WINDOW: Duration = Duration::from_millis(600);
+    let server = RedisServer::start().await;
+    let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap()).await;
+    let mut spec = ConnectSpec::new(proxy.url());
+    spec.response_timeout = Some(Duration::from_millis(200));
+    let locks = Locks::builder(connect(spec).await.unwrap())
+        .retry_window(WINDOW)
+        .build()
+        .unwrap();
+    let mutex = locks
+        .mutex("adapter:late-release")
+        .with_holder(Holder::unique());
+    mutex.lock().await.unwrap().unlock().await.unwrap();
+    let first = mutex.lock().await.unwrap();
+    proxy.set(ProxyFault::HoldRequest(b"EVALSHA".to_vec(), WINDOW * 3));
+    first
+        .unlock()
+        .await
+        .expect("the release is sent again on a new connection");
+    assert_eq!(proxy.held_requests(), 1, "the first release was held back");
+    let second = mutex.lock().await.unwrap();
+    // The held copy is delivered now.
+    tokio::time::sleep(WINDOW * 3).await;
+    let other = fresh_client(connect, &server).await;
+    let intruder = other
+        .mutex("adapter:late-release")
+        .try_lock()
+        .await
+        .unwrap();
+    assert!(
+        !(intruder.is_some() && second.is_held()),
+        "TWO OWNERS: a release delivered after its window ended a later grant"
+    );
+    drop(intruder);
+    second.unlock().await.unwrap();
+}
+
+/// A client of `server` straight, without the proxy.
+async fn fresh_client(connect: &AdapterConnect, server: &RedisServer) -> Locks {
+    locks(connect, ConnectSpec::new(server.url()))
+        .await
+        .expect("a direct client")
 }
 
 /// Takes `name` with a `try_lock` through `proxy`, losing the grant's reply: the caller

@@ -170,9 +170,12 @@ impl Reconnecting {
     }
 
     /// After a call on connection `generation`: an error that means the connection is
-    /// gone (a dropped connection is one of them) starts a new one.
+    /// gone (a dropped connection is one of them) starts a new one, and so does a reply
+    /// that did not come within the response timeout. That connection is not trusted
+    /// again: whatever stalls it (a paused path, a full buffer) would stall every
+    /// request sent again on it, and its queued requests may still be delivered late.
     fn after(&self, error: Option<&RedisError>, generation: u64) {
-        if error.is_some_and(RedisError::is_unrecoverable_error) {
+        if error.is_some_and(|err| err.is_unrecoverable_error() || err.is_timeout()) {
             Shared::broke(&self.shared, generation);
         }
     }

@@ -24,6 +24,14 @@ pub enum ProxyFault {
     /// client's connection as soon as the server answers, before the answer reaches the
     /// client: the command ran, its reply is lost. Once it fired, the proxy forwards again.
     LoseReplyTo(Vec<u8>),
+    /// As [`ProxyFault::LoseReplyTo`], but once it fired the proxy turns into a
+    /// [`ProxyFault::BlackHole`]: the reply is lost and the network stays down.
+    LoseReplyThenBlackHole(Vec<u8>),
+    /// Hold the next request that contains these bytes back this long, then deliver it
+    /// (and what followed it on that connection), even if the client gave up on the
+    /// connection meanwhile: a request queued on an abandoned connection, delivered late.
+    /// Once it fired, the proxy forwards again.
+    HoldRequest(Vec<u8>, Duration),
     /// Forward, holding every reply back this long.
     DelayReplies(Duration),
     /// Accept and keep connections, forward nothing in either direction.
@@ -35,6 +43,8 @@ struct State {
     fault: ProxyFault,
     /// How many replies were dropped by [`ProxyFault::LoseReplyTo`].
     lost: usize,
+    /// How many requests [`ProxyFault::HoldRequest`] held back.
+    held: usize,
 }
 
 /// A proxy listening on a free port of 127.0.0.1 that forwards to `upstream`. Dropping it
@@ -118,6 +128,12 @@ impl FaultProxy {
     pub fn lost_replies(&self) -> usize {
         lock(&self.state).lost
     }
+
+    /// How many requests [`ProxyFault::HoldRequest`] held back so far.
+    #[must_use]
+    pub fn held_requests(&self) -> usize {
+        lock(&self.state).held
+    }
 }
 
 fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
@@ -189,6 +205,15 @@ async fn requests(
             ProxyFault::LoseReplyTo(pattern) if contains(chunk, &pattern) => {
                 lock(&state).fault = ProxyFault::Forward;
                 doomed.send_replace(true);
+            }
+            ProxyFault::LoseReplyThenBlackHole(pattern) if contains(chunk, &pattern) => {
+                lock(&state).fault = ProxyFault::BlackHole;
+                doomed.send_replace(true);
+            }
+            ProxyFault::HoldRequest(pattern, delay) if contains(chunk, &pattern) => {
+                lock(&state).fault = ProxyFault::Forward;
+                lock(&state).held += 1;
+                tokio::time::sleep(delay).await;
             }
             _ => {}
         }
