@@ -128,6 +128,7 @@ macro_rules! conformance_suite {
             semaphore_waiters_of_one_client_go_in_arrival_order: [Semaphore],
             semaphore_operations_and_bad_input: [Semaphore],
             dropped_permits_and_abandoned_waits_keep_nothing: [Semaphore],
+            a_storm_of_cancelled_acquisitions_loses_no_permit: [Semaphore],
             a_permit_request_sent_twice_counts_once: [Semaphore, RetrySafe],
             a_starving_waiter_for_many_permits_holds_them_back: [Semaphore],
             permit_reservations_follow_their_rules: [Semaphore],

@@ -198,6 +198,44 @@ pub async fn dropped_permits_and_abandoned_waits_keep_nothing(fx: &dyn Fixture) 
     );
 }
 
+/// A storm of acquisitions cancelled at every moment (a timeout of 0 to 200 µs), some of
+/// them in the very wake-up that brings their grant: every permit comes back. (A grant
+/// sent to a caller cancelled before it read it was lost for good.)
+pub async fn a_storm_of_cancelled_acquisitions_loses_no_permit(fx: &dyn Fixture) {
+    const PERMITS: i64 = 3;
+    let locks = fx.client().await;
+    let name = unique("sem-storm");
+    let semaphore = locks.semaphore(&name);
+    assert!(semaphore.try_set_permits(3).await.unwrap());
+    let until = Instant::now() + Duration::from_millis(1_500);
+    let tasks: Vec<_> = (0..8u64)
+        .map(|task| {
+            let semaphore = locks.semaphore(&name);
+            tokio::spawn(async move {
+                let mut turn = task;
+                while Instant::now() < until {
+                    turn += 1;
+                    let wait = Duration::from_micros((turn * 37) % 200);
+                    if let Ok(Ok(permits)) = timeout(wait, semaphore.acquire(1)).await {
+                        drop(permits);
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            semaphore.available().await.unwrap() == PERMITS
+        })
+        .await,
+        "permits were lost: {} of {PERMITS} available",
+        semaphore.available().await.unwrap()
+    );
+}
+
 /// A permit request sent again under its id (its reply was lost) answers as the first
 /// time and takes or gives back once.
 pub async fn a_permit_request_sent_twice_counts_once(fx: &dyn Fixture) {

@@ -343,22 +343,54 @@ impl Drop for Starvation {
 }
 
 /// Runs `job` in a task of its own and returns its answer; when the caller goes away
-/// first, `orphaned` gets the answer instead (to give back what it granted).
+/// before it took the answer, `orphaned` gets the answer instead (to give back what it
+/// granted). That includes a caller cancelled after the answer was sent but before it
+/// was read: the answer travels in an [`Unclaimed`], which hands itself to `orphaned`
+/// when it is dropped unread.
 pub(crate) async fn detached<T, J, O>(client: &Inner, job: J, orphaned: O) -> Result<T, Error>
 where
     T: Send + 'static,
     J: Future<Output = Result<T, Error>> + Send + 'static,
     O: FnOnce(T) + Send + 'static,
 {
-    let (reply, answer) = oneshot::channel();
+    let (reply, answer) = oneshot::channel::<Result<Unclaimed<T, O>, Error>>();
     client.supervisor.spawn_job(async move {
-        if let Err(Ok(unheard)) = reply.send(job.await) {
-            orphaned(unheard);
-        }
+        // A send that fails drops the answer, which gives it to `orphaned`.
+        let _unread = reply.send(job.await.map(|value| Unclaimed::new(value, orphaned)));
     })?;
     answer
         .await
-        .map_err(|_| Error::protocol("the attempt was cancelled"))?
+        .map_err(|_| Error::protocol("the attempt was cancelled"))??
+        .claim()
+        .ok_or_else(|| Error::protocol("an answer claimed twice"))
+}
+
+/// An answer on its way to its caller: dropped without being claimed (the caller went
+/// away, before or after it was sent), it goes to its orphan handler instead.
+struct Unclaimed<T, O: FnOnce(T)> {
+    value: Option<(T, O)>,
+}
+
+impl<T, O: FnOnce(T)> Unclaimed<T, O> {
+    fn new(value: T, orphaned: O) -> Self {
+        Self {
+            value: Some((value, orphaned)),
+        }
+    }
+
+    /// The answer, taken by its caller (`None` cannot happen: only this and drop take
+    /// it, each once).
+    fn claim(mut self) -> Option<T> {
+        self.value.take().map(|(value, _)| value)
+    }
+}
+
+impl<T, O: FnOnce(T)> Drop for Unclaimed<T, O> {
+    fn drop(&mut self) {
+        if let Some((value, orphaned)) = self.value.take() {
+            orphaned(value);
+        }
+    }
 }
 
 /// Gives permits back in the background, reporting a failure through `tracing`.
@@ -471,5 +503,48 @@ impl Drop for Permits {
         if !self.released && self.count > 0 {
             release_unawaited(&self.client, &self.name, self.count, "dropped permits");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::task::Poll;
+
+    use super::detached;
+    use crate::Error;
+    use crate::memory::MemoryBackend;
+
+    /// An attempt whose answer was sent but never read (its caller was cancelled in the
+    /// wake-up that brought the answer) hands the answer to its orphan handler: a grant
+    /// nobody will use is given back, never lost.
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_answer_sent_but_never_read_goes_to_its_orphan_handler() {
+        let client = Arc::clone(&crate::Locks::new(Arc::new(MemoryBackend::new())).inner);
+        let (orphaned, orphans) = std::sync::mpsc::channel();
+        let job = async { Ok::<_, Error>(7) };
+        let mut call = Box::pin(detached(&client, job, move |value| {
+            orphaned.send(value).expect("the test listens");
+        }));
+        assert!(poll_once(call.as_mut()).await.is_pending(), "no answer yet");
+        // The job runs (one thread: it runs now) and sends its answer.
+        tokio::task::yield_now().await;
+        drop(call);
+        assert_eq!(orphans.try_recv(), Ok(7), "an unread answer was dropped");
+
+        // An answer read by its caller is not orphaned.
+        let (orphaned, orphans) = std::sync::mpsc::channel();
+        let job = async { Ok::<_, Error>(8) };
+        let answer = detached(&client, job, move |value| {
+            orphaned.send(value).expect("the test listens");
+        })
+        .await;
+        assert_eq!(answer.expect("answered"), 8);
+        assert!(orphans.try_recv().is_err(), "a claimed answer was orphaned");
+    }
+
+    async fn poll_once<F: Future>(mut future: Pin<&mut F>) -> Poll<F::Output> {
+        std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await
     }
 }
