@@ -49,6 +49,8 @@ pub struct FaultyBackend {
     permit_grant_delay: Arc<Mutex<Duration>>,
     /// How long the next expirable-permit renewal waits before it is forwarded.
     permit_renewal_delay: Arc<Mutex<Duration>>,
+    /// How long plain permit requests wait before they are forwarded.
+    permit_request_delay: Arc<Mutex<Duration>>,
     release_delay: Arc<Mutex<Duration>>,
     /// While `true`, release answers wait for it to turn `false`.
     release_answers_held: Arc<tokio::sync::watch::Sender<bool>>,
@@ -71,6 +73,7 @@ impl fmt::Debug for FaultyBackend {
             .field("failing_listens", &self.failing_listens)
             .field("permit_grant_delay", &self.permit_grant_delay)
             .field("permit_renewal_delay", &self.permit_renewal_delay)
+            .field("permit_request_delay", &self.permit_request_delay)
             .field("release_delay", &self.release_delay)
             .field("release_answers_held", &*self.release_answers_held.borrow())
             .field("acquisitions", &self.acquisitions)
@@ -94,6 +97,7 @@ impl FaultyBackend {
             failing_listens: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             permit_grant_delay: Arc::new(Mutex::new(Duration::ZERO)),
             permit_renewal_delay: Arc::new(Mutex::new(Duration::ZERO)),
+            permit_request_delay: Arc::new(Mutex::new(Duration::ZERO)),
             release_delay: Arc::new(Mutex::new(Duration::ZERO)),
             release_answers_held: Arc::new(tokio::sync::watch::Sender::new(false)),
             acquisitions: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
@@ -112,6 +116,15 @@ impl FaultyBackend {
     #[must_use]
     pub fn acquisitions(&self) -> usize {
         self.acquisitions.load(Ordering::SeqCst)
+    }
+
+    /// Makes plain permit requests wait this long before they reach the wrapped backend
+    /// (a slow request: its caller may give up while it is on its way).
+    pub fn delay_permit_requests(&self, delay: Duration) {
+        *self
+            .permit_request_delay
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = delay;
     }
 
     /// Makes the next renewal of expirable permits (the watchdog's; not a lease set by
@@ -330,6 +343,11 @@ impl lock_core::SemaphoreBackend for FaultyBackend {
     }
 
     async fn try_acquire(&self, name: &LockName, request: PermitRequest) -> Result<bool, Error> {
+        let before = *self
+            .permit_request_delay
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        tokio::time::sleep(before).await;
         let granted = self.inner_semaphores()?.try_acquire(name, request).await;
         let delay = *self
             .permit_grant_delay

@@ -129,6 +129,7 @@ macro_rules! conformance_suite {
             semaphore_operations_and_bad_input: [Semaphore],
             dropped_permits_and_abandoned_waits_keep_nothing: [Semaphore],
             a_storm_of_cancelled_acquisitions_loses_no_permit: [Semaphore],
+            a_cancelled_starving_waiter_leaves_no_reservation: [Semaphore],
             a_permit_request_sent_twice_counts_once: [Semaphore, RetrySafe],
             a_starving_waiter_for_many_permits_holds_them_back: [Semaphore],
             permit_reservations_follow_their_rules: [Semaphore],

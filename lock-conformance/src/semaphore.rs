@@ -236,6 +236,47 @@ pub async fn a_storm_of_cancelled_acquisitions_loses_no_permit(fx: &dyn Fixture)
     );
 }
 
+/// A starving waiter that gives up while its reserving attempt is on its way holds
+/// nothing back once the attempt landed: its cancellation goes after the attempt. (It
+/// went first, and the attempt then reserved the permits again, for a waiter gone, for
+/// three seconds.)
+pub async fn a_cancelled_starving_waiter_leaves_no_reservation(fx: &dyn Fixture) {
+    let faulty = FaultyBackend::new(fx.backend().await);
+    let waiter = Locks::new(Arc::new(faulty.clone()));
+    let holder = fx.client().await;
+    let name = unique("sem-cancelled-starving");
+    let semaphore = holder.semaphore(&name);
+    assert!(semaphore.try_set_permits(2).await.unwrap());
+    let (first, second) = (
+        semaphore.acquire(1).await.unwrap(),
+        semaphore.acquire(1).await.unwrap(),
+    );
+    // Each attempt of the waiter takes 150 ms to arrive; the waiter gives up while its
+    // second attempt, past the starvation threshold, is on its way.
+    faulty.delay_permit_requests(Duration::from_millis(150));
+    let gave_up = timeout(
+        Duration::from_millis(250),
+        waiter.semaphore(&name).acquire(1),
+    )
+    .await;
+    assert!(gave_up.is_err(), "every permit is held");
+    // The attempt lands, then the cancellation.
+    sleep(Duration::from_millis(200)).await;
+    first.release().await.unwrap();
+    let other = fx.client().await;
+    let taken = timeout(
+        Duration::from_millis(500),
+        other.semaphore(&name).acquire(1),
+    )
+    .await;
+    assert!(
+        taken.is_ok(),
+        "a gone waiter's reservation held a free permit back"
+    );
+    drop(taken);
+    drop(second);
+}
+
 /// A permit request sent again under its id (its reply was lost) answers as the first
 /// time and takes or gives back once.
 pub async fn a_permit_request_sent_twice_counts_once(fx: &dyn Fixture) {

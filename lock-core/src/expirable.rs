@@ -20,7 +20,7 @@ use crate::client::Inner;
 use crate::config::{check_bound, check_lease};
 use crate::lease::LeaseClock;
 use crate::named::Named;
-use crate::semaphore::{Starvation, check_count, detached, in_background};
+use crate::semaphore::{AttemptTicket, Starvation, check_count, detached, in_background};
 use crate::watchdog::Renewed;
 use crate::{Error, LockName, Locks, LostReason, events, retry};
 
@@ -236,7 +236,7 @@ impl ExpirableSemaphore {
             renew: lease.is_none(),
         };
         // The first attempt is never cut short by the deadline: a try makes exactly one.
-        if let Attempt::Issued(leased) = attempt(client, name, terms, None).await? {
+        if let Attempt::Issued(leased) = attempt(client, name, terms, None, None).await? {
             return Ok(Some(leased));
         }
         if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
@@ -251,7 +251,8 @@ impl ExpirableSemaphore {
                 // Also closes the race with a release between the first attempt and the
                 // subscription.
                 let reserve = starvation.reserve();
-                let next_expiry = match attempt(client, name, terms, reserve).await? {
+                let ticket = starvation.attempt_ticket();
+                let next_expiry = match attempt(client, name, terms, reserve, Some(ticket)).await? {
                     Attempt::Issued(leased) => {
                         starvation.granted();
                         return Ok(Some(leased));
@@ -299,12 +300,13 @@ enum Attempt {
 }
 
 /// One attempt, run in a task of its own: permits issued after the caller went away are
-/// given back.
+/// given back. The task keeps `ticket` until the attempt is over.
 async fn attempt(
     client: &Arc<Inner>,
     name: &LockName,
     terms: Terms,
     reserve: Option<PermitReservation>,
+    ticket: Option<AttemptTicket>,
 ) -> Result<Attempt, Error> {
     let count = usize::try_from(terms.permits).unwrap_or(usize::MAX);
     let request = IssueRequest::new(count, terms.lease).reserving(reserve);
@@ -313,6 +315,7 @@ async fn attempt(
     let task_name = name.clone();
     let task_request = request.clone();
     let job = async move {
+        let _ticket = ticket;
         let semaphores = task_client
             .backend
             .expirable_semaphores()

@@ -166,7 +166,7 @@ impl Semaphore {
             return Ok(None);
         };
         // The first attempt is never cut short by the deadline: a try makes exactly one.
-        if attempt(client, name, permits, None).await? {
+        if attempt(client, name, permits, None, None).await? {
             return Ok(Some(Permits::new(client, name, permits)));
         }
         if expired() {
@@ -181,7 +181,8 @@ impl Semaphore {
                 // Also closes the race with a release between the first attempt and
                 // the subscription.
                 let reserve = starvation.reserve();
-                if attempt(client, name, permits, reserve).await? {
+                let ticket = starvation.attempt_ticket();
+                if attempt(client, name, permits, reserve, Some(ticket)).await? {
                     starvation.granted();
                     return Ok(Some(Permits::new(client, name, permits)));
                 }
@@ -211,17 +212,20 @@ pub(crate) fn check_count(argument: &'static str, count: u64) -> Result<(), Erro
 }
 
 /// One attempt, run in a task of its own: if the caller goes away before the answer,
-/// a grant is given back instead of being kept by nobody.
+/// a grant is given back instead of being kept by nobody. The task keeps `ticket` (see
+/// [`Starvation::attempt_ticket`]) until the attempt is over.
 async fn attempt(
     client: &Arc<Inner>,
     name: &LockName,
     permits: u64,
     reserve: Option<PermitReservation>,
+    ticket: Option<AttemptTicket>,
 ) -> Result<bool, Error> {
     let task_client = Arc::clone(client);
     let task_name = name.clone();
     let window = client.config.retry_window;
     let job = async move {
+        let _ticket = ticket;
         let semaphores = task_client
             .backend
             .semaphores()
@@ -265,7 +269,14 @@ pub(crate) struct Starvation {
     threshold: Option<Duration>,
     reserved: AtomicBool,
     granted: AtomicBool,
+    /// Closed once the latest attempt is over: a cancellation sent before would reach
+    /// the store first, and the attempt would then reserve again, for a waiter gone.
+    attempt_done: std::sync::Mutex<Option<oneshot::Receiver<()>>>,
 }
+
+/// Kept by an attempt's task until the attempt is over (see
+/// [`Starvation::attempt_ticket`]).
+pub(crate) type AttemptTicket = oneshot::Sender<()>;
 
 impl Starvation {
     /// The starvation of a wait for permits of `name`, of the expirable kind or not.
@@ -279,7 +290,19 @@ impl Starvation {
             threshold: client.config.starvation_threshold,
             reserved: AtomicBool::new(false),
             granted: AtomicBool::new(false),
+            attempt_done: std::sync::Mutex::new(None),
         }
+    }
+
+    /// A ticket for the attempt about to be sent: if the wait ends without the permits,
+    /// its reservation is cancelled only once the attempt's task dropped the ticket.
+    pub(crate) fn attempt_ticket(&self) -> AttemptTicket {
+        let (ticket, done) = oneshot::channel();
+        *self
+            .attempt_done
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(done);
+        ticket
     }
 
     /// The reservation to send with the next attempt, once the threshold passed.
@@ -317,7 +340,16 @@ impl Drop for Starvation {
         let client = Arc::clone(&self.client);
         let (name, waiter, expirable) = (self.name.clone(), self.waiter, self.expirable);
         let task_name = name.clone();
+        let attempt_done = self
+            .attempt_done
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         let cancelled = self.client.supervisor.spawn_job(async move {
+            if let Some(attempt_done) = attempt_done {
+                // Only "the attempt ended" matters, not how: a closed channel says it.
+                let _ = attempt_done.await;
+            }
             let backend = &client.backend;
             let cancelled = match (
                 expirable,
