@@ -73,6 +73,7 @@ macro_rules! adapter_tests {
             a_script_whose_reply_was_lost_is_not_sent_again,
             an_outage_as_long_as_the_retry_window_leaves_no_hold,
             a_release_delivered_after_its_window_ends_nothing_more,
+            plain_permits_outlive_an_outage_longer_than_the_retry_window,
             a_call_ends_within_the_response_timeout_while_the_network_is_down,
             a_missing_password_and_an_unknown_host_fail_at_connect,
             a_redisson_peer_on_a_cluster_hears_us_and_is_heard,
@@ -741,6 +742,67 @@ pub async fn a_release_delivered_after_its_window_ends_nothing_more(connect: &Ad
     );
     drop(intruder);
     second.unlock().await.unwrap();
+}
+
+/// N7 (review 2): plain permits have no lease, so nothing may give up on them. A grant
+/// whose reply was lost while the network then stayed down past the retry window is
+/// given back once it is up again, and so are permits whose release could not be
+/// sent for that long (the caller gets an error; the release goes on).
+pub async fn plain_permits_outlive_an_outage_longer_than_the_retry_window(
+    connect: &AdapterConnect,
+) {
+    const WINDOW: Duration = Duration::from_millis(800);
+    let server = RedisServer::start().await;
+    let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap()).await;
+    let mut spec = ConnectSpec::new(proxy.url());
+    spec.connect_timeout = Duration::from_millis(300);
+    spec.response_timeout = Some(Duration::from_millis(200));
+    let locks = Locks::builder(connect(spec).await.unwrap())
+        .retry_window(WINDOW)
+        .build()
+        .unwrap();
+    let semaphore = locks.semaphore("adapter:outage-permits");
+    assert!(semaphore.try_set_permits(2).await.unwrap());
+    // Every script is loaded first, so the reply lost is the grant's.
+    semaphore.acquire(1).await.unwrap().release().await.unwrap();
+    let observer = fresh_client(connect, &server).await;
+    let available = || async {
+        observer
+            .semaphore("adapter:outage-permits")
+            .available()
+            .await
+            .unwrap()
+    };
+
+    proxy.set(ProxyFault::LoseReplyThenBlackHole(b"EVALSHA".to_vec()));
+    let tried = semaphore.try_acquire(1).await;
+    assert!(tried.is_err(), "the grant's reply was lost: {tried:?}");
+    assert_eq!(available().await, 1, "the grant ran");
+    tokio::time::sleep(WINDOW + Duration::from_millis(100)).await;
+    proxy.set(ProxyFault::Forward);
+    let back =
+        crate::scenarios::eventually(Duration::from_secs(5), || async { available().await == 2 })
+            .await;
+    assert!(
+        back,
+        "a grant nobody learnt of was lost: {} of 2",
+        available().await
+    );
+
+    let permits = semaphore.acquire(2).await.unwrap();
+    proxy.set(ProxyFault::BlackHole);
+    let released = permits.release().await;
+    assert!(released.is_err(), "nothing answered: {released:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.set(ProxyFault::Forward);
+    let back =
+        crate::scenarios::eventually(Duration::from_secs(5), || async { available().await == 2 })
+            .await;
+    assert!(
+        back,
+        "a release given up lost permits: {} of 2",
+        available().await
+    );
 }
 
 /// A client of `server` straight, without the proxy.

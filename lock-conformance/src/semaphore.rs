@@ -278,7 +278,9 @@ pub async fn a_cancelled_starving_waiter_leaves_no_reservation(fx: &dyn Fixture)
 }
 
 /// A permit request sent again under its id (its reply was lost) answers as the first
-/// time and takes or gives back once.
+/// time and takes or gives back once; a grant is given back once, however often its
+/// end is sent, and a late copy of its acquisition takes nothing; the end of a grant
+/// never made gives nothing.
 pub async fn a_permit_request_sent_twice_counts_once(fx: &dyn Fixture) {
     let backend = fx.backend().await;
     let semaphores = backend
@@ -297,7 +299,7 @@ pub async fn a_permit_request_sent_twice_counts_once(fx: &dyn Fixture) {
         1,
         "a retry took again"
     );
-    let give = PermitRequest::new(2, Duration::from_secs(5));
+    let give = PermitRequest::of_grant(take.id, Duration::from_secs(5));
     assert_eq!(semaphores.release(&name, give).await.unwrap(), 3);
     assert_eq!(
         semaphores.release(&name, give).await.unwrap(),
@@ -308,6 +310,17 @@ pub async fn a_permit_request_sent_twice_counts_once(fx: &dyn Fixture) {
         semaphores.available(&name).await.unwrap(),
         3,
         "a retry gave back again"
+    );
+    assert!(
+        !semaphores.try_acquire(&name, take).await.unwrap(),
+        "a late copy of a grant given back took again"
+    );
+    let never = PermitRequest::of_grant(RequestId::random(), Duration::from_secs(5));
+    assert_eq!(semaphores.release(&name, never).await.unwrap(), 3);
+    assert_eq!(
+        semaphores.available(&name).await.unwrap(),
+        3,
+        "the end of a grant never made gave permits"
     );
 }
 

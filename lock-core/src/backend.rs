@@ -809,6 +809,18 @@ impl PermitRequest {
         }
     }
 
+    /// The release of the permits granted to acquisition `grant`: see
+    /// [`SemaphoreBackend::release`].
+    #[must_use]
+    pub fn of_grant(grant: RequestId, retry_window: Duration) -> Self {
+        Self {
+            permits: 0,
+            id: grant,
+            retry_window,
+            reserve: None,
+        }
+    }
+
     /// Marks the request as a starving waiter's (see [`PermitReservation`]).
     #[must_use]
     pub fn reserving(mut self, reserve: Option<PermitReservation>) -> Self {
@@ -864,13 +876,21 @@ pub trait SemaphoreBackend: fmt::Debug + Send + Sync {
     async fn add_permits(&self, name: &LockName, delta: i64) -> Result<i64, Error>;
 
     /// Takes `request.permits` if that many are available and another waiter's
-    /// reservation does not hold them back ([`PermitReservation`]); whether it did. The
-    /// same request sent again answers as the first time and takes nothing more.
+    /// reservation does not hold them back ([`PermitReservation`]); whether it did. A
+    /// grant is kept under the request's id for as long as its permits are held (plain
+    /// permits have no lease), so that it is given back exactly once. The same request
+    /// sent again answers as the first time and takes nothing more; once its grant was
+    /// given back, it takes nothing at all.
     async fn try_acquire(&self, name: &LockName, request: PermitRequest) -> Result<bool, Error>;
 
-    /// Gives `request.permits` back and returns the available count after. The same
-    /// request sent again answers as the first time and gives nothing more. Listeners
-    /// are told.
+    /// Gives back the permits of the grant of acquisition `request.id` (see
+    /// [`PermitRequest::of_grant`]) if it holds them, ending it, and returns the
+    /// available count after. A grant not held (never made, or given back before)
+    /// changes nothing; the end is remembered for `request.retry_window`, so that a
+    /// late copy of the acquisition takes nothing. Sent again, it answers as the first
+    /// time, and it can be sent again for as long as it takes: it ends one grant at most
+    /// once. The undo of an acquisition whose answer never came is the same request.
+    /// Listeners are told.
     async fn release(&self, name: &LockName, request: PermitRequest) -> Result<i64, Error>;
 
     /// The available permits (0 for a semaphore never set).

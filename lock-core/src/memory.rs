@@ -176,6 +176,11 @@ struct Store {
     /// Answers to permit requests (granted? / available after a release / expirable
     /// permits given back?), for retries.
     permit_answers: HashMap<(String, RequestId), (i64, Instant)>,
+    /// Plain permits held, by the acquisition that got them: how many.
+    permit_grants: HashMap<(String, RequestId), u64>,
+    /// Ends of plain-permit grants: the available count after, for retries of the
+    /// release; while kept, a late copy of the acquisition takes nothing.
+    permit_releases: HashMap<(String, RequestId), (i64, Instant)>,
     /// Expirable semaphores: the permits issued per name (their available count is in
     /// `semaphores`).
     issued: HashMap<String, expirable::Issued>,
@@ -193,6 +198,7 @@ impl Store {
             self.answers.retain(|_, (_, until)| *until > now);
             self.count_downs.retain(|_, (_, until)| *until > now);
             self.permit_answers.retain(|_, (_, until)| *until > now);
+            self.permit_releases.retain(|_, (_, until)| *until > now);
         }
     }
 
@@ -998,10 +1004,16 @@ impl SemaphoreBackend for MemoryBackend {
         let now = Instant::now();
         let mut store = self.store_for(name, Object::Semaphore)?;
         let key = (name.as_str().to_owned(), request.id);
-        if let Some((granted, until)) = store.permit_answers.get(&key)
-            && *until > now
+        if store.permit_grants.contains_key(&key) {
+            return Ok(true);
+        }
+        if store
+            .permit_releases
+            .get(&key)
+            .is_some_and(|(_, until)| *until > now)
         {
-            return Ok(*granted == 1);
+            // A late copy of an acquisition whose grant already ended.
+            return Ok(false);
         }
         let wanted = i64::try_from(request.permits).unwrap_or(i64::MAX);
         let granted = match store.semaphores.get(name.as_str()).copied() {
@@ -1018,38 +1030,37 @@ impl SemaphoreBackend for MemoryBackend {
             None => false,
         };
         if granted {
-            store.forget_expired(now);
-            store
-                .permit_answers
-                .insert(key, (1, now + request.retry_window));
+            store.permit_grants.insert(key, request.permits);
         }
         Ok(granted)
     }
 
     async fn release(&self, name: &LockName, request: PermitRequest) -> Result<i64, Error> {
         let now = Instant::now();
-        let available = {
+        let (available, given) = {
             let mut store = self.store_for(name, Object::Semaphore)?;
             let key = (name.as_str().to_owned(), request.id);
-            if let Some((available, until)) = store.permit_answers.get(&key)
+            if let Some((available, until)) = store.permit_releases.get(&key)
                 && *until > now
             {
                 return Ok(*available);
             }
-            let given = i64::try_from(request.permits).unwrap_or(i64::MAX);
+            let given = store.permit_grants.remove(&key).unwrap_or(0);
             let available = store
                 .semaphores
                 .entry(name.as_str().to_owned())
                 .or_insert(0);
-            *available = available.saturating_add(given);
+            *available = available.saturating_add(i64::try_from(given).unwrap_or(i64::MAX));
             let available = *available;
             store.forget_expired(now);
             store
-                .permit_answers
+                .permit_releases
                 .insert(key, (available, now + request.retry_window));
-            available
+            (available, given)
         };
-        self.permits_changed(name);
+        if given > 0 {
+            self.permits_changed(name);
+        }
         Ok(available)
     }
 

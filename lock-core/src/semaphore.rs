@@ -158,7 +158,7 @@ impl Semaphore {
             return Err(Error::ShutDown);
         }
         if permits == 0 {
-            return Ok(Some(Permits::new(client, name, 0)));
+            return Ok(Some(Permits::new(client, name, 0, RequestId::random())));
         }
         let expired = || deadline.is_some_and(|deadline| Instant::now() >= deadline);
         let starvation = Starvation::new(client, name, false);
@@ -166,8 +166,8 @@ impl Semaphore {
             return Ok(None);
         };
         // The first attempt is never cut short by the deadline: a try makes exactly one.
-        if attempt(client, name, permits, None, None).await? {
-            return Ok(Some(Permits::new(client, name, permits)));
+        if let Some(grant) = attempt(client, name, permits, None, None).await? {
+            return Ok(Some(Permits::new(client, name, permits, grant)));
         }
         if expired() {
             return Ok(None);
@@ -182,9 +182,9 @@ impl Semaphore {
                 // the subscription.
                 let reserve = starvation.reserve();
                 let ticket = starvation.attempt_ticket();
-                if attempt(client, name, permits, reserve, Some(ticket)).await? {
+                if let Some(grant) = attempt(client, name, permits, reserve, Some(ticket)).await? {
                     starvation.granted();
-                    return Ok(Some(Permits::new(client, name, permits)));
+                    return Ok(Some(Permits::new(client, name, permits, grant)));
                 }
                 tokio::select! {
                     () = notified => {}
@@ -211,8 +211,9 @@ pub(crate) fn check_count(argument: &'static str, count: u64) -> Result<(), Erro
     Ok(())
 }
 
-/// One attempt, run in a task of its own: if the caller goes away before the answer,
-/// a grant is given back instead of being kept by nobody. The task keeps `ticket` (see
+/// One attempt, run in a task of its own; the grant's id when it took the permits. If
+/// the caller goes away before the answer, a grant is given back instead of being kept
+/// by nobody, and so is one whose answer never came. The task keeps `ticket` (see
 /// [`Starvation::attempt_ticket`]) until the attempt is over.
 async fn attempt(
     client: &Arc<Inner>,
@@ -220,31 +221,35 @@ async fn attempt(
     permits: u64,
     reserve: Option<PermitReservation>,
     ticket: Option<AttemptTicket>,
-) -> Result<bool, Error> {
+) -> Result<Option<RequestId>, Error> {
     let task_client = Arc::clone(client);
     let task_name = name.clone();
     let window = client.config.retry_window;
+    let request = PermitRequest::new(permits, window).reserving(reserve);
     let job = async move {
         let _ticket = ticket;
         let semaphores = task_client
             .backend
             .semaphores()
             .ok_or_else(|| Error::unsupported("semaphores"))?;
-        let request = PermitRequest::new(permits, window).reserving(reserve);
         let until = Instant::now() + window;
-        retry::until_answered(until, || semaphores.try_acquire(&task_name, request)).await
+        let taken =
+            retry::until_answered(until, || semaphores.try_acquire(&task_name, request)).await;
+        if retry::unanswered(&taken) {
+            // Plain permits have no lease: a grant nobody learnt of would be lost for
+            // good. Its end gives it back if it was made.
+            let of = "a grant whose answer never came";
+            release_unawaited(&task_client, &task_name, (permits, request.id), of);
+        }
+        taken.map(|taken| taken.then_some(request.id))
     };
     let orphan_client = Arc::clone(client);
     let orphan_name = name.clone();
-    detached(client, job, move |granted| {
-        if granted {
+    detached(client, job, move |grant: Option<RequestId>| {
+        if let Some(grant) = grant {
             // Nobody is waiting for these permits any more.
-            release_unawaited(
-                &orphan_client,
-                &orphan_name,
-                permits,
-                "permits granted to nobody",
-            );
+            let of = "permits granted to nobody";
+            release_unawaited(&orphan_client, &orphan_name, (permits, grant), of);
         }
     })
     .await
@@ -425,11 +430,18 @@ impl<T, O: FnOnce(T)> Drop for Unclaimed<T, O> {
     }
 }
 
-/// Gives permits back in the background, reporting a failure through `tracing`.
-fn release_unawaited(client: &Arc<Inner>, name: &LockName, permits: u64, of: &'static str) {
+/// Gives back the `permits` of `grant` in the background, reporting a failure
+/// through `tracing`.
+fn release_unawaited(
+    client: &Arc<Inner>,
+    name: &LockName,
+    (permits, grant): (u64, RequestId),
+    of: &'static str,
+) {
     let task_client = Arc::clone(client);
     let task_name = name.clone();
-    let give_back = async move { release(&task_client, &task_name, permits).await };
+    let give_back =
+        async move { release(&task_client, &task_name, grant, RELEASE_PERSISTENCE).await };
     in_background(client, name, permits, of, give_back);
 }
 
@@ -453,14 +465,26 @@ pub(crate) fn in_background<T>(
     }
 }
 
-async fn release(client: &Inner, name: &LockName, permits: u64) -> Result<i64, Error> {
+/// How long the end of a plain-permit grant is sent again while its outcome is unknown:
+/// plain permits have no lease, so a release given up would lose them for good, and the
+/// end of a grant can be sent again for as long as it takes (it ends the grant at most
+/// once). [`Locks::shutdown`] waits for it, at most this long.
+const RELEASE_PERSISTENCE: Duration = Duration::from_secs(300);
+
+/// Ends `grant` of `name`, giving its permits back, sent again for `persistence` while
+/// its outcome is unknown.
+async fn release(
+    client: &Inner,
+    name: &LockName,
+    grant: RequestId,
+    persistence: Duration,
+) -> Result<i64, Error> {
     let semaphores = client
         .backend
         .semaphores()
         .ok_or_else(|| Error::unsupported("semaphores"))?;
-    let window = client.config.retry_window;
-    let request = PermitRequest::new(permits, window);
-    let until = Instant::now() + window;
+    let request = PermitRequest::of_grant(grant, client.config.retry_window);
+    let until = Instant::now() + persistence;
     retry::until_answered(until, || semaphores.release(name, request)).await
 }
 
@@ -472,6 +496,8 @@ pub struct Permits {
     client: Arc<Inner>,
     name: LockName,
     count: u64,
+    /// The acquisition that took them: their release ends its grant.
+    grant: RequestId,
     released: bool,
 }
 
@@ -485,11 +511,12 @@ impl fmt::Debug for Permits {
 }
 
 impl Permits {
-    fn new(client: &Arc<Inner>, name: &LockName, count: u64) -> Self {
+    fn new(client: &Arc<Inner>, name: &LockName, count: u64, grant: RequestId) -> Self {
         Self {
             client: Arc::clone(client),
             name: name.clone(),
             count,
+            grant,
             released: false,
         }
     }
@@ -508,6 +535,13 @@ impl Permits {
 
     /// Gives the permits back.
     ///
+    /// Their grant is ended in the store exactly once, however often the request has to
+    /// be sent. While its outcome is unknown (the store cannot be reached) it is sent
+    /// again in the background, for minutes: plain permits have no lease, and a release
+    /// given up would lose them for good. This returns a
+    /// [`Connection`](crate::ErrorKind::Connection) error once the retry window has
+    /// passed without an answer; the release goes on.
+    ///
     /// # Cancel safety
     ///
     /// Cancel-safe: the release runs in its own task and completes if this future is
@@ -519,21 +553,30 @@ impl Permits {
         }
         let client = Arc::clone(&self.client);
         let name = self.name.clone();
-        let permits = self.count;
+        let grant = self.grant;
         let task = self
             .client
             .supervisor
-            .spawn_job(async move { release(&client, &name, permits).await })?;
-        task.await
-            .map_err(|_| Error::protocol("the release task was cancelled"))?
-            .map(drop)
+            .spawn_job(async move { release(&client, &name, grant, RELEASE_PERSISTENCE).await })?;
+        let window = self.client.config.retry_window;
+        match tokio::time::timeout(window, task).await {
+            Ok(done) => done
+                .map_err(|_| Error::protocol("the release task was cancelled"))?
+                .map(drop),
+            Err(_) => Err(Error::connection(
+                "giving permits back",
+                "no answer within the retry window; the release is sent again in the \
+                 background",
+            )),
+        }
     }
 }
 
 impl Drop for Permits {
     fn drop(&mut self) {
         if !self.released && self.count > 0 {
-            release_unawaited(&self.client, &self.name, self.count, "dropped permits");
+            let grant = (self.count, self.grant);
+            release_unawaited(&self.client, &self.name, grant, "dropped permits");
         }
     }
 }

@@ -922,26 +922,24 @@ impl SemaphoreBackend for RedisBackend {
     }
 
     async fn try_acquire(&self, name: &LockName, request: PermitRequest) -> Result<bool, Error> {
-        let answer = layout::permit_answer_key(name, request.id);
+        let grant = layout::permit_answer_key(name, request.id);
         let reserved = layout::permit_reservation_key(name);
         let permits = request.permits.to_string();
-        let remembered = millis(request.retry_window).to_string();
         let [reserving, so_far_ms, kept_ms] = reservation_args(request.reserve);
-        let keys = [layout::lock_key(name), &answer, &reserved];
-        let args = [&*permits, &remembered, &reserving, &so_far_ms, &kept_ms];
+        let keys = [layout::lock_key(name), &grant, &reserved];
+        let args = [&*permits, &reserving, &so_far_ms, &kept_ms];
         let script = &script::SEMAPHORE_ACQUIRE;
         let reply = self.eval("taking permits", script, &keys, &args).await?;
         integer("semaphore acquire", reply).map(|taken| taken == 1)
     }
 
     async fn release(&self, name: &LockName, request: PermitRequest) -> Result<i64, Error> {
-        let answer = layout::permit_answer_key(name, request.id);
-        let permits = request.permits.to_string();
+        let grant = layout::permit_answer_key(name, request.id);
         let channel = layout::semaphore_channel(name);
         let remembered = millis(request.retry_window).to_string();
         let publish = self.options.publish.command();
-        let args = [&*permits, &channel, publish, &remembered];
-        let keys = [layout::lock_key(name), &answer];
+        let args = [&*channel, publish, &remembered];
+        let keys = [layout::lock_key(name), &grant];
         let script = &script::SEMAPHORE_RELEASE;
         integer(
             "semaphore release",

@@ -380,7 +380,9 @@ pub fn semaphore_channel(name: &LockName) -> String {
 }
 
 /// Where a permit request's answer is remembered for its retries:
-/// `{name}:redisson_sc_request:<request id>` (our own key; Redisson has none).
+/// `{name}:redisson_sc_request:<request id>` (our own key; Redisson has none). For a plain
+/// semaphore's acquisition it is the grant: the number of permits, kept without expiry
+/// while they are held, then `r<count>` (the release's answer) for the retry window.
 #[must_use]
 pub fn permit_answer_key(name: &LockName, request: RequestId) -> String {
     PERMIT_ANSWER.of_request(name, request)

@@ -11,6 +11,8 @@
 //!   local topology, prints its URLs and keeps it up until Ctrl-C.
 //! - `cargo xtask chaos [ARGS]`: builds `lock-chaos` and runs a fault-injection
 //!   pass (`lock-chaos run ARGS`, default 60 s on the redis adapter).
+//! - `cargo xtask simulate [ARGS]`: builds `lock-sim` and runs the deterministic
+//!   simulation (`lock-sim ARGS`: `--seeds N`, `--minutes M`, `--seed S` to replay).
 //! - `cargo xtask bench [--quick] [--scenario NAME]`: builds `lock-bench` in release and
 //!   runs it; it writes `target/bench/report.{json,md,svg}`.
 //! - `cargo xtask help`: lists the commands.
@@ -38,6 +40,9 @@ commands:
   chaos [--seconds S] [--backend redis|fred|redlock|postgres] [--kind mutex|fair|rw|semaphore] [...]
                                   fault injection: worker processes, a fenced store, random
                                   crashes, pauses and Redis failures; fails on any violation
+  simulate [--seeds N | --minutes M | --seed S]
+                                  deterministic simulation of the lock client over the memory
+                                  backend with simulated time and faults; --seed replays a run
   bench [--quick] [--scenario NAME]
                                   benchmarks side by side with the rslock peer; writes
                                   target/bench/report.json, report.md and report.svg
@@ -58,6 +63,7 @@ fn main() -> ExitCode {
         "demo" => demo(passthrough(rest)),
         "redis" => redis(rest),
         "chaos" => chaos(passthrough(rest)),
+        "simulate" => simulate(passthrough(rest)),
         "bench" => bench(passthrough(rest)),
         "help" | "-h" | "--help" => {
             print!("{HELP}");
@@ -149,6 +155,15 @@ fn has_nextest() -> bool {
 }
 
 /// `cargo xtask chaos`: the harness lives in the `lock-chaos` crate; this builds and runs it.
+/// `cargo xtask simulate`: the simulation needs no server, only its own binary (the dev
+/// profile, which `cargo xtask test` builds already).
+fn simulate(extra: &[String]) -> Result<ExitCode, String> {
+    let mut run = cargo();
+    run.args(["run", "--quiet", "-p", "lock-sim", "--"])
+        .args(extra);
+    Ok(exit_code(run_streaming(run)?))
+}
+
 fn chaos(extra: &[String]) -> Result<ExitCode, String> {
     let binary = find_or_install_redis()?;
     let postgres_wanted = extra

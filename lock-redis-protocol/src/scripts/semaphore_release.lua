@@ -1,13 +1,21 @@
--- Gives permits back (Redisson's release(n): INCRBY, creating the key), remembering the
--- answer for retries of the same request.
--- KEYS[1] the semaphore; KEYS[2] this request's answer; ARGV[1] permits; ARGV[2]
--- channel; ARGV[3] publish; ARGV[4] how long the answer is remembered (ms).
--- Reply: the count after, published.
-local before = redis.call('get', KEYS[2])
-if before then
-    return tonumber(before)
+-- Ends a grant of permits (see semaphore_acquire): gives its permits back (INCRBY, as
+-- Redisson's release(n)) if it holds them, and remembers the answer in the grant's place
+-- as 'r<count>' for the retry window. A grant not held changes nothing (its end is
+-- remembered all the same, so that a late copy of its acquisition takes nothing); sent
+-- again, it answers as the first time.
+-- KEYS[1] the semaphore; KEYS[2] the grant; ARGV[1] channel; ARGV[2] publish;
+-- ARGV[3] how long the answer is remembered (ms).
+-- Reply: the count after, published when permits came back.
+local grant = redis.call('get', KEYS[2])
+if grant and string.sub(grant, 1, 1) == 'r' then
+    return tonumber(string.sub(grant, 2))
 end
-local count = redis.call('incrby', KEYS[1], ARGV[1])
-redis.call(ARGV[3], ARGV[2], count)
-redis.call('set', KEYS[2], count, 'px', ARGV[4])
+local count
+if grant then
+    count = redis.call('incrby', KEYS[1], grant)
+    redis.call(ARGV[2], ARGV[1], count)
+else
+    count = tonumber(redis.call('get', KEYS[1]) or 0)
+end
+redis.call('set', KEYS[2], 'r' .. count, 'px', ARGV[3])
 return count
