@@ -218,19 +218,28 @@ async fn ask(
             }
             Wait::Forever => None,
         };
-        // Sleep until notified, or until the holder's lease could have run out (a lost
-        // message must not strand us), or until the caller's wait is over.
-        let cap = client.config.watchdog_lease;
-        let sleep_for = match (ttl, remaining) {
-            (Some(t), Some(r)) => t.min(r),
-            (Some(t), None) => t,
-            (None, Some(r)) => r.min(cap),
-            (None, None) => cap,
-        };
+        let sleep_for = sleep_for(ttl, remaining, client.config.watchdog_lease);
+        // Biased, the notification first: when it and the timer are both ready, the
+        // notification is taken (a notified future dropped unconsumed would pass the
+        // wake-up on to another waiter), and the outcome does not rest on the runtime's
+        // random choice of branch (a simulated run replays exactly).
         tokio::select! {
+            biased;
             () = &mut notified => {}
             () = tokio::time::sleep(sleep_for.max(Duration::from_millis(1))) => {}
         }
+    }
+}
+
+/// How long a waiter sleeps without a notification: until the holder's lease (`ttl`)
+/// could have run out, since a lost message must not strand it, or until the caller's
+/// wait is over (`remaining`); without either, at most the watchdog's lease (`cap`).
+fn sleep_for(ttl: Option<Duration>, remaining: Option<Duration>, cap: Duration) -> Duration {
+    match (ttl, remaining) {
+        (Some(t), Some(r)) => t.min(r),
+        (Some(t), None) => t,
+        (None, Some(r)) => r.min(cap),
+        (None, None) => cap,
     }
 }
 

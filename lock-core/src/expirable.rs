@@ -263,7 +263,9 @@ impl ExpirableSemaphore {
                 // reclaims them: the earliest expiry is a wake-up of its own.
                 let expiry =
                     next_expiry.map_or(crate::MAX_DURATION, |d| d + Duration::from_millis(1));
+                // Biased, the notification first: see `acquire::ask`.
                 tokio::select! {
+                    biased;
                     () = notified => {}
                     () = tokio::time::sleep(expiry) => {}
                     () = starvation.refresh(reserve) => {}

@@ -155,7 +155,10 @@ impl Guard {
     /// Cancel-safe: it only watches; use it in `tokio::select!` against the work.
     pub async fn lost(&self) -> Error {
         let reason = match self.own_deadline {
+            // Biased, the hold's own news first: the same branch wins from one run to the
+            // next.
             Some(deadline) => tokio::select! {
+                biased;
                 reason = self.hold.lost() => reason,
                 () = tokio::time::sleep_until(deadline) => LostReason::LeaseExpired,
             },

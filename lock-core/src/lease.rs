@@ -205,7 +205,9 @@ impl LeaseClock {
                 self.mark_lost(LostReason::LeaseExpired);
                 continue;
             }
+            // Biased: the same branch wins from one run to the next.
             tokio::select! {
+                biased;
                 () = changed => {}
                 () = tokio::time::sleep_until(s.deadline) => {}
             }

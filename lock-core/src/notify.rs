@@ -17,7 +17,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
 use crate::{Error, events};
@@ -65,7 +65,47 @@ enum SubState {
 struct Entry {
     channel: Arc<str>,
     notify: Notify,
-    state: watch::Sender<SubState>,
+    /// Whether the server confirmed the subscription. A mutex and a `Notify` rather than
+    /// a `watch` channel, which wakes its waiters in an order it picks at random:
+    /// listeners confirmed together go on in the order they came, so that a simulated
+    /// run replays exactly.
+    state: Mutex<SubState>,
+    settled: Notify,
+}
+
+impl Entry {
+    fn new(channel: Arc<str>) -> Self {
+        Self {
+            channel,
+            notify: Notify::new(),
+            state: Mutex::new(SubState::Pending),
+            settled: Notify::new(),
+        }
+    }
+
+    /// Records the subscription's outcome and wakes those waiting for it.
+    fn settle(&self, state: SubState) {
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner) = state;
+        self.settled.notify_waiters();
+    }
+
+    /// The subscription's outcome, once it is known.
+    async fn settled(&self) -> SubState {
+        loop {
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            let state = self
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            if !matches!(state, SubState::Pending) {
+                return state;
+            }
+            settled.await;
+        }
+    }
 }
 
 enum Command {
@@ -160,11 +200,7 @@ impl Subscriptions {
                 Arc::clone(entry)
             } else {
                 let name: Arc<str> = Arc::from(channel);
-                let entry = Arc::new(Entry {
-                    channel: Arc::clone(&name),
-                    notify: Notify::new(),
-                    state: watch::Sender::new(SubState::Pending),
-                });
+                let entry = Arc::new(Entry::new(Arc::clone(&name)));
                 // Sent while the map is locked, so commands reach the worker in map order.
                 let sent = self
                     .shared
@@ -182,15 +218,9 @@ impl Subscriptions {
             entry,
             shared: Arc::clone(&self.shared),
         };
-        let mut state = listener.entry.state.subscribe();
-        let outcome = state
-            .wait_for(|s| !matches!(s, SubState::Pending))
-            .await
-            .map(|s| s.clone());
-        match outcome {
-            Ok(SubState::Failed(err)) => Err(err),
-            Ok(_) => Ok(listener),
-            Err(_) => Err(Error::protocol("the subscription worker stopped")),
+        match listener.entry.settled().await {
+            SubState::Failed(err) => Err(err),
+            _ => Ok(listener),
         }
     }
 
@@ -311,7 +341,7 @@ impl Drop for Worker {
                 "subscribing to release notifications",
                 "the subscription worker stopped before the server confirmed",
             );
-            entry.state.send_replace(SubState::Failed(stopped));
+            entry.settle(SubState::Failed(stopped));
         };
         if let Some(entry) = self.current.take() {
             fail(&entry);
@@ -367,7 +397,7 @@ impl Worker {
                     Err(err) => SubState::Failed(err),
                 };
                 self.current = None;
-                entry.state.send_replace(state);
+                entry.settle(state);
             }
             Command::Unsubscribe(channel) => {
                 // A failure leaves a subscription nobody listens to; the connection is

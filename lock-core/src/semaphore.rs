@@ -186,7 +186,9 @@ impl Semaphore {
                     starvation.granted();
                     return Ok(Some(Permits::new(client, name, permits, grant)));
                 }
+                // Biased, the notification first: see `acquire::ask`.
                 tokio::select! {
+                    biased;
                     () = notified => {}
                     () = starvation.refresh(reserve) => {}
                 }

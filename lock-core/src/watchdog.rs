@@ -8,6 +8,8 @@
 //! lease, is never left to expire before the next one). A renewal that finds the owner gone marks the hold lost at once;
 //! a failed renewal is retried sooner, and the hold is lost when its local deadline passes.
 
+use std::collections::BTreeMap;
+
 use foldhash::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
@@ -62,7 +64,11 @@ impl Renewed {
 
 #[derive(Debug, Default)]
 struct State {
-    holds: HashMap<usize, Renewed>,
+    /// What it renews, by identity, with the order in which it was registered: a round
+    /// renews in that order, so that it goes the same way from one run to the next (the
+    /// simulation replays runs exactly), whatever the hash map's order.
+    holds: HashMap<usize, (u64, Renewed)>,
+    registered: u64,
     /// The renewal task, kept to notice its end: it ends by itself when nothing is left
     /// to renew, and dies with its runtime, or by a panic, while holds still need it.
     task: Option<JoinHandle<()>>,
@@ -90,7 +96,9 @@ impl Watchdog {
     /// Starts renewing `hold` (and the task, if it is not running).
     pub(crate) fn register(&self, client: &Arc<Inner>, hold: Renewed) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.holds.insert(hold.key(), hold);
+        state.registered += 1;
+        let order = state.registered;
+        state.holds.entry(hold.key()).or_insert((order, hold));
         state.ensure_running(client);
     }
 
@@ -125,23 +133,23 @@ impl Watchdog {
     /// `None`) when nothing is left to renew.
     fn due(&self, older_than: Instant, expiring_before: Instant) -> Option<Vec<Renewed>> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.holds.retain(|_, hold| hold.needs_renewal());
+        state.holds.retain(|_, (_, hold)| hold.needs_renewal());
         if state.holds.is_empty() {
             // The task returns: a later registration starts a new one.
             state.task = None;
             return None;
         }
-        Some(
-            state
-                .holds
-                .values()
-                .filter(|hold| {
-                    let lease = hold.lease();
-                    lease.last_sent() <= older_than || lease.deadline() <= expiring_before
-                })
-                .cloned()
-                .collect(),
-        )
+        let mut due: Vec<(u64, Renewed)> = state
+            .holds
+            .values()
+            .filter(|(_, hold)| {
+                let lease = hold.lease();
+                lease.last_sent() <= older_than || lease.deadline() <= expiring_before
+            })
+            .cloned()
+            .collect();
+        due.sort_unstable_by_key(|(order, _)| *order);
+        Some(due.into_iter().map(|(_, hold)| hold).collect())
     }
 }
 
@@ -173,7 +181,8 @@ async fn run(client: Weak<Inner>) {
             continue;
         }
         let mut holds = Vec::new();
-        let mut permits: HashMap<LockName, Vec<(Arc<PermitHold>, u64)>> = HashMap::default();
+        // By name, in the names' order: the same from one run to the next.
+        let mut permits: BTreeMap<LockName, Vec<(Arc<PermitHold>, u64)>> = BTreeMap::new();
         for entry in due {
             let epoch = entry.lease().epoch();
             match entry {

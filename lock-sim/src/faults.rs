@@ -45,6 +45,29 @@ struct Fate {
     late_copy: Option<Duration>,
 }
 
+impl Fate {
+    /// What befalls the request, in words; `None` when nothing does.
+    fn describe(&self) -> Option<String> {
+        let mut faults = Vec::new();
+        if !self.before.is_zero() {
+            faults.push(format!("delayed {} ms", self.before.as_millis()));
+        }
+        if self.fail_before {
+            faults.push("to be lost on its way".to_owned());
+        }
+        if self.lose_reply {
+            faults.push("its reply to be lost".to_owned());
+        }
+        if !self.after.is_zero() {
+            faults.push(format!("reply delayed {} ms", self.after.as_millis()));
+        }
+        if let Some(late) = self.late_copy {
+            faults.push(format!("a copy to come {} ms later", late.as_millis()));
+        }
+        (!faults.is_empty()).then(|| faults.join(", "))
+    }
+}
+
 /// The state the clients' fault layers share: the generator, the trace, the profile.
 #[derive(Debug)]
 pub(crate) struct Network {
@@ -146,6 +169,12 @@ impl FaultyLink {
         Fut: Future<Output = Result<T, Error>> + Send + 'static,
     {
         let mut fate = self.network.fate();
+        if let Some(faults) = fate.describe() {
+            let client = self.client;
+            self.network
+                .trace
+                .note(&format!("client {client}: {what}: {faults}"));
+        }
         if !copies {
             fate.late_copy = None;
         }
@@ -156,7 +185,7 @@ impl FaultyLink {
         if let Some(until) = paused {
             tokio::time::sleep_until(until).await;
         }
-        tokio::time::sleep(fate.before).await;
+        crate::nap(fate.before).await;
         if fate.fail_before {
             self.network
                 .trace
@@ -173,13 +202,13 @@ impl FaultyLink {
             );
             let client = self.client;
             tokio::spawn(async move {
-                tokio::time::sleep(late).await;
+                crate::nap(late).await;
                 trace.note(&format!("client {client}: a late copy of {what} delivered"));
                 // Nobody hears the copy's answer.
                 drop(make(inner).await);
             });
         }
-        tokio::time::sleep(fate.after).await;
+        crate::nap(fate.after).await;
         if fate.lose_reply {
             self.network.trace.note(&format!(
                 "client {}: {what} ran, its reply lost",

@@ -20,6 +20,14 @@ mod rng;
 mod trace;
 mod world;
 
+/// Sleeps for `duration` of simulated time; not at all for none (a timer due now would
+/// fire in an order the runtime's ticks decide, not the run).
+async fn nap(duration: Duration) {
+    if !duration.is_zero() {
+        tokio::time::sleep(duration).await;
+    }
+}
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

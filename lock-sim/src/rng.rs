@@ -28,9 +28,12 @@ impl Rng {
         self.below(100) < percent
     }
 
-    /// A duration in `0..max_ms` milliseconds, in whole microseconds.
+    /// A duration of a whole number of milliseconds in `0..max_ms`. Whole: the runtime's
+    /// timers count milliseconds from an instant a few microseconds off its clock's, and a
+    /// deadline with a fraction of a millisecond would fall in one tick or the next
+    /// depending on that offset, so that a run would not replay.
     pub(crate) fn millis_below(&mut self, max_ms: u64) -> std::time::Duration {
-        std::time::Duration::from_micros(self.below(max_ms.saturating_mul(1000)))
+        std::time::Duration::from_millis(self.below(max_ms))
     }
 
     /// One of `items`.

@@ -282,6 +282,7 @@ impl Task {
                 1 | 2 => Wait::Bounded(rng.millis_below(500)),
                 _ => Wait::Cancelled(rng.millis_below(400)),
             });
+            self.note(&format!("begins {op:?} ({wait:?})"));
             match op {
                 Op::Mutex | Op::Fair | Op::Read | Op::Write => self.lock_once(op, wait).await,
                 Op::Reenter => self.reenter(wait).await,
@@ -290,7 +291,7 @@ impl Task {
             }
             self.ledger.check(&self.store);
             let pause = self.draw(|rng| rng.millis_below(60));
-            sleep(pause).await;
+            crate::nap(pause).await;
         }
     }
 
@@ -390,7 +391,7 @@ impl Task {
             self.give_back(id, name).await;
             self.ledger.check(&self.store);
             let gap = self.draw(|rng| rng.millis_below(80));
-            sleep(gap).await;
+            crate::nap(gap).await;
         }
     }
 
@@ -453,7 +454,7 @@ impl Task {
             self.note("the client pauses past its lease");
             self.link.pause_until(until);
         }
-        sleep(held_for).await;
+        crate::nap(held_for).await;
     }
 
     /// Releases what the ledger's entry `id` holds: awaited, dropped, or given up on
@@ -498,7 +499,13 @@ pub(crate) fn run(seed: u64, echo: bool) -> Outcome {
             };
         }
     };
-    runtime.block_on(simulate(seed, echo))
+    runtime.block_on(async {
+        // The timers count whole milliseconds from an instant a few microseconds off the
+        // clock's start; once a timer has fired, the clock stands on a tick, and every
+        // deadline of whole milliseconds from then on falls in the same tick in every run.
+        sleep(Duration::from_millis(1)).await;
+        simulate(seed, echo).await
+    })
 }
 
 async fn simulate(seed: u64, echo: bool) -> Outcome {
