@@ -281,3 +281,49 @@ async fn a_resent_try_is_not_answered_by_grants_its_failed_try_undoes() {
     assert!(held.is_held());
     held.unlock().await.expect("released on a majority");
 }
+
+/// Review 2, N15: a renewal that finds the lock gone on one node (a restart without
+/// persistence) while the majority keeps it gives that node the lock back, under the
+/// grant's own id and through the node's gate: a release that comes while the repair is
+/// still on its way waits for it and ends the repaired grant too, so that nothing is
+/// left on that node. (Before, the repair bypassed the gate and landed after the
+/// release, holding the node for a lease with no guard to release it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_on_its_way_is_released_with_the_lock() {
+    let (stores, faulty) = nodes();
+    let nodes = faulty
+        .iter()
+        .map(|node| Arc::new(node.clone()) as Arc<dyn Backend>)
+        .collect();
+    let redlock = RedLock::builder(nodes).build().expect("valid RedLock");
+    let locks = Locks::builder(Arc::new(redlock))
+        .watchdog_lease(Duration::from_millis(600))
+        .build()
+        .expect("valid settings");
+    let guard = locks.mutex("rl:repair").lock().await.unwrap();
+    asked_everywhere(&faulty, 1).await;
+    // Node 0 loses the lock; its next acquisition, the repair, is slow.
+    let lost = lock_core::LockRef::new(
+        lock_core::LockKind::Mutex,
+        lock_core::LockName::new("rl:repair").unwrap(),
+        lock_core::Owner::new(locks.client_id(), "anyone"),
+    );
+    assert!(stores[0].force_release(&lost).await.unwrap());
+    faulty[0].set(AcquireFault::DelayRequest(Duration::from_millis(300)));
+    // A renewal round (every 200 ms) finds it gone there and sends the repair.
+    timeout(Duration::from_secs(2), async {
+        while faulty[0].acquisitions() < 2 {
+            sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the renewal repairs node 0");
+    guard.unlock().await.unwrap();
+    // The repair lands, then node 0's release, which waited for it.
+    sleep(Duration::from_millis(500)).await;
+    assert!(
+        stores[0].held_locks().is_empty(),
+        "a repair that landed after the release keeps node 0 held: {:?}",
+        stores[0].held_locks()
+    );
+}

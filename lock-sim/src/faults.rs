@@ -28,6 +28,9 @@ use crate::trace::Trace;
 pub(crate) struct Profile {
     pub(crate) delay: u64,
     pub(crate) longest_delay_ms: u64,
+    /// Now and then a request is held up far longer (a stalled path): past leases.
+    pub(crate) long_delay: u64,
+    pub(crate) longest_long_delay_ms: u64,
     pub(crate) fail_before: u64,
     pub(crate) lose_reply: u64,
     pub(crate) late_copy: u64,
@@ -88,7 +91,9 @@ impl Network {
         let p = self.profile;
         let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
         let delay = |rng: &mut Rng| {
-            if rng.chance(p.delay) {
+            if rng.chance(p.long_delay) {
+                rng.millis_below(p.longest_long_delay_ms)
+            } else if rng.chance(p.delay) {
                 rng.millis_below(p.longest_delay_ms)
             } else {
                 Duration::ZERO

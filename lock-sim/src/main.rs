@@ -13,6 +13,8 @@
 //! lock-sim [--seeds N] [--first S]    run seeds S..S+N (default 0 and 300)
 //! lock-sim --minutes M                run seeds from a clock-chosen start for M minutes
 //! lock-sim --seed S                   replay seed S, printing every event
+//! ... [--only OP,OP] [--faults all|delays|none]
+//!                                     only these operations; fewer faults
 //! ```
 
 mod faults;
@@ -32,11 +34,15 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const USAGE: &str = "\
-usage: lock-sim [--seeds N] [--first S] | --minutes M | --seed S
+usage: lock-sim [--seeds N] [--first S] | --minutes M | --seed S  [--only OPS] [--faults F]
   --seeds N     how many seeds to run (default 300)
   --first S     the first seed (default 0)
   --minutes M   run consecutive seeds, from a start chosen by the clock, for M minutes
-  --seed S      replay one seed, printing every event, and check that it replays exactly";
+  --seed S      replay one seed, printing every event, and check that it replays exactly
+  --only OPS    only these operations, comma-separated: mutex, fair, read, write,
+                reenter (a fair and a plain guard of one holder), reenter-same, permits,
+                leased (same seed and options: same run)
+  --faults F    all (default), delays (nothing lost, copied, paused or cancelled), none";
 
 /// What to run.
 #[derive(Debug, PartialEq, Eq)]
@@ -46,13 +52,36 @@ enum Plan {
     Replay(u64),
 }
 
-fn parse(args: &[String]) -> Result<Plan, String> {
+fn parse(args: &[String]) -> Result<(Plan, world::Workload), String> {
     let mut plan = Plan::Seeds {
         first: 0,
         count: 300,
     };
+    let mut workload = world::Workload::default();
     let mut args = args.iter();
     while let Some(flag) = args.next() {
+        match flag.as_str() {
+            "--only" => {
+                let list = args.next().ok_or("--only needs operations")?;
+                workload.ops = list
+                    .split(',')
+                    .map(|name| world::Op::named(name).ok_or(format!("no operation {name:?}")))
+                    .collect::<Result<_, _>>()?;
+                continue;
+            }
+            "--faults" => {
+                workload.faults = match args.next().map(String::as_str) {
+                    Some("all") => world::Faults::All,
+                    Some("delays") => world::Faults::Delays,
+                    Some("none") => world::Faults::None,
+                    other => {
+                        return Err(format!("--faults takes all, delays or none, not {other:?}"));
+                    }
+                };
+                continue;
+            }
+            _ => {}
+        }
         let mut value = || -> Result<u64, String> {
             let value = args
                 .next()
@@ -76,13 +105,13 @@ fn parse(args: &[String]) -> Result<Plan, String> {
             (other, _) => return Err(format!("unknown argument {other:?}")),
         };
     }
-    Ok(plan)
+    Ok((plan, workload))
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let plan = match parse(&args) {
-        Ok(plan) => plan,
+    let (plan, workload) = match parse(&args) {
+        Ok(parsed) => parsed,
         Err(message) => {
             if !message.is_empty() {
                 eprintln!("lock-sim: {message}");
@@ -93,9 +122,10 @@ fn main() -> ExitCode {
     };
     let started = Instant::now();
     match plan {
-        Plan::Replay(seed) => replay(seed),
+        Plan::Replay(seed) => replay(seed, &workload),
         Plan::Seeds { first, count } => {
-            let failed = (first..first.saturating_add(count)).find(|&seed| !passes(seed));
+            let failed =
+                (first..first.saturating_add(count)).find(|&seed| !passes(seed, &workload));
             report(failed, count, started)
         }
         Plan::For(budget) => {
@@ -107,7 +137,7 @@ fn main() -> ExitCode {
             while started.elapsed() < budget {
                 let seed = first + ran;
                 ran += 1;
-                if !passes(seed) {
+                if !passes(seed, &workload) {
                     failed = Some(seed);
                     break;
                 }
@@ -118,13 +148,15 @@ fn main() -> ExitCode {
 }
 
 /// Runs `seed`; on a violation prints it, the seed and the latest events.
-fn passes(seed: u64) -> bool {
-    let outcome = world::run(seed, false);
+fn passes(seed: u64, workload: &world::Workload) -> bool {
+    let outcome = world::run(seed, workload, false);
     let Some(violation) = outcome.violation else {
         return true;
     };
     println!("seed {seed}: {violation}");
-    println!("latest events (replay with `cargo xtask simulate --seed {seed}`):");
+    println!(
+        "latest events (replay with `cargo xtask simulate --seed {seed}` and the same options):"
+    );
     for line in &outcome.latest {
         println!("  {line}");
     }
@@ -149,9 +181,9 @@ fn report(failed: Option<u64>, ran: u64, started: Instant) -> ExitCode {
 
 /// Runs `seed` twice: once printing every event, once more to check that it replays
 /// exactly (the same events at the same simulated times).
-fn replay(seed: u64) -> ExitCode {
-    let first = world::run(seed, true);
-    let again = world::run(seed, false);
+fn replay(seed: u64, workload: &world::Workload) -> ExitCode {
+    let first = world::run(seed, workload, true);
+    let again = world::run(seed, workload, false);
     println!(
         "seed {seed}: {} events, digest {:016x}; replayed: {} events, digest {:016x}",
         first.digest.1, first.digest.0, again.digest.1, again.digest.0
@@ -176,22 +208,29 @@ mod tests {
     #[test]
     fn arguments_choose_the_plan() {
         let args = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let plan = |list: &[&str]| parse(&args(list)).map(|(plan, _)| plan);
         assert_eq!(
-            parse(&args(&[])),
+            plan(&[]),
             Ok(Plan::Seeds {
                 first: 0,
                 count: 300
             })
         );
         assert_eq!(
-            parse(&args(&["--seeds", "5", "--first", "9"])),
+            plan(&["--seeds", "5", "--first", "9"]),
             Ok(Plan::Seeds { first: 9, count: 5 })
         );
         assert_eq!(
-            parse(&args(&["--minutes", "2"])),
+            plan(&["--minutes", "2"]),
             Ok(Plan::For(Duration::from_secs(120)))
         );
-        assert_eq!(parse(&args(&["--seed", "7"])), Ok(Plan::Replay(7)));
+        assert_eq!(plan(&["--seed", "7"]), Ok(Plan::Replay(7)));
+        let (_, workload) =
+            parse(&args(&["--only", "mutex,leased", "--faults", "none"])).expect("valid");
+        assert_eq!(workload.ops, [world::Op::Mutex, world::Op::Leased]);
+        assert_eq!(workload.faults, world::Faults::None);
+        assert!(parse(&args(&["--only", "mutex,bogus"])).is_err());
+        assert!(parse(&args(&["--faults", "some"])).is_err());
         assert!(parse(&args(&["--seeds"])).is_err());
         assert!(parse(&args(&["--seeds", "x"])).is_err());
         assert!(parse(&args(&["--bogus"])).is_err());
@@ -201,7 +240,11 @@ mod tests {
     #[test]
     fn a_seed_replays_exactly() {
         for seed in [1, 2] {
-            let (first, again) = (world::run(seed, false), world::run(seed, false));
+            let workload = world::Workload::default();
+            let (first, again) = (
+                world::run(seed, &workload, false),
+                world::run(seed, &workload, false),
+            );
             assert_eq!(first.digest, again.digest, "seed {seed}");
             assert!(first.digest.1 > 100, "a run has events");
         }

@@ -35,6 +35,8 @@ const EXPIRABLE: &str = "leased";
 pub(crate) const PROFILE: Profile = Profile {
     delay: 15,
     longest_delay_ms: 120,
+    long_delay: 2,
+    longest_long_delay_ms: 800,
     fail_before: 4,
     lose_reply: 4,
     late_copy: 2,
@@ -215,28 +217,97 @@ impl Ledger {
 
 /// What an operation works on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
+pub(crate) enum Op {
     Mutex,
     Fair,
     Read,
     Write,
     /// A fair and a plain guard of one explicit holder, on one name.
     Reenter,
+    /// Two guards of one explicit holder and one kind, on one name.
+    ReenterSame,
     Permits,
     Leased,
 }
 
-const OPS: [Op; 9] = [
+/// The operations tasks draw from, some more often than others.
+pub(crate) const OPS: [Op; 10] = [
     Op::Mutex,
     Op::Mutex,
     Op::Fair,
     Op::Read,
     Op::Write,
     Op::Reenter,
+    Op::ReenterSame,
     Op::Reenter,
     Op::Permits,
     Op::Leased,
 ];
+
+impl Op {
+    /// The operation named `name` on the command line.
+    pub(crate) fn named(name: &str) -> Option<Self> {
+        Some(match name {
+            "mutex" => Self::Mutex,
+            "fair" => Self::Fair,
+            "read" => Self::Read,
+            "write" => Self::Write,
+            "reenter" => Self::Reenter,
+            "reenter-same" => Self::ReenterSame,
+            "permits" => Self::Permits,
+            "leased" => Self::Leased,
+            _ => return None,
+        })
+    }
+}
+
+/// What a run exercises: the operations its tasks draw from, and the faults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Workload {
+    pub(crate) ops: Vec<Op>,
+    pub(crate) faults: Faults,
+}
+
+/// Which faults the network and the tasks bring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Faults {
+    /// Every fault.
+    All,
+    /// Delays only: nothing is lost, copied, paused or cancelled.
+    Delays,
+    /// None at all.
+    None,
+}
+
+impl Faults {
+    /// The network's faults.
+    fn profile(self) -> Profile {
+        let quiet = Profile {
+            fail_before: 0,
+            lose_reply: 0,
+            late_copy: 0,
+            ..PROFILE
+        };
+        match self {
+            Self::All => PROFILE,
+            Self::Delays => quiet,
+            Self::None => Profile {
+                delay: 0,
+                long_delay: 0,
+                ..quiet
+            },
+        }
+    }
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Self {
+            ops: OPS.to_vec(),
+            faults: Faults::All,
+        }
+    }
+}
 
 /// How an operation waits.
 #[derive(Debug, Clone, Copy)]
@@ -250,6 +321,7 @@ enum Wait {
 /// One task's view of the run.
 struct Task {
     index: usize,
+    workload: Arc<Workload>,
     locks: Locks,
     link: FaultyLink,
     network: Arc<Network>,
@@ -276,16 +348,18 @@ impl Task {
 
     async fn run(self) {
         for _ in 0..OPERATIONS {
-            let op = self.draw(|rng| rng.pick(&OPS));
+            let op = self.draw(|rng| rng.pick(&self.workload.ops));
+            let cancels = self.workload.faults == Faults::All;
             let wait = self.draw(|rng| match rng.below(4) {
                 0 => Wait::Try,
-                1 | 2 => Wait::Bounded(rng.millis_below(500)),
-                _ => Wait::Cancelled(rng.millis_below(400)),
+                3 if cancels => Wait::Cancelled(rng.millis_below(400)),
+                _ => Wait::Bounded(rng.millis_below(500)),
             });
             self.note(&format!("begins {op:?} ({wait:?})"));
             match op {
                 Op::Mutex | Op::Fair | Op::Read | Op::Write => self.lock_once(op, wait).await,
-                Op::Reenter => self.reenter(wait).await,
+                Op::Reenter => self.reenter(wait, false).await,
+                Op::ReenterSame => self.reenter(wait, true).await,
                 Op::Permits => self.permits(wait).await,
                 Op::Leased => self.leased(wait).await,
             }
@@ -349,16 +423,16 @@ impl Task {
     }
 
     /// A holder locks one name through the fair and the plain handle (in either order),
-    /// then releases the two guards in either order.
-    async fn reenter(&self, wait: Wait) {
+    /// or twice through one of them (`same`), then releases the two guards in either
+    /// order.
+    async fn reenter(&self, wait: Wait, same: bool) {
         let name = self.draw(|rng| rng.pick(&MUTEX_NAMES));
         let holder = Holder::new(&format!("t{}", self.index)).ok();
-        let (first, second) = self.draw(|rng| {
-            if rng.chance(50) {
-                (Op::Fair, Op::Mutex)
-            } else {
-                (Op::Mutex, Op::Fair)
-            }
+        let (first, second) = self.draw(|rng| match (same, rng.chance(50)) {
+            (false, true) => (Op::Fair, Op::Mutex),
+            (false, false) => (Op::Mutex, Op::Fair),
+            (true, true) => (Op::Fair, Op::Fair),
+            (true, false) => (Op::Mutex, Op::Mutex),
         });
         let outer = self.handle(first, name, holder.as_ref());
         let Some(guard) = self.take(&outer, name, wait).await else {
@@ -426,29 +500,39 @@ impl Task {
                 .ok()
                 .and_then(Result::ok),
         };
-        let Some(mut permits) = taken else {
+        let Some(permits) = taken else {
             self.note(&format!("leased permit: not taken ({wait:?})"));
             return;
         };
         self.note("leased permit: taken");
-        if self.draw(|rng| rng.chance(30)) {
+        let mut id = self.ledger.insert(EXPIRABLE, Held::Leased(permits));
+        self.ledger.check(&self.store);
+        self.hold().await;
+        // Now and then, some renewals later, the holder sets another lease.
+        if self.draw(|rng| rng.chance(40))
+            && let Some(Held::Leased(mut permits)) = self.ledger.take(id)
+        {
             let lease = self.draw(|rng| LEASE / 2 + rng.millis_below(900));
             let updated = permits.update_lease(lease).await;
             self.note(&format!(
                 "leased permit: lease set to {lease:?}: {}",
                 ok(&updated)
             ));
+            id = self.ledger.insert(EXPIRABLE, Held::Leased(permits));
+            self.ledger.check(&self.store);
+            // Holds on for up to the new lease: that is what the lease was set for.
+            let held_for = self.draw(|rng| rng.millis_below(lease.as_millis() as u64));
+            crate::nap(held_for).await;
         }
-        let id = self.ledger.insert(EXPIRABLE, Held::Leased(permits));
-        self.ledger.check(&self.store);
-        self.hold().await;
         self.give_back(id, EXPIRABLE).await;
     }
 
     /// Holds for a while; now and then the client is paused past its lease (its
     /// requests, renewals included, wait).
     async fn hold(&self) {
-        let (held_for, paused) = self.draw(|rng| (rng.millis_below(150), rng.chance(8)));
+        let may_pause = self.workload.faults == Faults::All;
+        let (held_for, paused) =
+            self.draw(|rng| (rng.millis_below(150), may_pause && rng.chance(8)));
         if paused {
             let until = Instant::now() + LEASE * 2;
             self.note("the client pauses past its lease");
@@ -463,7 +547,14 @@ impl Task {
         let Some(held) = self.ledger.take(id) else {
             return;
         };
-        let how = self.draw(|rng| rng.below(3));
+        let cancels = self.workload.faults == Faults::All;
+        let how = self.draw(|rng| {
+            if cancels {
+                rng.below(3)
+            } else {
+                rng.below(2) * 2
+            }
+        });
         let cut = self.draw(|rng| rng.millis_below(40));
         let done = match (held, how) {
             (Held::Guard(guard), 0) => ok(&guard.unlock().await),
@@ -483,8 +574,8 @@ fn ok<T, E>(result: &Result<T, E>) -> &'static str {
     if result.is_ok() { "ok" } else { "error" }
 }
 
-/// Runs seed `seed`; with `echo`, prints every event as it happens.
-pub(crate) fn run(seed: u64, echo: bool) -> Outcome {
+/// Runs seed `seed` of `workload`; with `echo`, prints every event as it happens.
+pub(crate) fn run(seed: u64, workload: &Workload, echo: bool) -> Outcome {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -504,16 +595,17 @@ pub(crate) fn run(seed: u64, echo: bool) -> Outcome {
         // clock's start; once a timer has fired, the clock stands on a tick, and every
         // deadline of whole milliseconds from then on falls in the same tick in every run.
         sleep(Duration::from_millis(1)).await;
-        simulate(seed, echo).await
+        simulate(seed, Arc::new(workload.clone()), echo).await
     })
 }
 
-async fn simulate(seed: u64, echo: bool) -> Outcome {
+async fn simulate(seed: u64, workload: Arc<Workload>, echo: bool) -> Outcome {
     let trace = Arc::new(Trace::new(echo));
+    let profile = workload.faults.profile();
     let network = Arc::new(Network {
         rng: Mutex::new(Rng::new(seed)),
         trace: Arc::clone(&trace),
-        profile: PROFILE,
+        profile,
         window: WINDOW,
         calm: AtomicBool::new(false),
     });
@@ -567,6 +659,7 @@ async fn simulate(seed: u64, echo: bool) -> Outcome {
             let (locks, link) = clients.get(index % CLIENTS)?.clone();
             let task = Task {
                 index,
+                workload: Arc::clone(&workload),
                 locks,
                 link,
                 network: Arc::clone(&network),
