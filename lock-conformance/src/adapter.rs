@@ -673,15 +673,7 @@ pub async fn a_call_ends_within_the_response_timeout_while_the_network_is_down(
 /// latch expired and left the hold for its lease.)
 pub async fn an_outage_as_long_as_the_retry_window_leaves_no_hold(connect: &AdapterConnect) {
     const WINDOW: Duration = Duration::from_millis(800);
-    let server = RedisServer::start().await;
-    let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap()).await;
-    let mut spec = ConnectSpec::new(proxy.url());
-    spec.connect_timeout = Duration::from_millis(300);
-    spec.response_timeout = Some(Duration::from_millis(200));
-    let locks = Locks::builder(connect(spec).await.unwrap())
-        .retry_window(WINDOW)
-        .build()
-        .unwrap();
+    let (server, proxy, locks) = behind_a_proxy(connect, WINDOW).await;
     let mutex = locks.mutex("adapter:outage");
     // Every script is loaded first, so the reply lost is the grant's, not a NOSCRIPT.
     mutex.lock().await.unwrap().unlock().await.unwrap();
@@ -752,15 +744,7 @@ pub async fn plain_permits_outlive_an_outage_longer_than_the_retry_window(
     connect: &AdapterConnect,
 ) {
     const WINDOW: Duration = Duration::from_millis(800);
-    let server = RedisServer::start().await;
-    let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap()).await;
-    let mut spec = ConnectSpec::new(proxy.url());
-    spec.connect_timeout = Duration::from_millis(300);
-    spec.response_timeout = Some(Duration::from_millis(200));
-    let locks = Locks::builder(connect(spec).await.unwrap())
-        .retry_window(WINDOW)
-        .build()
-        .unwrap();
+    let (server, proxy, locks) = behind_a_proxy(connect, WINDOW).await;
     let semaphore = locks.semaphore("adapter:outage-permits");
     assert!(semaphore.try_set_permits(2).await.unwrap());
     // Every script is loaded first, so the reply lost is the grant's.
@@ -803,6 +787,25 @@ pub async fn plain_permits_outlive_an_outage_longer_than_the_retry_window(
         "a release given up lost permits: {} of 2",
         available().await
     );
+}
+
+/// A server, a fault proxy in front of it, and a client through the proxy whose calls
+/// give up quickly (connect 300 ms, response 200 ms) and which sends a request again for
+/// `window`.
+async fn behind_a_proxy(
+    connect: &AdapterConnect,
+    window: Duration,
+) -> (RedisServer, FaultProxy, Locks) {
+    let server = RedisServer::start().await;
+    let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap()).await;
+    let mut spec = ConnectSpec::new(proxy.url());
+    spec.connect_timeout = Duration::from_millis(300);
+    spec.response_timeout = Some(Duration::from_millis(200));
+    let locks = Locks::builder(connect(spec).await.unwrap())
+        .retry_window(window)
+        .build()
+        .unwrap();
+    (server, proxy, locks)
 }
 
 /// A client of `server` straight, without the proxy.

@@ -47,7 +47,7 @@
 //!    ended in the store, and its guards are lost).
 //! 5. A request sent again within its retry window gets its first answer. A late copy
 //!    of an acquire request whose grant already ended grants nothing while the store
-//!    remembers the end (twice the retry window on Redis and in memory).
+//!    remembers the end (twice the retry window, in the memory backend).
 //!
 //! Composite locks keep the rules part by part: every part holds a composite grant under
 //! the composite request's id, a part kept from an earlier attempt is taken again under
