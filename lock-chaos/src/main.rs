@@ -13,7 +13,9 @@
 //! random faults: kill -9 a worker (restarted), SIGSTOP a worker for 2 to 4 leases,
 //! `CLIENT KILL` (`pg_terminate_backend`) random connections, restart a node as a crash
 //! would (Redis loses its data, PostgreSQL keeps what it committed), SIGSTOP a node
-//! briefly, and for RedLock kill two of five nodes for a while. At the end it prints one
+//! briefly, lose the reply to a lock operation after it ran, hold a lock operation back
+//! on its connection and deliver it 11 s later (past every answer kept for its retries),
+//! and for RedLock kill two of five nodes for a while. At the end it prints one
 //! JSON line and exits non-zero unless all three invariants are 0:
 //!
 //! - `overlaps_both_valid`: two workers held one name and both guards said `is_held()`;

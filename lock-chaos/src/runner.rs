@@ -29,15 +29,21 @@ pub(crate) struct RunArgs {
 }
 
 /// The faults, by name. The last one needs several nodes.
-const FAULTS: [&str; 7] = [
+const FAULTS: [&str; 8] = [
     "kill_worker",
     "pause_worker",
     "client_kill",
     "restart_node",
     "pause_node",
     "lose_reply",
+    "late_request",
     "kill_minority",
 ];
+
+/// How long a `late_request` is held back: past every answer a store keeps for a
+/// request's retries (the default retry window of 5 s, and twice that for the end of a
+/// grant), so that the copy delivered then finds nothing remembered of it.
+const LATE_BY: Duration = Duration::from_secs(11);
 
 struct Worker {
     id: String,
@@ -283,6 +289,14 @@ async fn inject(run: &mut Run, rng: &mut Rng, fault: &str) -> Result<(), String>
             let i = rng.range(0, run.proxies.len() as u64) as usize;
             let marker = run.nodes[i].lock_request_marker().to_vec();
             run.proxies[i].set(ProxyFault::LoseReplyTo(marker));
+        }
+        "late_request" => {
+            // The next lock operation through one node's proxy is held back on its
+            // connection, which the worker gives up on after its response timeout and
+            // replaces; the copy is delivered once every answer kept for it is gone.
+            let i = rng.range(0, run.proxies.len() as u64) as usize;
+            let marker = run.nodes[i].lock_request_marker().to_vec();
+            run.proxies[i].set(ProxyFault::HoldRequest(marker, LATE_BY));
         }
         "kill_minority" => {
             // Two of five nodes die for a while, then come back empty.
