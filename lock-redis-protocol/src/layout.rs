@@ -313,8 +313,9 @@ pub fn grants_key(name: &LockName, owner: &str, writer: bool) -> String {
     tagged_key(&[GRANTS_PREFIX], name, &[":", owner, suffix])
 }
 
-/// Where a release's answer is remembered for its retries: Redisson's unlock latch,
-/// `redisson_unlock_latch:{name}:<request id>`.
+/// Redisson's unlock latch, `redisson_unlock_latch:{name}:<request id>`, where Redisson
+/// remembers a release's answer. Our scripts keep a release's answer in its grant's
+/// latch instead ([`grant_latch_key`]); the bench's Redisson-like floor uses this one.
 #[must_use]
 pub fn release_latch_key(name: &LockName, request: RequestId) -> String {
     RELEASE_LATCH.of_request(name, request)
