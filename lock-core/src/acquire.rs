@@ -386,9 +386,7 @@ async fn attempt(
 /// Ends the grant `request` may have got, if it is alive: the caller never learnt of
 /// it. Nobody awaits this: a failure can only be logged, and the lease bounds the hold.
 async fn undo_grant(backend: &dyn Backend, lock: &LockRef, request: AcquireRequest) {
-    let undo = ReleaseRequest::new(request.lease, request.id)
-        .retry_window(request.retry_window)
-        .undoing();
+    let undo = ReleaseRequest::new(request.lease, request.id).retry_window(request.retry_window);
     let until = Instant::now() + request.retry_window;
     if let Err(err) = retry::until_answered(until, || backend.release(lock, undo)).await {
         events::release_failed(lock, "a grant its caller never learnt of", &err);

@@ -396,10 +396,6 @@ pub struct ReleaseRequest {
     pub id: RequestId,
     /// How long the caller may send the request again.
     pub retry_window: Duration,
-    /// Set when the caller never learnt whether `grant` was made (its reply was lost, or
-    /// its caller went away). A backend that tells grants apart treats it as any other
-    /// release; one that does not releases only a grant it still remembers.
-    pub undoes: Option<RequestId>,
 }
 
 impl ReleaseRequest {
@@ -411,7 +407,6 @@ impl ReleaseRequest {
             grant,
             id: RequestId::random(),
             retry_window: DEFAULT_RETRY_WINDOW,
-            undoes: None,
         }
     }
 
@@ -419,13 +414,6 @@ impl ReleaseRequest {
     #[must_use]
     pub fn retry_window(mut self, window: Duration) -> Self {
         self.retry_window = window;
-        self
-    }
-
-    /// Marks the release as the undo of its grant, whose outcome the caller never learnt.
-    #[must_use]
-    pub fn undoing(mut self) -> Self {
-        self.undoes = Some(self.grant);
         self
     }
 }

@@ -370,9 +370,8 @@ impl RedisBackend {
         if acknowledged >= wanted {
             return Ok(());
         }
-        let undo = ReleaseRequest::new(request.lease, request.id)
-            .retry_window(request.retry_window)
-            .undoing();
+        let undo =
+            ReleaseRequest::new(request.lease, request.id).retry_window(request.retry_window);
         if let Err(err) = Backend::release(self, lock, undo).await {
             events::unconfirmed_grant_kept(lock, &err);
         }

@@ -277,9 +277,8 @@ impl Backend for MultiLock {
         }
         // What this attempt took goes back as the undo of its grants: a part whose
         // request failed without an answer is released only if it granted it.
-        let undo = ReleaseRequest::new(request.lease, request.id)
-            .retry_window(request.retry_window)
-            .undoing();
+        let undo =
+            ReleaseRequest::new(request.lease, request.id).retry_window(request.retry_window);
         if !failures.is_empty() {
             let taken: Vec<usize> = (0..n)
                 .filter(|i| held.contains(i) || failures.iter().any(|(f, _)| f == i))

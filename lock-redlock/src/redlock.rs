@@ -263,9 +263,8 @@ fn spawn_acquire(
                 .wait_for(|d| *d != Decision::Pending)
                 .await
                 .is_ok_and(|d| *d == Decision::Kept);
-            let undo = ReleaseRequest::new(request.lease, request.id)
-                .retry_window(request.retry_window)
-                .undoing();
+            let undo =
+                ReleaseRequest::new(request.lease, request.id).retry_window(request.retry_window);
             if !kept && let Err(err) = node.release(&lock, undo).await {
                 tracing::warn!(
                     target: "lock",
