@@ -757,6 +757,10 @@ pub async fn plain_permits_outlive_an_outage_longer_than_the_retry_window(
             .await
             .unwrap()
     };
+    // Whether both permits come back within a few seconds.
+    let both_back = || {
+        crate::scenarios::eventually(Duration::from_secs(5), || async { available().await == 2 })
+    };
 
     proxy.set(ProxyFault::LoseReplyThenBlackHole(b"EVALSHA".to_vec()));
     let tried = semaphore.try_acquire(1).await;
@@ -764,9 +768,7 @@ pub async fn plain_permits_outlive_an_outage_longer_than_the_retry_window(
     assert_eq!(available().await, 1, "the grant ran");
     tokio::time::sleep(WINDOW + Duration::from_millis(100)).await;
     proxy.set(ProxyFault::Forward);
-    let back =
-        crate::scenarios::eventually(Duration::from_secs(5), || async { available().await == 2 })
-            .await;
+    let back = both_back().await;
     assert!(
         back,
         "a grant nobody learnt of was lost: {} of 2",
@@ -779,9 +781,7 @@ pub async fn plain_permits_outlive_an_outage_longer_than_the_retry_window(
     assert!(released.is_err(), "nothing answered: {released:?}");
     tokio::time::sleep(Duration::from_millis(300)).await;
     proxy.set(ProxyFault::Forward);
-    let back =
-        crate::scenarios::eventually(Duration::from_secs(5), || async { available().await == 2 })
-            .await;
+    let back = both_back().await;
     assert!(
         back,
         "a release given up lost permits: {} of 2",
