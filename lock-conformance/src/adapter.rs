@@ -86,6 +86,7 @@ macro_rules! adapter_tests {
             a_client_not_yet_listening_on_the_locks_channel_is_told_alone,
             a_release_keeps_a_starving_waiters_reservation_for_an_offers_time,
             a_grant_clears_an_unreadable_reservation_and_holds_count_down,
+            clients_outliving_their_connect_runtime_still_hand_over,
         );
     };
 }
@@ -1305,4 +1306,70 @@ async fn read_until(
     tokio::time::timeout(Duration::from_secs(2), reading)
         .await
         .ok()?
+}
+
+/// N8 (second review): two clients connected in a runtime that then shut down go on in
+/// another. Their notification readers died with the first runtime; the next wait starts
+/// them again on the caller's runtime, so a waiter is woken by the release, not left to
+/// find the lock free when it asks again. Checked for clients that had already waited in
+/// the first runtime and for a name they never used, on a standalone server and on a
+/// cluster (sharded pub/sub where the servers have it).
+pub async fn clients_outliving_their_connect_runtime_still_hand_over(connect: &AdapterConnect) {
+    let server = RedisServer::start().await;
+    let name = "adapter:runtime";
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let waiting = await_subscriber(&server, "NUMSUB", &channel);
+    let (a, b) = clients_of_a_runtime_that_stopped(connect, &server.url(), name, waiting);
+    hand_over_to_a_subscribed_waiter(&server, &a, &b, name).await;
+    hand_over_to_a_subscribed_waiter(&server, &b, &a, "adapter:runtime-new").await;
+
+    let cluster = RedisCluster::start(3).await;
+    let hosts: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|node| format!("127.0.0.1:{}", node.port()))
+        .collect();
+    let url = format!("redis+cluster://{}", hosts.join(","));
+    let name = "adapter:runtime-cluster";
+    let shard = cluster.node_for_key(name).await;
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let waiting = await_subscriber(shard, "SHARDNUMSUB", &channel);
+    let (a, b) = clients_of_a_runtime_that_stopped(connect, &url, name, waiting);
+    hand_over_once(
+        &a,
+        &b,
+        name,
+        await_subscriber(shard, "SHARDNUMSUB", &channel),
+    )
+    .await;
+}
+
+/// Connects two clients of `url` in a runtime of their own, hands `name` over between
+/// them once there (`waiting` resolves once the waiter listens), and shuts that runtime
+/// down.
+fn clients_of_a_runtime_that_stopped(
+    connect: &AdapterConnect,
+    url: &str,
+    name: &str,
+    waiting: impl Future<Output = ()> + Send,
+) -> (Locks, Locks) {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .enable_all()
+                    .build()
+                    .expect("a runtime");
+                let clients = runtime.block_on(async {
+                    let (a, b) = two_clients(connect, url).await;
+                    hand_over_once(&a, &b, name, waiting).await;
+                    (a, b)
+                });
+                runtime.shutdown_timeout(Duration::from_secs(1));
+                clients
+            })
+            .join()
+            .expect("the first runtime's thread")
+    })
 }

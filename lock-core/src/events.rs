@@ -182,6 +182,13 @@ pub(crate) fn watchdog_not_started(holds: usize, err: &Error) {
 }
 
 /// The notification worker had died and is started again.
+pub(crate) fn notification_reader_restarted() {
+    tracing::warn!(
+        target: TARGET,
+        "the notification reader had died (its runtime shut down?); connecting it again"
+    );
+}
+
 pub(crate) fn subscription_worker_restarted() {
     tracing::warn!(
         target: TARGET,

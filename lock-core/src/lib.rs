@@ -73,6 +73,7 @@ mod name;
 mod named;
 pub mod notify;
 mod retry;
+pub mod runtime;
 mod semaphore;
 mod supervisor;
 mod turns;

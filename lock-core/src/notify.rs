@@ -11,6 +11,7 @@
 //! sleeping through a release whose message was lost with the old connection.
 
 use std::collections::VecDeque;
+use std::future::Future;
 
 use foldhash::HashMap;
 use std::fmt;
@@ -430,6 +431,74 @@ impl Worker {
                 }
             }
         }
+    }
+}
+
+/// How a [`ReaderTask`] starts again: a future that opens a new connection and reads it.
+type Revive = Box<dyn Fn() -> futures_util::future::BoxFuture<'static, ()> + Send + Sync>;
+
+/// A transport's notification reader: the task that reads its subscription connection
+/// into a [`Subscriptions`] registry.
+///
+/// The task runs on the runtime it was started in and dies with it, while the client may
+/// live on in another runtime. [`ReaderTask::ensure_running`], called before each wait,
+/// finds it dead and starts `revive` on the caller's runtime, as the registry's own
+/// worker is started again. The backend owns the `ReaderTask`, never the registry: the
+/// reader feeds the registry, which must not keep its reader alive in return.
+pub struct ReaderTask {
+    task: Mutex<JoinHandle<()>>,
+    revive: Revive,
+}
+
+impl fmt::Debug for ReaderTask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let running = !self
+            .task
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_finished();
+        f.debug_struct("ReaderTask")
+            .field("running", &running)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReaderTask {
+    /// Runs `first` on the current runtime; `revive` makes the reader that replaces it
+    /// once it died with its runtime (it must open a new connection, and tell the
+    /// registry when it is up: [`Subscriptions::reconnected`]).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime, as [`tokio::spawn`].
+    pub fn spawn<F, R, G>(first: F, revive: R) -> Self
+    where
+        F: Future<Output = ()> + Send + 'static,
+        R: Fn() -> G + Send + Sync + 'static,
+        G: Future<Output = ()> + Send + 'static,
+    {
+        Self {
+            task: Mutex::new(tokio::spawn(first)),
+            revive: Box::new(move || Box::pin(revive())),
+        }
+    }
+
+    /// Starts the reader again on the current runtime if its task has ended, and says
+    /// whether it did. A reader ends of its own accord only once its backend is gone,
+    /// so an ended task means its runtime shut down.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoRuntime`] outside a tokio runtime, when the reader needs starting.
+    pub fn ensure_running(&self) -> Result<bool, Error> {
+        let mut task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
+        if !task.is_finished() {
+            return Ok(false);
+        }
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        events::notification_reader_restarted();
+        *task = runtime.spawn((self.revive)());
+        Ok(true)
     }
 }
 

@@ -23,38 +23,21 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::Error;
+use crate::runtime::RuntimeWatch;
 
 /// Owns where and how a client's background work runs.
 #[derive(Debug)]
 pub(crate) struct Supervisor {
-    home: Option<Home>,
+    /// The runtime the client was built in.
+    home: Option<RuntimeWatch>,
     jobs: Arc<Jobs>,
     closed: AtomicBool,
-}
-
-/// The runtime the client was built in, and whether it still runs.
-#[derive(Debug)]
-struct Home {
-    handle: Handle,
-    alive: Arc<AtomicBool>,
-    /// A task that never ends on its own: the runtime drops it when it shuts down, which
-    /// clears `alive`. Spawning on a runtime that shut down would silently drop the task.
-    sentinel: JoinHandle<()>,
 }
 
 #[derive(Debug, Default)]
 struct Jobs {
     running: AtomicUsize,
     idle: Notify,
-}
-
-/// Clears a flag when dropped.
-struct ClearOnDrop(Arc<AtomicBool>);
-
-impl Drop for ClearOnDrop {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
 }
 
 /// Counts one running job; dropped when the job ends, however it ends.
@@ -71,19 +54,7 @@ impl Drop for JobTicket {
 impl Supervisor {
     /// A supervisor whose home is the current runtime, if any.
     pub(crate) fn new() -> Self {
-        let home = Handle::try_current().ok().map(|handle| {
-            let alive = Arc::new(AtomicBool::new(true));
-            let flag = ClearOnDrop(Arc::clone(&alive));
-            let sentinel = handle.spawn(async move {
-                let _flag = flag;
-                std::future::pending::<()>().await;
-            });
-            Home {
-                handle,
-                alive,
-                sentinel,
-            }
-        });
+        let home = RuntimeWatch::current();
         Self {
             home,
             jobs: Arc::default(),
@@ -97,7 +68,7 @@ impl Supervisor {
             return Ok(current);
         }
         match &self.home {
-            Some(home) if home.alive.load(Ordering::Acquire) => Ok(home.handle.clone()),
+            Some(home) if home.is_running() => Ok(home.handle().clone()),
             _ => Err(Error::NoRuntime),
         }
     }
@@ -235,13 +206,5 @@ where
         f.debug_struct("AwaitedJob")
             .field("finished", &self.job.is_none())
             .finish_non_exhaustive()
-    }
-}
-
-impl Drop for Supervisor {
-    fn drop(&mut self) {
-        if let Some(home) = &self.home {
-            home.sentinel.abort();
-        }
     }
 }

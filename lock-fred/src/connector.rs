@@ -225,6 +225,7 @@ impl Connector {
             commands.clone(),
             subscriber.clone(),
             publish == PublishMode::Sharded,
+            owned,
             self.settings.response_timeout,
         );
         let protocol = self.settings.protocol.publish(publish);
@@ -233,11 +234,13 @@ impl Connector {
             subscriber,
             commands: owned.then_some(commands),
         };
-        tokio::spawn(notifications::pump(
-            owned,
-            backend.notification_sink(),
-            self.settings.ping_interval,
-        ));
+        let (sink, ping_interval) = (backend.notification_sink(), self.settings.ping_interval);
+        let first = notifications::pump(owned.clone(), sink.clone(), ping_interval);
+        // The transport connects the clients again on the caller's runtime; the reader
+        // only has to read on.
+        backend.run_notification_reader(first, move || {
+            notifications::pump(owned.clone(), sink.clone(), ping_interval)
+        });
         Ok(backend)
     }
 

@@ -11,6 +11,7 @@ use tokio::sync::broadcast::error::RecvError;
 use crate::transport::{Commands, quit_failed};
 
 /// What the reader closes when it stops.
+#[derive(Clone)]
 pub(crate) struct Owned {
     pub(crate) subscriber: SubscriberClient,
     /// The command clients, when this adapter opened them (not the application's).

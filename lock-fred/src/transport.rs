@@ -1,6 +1,7 @@
 //! [`FredTransport`]: lock-core's [`Transport`] over fred.
 
 use std::fmt;
+use std::sync::PoisonError;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -10,6 +11,7 @@ use fred::prelude::{Client, ClientLike, Options, Pool, PubsubInterface, ServerIn
 use fred::types::{ClusterHash, CustomCommand};
 use lock_core::Error;
 use lock_core::notify::PubSub;
+use lock_core::runtime::RuntimeWatch;
 use lock_redis_protocol::script::ScriptCall;
 use lock_redis_protocol::{ReplicaWait, Reply, Topology, Transport, TransportError};
 
@@ -45,6 +47,16 @@ impl Commands {
         }
     }
 
+    /// Starts the clients' connection tasks again on the current runtime (see
+    /// [`FredTransport::reconnect_if_orphaned`]).
+    fn connect_again(&self) {
+        // The handles are not needed: the tasks run until the clients quit.
+        match self {
+            Self::Client(client) => drop(client.connect()),
+            Self::Pool(pool) => drop(pool.connect()),
+        }
+    }
+
     /// Closes the connections (for clients this adapter opened itself).
     pub(crate) async fn quit(&self) {
         let quit = match self {
@@ -66,6 +78,12 @@ pub(crate) struct FredTransport {
     sharded: bool,
     /// Serializes (un)subscriptions; see [`FredTransport::subscribe_confirmed`].
     subscribing: tokio::sync::Mutex<()>,
+    /// The runtime the clients' connection tasks run on; see
+    /// [`FredTransport::reconnect_if_orphaned`].
+    home: std::sync::Mutex<Option<RuntimeWatch>>,
+    /// Whether this adapter opened the command clients (an application's clients are
+    /// left to the application).
+    owns_commands: bool,
     /// Per-call options: one attempt (a lock script must not run twice because a
     /// connection broke after it was sent) within the response timeout.
     options: Options,
@@ -87,6 +105,7 @@ impl FredTransport {
         commands: Commands,
         subscriber: SubscriberClient,
         sharded: bool,
+        owns_commands: bool,
         response_timeout: Duration,
     ) -> Self {
         Self {
@@ -94,6 +113,8 @@ impl FredTransport {
             subscriber,
             sharded,
             subscribing: tokio::sync::Mutex::new(()),
+            home: std::sync::Mutex::new(RuntimeWatch::current()),
+            owns_commands,
             options: Options {
                 max_attempts: Some(1),
                 timeout: Some(response_timeout),
@@ -143,6 +164,27 @@ pub(crate) fn quit_failed(what: &'static str, err: &dyn std::fmt::Display) {
 }
 
 impl FredTransport {
+    /// fred runs each client's connection in a task of the runtime that connected it,
+    /// and that task dies with its runtime while the client lives on (second review,
+    /// N8). The first call made after that starts the connections this adapter owns
+    /// again, on the caller's runtime; fred queues the call meanwhile. The subscriber's
+    /// reconnection then makes lock-core subscribe every channel again.
+    fn reconnect_if_orphaned(&self) {
+        let mut home = self.home.lock().unwrap_or_else(PoisonError::into_inner);
+        if home.as_ref().is_none_or(RuntimeWatch::is_running) {
+            return;
+        }
+        if self.owns_commands {
+            self.commands.connect_again();
+        }
+        drop(self.subscriber.connect());
+        *home = RuntimeWatch::current();
+        tracing::warn!(
+            target: "lock",
+            "the runtime the fred clients were connected in has shut down; connecting again"
+        );
+    }
+
     /// Subscribes and waits for the server's answer.
     ///
     /// fred completes `SUBSCRIBE` once it is written and drops the reply, so a refusal
@@ -187,6 +229,7 @@ impl FredTransport {
 #[async_trait]
 impl PubSub for FredTransport {
     async fn subscribe(&self, channel: &str) -> Result<(), Error> {
+        self.reconnect_if_orphaned();
         let outcome =
             tokio::time::timeout(self.response_timeout, self.subscribe_confirmed(channel)).await;
         let command = if self.sharded {
@@ -239,6 +282,7 @@ fn settle(
 #[async_trait]
 impl Transport for FredTransport {
     async fn send(&self, call: ScriptCall<'_>) -> Result<Reply, TransportError> {
+        self.reconnect_if_orphaned();
         let client = self.commands.next().with_options(&self.options);
         let (command, arguments) = script_command(&call);
         let sent = client.custom::<Value, _>(command, arguments).await;
@@ -253,6 +297,7 @@ impl Transport for FredTransport {
         call: ScriptCall<'_>,
         wait: ReplicaWait,
     ) -> Result<(Reply, Reply), TransportError> {
+        self.reconnect_if_orphaned();
         let pipeline = Pipeline::from(self.commands.next().with_options(&self.options));
         let (command, arguments) = script_command(&call);
         pipeline

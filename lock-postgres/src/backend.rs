@@ -532,9 +532,6 @@ impl Backend for PostgresBackend {
 
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
         check_fits(lock)?;
-        self.notifications
-            .subscriptions()
-            .listen(&self.channel(lock))
-            .await
+        self.notifications.listen(&self.channel(lock)).await
     }
 }

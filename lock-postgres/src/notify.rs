@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::Error;
-use lock_core::notify::{PubSub, Subscriptions, Wake};
+use lock_core::notify::{Listener, PubSub, ReaderTask, Subscriptions, Wake};
 use tokio::sync::watch;
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
 
@@ -91,6 +91,9 @@ fn quoted(channel: &str) -> String {
 #[derive(Debug)]
 pub struct Notifications {
     subscriptions: Subscriptions,
+    /// The task that keeps the connection, started again on a waiter's runtime after it
+    /// died with its own (second review, N8).
+    reader: ReaderTask,
     /// Dropped with `self`: the task ends when it sees that.
     _alive: watch::Sender<()>,
 }
@@ -123,11 +126,31 @@ impl Notifications {
             subscriptions: subscriptions.clone(),
             alive: watched,
         };
-        tokio::spawn(kept.run(connection));
+        let first = kept.clone().run(Some(connection));
+        let reader = ReaderTask::spawn(first, move || {
+            // The old connection died with its runtime: nobody LISTENs through it.
+            kept.listening.set(None);
+            kept.clone().run(None)
+        });
         Ok(Self {
             subscriptions,
+            reader,
             _alive: alive,
         })
+    }
+
+    /// Registers a listener on `channel`, with the notification connection kept.
+    ///
+    /// # Errors
+    ///
+    /// As [`Subscriptions::listen`]; [`Error::NoRuntime`] outside a tokio runtime.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe, as [`Subscriptions::listen`].
+    pub async fn listen(&self, channel: &str) -> Result<Listener, Error> {
+        self.reader.ensure_running()?;
+        self.subscriptions.listen(channel).await
     }
 
     /// The registry waiters listen through.
@@ -138,6 +161,7 @@ impl Notifications {
 }
 
 /// What the connection task keeps.
+#[derive(Clone)]
 struct Kept {
     config: Config,
     listening: Arc<Listening>,
@@ -150,21 +174,35 @@ type Connection =
 
 impl Kept {
     /// Delivers notifications until the connection ends, connects again, and so on,
-    /// until the [`Notifications`] is dropped.
-    async fn run(mut self, mut connection: Connection) {
+    /// until the [`Notifications`] is dropped. Without a `connection` (a task started
+    /// again after its runtime shut down) it connects first.
+    async fn run(mut self, connection: Option<Connection>) {
+        let mut connection = match connection {
+            Some(connection) => connection,
+            None => match self.reopen().await {
+                Some(connection) => connection,
+                None => return,
+            },
+        };
         loop {
             if !self.deliver(&mut connection).await {
                 return;
             }
-            self.listening.set(None);
-            self.subscriptions.connection_lost();
-            let Some(reconnected) = self.reconnect().await else {
-                return;
-            };
-            connection = reconnected;
-            // LISTEN every channel again, then wake every waiter to re-poll.
-            self.subscriptions.reconnected();
+            match self.reopen().await {
+                Some(reconnected) => connection = reconnected,
+                None => return,
+            }
         }
+    }
+
+    /// Connects again and LISTENs every channel again, then wakes every waiter to
+    /// re-poll; `None` once the owner is gone.
+    async fn reopen(&mut self) -> Option<Connection> {
+        self.listening.set(None);
+        self.subscriptions.connection_lost();
+        let connection = self.reconnect().await?;
+        self.subscriptions.reconnected();
+        Some(connection)
     }
 
     /// Delivers what `connection` receives until it ends; false once the owner is gone.

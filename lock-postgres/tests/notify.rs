@@ -105,3 +105,78 @@ async fn notifications_arrive_and_survive_a_terminated_connection_and_a_restart(
     );
     assert_eq!(notifications.subscriptions().channels(), ["dl_test"]);
 }
+
+/// Second review, N8: two clients connected in a runtime that then shut down go on in
+/// another. Their notification connection died with the first runtime; the next wait
+/// connects it again on the caller's runtime, so a waiter is woken by the release (the
+/// holder's lease is 30 s: a waiter left to poll would not be served within 5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_outliving_their_connect_runtime_still_hand_over() {
+    let server = PostgresServer::start().await;
+    let admin = postgres_client(&server.url()).await;
+    let (a, b) = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let clients = runtime.block_on(async {
+                    let a = connect(&server.url()).await;
+                    let b = connect(&server.url()).await;
+                    hand_over(&admin, &a, &b, "runtime:first").await;
+                    (a, b)
+                });
+                runtime.shutdown_timeout(Duration::from_secs(1));
+                clients
+            })
+            .join()
+            .unwrap()
+    });
+    hand_over(&admin, &a, &b, "runtime:first").await;
+    hand_over(&admin, &b, &a, "runtime:second").await;
+}
+
+async fn connect(url: &str) -> lock_core::Locks {
+    let backend = lock_postgres::Connector::new(url).connect().await.unwrap();
+    lock_core::Locks::new(std::sync::Arc::new(backend))
+}
+
+/// `a` holds `name` while `b` waits for it; once a notification connection LISTENs
+/// (the waiter's, opened after the last `LISTEN` seen), `a` releases and `b` must be
+/// served within 5 s.
+async fn hand_over(admin: &Client, a: &lock_core::Locks, b: &lock_core::Locks, name: &str) {
+    let since: std::time::SystemTime = admin.query_one("SELECT now()", &[]).await.unwrap().get(0);
+    let held = a.mutex(name).lock().await.unwrap();
+    let waiter = {
+        let mutex = b.mutex(name);
+        tokio::spawn(async move { mutex.lock().await.map(drop) })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let listening: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 \
+                 AND query LIKE 'LISTEN %' AND state_change >= $2",
+                &[&APPLICATION_NAME, &since],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if listening > 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the waiter never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    held.unlock().await.unwrap();
+    timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter was woken")
+        .unwrap()
+        .unwrap();
+}

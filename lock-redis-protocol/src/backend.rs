@@ -13,7 +13,7 @@ use lock_core::backend::{
     LockKind, LockRef, LockState, PermitRequest, Release, ReleaseRequest, Renewal,
     SemaphoreBackend,
 };
-use lock_core::notify::{Listener, Subscriptions};
+use lock_core::notify::{Listener, ReaderTask, Subscriptions};
 use lock_core::{Error, LockName, RequestId};
 
 use crate::decimals::Decimals;
@@ -168,6 +168,9 @@ pub struct RedisBackend {
     /// subscription does. `None` once the server refused it (an ACL that does not allow
     /// it): waiters then listen on their locks' channels alone.
     own_listener: tokio::sync::OnceCell<Option<Listener>>,
+    /// The adapter's notification reader, started again on the caller's runtime when it
+    /// died with its own (see [`RedisBackend::run_notification_reader`]).
+    reader: std::sync::OnceLock<ReaderTask>,
     /// Set once a mutex waiter registered this client (see [`layout::waiting_clients_key`]):
     /// only a registered client is ever woken alone. A waiter that does not register (a
     /// RedLock's, on each of its nodes) has no use for the own channel.
@@ -219,6 +222,7 @@ impl RedisBackend {
             own_channel: layout::own_channel(&wake_id).into(),
             wake_id: Arc::from(wake_id),
             own_listener: tokio::sync::OnceCell::new(),
+            reader: std::sync::OnceLock::new(),
             registered_a_waiter: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -231,6 +235,32 @@ impl RedisBackend {
             &self.alive,
             (Arc::clone(&self.wake_id), Arc::clone(&self.own_channel)),
         )
+    }
+
+    /// Runs the adapter's notification reader: `first` now, on the current runtime, and
+    /// `revive` on a waiter's runtime whenever the reader is found dead (the runtime it
+    /// ran on shut down while the client lived on). `revive` must open a new
+    /// subscription connection and call [`NotificationSink::reconnected`] once it is up.
+    /// A second call is ignored: a backend has one reader.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn run_notification_reader<F, R, G>(&self, first: F, revive: R)
+    where
+        F: Future<Output = ()> + Send + 'static,
+        R: Fn() -> G + Send + Sync + 'static,
+        G: Future<Output = ()> + Send + 'static,
+    {
+        self.reader.get_or_init(|| ReaderTask::spawn(first, revive));
+    }
+
+    /// Listens on `channel`, with the notification reader running.
+    async fn listen_on(&self, channel: &str) -> Result<Listener, Error> {
+        if let Some(reader) = self.reader.get() {
+            reader.ensure_running()?;
+        }
+        self.subscriptions.listen(channel).await
     }
 
     /// Channels this client is subscribed to for its waiters (for diagnostics).
@@ -337,7 +367,7 @@ impl RedisBackend {
     /// Subscribes this client's own channel; `None` where the server refuses it (a
     /// release then tells this client on the lock's channel, as every other client).
     async fn own_channel_listener(&self) -> Result<Option<Listener>, Error> {
-        match self.subscriptions.listen(&self.own_channel).await {
+        match self.listen_on(&self.own_channel).await {
             Ok(listener) => Ok(Some(listener)),
             Err(err) if err.is_backend() => {
                 events::own_channel_refused(&err);
@@ -864,12 +894,12 @@ impl Backend for RedisBackend {
             || !self.registered_a_waiter.load(Ordering::Relaxed)
             || self.own_listener.initialized()
         {
-            return self.subscriptions.listen(&channel).await;
+            return self.listen_on(&channel).await;
         }
         // A release that wakes this client alone tells it on its own channel: one
         // message instead of one to every client listening on the lock's.
         let (shared, own) = futures_util::future::join(
-            self.subscriptions.listen(&channel),
+            self.listen_on(&channel),
             self.own_listener
                 .get_or_try_init(|| self.own_channel_listener()),
         )
@@ -977,9 +1007,7 @@ impl SemaphoreBackend for RedisBackend {
     }
 
     async fn listen(&self, name: &LockName) -> Result<Listener, Error> {
-        self.subscriptions
-            .listen(&layout::semaphore_channel(name))
-            .await
+        self.listen_on(&layout::semaphore_channel(name)).await
     }
 }
 
@@ -1069,9 +1097,7 @@ impl LatchBackend for RedisBackend {
     }
 
     async fn listen(&self, name: &LockName) -> Result<Listener, Error> {
-        self.subscriptions
-            .listen(&layout::latch_listen_channel(name))
-            .await
+        self.listen_on(&layout::latch_listen_channel(name)).await
     }
 }
 

@@ -10,6 +10,7 @@ use lock_redis_protocol::{ConnectorSettings, PublishMode, RedisBackend, connect}
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 
+use crate::cluster::{ClusterCommands, MakeBuilder};
 use crate::notifications::{self, Link};
 use crate::reconnect::Reconnecting;
 use crate::sentinel::Failover;
@@ -180,6 +181,7 @@ impl Connector {
             tls,
             settings,
         } = self;
+        let connected = connect_commands(target, &tls, &settings).await?;
         let ConnectorSettings {
             connect_timeout,
             response_timeout,
@@ -187,84 +189,121 @@ impl Connector {
             protocol,
             ..
         } = settings;
-        let mut failover_target = None;
-        // A cluster's node URLs, for the sharded subscription connection.
-        let mut cluster_urls = None;
-        let (commands, nodes) = match target {
-            Target::Url(url) => match url::parse(&url, &tls)? {
-                Deployment::Single(client) => {
-                    let connection =
-                        Reconnecting::connect(client.clone(), connect_timeout, response_timeout)
-                            .await?;
-                    refuse_cluster_node(&connection).await?;
-                    (Commands::Connection(connection), vec![client])
-                }
-                Deployment::Cluster(urls) => {
-                    let connected = cluster(&urls, &tls, connect_timeout, response_timeout).await?;
-                    cluster_urls = Some(urls);
-                    connected
-                }
-                Deployment::Sentinel {
-                    sentinels,
-                    master,
-                    node,
-                } => {
-                    let failover = Arc::new(
-                        Failover::connect(
-                            &sentinels,
-                            &master,
-                            node,
-                            connect_timeout,
-                            response_timeout,
-                        )
-                        .await?,
-                    );
-                    failover_target = Some(Arc::clone(&failover));
-                    (Commands::Sentinel(failover), Vec::new())
-                }
-            },
-            Target::Cluster(urls) => {
-                let connected = cluster(&urls, &tls, connect_timeout, response_timeout).await?;
-                cluster_urls = Some(urls);
-                connected
-            }
-            Target::Manager(client, manager) => (Commands::Manager(manager), vec![client]),
-            Target::Pool(client, pool) => (Commands::Pool(pool), vec![client]),
-            Target::ClusterConnection(urls, connection) => {
-                let nodes = url::clients(&urls, &tls)?;
-                cluster_urls = Some(urls);
-                (Commands::Cluster(connection), nodes)
-            }
-        };
+        let Connected {
+            commands,
+            nodes,
+            failover,
+            cluster,
+        } = connected;
         let topology = commands.topology();
         let sharded = match &commands {
-            Commands::Cluster(connection) => shards_pubsub(connection, response_timeout).await,
+            Commands::Cluster(commands) => shards_pubsub(commands, response_timeout).await,
             _ => false,
         };
         let protocol = protocol.publish(protocol.publish.decide(topology, sharded)?);
-        if let (PublishMode::Sharded, Some(urls)) = (protocol.publish, cluster_urls) {
-            let builder = cluster_builder(&urls, &tls, connect_timeout, response_timeout);
-            let (link, pushes) =
-                ShardedLink::open(builder, connect_timeout, response_timeout).await?;
-            let notifications = Notifications::Sharded(link);
+        if let (PublishMode::Sharded, Some(make)) = (protocol.publish, cluster) {
+            let (link, pushes) = ShardedLink::open(make, connect_timeout, response_timeout).await?;
+            let notifications = Notifications::Sharded(Arc::clone(&link));
             let transport = RedisTransport::new(commands, notifications, response_timeout);
             let backend = RedisBackend::new(Arc::new(transport), protocol);
-            tokio::spawn(sharded::pump(pushes, backend.notification_sink()));
+            let sink = backend.notification_sink();
+            let first = sharded::pump(Arc::clone(&link), Some(pushes), sink.clone());
+            backend.run_notification_reader(first, move || {
+                link.forget_connection(&sink);
+                sharded::pump(Arc::clone(&link), None, sink.clone())
+            });
             return Ok(backend);
         }
-        let (link, stream) =
-            Link::open(nodes, failover_target, connect_timeout, response_timeout).await?;
+        let (link, stream) = Link::open(nodes, failover, connect_timeout, response_timeout).await?;
         let notifications = Notifications::Classic(Arc::clone(&link));
         let transport = RedisTransport::new(commands, notifications, response_timeout);
         let backend = RedisBackend::new(Arc::new(transport), protocol);
-        tokio::spawn(notifications::pump(
-            link,
-            stream,
-            backend.notification_sink(),
-            ping_interval,
-        ));
+        let sink = backend.notification_sink();
+        let first =
+            notifications::pump(Arc::clone(&link), Some(stream), sink.clone(), ping_interval);
+        backend.run_notification_reader(first, move || {
+            link.forget_connection(&sink);
+            notifications::pump(Arc::clone(&link), None, sink.clone(), ping_interval)
+        });
         Ok(backend)
     }
+}
+
+/// The script connection, and what the subscription connection needs to reach the same
+/// deployment.
+struct Connected {
+    commands: Commands,
+    /// The nodes a classic subscription connection may use.
+    nodes: Vec<redis::Client>,
+    /// Behind Sentinel: where the master is asked for.
+    failover: Option<Arc<Failover>>,
+    /// On a cluster: how to connect to it again (for sharded subscriptions).
+    cluster: Option<MakeBuilder>,
+}
+
+impl Connected {
+    fn new(commands: Commands, nodes: Vec<redis::Client>) -> Self {
+        Self {
+            commands,
+            nodes,
+            failover: None,
+            cluster: None,
+        }
+    }
+}
+
+/// Opens the script connection to `target`.
+async fn connect_commands(
+    target: Target,
+    tls: &url::Tls,
+    settings: &ConnectorSettings,
+) -> Result<Connected, Error> {
+    let (connect_timeout, response_timeout) = (settings.connect_timeout, settings.response_timeout);
+    Ok(match target {
+        Target::Url(url) => match url::parse(&url, tls)? {
+            Deployment::Single(client) => {
+                let connection =
+                    Reconnecting::connect(client.clone(), connect_timeout, response_timeout)
+                        .await?;
+                refuse_cluster_node(&connection).await?;
+                Connected::new(Commands::Connection(connection), vec![client])
+            }
+            Deployment::Cluster(urls) => {
+                cluster(&urls, tls, connect_timeout, response_timeout).await?
+            }
+            Deployment::Sentinel {
+                sentinels,
+                master,
+                node,
+            } => {
+                let failover = Arc::new(
+                    Failover::connect(&sentinels, &master, node, connect_timeout, response_timeout)
+                        .await?,
+                );
+                Connected {
+                    failover: Some(Arc::clone(&failover)),
+                    ..Connected::new(Commands::Sentinel(failover), Vec::new())
+                }
+            }
+        },
+        Target::Cluster(urls) => cluster(&urls, tls, connect_timeout, response_timeout).await?,
+        Target::Manager(client, manager) => {
+            Connected::new(Commands::Manager(manager), vec![client])
+        }
+        Target::Pool(client, pool) => Connected::new(Commands::Pool(pool), vec![client]),
+        Target::ClusterConnection(urls, connection) => {
+            let commands = Commands::Cluster(ClusterCommands::of_application(connection));
+            Connected {
+                cluster: Some(make_cluster_builder(
+                    &urls,
+                    tls,
+                    connect_timeout,
+                    response_timeout,
+                )),
+                ..Connected::new(commands, url::clients(&urls, tls)?)
+            }
+        }
+    })
 }
 
 /// A single-server URL that points at a cluster node would fail on every other key
@@ -288,10 +327,12 @@ async fn refuse_cluster_node(connection: &Reconnecting) -> Result<(), Error> {
 }
 
 /// Whether the cluster's servers support sharded pub/sub, asked the way Redisson asks.
-async fn shards_pubsub(connection: &ClusterConnection, timeout: Duration) -> bool {
+async fn shards_pubsub(commands: &ClusterCommands, timeout: Duration) -> bool {
     let mut command = redis::cmd("PUBSUB");
     command.arg("SHARDNUMSUB");
-    let mut connection = connection.clone();
+    let Ok(mut connection) = commands.connection().await else {
+        return false;
+    };
     let answer = command.query_async::<redis::Value>(&mut connection);
     matches!(tokio::time::timeout(timeout, answer).await, Ok(Ok(_)))
 }
@@ -319,19 +360,30 @@ fn cluster_builder(
     builder
 }
 
+/// How to build a client of the cluster at `urls`, as often as needed.
+fn make_cluster_builder(
+    urls: &[String],
+    tls: &url::Tls,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+) -> MakeBuilder {
+    let (urls, tls) = (urls.to_vec(), tls.clone());
+    Arc::new(move || cluster_builder(&urls, &tls, connect_timeout, response_timeout))
+}
+
+/// The script connection to the cluster at `urls`, and a client of each node (for the
+/// classic subscription connection).
 async fn cluster(
     urls: &[String],
     tls: &url::Tls,
     connect_timeout: Duration,
     response_timeout: Duration,
-) -> Result<(Commands, Vec<redis::Client>), Error> {
+) -> Result<Connected, Error> {
     let nodes = url::clients(urls, tls)?;
-    let client = cluster_builder(urls, tls, connect_timeout, response_timeout)
-        .build()
-        .map_err(|err| Error::invalid_config("invalid cluster settings", Some(err.into())))?;
-    match tokio::time::timeout(connect_timeout, client.get_async_connection()).await {
-        Ok(Ok(connection)) => Ok((Commands::Cluster(connection), nodes)),
-        Ok(Err(err)) => Err(crate::error::connection("connecting to the cluster", err)),
-        Err(elapsed) => Err(Error::connection("connecting to the cluster", elapsed)),
-    }
+    let make = make_cluster_builder(urls, tls, connect_timeout, response_timeout);
+    let commands = ClusterCommands::connect(Arc::clone(&make), connect_timeout).await?;
+    Ok(Connected {
+        cluster: Some(make),
+        ..Connected::new(Commands::Cluster(commands), nodes)
+    })
 }

@@ -20,6 +20,7 @@
 //! # Ok(()) }
 //! ```
 
+mod cluster;
 mod connector;
 mod error;
 mod notifications;

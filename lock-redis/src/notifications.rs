@@ -134,13 +134,22 @@ pub(crate) fn settle(
     }
 }
 
-/// Reads notifications into `sink` until the backend is gone, reconnecting whenever the connection breaks or stops answering pings.
+/// Reads notifications into `sink` until the backend is gone, reconnecting whenever the
+/// connection breaks or stops answering pings. Without a `stream` (a reader started
+/// again after its runtime shut down) it connects first.
 pub(crate) async fn pump(
     link: Arc<Link>,
-    mut stream: PubSubStream,
+    stream: Option<PubSubStream>,
     sink: NotificationSink,
     ping_interval: Duration,
 ) {
+    let mut stream = match stream {
+        Some(stream) => stream,
+        None => match reopen(&link, &sink).await {
+            Some(stream) => stream,
+            None => return,
+        },
+    };
     let mut ping =
         tokio::time::interval_at(tokio::time::Instant::now() + ping_interval, ping_interval);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -158,16 +167,8 @@ pub(crate) async fn pump(
             _ = ping.tick() => !link.answers_ping().await,
         };
         if broken {
-            sink.disconnected();
-            link.sink.send_replace(None);
-            match reconnect(&link, &sink).await {
-                Some((new_sink, new_stream)) => {
-                    link.sink.send_replace(Some(new_sink));
-                    stream = new_stream;
-                    // Messages may have been missed while disconnected: lock-core
-                    // resubscribes every channel, then wakes every waiter to re-check.
-                    sink.reconnected();
-                }
+            match reopen(&link, &sink).await {
+                Some(new_stream) => stream = new_stream,
                 None => return,
             }
         }
@@ -177,7 +178,26 @@ pub(crate) async fn pump(
     }
 }
 
+/// Drops the current connection and opens another; `None` once the backend is gone.
+async fn reopen(link: &Link, sink: &NotificationSink) -> Option<PubSubStream> {
+    link.forget_connection(sink);
+    let (new_sink, stream) = with_backoff(sink, || link.connect_any()).await?;
+    link.sink.send_replace(Some(new_sink));
+    // Messages may have been missed while disconnected: lock-core resubscribes every
+    // channel, then wakes every waiter to re-check.
+    sink.reconnected();
+    Some(stream)
+}
+
 impl Link {
+    /// Stops handing out the current connection, which broke (or died with its runtime):
+    /// subscriptions wait for the next one.
+    pub(crate) fn forget_connection(&self, sink: &NotificationSink) {
+        if self.sink.send_replace(None).is_some() {
+            sink.disconnected();
+        }
+    }
+
     async fn answers_ping(&self) -> bool {
         let Some(mut sink) = self.sink.borrow().clone() else {
             return false;
@@ -187,16 +207,21 @@ impl Link {
     }
 }
 
-/// Retries with capped exponential backoff; `None` if the backend went meanwhile.
-async fn reconnect(link: &Link, sink: &NotificationSink) -> Option<(PubSubSink, PubSubStream)> {
+/// Tries `attempt` until it succeeds, pausing longer after each failure (capped);
+/// `None` once the backend went meanwhile.
+pub(crate) async fn with_backoff<T, F, A>(sink: &NotificationSink, mut attempt: A) -> Option<T>
+where
+    A: FnMut() -> F,
+    F: std::future::Future<Output = Result<T, Error>>,
+{
     let (mut pause, longest) = RECONNECT_BACKOFF;
     loop {
         tokio::select! {
             biased;
             () = sink.closed() => return None,
-            attempt = link.connect_any() => {
-                if let Ok(connection) = attempt {
-                    return Some(connection);
+            outcome = attempt() => {
+                if let Ok(connected) = outcome {
+                    return Some(connected);
                 }
             }
         }

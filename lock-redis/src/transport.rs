@@ -11,8 +11,8 @@ use lock_redis_protocol::script::ScriptCall;
 use lock_redis_protocol::{ReplicaWait, Reply, Topology, Transport, TransportError};
 use redis::Value;
 use redis::aio::ConnectionManager;
-use redis::cluster_async::ClusterConnection;
 
+use crate::cluster::ClusterCommands;
 use crate::notifications::Link;
 use crate::reconnect::Reconnecting;
 use crate::sentinel::Failover;
@@ -28,7 +28,7 @@ pub(crate) enum Commands {
     Connection(Reconnecting),
     /// The application's.
     Manager(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(ClusterCommands),
     Pool(RedisPool),
     Sentinel(Arc<Failover>),
 }
@@ -60,7 +60,7 @@ pub(crate) enum Notifications {
     /// `SUBSCRIBE` on one pub/sub connection.
     Classic(Arc<Link>),
     /// `SSUBSCRIBE` on the shard of each channel.
-    Sharded(ShardedLink),
+    Sharded(Arc<ShardedLink>),
 }
 
 /// Script calls over the command connection; notifications over a dedicated pub/sub
@@ -105,10 +105,16 @@ impl RedisTransport {
                 .query_async(&mut manager.clone())
                 .await
                 .map_err(crate::error::transport),
-            Commands::Cluster(cluster) => command
-                .query_async(&mut cluster.clone())
-                .await
-                .map_err(crate::error::transport),
+            Commands::Cluster(cluster) => {
+                let mut connection = cluster
+                    .connection()
+                    .await
+                    .map_err(crate::error::transport)?;
+                command
+                    .query_async(&mut connection)
+                    .await
+                    .map_err(crate::error::transport)
+            }
             // Boxed: a failover's and a checkout's futures are large, and every call's
             // future (ours too) is moved into a box on every call; inline, it would carry
             // room for them.
