@@ -265,3 +265,58 @@ pub async fn a_latch_named_with_a_hash_tag_opens(fx: &dyn Fixture) {
         .unwrap()
         .unwrap();
 }
+
+/// A semaphore and a count-down latch keep the same plain count under a name (Redisson's
+/// layout). Each refuses the other's name as `Incompatible` and changes nothing: before
+/// this, on Redis, a `count_down()` took a permit, a latch's `delete()` removed the
+/// semaphore and a latch of 5 took `add_permits(10)` and counted 15. Once a latch has
+/// opened (its count is gone) the name is free for a semaphore.
+pub async fn a_semaphore_and_a_latch_never_share_a_name(fx: &dyn Fixture) {
+    let locks = fx.client().await;
+    let name = unique("sem-latch");
+    let semaphore = locks.semaphore(&name);
+    assert!(semaphore.try_set_permits(3).await.unwrap());
+    let latch = locks.count_down_latch(&name);
+    assert_eq!(kind(latch.count_down().await), ErrorKind::Incompatible);
+    assert_eq!(kind(latch.count().await), ErrorKind::Incompatible);
+    assert_eq!(kind(latch.try_set_count(1).await), ErrorKind::Incompatible);
+    assert_eq!(kind(latch.delete().await), ErrorKind::Incompatible);
+    assert_eq!(
+        semaphore.available().await.unwrap(),
+        3,
+        "the latch took permits"
+    );
+
+    let name = unique("latch-sem");
+    let latch = locks.count_down_latch(&name);
+    assert!(latch.try_set_count(5).await.unwrap());
+    let semaphore = locks.semaphore(&name);
+    assert_eq!(
+        kind(semaphore.add_permits(10).await),
+        ErrorKind::Incompatible
+    );
+    assert_eq!(
+        kind(semaphore.try_acquire(1).await),
+        ErrorKind::Incompatible
+    );
+    assert_eq!(kind(semaphore.available().await), ErrorKind::Incompatible);
+    assert_eq!(kind(semaphore.drain().await), ErrorKind::Incompatible);
+    assert_eq!(
+        kind(semaphore.try_set_permits(2).await),
+        ErrorKind::Incompatible
+    );
+    assert_eq!(
+        latch.count().await.unwrap(),
+        5,
+        "the semaphore changed the count"
+    );
+
+    for _ in 0..5 {
+        latch.count_down().await.unwrap();
+    }
+    assert!(
+        semaphore.try_set_permits(2).await.unwrap(),
+        "an open latch keeps its name"
+    );
+    assert_eq!(semaphore.available().await.unwrap(), 2);
+}

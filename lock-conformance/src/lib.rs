@@ -124,6 +124,7 @@ macro_rules! conformance_suite {
             latch_count_down_sent_twice_counts_once: [CountDownLatch, RetrySafe],
             a_redisson_peer_shares_our_latch: [RedisControl, CountDownLatch],
             a_latch_named_with_a_hash_tag_opens: [CountDownLatch],
+            a_semaphore_and_a_latch_never_share_a_name: [CountDownLatch, Semaphore],
             semaphore_bounds_concurrency: [Semaphore],
             semaphore_waiters_of_one_client_go_in_arrival_order: [Semaphore],
             semaphore_operations_and_bad_input: [Semaphore],

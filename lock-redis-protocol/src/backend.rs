@@ -929,7 +929,8 @@ impl SemaphoreBackend for RedisBackend {
         let permits = permits.to_string();
         let channel = layout::semaphore_channel(name);
         let args = [&*permits, &channel, self.options.publish.command()];
-        let keys = [layout::lock_key(name)];
+        let marker = layout::kind_marker_key(name);
+        let keys = [layout::lock_key(name), &marker];
         let script = &script::SEMAPHORE_SET;
         integer(
             "semaphore set",
@@ -942,7 +943,8 @@ impl SemaphoreBackend for RedisBackend {
         let delta = delta.to_string();
         let channel = layout::semaphore_channel(name);
         let args = [&*delta, &channel, self.options.publish.command()];
-        let keys = [layout::lock_key(name)];
+        let marker = layout::kind_marker_key(name);
+        let keys = [layout::lock_key(name), &marker];
         let script = &script::SEMAPHORE_ADD;
         integer(
             "semaphore add",
@@ -955,7 +957,8 @@ impl SemaphoreBackend for RedisBackend {
         let reserved = layout::permit_reservation_key(name);
         let permits = request.permits.to_string();
         let [reserving, so_far_ms, kept_ms] = reservation_args(request.reserve);
-        let keys = [layout::lock_key(name), &grant, &reserved];
+        let marker = layout::kind_marker_key(name);
+        let keys = [layout::lock_key(name), &grant, &reserved, &marker];
         let args = [&*permits, &reserving, &so_far_ms, &kept_ms];
         let script = &script::SEMAPHORE_ACQUIRE;
         let reply = self.eval("taking permits", script, &keys, &args).await?;
@@ -968,7 +971,8 @@ impl SemaphoreBackend for RedisBackend {
         let remembered = millis(request.retry_window).to_string();
         let publish = self.options.publish.command();
         let args = [&*channel, publish, &remembered];
-        let keys = [layout::lock_key(name), &grant];
+        let marker = layout::kind_marker_key(name);
+        let keys = [layout::lock_key(name), &grant, &marker];
         let script = &script::SEMAPHORE_RELEASE;
         integer(
             "semaphore release",
@@ -978,7 +982,8 @@ impl SemaphoreBackend for RedisBackend {
     }
 
     async fn available(&self, name: &LockName) -> Result<i64, Error> {
-        let keys = [layout::lock_key(name)];
+        let marker = layout::kind_marker_key(name);
+        let keys = [layout::lock_key(name), &marker];
         let script = &script::SEMAPHORE_READ;
         integer(
             "semaphore read",
@@ -997,7 +1002,8 @@ impl SemaphoreBackend for RedisBackend {
     }
 
     async fn drain(&self, name: &LockName) -> Result<i64, Error> {
-        let keys = [layout::lock_key(name)];
+        let marker = layout::kind_marker_key(name);
+        let keys = [layout::lock_key(name), &marker];
         let script = &script::SEMAPHORE_READ;
         integer(
             "semaphore drain",
@@ -1041,7 +1047,8 @@ impl LatchBackend for RedisBackend {
         let count = count.to_string();
         let [channel, java] = self.latch_channels(name);
         let args = [&*count, &channel, self.options.publish.command(), &java];
-        let keys = [layout::lock_key(name)];
+        let marker = layout::kind_marker_key(name);
+        let keys = [layout::lock_key(name), &marker];
         match self
             .eval("setting a latch", &script::LATCH_SET, &keys, &args)
             .await?
@@ -1061,7 +1068,8 @@ impl LatchBackend for RedisBackend {
             &remembered,
             &java,
         ];
-        let keys = [layout::lock_key(name), &answer];
+        let marker = layout::kind_marker_key(name);
+        let keys = [layout::lock_key(name), &answer, &marker];
         let script = &script::LATCH_COUNT_DOWN;
         match self
             .eval("counting a latch down", script, &keys, &args)
@@ -1073,7 +1081,8 @@ impl LatchBackend for RedisBackend {
     }
 
     async fn count(&self, name: &LockName) -> Result<u64, Error> {
-        let keys = [layout::lock_key(name)];
+        let marker = layout::kind_marker_key(name);
+        let keys = [layout::lock_key(name), &marker];
         match self
             .eval("reading a latch", &script::LATCH_COUNT, &keys, &[])
             .await?
@@ -1086,7 +1095,8 @@ impl LatchBackend for RedisBackend {
     async fn delete(&self, name: &LockName) -> Result<bool, Error> {
         let [channel, java] = self.latch_channels(name);
         let args = [&*channel, self.options.publish.command(), &java];
-        let keys = [layout::lock_key(name)];
+        let marker = layout::kind_marker_key(name);
+        let keys = [layout::lock_key(name), &marker];
         match self
             .eval("deleting a latch", &script::LATCH_DELETE, &keys, &args)
             .await?

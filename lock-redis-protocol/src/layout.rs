@@ -87,6 +87,7 @@ const SEMAPHORE_CHANNEL: Spelling = Spelling::new("redisson_sc:", "");
 const PERMIT_ANSWER: Spelling = Spelling::new("", ":redisson_sc_request:");
 const PERMIT_RESERVATION: Spelling = Spelling::new("redisson_sc_reserved:", "");
 const PERMIT_TIMEOUTS: Spelling = Spelling::new("", ":timeout");
+const KIND_MARKER: Spelling = Spelling::new("redisson_sync_kind:", "");
 
 /// The keys of one request on one lock, built one after the other into one buffer: one
 /// allocation per request, and the name's hash tag worked out once (a mutex's acquire
@@ -387,6 +388,17 @@ pub fn semaphore_channel(name: &LockName) -> String {
 #[must_use]
 pub fn permit_answer_key(name: &LockName, request: RequestId) -> String {
     PERMIT_ANSWER.of_request(name, request)
+}
+
+/// What keeps the plain count under a name, `semaphore` or `latch`:
+/// `redisson_sync_kind:{name}` (our own key; Redisson has none). A semaphore and a
+/// count-down latch keep the same plain count under the name, so without it each would
+/// take the other's for its own. Written when our scripts create the count, removed when
+/// they delete it; a marker whose count is gone says nothing, and a count without a
+/// marker (a Redisson peer's) is taken for whatever the caller says it is.
+#[must_use]
+pub fn kind_marker_key(name: &LockName) -> String {
+    KIND_MARKER.of(name)
 }
 
 /// Where a semaphore's permits are held back for a starving waiter (both kinds):

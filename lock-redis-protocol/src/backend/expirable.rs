@@ -99,13 +99,14 @@ impl ExpirableSemaphoreBackend for RedisBackend {
         let [lease, quarantine] = numbers.get();
         let epoch = self.epoch_key(name);
         let reserved = layout::permit_reservation_key(name);
+        let marker = layout::kind_marker_key(name);
         let [reserving, so_far_ms, kept_ms] = reservation_args(request.reserve);
         let reply = self
             .eval_expirable(
                 "issuing permits",
                 &script::EXPIRABLE_ISSUE,
                 name,
-                &[&epoch, &reserved],
+                &[&epoch, &reserved, &marker],
                 &[lease, quarantine, &reserving, &so_far_ms, &kept_ms],
                 &request.ids,
             )

@@ -4,13 +4,14 @@
 -- lost its data must not hand out permits that holders from before still believe theirs.
 -- A starving waiter's reservation holds permits back as for the plain semaphore.
 -- KEYS[1] the semaphore; KEYS[2] its issued permits (zset id -> expiry ms); KEYS[3] the
--- restart epoch; KEYS[4] the reservation; ARGV[1] channel; ARGV[2] publish; ARGV[3]
+-- restart epoch; KEYS[4] the reservation; KEYS[5] the count's kind marker; ARGV[1] channel; ARGV[2] publish; ARGV[3]
 -- lease (ms); ARGV[4] restart quarantine (ms, '0' off); ARGV[5] the waiter ('' when not
 -- starving); ARGV[6] how long it has waited (ms); ARGV[7] how long a reservation is kept
 -- (ms); ARGV[8..] the ids (hex).
 -- Reply: {1} issued; {2, total} more asked than available and issued together;
 -- {0, ms until the first issued permit expires} or {0} too few available; {3, ms} the
 -- quarantine's time left.
+check_kind(KEYS[1], KEYS[5], 'semaphore')
 local now = reclaim_permits(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 if redis.call('zscore', KEYS[2], permit_bytes(ARGV[8])) then
     return {1}

@@ -1,7 +1,8 @@
 -- Takes permits if that many are available and no starving waiter's reservation holds
 -- them back (Redisson's tryAcquire(n), plus may_take), keeping the grant under this
 -- request's id for as long as the permits are held (see semaphore_release).
--- KEYS[1] the semaphore; KEYS[2] this request's grant; KEYS[3] the reservation; ARGV[1]
+-- KEYS[1] the semaphore; KEYS[2] this request's grant; KEYS[3] the reservation; KEYS[4]
+-- its kind marker; ARGV[1]
 -- permits; ARGV[2] the waiter ('' when not starving); ARGV[3] how long it has waited
 -- (ms); ARGV[4] how long a reservation is kept (ms). Reply: 1 taken, 0 not.
 -- The grant holds the number of permits, or 'r<count>' once they were given back: the
@@ -13,6 +14,7 @@ if grant then
     end
     return 1
 end
+check_kind(KEYS[1], KEYS[4], 'semaphore')
 local count = tonumber(redis.call('get', KEYS[1]) or false)
 local wanted = tonumber(ARGV[1])
 if count == nil or not may_take(KEYS[3], count, wanted, ARGV[2], ARGV[3], ARGV[4]) then

@@ -1,7 +1,9 @@
 -- Adds permits, possibly negative (Redisson's addPermits: a plain SET of the new count).
--- KEYS[1] the semaphore; ARGV[1] delta; ARGV[2] channel; ARGV[3] publish.
+-- KEYS[1] the semaphore; KEYS[2] its kind marker; ARGV[1] delta; ARGV[2] channel; ARGV[3] publish.
 -- Reply: the new count, published.
+check_kind(KEYS[1], KEYS[2], 'semaphore')
 local count = tonumber(redis.call('get', KEYS[1]) or '0') + tonumber(ARGV[1])
 redis.call('set', KEYS[1], count)
+redis.call('set', KEYS[2], 'semaphore')
 redis.call(ARGV[3], ARGV[2], count)
 return count

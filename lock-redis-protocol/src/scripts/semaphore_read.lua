@@ -1,6 +1,7 @@
 -- The available permits (Redisson's availablePermits), or takes them all (drainPermits:
 -- set 0, answer what was there, nothing published).
--- KEYS[1] the semaphore; ARGV[1] 'drain' or 'read'. Reply: the count found.
+-- KEYS[1] the semaphore; KEYS[2] its kind marker; ARGV[1] 'drain' or 'read'. Reply: the count found.
+check_kind(KEYS[1], KEYS[2], 'semaphore')
 local count = redis.call('get', KEYS[1])
 if not count then
     return 0
