@@ -12,7 +12,7 @@ use lock_core::backend::{Acquire, Capabilities, LockState, Release, Renewal};
 use lock_core::notify::Listener;
 use lock_core::{
     AcquireRequest, Backend, Error, ExpirableSemaphoreBackend, Issue, IssueRequest, LockName,
-    LockRef, PermitId, PermitRequest, ReleaseRequest, RequestId, ReturnRequest,
+    LockRef, PermitAnswer, PermitId, PermitRequest, ReleaseRequest, RequestId, ReturnRequest,
 };
 
 /// What the wrapper does to an acquisition.
@@ -342,7 +342,11 @@ impl lock_core::SemaphoreBackend for FaultyBackend {
         self.inner_semaphores()?.add_permits(name, delta).await
     }
 
-    async fn try_acquire(&self, name: &LockName, request: PermitRequest) -> Result<bool, Error> {
+    async fn try_acquire(
+        &self,
+        name: &LockName,
+        request: PermitRequest,
+    ) -> Result<PermitAnswer, Error> {
         let before = *self
             .permit_request_delay
             .lock()

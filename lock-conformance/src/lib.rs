@@ -133,6 +133,7 @@ macro_rules! conformance_suite {
             a_cancelled_starving_waiter_leaves_no_reservation: [Semaphore],
             a_permit_request_sent_twice_counts_once: [Semaphore, RetrySafe],
             a_starving_waiter_for_many_permits_holds_them_back: [Semaphore],
+            a_waiter_for_more_permits_than_exist_starves_nobody: [Semaphore],
             permit_reservations_follow_their_rules: [Semaphore],
             a_starving_expirable_waiter_holds_permits_back: [ExpirableSemaphore],
             a_redisson_peer_shares_our_semaphore: [RedisControl, Semaphore],

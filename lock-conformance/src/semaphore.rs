@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lock_core::{ErrorKind, LockName, Locks, PermitRequest, PermitReservation, RequestId};
+use lock_core::{
+    ErrorKind, LockName, Locks, PermitAnswer, PermitRequest, PermitReservation, RequestId,
+};
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::Fixture;
@@ -55,7 +57,10 @@ pub async fn semaphore_waiters_of_one_client_go_in_arrival_order(fx: &dyn Fixtur
     let name = unique("sem-order");
     let semaphore = locks.semaphore(&name);
     assert!(semaphore.try_set_permits(2).await.unwrap());
-    let held = semaphore.acquire(2).await.unwrap();
+    let held = [
+        semaphore.acquire(1).await.unwrap(),
+        semaphore.acquire(1).await.unwrap(),
+    ];
     let (order, ordered) = tokio::sync::mpsc::unbounded_channel();
     let first = tokio::spawn({
         let (semaphore, order) = (semaphore.clone(), order.clone());
@@ -77,10 +82,10 @@ pub async fn semaphore_waiters_of_one_client_go_in_arrival_order(fx: &dyn Fixtur
     });
     sleep(Duration::from_millis(100)).await;
     // One permit back: the first waiter still lacks one, and the second must wait.
-    semaphore.add_permits(-1).await.unwrap();
-    held.release().await.unwrap();
+    let [one, other] = held;
+    one.release().await.unwrap();
     sleep(Duration::from_millis(150)).await;
-    semaphore.add_permits(1).await.unwrap();
+    other.release().await.unwrap();
     for task in [first, second] {
         timeout(Duration::from_secs(5), task)
             .await
@@ -289,9 +294,9 @@ pub async fn a_permit_request_sent_twice_counts_once(fx: &dyn Fixture) {
     let name = LockName::new(&unique("sem-retry")).unwrap();
     assert!(semaphores.try_set_permits(&name, 3).await.unwrap());
     let take = PermitRequest::new(2, Duration::from_secs(5));
-    assert!(semaphores.try_acquire(&name, take).await.unwrap());
+    assert!(semaphores.try_acquire(&name, take).await.unwrap().taken());
     assert!(
-        semaphores.try_acquire(&name, take).await.unwrap(),
+        semaphores.try_acquire(&name, take).await.unwrap().taken(),
         "not answered alike"
     );
     assert_eq!(
@@ -312,7 +317,7 @@ pub async fn a_permit_request_sent_twice_counts_once(fx: &dyn Fixture) {
         "a retry gave back again"
     );
     assert!(
-        !semaphores.try_acquire(&name, take).await.unwrap(),
+        !semaphores.try_acquire(&name, take).await.unwrap().taken(),
         "a late copy of a grant given back took again"
     );
     let never = PermitRequest::of_grant(RequestId::random(), Duration::from_secs(5));
@@ -410,6 +415,69 @@ pub async fn a_starving_waiter_for_many_permits_holds_them_back(fx: &dyn Fixture
     one.release().await.unwrap();
 }
 
+/// Second review, N6: a waiter for more permits than the semaphore has (3 of 2) waits
+/// for ever, as in Java, but starves nobody. Before, once it starved its reservation
+/// held both free permits back from every other client, and in its own client every
+/// later waiter stood behind it in the line. Here, for a second, another client and the
+/// waiter's own client each take and give back one permit every 100 ms; then a third
+/// permit is added and the waiter gets its three. At the store, a request beyond the
+/// peak is answered as such and reserves nothing.
+pub async fn a_waiter_for_more_permits_than_exist_starves_nobody(fx: &dyn Fixture) {
+    let (big, other) = (fx.client().await, fx.client().await);
+    let name = unique("sem-beyond");
+    assert!(big.semaphore(&name).try_set_permits(2).await.unwrap());
+    let waiter = tokio::spawn({
+        let semaphore = big.semaphore(&name);
+        async move { semaphore.acquire(3).await }
+    });
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(1) {
+        for (client, who) in [
+            (&other, "another client"),
+            (&big, "the waiter's own client"),
+        ] {
+            let one = client
+                .semaphore(&name)
+                .try_acquire_for(1, Duration::from_secs(2))
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("{who} was starved by a waiter for 3 of 2"));
+            one.release().await.unwrap();
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!waiter.is_finished(), "3 of 2 permits were granted");
+    big.semaphore(&name).add_permits(1).await.unwrap();
+    let all = timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter got its three once they existed")
+        .unwrap()
+        .unwrap();
+    assert_eq!(all.count(), 3);
+    all.release().await.unwrap();
+
+    let backend = fx.backend().await;
+    let semaphores = backend.semaphores().expect("semaphores");
+    let name = LockName::new(&unique("sem-peak")).unwrap();
+    let window = Duration::from_secs(5);
+    let starving = PermitReservation::new(
+        RequestId::random(),
+        Duration::from_secs(1),
+        Duration::from_secs(3),
+    );
+    let take = |permits, reserve| PermitRequest::new(permits, window).reserving(reserve);
+    assert!(semaphores.try_set_permits(&name, 2).await.unwrap());
+    let beyond = semaphores.try_acquire(&name, take(3, Some(starving))).await;
+    assert_eq!(beyond.unwrap(), PermitAnswer::BeyondPeak);
+    let one = semaphores.try_acquire(&name, take(1, None)).await;
+    assert_eq!(one.unwrap(), PermitAnswer::Taken, "held back for 3 of 2");
+    // A count lowered starts the peak again: 1 free now, so 2 is beyond it.
+    assert_eq!(semaphores.add_permits(&name, -1).await.unwrap(), 0);
+    semaphores.add_permits(&name, 1).await.unwrap();
+    let two = semaphores.try_acquire(&name, take(2, Some(starving))).await;
+    assert_eq!(two.unwrap(), PermitAnswer::BeyondPeak);
+}
+
 /// The reservation rules at the store: another acquirer takes only permits beyond the
 /// reserved number, a waiter that has waited longer takes the reservation over, the
 /// grant ends it, its waiter can take it back, and it lapses when its waiter stops
@@ -420,61 +488,40 @@ pub async fn permit_reservations_follow_their_rules(fx: &dyn Fixture) {
     let name = LockName::new(&unique("sem-reserve")).unwrap();
     let window = Duration::from_secs(5);
     let take = |permits, reserve| PermitRequest::new(permits, window).reserving(reserve);
+    let ask = async |permits, reserve| {
+        let request = take(permits, reserve);
+        semaphores.try_acquire(&name, request).await.unwrap()
+    };
+    let (taken, unavailable) = (PermitAnswer::Taken, PermitAnswer::Unavailable);
     let kept = Duration::from_millis(300);
     let (a, b) = (RequestId::random(), RequestId::random());
     let a_waits = Some(PermitReservation::new(a, Duration::from_millis(100), kept));
     let b_waits = Some(PermitReservation::new(b, Duration::from_secs(1), kept));
     assert!(semaphores.try_set_permits(&name, 4).await.unwrap());
-    assert!(semaphores.try_acquire(&name, take(2, None)).await.unwrap());
+    assert_eq!(ask(2, None).await, taken);
     // a reserves 3 of the 2 free: nobody else may take any.
-    assert!(
-        !semaphores
-            .try_acquire(&name, take(3, a_waits))
-            .await
-            .unwrap()
-    );
-    assert!(!semaphores.try_acquire(&name, take(1, None)).await.unwrap());
+    assert_eq!(ask(3, a_waits).await, unavailable);
+    assert_eq!(ask(1, None).await, unavailable);
     // b has waited longer: it takes the reservation over (for 4), and a is held back.
-    assert!(
-        !semaphores
-            .try_acquire(&name, take(4, b_waits))
-            .await
-            .unwrap()
-    );
-    assert!(
-        !semaphores
-            .try_acquire(&name, take(2, a_waits))
-            .await
-            .unwrap()
-    );
+    assert_eq!(ask(4, b_waits).await, unavailable);
+    assert_eq!(ask(2, a_waits).await, unavailable);
     semaphores.add_permits(&name, 3).await.unwrap();
     // 5 free, 4 reserved: one may go to another; then b's grant ends the reservation.
-    assert!(semaphores.try_acquire(&name, take(1, None)).await.unwrap());
-    assert!(!semaphores.try_acquire(&name, take(1, None)).await.unwrap());
-    assert!(
-        semaphores
-            .try_acquire(&name, take(4, b_waits))
-            .await
-            .unwrap()
-    );
+    assert_eq!(ask(1, None).await, taken);
+    assert_eq!(ask(1, None).await, unavailable);
+    assert_eq!(ask(4, b_waits).await, taken);
     semaphores.add_permits(&name, 2).await.unwrap();
-    assert!(semaphores.try_acquire(&name, take(1, None)).await.unwrap());
+    assert_eq!(ask(1, None).await, taken);
     // A waiter that gives up takes its reservation back; nobody else can.
-    let a_again = semaphores.try_acquire(&name, take(5, a_waits)).await;
-    assert!(!a_again.unwrap());
+    assert_eq!(ask(5, a_waits).await, unavailable);
     semaphores.cancel_reservation(&name, b).await.unwrap();
-    assert!(!semaphores.try_acquire(&name, take(1, None)).await.unwrap());
+    assert_eq!(ask(1, None).await, unavailable);
     semaphores.cancel_reservation(&name, a).await.unwrap();
-    assert!(semaphores.try_acquire(&name, take(1, None)).await.unwrap());
+    assert_eq!(ask(1, None).await, taken);
     semaphores.add_permits(&name, 1).await.unwrap();
     // A reservation whose waiter stops asking lapses.
-    assert!(
-        !semaphores
-            .try_acquire(&name, take(5, a_waits))
-            .await
-            .unwrap()
-    );
-    assert!(!semaphores.try_acquire(&name, take(1, None)).await.unwrap());
+    assert_eq!(ask(5, a_waits).await, unavailable);
+    assert_eq!(ask(1, None).await, unavailable);
     sleep(kept + Duration::from_millis(100)).await;
-    assert!(semaphores.try_acquire(&name, take(1, None)).await.unwrap());
+    assert_eq!(ask(1, None).await, taken);
 }

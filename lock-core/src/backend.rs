@@ -817,6 +817,32 @@ impl PermitRequest {
     }
 }
 
+/// A plain semaphore's answer to an acquisition ([`SemaphoreBackend::try_acquire`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PermitAnswer {
+    /// The permits were taken.
+    Taken,
+    /// Too few are available now, or another waiter's reservation holds them back.
+    Unavailable,
+    /// More than the semaphore's peak: more than it has had available at once since its
+    /// count last went down (by `add_permits` with a negative delta, or `drain`). The
+    /// store cannot tell how many permits exist in all (a Redisson peer's holds are not
+    /// counted anywhere), so such a request may only ever be served after permits are
+    /// added: it reserves nothing, and holds its client's waiting line for nobody
+    /// (second review, N6: a reservation for permits that do not exist starved every
+    /// other acquirer for as long as it waited).
+    BeyondPeak,
+}
+
+impl PermitAnswer {
+    /// Whether the permits were taken.
+    #[must_use]
+    pub fn taken(self) -> bool {
+        self == Self::Taken
+    }
+}
+
 /// A waiter for permits that has waited past the starvation threshold. Its attempt,
 /// when too few permits are available, reserves the number it asks for: from then on
 /// every other acquirer of the store may take only permits beyond that number, until
@@ -864,12 +890,21 @@ pub trait SemaphoreBackend: fmt::Debug + Send + Sync {
     async fn add_permits(&self, name: &LockName, delta: i64) -> Result<i64, Error>;
 
     /// Takes `request.permits` if that many are available and another waiter's
-    /// reservation does not hold them back ([`PermitReservation`]); whether it did. A
-    /// grant is kept under the request's id for as long as its permits are held (plain
-    /// permits have no lease), so that it is given back exactly once. The same request
-    /// sent again answers as the first time and takes nothing more; once its grant was
-    /// given back, it takes nothing at all.
-    async fn try_acquire(&self, name: &LockName, request: PermitRequest) -> Result<bool, Error>;
+    /// reservation does not hold them back ([`PermitReservation`]). A grant is kept
+    /// under the request's id for as long as its permits are held (plain permits have no
+    /// lease), so that it is given back exactly once. The same request sent again
+    /// answers as the first time and takes nothing more; once its grant was given back,
+    /// it takes nothing at all.
+    ///
+    /// The store keeps the semaphore's peak: the most permits available at once since
+    /// the count last went down. A request for more than that reserves nothing (a
+    /// reservation held by such a request holds nothing back either) and is answered
+    /// [`PermitAnswer::BeyondPeak`] when it takes nothing.
+    async fn try_acquire(
+        &self,
+        name: &LockName,
+        request: PermitRequest,
+    ) -> Result<PermitAnswer, Error>;
 
     /// Gives back the permits of the grant of acquisition `request.id` (see
     /// [`PermitRequest::of_grant`]) if it holds them, ending it, and returns the

@@ -84,8 +84,8 @@ pub use backend::{
     RequestId, Waiting,
 };
 pub use backend::{
-    ExpirableSemaphoreBackend, Issue, IssueRequest, LatchBackend, LatchRequest, PermitId,
-    PermitRequest, PermitReservation, ReturnRequest, SemaphoreBackend,
+    ExpirableSemaphoreBackend, Issue, IssueRequest, LatchBackend, LatchRequest, PermitAnswer,
+    PermitId, PermitRequest, PermitReservation, ReturnRequest, SemaphoreBackend,
 };
 pub use client::{Locks, LocksBuilder};
 pub use config::{Config, MAX_DURATION};

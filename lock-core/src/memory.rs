@@ -20,8 +20,8 @@ use tokio::time::Instant;
 
 use crate::backend::{
     Acquire, AcquireRequest, Backend, Capabilities, HoldModel, LatchBackend, LatchRequest,
-    LockKind, LockRef, LockState, PermitRequest, PermitReservation, Release, ReleaseRequest,
-    Renewal, RequestId, SemaphoreBackend,
+    LockKind, LockRef, LockState, PermitAnswer, PermitRequest, PermitReservation, Release,
+    ReleaseRequest, Renewal, RequestId, SemaphoreBackend,
 };
 use crate::notify::{InProcess, Listener, Subscriptions, Wake};
 use crate::{Error, LockName, Owner};
@@ -187,6 +187,9 @@ struct Store {
     /// Semaphores of both kinds: the starving waiter a name's permits are held back
     /// for.
     reservations: HashMap<String, Reservation>,
+    /// Semaphores of both kinds: the most permits seen available at once since the count
+    /// last went down (see [`PermitAnswer::BeyondPeak`]).
+    peaks: HashMap<String, i64>,
     remembered: u64,
 }
 
@@ -235,18 +238,20 @@ impl Store {
     /// with `reserve` (see [`PermitReservation`]): another waiter's reservation holds its
     /// number back, unless this caller has waited longer and takes it over; a starving
     /// caller that finds too few reserves them; the reserving waiter's grant ends its
-    /// reservation.
+    /// reservation. Nobody reserves more than the semaphore's peak, and a reservation of
+    /// more than the peak holds nothing back (see [`PermitAnswer::BeyondPeak`]).
     fn may_take(
         &mut self,
         name: &str,
         (available, wanted): (i64, i64),
         reserve: Option<PermitReservation>,
         now: Instant,
-    ) -> bool {
+    ) -> PermitAnswer {
+        let peak = self.peak(name, available);
         let held = self
             .reservations
             .get(name)
-            .filter(|r| r.until > now)
+            .filter(|r| r.until > now && r.permits <= peak)
             .copied();
         // When the caller began waiting; a wait too long to count back from `now` counts
         // as beginning now (it cannot overtake, and nothing panics).
@@ -259,13 +264,20 @@ impl Store {
             (Some(_), None) => false,
         };
         if let (false, Some(held)) = (mine, held) {
-            return available.saturating_sub(wanted) >= held.permits;
+            return if available.saturating_sub(wanted) >= held.permits {
+                PermitAnswer::Taken
+            } else {
+                PermitAnswer::Unavailable
+            };
         }
         if available >= wanted {
-            if held.is_some() {
+            if self.reservations.contains_key(name) {
                 self.reservations.remove(name);
             }
-            return true;
+            return PermitAnswer::Taken;
+        }
+        if wanted > peak {
+            return PermitAnswer::BeyondPeak;
         }
         if let Some(reserve) = reserve {
             let reservation = Reservation {
@@ -276,7 +288,27 @@ impl Store {
             };
             self.reservations.insert(name.to_owned(), reservation);
         }
-        false
+        PermitAnswer::Unavailable
+    }
+
+    /// The peak of `name`'s semaphore, which has `available` permits now.
+    fn peak(&mut self, name: &str, available: i64) -> i64 {
+        match self.peaks.get_mut(name) {
+            Some(peak) => {
+                *peak = (*peak).max(available);
+                *peak
+            }
+            None => {
+                self.peaks.insert(name.to_owned(), available);
+                available
+            }
+        }
+    }
+
+    /// The count of `name`'s semaphore went down to `available` other than by an
+    /// acquisition: the peak starts again from there.
+    fn lower_peak(&mut self, name: &str, available: i64) {
+        self.peaks.insert(name.to_owned(), available.max(0));
     }
 
     fn token(&mut self, name: &str, fresh: bool, wanted: bool) -> Option<u64> {
@@ -372,6 +404,12 @@ impl MemoryBackend {
             .collect();
         names.sort();
         names
+    }
+
+    /// The permits available now in the plain semaphore `name` (0 when never set).
+    #[must_use]
+    pub fn available_permits(&self, name: &str) -> i64 {
+        self.store().semaphores.get(name).copied().unwrap_or(0)
     }
 
     fn store(&self) -> MutexGuard<'_, Store> {
@@ -981,6 +1019,7 @@ impl SemaphoreBackend for MemoryBackend {
             }
             let permits = i64::try_from(permits).unwrap_or(i64::MAX);
             store.semaphores.insert(name.as_str().to_owned(), permits);
+            store.lower_peak(name.as_str(), permits);
         }
         self.permits_changed(name);
         Ok(true)
@@ -994,18 +1033,26 @@ impl SemaphoreBackend for MemoryBackend {
                 .entry(name.as_str().to_owned())
                 .or_insert(0);
             *available = available.saturating_add(delta);
-            *available
+            let available = *available;
+            if delta < 0 {
+                store.lower_peak(name.as_str(), available);
+            }
+            available
         };
         self.permits_changed(name);
         Ok(available)
     }
 
-    async fn try_acquire(&self, name: &LockName, request: PermitRequest) -> Result<bool, Error> {
+    async fn try_acquire(
+        &self,
+        name: &LockName,
+        request: PermitRequest,
+    ) -> Result<PermitAnswer, Error> {
         let now = Instant::now();
         let mut store = self.store_for(name, Object::Semaphore)?;
         let key = (name.as_str().to_owned(), request.id);
         if store.permit_grants.contains_key(&key) {
-            return Ok(true);
+            return Ok(PermitAnswer::Taken);
         }
         if store
             .permit_releases
@@ -1013,26 +1060,21 @@ impl SemaphoreBackend for MemoryBackend {
             .is_some_and(|(_, until)| *until > now)
         {
             // A late copy of an acquisition whose grant already ended.
-            return Ok(false);
+            return Ok(PermitAnswer::Unavailable);
         }
         let wanted = i64::try_from(request.permits).unwrap_or(i64::MAX);
-        let granted = match store.semaphores.get(name.as_str()).copied() {
-            Some(available) => {
-                let counts = (available, wanted);
-                let granted = store.may_take(name.as_str(), counts, request.reserve, now);
-                if granted {
-                    store
-                        .semaphores
-                        .insert(name.as_str().to_owned(), available - wanted);
-                }
-                granted
-            }
-            None => false,
+        let Some(available) = store.semaphores.get(name.as_str()).copied() else {
+            // Never set: no permit was ever there.
+            return Ok(PermitAnswer::BeyondPeak);
         };
-        if granted {
+        let answer = store.may_take(name.as_str(), (available, wanted), request.reserve, now);
+        if answer.taken() {
+            store
+                .semaphores
+                .insert(name.as_str().to_owned(), available - wanted);
             store.permit_grants.insert(key, request.permits);
         }
-        Ok(granted)
+        Ok(answer)
     }
 
     async fn release(&self, name: &LockName, request: PermitRequest) -> Result<i64, Error> {
@@ -1083,10 +1125,12 @@ impl SemaphoreBackend for MemoryBackend {
 
     async fn drain(&self, name: &LockName) -> Result<i64, Error> {
         let mut store = self.store_for(name, Object::Semaphore)?;
-        Ok(match store.semaphores.get_mut(name.as_str()) {
+        let drained = match store.semaphores.get_mut(name.as_str()) {
             Some(available) => std::mem::replace(available, 0),
-            None => 0,
-        })
+            None => return Ok(0),
+        };
+        store.lower_peak(name.as_str(), 0);
+        Ok(drained)
     }
 
     async fn listen(&self, name: &LockName) -> Result<Listener, Error> {

@@ -10,7 +10,9 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::backend::{Capabilities, PermitRequest, PermitReservation, RequestId, SemaphoreBackend};
+use crate::backend::{
+    Capabilities, PermitAnswer, PermitRequest, PermitReservation, RequestId, SemaphoreBackend,
+};
 use crate::client::Inner;
 use crate::config::check_bound;
 use crate::named::Named;
@@ -162,12 +164,19 @@ impl Semaphore {
         }
         let expired = || deadline.is_some_and(|deadline| Instant::now() >= deadline);
         let starvation = Starvation::new(client, name, false);
-        let Some(_head) = client.semaphore_turns.wait(name, deadline).await else {
+        let Some(head) = client.semaphore_turns.wait(name, deadline).await else {
             return Ok(None);
         };
+        // This client's turn, held while this waiter may be served: a request beyond
+        // the semaphore's peak gives it up to the waiters behind (second review, N6).
+        let mut head = Some(head);
         // The first attempt is never cut short by the deadline: a try makes exactly one.
-        if let Some(grant) = attempt(client, name, permits, None, None).await? {
-            return Ok(Some(Permits::new(client, name, permits, grant)));
+        match attempt(client, name, permits, None, None).await? {
+            (PermitAnswer::Taken, grant) => {
+                return Ok(Some(Permits::new(client, name, permits, grant)));
+            }
+            (PermitAnswer::BeyondPeak, _) => head = None,
+            _ => {}
         }
         if expired() {
             return Ok(None);
@@ -182,9 +191,13 @@ impl Semaphore {
                 // the subscription.
                 let reserve = starvation.reserve();
                 let ticket = starvation.attempt_ticket();
-                if let Some(grant) = attempt(client, name, permits, reserve, Some(ticket)).await? {
-                    starvation.granted();
-                    return Ok(Some(Permits::new(client, name, permits, grant)));
+                match attempt(client, name, permits, reserve, Some(ticket)).await? {
+                    (PermitAnswer::Taken, grant) => {
+                        starvation.granted();
+                        return Ok(Some(Permits::new(client, name, permits, grant)));
+                    }
+                    (PermitAnswer::BeyondPeak, _) => head = None,
+                    _ => {}
                 }
                 // Biased, the notification first: see `acquire::ask`.
                 tokio::select! {
@@ -213,17 +226,18 @@ pub(crate) fn check_count(argument: &'static str, count: u64) -> Result<(), Erro
     Ok(())
 }
 
-/// One attempt, run in a task of its own; the grant's id when it took the permits. If
-/// the caller goes away before the answer, a grant is given back instead of being kept
-/// by nobody, and so is one whose answer never came. The task keeps `ticket` (see
-/// [`Starvation::attempt_ticket`]) until the attempt is over.
+/// One attempt, run in a task of its own: the store's answer, and the id of the grant it
+/// made when the permits were taken. If the caller goes away before the answer, a grant
+/// is given back instead of being kept by nobody, and so is one whose answer never came.
+/// The task keeps `ticket` (see [`Starvation::attempt_ticket`]) until the attempt is
+/// over.
 async fn attempt(
     client: &Arc<Inner>,
     name: &LockName,
     permits: u64,
     reserve: Option<PermitReservation>,
     ticket: Option<AttemptTicket>,
-) -> Result<Option<RequestId>, Error> {
+) -> Result<(PermitAnswer, RequestId), Error> {
     let task_client = Arc::clone(client);
     let task_name = name.clone();
     let window = client.config.retry_window;
@@ -243,17 +257,21 @@ async fn attempt(
             let of = "a grant whose answer never came";
             release_unawaited(&task_client, &task_name, (permits, request.id), of);
         }
-        taken.map(|taken| taken.then_some(request.id))
+        taken.map(|answer| (answer, request.id))
     };
     let orphan_client = Arc::clone(client);
     let orphan_name = name.clone();
-    detached(client, job, move |grant: Option<RequestId>| {
-        if let Some(grant) = grant {
-            // Nobody is waiting for these permits any more.
-            let of = "permits granted to nobody";
-            release_unawaited(&orphan_client, &orphan_name, (permits, grant), of);
-        }
-    })
+    detached(
+        client,
+        job,
+        move |(answer, grant): (PermitAnswer, RequestId)| {
+            if answer.taken() {
+                // Nobody is waiting for these permits any more.
+                let of = "permits granted to nobody";
+                release_unawaited(&orphan_client, &orphan_name, (permits, grant), of);
+            }
+        },
+    )
     .await
 }
 

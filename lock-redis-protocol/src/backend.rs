@@ -10,7 +10,7 @@ use async_trait::async_trait;
 
 use lock_core::backend::{
     Acquire, AcquireRequest, Backend, Capabilities, HoldModel, LatchBackend, LatchRequest,
-    LockKind, LockRef, LockState, PermitRequest, Release, ReleaseRequest, Renewal,
+    LockKind, LockRef, LockState, PermitAnswer, PermitRequest, Release, ReleaseRequest, Renewal,
     SemaphoreBackend,
 };
 use lock_core::notify::{Listener, ReaderTask, Subscriptions};
@@ -929,8 +929,8 @@ impl SemaphoreBackend for RedisBackend {
         let permits = permits.to_string();
         let channel = layout::semaphore_channel(name);
         let args = [&*permits, &channel, self.options.publish.command()];
-        let marker = layout::kind_marker_key(name);
-        let keys = [layout::lock_key(name), &marker];
+        let (marker, peak) = (layout::kind_marker_key(name), layout::permit_peak_key(name));
+        let keys = [layout::lock_key(name), &marker, &peak];
         let script = &script::SEMAPHORE_SET;
         integer(
             "semaphore set",
@@ -943,8 +943,8 @@ impl SemaphoreBackend for RedisBackend {
         let delta = delta.to_string();
         let channel = layout::semaphore_channel(name);
         let args = [&*delta, &channel, self.options.publish.command()];
-        let marker = layout::kind_marker_key(name);
-        let keys = [layout::lock_key(name), &marker];
+        let (marker, peak) = (layout::kind_marker_key(name), layout::permit_peak_key(name));
+        let keys = [layout::lock_key(name), &marker, &peak];
         let script = &script::SEMAPHORE_ADD;
         integer(
             "semaphore add",
@@ -952,17 +952,26 @@ impl SemaphoreBackend for RedisBackend {
         )
     }
 
-    async fn try_acquire(&self, name: &LockName, request: PermitRequest) -> Result<bool, Error> {
+    async fn try_acquire(
+        &self,
+        name: &LockName,
+        request: PermitRequest,
+    ) -> Result<PermitAnswer, Error> {
         let grant = layout::permit_answer_key(name, request.id);
         let reserved = layout::permit_reservation_key(name);
         let permits = request.permits.to_string();
         let [reserving, so_far_ms, kept_ms] = reservation_args(request.reserve);
-        let marker = layout::kind_marker_key(name);
-        let keys = [layout::lock_key(name), &grant, &reserved, &marker];
+        let (marker, peak) = (layout::kind_marker_key(name), layout::permit_peak_key(name));
+        let keys = [layout::lock_key(name), &grant, &reserved, &marker, &peak];
         let args = [&*permits, &reserving, &so_far_ms, &kept_ms];
         let script = &script::SEMAPHORE_ACQUIRE;
         let reply = self.eval("taking permits", script, &keys, &args).await?;
-        integer("semaphore acquire", reply).map(|taken| taken == 1)
+        match integer("semaphore acquire", reply)? {
+            1 => Ok(PermitAnswer::Taken),
+            0 => Ok(PermitAnswer::Unavailable),
+            2 => Ok(PermitAnswer::BeyondPeak),
+            other => Err(unexpected("semaphore acquire", &Reply::Int(other))),
+        }
     }
 
     async fn release(&self, name: &LockName, request: PermitRequest) -> Result<i64, Error> {
@@ -982,8 +991,8 @@ impl SemaphoreBackend for RedisBackend {
     }
 
     async fn available(&self, name: &LockName) -> Result<i64, Error> {
-        let marker = layout::kind_marker_key(name);
-        let keys = [layout::lock_key(name), &marker];
+        let (marker, peak) = (layout::kind_marker_key(name), layout::permit_peak_key(name));
+        let keys = [layout::lock_key(name), &marker, &peak];
         let script = &script::SEMAPHORE_READ;
         integer(
             "semaphore read",
@@ -1002,8 +1011,8 @@ impl SemaphoreBackend for RedisBackend {
     }
 
     async fn drain(&self, name: &LockName) -> Result<i64, Error> {
-        let marker = layout::kind_marker_key(name);
-        let keys = [layout::lock_key(name), &marker];
+        let (marker, peak) = (layout::kind_marker_key(name), layout::permit_peak_key(name));
+        let keys = [layout::lock_key(name), &marker, &peak];
         let script = &script::SEMAPHORE_READ;
         integer(
             "semaphore drain",

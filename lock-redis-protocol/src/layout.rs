@@ -88,6 +88,7 @@ const PERMIT_ANSWER: Spelling = Spelling::new("", ":redisson_sc_request:");
 const PERMIT_RESERVATION: Spelling = Spelling::new("redisson_sc_reserved:", "");
 const PERMIT_TIMEOUTS: Spelling = Spelling::new("", ":timeout");
 const KIND_MARKER: Spelling = Spelling::new("redisson_sync_kind:", "");
+const PERMIT_PEAK: Spelling = Spelling::new("redisson_sc_peak:", "");
 
 /// The keys of one request on one lock, built one after the other into one buffer: one
 /// allocation per request, and the name's hash tag worked out once (a mutex's acquire
@@ -399,6 +400,15 @@ pub fn permit_answer_key(name: &LockName, request: RequestId) -> String {
 #[must_use]
 pub fn kind_marker_key(name: &LockName) -> String {
     KIND_MARKER.of(name)
+}
+
+/// A semaphore's peak (both kinds): `redisson_sc_peak:{name}`, the most permits seen
+/// available at once since the count last went down (our own key; Redisson has none). A
+/// starving waiter for more than the peak reserves nothing (see
+/// [`PermitAnswer::BeyondPeak`](lock_core::PermitAnswer::BeyondPeak)).
+#[must_use]
+pub fn permit_peak_key(name: &LockName) -> String {
+    PERMIT_PEAK.of(name)
 }
 
 /// Where a semaphore's permits are held back for a starving waiter (both kinds):

@@ -16,7 +16,8 @@ use lock_core::backend::{Acquire, Capabilities, LockState, Release, Renewal};
 use lock_core::notify::Listener;
 use lock_core::{
     AcquireRequest, Backend, Error, ExpirableSemaphoreBackend, Issue, IssueRequest, LockName,
-    LockRef, PermitId, PermitRequest, ReleaseRequest, RequestId, ReturnRequest, SemaphoreBackend,
+    LockRef, PermitAnswer, PermitId, PermitRequest, ReleaseRequest, RequestId, ReturnRequest,
+    SemaphoreBackend,
 };
 use tokio::time::Instant;
 
@@ -308,7 +309,11 @@ impl SemaphoreBackend for FaultyLink {
         SemaphoreBackend::add_permits(&*self.inner, name, delta).await
     }
 
-    async fn try_acquire(&self, name: &LockName, request: PermitRequest) -> Result<bool, Error> {
+    async fn try_acquire(
+        &self,
+        name: &LockName,
+        request: PermitRequest,
+    ) -> Result<PermitAnswer, Error> {
         let name = name.clone();
         // No late copies of plain permit requests: their answers are kept for twice the
         // retry window only, and plain permits have no lease to bound what a copy run

@@ -25,6 +25,9 @@ const FAIR_PLACE: Duration = Duration::from_millis(600);
 const PERMITS: u64 = 2;
 /// The longest a waiter may wait while its lock is free in the store.
 const LIVENESS_BOUND: Duration = Duration::from_secs(3);
+/// How long a waiter for more permits than exist waits, and how long the waiter for one
+/// beside it waits: both longer than the liveness bound.
+const BEYOND_WAIT: Duration = Duration::from_secs(4);
 
 const MUTEX_NAMES: [&str; 2] = ["m0", "m1"];
 const RW_NAME: &str = "rw";
@@ -184,7 +187,7 @@ impl Ledger {
     }
 
     /// No task waits for an exclusive lock that has been free in the store for longer
-    /// than the bound.
+    /// than the bound, nor for one plain permit while one has been available as long.
     fn liveness(&self, store: &MemoryBackend) -> Result<(), String> {
         let now = Instant::now();
         let held = store.held_locks();
@@ -192,11 +195,16 @@ impl Ledger {
             .free_since
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        for name in MUTEX_NAMES.iter().chain([&RW_NAME]) {
-            if held.iter().any(|h| h == name) {
-                free_since.remove(name);
-            } else {
+        let permit_free = store.available_permits(SEMAPHORE) >= 1;
+        let names = MUTEX_NAMES.iter().chain([&RW_NAME]);
+        let free = names
+            .map(|name| (*name, !held.iter().any(|h| h == name)))
+            .chain([(SEMAPHORE, permit_free)]);
+        for (name, free) in free {
+            if free {
                 free_since.entry(name).or_insert(now);
+            } else {
+                free_since.remove(name);
             }
         }
         let waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
@@ -228,10 +236,13 @@ pub(crate) enum Op {
     ReenterSame,
     Permits,
     Leased,
+    /// A waiter for more plain permits than exist, and a waiter for one beside it in
+    /// the same client.
+    Beyond,
 }
 
 /// The operations tasks draw from, some more often than others.
-pub(crate) const OPS: [Op; 10] = [
+pub(crate) const OPS: [Op; 11] = [
     Op::Mutex,
     Op::Mutex,
     Op::Fair,
@@ -242,6 +253,7 @@ pub(crate) const OPS: [Op; 10] = [
     Op::Reenter,
     Op::Permits,
     Op::Leased,
+    Op::Beyond,
 ];
 
 impl Op {
@@ -256,6 +268,7 @@ impl Op {
             "reenter-same" => Self::ReenterSame,
             "permits" => Self::Permits,
             "leased" => Self::Leased,
+            "beyond" => Self::Beyond,
             _ => return None,
         })
     }
@@ -362,6 +375,7 @@ impl Task {
                 Op::ReenterSame => self.reenter(wait, true).await,
                 Op::Permits => self.permits(wait).await,
                 Op::Leased => self.leased(wait).await,
+                Op::Beyond => self.beyond().await,
             }
             self.ledger.check(&self.store);
             let pause = self.draw(|rng| rng.millis_below(60));
@@ -488,6 +502,33 @@ impl Task {
         self.ledger.check(&self.store);
         self.hold().await;
         self.give_back(id, SEMAPHORE).await;
+    }
+
+    /// Asks for one permit more than exist, waiting long, and for one permit beside it:
+    /// the big waiter may never be served, but must keep nobody else from the permits
+    /// (review 2, N6). The one permit is checked by the liveness invariant.
+    async fn beyond(&self) {
+        let semaphore = self.locks.semaphore(SEMAPHORE);
+        let big = timeout(BEYOND_WAIT, semaphore.acquire(PERMITS + 1));
+        let one = async {
+            // The big waiter asks first, and has starved by the time this one comes.
+            crate::nap(Duration::from_millis(50)).await;
+            self.ledger.wait(self.index, SEMAPHORE);
+            let one = semaphore.try_acquire_for(1, BEYOND_WAIT).await;
+            self.ledger.waited(self.index);
+            one.ok().flatten()
+        };
+        let (big, one) = tokio::join!(big, one);
+        for (what, taken) in [("all", big.ok().and_then(Result::ok)), ("one", one)] {
+            let Some(permits) = taken else {
+                self.note(&format!("beyond: {what} not taken"));
+                continue;
+            };
+            self.note(&format!("beyond: {what} taken"));
+            let id = self.ledger.insert(SEMAPHORE, Held::Permits(permits));
+            self.ledger.check(&self.store);
+            self.give_back(id, SEMAPHORE).await;
+        }
     }
 
     async fn leased(&self, wait: Wait) {

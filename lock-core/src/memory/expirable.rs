@@ -133,7 +133,10 @@ impl ExpirableSemaphoreBackend for MemoryBackend {
             let Some(available) = store.semaphores.get(key).copied() else {
                 return (busy(issued, now), false);
             };
-            if store.may_take(key, (available, wanted), request.reserve, now) {
+            if store
+                .may_take(key, (available, wanted), request.reserve, now)
+                .taken()
+            {
                 store.semaphores.insert(key.to_owned(), available - wanted);
                 let expiry = now + request.lease;
                 let issued = store.issued.entry(key.to_owned()).or_default();

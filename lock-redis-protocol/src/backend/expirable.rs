@@ -99,14 +99,14 @@ impl ExpirableSemaphoreBackend for RedisBackend {
         let [lease, quarantine] = numbers.get();
         let epoch = self.epoch_key(name);
         let reserved = layout::permit_reservation_key(name);
-        let marker = layout::kind_marker_key(name);
+        let (marker, peak) = (layout::kind_marker_key(name), layout::permit_peak_key(name));
         let [reserving, so_far_ms, kept_ms] = reservation_args(request.reserve);
         let reply = self
             .eval_expirable(
                 "issuing permits",
                 &script::EXPIRABLE_ISSUE,
                 name,
-                &[&epoch, &reserved, &marker],
+                &[&epoch, &reserved, &marker, &peak],
                 &[lease, quarantine, &reserving, &so_far_ms, &kept_ms],
                 &request.ids,
             )

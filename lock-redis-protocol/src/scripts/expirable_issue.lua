@@ -4,7 +4,8 @@
 -- lost its data must not hand out permits that holders from before still believe theirs.
 -- A starving waiter's reservation holds permits back as for the plain semaphore.
 -- KEYS[1] the semaphore; KEYS[2] its issued permits (zset id -> expiry ms); KEYS[3] the
--- restart epoch; KEYS[4] the reservation; KEYS[5] the count's kind marker; ARGV[1] channel; ARGV[2] publish; ARGV[3]
+-- restart epoch; KEYS[4] the reservation; KEYS[5] the count's kind marker;
+-- KEYS[6] its peak; ARGV[1] channel; ARGV[2] publish; ARGV[3]
 -- lease (ms); ARGV[4] restart quarantine (ms, '0' off); ARGV[5] the waiter ('' when not
 -- starving); ARGV[6] how long it has waited (ms); ARGV[7] how long a reservation is kept
 -- (ms); ARGV[8..] the ids (hex).
@@ -22,7 +23,7 @@ if quarantined > 0 then
 end
 local wanted = #ARGV - 7
 local count = tonumber(redis.call('get', KEYS[1]) or false)
-if count ~= nil and may_take(KEYS[4], count, wanted, ARGV[5], ARGV[6], ARGV[7]) then
+if count ~= nil and may_take(KEYS[4], KEYS[6], count, wanted, ARGV[5], ARGV[6], ARGV[7]) == 1 then
     redis.call('decrby', KEYS[1], wanted)
     local expiry = now + tonumber(ARGV[3])
     for i = 8, #ARGV do

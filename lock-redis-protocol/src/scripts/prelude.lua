@@ -472,29 +472,46 @@ end
 -- TTL): another waiter's reservation holds its number back, unless this caller ('' for
 -- none) has waited longer (since `now - waited`) and takes it over; a starving caller
 -- that finds too few reserves them for `kept_for` ms; the reserving waiter's grant ends
--- its reservation. Java clients know nothing of it.
-local function may_take(reserved, count, wanted, waiter, waited, kept_for)
+-- its reservation. Nobody reserves more than the semaphore's peak (the most permits
+-- available at once since the count last went down, kept in `peak`), and a reservation
+-- of more than the peak holds nothing back: the permits it waits for may not exist.
+-- Java clients know nothing of either. Reply: 1 taken, 0 not now, 2 beyond the peak.
+local function may_take(reserved, peak_key, count, wanted, waiter, waited, kept_for)
     local now = now_ms()
     local since = now - tonumber(waited)
+    local peak = tonumber(redis.call('get', peak_key) or false)
+    if peak == nil or count > peak then
+        peak = count
+        redis.call('set', peak_key, count)
+    end
     local holder, held, held_since
     local reservation = redis.call('get', reserved)
     if reservation then
         holder, held, held_since = string.match(reservation, '^(%x+):(%d+):(%d+)$')
+        if held and tonumber(held) > peak then
+            holder = nil
+        end
     end
     local mine = (holder == nil) or (waiter ~= '' and (holder == waiter or since < tonumber(held_since)))
     if not mine then
-        return count - wanted >= tonumber(held)
+        if count - wanted >= tonumber(held) then
+            return 1
+        end
+        return 0
     end
     if count >= wanted then
         if holder then
             redis.call('del', reserved)
         end
-        return true
+        return 1
+    end
+    if wanted > peak then
+        return 2
     end
     if waiter ~= '' then
         redis.call('set', reserved, waiter .. ':' .. wanted .. ':' .. since, 'px', kept_for)
     end
-    return false
+    return 0
 end
 
 -- Publishes a latch's `message` on `channel`, and on `also` unless it is empty (Java's

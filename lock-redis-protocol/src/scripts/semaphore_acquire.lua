@@ -2,9 +2,9 @@
 -- them back (Redisson's tryAcquire(n), plus may_take), keeping the grant under this
 -- request's id for as long as the permits are held (see semaphore_release).
 -- KEYS[1] the semaphore; KEYS[2] this request's grant; KEYS[3] the reservation; KEYS[4]
--- its kind marker; ARGV[1]
--- permits; ARGV[2] the waiter ('' when not starving); ARGV[3] how long it has waited
--- (ms); ARGV[4] how long a reservation is kept (ms). Reply: 1 taken, 0 not.
+-- its kind marker; KEYS[5] its peak; ARGV[1] permits; ARGV[2] the waiter ('' when not
+-- starving); ARGV[3] how long it has waited (ms); ARGV[4] how long a reservation is kept
+-- (ms). Reply: 1 taken, 0 not now, 2 more than the semaphore's peak (see may_take).
 -- The grant holds the number of permits, or 'r<count>' once they were given back: the
 -- request sent again answers 1 while they are held, and a late copy takes nothing.
 local grant = redis.call('get', KEYS[2])
@@ -16,9 +16,13 @@ if grant then
 end
 check_kind(KEYS[1], KEYS[4], 'semaphore')
 local count = tonumber(redis.call('get', KEYS[1]) or false)
+if count == nil then
+    return 2
+end
 local wanted = tonumber(ARGV[1])
-if count == nil or not may_take(KEYS[3], count, wanted, ARGV[2], ARGV[3], ARGV[4]) then
-    return 0
+local answer = may_take(KEYS[3], KEYS[5], count, wanted, ARGV[2], ARGV[3], ARGV[4])
+if answer ~= 1 then
+    return answer
 end
 redis.call('decrby', KEYS[1], wanted)
 redis.call('set', KEYS[2], wanted)

@@ -1,9 +1,13 @@
 -- Adds permits, possibly negative (Redisson's addPermits: a plain SET of the new count).
--- KEYS[1] the semaphore; KEYS[2] its kind marker; ARGV[1] delta; ARGV[2] channel; ARGV[3] publish.
+-- KEYS[1] the semaphore; KEYS[2] its kind marker; KEYS[3] its peak (see
+-- may_take: a count lowered starts it again); ARGV[1] delta; ARGV[2] channel; ARGV[3] publish.
 -- Reply: the new count, published.
 check_kind(KEYS[1], KEYS[2], 'semaphore')
 local count = tonumber(redis.call('get', KEYS[1]) or '0') + tonumber(ARGV[1])
 redis.call('set', KEYS[1], count)
 redis.call('set', KEYS[2], 'semaphore')
+if tonumber(ARGV[1]) < 0 then
+    redis.call('set', KEYS[3], math.max(count, 0))
+end
 redis.call(ARGV[3], ARGV[2], count)
 return count

@@ -1,5 +1,6 @@
 -- Sets a semaphore's permits if it has none (Redisson's trySetPermits).
--- KEYS[1] the semaphore (a string); KEYS[2] its kind marker; ARGV[1] permits; ARGV[2] channel; ARGV[3] publish.
+-- KEYS[1] the semaphore (a string); KEYS[2] its kind marker; KEYS[3] its
+-- peak (see may_take); ARGV[1] permits; ARGV[2] channel; ARGV[3] publish.
 -- Reply: 1 set (listeners told the count), 0 already set. GET first: a key of another
 -- type is a WRONGTYPE error.
 check_kind(KEYS[1], KEYS[2], 'semaphore')
@@ -8,5 +9,6 @@ if redis.call('get', KEYS[1]) then
 end
 redis.call('set', KEYS[1], ARGV[1])
 redis.call('set', KEYS[2], 'semaphore')
+redis.call('set', KEYS[3], ARGV[1])
 redis.call(ARGV[3], ARGV[2], ARGV[1])
 return 1
