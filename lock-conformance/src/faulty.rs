@@ -29,6 +29,9 @@ pub enum AcquireFault {
     LoseReply,
     /// Wait this long before forwarding it.
     DelayRequest(Duration),
+    /// Wait this long, then fail without reaching the wrapped backend: a node that
+    /// cannot be reached and takes its time to say so.
+    FailAfter(Duration),
     /// Forward it at once, then hold back a reply that is a fresh grant (a hold count
     /// of 1) for this long, so that a later grant's reply arrives first.
     DelayFreshGrant(Duration),
@@ -247,6 +250,10 @@ impl Backend for FaultyBackend {
             AcquireFault::DelayRequest(delay) => {
                 tokio::time::sleep(delay).await;
                 self.inner.acquire(lock, request).await
+            }
+            AcquireFault::FailAfter(delay) => {
+                tokio::time::sleep(delay).await;
+                Err(injected("injected: unreachable"))
             }
             AcquireFault::DelayFreshGrant(delay) => {
                 let reply = self.inner.acquire(lock, request).await;

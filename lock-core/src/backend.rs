@@ -827,8 +827,8 @@ pub enum PermitAnswer {
     Unavailable,
     /// More than the semaphore's peak: more than it has had available at once since its
     /// count last went down (by `add_permits` with a negative delta, or `drain`). The
-    /// store cannot tell how many permits exist in all (a Redisson peer's holds are not
-    /// counted anywhere), so such a request may only ever be served after permits are
+    /// store cannot tell how many permits exist in all (holders outside this library are
+    /// counted nowhere), so such a request may only ever be served after permits are
     /// added: it reserves nothing, and holds its client's waiting line for nobody
     /// (second review, N6: a reservation for permits that do not exist starved every
     /// other acquirer for as long as it waited).

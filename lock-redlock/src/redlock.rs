@@ -566,9 +566,9 @@ impl Backend for RedLock {
             .collect();
         let n = self.nodes.len();
         let mut answers: Vec<Option<Granted>> = (0..n).map(|_| None).collect();
-        let (mut granted, mut answered) = (0, 0);
+        let (mut granted, mut busy) = (0, 0);
         while let Some((i, outcome)) = calls.next().await {
-            answered += 1;
+            busy += usize::from(matches!(outcome, Ok(Acquire::Busy { .. })));
             answers[i] = Some(match outcome {
                 Ok(Acquire::Acquired {
                     holds,
@@ -586,9 +586,13 @@ impl Backend for RedLock {
                 Ok(_) => Granted::Failed(Error::protocol("a node answered an unknown reply")),
                 Err(err) => Granted::Failed(err),
             });
-            // Stop as soon as the outcome is decided; late answers are handled by the
-            // nodes' tasks.
-            if granted >= self.quorum || granted + (n - answered) < self.quorum {
+            // Stop as soon as the outcome is decided: a majority granted, or refused
+            // because others hold the lock. Late answers are handled by the nodes'
+            // tasks. A majority made impossible by failures waits for every node (each
+            // within the node timeout): whether the answer is an error or busy depends
+            // on how many failed, and a node that refused first must not pass for the
+            // majority's answer when the others are unreachable.
+            if granted >= self.quorum || busy > n - self.quorum {
                 break;
             }
         }

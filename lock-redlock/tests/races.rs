@@ -327,3 +327,36 @@ async fn a_repair_on_its_way_is_released_with_the_lock() {
         stores[0].held_locks()
     );
 }
+
+/// Five nodes: two answer at once that another client holds the lock, three cannot be
+/// reached and say so 50 ms later. No majority can be had, and not because of holders:
+/// the answer is the nodes' connection error. Before, the RedLock stopped at the first
+/// answers that made a majority impossible and called it busy, so a try answered
+/// `Ok(None)` and a bounded wait ran out, while the majority of nodes was down (seen as
+/// a flaky `three_dead_nodes_fail_within_the_wait_with_every_nodes_error` under load).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_nodes_that_answer_last_still_make_the_answer_an_error() {
+    let stores: Vec<MemoryBackend> = (0..5).map(|_| MemoryBackend::new()).collect();
+    let faulty: Vec<FaultyBackend> = stores
+        .iter()
+        .map(|store| FaultyBackend::new(Arc::new(store.clone())))
+        .collect();
+    let other = Locks::new(Arc::new(stores[0].clone()));
+    let _held0 = other.mutex("rl:late-errors").lock().await.unwrap();
+    let other = Locks::new(Arc::new(stores[1].clone()));
+    let _held1 = other.mutex("rl:late-errors").lock().await.unwrap();
+    for node in &faulty[2..] {
+        node.set(AcquireFault::FailAfter(Duration::from_millis(50)));
+    }
+    let nodes = faulty
+        .iter()
+        .map(|node| Arc::new(node.clone()) as Arc<dyn Backend>)
+        .collect();
+    let locks = RedLock::builder(nodes).build().unwrap().locks();
+    let err = locks
+        .mutex("rl:late-errors")
+        .try_lock()
+        .await
+        .expect_err("three of five nodes are unreachable");
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+}
