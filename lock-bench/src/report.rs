@@ -158,6 +158,18 @@ fn uncontended_targets(all: &All, targets: &mut Targets) {
         |m| m <= 1.0,
     );
     targets.check(
+        "uncontended pair with the restart quarantine: server time in commands vs without",
+        "<= 1.15x",
+        ratio(
+            u(
+                "lock (redis, restart quarantine)",
+                "server_command_us_per_pair",
+            ),
+            u("lock (redis)", "server_command_us_per_pair"),
+        ),
+        |m| m <= 1.15,
+    );
+    targets.check(
         "uncontended fred adapter vs redis adapter",
         ">= 0.9x",
         ratio(

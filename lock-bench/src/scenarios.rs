@@ -136,6 +136,8 @@ struct Tally {
     allocations: f64,
     server_cpu: f64,
     reads: f64,
+    /// The server's time in commands (`INFO commandstats`), steadier than its CPU time.
+    commands: ServerTime,
 }
 
 impl Tally {
@@ -151,8 +153,11 @@ impl Tally {
     ) {
         let (client_before, server_before) = (cpu_seconds(), server_cpu_seconds(server).await);
         let reads_before = server_reads(server).await;
+        let commands_before = ServerTime::read(server).await;
         let allocations_before = crate::alloc::allocations();
         let rate = run.await;
+        self.commands
+            .add(commands_before, ServerTime::read(server).await);
         self.allocations += crate::alloc::allocations() - allocations_before;
         self.client_cpu += cpu_seconds() - client_before;
         self.server_cpu += server_cpu_seconds(server).await - server_before;
@@ -172,6 +177,7 @@ impl Tally {
             ("client_cpu_us_per_pair", self.client_cpu * 1e6 / pairs),
             ("client_allocations_per_pair", self.allocations / pairs),
             ("server_cpu_us_per_pair", self.server_cpu * 1e6 / pairs),
+            ("server_command_us_per_pair", self.commands.total_us / pairs),
             ("server_reads_per_pair", self.reads / pairs),
         ])
     }
@@ -210,10 +216,14 @@ pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
     let turn = Duration::from_secs_f64(scale.seconds / UNCONTENDED_TURNS as f64);
     let redis = Adapter::Redis.connect(server).await;
     let fred = Adapter::Fred.connect(server).await;
+    let quarantined = with_quarantine(server).await;
     let (mut ours, mut theirs, mut rslock, mut limit) = Default::default();
+    let mut ours_quarantined = Tally::default();
     let (mut bare_redis, mut bare_fred, mut bare_fred_nodelay) = Default::default();
     for _ in 0..UNCONTENDED_TURNS {
         Tally::run(&mut ours, server, turn, pairs_per_second(&redis, turn)).await;
+        let pairs = pairs_per_second(&quarantined, turn);
+        Tally::run(&mut ours_quarantined, server, turn, pairs).await;
         Tally::run(&mut limit, server, turn, server_limit(server, turn)).await;
         Tally::run(&mut theirs, server, turn, pairs_per_second(&fred, turn)).await;
         Tally::run(
@@ -232,6 +242,10 @@ pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
     }
     let mut results = Results::new();
     results.insert("lock (redis)".into(), Tally::figures(&ours));
+    results.insert(
+        "lock (redis, restart quarantine)".into(),
+        Tally::figures(&ours_quarantined),
+    );
     results.insert("lock (fred)".into(), Tally::figures(&theirs));
     results.insert("rslock".into(), Tally::figures(&rslock));
     // The floors: our two scripts from bare clients (see `bare`).
@@ -247,6 +261,25 @@ pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
     // Its client CPU is the pipelining load's, not a lock client's.
     results.insert("server limit".into(), Tally::figures(&limit));
     results
+}
+
+/// A redis-adapter client with the restart quarantine on, past the quarantine a fresh
+/// server's first grant waits.
+async fn with_quarantine(server: &RedisServer) -> Locks {
+    let quarantine = Duration::from_millis(200);
+    let settings = distlock::redis::ConnectorSettings::default().restart_quarantine(quarantine);
+    let locks = distlock::redis::Connector::new(server.url())
+        .settings(settings)
+        .locks()
+        .await
+        .expect("connect");
+    let first = locks
+        .mutex("bench:quarantine")
+        .lock()
+        .await
+        .expect("a grant");
+    first.unlock().await.expect("a release");
+    locks
 }
 
 /// How many turns each contender of the uncontended scenario takes.

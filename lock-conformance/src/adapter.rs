@@ -32,6 +32,8 @@ pub struct ConnectSpec {
     pub root_certificate: Option<Vec<u8>>,
     /// Replica acknowledgement: how many replicas, within how long.
     pub replica_ack: Option<(u32, Duration)>,
+    /// The restart quarantine.
+    pub restart_quarantine: Option<Duration>,
 }
 
 impl ConnectSpec {
@@ -42,6 +44,7 @@ impl ConnectSpec {
             response_timeout: None,
             root_certificate: None,
             replica_ack: None,
+            restart_quarantine: None,
         }
     }
 }
@@ -87,6 +90,7 @@ macro_rules! adapter_tests {
             a_release_keeps_a_starving_waiters_reservation_for_an_offers_time,
             a_grant_clears_an_unreadable_reservation_and_holds_count_down,
             clients_outliving_their_connect_runtime_still_hand_over,
+            a_rollback_without_a_restart_starts_the_quarantine,
         );
     };
 }
@@ -1372,4 +1376,88 @@ fn clients_of_a_runtime_that_stopped(
             .join()
             .expect("the first runtime's thread")
     })
+}
+
+/// Second review, N5: a server's dataset can go back in time without a restart. M1 and
+/// M2 replicate; M2 is promoted beside M1 (a split brain), A locks `x` on M1, M1 becomes
+/// M2's replica and takes M2's data (no `x`), then M1 is promoted again. M1's run id
+/// never changed, and the quarantine tied to it let B have `x` 0.4 ms later while A's
+/// guard still held it. The quarantine now follows the replication id, which every
+/// promotion changes: B waits it out, by when A knows its hold is gone.
+pub async fn a_rollback_without_a_restart_starts_the_quarantine(connect: &AdapterConnect) {
+    let (m1, m2) = (RedisServer::start().await, RedisServer::start().await);
+    let lease = Duration::from_millis(1500);
+    let quarantine = Duration::from_secs(2);
+    let client = async || {
+        let spec = ConnectSpec {
+            restart_quarantine: Some(quarantine),
+            ..ConnectSpec::new(m1.url())
+        };
+        Locks::builder(connect(spec).await.unwrap())
+            .watchdog_lease(lease)
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (client().await, client().await);
+    replicate(&m2, &m1).await;
+    // A fresh server's first grant waits out the quarantine; the epoch then reaches M2.
+    tokio::time::timeout(quarantine * 3, a.mutex("rollback:warm-up").lock())
+        .await
+        .expect("granted after the quarantine")
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    let _: i64 = m1.command(&["WAIT", "1", "2000"]).await;
+    let _: String = m2.command(&["REPLICAOF", "NO", "ONE"]).await;
+    let held = tokio::time::timeout(Duration::from_secs(1), a.mutex("x").lock())
+        .await
+        .expect("granted at once: no rollback yet")
+        .unwrap();
+    let _: String = m2
+        .command(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"])
+        .await;
+    replicate(&m1, &m2).await;
+    let _: String = m1.command(&["REPLICAOF", "NO", "ONE"]).await;
+    let failed_back = Instant::now();
+    let taken = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match b.mutex("x").lock().await {
+                Ok(guard) => return guard,
+                // Requests sent while M1 was a replica may still be answered READONLY.
+                Err(err) if err.kind() == ErrorKind::Connection => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(err) => panic!("unexpected error after the failback: {err:?}"),
+            }
+        }
+    })
+    .await
+    .expect("B gets x after the quarantine");
+    assert!(
+        !held.is_held(),
+        "TWO OWNERS: B got x {:?} after the failback while A's guard held it",
+        failed_back.elapsed()
+    );
+    assert!(
+        failed_back.elapsed() >= quarantine * 9 / 10,
+        "granted {:?} after the failback, inside the quarantine",
+        failed_back.elapsed()
+    );
+    taken.unlock().await.unwrap();
+}
+
+/// Makes `replica` a replica of `master` and waits until it has synchronised.
+async fn replicate(replica: &RedisServer, master: &RedisServer) {
+    let port = master.port().to_string();
+    let _: String = replica.command(&["REPLICAOF", "127.0.0.1", &port]).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info: String = replica.command(&["INFO", "replication"]).await;
+        if info.contains("master_link_status:up") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the replica never synchronised");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

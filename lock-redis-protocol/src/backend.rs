@@ -78,11 +78,13 @@ pub struct ProtocolOptions {
     pub renew_batch: usize,
     /// Grants wait this long after any restart of the server (a new run id), so that no
     /// holder from before can still believe it holds a lock granted again: a restart
-    /// without persistence loses every lock, and one from an RDB snapshot or an AOF
-    /// written every second loses the latest grants. Set it to at least the longest
-    /// lease in use; the first use of a fresh server, and a failover to a replica, wait
-    /// it too. The scripts read the run id with `INFO server`, so an ACL user needs
-    /// `+info`. Default: off.
+    /// without persistence loses every lock, one from an RDB snapshot or an AOF written
+    /// every second loses the latest grants, and a promotion (a failover, or a failback
+    /// after a full resync) may bring back an older dataset without any restart. Each of
+    /// these gives the server a new replication id, which the acquire scripts read with
+    /// `INFO replication` (about 2 us of server time per acquisition), so an ACL user
+    /// needs `+info`. Set it to at least the longest lease in use; the first use of a
+    /// fresh server waits it too. Default: off (see the README for why).
     pub restart_quarantine: Option<Duration>,
     /// Wait for this many replicas (`WAIT`) after every acquisition and renewal, each
     /// time for at most the given time, as Redisson's replica sync check does; fewer is

@@ -323,9 +323,12 @@ pub fn release_latch_key(name: &LockName, request: RequestId) -> String {
     RELEASE_LATCH.of_request(name, request)
 }
 
-/// The restart epoch key (`redisson_lock_epoch`, or `redisson_lock_epoch:{tag}` per
-/// cluster slot): when the server started granting locks, for the restart quarantine.
-pub const EPOCH_PREFIX: &str = "redisson_lock_epoch";
+/// The restart epoch key (`redisson_lock_dataset`, or `redisson_lock_dataset:{tag}` per
+/// cluster slot): in which dataset history (replication id) the server started granting
+/// locks, and when, for the restart quarantine. (Versions that tied the quarantine to
+/// the run id kept it in `redisson_lock_epoch`; a new name keeps clients of both from
+/// resetting each other's quarantine during an upgrade.)
+pub const EPOCH_PREFIX: &str = "redisson_lock_dataset";
 
 /// A short hash tag whose key slot is `slot`, so that a per-slot key can join a lock's
 /// script in a cluster.

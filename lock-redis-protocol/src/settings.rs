@@ -70,11 +70,12 @@ impl ConnectorSettings {
         self
     }
 
-    /// Makes grants wait `quarantine` after any restart of the server (tied to its run
-    /// id: a restart from a snapshot or an AOF written every second loses the latest
-    /// grants too), so that a holder from before the restart can never overlap a new
-    /// one. Set it to at least the longest lease in use; a fresh server's first grants,
-    /// and a failover, wait it too. Needs `INFO` in an ACL. Default: off.
+    /// Makes grants wait `quarantine` whenever the server's data may have gone back in
+    /// time: any restart (a snapshot or an AOF written every second loses the latest
+    /// grants too), and any promotion, a failover or a failback after a full resync
+    /// (tied to the replication id, which each of these changes), so that a holder from
+    /// before can never overlap a new one. Set it to at least the longest lease in use;
+    /// a fresh server's first grants wait it too. Needs `INFO` in an ACL. Default: off.
     pub fn restart_quarantine(mut self, quarantine: Duration) -> Self {
         self.protocol = self.protocol.restart_quarantine(Some(quarantine));
         self

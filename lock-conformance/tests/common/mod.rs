@@ -95,6 +95,9 @@ fn settings_of(spec: &ConnectSpec) -> ConnectorSettings {
     if let Some(timeout) = spec.response_timeout {
         settings = settings.response_timeout(timeout);
     }
+    if let Some(quarantine) = spec.restart_quarantine {
+        settings = settings.restart_quarantine(quarantine);
+    }
     match spec.replica_ack {
         Some((replicas, timeout)) => settings.replica_ack(replicas, timeout),
         None => settings,
