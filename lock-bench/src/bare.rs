@@ -23,62 +23,72 @@ const TASKS: usize = 64;
 /// The keys and arguments of one acquire of a free mutex and of its release.
 #[derive(Debug)]
 pub(crate) struct Pair {
-    acquire_keys: [String; 6],
-    acquire_args: [&'static str; 10],
+    acquire_keys: [String; 7],
+    acquire_args: [String; 11],
     release_keys: [String; 5],
     release_args: [String; 8],
 }
 
 impl Pair {
-    /// A pair on `name` by `owner`, each request with latch keys of its own.
+    /// A pair on `name` by `owner`, its grant with an id (and so latch keys) of its own.
     pub(crate) fn new(name: &str, owner: &'static str) -> Self {
         let name = LockName::new(name).expect("a valid lock name");
-        let (grant, unlock) = (RequestId::random(), RequestId::random());
+        let grant = RequestId::random();
         let lock = layout::lock_key(&name).to_owned();
         let reservation = layout::reservation_key(&name);
         let waiting = layout::waiting_clients_key(&name);
+        let grants = layout::grants_key(&name, owner, false);
         let grant_latch = layout::grant_latch_key(&name, grant);
+        let own = |text: &str| text.to_owned();
         Self {
             acquire_keys: [
                 lock.clone(),
                 reservation.clone(),
                 layout::token_key(&name),
-                "bench:epoch".to_owned(),
+                own("bench:epoch"),
                 waiting.clone(),
+                grants.clone(),
                 grant_latch.clone(),
             ],
             // As the adapters send them for a caller that would wait: its client's
-            // wake id, and latches kept for the default retry window.
+            // wake id, and the grant's latch kept for the default retry window.
             acquire_args: [
-                "30000",
-                owner,
-                "0",
-                "100",
-                "0",
-                "0",
-                "0",
-                "distlock-wake:bench",
-                "35000",
-                "5000",
+                own("30000"),
+                own(owner),
+                own("0"),
+                own("100"),
+                own("0"),
+                own("0"),
+                own("0"),
+                own("distlock-wake:bench"),
+                own("35000"),
+                grant.to_string(),
+                own("5000"),
             ],
-            release_keys: [
-                lock,
-                waiting,
-                reservation,
-                layout::release_latch_key(&name, unlock),
-                grant_latch,
-            ],
+            release_keys: [lock, waiting, reservation, grants, grant_latch],
             release_args: [
-                "30000".to_owned(),
-                owner.to_owned(),
+                own("30000"),
+                own(owner),
                 layout::mutex_channel(&name),
-                "publish".to_owned(),
-                "numsub".to_owned(),
-                "100".to_owned(),
-                "5000".to_owned(),
-                "0".to_owned(),
+                own("publish"),
+                own("numsub"),
+                own("100"),
+                grant.to_string(),
+                own("5000"),
             ],
         }
+    }
+
+    /// The acquire's keys and arguments.
+    pub(crate) fn acquire_call(&self) -> (&[String], Vec<&str>) {
+        let args = self.acquire_args.iter().map(String::as_str).collect();
+        (&self.acquire_keys, args)
+    }
+
+    /// The release's keys and arguments.
+    pub(crate) fn release_call(&self) -> (&[String], Vec<&str>) {
+        let args = self.release_args.iter().map(String::as_str).collect();
+        (&self.release_keys, args)
     }
 
     /// The acquire, then the release, as redis-rs commands.
@@ -104,7 +114,7 @@ impl Pair {
             call(
                 acquire,
                 &self.acquire_keys,
-                &mut self.acquire_args.iter().copied(),
+                &mut self.acquire_args.iter().map(String::as_str),
             ),
             call(
                 release,
@@ -146,7 +156,7 @@ pub(crate) async fn load_scripts(server: &RedisServer) -> Arc<(String, String)> 
 /// Whether a pair's answers are a grant (`'1:0'`: one hold, no token) and a release
 /// (`0`).
 pub(crate) fn redis_pair_succeeded(acquired: &redis::Value, released: &redis::Value) -> bool {
-    matches!(acquired, redis::Value::BulkString(grant) if grant == b"1:0")
+    matches!(acquired, redis::Value::BulkString(grant) if grant.starts_with(b"1:0:"))
         && *released == redis::Value::Int(0)
 }
 
@@ -236,7 +246,9 @@ pub(crate) async fn fred_pairs_per_second(
                     .custom(command(), release)
                     .await
                     .map_err(|e| e.to_string())?;
-                let granted = acquired.as_bytes() == Some(b"1:0".as_slice());
+                let granted = acquired
+                    .as_bytes()
+                    .is_some_and(|grant| grant.starts_with(b"1:0:"));
                 pairs.count(granted && released == Value::Integer(0))?;
             }
             Ok(())

@@ -816,42 +816,14 @@ impl QuorumFloor {
 
         let majority = self.majority();
         let (acquire, release) = (MUTEX_ACQUIRE.sha1(), MUTEX_RELEASE.sha1());
-        let key = "{bench:q}";
-        let owner = "bench-floor:1";
         let mut samples = Vec::with_capacity(rounds);
-        for round in first..first + rounds {
+        for _ in first..first + rounds {
             let started = Instant::now();
-            let grant_latch = format!("{key}:grant:{round}");
-            let keys = [
-                key.to_owned(),
-                format!("{key}:reserved"),
-                format!("{key}:token"),
-                format!("{key}:epoch"),
-                format!("{key}:waiting"),
-                grant_latch.clone(),
-            ];
-            let args = [
-                "30000", owner, "0", "0", "0", "0", "0", "", "35000", "30000",
-            ];
-            let granted = self.quorum(acquire, &keys, &args).await;
-            let keys = [
-                key.to_owned(),
-                format!("{key}:waiting"),
-                format!("{key}:reserved"),
-                format!("{key}:release:{round}"),
-                grant_latch,
-            ];
-            let args = [
-                "30000",
-                owner,
-                "bench:q:channel",
-                "publish",
-                "numsub",
-                "100",
-                "30000",
-                "0",
-            ];
-            let released = self.quorum(release, &keys, &args).await;
+            let pair = Pair::new("bench:q", "bench-floor:1");
+            let (keys, args) = pair.acquire_call();
+            let granted = self.quorum(acquire, keys, &args).await;
+            let (keys, args) = pair.release_call();
+            let released = self.quorum(release, keys, &args).await;
             if granted >= majority && released >= majority {
                 samples.push(started.elapsed().as_secs_f64() * 1000.0);
             }
