@@ -6,7 +6,7 @@
 use crate::{Error, LockRef, LostReason};
 
 /// Target of every event, so that one directive (`lock=debug`) covers them all.
-pub(crate) const TARGET: &str = "lock";
+use crate::TARGET;
 
 pub(crate) fn renewal_failed(lock: &LockRef, err: &Error) {
     tracing::warn!(
@@ -111,56 +111,6 @@ pub(crate) fn cancel_failed(lock: &LockRef, err: &Error) {
     );
 }
 
-pub(crate) fn subscribe_failed(channel: &str, err: &Error) {
-    tracing::warn!(
-        target: TARGET,
-        channel,
-        error = %err.chain(),
-        "subscribing to release notifications failed"
-    );
-}
-
-pub(crate) fn unsubscribe_failed(channel: &str, err: &Error) {
-    tracing::warn!(
-        target: TARGET,
-        channel,
-        error = %err.chain(),
-        "unsubscribing from release notifications failed"
-    );
-}
-
-pub(crate) fn notifications_lost() {
-    tracing::warn!(
-        target: TARGET,
-        "notification connection lost; reconnecting (waiters fall back to the holders' leases meanwhile)"
-    );
-}
-
-pub(crate) fn notifications_dropped() {
-    tracing::warn!(
-        target: TARGET,
-        "release notifications were dropped (a lagging reader); every waiter re-polls"
-    );
-}
-
-pub(crate) fn resubscribed(channels: usize, failed: usize) {
-    if failed == 0 {
-        tracing::info!(
-            target: TARGET,
-            channels,
-            "notification connection restored; every waiter re-polls"
-        );
-    } else {
-        tracing::warn!(
-            target: TARGET,
-            channels,
-            failed,
-            "notification connection restored, but some channels could not be subscribed \
-             again; their waiters re-poll at the holder's lease"
-        );
-    }
-}
-
 /// The watchdog task ended while holds still needed renewal (its runtime shut down, or
 /// it panicked) and is started again.
 pub(crate) fn watchdog_restarted(holds: usize) {
@@ -178,21 +128,6 @@ pub(crate) fn watchdog_not_started(holds: usize, err: &Error) {
         holds,
         error = %err.chain(),
         "the watchdog could not be started; these holds are lost when their lease ends"
-    );
-}
-
-/// The notification worker had died and is started again.
-pub(crate) fn notification_reader_restarted() {
-    tracing::warn!(
-        target: TARGET,
-        "the notification reader had died (its runtime shut down?); connecting it again"
-    );
-}
-
-pub(crate) fn subscription_worker_restarted() {
-    tracing::warn!(
-        target: TARGET,
-        "the notification worker had died (its runtime shut down?); started again"
     );
 }
 

@@ -12,6 +12,21 @@
 //! - the in-memory backend ([`memory::MemoryBackend`]), also the worked example for
 //!   anyone writing a backend.
 //!
+//! The source tree follows that split: `backend/` (the contract), `memory/`,
+//! `background/` (the supervisor that runs a client's background work, the watch on its
+//! runtime, the watchdog), `client/` (the state a client shares, and [`Locks`]),
+//! `locks/` and `sync/` (the semaphores and the latch). Its modules form layers, none
+//! using one above it:
+//!
+//! 1. the contract and its plain types: `backend`, `notify`, `name`, `error`, `config`;
+//! 2. what a client keeps and runs: lease clocks, holds, waiting lines, leased permits,
+//!    the supervisor and the watchdog (lent what it needs of its client at each call,
+//!    never holding the client that owns it);
+//! 3. the client's shared state (`client::shared`);
+//! 4. what works through it: acquisitions, guards, the lock handles, the semaphores and
+//!    the latch;
+//! 5. [`Locks`], which makes the handles.
+//!
 //! Backends live in their own crates and implement [`Backend`] only. Most users depend
 //! on the facade crate instead, which re-exports this API and picks backends by feature
 //! flag. This crate follows the facade's version and is not a stable API of its own:
@@ -54,30 +69,19 @@
 //! the new id (and its earlier grant ended), and a part that lost its hold is given each
 //! live grant back under that grant's id.
 
-mod acquire;
 pub mod backend;
+mod background;
 mod client;
 mod config;
 mod error;
 mod events;
-mod expirable;
-mod guard;
-mod handle;
-mod hold;
-mod holder;
-mod latch;
-mod lease;
+mod locks;
 pub mod memory;
 pub mod metrics;
 mod name;
-mod named;
 pub mod notify;
 mod retry;
-pub mod runtime;
-mod semaphore;
-mod supervisor;
-mod turns;
-mod watchdog;
+mod sync;
 
 pub use backend::{
     AcquireRequest, Backend, Capabilities, HoldModel, LockKind, LockRef, Owner, ReleaseRequest,
@@ -87,15 +91,19 @@ pub use backend::{
     ExpirableSemaphoreBackend, Issue, IssueRequest, LatchBackend, LatchRequest, PermitAnswer,
     PermitId, PermitRequest, PermitReservation, ReturnRequest, SemaphoreBackend,
 };
+pub use background::runtime;
+
+/// The target of every `tracing` event and span of lock-core.
+pub(crate) const TARGET: &str = "lock";
 pub use client::{Locks, LocksBuilder};
 pub use config::{Config, MAX_DURATION};
 pub use error::{BoxError, Cause, Chain, Error, ErrorKind, LostReason};
-pub use expirable::{
+pub use locks::guard::Guard;
+pub use locks::handle::{Acquisition, Lock, RwLock};
+pub use locks::holder::Holder;
+pub use name::{LockName, MAX_NAME_LEN};
+pub use sync::expirable::{
     ExpirableSemaphore, LeasedPermits, MAX_PERMITS_PER_ACQUISITION, PermitAcquisition,
 };
-pub use guard::Guard;
-pub use handle::{Acquisition, Lock, RwLock};
-pub use holder::Holder;
-pub use latch::CountDownLatch;
-pub use name::{LockName, MAX_NAME_LEN};
-pub use semaphore::{Permits, Semaphore};
+pub use sync::latch::CountDownLatch;
+pub use sync::semaphore::{Permits, Semaphore};

@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
-use crate::{Error, events};
+use crate::Error;
 
 /// How many local listeners a notification wakes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -259,13 +259,13 @@ impl Subscriptions {
     /// [`Subscriptions::reconnected`] once a new one is up. Waiters fall back to the
     /// holders' leases meanwhile.
     pub fn connection_lost(&self) {
-        events::notifications_lost();
+        report::notifications_lost();
     }
 
     /// Messages may have been dropped (a lagging reader): reported through `tracing`,
     /// and every listener re-polls as after a reconnect.
     pub fn messages_dropped(&self) {
-        events::notifications_dropped();
+        report::notifications_dropped();
         self.reconnected();
     }
 
@@ -310,7 +310,7 @@ impl Subscriptions {
             return Err(Error::NoRuntime);
         };
         if slot.task.take().is_some() {
-            events::subscription_worker_restarted();
+            report::subscription_worker_restarted();
         }
         let worker = Worker {
             parts: Some(parts),
@@ -404,7 +404,7 @@ impl Worker {
                 // A failure leaves a subscription nobody listens to; the connection is
                 // likely gone, and with it the subscription.
                 if let Err(err) = pubsub.unsubscribe(&channel).await {
-                    events::unsubscribe_failed(&channel, &err);
+                    report::unsubscribe_failed(&channel, &err);
                 }
             }
             Command::Resubscribe => {
@@ -421,11 +421,11 @@ impl Worker {
                     // If this fails the connection dropped again and another reconnect
                     // event follows; waiters are still bounded by the lock's ttl.
                     if let Err(err) = pubsub.subscribe(&entry.channel).await {
-                        events::subscribe_failed(&entry.channel, &err);
+                        report::subscribe_failed(&entry.channel, &err);
                         failed += 1;
                     }
                 }
-                events::resubscribed(entries.len(), failed);
+                report::resubscribed(entries.len(), failed);
                 for entry in &entries {
                     entry.notify.notify_waiters();
                 }
@@ -496,7 +496,7 @@ impl ReaderTask {
             return Ok(false);
         }
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        events::notification_reader_restarted();
+        report::notification_reader_restarted();
         *task = runtime.spawn((self.revive)());
         Ok(true)
     }
@@ -700,5 +700,75 @@ mod tests {
         let mut seen = log(&rec);
         seen.sort();
         assert_eq!(seen, vec!["+x", "+x", "+y", "+y"]);
+    }
+}
+
+/// What the registry and the readers report through `tracing`.
+mod report {
+    use crate::{Error, TARGET};
+
+    pub(crate) fn subscribe_failed(channel: &str, err: &Error) {
+        tracing::warn!(
+            target: TARGET,
+            channel,
+            error = %err.chain(),
+            "subscribing to release notifications failed"
+        );
+    }
+
+    pub(crate) fn unsubscribe_failed(channel: &str, err: &Error) {
+        tracing::warn!(
+            target: TARGET,
+            channel,
+            error = %err.chain(),
+            "unsubscribing from release notifications failed"
+        );
+    }
+
+    pub(crate) fn notifications_lost() {
+        tracing::warn!(
+            target: TARGET,
+            "notification connection lost; reconnecting (waiters fall back to the holders' leases meanwhile)"
+        );
+    }
+
+    pub(crate) fn notifications_dropped() {
+        tracing::warn!(
+            target: TARGET,
+            "release notifications were dropped (a lagging reader); every waiter re-polls"
+        );
+    }
+
+    pub(crate) fn resubscribed(channels: usize, failed: usize) {
+        if failed == 0 {
+            tracing::info!(
+                target: TARGET,
+                channels,
+                "notification connection restored; every waiter re-polls"
+            );
+        } else {
+            tracing::warn!(
+                target: TARGET,
+                channels,
+                failed,
+                "notification connection restored, but some channels could not be subscribed \
+                 again; their waiters re-poll at the holder's lease"
+            );
+        }
+    }
+
+    /// The notification worker had died and is started again.
+    pub(crate) fn notification_reader_restarted() {
+        tracing::warn!(
+            target: TARGET,
+            "the notification reader had died (its runtime shut down?); connecting it again"
+        );
+    }
+
+    pub(crate) fn subscription_worker_restarted() {
+        tracing::warn!(
+            target: TARGET,
+            "the notification worker had died (its runtime shut down?); started again"
+        );
     }
 }

@@ -2,12 +2,11 @@
 //! `PermitExpirableSemaphore`, shared), and [`LeasedPermits`], the guard of issued
 //! permits.
 
-use foldhash::HashMap;
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex as StdMutex, PoisonError, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -16,20 +15,21 @@ use crate::backend::{
     Capabilities, ExpirableSemaphoreBackend, Issue, IssueRequest, PermitId, PermitReservation,
     ReturnRequest,
 };
-use crate::client::Inner;
+use crate::background::watchdog::Renewed;
+use crate::client::named::Named;
+use crate::client::shared::Inner;
 use crate::config::{check_bound, check_lease};
-use crate::lease::LeaseClock;
-use crate::named::Named;
-use crate::semaphore::{AttemptTicket, Starvation, check_count, detached, in_background};
-use crate::watchdog::Renewed;
-use crate::{Error, LockName, Locks, LostReason, events, retry};
+use crate::locks::lease::LeaseClock;
+use crate::sync::leased::PermitHold;
+use crate::sync::semaphore::{AttemptTicket, Starvation, check_count, detached, in_background};
+use crate::{Error, LockName, LostReason, events, retry};
 
 /// The most permits one acquisition may ask for: each is an id sent to the store.
 pub const MAX_PERMITS_PER_ACQUISITION: u64 = 10_000;
 
 /// A handle on one expirable semaphore: available permits shared by every client of the
 /// store, issued with ids and leases. Cheap; no I/O. Made by
-/// [`Locks::expirable_semaphore`].
+/// [`Locks::expirable_semaphore`](crate::Locks::expirable_semaphore).
 ///
 /// Issued permits come back on their own when their lease ends, so a holder that dies
 /// gives them back after one lease. Permits taken without a lease are renewed by the
@@ -64,9 +64,9 @@ impl fmt::Debug for ExpirableSemaphore {
 }
 
 impl ExpirableSemaphore {
-    pub(crate) fn new(locks: Locks, name: &str) -> Self {
+    pub(crate) fn new(client: &Arc<Inner>, name: &str) -> Self {
         Self {
-            named: Named::new(locks, name),
+            named: Named::new(client, name),
         }
     }
 
@@ -86,7 +86,7 @@ impl ExpirableSemaphore {
     }
 
     fn client(&self) -> &Arc<Inner> {
-        &self.named.locks.inner
+        &self.named.client
     }
 
     /// Sets the available permits to `permits` if the semaphore was never set; whether
@@ -454,52 +454,6 @@ impl<'a> IntoFuture for PermitAcquisition<'a> {
     }
 }
 
-/// The permits of one acquisition, as the client's watchdog and guards see them.
-#[derive(Debug)]
-pub(crate) struct PermitHold {
-    pub(crate) name: LockName,
-    pub(crate) ids: Vec<PermitId>,
-    pub(crate) lease: LeaseClock,
-    renewing: AtomicBool,
-}
-
-impl PermitHold {
-    pub(crate) fn needs_renewal(&self) -> bool {
-        self.renewing.load(Ordering::Acquire) && !self.lease.is_marked_lost()
-    }
-}
-
-/// This client's issued permits by id, so that an operation on an id through the
-/// handle reaches the guard holding it.
-#[derive(Debug, Default)]
-pub(crate) struct LeasedRegistry {
-    by_id: StdMutex<HashMap<PermitId, Weak<PermitHold>>>,
-}
-
-impl LeasedRegistry {
-    fn ids(&self) -> std::sync::MutexGuard<'_, HashMap<PermitId, Weak<PermitHold>>> {
-        self.by_id.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn insert(&self, held: &Arc<PermitHold>) {
-        let mut ids = self.ids();
-        for id in &held.ids {
-            ids.insert(*id, Arc::downgrade(held));
-        }
-    }
-
-    fn remove(&self, held: &PermitHold) {
-        let mut ids = self.ids();
-        for id in &held.ids {
-            ids.remove(id);
-        }
-    }
-
-    fn holding(&self, id: PermitId) -> Option<Arc<PermitHold>> {
-        self.ids().get(&id).and_then(Weak::upgrade)
-    }
-}
-
 /// Permits issued by an [`ExpirableSemaphore`], each with its id. Give them back with
 /// [`LeasedPermits::release`]; dropping them gives them back in the background.
 ///
@@ -549,7 +503,7 @@ impl LeasedPermits {
         if terms.renew {
             client
                 .watchdog
-                .register(client, Renewed::Permits(Arc::clone(&held)));
+                .register(&client.watchdog_host(), Renewed::Permits(Arc::clone(&held)));
         }
         Self {
             client: Arc::clone(client),
@@ -649,7 +603,7 @@ impl LeasedPermits {
     /// # Cancel safety
     ///
     /// Cancel-safe: the release runs in its own task and completes if this future is
-    /// dropped ([`Locks::shutdown`] waits for it).
+    /// dropped ([`Locks::shutdown`](crate::Locks::shutdown) waits for it).
     pub async fn release(mut self) -> Result<(), Error> {
         self.finish();
         let client = Arc::clone(&self.client);

@@ -7,8 +7,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{Release, ReleaseRequest, RequestId};
-use crate::client::Inner;
-use crate::hold::Hold;
+use crate::client::shared::Inner;
+use crate::locks::hold::Hold;
 use crate::{Error, LockKind, LockRef, LostReason, events, metrics, retry};
 
 const DROPPED: &str = "a dropped guard";

@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::Error;
-use crate::runtime::RuntimeWatch;
+use crate::background::runtime::RuntimeWatch;
 
 /// Owns where and how a client's background work runs.
 #[derive(Debug)]

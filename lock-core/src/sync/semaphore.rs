@@ -13,13 +13,13 @@ use tokio::time::Instant;
 use crate::backend::{
     Capabilities, PermitAnswer, PermitRequest, PermitReservation, RequestId, SemaphoreBackend,
 };
-use crate::client::Inner;
+use crate::client::named::Named;
+use crate::client::shared::Inner;
 use crate::config::check_bound;
-use crate::named::Named;
-use crate::{Error, LockName, Locks, retry};
+use crate::{Error, LockName, retry};
 
 /// A handle on one semaphore: a count of available permits shared by every client of the
-/// store. Cheap; no I/O. Made by [`Locks::semaphore`].
+/// store. Cheap; no I/O. Made by [`Locks::semaphore`](crate::Locks::semaphore).
 ///
 /// Waiting is by notification. Within one client, waiters for one semaphore are served
 /// in arrival order, and only the first of them asks the store: a waiter for many
@@ -48,9 +48,9 @@ impl fmt::Debug for Semaphore {
 }
 
 impl Semaphore {
-    pub(crate) fn new(locks: Locks, name: &str) -> Self {
+    pub(crate) fn new(client: &Arc<Inner>, name: &str) -> Self {
         Self {
-            named: Named::new(locks, name),
+            named: Named::new(client, name),
         }
     }
 
@@ -155,7 +155,7 @@ impl Semaphore {
     ) -> Result<Option<Permits>, Error> {
         let (semaphores, name) = self.parts()?;
         check_count("permits", permits)?;
-        let client = &self.named.locks.inner;
+        let client = &self.named.client;
         if client.supervisor.is_closed() {
             return Err(Error::ShutDown);
         }
@@ -488,7 +488,7 @@ pub(crate) fn in_background<T>(
 /// How long the end of a plain-permit grant is sent again while its outcome is unknown:
 /// plain permits have no lease, so a release given up would lose them for good, and the
 /// end of a grant can be sent again for as long as it takes (it ends the grant at most
-/// once). [`Locks::shutdown`] waits for it, at most this long.
+/// once). [`Locks::shutdown`](crate::Locks::shutdown) waits for it, at most this long.
 const RELEASE_PERSISTENCE: Duration = Duration::from_secs(300);
 
 /// Ends `grant` of `name`, giving its permits back, sent again for `persistence` while
@@ -565,7 +565,7 @@ impl Permits {
     /// # Cancel safety
     ///
     /// Cancel-safe: the release runs in its own task and completes if this future is
-    /// dropped ([`Locks::shutdown`] waits for it).
+    /// dropped ([`Locks::shutdown`](crate::Locks::shutdown) waits for it).
     pub async fn release(mut self) -> Result<(), Error> {
         self.released = true;
         if self.count == 0 {

@@ -8,7 +8,7 @@
 //!
 //! A client's waiters for one mutex (or write lock) ask the backend one at a time, in
 //! arrival order (see
-//! [`crate::turns`]): the first in line tries and listens, the others wait in the
+//! [`crate::locks::turns`]): the first in line tries and listens, the others wait in the
 //! process, and a release wakes the one that asks rather than all of them.
 //!
 //! Each attempt is polled by its caller; if the caller's future is dropped while a grant
@@ -25,11 +25,11 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::{Acquire, AcquireRequest, Backend, ReleaseRequest};
-use crate::client::{Granted, Inner};
-use crate::guard::Guard;
+use crate::client::shared::{Granted, Inner};
+use crate::locks::guard::Guard;
+use crate::locks::turns::Turn;
 use crate::metrics::{self, AcquireOutcome};
 use crate::notify::Listener;
-use crate::turns::Turn;
 use crate::{Error, LockName, LockRef};
 use crate::{events, retry};
 
@@ -72,7 +72,7 @@ pub(crate) fn acquire(
         let started = Instant::now();
         let kind = lock.kind;
         let span = tracing::debug_span!(
-            target: events::TARGET,
+            target: crate::TARGET,
             "acquire",
             kind = %lock.kind,
             name = %lock.name,
@@ -83,7 +83,7 @@ pub(crate) fn acquire(
                 break 'acquired Err(Error::ShutDown);
             }
             // A watchdog that died with its runtime is started again before anything else.
-            span.in_scope(|| client.watchdog.revive(client));
+            span.in_scope(|| client.watchdog.revive(&client.watchdog_host()));
             let turn = match wait_in_line(client, &lock, wait).await {
                 Line::NotQueued => None,
                 Line::Head(turn) => Some(turn),

@@ -1,23 +1,29 @@
-//! [`Named`]: what every handle on a named object of a store holds: its client and its
-//! name, checked when the handle is used (making a handle does no I/O and cannot fail).
+//! [`Named`]: what every handle on a named object of a store holds: its client's shared
+//! state and its name, checked when the handle is used (making a handle does no I/O and cannot fail).
 
 use crate::backend::Capabilities;
-use crate::{Backend, Error, LockName, Locks};
+use std::sync::Arc;
+
+use crate::client::shared::Inner;
+use crate::{Backend, Error, LockName};
 
 /// A client and a name that is checked on use.
 #[derive(Clone)]
 pub(crate) struct Named {
-    pub(crate) locks: Locks,
+    pub(crate) client: Arc<Inner>,
     name: Result<LockName, String>,
 }
 
 impl Named {
-    pub(crate) fn new(locks: Locks, name: &str) -> Self {
+    pub(crate) fn new(client: &Arc<Inner>, name: &str) -> Self {
         let name = LockName::new(name).map_err(|err| match err {
             Error::InvalidArgument { reason, .. } => reason,
             other => other.to_string(),
         });
-        Self { locks, name }
+        Self {
+            client: Arc::clone(client),
+            name,
+        }
     }
 
     /// The name as given; empty when it was refused.
@@ -35,7 +41,7 @@ impl Named {
         what: &'static str,
     ) -> Result<(&'a T, &'a LockName), Error> {
         let name = self.checked()?;
-        let inner = &self.locks.inner;
+        let inner = &self.client;
         let store = declared(&inner.capabilities)
             .then(|| store(&*inner.backend))
             .flatten()

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::RequestId;
-use crate::lease::LeaseClock;
+use crate::locks::lease::LeaseClock;
 use crate::{LockRef, LostReason, metrics};
 
 #[derive(Debug, Default)]

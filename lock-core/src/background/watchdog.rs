@@ -18,10 +18,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::backend::{PermitId, Renewal};
-use crate::client::Inner;
-use crate::expirable::PermitHold;
-use crate::hold::Hold;
-use crate::lease::LeaseClock;
+use crate::background::supervisor::Supervisor;
+use crate::config::Config;
+use crate::locks::hold::Hold;
+use crate::locks::lease::LeaseClock;
+use crate::sync::leased::PermitHold;
 use crate::{Backend, LockName, LostReason, events, metrics};
 
 /// The shortest pause between rounds after a failed renewal.
@@ -30,6 +31,15 @@ const MIN_RETRY: Duration = Duration::from_millis(10);
 #[derive(Debug, Default)]
 pub(crate) struct Watchdog {
     state: Mutex<State>,
+}
+
+/// What the watchdog's task needs of its client: where it runs, what it renews through,
+/// and the settings. Lent at each call, so that the watchdog never holds its client
+/// (which owns it), and its task holds neither.
+pub(crate) struct Host<'a> {
+    pub(crate) supervisor: &'a Supervisor,
+    pub(crate) backend: &'a Arc<dyn Backend>,
+    pub(crate) config: &'a Config,
 }
 
 /// What the watchdog renews: a lock's hold, or the permits of one acquisition.
@@ -76,14 +86,19 @@ struct State {
 
 impl State {
     /// Starts the task when holds need it and it is not running.
-    fn ensure_running(&mut self, client: &Arc<Inner>) {
+    fn ensure_running(&mut self, watchdog: &Arc<Watchdog>, host: &Host<'_>) {
         if self.holds.is_empty() || self.task.as_ref().is_some_and(|task| !task.is_finished()) {
             return;
         }
         if self.task.take().is_some() {
             events::watchdog_restarted(self.holds.len());
         }
-        match client.supervisor.spawn_service(run(Arc::downgrade(client))) {
+        let task = run(
+            Arc::downgrade(watchdog),
+            Arc::downgrade(host.backend),
+            host.config.clone(),
+        );
+        match host.supervisor.spawn_service(task) {
             Ok(task) => self.task = Some(task),
             // Tried again at the next acquisition; until then the holds run on their
             // deadlines, which guards report.
@@ -94,12 +109,12 @@ impl State {
 
 impl Watchdog {
     /// Starts renewing `hold` (and the task, if it is not running).
-    pub(crate) fn register(&self, client: &Arc<Inner>, hold: Renewed) {
+    pub(crate) fn register(self: &Arc<Self>, host: &Host<'_>, hold: Renewed) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.registered += 1;
         let order = state.registered;
         state.holds.entry(hold.key()).or_insert((order, hold));
-        state.ensure_running(client);
+        state.ensure_running(self, host);
     }
 
     /// Stops renewing `hold` if no guard of it needs renewal any more. Checked under the
@@ -122,11 +137,11 @@ impl Watchdog {
     }
 
     /// Starts the task again if it died while holds still need renewal.
-    pub(crate) fn revive(&self, client: &Arc<Inner>) {
+    pub(crate) fn revive(self: &Arc<Self>, host: &Host<'_>) {
         // No pruning here: it would cost every acquisition a pass over every hold.
         // Released holds leave through `forget`, lost ones at the next round.
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.ensure_running(client);
+        state.ensure_running(self, host);
     }
 
     /// The holds due for renewal; forgets those that no longer need it. Stops (returns
@@ -153,29 +168,28 @@ impl Watchdog {
     }
 }
 
-async fn run(client: Weak<Inner>) {
-    let mut pause = match client.upgrade() {
-        Some(inner) => inner.config.renew_interval,
-        None => return,
-    };
+/// Renews what is due every round, until the client is gone (its watchdog or its
+/// backend dropped) or nothing is left to renew. Holds nothing of the client between
+/// rounds.
+async fn run(watchdog: Weak<Watchdog>, backend: Weak<dyn Backend>, config: Config) {
+    let interval = config.renew_interval;
+    let lease = config.watchdog_lease;
+    let valid_for = lease.saturating_sub(config.drift(lease));
+    let mut pause = interval;
     loop {
         tokio::time::sleep(pause).await;
-        let Some(inner) = client.upgrade() else {
+        let Some(renewing) = watchdog.upgrade() else {
             return;
         };
-        let interval = inner.config.renew_interval;
-        let lease = inner.config.watchdog_lease;
-        let valid_for = inner.valid_for(lease);
         let now = Instant::now();
-        let Some(due) = inner
-            .watchdog
-            .due(now - interval / 2, now + interval + interval / 2)
-        else {
+        let Some(due) = renewing.due(now - interval / 2, now + interval + interval / 2) else {
             return;
         };
-        let backend = Arc::clone(&inner.backend);
-        // Do not keep the client alive across the round trip.
-        drop(inner);
+        // Do not keep the client's parts alive across the round trip.
+        drop(renewing);
+        let Some(backend) = backend.upgrade() else {
+            return;
+        };
         pause = interval;
         if due.is_empty() {
             continue;

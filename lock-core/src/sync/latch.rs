@@ -2,17 +2,19 @@
 //! between services).
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::backend::{Capabilities, LatchBackend, LatchRequest};
+use crate::client::named::Named;
+use crate::client::shared::Inner;
 use crate::config::check_bound;
-use crate::named::Named;
-use crate::{Error, LockName, Locks, retry};
+use crate::{Error, LockName, retry};
 
 /// A handle on one count-down latch: services count it down, and every waiter goes on
-/// once it reaches zero. Cheap; no I/O. Made by [`Locks::count_down_latch`].
+/// once it reaches zero. Cheap; no I/O. Made by [`Locks::count_down_latch`](crate::Locks::count_down_latch).
 ///
 /// A latch with no count is open: [`wait`](CountDownLatch::wait) returns at once. Setting
 /// a count closes it again. Every waiter is woken when it opens, in this client and in
@@ -42,9 +44,9 @@ impl fmt::Debug for CountDownLatch {
 }
 
 impl CountDownLatch {
-    pub(crate) fn new(locks: Locks, name: &str) -> Self {
+    pub(crate) fn new(client: &Arc<Inner>, name: &str) -> Self {
         Self {
-            named: Named::new(locks, name),
+            named: Named::new(client, name),
         }
     }
 
@@ -94,7 +96,7 @@ impl CountDownLatch {
     /// Not cancel-safe: a dropped future may or may not have counted down.
     pub async fn count_down(&self) -> Result<(), Error> {
         let (latches, name) = self.parts()?;
-        let window = self.named.locks.inner.config.retry_window;
+        let window = self.named.client.config.retry_window;
         let request = LatchRequest::new(window);
         let until = Instant::now() + window;
         retry::until_answered(until, || latches.count_down(name, request))

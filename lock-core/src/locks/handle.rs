@@ -4,20 +4,22 @@
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
 use tokio::time::Instant;
 
-use crate::acquire::{self, Lease, Wait};
+use crate::client::named::Named;
+use crate::client::shared::Inner;
 use crate::config::{check_bound, check_lease};
-use crate::holder;
-use crate::named::Named;
-use crate::{Error, Guard, Holder, LockKind, LockRef, Locks, Owner};
+use crate::locks::acquire::{self, Lease, Wait};
+use crate::locks::holder;
+use crate::{Error, Guard, Holder, LockKind, LockRef, Owner};
 
 /// A handle on one lock. Cheap to create and clone; does no I/O by itself.
 ///
-/// Made by [`Locks::mutex`], [`Locks::fair_mutex`] or [`crate::RwLock::reader`] /
+/// Made by [`Locks::mutex`](crate::Locks::mutex), [`Locks::fair_mutex`](crate::Locks::fair_mutex) or [`crate::RwLock::reader`] /
 /// [`crate::RwLock::writer`]; every kind has the same operations. Acquisitions by the same
 /// [`Holder`] re-enter (each returns its own [`Guard`]); other holders, in this client or
 /// any other, are excluded (readers only exclude writers). Without an explicit lease the
@@ -49,9 +51,9 @@ impl fmt::Debug for Lock {
 }
 
 impl Lock {
-    pub(crate) fn new(locks: Locks, name: &str, kind: LockKind) -> Self {
+    pub(crate) fn new(client: &Arc<Inner>, name: &str, kind: LockKind) -> Self {
         Self {
-            named: Named::new(locks, name),
+            named: Named::new(client, name),
             kind,
             holder: None,
         }
@@ -80,10 +82,10 @@ impl Lock {
         let name = self.named.checked()?.clone();
         // Every operation starts here: a kind the backend does not declare is refused
         // before anything is sent.
-        if let Some(missing) = self.named.locks.inner.capabilities.missing(self.kind) {
+        if let Some(missing) = self.named.client.capabilities.missing(self.kind) {
             return Err(Error::unsupported(missing));
         }
-        let client_id = &self.named.locks.inner.client_id;
+        let client_id = &self.named.client.client_id;
         let owner = match self.holder.clone().or_else(Holder::ambient) {
             Some(holder) => Owner::new(client_id, holder.as_str()),
             None => holder::unique_owner(client_id),
@@ -195,7 +197,7 @@ impl Lock {
         // Plain function and block, not an `async fn`: see `acquire::acquire`.
         async move {
             let lock = self.lock_ref()?;
-            acquire::acquire(&self.named.locks.inner, lock, lease, wait).await
+            acquire::acquire(&self.named.client, lock, lease, wait).await
         }
     }
 
@@ -241,7 +243,7 @@ impl Lock {
 
     async fn inspect(&self) -> Result<crate::backend::LockState, Error> {
         let lock = self.lock_ref()?;
-        self.named.locks.inner.backend.inspect(&lock).await
+        self.named.client.backend.inspect(&lock).await
     }
 
     /// Releases the lock whoever holds it, and wakes its waiters. Returns whether it was
@@ -255,9 +257,9 @@ impl Lock {
     /// next renewal.
     pub async fn force_unlock(&self) -> Result<bool, Error> {
         let lock = self.lock_ref()?;
-        let released = self.named.locks.inner.backend.force_release(&lock).await?;
+        let released = self.named.client.backend.force_release(&lock).await?;
         if released {
-            self.named.locks.inner.forget_all(&lock);
+            self.named.client.forget_all(&lock);
         }
         Ok(released)
     }
@@ -294,10 +296,10 @@ impl fmt::Debug for RwLock {
 }
 
 impl RwLock {
-    pub(crate) fn new(locks: &Locks, name: &str) -> Self {
+    pub(crate) fn new(client: &Arc<Inner>, name: &str) -> Self {
         Self {
-            read: Lock::new(locks.clone(), name, LockKind::Read),
-            write: Lock::new(locks.clone(), name, LockKind::Write),
+            read: Lock::new(client, name, LockKind::Read),
+            write: Lock::new(client, name, LockKind::Write),
         }
     }
 
