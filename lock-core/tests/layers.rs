@@ -55,19 +55,19 @@ fn crate_paths(code: &str) -> Vec<String> {
             .collect();
         let prefix = path.trim_end_matches(':').to_owned();
         let after = &rest[path.len()..];
-        if path.ends_with("::") || path.is_empty() {
-            if let Some(list) = after.strip_prefix('{') {
-                let list = list.split('}').next().unwrap_or_default();
-                for item in list.split([',', '{', '}']) {
-                    let item = item.trim().split_whitespace().next().unwrap_or_default();
-                    if !item.is_empty() && item != "self" {
-                        let joined = if prefix.is_empty() {
-                            item.to_owned()
-                        } else {
-                            format!("{prefix}::{item}")
-                        };
-                        paths.push(joined);
-                    }
+        if (path.ends_with("::") || path.is_empty())
+            && let Some(list) = after.strip_prefix('{')
+        {
+            let list = list.split('}').next().unwrap_or_default();
+            for item in list.split([',', '{', '}']) {
+                let item = item.split_whitespace().next().unwrap_or_default();
+                if !item.is_empty() && item != "self" {
+                    let joined = if prefix.is_empty() {
+                        item.to_owned()
+                    } else {
+                        format!("{prefix}::{item}")
+                    };
+                    paths.push(joined);
                 }
             }
         }
