@@ -372,7 +372,7 @@ async fn attempt(
             Ok(Attempt::Acquired(Guard::new(
                 Arc::clone(client),
                 hold,
-                lock.clone(),
+                lock.kind,
                 request.id,
                 lease,
                 renew,

@@ -28,9 +28,10 @@ const DROPPED: &str = "a dropped guard";
 pub struct Guard {
     client: Arc<Inner>,
     hold: Arc<Hold>,
-    /// The lock as this guard took it (its hold may have been begun by another kind of
-    /// the same store hold: a fair and a plain mutex share one).
-    lock: LockRef,
+    /// The kind this guard took the lock as; the name and the owner are its hold's (a
+    /// fair and a plain mutex share one hold). Not the whole lock: a waiting task
+    /// carries room for its guard and its `unlock()`, and thousands wait.
+    kind: LockKind,
     /// This guard's grant: the one its release ends.
     grant: RequestId,
     lease: Duration,
@@ -45,9 +46,9 @@ pub struct Guard {
 impl fmt::Debug for Guard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Guard")
-            .field("kind", &self.lock.kind)
-            .field("name", &self.lock.name)
-            .field("owner", &self.lock.owner)
+            .field("kind", &self.kind)
+            .field("name", &self.hold.lock.name)
+            .field("owner", &self.hold.lock.owner)
             .field("grant", &self.grant)
             .field("lease", &self.lease)
             .field("watchdog", &self.renew)
@@ -57,24 +58,24 @@ impl fmt::Debug for Guard {
 }
 
 impl Guard {
-    /// The guard of `grant` on `lock`, part of `hold`, granted by a request sent at
-    /// `sent`.
+    /// The guard of `grant`, taken as a lock of `kind`, part of `hold`, granted by a
+    /// request sent at `sent`.
     pub(crate) fn new(
         client: Arc<Inner>,
         hold: Arc<Hold>,
-        lock: LockRef,
+        kind: LockKind,
         grant: RequestId,
         lease: Duration,
         renew: bool,
         sent: Instant,
     ) -> Self {
-        metrics::held(lock.kind, 1.0);
+        metrics::held(kind, 1.0);
         let own_deadline =
-            (lock.kind == LockKind::Read && !renew).then(|| sent + client.valid_for(lease));
+            (kind == LockKind::Read && !renew).then(|| sent + client.valid_for(lease));
         Self {
             client,
             hold,
-            lock,
+            kind,
             grant,
             lease,
             renew,
@@ -97,19 +98,25 @@ impl Guard {
     /// The lock's name.
     #[must_use]
     pub fn name(&self) -> &str {
-        self.lock.name.as_str()
+        self.hold.lock.name.as_str()
     }
 
     /// The lock's kind.
     #[must_use]
     pub fn kind(&self) -> LockKind {
-        self.lock.kind
+        self.kind
     }
 
     /// The owner string stored in the backend (`"<client-uuid>:<holder>"`).
     #[must_use]
     pub fn owner(&self) -> &str {
-        self.lock.owner.as_str()
+        self.hold.lock.owner.as_str()
+    }
+
+    /// The lock as this guard took it.
+    fn lock_ref(&self) -> LockRef {
+        let held = &self.hold.lock;
+        LockRef::new(self.kind, held.name.clone(), held.owner.clone())
     }
 
     /// Whether the hold is still valid by the local clock: not lost, and the last
@@ -188,46 +195,53 @@ impl Guard {
     /// Cancel-safe: if this future is dropped before the release is over, the rest of
     /// the release goes on in a task of its own and completes
     /// ([`Locks::shutdown`](crate::Locks::shutdown) waits for it).
-    pub async fn unlock(mut self) -> Result<(), Error> {
+    ///
+    /// The guard is given up when this is called; the future keeps only what the
+    /// release's answer needs (a waiting task carries room for it).
+    pub fn unlock(mut self) -> impl Future<Output = Result<(), Error>> + Send + use<> {
         self.released = true;
         self.finish();
         let lost = self.lost_reason();
         // Taken before the request can run: the re-armed lease counts from no earlier.
         let sent = Instant::now();
-        // Polled right here; only if this future is dropped first does the rest of the
+        // Polled by the caller; only if the future is dropped first does the rest of the
         // release go on in a task of its own.
-        let release = release_job(&self, None);
-        let outcome = self.client.supervisor.awaited_job(release).await;
-        if let Some(reason) = lost {
-            return Err(Error::NotHeld {
-                name: self.name().to_owned(),
-                lost: Some(reason),
-            });
-        }
-        match outcome? {
-            // A mutex or write release re-arms the lease of the holds left. A read
-            // release re-arms nothing: the owner's remaining read holds keep their own
-            // expiries, which the local deadline already covers.
-            Release::StillHeld { .. } if self.kind() != LockKind::Read => {
-                self.hold.extend(sent, self.client.valid_for(self.lease));
-                Ok(())
+        let release = self.client.supervisor.awaited_job(release_job(&self, None));
+        let (hold, kind) = (Arc::clone(&self.hold), self.kind);
+        let valid_for = self.client.valid_for(self.lease);
+        // Released above: dropping the guard now does nothing more.
+        drop(self);
+        async move {
+            let outcome = release.await;
+            let not_held = |lost| Error::NotHeld {
+                name: hold.lock.name.as_str().to_owned(),
+                lost,
+            };
+            if let Some(reason) = lost {
+                return Err(not_held(Some(reason)));
             }
-            Release::NotHeld => {
-                self.hold.mark_lost(LostReason::OwnerGone);
-                Err(Error::NotHeld {
-                    name: self.name().to_owned(),
-                    lost: None,
-                })
+            match outcome? {
+                // A mutex or write release re-arms the lease of the holds left. A read
+                // release re-arms nothing: the owner's remaining read holds keep their
+                // own expiries, which the local deadline already covers.
+                Release::StillHeld { .. } if kind != LockKind::Read => {
+                    hold.extend(sent, valid_for);
+                    Ok(())
+                }
+                Release::NotHeld => {
+                    hold.mark_lost(LostReason::OwnerGone);
+                    Err(not_held(None))
+                }
+                Release::StillHeld { .. } | Release::Released => Ok(()),
             }
-            Release::StillHeld { .. } | Release::Released => Ok(()),
         }
     }
 
     /// Synchronous bookkeeping shared by `unlock` and `Drop`.
     fn finish(&self) {
         self.client.detach(&self.hold, self.renew);
-        metrics::held(self.lock.kind, -1.0);
-        metrics::released(self.lock.kind, self.acquired_at.elapsed());
+        metrics::held(self.kind, -1.0);
+        metrics::released(self.kind, self.acquired_at.elapsed());
     }
 }
 
@@ -237,11 +251,11 @@ impl Guard {
 fn release_job(
     guard: &Guard,
     unawaited: Option<&'static str>,
-) -> impl Future<Output = Result<Release, Error>> + Send + 'static {
+) -> impl Future<Output = Result<Release, Error>> + Send + use<> {
     let client = &guard.client;
     let backend = Arc::clone(&client.backend);
     let hold = Arc::clone(&guard.hold);
-    let lock = guard.lock.clone();
+    let lock = guard.lock_ref();
     let window = client.config.retry_window;
     let request = ReleaseRequest::new(guard.lease, guard.grant).retry_window(window);
     // The line a release of this kind may let in.
@@ -318,7 +332,7 @@ impl Drop for Guard {
         {
             // Without a runtime the release cannot be sent; renewal has stopped, so the
             // lease runs out on its own.
-            events::release_failed(&self.lock, DROPPED, &err);
+            events::release_failed(&self.lock_ref(), DROPPED, &err);
         }
     }
 }
