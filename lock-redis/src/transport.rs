@@ -105,23 +105,29 @@ impl RedisTransport {
                 .query_async(&mut manager.clone())
                 .await
                 .map_err(crate::error::transport),
-            Commands::Cluster(cluster) => {
-                let mut connection = cluster
-                    .connection()
-                    .await
-                    .map_err(crate::error::transport)?;
-                command
-                    .query_async(&mut connection)
-                    .await
-                    .map_err(crate::error::transport)
-            }
-            // Boxed: a failover's and a checkout's futures are large, and every call's
-            // future (ours too) is moved into a box on every call; inline, it would carry
-            // room for them.
+            // Boxed: a cluster's, a failover's and a checkout's futures are large, and
+            // every call's future (ours too) is moved into a box on every call; inline,
+            // it would carry room for them.
+            Commands::Cluster(cluster) => Box::pin(query_cluster(cluster, command)).await,
             Commands::Sentinel(failover) => Box::pin(query_master(failover, command)).await,
             Commands::Pool(pool) => Box::pin(query_pooled(pool, command)).await,
         }
     }
+}
+
+/// Sends one command on the cluster connection, made again first if its runtime is gone.
+async fn query_cluster(
+    cluster: &ClusterCommands,
+    command: &redis::Cmd,
+) -> Result<Value, TransportError> {
+    let mut connection = cluster
+        .connection()
+        .await
+        .map_err(crate::error::transport)?;
+    command
+        .query_async(&mut connection)
+        .await
+        .map_err(crate::error::transport)
 }
 
 /// Sends one command to the master the Sentinels named last; after a failure that may
