@@ -169,6 +169,12 @@ async fn hand_over_once(a: &Locks, b: &Locks, name: &str, waiting: impl Future<O
         .unwrap();
 }
 
+/// A `redis+cluster://` URL of the local nodes (or proxies) on `ports`.
+fn cluster_url(ports: impl Iterator<Item = u16>) -> String {
+    let hosts: Vec<String> = ports.map(|port| format!("127.0.0.1:{port}")).collect();
+    format!("redis+cluster://{}", hosts.join(","))
+}
+
 /// The error's whole chain, as a person would read it.
 fn chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
@@ -245,12 +251,7 @@ pub async fn single_server_url_on_a_cluster_node_is_a_config_error(connect: &Ada
     let err = fails_in_time(connect, ConnectSpec::new(cluster.urls()[0].clone())).await;
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{}", chain(&err));
     // The cluster form of the same nodes works.
-    let hosts: Vec<String> = cluster
-        .nodes()
-        .iter()
-        .map(|node| format!("127.0.0.1:{}", node.port()))
-        .collect();
-    let url = format!("redis+cluster://{}", hosts.join(","));
+    let url = cluster_url(cluster.nodes().iter().map(RedisServer::port));
     let (a, b) = two_clients(connect, &url).await;
     hand_over(&a, &b, "adapter:cluster").await;
 }
@@ -601,12 +602,7 @@ pub async fn a_script_whose_reply_was_lost_is_not_sent_again(connect: &AdapterCo
     lose_one_grant(&standalone, &proxy, "adapter:lost-grant").await;
 
     let cluster = RedisCluster::start_behind_proxies(3).await;
-    let nodes: Vec<String> = cluster
-        .proxies()
-        .iter()
-        .map(|proxy| format!("127.0.0.1:{}", proxy.port()))
-        .collect();
-    let url = format!("redis+cluster://{}", nodes.join(","));
+    let url = cluster_url(cluster.proxies().iter().map(FaultProxy::port));
     let clustered = locks(connect, ConnectSpec::new(url)).await.unwrap();
     let name = "adapter:lost-reply-cluster";
     let node = cluster.node_index_for_key(name).await;
@@ -909,17 +905,8 @@ pub async fn a_missing_password_and_an_unknown_host_fail_at_connect(connect: &Ad
 /// neither side heard the other.)
 pub async fn a_redisson_peer_on_a_cluster_hears_us_and_is_heard(connect: &AdapterConnect) {
     let cluster = RedisCluster::start(3).await;
-    let hosts: Vec<String> = cluster
-        .nodes()
-        .iter()
-        .map(|node| format!("127.0.0.1:{}", node.port()))
-        .collect();
-    let ours = locks(
-        connect,
-        ConnectSpec::new(format!("redis+cluster://{}", hosts.join(","))),
-    )
-    .await
-    .unwrap();
+    let url = cluster_url(cluster.nodes().iter().map(RedisServer::port));
+    let ours = locks(connect, ConnectSpec::new(url)).await.unwrap();
     let name = "sharded:m";
     let channel = "redisson_lock__channel:{sharded:m}";
     let shard = cluster.node_for_key(name).await;
@@ -1328,12 +1315,7 @@ pub async fn clients_outliving_their_connect_runtime_still_hand_over(connect: &A
     hand_over_to_a_subscribed_waiter(&server, &b, &a, "adapter:runtime-new").await;
 
     let cluster = RedisCluster::start(3).await;
-    let hosts: Vec<String> = cluster
-        .nodes()
-        .iter()
-        .map(|node| format!("127.0.0.1:{}", node.port()))
-        .collect();
-    let url = format!("redis+cluster://{}", hosts.join(","));
+    let url = cluster_url(cluster.nodes().iter().map(RedisServer::port));
     let name = "adapter:runtime-cluster";
     let shard = cluster.node_for_key(name).await;
     let channel = format!("redisson_lock__channel:{{{name}}}");

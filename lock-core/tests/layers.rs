@@ -3,23 +3,15 @@
 //! the graph of `crate::` paths between modules, and fails with the first circle it
 //! finds, which names the modules in it.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use common::rust_files;
+
 /// Module path -> the modules its code (not its comments, not its tests) names.
 type Graph = BTreeMap<String, BTreeSet<String>>;
-
-fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {
-    let entries = std::fs::read_dir(dir).expect("read a source directory");
-    for entry in entries {
-        let path = entry.expect("read a directory entry").path();
-        if path.is_dir() {
-            rust_files(&path, found);
-        } else if path.extension().is_some_and(|ext| ext == "rs") {
-            found.push(path);
-        }
-    }
-}
 
 /// `locks/acquire.rs` -> `locks::acquire`; `client/mod.rs` -> `client`.
 fn module_of(src: &Path, file: &Path) -> String {

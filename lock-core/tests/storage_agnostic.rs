@@ -2,7 +2,11 @@
 //! names a Redis concept. This test reads the sources and fails on the first word that
 //! would tie the core to one backend again.
 
+mod common;
+
 use std::path::Path;
+
+use common::rust_files;
 
 /// Words that belong to the Redis protocol crate, matched case-insensitively as whole
 /// words; "redis" also inside a word (Redisson).
@@ -23,18 +27,6 @@ fn names_a_word(line: &str, word: &str) -> bool {
         let after = line[at + word.len()..].chars().next();
         !before.is_some_and(char::is_alphanumeric) && !after.is_some_and(char::is_alphanumeric)
     })
-}
-
-fn rust_files(dir: &Path, found: &mut Vec<std::path::PathBuf>) {
-    let entries = std::fs::read_dir(dir).expect("read a source directory");
-    for entry in entries {
-        let path = entry.expect("read a directory entry").path();
-        if path.is_dir() {
-            rust_files(&path, found);
-        } else if path.extension().is_some_and(|ext| ext == "rs") {
-            found.push(path);
-        }
-    }
 }
 
 #[test]
