@@ -1339,24 +1339,10 @@ fn clients_of_a_runtime_that_stopped(
     name: &str,
     waiting: impl Future<Output = ()> + Send,
 ) -> (Locks, Locks) {
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                let runtime = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(1)
-                    .enable_all()
-                    .build()
-                    .expect("a runtime");
-                let clients = runtime.block_on(async {
-                    let (a, b) = two_clients(connect, url).await;
-                    hand_over_once(&a, &b, name, waiting).await;
-                    (a, b)
-                });
-                runtime.shutdown_timeout(Duration::from_secs(1));
-                clients
-            })
-            .join()
-            .expect("the first runtime's thread")
+    lock_testkit::in_a_runtime_that_stops(async {
+        let (a, b) = two_clients(connect, url).await;
+        hand_over_once(&a, &b, name, waiting).await;
+        (a, b)
     })
 }
 

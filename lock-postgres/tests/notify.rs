@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use lock_postgres::notify::{APPLICATION_NAME, Notifications, WAKE_ONE};
-use lock_testkit::{PostgresServer, postgres_client};
+use lock_testkit::{PostgresServer, in_a_runtime_that_stops, postgres_client};
 use tokio::time::timeout;
 use tokio_postgres::{Client, Config};
 
@@ -114,25 +114,11 @@ async fn notifications_arrive_and_survive_a_terminated_connection_and_a_restart(
 async fn clients_outliving_their_connect_runtime_still_hand_over() {
     let server = PostgresServer::start().await;
     let admin = postgres_client(&server.url()).await;
-    let (a, b) = std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                let runtime = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(1)
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                let clients = runtime.block_on(async {
-                    let a = connect(&server.url()).await;
-                    let b = connect(&server.url()).await;
-                    hand_over(&admin, &a, &b, "runtime:first").await;
-                    (a, b)
-                });
-                runtime.shutdown_timeout(Duration::from_secs(1));
-                clients
-            })
-            .join()
-            .unwrap()
+    let (a, b) = in_a_runtime_that_stops(async {
+        let a = connect(&server.url()).await;
+        let b = connect(&server.url()).await;
+        hand_over(&admin, &a, &b, "runtime:first").await;
+        (a, b)
     });
     hand_over(&admin, &a, &b, "runtime:first").await;
     hand_over(&admin, &b, &a, "runtime:second").await;
