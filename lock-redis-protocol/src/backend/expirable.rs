@@ -11,7 +11,8 @@ use lock_core::backend::{
 use lock_core::notify::Listener;
 use lock_core::{Error, LockName, MAX_DURATION, RequestId};
 
-use super::{RedisBackend, integer, millis, reservation_args, unexpected};
+use super::semaphore::reservation_args;
+use super::{RedisBackend, integer, millis, unexpected};
 use crate::decimals::Decimals;
 use crate::script::{self, Script};
 use crate::transport::Reply;

@@ -1,0 +1,199 @@
+//! Running scripts: by SHA first, with their source when the server lost it, with or
+//! without waiting for replicas; and a failed call classified as a lock-core error.
+
+use lock_core::Error;
+
+use super::{RedisBackend, unexpected};
+use crate::error::WrongType;
+use crate::script::{Script, ScriptCall, ScriptForm};
+use crate::transport::{ReplicaWait, Reply, ServerError, Topology, TransportError};
+
+impl RedisBackend {
+    /// Runs a script that writes a hold (acquire, renew): with replica acknowledgement
+    /// on, also returns how many replicas confirmed (else `None`).
+    pub(super) async fn eval_write(
+        &self,
+        during: &'static str,
+        script: &'static Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<(Reply, Option<u32>), Error> {
+        match self.options.replica_ack {
+            None => self
+                .eval(during, script, keys, args)
+                .await
+                .map(|r| (r, None)),
+            Some((replicas, timeout)) => {
+                if self.transport.topology() == Topology::Cluster {
+                    return Err(Error::invalid_config(
+                        "replica acknowledgement is not supported on Redis Cluster",
+                        None,
+                    ));
+                }
+                let wait = ReplicaWait { replicas, timeout };
+                let limit = Some(self.transport.response_timeout() * 2 + timeout);
+                let sent = send_loading(script, keys, args, |call| {
+                    TransportError::within(limit, self.transport.send_then_wait(call, wait))
+                });
+                let (reply, acks) = sent
+                    .await
+                    .map_err(|err| script_failed(err, during, script, keys, args))?;
+                match acks {
+                    Reply::Int(acks) => Ok((reply, Some(u32::try_from(acks).unwrap_or(0)))),
+                    other => Err(unexpected("WAIT", &other)),
+                }
+            }
+        }
+    }
+
+    /// Runs a script.
+    pub(super) async fn eval(
+        &self,
+        during: &'static str,
+        script: &'static Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<Reply, Error> {
+        let limit = (!self.transport.bounds_its_calls()).then(|| self.transport.response_timeout());
+        send_loading(script, keys, args, |call| {
+            TransportError::within(limit, self.transport.send(call))
+        })
+        .await
+        .map_err(|err| script_failed(err, during, script, keys, args))
+    }
+}
+
+/// A command a script ran was refused (an ACL without it): Redis names the script line,
+/// not the command. Finds the command on that line (a literal, or the `KEYS`/`ARGV`
+/// element it names) and says which one it was.
+fn name_refused_command(
+    server: ServerError,
+    script: &Script,
+    keys: &[&str],
+    args: &[&str],
+) -> ServerError {
+    let refused = server.code == "NOPERM" || server.message.contains("can't run this command");
+    let line = server
+        .message
+        .rsplit_once("@user_script:")
+        .and_then(|(_, rest)| rest.trim_end_matches('.').trim().parse::<usize>().ok());
+    let (true, Some(line)) = (refused, line) else {
+        return server;
+    };
+    let command = script
+        .source()
+        .lines()
+        .nth(line.saturating_sub(1))
+        .and_then(|text| {
+            text.split_once("redis.call(")
+                .or_else(|| text.split_once("redis.pcall("))
+        })
+        .and_then(|(_, call)| call.split([',', ')']).next())
+        .map(str::trim)
+        .and_then(|first| {
+            let index = |prefix: &str| {
+                first
+                    .strip_prefix(prefix)?
+                    .strip_suffix(']')?
+                    .parse::<usize>()
+                    .ok()
+            };
+            if let Some(i) = index("ARGV[") {
+                args.get(i.checked_sub(1)?).map(|a| (*a).to_owned())
+            } else if let Some(i) = index("KEYS[") {
+                keys.get(i.checked_sub(1)?).map(|k| (*k).to_owned())
+            } else {
+                Some(first.trim_matches('\'').to_owned())
+            }
+        });
+    match command {
+        Some(command) => ServerError::new(
+            "NOPERM",
+            format!(
+                "the server refused `{command}` in the lock script `{}` (ACL): {}",
+                script.name(),
+                server.message
+            ),
+        ),
+        None => server,
+    }
+}
+
+/// Sends a script by SHA, and with its source (which loads it) if the server does not
+/// know it (after a restart or `SCRIPT FLUSH`). In a cluster, `EVAL` is routed like
+/// `EVALSHA`, so the script lands on the node that needs it.
+async fn send_loading<'a, T, F, Fut>(
+    script: &'static Script,
+    keys: &'a [&'a str],
+    args: &'a [&'a str],
+    send: F,
+) -> Result<T, TransportError>
+where
+    F: Fn(ScriptCall<'a>) -> Fut,
+    Fut: Future<Output = Result<T, TransportError>>,
+{
+    let mut call = ScriptCall {
+        script,
+        keys,
+        args,
+        form: ScriptForm::BySha,
+    };
+    match send(call).await {
+        Err(TransportError::Server(err)) if err.code == "NOSCRIPT" => {
+            call.form = ScriptForm::WithSource;
+            send(call).await
+        }
+        other => other,
+    }
+}
+
+/// A script call's failure as a lock-core error, naming the command an ACL refused.
+fn script_failed(
+    err: TransportError,
+    during: &'static str,
+    script: &Script,
+    keys: &[&str],
+    args: &[&str],
+) -> Error {
+    let err = match err {
+        TransportError::Server(server) => {
+            TransportError::Server(name_refused_command(server, script, keys, args))
+        }
+        other => other,
+    };
+    classify(err, during, keys.first().copied().unwrap_or(""))
+}
+
+fn classify(err: TransportError, during: &'static str, key: &str) -> Error {
+    match err {
+        TransportError::Server(server)
+            if server.code == "WRONGTYPE" || server.message.contains("WRONGTYPE") =>
+        {
+            Error::incompatible(
+                key,
+                WrongType {
+                    key: key.to_owned(),
+                },
+            )
+        }
+        // The command did not run where it was sent (a slot moved, a node is loading or
+        // became a replica): like a broken connection, it is sent again.
+        TransportError::Server(server) if not_run_here(&server) => {
+            Error::connection(during, server)
+        }
+        // Out of memory, or busy running another script: the same request may pass later.
+        TransportError::Server(server) if matches!(server.code.as_str(), "OOM" | "BUSY") => {
+            Error::backend_retryable(during, server)
+        }
+        TransportError::Server(server) => Error::backend(during, server),
+        TransportError::Io(source) => Error::connection(during, source),
+    }
+}
+
+/// Error replies that mean the server did not run the command.
+fn not_run_here(server: &ServerError) -> bool {
+    matches!(
+        server.code.as_str(),
+        "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN" | "LOADING" | "READONLY" | "MASTERDOWN"
+    )
+}

@@ -1,0 +1,573 @@
+//! The locks: [`Backend`] for the mutex, the fair lock and both sides of the read-write
+//! lock.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::Error;
+use lock_core::backend::{
+    Acquire, AcquireRequest, Backend, Capabilities, LatchBackend, LockRef, LockState, Release,
+    ReleaseRequest, Renewal, SemaphoreBackend,
+};
+use lock_core::notify::Listener;
+
+use super::answer::{AcquireAnswer, decode_acquire};
+use super::{Family, RedisBackend, count, flag, millis, pttl, unexpected};
+use crate::decimals::Decimals;
+use crate::error::NotReplicated;
+use crate::script;
+use crate::slot::key_slot;
+use crate::transport::{Reply, Topology};
+use crate::{events, layout};
+
+impl RedisBackend {
+    /// A grant fewer replicas confirmed than asked for could be lost in a failover: it
+    /// is given back, and the acquisition fails with the reason.
+    async fn give_back_unreplicated(
+        &self,
+        lock: &LockRef,
+        request: &AcquireRequest,
+        acknowledged: u32,
+    ) -> Result<(), Error> {
+        let Some((wanted, _)) = self.options.replica_ack else {
+            return Ok(());
+        };
+        if acknowledged >= wanted {
+            return Ok(());
+        }
+        let undo =
+            ReleaseRequest::new(request.lease, request.id).retry_window(request.retry_window);
+        if let Err(err) = Backend::release(self, lock, undo).await {
+            events::unconfirmed_grant_kept(lock, &err);
+        }
+        Err(Error::backend_retryable(
+            "acquiring",
+            NotReplicated {
+                wanted,
+                acknowledged,
+            },
+        ))
+    }
+
+    /// Runs the mutex's acquire script over its `keys` (see `mutex_acquire.lua`), with
+    /// `numbers` the lease, the fencing flag, the quarantine, the grant's id and the latch
+    /// lifetime, as the acquire takes them for every kind.
+    async fn acquire_mutex(
+        &self,
+        lock: &LockRef,
+        request: &AcquireRequest,
+        keys: [&str; 7],
+        [lease_ms, fencing, quarantine, grant, latch_ms]: [&str; 5],
+    ) -> Result<(Reply, Option<u32>), Error> {
+        let wait = request.wait.unwrap_or_default();
+        let wake_id = if request.waits_to_be_woken_alone() {
+            // Before the waiter listens: its first attempt comes first.
+            self.registered_a_waiter
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            &*self.wake_id
+        } else {
+            ""
+        };
+        // A live waiter asks again within the holder's lease (its own, as a rule): a zset
+        // of waiting clients none of which asked that long is gone.
+        let mutex = Decimals::new([
+            millis(self.options.reservation),
+            millis(wait.waited),
+            millis(request.lease.saturating_add(wait.place_kept_for)),
+        ]);
+        let [reservation_ms, waited_ms, registered_ms] = mutex.get();
+        let args = [
+            lease_ms,
+            lock.owner.as_str(),
+            flag(wait.starving),
+            reservation_ms,
+            waited_ms,
+            fencing,
+            quarantine,
+            wake_id,
+            registered_ms,
+            grant,
+            latch_ms,
+        ];
+        self.eval_write("acquiring", &script::MUTEX_ACQUIRE, &keys, &args)
+            .await
+    }
+
+    /// Renews one batch of locks of one kind family in one slot.
+    async fn renew_chunk(&self, locks: &[(&LockRef, Family)], lease_ms: &str) -> Vec<Renewal> {
+        // Per lock: the lock and its owner's grants hash.
+        let grants: Vec<String> = locks
+            .iter()
+            .map(|(l, family)| {
+                layout::grants_key(&l.name, l.owner.as_str(), *family == Family::Write)
+            })
+            .collect();
+        let keys: Vec<&str> = locks
+            .iter()
+            .zip(&grants)
+            .flat_map(|((l, _), grants)| [layout::lock_key(&l.name), grants.as_str()])
+            .collect();
+        let reads = locks
+            .first()
+            .is_some_and(|(_, family)| *family == Family::Read);
+        // Per lock: the owner's field, and for read holds the prefix of its hold keys.
+        let per_lock: Vec<String> = locks
+            .iter()
+            .flat_map(|(l, family)| match family {
+                Family::Read => vec![
+                    l.owner.as_str().to_owned(),
+                    layout::read_hold_prefix(&l.name, l.owner.as_str()),
+                ],
+                Family::Write => vec![format!("{}:write", l.owner)],
+                Family::Mutex | Family::Fair => vec![l.owner.as_str().to_owned()],
+            })
+            .collect();
+        let mut args: Vec<&str> = Vec::with_capacity(per_lock.len() + 1);
+        args.push(lease_ms);
+        args.extend(per_lock.iter().map(String::as_str));
+        let script = if reads {
+            &script::RW_READ_RENEW
+        } else {
+            &script::MUTEX_RENEW
+        };
+        match self.eval_write("renewing", script, &keys, &args).await {
+            Ok((_, Some(acknowledged)))
+                if self
+                    .options
+                    .replica_ack
+                    .is_some_and(|(wanted, _)| acknowledged < wanted) =>
+            {
+                let wanted = self.options.replica_ack.map_or(0, |(wanted, _)| wanted);
+                locks
+                    .iter()
+                    .map(|_| {
+                        Renewal::Failed(Error::backend_retryable(
+                            "renewing",
+                            NotReplicated {
+                                wanted,
+                                acknowledged,
+                            },
+                        ))
+                    })
+                    .collect()
+            }
+            Ok((Reply::Array(items), _)) if items.len() == locks.len() => items
+                .iter()
+                .map(|item| match item {
+                    Reply::Int(1) => Renewal::Renewed,
+                    _ => Renewal::Gone,
+                })
+                .collect(),
+            Ok((other, _)) => {
+                let err = unexpected("renew", &other);
+                locks.iter().map(|_| Renewal::Failed(err.clone())).collect()
+            }
+            Err(err) => locks.iter().map(|_| Renewal::Failed(err.clone())).collect(),
+        }
+    }
+}
+
+/// Renewal scripts take one family of kinds at a time: read holds have their own script.
+fn renew_script(family: Family) -> u8 {
+    u8::from(family == Family::Read)
+}
+
+#[async_trait]
+impl Backend for RedisBackend {
+    fn capabilities(&self) -> Capabilities {
+        Self::CAPABILITIES.ordered_requests(self.transport.keeps_order())
+    }
+
+    async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
+        let family = Family::of(lock.kind)?;
+        let name = &lock.name;
+        let owner = lock.owner.as_str();
+        let key = layout::lock_key(name);
+        let mut built = layout::Keys::new(name);
+        let (token_at, latch_at) = (built.token(), built.grant_latch(request.id));
+        let grants_at = built.grants(owner, family == Family::Write);
+        // Only the mutex's script takes these; made in the same buffer, they cost no
+        // allocation.
+        let (reservation_at, waiting_at) = (built.reservation(), built.waiting_clients());
+        let mut grant = String::with_capacity(32);
+        request.id.push_hex(&mut grant);
+        let fencing = flag(request.fencing);
+        let epoch = self.epoch_key(name);
+        let wait = request.wait.unwrap_or_default();
+        let numbers = Decimals::new([
+            millis(request.lease),
+            millis(request.retry_window),
+            self.quarantine_ms(),
+        ]);
+        let [lease_ms, latch_ms, quarantine] = numbers.get();
+        let (reply, acknowledged) = match family {
+            Family::Fair => {
+                let fair =
+                    Decimals::new([millis(wait.place_kept_for), layout::REDISSON_WAIT_SLOT_MS]);
+                let [timeout_ms, slot] = fair.get();
+                let [queue, deadlines, alive] = layout::fair_queue_keys(name);
+                let (token_key, latch) = (built.get(token_at), built.get(latch_at));
+                let args = [
+                    lease_ms,
+                    owner,
+                    flag(request.waits()),
+                    timeout_ms,
+                    fencing,
+                    quarantine,
+                    slot,
+                    &grant,
+                    latch_ms,
+                ];
+                let grants = built.get(grants_at);
+                let keys = [
+                    key, &queue, &deadlines, &alive, token_key, &epoch, grants, latch,
+                ];
+                self.eval_write("acquiring", &script::FAIR_ACQUIRE, &keys, &args)
+                    .await?
+            }
+            Family::Read => {
+                let prefix = layout::read_hold_prefix(name, owner);
+                let args = [
+                    lease_ms, owner, &prefix, fencing, quarantine, &grant, latch_ms,
+                ];
+                let keys = [
+                    key,
+                    built.get(token_at),
+                    &epoch,
+                    built.get(grants_at),
+                    built.get(latch_at),
+                ];
+                self.eval_write("acquiring", &script::RW_READ_ACQUIRE, &keys, &args)
+                    .await?
+            }
+            Family::Write => {
+                let prefix = layout::read_hold_prefix(name, owner);
+                let args = [
+                    lease_ms, owner, fencing, quarantine, &prefix, &grant, latch_ms,
+                ];
+                let keys = [
+                    key,
+                    built.get(token_at),
+                    &epoch,
+                    built.get(grants_at),
+                    built.get(latch_at),
+                ];
+                self.eval_write("acquiring", &script::RW_WRITE_ACQUIRE, &keys, &args)
+                    .await?
+            }
+            Family::Mutex => {
+                let keys = [
+                    key,
+                    built.get(reservation_at),
+                    built.get(token_at),
+                    &epoch,
+                    built.get(waiting_at),
+                    built.get(grants_at),
+                    built.get(latch_at),
+                ];
+                let numbers = [lease_ms, fencing, quarantine, &grant, latch_ms];
+                self.acquire_mutex(lock, &request, keys, numbers).await?
+            }
+        };
+        let answer = AcquireAnswer::of(&reply);
+        let items = answer.as_ref().map(AcquireAnswer::items);
+        if let (Some([1, ..]), Some(acknowledged)) = (items, acknowledged) {
+            self.give_back_unreplicated(lock, &request, acknowledged)
+                .await?;
+        }
+        let origin = answer.as_ref().and_then(|answer| answer.origin);
+        decode_acquire(items, origin, &reply, name, request.fencing)
+    }
+
+    async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
+        let key = layout::token_key(&lock.name);
+        let token = token.to_string();
+        self.eval(
+            "raising the fencing counter",
+            &script::FENCING_RAISE,
+            &[&key],
+            &[&token],
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
+        let family = Family::of(lock.kind)?;
+        let name = &lock.name;
+        let owner = lock.owner.as_str();
+        let key = layout::lock_key(name);
+        let publish = self.options.publish.command();
+        // Every release script ends its keys with the owner's grants hash and the
+        // grant's latch, and its arguments with the grant's id and the latch lifetime.
+        let mut built = layout::Keys::new(name);
+        let grants_at = built.grants(owner, family == Family::Write);
+        let latch_at = built.grant_latch(request.grant);
+        let mut grant = String::with_capacity(32);
+        request.grant.push_hex(&mut grant);
+        // Kept twice the window: a copy of the grant's acquire request that comes later
+        // than its own retries could must still find the grant ended.
+        let numbers = Decimals::new([
+            millis(request.lease),
+            millis(request.retry_window.saturating_mul(2)),
+            millis(self.options.reservation),
+        ]);
+        let [lease_ms, latch_ms, offer_ms] = numbers.get();
+        let reply = match family {
+            Family::Fair => {
+                let [queue, deadlines, alive] = layout::fair_queue_keys(name);
+                let prefix = layout::mutex_channel(name);
+                let args = [lease_ms, owner, &prefix, publish, &grant, latch_ms];
+                let (grants, latch) = (built.get(grants_at), built.get(latch_at));
+                let keys = [key, &queue, &deadlines, &alive, grants, latch];
+                self.eval("releasing", &script::FAIR_RELEASE, &keys, &args)
+                    .await?
+            }
+            Family::Read => {
+                let (channel, tagged) = (layout::rw_channel(name), layout::tagged(name));
+                let args = [owner, &channel, publish, &tagged, &grant, latch_ms];
+                let keys = [key, built.get(grants_at), built.get(latch_at)];
+                self.eval("releasing", &script::RW_READ_RELEASE, &keys, &args)
+                    .await?
+            }
+            Family::Write => {
+                let channel = layout::rw_channel(name);
+                let args = [lease_ms, owner, &channel, publish, &grant, latch_ms];
+                let keys = [key, built.get(grants_at), built.get(latch_at)];
+                self.eval("releasing", &script::RW_WRITE_RELEASE, &keys, &args)
+                    .await?
+            }
+            Family::Mutex => {
+                let channel_at = built.mutex_channel();
+                let (waiting_at, reservation_at) = (built.waiting_clients(), built.reservation());
+                let count = self.listener_count_command();
+                let channel = built.get(channel_at);
+                let args = [
+                    lease_ms, owner, channel, publish, count, offer_ms, &grant, latch_ms,
+                ];
+                let keys = [
+                    key,
+                    built.get(waiting_at),
+                    built.get(reservation_at),
+                    built.get(grants_at),
+                    built.get(latch_at),
+                ];
+                self.eval("releasing", &script::MUTEX_RELEASE, &keys, &args)
+                    .await?
+            }
+        };
+        match reply {
+            Reply::Int(-1) => Ok(Release::NotHeld),
+            Reply::Int(0) => Ok(Release::Released),
+            Reply::Int(n) if n > 0 => Ok(Release::StillHeld {
+                holds: count(n, &reply)?,
+            }),
+            other => Err(unexpected("release", &other)),
+        }
+    }
+
+    async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal> {
+        let lease_ms = millis(lease).to_string();
+        // Group by slot in a cluster (one script's keys must share a slot; on a single
+        // master every lock fits one group) and by script. Order inside a group follows
+        // the input.
+        let mut groups: BTreeMap<(u16, u8), Vec<(usize, Family)>> = BTreeMap::new();
+        let mut out: Vec<Option<Renewal>> = vec![None; locks.len()];
+        for (i, lock) in locks.iter().enumerate() {
+            let family = match Family::of(lock.kind) {
+                Ok(family) => family,
+                Err(err) => {
+                    out[i] = Some(Renewal::Failed(err));
+                    continue;
+                }
+            };
+            let slot = match self.transport.topology() {
+                Topology::Cluster => key_slot(layout::lock_key(&lock.name)),
+                _ => 0,
+            };
+            groups
+                .entry((slot, renew_script(family)))
+                .or_default()
+                .push((i, family));
+        }
+        let chunks: Vec<Vec<(usize, Family)>> = groups
+            .into_values()
+            .flat_map(|group| {
+                group
+                    .chunks(self.options.renew_batch)
+                    .map(<[(usize, Family)]>::to_vec)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let calls = chunks.iter().map(|chunk| {
+            let refs: Vec<(&LockRef, Family)> = chunk
+                .iter()
+                .map(|&(i, family)| (&locks[i], family))
+                .collect();
+            let lease_ms = &lease_ms;
+            async move { self.renew_chunk(&refs, lease_ms).await }
+        });
+        let results = futures_util::future::join_all(calls).await;
+        for (chunk, outcomes) in chunks.iter().zip(results) {
+            for (&(i, _), outcome) in chunk.iter().zip(outcomes) {
+                out[i] = Some(outcome);
+            }
+        }
+        out.into_iter()
+            .map(|o| o.unwrap_or_else(|| Renewal::Failed(Error::protocol("renewal lost"))))
+            .collect()
+    }
+
+    async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error> {
+        let (field, mode) = match Family::of(lock.kind)? {
+            Family::Read => (lock.owner.as_str().to_owned(), "read"),
+            Family::Write => (format!("{}:write", lock.owner), "write"),
+            Family::Mutex | Family::Fair => (lock.owner.as_str().to_owned(), ""),
+        };
+        let reply = self
+            .eval(
+                "inspecting",
+                &script::MUTEX_INSPECT,
+                &[layout::lock_key(&lock.name)],
+                &[&field, mode],
+            )
+            .await?;
+        match &reply {
+            Reply::Array(items) => match items.as_slice() {
+                [Reply::Int(locked), Reply::Int(holds), Reply::Int(ttl)] => Ok(LockState::new(
+                    *locked == 1,
+                    count(*holds, &reply)?,
+                    pttl(*ttl),
+                )),
+                _ => Err(unexpected("inspect", &reply)),
+            },
+            _ => Err(unexpected("inspect", &reply)),
+        }
+    }
+
+    async fn force_release(&self, lock: &LockRef) -> Result<bool, Error> {
+        let name = &lock.name;
+        let key = layout::lock_key(name);
+        let publish = self.options.publish.command();
+        let family = Family::of(lock.kind)?;
+        let reply = match family {
+            Family::Fair => {
+                let [queue, deadlines, alive] = layout::fair_queue_keys(name);
+                let prefix = layout::mutex_channel(name);
+                let keys = [key, &queue, &deadlines, &alive];
+                self.eval(
+                    "force-releasing",
+                    &script::FAIR_FORCE_RELEASE,
+                    &keys,
+                    &[&prefix, publish],
+                )
+                .await?
+            }
+            Family::Read | Family::Write => {
+                let mode = if family == Family::Read {
+                    "read"
+                } else {
+                    "write"
+                };
+                let channel = layout::rw_channel(name);
+                self.eval(
+                    "force-releasing",
+                    &script::RW_FORCE_RELEASE,
+                    &[key],
+                    &[mode, &channel, publish],
+                )
+                .await?
+            }
+            Family::Mutex => {
+                let channel = layout::mutex_channel(name);
+                self.eval(
+                    "force-releasing",
+                    &script::MUTEX_FORCE_RELEASE,
+                    &[key],
+                    &[&channel, publish],
+                )
+                .await?
+            }
+        };
+        match reply {
+            Reply::Int(n) => Ok(n == 1),
+            other => Err(unexpected("force release", &other)),
+        }
+    }
+
+    async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
+        let name = &lock.name;
+        match Family::of(lock.kind)? {
+            Family::Fair => {}
+            Family::Mutex => {
+                let channel = layout::mutex_channel(name);
+                let waiting = layout::waiting_clients_key(name);
+                let reservation = layout::reservation_key(name);
+                let keys = [layout::lock_key(name), &waiting, &reservation];
+                let offer_ms = millis(self.options.reservation).to_string();
+                let args = [
+                    &*self.wake_id,
+                    &channel,
+                    self.options.publish.command(),
+                    self.listener_count_command(),
+                    &offer_ms,
+                ];
+                return self
+                    .eval("leaving the waiters", &script::MUTEX_CANCEL, &keys, &args)
+                    .await
+                    .map(drop);
+            }
+            // A read-write waiter leaves nothing behind on the server.
+            Family::Read | Family::Write => return Ok(()),
+        }
+        let [queue, deadlines, alive] = layout::fair_queue_keys(name);
+        let prefix = layout::mutex_channel(name);
+        let keys = [layout::lock_key(name), &queue, &deadlines, &alive];
+        let slot = layout::REDISSON_WAIT_SLOT_MS.to_string();
+        let args = [
+            lock.owner.as_str(),
+            &prefix,
+            self.options.publish.command(),
+            &slot,
+        ];
+        self.eval("leaving the queue", &script::FAIR_CANCEL, &keys, &args)
+            .await
+            .map(drop)
+    }
+
+    async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
+        use std::sync::atomic::Ordering;
+        let family = Family::of(lock.kind)?;
+        let channel = Self::channel(lock, family);
+        if family != Family::Mutex
+            || !self.wakes_on_own_channel()
+            || !self.registered_a_waiter.load(Ordering::Relaxed)
+            || self.own_listener.initialized()
+        {
+            return self.listen_on(&channel).await;
+        }
+        // A release that wakes this client alone tells it on its own channel: one
+        // message instead of one to every client listening on the lock's.
+        let (shared, own) = futures_util::future::join(
+            self.listen_on(&channel),
+            self.own_listener
+                .get_or_try_init(|| self.own_channel_listener()),
+        )
+        .await;
+        own?;
+        shared
+    }
+
+    fn latches(&self) -> Option<&dyn LatchBackend> {
+        Some(self)
+    }
+
+    fn semaphores(&self) -> Option<&dyn SemaphoreBackend> {
+        Some(self)
+    }
+
+    fn expirable_semaphores(&self) -> Option<&dyn lock_core::backend::ExpirableSemaphoreBackend> {
+        Some(self)
+    }
+}
