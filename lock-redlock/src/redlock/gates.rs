@@ -1,0 +1,75 @@
+//! Gates that order work on the nodes: a release after the acquisitions still running
+//! on its node, a resend after every node task of its earlier try.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use lock_core::{LockRef, RequestId};
+use tokio::sync::{OwnedRwLockReadGuard, RwLock};
+
+/// Read-write gates by key, each alive only while somebody holds it: the map does not
+/// grow with the keys ever used.
+#[derive(Debug)]
+pub(super) struct Gates<K>(pub(super) Mutex<HashMap<K, Gate>>);
+
+/// Shared by work that may run together; taken exclusively by work that must come after.
+pub(super) type Gate = Arc<RwLock<()>>;
+
+impl<K> Default for Gates<K> {
+    fn default() -> Self {
+        Self(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Gates<K> {
+    pub(super) fn gate(&self, key: K) -> Gate {
+        let mut gates = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(gates.entry(key).or_default())
+    }
+
+    /// Drops `gate` (and the guard taken from it, dropped before) and forgets the entry
+    /// when nobody else uses it.
+    pub(super) fn done(&self, key: &K, gate: Gate) {
+        let mut gates = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        drop(gate);
+        if gates.get(key).is_some_and(|g| Arc::strong_count(g) == 1) {
+            gates.remove(key);
+        }
+    }
+
+    /// Waits until everybody who shares `key`'s gate now has let go.
+    pub(super) async fn wait_free(&self, key: K) {
+        let gate = self.gate(key.clone());
+        drop(gate.write().await);
+        self.done(&key, gate);
+    }
+}
+
+/// A shared hold of `gate`: taken at once where nobody holds or waits for it
+/// exclusively, so that work that takes it exclusively later waits for this; else once
+/// it is free.
+pub(super) fn share(
+    gate: &Gate,
+) -> impl Future<Output = OwnedRwLockReadGuard<()>> + Send + 'static {
+    let now = Arc::clone(gate).try_read_owned().ok();
+    let gate = Arc::clone(gate);
+    async move {
+        match now {
+            Some(shared) => shared,
+            None => gate.read_owned().await,
+        }
+    }
+}
+
+/// Acquisitions still running on a node, per lock. A release on that node waits for
+/// them, so that a grant answered after the lock was released there (a slow node the
+/// quorum did not wait for) is released too, instead of holding the node for a lease.
+pub(super) type InFlight = Gates<(usize, LockRef)>;
+
+/// The node tasks of each request's latest try, by request id. A request whose outcome
+/// was unknown is sent again under its id; a node would answer the resend by replaying
+/// the grant of the earlier try, which that try's undo (a node task of its own, perhaps
+/// still on its way) then takes away: the resend would count a grant that is gone. So a
+/// resend starts once every node task of the earlier try has ended: the tasks share the
+/// request's gate, a resend takes it exclusively first.
+pub(super) type Tries = Gates<RequestId>;
