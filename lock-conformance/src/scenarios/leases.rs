@@ -1,0 +1,180 @@
+//! Leases: an expired lease is not held, the watchdog keeps a lock, a dropped guard or a
+//! cancelled acquisition leaves no hold, and a forced unlock marks the holder lost.
+
+use std::time::Duration;
+
+use lock_core::ErrorKind;
+use tokio::time::{Instant, sleep, timeout};
+
+use super::{eventually, kind, unique};
+use crate::Fixture;
+
+/// A fixed lease expires while the guard lives; the guard then reports not held.
+pub async fn expired_lease_is_not_held(fx: &dyn Fixture) {
+    let locks = fx.client().await;
+    let name = unique("expire");
+    let m = locks.mutex(&name);
+    let g = m.lock_with_lease(Duration::from_millis(200)).await.unwrap();
+    assert!(g.is_held());
+    let lost = timeout(Duration::from_secs(2), g.lost())
+        .await
+        .expect("lost() resolves at the lease");
+    assert!(lost.is_lost());
+    assert!(!g.is_held());
+    let other = fx.client().await;
+    let taken = other
+        .mutex(&name)
+        .try_lock_for(Duration::from_secs(1), None)
+        .await
+        .unwrap()
+        .expect("an expired lock is free");
+    let err = g
+        .unlock()
+        .await
+        .expect_err("the old guard must not release");
+    assert!(err.is_not_held(), "{err}");
+    assert!(taken.is_held());
+    taken.unlock().await.unwrap();
+}
+
+/// The watchdog keeps a lock alive for more than three leases.
+pub async fn watchdog_keeps_the_lock(fx: &dyn Fixture) {
+    let lease = Duration::from_millis(300);
+    let locks = fx.client_with_lease(lease).await;
+    let other = fx.client().await;
+    let name = unique("watchdog");
+    let g = locks.mutex(&name).lock().await.unwrap();
+    let held_for = lease * 4;
+    tokio::select! {
+        err = g.lost() => panic!("the watchdog let the lock go: {err}"),
+        () = sleep(held_for) => {}
+    }
+    assert!(g.is_held());
+    assert!(other.mutex(&name).try_lock().await.unwrap().is_none());
+    let ttl = locks
+        .mutex(&name)
+        .remaining_lease()
+        .await
+        .unwrap()
+        .expect("a lease");
+    assert!(ttl <= lease, "ttl {ttl:?} above the lease");
+    g.unlock().await.unwrap();
+    assert!(!other.mutex(&name).is_locked().await.unwrap());
+}
+
+/// A guard dropped without unlock is released at once, not at the end of its lease.
+pub async fn dropped_guard_is_released(fx: &dyn Fixture) {
+    let locks = fx.client().await;
+    let name = unique("drop");
+    let g = locks.mutex(&name).lock().await.unwrap();
+    drop(g);
+    let m = locks.mutex(&name);
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            !m.is_locked().await.unwrap()
+        })
+        .await,
+        "a dropped guard kept its lock (the lease is 30 s)"
+    );
+}
+
+/// An acquisition whose wait runs out is a `Timeout` error naming the lock, on time; one
+/// with a lease holds exactly that lease, unrenewed.
+pub async fn an_acquisition_reports_its_timeout_and_keeps_its_lease(fx: &dyn Fixture) {
+    let (c1, c2) = (fx.client().await, fx.client().await);
+    let name = unique("acquire");
+    let lease = Duration::from_millis(400);
+    let start = Instant::now();
+    let held = c1.mutex(&name).acquire().lease(lease).await.unwrap();
+    let wait = Duration::from_millis(150);
+    let err = c2
+        .mutex(&name)
+        .acquire()
+        .wait(wait)
+        .await
+        .expect_err("held");
+    let took = start.elapsed();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(err.is_retryable(), "a wait that ran out may succeed later");
+    assert!(err.to_string().contains(&name), "{err}");
+    assert!(
+        took >= wait && took < wait + Duration::from_millis(400),
+        "gave up after {took:?}"
+    );
+    let once = c2.mutex(&name).acquire().wait(Duration::ZERO).await;
+    assert_eq!(kind(once), ErrorKind::Timeout);
+    // The lease is not renewed: the waiter gets the lock once it ran out.
+    let got = c2.mutex(&name).acquire().wait(lease * 4).await.unwrap();
+    assert!(start.elapsed() >= lease, "taken before the lease ended");
+    assert!(!held.is_held(), "a fixed lease outlived itself");
+    got.unlock().await.unwrap();
+    let bad = c2.mutex(&name).acquire().lease(Duration::ZERO).await;
+    assert_eq!(kind(bad), ErrorKind::InvalidArgument);
+}
+
+/// Acquire futures dropped at any point never leave a hold behind.
+pub async fn cancelled_acquires_leave_no_hold(fx: &dyn Fixture) {
+    let (c1, c2) = (fx.client().await, fx.client().await);
+    let name = unique("cancel");
+    for round in 0..30u64 {
+        // A hold leaked by an earlier round would block this for its 30 s lease.
+        let g = timeout(Duration::from_secs(2), c1.mutex(&name).lock())
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: a cancelled acquire left a hold behind"))
+            .unwrap();
+        let m2 = c2.mutex(&name);
+        // The waiter is cancelled around the moment the lock is released, so that some
+        // rounds cancel while the grant is in flight.
+        let cancel_after = Duration::from_millis(20 + round % 7);
+        let waiter = tokio::spawn(async move {
+            let _ = timeout(cancel_after, async {
+                let g = m2.lock().await;
+                // Hold on to it so the timeout, not an unlock, ends it.
+                std::future::pending::<()>().await;
+                drop(g);
+            })
+            .await;
+        });
+        sleep(Duration::from_millis(20)).await;
+        g.unlock().await.unwrap();
+        waiter.await.unwrap();
+    }
+    let m = c1.mutex(&name);
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            !m.is_locked().await.unwrap()
+        })
+        .await,
+        "a cancelled acquire left a hold behind"
+    );
+}
+
+/// `force_unlock` frees a held lock, wakes its waiter and makes the old guard lost; on a
+/// free lock it is a no-op that returns false.
+pub async fn force_unlock_frees_and_marks_lost(fx: &dyn Fixture) {
+    let (c1, c2) = (fx.client().await, fx.client().await);
+    let name = unique("force");
+    let m1 = c1.mutex(&name);
+    assert!(
+        !m1.force_unlock().await.unwrap(),
+        "force-unlock of a free lock"
+    );
+    let g = m1.lock().await.unwrap();
+    let m2 = c2.mutex(&name);
+    let waiter = tokio::spawn(async move { m2.lock().await });
+    sleep(Duration::from_millis(100)).await;
+    assert!(m1.force_unlock().await.unwrap());
+    let w = timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("waiter woke")
+        .unwrap()
+        .unwrap();
+    assert!(!g.is_held(), "a force-released guard still claims the lock");
+    assert!(
+        g.unlock()
+            .await
+            .expect_err("not held any more")
+            .is_not_held()
+    );
+    w.unlock().await.unwrap();
+}
