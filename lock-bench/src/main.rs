@@ -22,42 +22,76 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::{Parser, ValueEnum};
 use lock_testkit::RedisServer;
 use scenarios::{Results, Scale};
 
-const SCENARIOS: [&str; 7] = [
-    "uncontended",
-    "contended",
-    "handoff",
-    "watchdog",
-    "redlock",
-    "waiters",
-    "postgres",
-];
+/// The benchmark behind `cargo xtask bench`: every figure beside a peer or a limit
+/// measured in the same run.
+#[derive(Debug, Parser)]
+#[command(name = "lock-bench")]
+struct Args {
+    /// Shorter measurements (2 s instead of 5) over fewer locks and waiters.
+    #[arg(long)]
+    quick: bool,
+    /// Runs this scenario alone.
+    #[arg(long, value_enum)]
+    scenario: Option<Scenario>,
+    /// Where the report is written.
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
+}
+
+/// The scenarios, in the order they run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    Uncontended,
+    Contended,
+    Handoff,
+    Watchdog,
+    Redlock,
+    Waiters,
+    Postgres,
+}
+
+impl Scenario {
+    /// The name in the report and on the command line.
+    fn name(self) -> String {
+        self.to_possible_value()
+            .map_or_else(|| format!("{self:?}"), |value| value.get_name().to_owned())
+    }
+
+    /// Runs this scenario against fresh servers, so that none inherits another's keys
+    /// or stats.
+    async fn run(self, scale: Scale) -> Results {
+        match self {
+            Self::Redlock => {
+                let mut nodes = Vec::new();
+                for _ in 0..5 {
+                    nodes.push(RedisServer::start().await);
+                }
+                scenarios::redlock(&nodes, scale).await
+            }
+            Self::Postgres => {
+                let server = lock_testkit::PostgresServer::start().await;
+                postgres::postgres(&server, scale).await
+            }
+            Self::Uncontended => scenarios::uncontended(&RedisServer::start().await, scale).await,
+            Self::Contended => contended::contended(&RedisServer::start().await, scale).await,
+            Self::Handoff => scenarios::handoff(&RedisServer::start().await, scale).await,
+            Self::Watchdog => scenarios::watchdog(&RedisServer::start().await, scale).await,
+            Self::Waiters => scenarios::waiters(&RedisServer::start().await, scale).await,
+        }
+    }
+}
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let mut quick = false;
-    let mut only: Option<String> = None;
-    let mut out = PathBuf::from("target/bench");
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--quick" => quick = true,
-            "--scenario" => only = args.next(),
-            "--out" => out = args.next().map_or(out, PathBuf::from),
-            other => {
-                eprintln!("lock-bench: unknown argument {other}");
-                return ExitCode::from(2);
-            }
-        }
-    }
-    if let Some(name) = &only
-        && !SCENARIOS.contains(&name.as_str())
-    {
-        eprintln!("lock-bench: unknown scenario {name} (one of {SCENARIOS:?})");
-        return ExitCode::from(2);
-    }
+    let Args {
+        quick,
+        scenario,
+        out,
+    } = Args::parse();
     let scale = if quick {
         Scale {
             seconds: 2.0,
@@ -74,38 +108,20 @@ async fn main() -> ExitCode {
         }
     };
     let mut all: BTreeMap<String, Results> = BTreeMap::new();
-    for name in SCENARIOS {
-        if only.as_deref().is_some_and(|o| o != name) {
+    for &each in Scenario::value_variants() {
+        if scenario.is_some_and(|only| only != each) {
             continue;
         }
+        let name = each.name();
         eprintln!("lock-bench: {name}...");
         let started = std::time::Instant::now();
-        // A fresh server per scenario, so that none inherits another's keys or stats.
-        let results = if name == "redlock" {
-            let mut nodes = Vec::new();
-            for _ in 0..5 {
-                nodes.push(RedisServer::start().await);
-            }
-            scenarios::redlock(&nodes, scale).await
-        } else if name == "postgres" {
-            let server = lock_testkit::PostgresServer::start().await;
-            postgres::postgres(&server, scale).await
-        } else {
-            let server = RedisServer::start().await;
-            match name {
-                "uncontended" => scenarios::uncontended(&server, scale).await,
-                "contended" => contended::contended(&server, scale).await,
-                "handoff" => scenarios::handoff(&server, scale).await,
-                "watchdog" => scenarios::watchdog(&server, scale).await,
-                _ => scenarios::waiters(&server, scale).await,
-            }
-        };
+        let results = each.run(scale).await;
         eprintln!(
             "lock-bench: {name} done in {:.1} s: {}",
             started.elapsed().as_secs_f64(),
             serde_json::to_string(&results).unwrap_or_default()
         );
-        all.insert(name.to_owned(), results);
+        all.insert(name, results);
     }
     match report::write(&out, quick, &all) {
         Ok(summary) => {

@@ -1,0 +1,162 @@
+//! What a scenario reads off the client and the server: CPU time, reads, and the
+//! server's time in commands (`INFO commandstats`).
+
+use std::collections::BTreeMap;
+
+use lock_testkit::{CommandStats, RedisServer};
+
+use super::{Figures, figures};
+
+/// How many times redis-server has read from its clients' sockets (`INFO stats`): the
+/// fewer reads per pair, the more commands each read brought (the server's cost per
+/// command falls with it).
+pub(crate) async fn server_reads(server: &RedisServer) -> f64 {
+    let info: String = server.command(&["INFO", "stats"]).await;
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_reads_processed:"))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0)
+}
+
+/// CPU time redis-server has used (user + system), from `INFO cpu`.
+pub(crate) async fn server_cpu_seconds(server: &RedisServer) -> f64 {
+    let info: String = server.command(&["INFO", "cpu"]).await;
+    info.lines()
+        .filter_map(|l| {
+            l.strip_prefix("used_cpu_sys:")
+                .or_else(|| l.strip_prefix("used_cpu_user:"))
+        })
+        .filter_map(|v| v.trim().parse::<f64>().ok())
+        .sum()
+}
+
+/// The server's time for a contender's rounds, from `INFO commandstats`: a hand-off's
+/// floor is mostly the server's, and a script's time per call on a server that idles
+/// between rounds is about three times its time under a steady load (stop 14's runs).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct ServerTime {
+    /// Microseconds of every command but `INFO` (the reading's own).
+    pub(crate) total_us: f64,
+    /// Microseconds and calls of `EVALSHA`.
+    script_us: f64,
+    script_calls: f64,
+}
+
+impl ServerTime {
+    /// The server's totals so far.
+    pub(crate) async fn read(server: &RedisServer) -> Self {
+        Self::from_stats(&server.command_stats().await)
+    }
+
+    /// The totals in the server's figures per command.
+    fn from_stats(stats: &BTreeMap<String, CommandStats>) -> Self {
+        let mut time = Self::default();
+        for (command, stats) in stats {
+            if command != "info" {
+                time.total_us += stats.usec;
+            }
+            if command == "evalsha" {
+                time.script_us += stats.usec;
+                time.script_calls += stats.calls as f64;
+            }
+        }
+        time
+    }
+
+    /// Adds what the server spent between two readings.
+    pub(crate) fn add(&mut self, before: Self, after: Self) {
+        self.total_us += after.total_us - before.total_us;
+        self.script_us += after.script_us - before.script_us;
+        self.script_calls += after.script_calls - before.script_calls;
+    }
+
+    /// Server microseconds per round, and per script call.
+    pub(crate) fn figures(&self, rounds: f64) -> Figures {
+        figures(&[
+            ("server_us_per_round", self.total_us / rounds),
+            (
+                "script_server_us_per_call",
+                self.script_us / self.script_calls,
+            ),
+        ])
+    }
+}
+
+/// CPU time of this process (user + system), from `/proc/self/stat`.
+pub(crate) fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may contain spaces) start after ") ".
+    let after = stat.rsplit_once(") ").map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+pub(crate) async fn script_calls(server: &RedisServer) -> u64 {
+    let stats = server.command_stats().await;
+    ["evalsha", "eval"]
+        .iter()
+        .filter_map(|command| stats.get(*command))
+        .map(|stats| stats.calls)
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use lock_testkit::parse_command_stats;
+
+    use super::ServerTime;
+
+    fn equal(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn server_time_sums_every_command_but_info_and_counts_scripts_apart() {
+        let info = "# Commandstats\r\n\
+            cmdstat_evalsha:calls=4,usec=100,usec_per_call=25.00,rejected_calls=0,failed_calls=1\r\n\
+            cmdstat_info:calls=9,usec=900,usec_per_call=100.00,rejected_calls=0,failed_calls=0\r\n\
+            cmdstat_set:calls=2,usec=6,usec_per_call=3.00,rejected_calls=0,failed_calls=0\r\n\
+            cmdstat_eval:calls=1,usec=30,usec_per_call=30.00,rejected_calls=0,failed_calls=0\r\n";
+        let time = ServerTime::from_stats(&parse_command_stats(info));
+        assert!(
+            equal(time.total_us, 136.0),
+            "time.total_us = {}",
+            time.total_us
+        );
+        assert!(
+            equal(time.script_us, 100.0),
+            "time.script_us = {}",
+            time.script_us
+        );
+        assert!(
+            equal(time.script_calls, 4.0),
+            "time.script_calls = {}",
+            time.script_calls
+        );
+        let mut sum = ServerTime::default();
+        sum.add(ServerTime::default(), time);
+        sum.add(
+            time,
+            ServerTime::from_stats(&parse_command_stats(
+                &info.replace("usec=100,", "usec=150,"),
+            )),
+        );
+        assert!(
+            equal(sum.script_us, 150.0),
+            "sum.script_us = {}",
+            sum.script_us
+        );
+        assert!(
+            equal(sum.figures(2.0)["server_us_per_round"], 93.0),
+            "sum.figures(2.0)[server_us_per_round] = {}",
+            sum.figures(2.0)["server_us_per_round"]
+        );
+    }
+}
