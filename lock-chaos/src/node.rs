@@ -2,8 +2,13 @@
 //! that act on a server (restart, pause, killing client connections) go through here.
 
 use lock_testkit::{PostgresServer, RedisServer};
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
 
-use crate::rng::Rng;
+use crate::args::BackendKind;
 
 /// One server of the run.
 pub(crate) enum Node {
@@ -13,11 +18,12 @@ pub(crate) enum Node {
 
 impl Node {
     /// Starts a server for `backend`.
-    pub(crate) async fn start(backend: &str) -> Node {
-        if backend == "postgres" {
-            Node::Postgres(PostgresServer::start().await)
-        } else {
-            Node::Redis(RedisServer::start().await)
+    pub(crate) async fn start(backend: BackendKind) -> Node {
+        match backend {
+            BackendKind::Postgres => Node::Postgres(PostgresServer::start().await),
+            BackendKind::Redis | BackendKind::Fred | BackendKind::Redlock => {
+                Node::Redis(RedisServer::start().await)
+            }
         }
     }
 
@@ -77,7 +83,7 @@ impl Node {
     /// Closes about 30% of the clients' connections from the server's side (`CLIENT
     /// KILL`, `pg_terminate_backend`). Our own connection may be among them: it is a
     /// fresh one each time, and a failure only skips this fault.
-    pub(crate) async fn kill_some_clients(&self, rng: &mut Rng) {
+    pub(crate) async fn kill_some_clients(&self, rng: &mut ChaCha8Rng) {
         let outcome = match self {
             Node::Redis(server) => kill_redis_clients(server, rng).await,
             Node::Postgres(server) => terminate_postgres_backends(server, rng).await,
@@ -88,7 +94,7 @@ impl Node {
     }
 }
 
-async fn kill_redis_clients(server: &RedisServer, rng: &mut Rng) -> Result<(), String> {
+async fn kill_redis_clients(server: &RedisServer, rng: &mut ChaCha8Rng) -> Result<(), String> {
     let client = redis::Client::open(server.url()).map_err(|e| e.to_string())?;
     let mut conn = client
         .get_multiplexed_async_connection()
@@ -104,7 +110,7 @@ async fn kill_redis_clients(server: &RedisServer, rng: &mut Rng) -> Result<(), S
             .split_whitespace()
             .find_map(|f| f.strip_prefix("id="))
             .unwrap_or("");
-        if !id.is_empty() && rng.chance(30) {
+        if !id.is_empty() && rng.random_ratio(30, 100) {
             // The connection may be gone already, or be this one (then the rest are
             // spared this time).
             let killed: redis::RedisResult<i64> = redis::cmd("CLIENT")
@@ -121,7 +127,10 @@ async fn kill_redis_clients(server: &RedisServer, rng: &mut Rng) -> Result<(), S
     Ok(())
 }
 
-async fn terminate_postgres_backends(server: &PostgresServer, rng: &mut Rng) -> Result<(), String> {
+async fn terminate_postgres_backends(
+    server: &PostgresServer,
+    rng: &mut ChaCha8Rng,
+) -> Result<(), String> {
     let (client, connection) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
         .await
         .map_err(|e| e.to_string())?;
@@ -136,7 +145,7 @@ async fn terminate_postgres_backends(server: &PostgresServer, rng: &mut Rng) -> 
         .map_err(|e| e.to_string())?;
     for row in rows {
         let pid: i32 = row.get(0);
-        if rng.chance(30) {
+        if rng.random_ratio(30, 100) {
             client
                 .execute("SELECT pg_terminate_backend($1)", &[&pid])
                 .await
@@ -148,4 +157,17 @@ async fn terminate_postgres_backends(server: &PostgresServer, rng: &mut Rng) -> 
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())
+}
+
+/// Sends `signal` to the process `pid`. A process that is gone already (a worker killed
+/// while paused, before its SIGCONT) is no failure; anything else is reported.
+pub(crate) fn signal(pid: u32, signal: Signal) {
+    let Ok(raw) = i32::try_from(pid) else {
+        eprintln!("chaos: no process id {pid}");
+        return;
+    };
+    match kill(Pid::from_raw(raw), signal) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(err) => eprintln!("chaos: {signal} to {pid}: {err}"),
+    }
 }

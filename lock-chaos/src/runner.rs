@@ -6,39 +6,58 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use lock_testkit::{FaultProxy, ProxyFault};
+use nix::sys::signal::Signal;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-use crate::node::Node;
-use crate::rng::Rng;
+use crate::args::{BackendKind, Kind, RunArgs, flag_value};
+use crate::node::{Node, signal};
+use crate::store::StoreReport;
 
-/// What `lock-chaos run` is asked for.
-#[derive(Debug, Clone)]
-pub(crate) struct RunArgs {
-    pub(crate) seconds: u64,
-    pub(crate) backend: String,
-    pub(crate) kind: String,
-    pub(crate) workers: usize,
-    pub(crate) names: usize,
-    pub(crate) lease: Duration,
-    pub(crate) seed: u64,
-    /// The permits of each semaphore (kind `semaphore`).
-    pub(crate) permits: u64,
+/// The faults the run injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Fault {
+    KillWorker,
+    PauseWorker,
+    ClientKill,
+    RestartNode,
+    PauseNode,
+    LoseReply,
+    LateRequest,
+    /// Needs several nodes: RedLock's.
+    KillMinority,
 }
 
-/// The faults, by name. The last one needs several nodes.
-const FAULTS: [&str; 8] = [
-    "kill_worker",
-    "pause_worker",
-    "client_kill",
-    "restart_node",
-    "pause_node",
-    "lose_reply",
-    "late_request",
-    "kill_minority",
+const FAULTS: [Fault; 8] = [
+    Fault::KillWorker,
+    Fault::PauseWorker,
+    Fault::ClientKill,
+    Fault::RestartNode,
+    Fault::PauseNode,
+    Fault::LoseReply,
+    Fault::LateRequest,
+    Fault::KillMinority,
 ];
+
+/// The run's one line of output: the store's analysis and what the run did.
+#[derive(Debug, Serialize)]
+struct Verdict {
+    #[serde(flatten)]
+    report: StoreReport,
+    /// The critical sections (the same as the report's `sections`).
+    ops: u64,
+    seconds: u64,
+    backend: BackendKind,
+    kind: Kind,
+    seed: u64,
+    faults: BTreeMap<Fault, u64>,
+}
 
 /// How long a `late_request` is held back: past every answer a store keeps for a
 /// request's retries (the default retry window of 5 s, and twice that for the end of a
@@ -82,17 +101,17 @@ impl Run {
                 "--id",
                 &id,
                 "--backend",
-                &self.args.backend,
+                &flag_value(&self.args.backend),
                 "--urls",
                 &self.urls(),
                 "--kind",
-                &self.args.kind,
+                &flag_value(&self.args.kind),
                 "--names",
                 &self.args.names.to_string(),
                 "--store",
                 &self.store_addr,
                 "--lease-ms",
-                &self.args.lease.as_millis().to_string(),
+                &self.args.lease_ms.to_string(),
                 "--permits",
                 &self.args.permits.to_string(),
             ])
@@ -120,14 +139,6 @@ impl Run {
         let mut lines = BufReader::new(socket).lines();
         lines.next_line().await.map_err(|e| format!("store: {e}"))
     }
-}
-
-fn signal(pid: u32, sig: &str) {
-    // A worker killed while paused is gone by the time its SIGCONT comes: that is fine.
-    let _ = std::process::Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .stderr(Stdio::null())
-        .status();
 }
 
 async fn start_store(
@@ -158,11 +169,15 @@ async fn start_store(
 /// invariant held.
 pub(crate) async fn run(args: RunArgs) -> Result<(String, bool), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let node_count = if args.backend == "redlock" { 5 } else { 1 };
+    let node_count = if args.backend == BackendKind::Redlock {
+        5
+    } else {
+        1
+    };
     let mut nodes = Vec::with_capacity(node_count);
     let mut proxies = Vec::with_capacity(node_count);
     for _ in 0..node_count {
-        let node = Node::start(&args.backend).await;
+        let node = Node::start(args.backend).await;
         let address = format!("127.0.0.1:{}", node.port());
         let upstream = address.parse().map_err(|e| format!("{address}: {e}"))?;
         proxies.push(FaultProxy::start(upstream).await);
@@ -170,7 +185,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<(String, bool), String> {
     }
     // A waiter may sit through a free period of a restart quarantine plus a lease plus
     // the fault that caused it; longer is a waiter that was not served.
-    let stuck_after = args.lease * 6 + Duration::from_secs(2);
+    let stuck_after = args.lease() * 6 + Duration::from_secs(2);
     let (store, store_addr) = start_store(&exe, stuck_after).await?;
     let mut run = Run {
         args: args.clone(),
@@ -185,24 +200,25 @@ pub(crate) async fn run(args: RunArgs) -> Result<(String, bool), String> {
     for _ in 0..args.workers {
         run.spawn_worker()?;
     }
-    let mut rng = Rng::new(args.seed);
-    let mut faults: BTreeMap<&str, u64> = FAULTS.iter().map(|f| (*f, 0)).collect();
+    let seed = args.seed.unwrap_or_default();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut faults: BTreeMap<Fault, u64> = FAULTS.iter().map(|f| (*f, 0)).collect();
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.seconds);
     let mut last_report = started;
     // Let everybody connect before the first fault.
     tokio::time::sleep(Duration::from_secs(1)).await;
     while Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(rng.range(200, 800))).await;
-        let fault = pick(&mut rng, &args.backend);
+        tokio::time::sleep(Duration::from_millis(rng.random_range(200..800))).await;
+        let fault = pick(&mut rng, args.backend);
         inject(&mut run, &mut rng, fault).await?;
         *faults.entry(fault).or_default() += 1;
         if last_report.elapsed() > Duration::from_secs(10) {
             last_report = Instant::now();
             eprintln!(
-                "chaos: {:>4} s, faults so far {:?}",
+                "chaos: {:>4} s, faults so far {}",
                 started.elapsed().as_secs(),
-                faults
+                serde_json::to_string(&faults).unwrap_or_default()
             );
         }
     }
@@ -215,103 +231,100 @@ pub(crate) async fn run(args: RunArgs) -> Result<(String, bool), String> {
         run.tell_store(&format!("DEAD {}", worker.id)).await?;
     }
     let report = run.tell_store("REPORT").await?.ok_or("store: no report")?;
-    let mut verdict: serde_json::Value =
+    let report: StoreReport =
         serde_json::from_str(&report).map_err(|e| format!("store report {report:?}: {e}"))?;
-    let ok = [
-        "overlaps_both_valid",
-        "stale_writes_accepted",
-        "stuck_waiters",
-        "over_capacity",
-    ]
-    .iter()
-    .all(|k| verdict[*k].as_u64() == Some(0));
-    verdict["seconds"] = started.elapsed().as_secs().into();
-    verdict["ops"] = verdict["sections"].clone();
-    verdict["backend"] = args.backend.clone().into();
-    verdict["kind"] = args.kind.clone().into();
-    verdict["seed"] = args.seed.into();
-    verdict["faults"] = serde_json::to_value(&faults).map_err(|e| e.to_string())?;
-    let _ = run.store.start_kill();
-    Ok((verdict.to_string(), ok))
+    let ok = report.invariants_hold();
+    let verdict = Verdict {
+        ops: report.sections,
+        report,
+        seconds: started.elapsed().as_secs(),
+        backend: args.backend,
+        kind: args.kind,
+        seed,
+        faults,
+    };
+    if let Err(err) = run.store.start_kill() {
+        eprintln!("chaos: stopping the store: {err}");
+    }
+    let verdict = serde_json::to_string(&verdict).map_err(|e| e.to_string())?;
+    Ok((verdict, ok))
 }
 
-fn pick(rng: &mut Rng, backend: &str) -> &'static str {
+fn pick(rng: &mut ChaCha8Rng, backend: BackendKind) -> Fault {
     // Killing a minority only makes sense with several nodes.
-    let choices = if backend == "redlock" {
+    let choices = if backend == BackendKind::Redlock {
         &FAULTS[..]
     } else {
         &FAULTS[..FAULTS.len() - 1]
     };
-    choices[rng.range(0, choices.len() as u64) as usize]
+    choices[rng.random_range(0..choices.len())]
 }
 
-async fn inject(run: &mut Run, rng: &mut Rng, fault: &str) -> Result<(), String> {
-    let lease = run.args.lease;
+async fn inject(run: &mut Run, rng: &mut ChaCha8Rng, fault: Fault) -> Result<(), String> {
+    let lease = run.args.lease();
     match fault {
-        "kill_worker" => {
-            let i = rng.range(0, run.workers.len() as u64) as usize;
+        Fault::KillWorker => {
+            let i = rng.random_range(0..run.workers.len());
             let mut worker = run.workers.swap_remove(i);
             let _ = worker.child.start_kill();
             let _ = worker.child.wait().await;
             run.tell_store(&format!("DEAD {}", worker.id)).await?;
             run.spawn_worker()?;
         }
-        "pause_worker" => {
+        Fault::PauseWorker => {
             // A "GC pause" longer than the lease: the worker must find its guard invalid.
-            let i = rng.range(0, run.workers.len() as u64) as usize;
+            let i = rng.random_range(0..run.workers.len());
             if let Some(pid) = run.workers[i].child.id() {
-                let pause = lease * u32::try_from(rng.range(2, 5)).unwrap_or(2);
-                signal(pid, "-STOP");
+                let pause = lease * rng.random_range(2..5);
+                signal(pid, Signal::SIGSTOP);
                 tokio::spawn(async move {
                     tokio::time::sleep(pause).await;
-                    signal(pid, "-CONT");
+                    signal(pid, Signal::SIGCONT);
                 });
             }
         }
-        "client_kill" => {
-            let node = &run.nodes[rng.range(0, run.nodes.len() as u64) as usize];
+        Fault::ClientKill => {
+            let node = &run.nodes[rng.random_range(0..run.nodes.len())];
             node.kill_some_clients(rng).await;
         }
-        "restart_node" => {
-            let i = rng.range(0, run.nodes.len() as u64) as usize;
+        Fault::RestartNode => {
+            let i = rng.random_range(0..run.nodes.len());
             run.nodes[i].restart().await;
         }
-        "pause_node" => {
-            let node = &run.nodes[rng.range(0, run.nodes.len() as u64) as usize];
-            let pause = Duration::from_millis(rng.range(50, 300));
+        Fault::PauseNode => {
+            let node = &run.nodes[rng.random_range(0..run.nodes.len())];
+            let pause = Duration::from_millis(rng.random_range(50..300));
             node.pause();
             tokio::time::sleep(pause).await;
             node.resume();
         }
-        "lose_reply" => {
+        Fault::LoseReply => {
             // The next lock operation through one node's proxy runs, and its reply is
             // lost with the connection (it fires once).
-            let i = rng.range(0, run.proxies.len() as u64) as usize;
+            let i = rng.random_range(0..run.proxies.len());
             let marker = run.nodes[i].lock_request_marker().to_vec();
             run.proxies[i].set(ProxyFault::LoseReplyTo(marker));
         }
-        "late_request" => {
+        Fault::LateRequest => {
             // The next lock operation through one node's proxy is held back on its
             // connection, which the worker gives up on after its response timeout and
             // replaces; the copy is delivered once every answer kept for it is gone.
-            let i = rng.range(0, run.proxies.len() as u64) as usize;
+            let i = rng.random_range(0..run.proxies.len());
             let marker = run.nodes[i].lock_request_marker().to_vec();
             run.proxies[i].set(ProxyFault::HoldRequest(marker, LATE_BY));
         }
-        "kill_minority" => {
+        Fault::KillMinority => {
             // Two of five nodes die for a while, then come back empty.
-            let first = rng.range(0, run.nodes.len() as u64) as usize;
-            let second =
-                (first + 1 + rng.range(0, run.nodes.len() as u64 - 1) as usize) % run.nodes.len();
+            let first = rng.random_range(0..run.nodes.len());
+            let second = (first + 1 + rng.random_range(0..run.nodes.len() - 1)) % run.nodes.len();
             for i in [first, second] {
-                signal(run.nodes[i].pid(), "-KILL");
+                signal(run.nodes[i].pid(), Signal::SIGKILL);
             }
-            tokio::time::sleep(Duration::from_millis(rng.range(300, 1500))).await;
+            tokio::time::sleep(Duration::from_millis(rng.random_range(300..1500))).await;
             for i in [first, second] {
                 run.nodes[i].restart().await;
             }
         }
-        _ => {}
     }
     Ok(())
 }

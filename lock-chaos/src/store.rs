@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
@@ -169,17 +170,46 @@ impl State {
             over_capacity += over_capacity_valid(&name.sections);
             stuck += stuck_waiters(&name.sections, &name.waits, now, stuck_after);
         }
-        serde_json::json!({
-            "sections": sections,
-            "writes_accepted": self.writes_accepted,
-            "writes_rejected": self.writes_rejected,
-            "overlaps_both_valid": overlaps,
-            "stale_writes_accepted": self.stale_writes_accepted,
-            "lost_reported": self.lost_reported,
-            "stuck_waiters": stuck,
-            "over_capacity": over_capacity,
-        })
-        .to_string()
+        let report = StoreReport {
+            sections,
+            writes_accepted: self.writes_accepted,
+            writes_rejected: self.writes_rejected,
+            overlaps_both_valid: overlaps,
+            stale_writes_accepted: self.stale_writes_accepted,
+            lost_reported: self.lost_reported,
+            stuck_waiters: stuck,
+            over_capacity,
+        };
+        serde_json::to_string(&report).unwrap_or_default()
+    }
+}
+
+/// The store's analysis: what it counted, and the four invariants, each of which must
+/// be 0.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(crate) struct StoreReport {
+    /// Critical sections entered.
+    pub(crate) sections: u64,
+    pub(crate) writes_accepted: u64,
+    pub(crate) writes_rejected: u64,
+    /// Two workers held one name and both guards said `is_held()`.
+    pub(crate) overlaps_both_valid: u64,
+    /// The store accepted a write out of token order.
+    pub(crate) stale_writes_accepted: u64,
+    /// Sections whose check said the hold was lost (not a failure).
+    pub(crate) lost_reported: u64,
+    /// A waiter sat through a long free period without being served.
+    pub(crate) stuck_waiters: u64,
+    /// More valid permit holders at once than permits.
+    pub(crate) over_capacity: u64,
+}
+
+impl StoreReport {
+    pub(crate) fn invariants_hold(&self) -> bool {
+        self.overlaps_both_valid == 0
+            && self.stale_writes_accepted == 0
+            && self.stuck_waiters == 0
+            && self.over_capacity == 0
     }
 }
 

@@ -10,22 +10,10 @@ use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::time::Instant;
 
-use crate::rng::Rng;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
-/// What a worker is told on its command line.
-#[derive(Debug, Clone)]
-pub(crate) struct WorkerArgs {
-    pub(crate) id: String,
-    pub(crate) backend: String,
-    pub(crate) urls: Vec<String>,
-    pub(crate) kind: String,
-    pub(crate) names: usize,
-    pub(crate) store: String,
-    pub(crate) lease: Duration,
-    pub(crate) wait: Duration,
-    /// The permits of each semaphore (kind `semaphore`).
-    pub(crate) permits: u64,
-}
+use crate::args::{BackendKind, Kind, WorkerArgs};
 
 /// The connection to the store: commands in order, replies when a command has one.
 struct Store {
@@ -54,7 +42,7 @@ impl Store {
 async fn backend(args: &WorkerArgs) -> Result<Arc<dyn Backend>, String> {
     // Grants wait out a restart of a node that lost its data: the quarantine covers the
     // longest lease in use.
-    let quarantine = args.lease * 2;
+    let quarantine = args.lease() * 2;
     // The same settings through either adapter's connector.
     let settings = distlock::redis::ConnectorSettings::default()
         .connect_timeout(Duration::from_secs(2))
@@ -66,13 +54,13 @@ async fn backend(args: &WorkerArgs) -> Result<Arc<dyn Backend>, String> {
             .settings(settings.clone())
             .connect()
     };
-    match args.backend.as_str() {
-        "redis" => shared(redis(args.urls[0].clone()).await),
-        "fred" => {
+    match args.backend {
+        BackendKind::Redis => shared(redis(args.urls[0].clone()).await),
+        BackendKind::Fred => {
             let fred = distlock::fred::Connector::new(args.urls[0].clone()).settings(settings);
             shared(fred.connect().await)
         }
-        "redlock" => {
+        BackendKind::Redlock => {
             let mut nodes = Vec::new();
             for url in &args.urls {
                 // A node that is down when the worker (re)starts is left out of nothing:
@@ -90,11 +78,10 @@ async fn backend(args: &WorkerArgs) -> Result<Arc<dyn Backend>, String> {
                 .map_err(|e| e.to_string())?;
             Ok(Arc::new(redlock))
         }
-        "postgres" => {
+        BackendKind::Postgres => {
             let postgres = distlock::postgres::Connector::new(args.urls[0].clone()).pool_size(4);
             shared(postgres.connect().await)
         }
-        other => Err(format!("unknown backend {other}")),
     }
 }
 
@@ -105,12 +92,13 @@ fn shared<B: Backend>(connected: Result<B, distlock::Error>) -> Result<Arc<dyn B
         .map_err(|err| format!("connect: {err}"))
 }
 
-fn handle(locks: &Locks, kind: &str, name: &str, write: bool) -> Lock {
+fn handle(locks: &Locks, kind: Kind, name: &str, write: bool) -> Lock {
     match kind {
-        "fair" => locks.fair_mutex(name),
-        "rw" if write => locks.rw_lock(name).writer(),
-        "rw" => locks.rw_lock(name).reader(),
-        _ => locks.mutex(name),
+        Kind::Fair => locks.fair_mutex(name),
+        Kind::Rw if write => locks.rw_lock(name).writer(),
+        Kind::Rw => locks.rw_lock(name).reader(),
+        // Semaphore rounds take no lock (see `semaphore_round`).
+        Kind::Mutex | Kind::Semaphore => locks.mutex(name),
     }
 }
 
@@ -127,8 +115,8 @@ pub(crate) async fn run(args: WorkerArgs) -> Result<(), String> {
     };
     // A killed worker's place in a fair queue lapses after two leases.
     let locks = Locks::builder(backend)
-        .watchdog_lease(args.lease)
-        .fair_waiter_timeout(args.lease * 2)
+        .watchdog_lease(args.lease())
+        .fair_waiter_timeout(args.lease() * 2)
         .fencing(true)
         .build()
         .map_err(|e| e.to_string())?;
@@ -141,25 +129,26 @@ pub(crate) async fn run(args: WorkerArgs) -> Result<(), String> {
         write,
         read: BufReader::new(read).lines(),
     };
-    let mut rng = Rng::new(crate::rng::seed());
+    let mut rng = ChaCha8Rng::seed_from_u64(rand::random());
     loop {
-        let name = format!("chaos:{}", rng.range(0, args.names as u64));
-        if args.kind == "semaphore" {
+        let name = format!("chaos:{}", rng.random_range(0..args.names));
+        if args.kind == Kind::Semaphore {
             semaphore_round(&locks, &args, &name, &mut rng, &mut store).await?;
         } else {
             lock_round(&locks, &args, &name, &mut rng, &mut store).await?;
         }
-        tokio::time::sleep(Duration::from_millis(rng.range(0, 5))).await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..5))).await;
     }
 }
 
 /// How long to hold: mostly short; one in ten spans several renewals, so that faults
 /// land while something is held.
-fn hold_time(rng: &mut Rng, lease: Duration) -> Duration {
-    Duration::from_millis(if rng.chance(10) {
-        rng.range(50, lease.as_millis() as u64)
+fn hold_time(rng: &mut ChaCha8Rng, lease: Duration) -> Duration {
+    let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX).max(51);
+    Duration::from_millis(if rng.random_ratio(10, 100) {
+        rng.random_range(50..lease_ms)
     } else {
-        rng.range(0, 15)
+        rng.random_range(0..15)
     })
 }
 
@@ -168,14 +157,14 @@ async fn lock_round(
     locks: &Locks,
     args: &WorkerArgs,
     name: &str,
-    rng: &mut Rng,
+    rng: &mut ChaCha8Rng,
     store: &mut Store,
 ) -> Result<(), String> {
     let id = &args.id;
-    let writes = args.kind != "rw" || rng.chance(20);
-    let lock = handle(locks, &args.kind, name, writes);
+    let writes = args.kind != Kind::Rw || rng.random_ratio(20, 100);
+    let lock = handle(locks, args.kind, name, writes);
     let asked = Instant::now();
-    let guard = match lock.try_lock_for(args.wait, None).await {
+    let guard = match lock.try_lock_for(args.wait(), None).await {
         Ok(Some(guard)) => guard,
         Ok(None) => return Ok(()),
         Err(_) => {
@@ -220,7 +209,7 @@ impl Section<'_> {
         &self,
         store: &mut Store,
         args: &WorkerArgs,
-        rng: &mut Rng,
+        rng: &mut ChaCha8Rng,
         asked: Instant,
         held: impl Fn() -> bool,
     ) -> Result<(), String> {
@@ -231,7 +220,7 @@ impl Section<'_> {
         store
             .send(format!("ENTER {name} {id} {token} {mode}"))
             .await?;
-        tokio::time::sleep(hold_time(rng, args.lease)).await;
+        tokio::time::sleep(hold_time(rng, args.lease())).await;
         // Announce the check before making it: if this process pauses in between, the
         // store's record of the valid period ends early, never late.
         store.send(format!("VALID {name} {id}")).await?;
@@ -249,7 +238,7 @@ async fn semaphore_round(
     locks: &Locks,
     args: &WorkerArgs,
     name: &str,
-    rng: &mut Rng,
+    rng: &mut ChaCha8Rng,
     store: &mut Store,
 ) -> Result<(), String> {
     let id = &args.id;
@@ -258,7 +247,7 @@ async fn semaphore_round(
     // A wait that runs out comes back here: a count lost while waiting is set again.
     let asked = Instant::now();
     let permit = match semaphore.try_set_permits(args.permits).await {
-        Ok(_) => semaphore.acquire(1).wait(args.wait).await,
+        Ok(_) => semaphore.acquire(1).wait(args.wait()).await,
         Err(err) => Err(err),
     };
     let permit = match permit {
