@@ -15,61 +15,109 @@
 //!   simulation (`lock-sim ARGS`: `--seeds N`, `--minutes M`, `--seed S` to replay).
 //! - `cargo xtask bench [--quick] [--scenario NAME]`: builds `lock-bench` in release and
 //!   runs it; it writes `target/bench/report.{json,md,svg}`.
-//! - `cargo xtask help`: lists the commands.
+//! - `cargo xtask help` (or `--help` after any command): what each command takes.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, ExitStatus};
 use std::time::Instant;
 
+use clap::{Parser, Subcommand};
 use lock_testkit::{
     RedisCluster, RedisServer, pgbouncer_binary, postgres_bin_dir, redis_server_binary,
 };
 
-const HELP: &str = "\
-usage: cargo xtask <command>
+/// Workspace tasks: tests against real servers, the demo, local Redis topologies, fault
+/// injection, the simulation and the benchmark.
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
 
-commands:
-  test [-- ARGS]                  run every test (`cargo nextest run`, else `cargo test`) with ARGS
-                                  against real redis-server and PostgreSQL processes (installs
-                                  them if missing)
-  demo [-- ARGS]                  run the demo: against $REDIS_URL, else a throwaway local
-                                  redis-server, else the in-memory backend
-  redis standalone                start a standalone redis-server and print its URL; Ctrl-C stops it
-  redis cluster [--masters N]     start an N-master Redis Cluster (default 3); Ctrl-C stops it
-  chaos [--seconds S] [--backend redis|fred|redlock|postgres] [--kind mutex|fair|rw|semaphore] [...]
-                                  fault injection: worker processes, a fenced store, random
-                                  crashes, pauses and Redis failures; fails on any violation
-  simulate [--seeds N | --minutes M | --seed S]
-                                  deterministic simulation of the lock client over the memory
-                                  backend with simulated time and faults; --seed replays a run
-  bench [--quick] [--scenario NAME]
-                                  benchmarks side by side with the rslock peer; writes
-                                  target/bench/report.json, report.md and report.svg
-  help                            show this message
-";
+#[derive(Debug, Subcommand)]
+enum Task {
+    /// Runs every test (`cargo nextest run`, else `cargo test`) against real redis-server
+    /// and PostgreSQL processes, installing them if missing. ARGS go to cargo: `-p CRATE`
+    /// runs one crate's tests, and a filter after it only the tests it names.
+    Test {
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
+    },
+    /// Runs the demo: against $`REDIS_URL`, else a throwaway local redis-server, else the
+    /// in-memory backend.
+    Demo {
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
+    },
+    /// Starts a local Redis topology, prints its URLs and keeps it up until Ctrl-C.
+    #[command(subcommand)]
+    Redis(Topology),
+    /// Fault injection (`lock-chaos run ARGS`): worker processes, a fenced store, random
+    /// crashes, pauses and server failures; fails on any violation.
+    Chaos {
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
+    },
+    /// The deterministic simulation (`lock-sim ARGS`: `--seeds N`, `--minutes M`,
+    /// `--seed S` to replay one run).
+    Simulate {
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
+    },
+    /// The benchmark (`lock-bench ARGS`: `--quick`, `--scenario NAME`), built in release;
+    /// writes target/bench/report.json, report.md and report.svg.
+    Bench {
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Subcommand)]
+enum Topology {
+    /// One redis-server.
+    Standalone,
+    /// A Redis Cluster.
+    Cluster {
+        /// How many masters.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+        masters: u16,
+    },
+}
 
 const NOT_FOUND: &str = "redis-server not found: install it (Debian/Ubuntu: apt-get install \
      redis-server; macOS: brew install redis) or set REDIS_SERVER_BIN";
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let (command, rest) = match args.split_first() {
-        Some((command, rest)) => (command.as_str(), rest),
-        None => ("help", &[][..]),
-    };
-    let result = match command {
-        "test" => test(passthrough(rest)),
-        "demo" => demo(passthrough(rest)),
-        "redis" => redis(rest),
-        "chaos" => chaos(passthrough(rest)),
-        "simulate" => simulate(passthrough(rest)),
-        "bench" => bench(passthrough(rest)),
-        "help" | "-h" | "--help" => {
-            print!("{HELP}");
-            Ok(ExitCode::SUCCESS)
-        }
-        other => Err(format!("unknown command `{other}`\n\n{HELP}")),
+    let Cli { task } = Cli::parse();
+    let result = match task {
+        Task::Test { args } => test(passthrough(&args)),
+        Task::Demo { args } => demo(passthrough(&args)),
+        Task::Redis(topology) => redis(topology),
+        Task::Chaos { args } => chaos(passthrough(&args)),
+        Task::Simulate { args } => simulate(passthrough(&args)),
+        Task::Bench { args } => bench(passthrough(&args)),
     };
     result.unwrap_or_else(|message| {
         eprintln!("xtask: {message}");
@@ -307,21 +355,21 @@ fn demo(extra: &[String]) -> Result<ExitCode, String> {
 }
 
 /// `cargo xtask redis standalone | cluster [--masters N]`.
-fn redis(rest: &[String]) -> Result<ExitCode, String> {
+fn redis(topology: Topology) -> Result<ExitCode, String> {
     let runtime = runtime()?;
     if redis_server_binary().is_none() {
         return Err(NOT_FOUND.to_owned());
     }
-    match rest {
-        [kind] if kind == "standalone" => runtime.block_on(async {
+    match topology {
+        Topology::Standalone => runtime.block_on(async {
             let server = RedisServer::start().await;
             println!("standalone redis-server: {}", server.url());
             hold_until_ctrl_c().await;
             drop(server);
             println!("stopped");
         }),
-        [kind, options @ ..] if kind == "cluster" => {
-            let masters = parse_masters(options)?;
+        Topology::Cluster { masters } => {
+            let masters = usize::from(masters);
             runtime.block_on(async {
                 let cluster = RedisCluster::start(masters).await;
                 println!("redis cluster with {masters} masters:");
@@ -333,28 +381,8 @@ fn redis(rest: &[String]) -> Result<ExitCode, String> {
                 println!("stopped");
             });
         }
-        _ => {
-            return Err(format!(
-                "usage: cargo xtask redis standalone | cargo xtask redis cluster [--masters N]\n\n{HELP}"
-            ));
-        }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `--masters N` (default 3).
-fn parse_masters(options: &[String]) -> Result<usize, String> {
-    let bad = || format!("expected `--masters N` with N of at least 1, got {options:?}");
-    match options {
-        [] => Ok(3),
-        [flag, n] if flag == "--masters" => n.parse().ok().filter(|n| *n >= 1).ok_or_else(bad),
-        [flag] => flag
-            .strip_prefix("--masters=")
-            .and_then(|n| n.parse().ok())
-            .filter(|n| *n >= 1)
-            .ok_or_else(bad),
-        _ => Err(bad()),
-    }
 }
 
 async fn hold_until_ctrl_c() {

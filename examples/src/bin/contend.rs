@@ -35,102 +35,103 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use clap::{Parser, ValueEnum};
 use distlock::Locks;
 use tokio::time::Instant;
 
-#[derive(Debug, Clone)]
+/// N workers, each with its own client, fight over one lock; one JSON line reports
+/// how it went.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "contend")]
 struct Args {
+    /// The server (every URL form of the adapters; RedLock: URL1,URL2,...). Default:
+    /// $`REDIS_URL`.
+    #[arg(long, env = "REDIS_URL")]
     url: Option<String>,
-    backend: String,
-    kind: String,
+    #[arg(long, value_enum, default_value_t = BackendKind::Redis)]
+    backend: BackendKind,
+    #[arg(long, value_enum, default_value_t = Kind::Mutex)]
+    kind: Kind,
+    /// The lock's name (`multi`: a,b,c).
+    #[arg(long, default_value = "contend")]
     name: String,
-    workers: usize,
-    hold: Duration,
-    think: Duration,
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
+    workers: u16,
+    /// How long each worker holds the lock (ms).
+    #[arg(long = "hold-ms", default_value_t = 1)]
+    hold_ms: u64,
+    /// How long each worker pauses between holds (ms).
+    #[arg(long = "think-ms", default_value_t = 1)]
+    think_ms: u64,
+    /// How long the run lasts (seconds, fractions allowed).
+    #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
     seconds: f64,
+    /// One lock name per worker instead of one for all.
+    #[arg(long)]
     distinct: bool,
-    lease: Option<Duration>,
+    /// A lease instead of the watchdog (ms).
+    #[arg(long = "lease-ms")]
+    lease_ms: Option<u64>,
+    /// A Redis key every critical section INCRs and DECRs as an independent check.
+    #[arg(long = "check-key")]
     check_key: Option<String>,
+    /// The semaphore's permits (kind `semaphore`).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     permits: u64,
 }
 
-const USAGE: &str = "usage: contend --url URL [--backend redis|fred|postgres|redlock|memory] [--kind mutex|fair|read|write|mixed|multi|semaphore|latch] [--name NAME] \
---workers N --hold-ms H --think-ms T --seconds S [--distinct] [--lease-ms L] [--check-key KEY] [--permits P]";
-
-/// The kinds `--kind` takes.
-const KINDS: [&str; 8] = [
-    "mutex",
-    "fair",
-    "read",
-    "write",
-    "mixed",
-    "multi",
-    "semaphore",
-    "latch",
-];
-
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        url: std::env::var("REDIS_URL").ok(),
-        backend: "redis".into(),
-        kind: "mutex".into(),
-        name: "contend".into(),
-        workers: 8,
-        hold: Duration::from_millis(1),
-        think: Duration::from_millis(1),
-        seconds: 5.0,
-        distinct: false,
-        lease: None,
-        check_key: None,
-        permits: 1,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--url" => args.url = Some(value()?),
-            "--backend" => args.backend = value()?,
-            "--kind" => args.kind = value()?,
-            "--name" => args.name = value()?,
-            "--workers" => args.workers = number(&flag, &value()?)?,
-            "--hold-ms" => args.hold = Duration::from_millis(number(&flag, &value()?)?),
-            "--think-ms" => args.think = Duration::from_millis(number(&flag, &value()?)?),
-            "--seconds" => {
-                args.seconds = value()?
-                    .parse()
-                    .map_err(|_| format!("{flag} takes a number of seconds"))?;
-            }
-            "--lease-ms" => args.lease = Some(Duration::from_millis(number(&flag, &value()?)?)),
-            "--check-key" => args.check_key = Some(value()?),
-            "--permits" => args.permits = number(&flag, &value()?)?,
-            "--distinct" => args.distinct = true,
-            "--help" | "-h" => return Err(USAGE.into()),
-            other => return Err(format!("unknown flag {other}\n{USAGE}")),
-        }
-    }
-    if args.workers == 0 {
-        return Err("--workers must be at least 1".into());
-    }
-    if !(args.seconds > 0.0 && args.seconds.is_finite()) {
-        return Err("--seconds must be positive".into());
-    }
-    if !KINDS.contains(&args.kind.as_str()) {
-        return Err(format!(
-            "--kind {} is not supported ({})",
-            args.kind,
-            KINDS.join(", ")
-        ));
-    }
-    if args.permits == 0 {
-        return Err("--permits must be at least 1".into());
-    }
-    Ok(args)
+/// What the locks live on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+enum BackendKind {
+    Redis,
+    Fred,
+    Postgres,
+    Redlock,
+    Memory,
 }
 
-fn number<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T, String> {
-    value
-        .parse()
-        .map_err(|_| format!("{flag} takes a whole number, not {value:?}"))
+/// What the workers take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Kind {
+    Mutex,
+    Fair,
+    /// Every worker reads.
+    Read,
+    /// Every worker writes.
+    Write,
+    /// One operation in five writes.
+    Mixed,
+    /// A MultiLock over the names in `--name a,b,c`.
+    Multi,
+    Semaphore,
+    Latch,
+}
+
+impl Args {
+    fn workers(&self) -> usize {
+        usize::from(self.workers)
+    }
+
+    fn hold(&self) -> Duration {
+        Duration::from_millis(self.hold_ms)
+    }
+
+    fn think(&self) -> Duration {
+        Duration::from_millis(self.think_ms)
+    }
+
+    fn lease(&self) -> Option<Duration> {
+        self.lease_ms.map(Duration::from_millis)
+    }
+}
+
+fn positive_seconds(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(seconds) if seconds > 0.0 && seconds.is_finite() => Ok(seconds),
+        _ => Err(format!("{value:?} is not a positive number of seconds")),
+    }
 }
 
 /// One client per worker: its own connections and its own UUID.
@@ -138,20 +139,20 @@ async fn client(args: &Args, memory: &distlock::memory::MemoryBackend) -> Result
     let url = || {
         args.url
             .as_deref()
-            .ok_or_else(|| format!("--url (or REDIS_URL) is required for {}", args.backend))
+            .ok_or_else(|| format!("--url (or REDIS_URL) is required for {:?}", args.backend))
     };
-    let backend: Arc<dyn distlock::Backend> = match args.backend.as_str() {
-        "memory" => Arc::new(memory.clone()),
-        "redis" => distlock::redis::connect_backend(url()?)
+    let backend: Arc<dyn distlock::Backend> = match args.backend {
+        BackendKind::Memory => Arc::new(memory.clone()),
+        BackendKind::Redis => distlock::redis::connect_backend(url()?)
             .await
-            .map_err(|e| error_chain(&e))?,
-        "fred" => distlock::fred::connect_backend(url()?)
+            .map_err(|e| e.chain().to_string())?,
+        BackendKind::Fred => distlock::fred::connect_backend(url()?)
             .await
-            .map_err(|e| error_chain(&e))?,
-        "postgres" => distlock::postgres::connect_backend(url()?)
+            .map_err(|e| e.chain().to_string())?,
+        BackendKind::Postgres => distlock::postgres::connect_backend(url()?)
             .await
-            .map_err(|e| error_chain(&e))?,
-        "redlock" => {
+            .map_err(|e| e.chain().to_string())?,
+        BackendKind::Redlock => {
             // Each node connects on first use: the RedLock starts, and serves with a
             // majority, while some nodes are down; they join when they come up.
             let nodes = url()?
@@ -169,34 +170,18 @@ async fn client(args: &Args, memory: &distlock::memory::MemoryBackend) -> Result
                 .collect();
             let redlock = distlock::redlock::RedLock::builder(nodes)
                 .build()
-                .map_err(|e| error_chain(&e))?;
+                .map_err(|e| e.chain().to_string())?;
             Arc::new(redlock)
         }
-        other => {
-            return Err(format!(
-                "--backend {other} is not supported (redis, fred, postgres, redlock, memory)"
-            ));
-        }
     };
-    if args.kind == "multi" {
+    if args.kind == Kind::Multi {
         let mut multi = distlock::redlock::MultiLock::builder();
         for name in args.name.split(',') {
             multi = multi.lock(Arc::clone(&backend), name.trim());
         }
-        return Ok(multi.build().map_err(|e| error_chain(&e))?.locks());
+        return Ok(multi.build().map_err(|e| e.chain().to_string())?.locks());
     }
     Ok(Locks::new(backend))
-}
-
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[derive(Debug, Default)]
@@ -209,13 +194,7 @@ struct WorkerReport {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(msg) => {
-            eprintln!("{msg}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
     match run(args).await {
         Ok(line) => {
             println!("{line}");
@@ -233,36 +212,36 @@ async fn run(args: Args) -> Result<String, String> {
     let checker = match &args.check_key {
         Some(key) => {
             let url = args.url.as_deref().ok_or("--check-key needs --url")?;
-            let client = redis::Client::open(url).map_err(|e| error_chain(&e))?;
+            let client = redis::Client::open(url).map_err(|e| e.to_string())?;
             let conn = client
                 .get_multiplexed_async_connection()
                 .await
-                .map_err(|e| error_chain(&e))?;
+                .map_err(|e| e.to_string())?;
             Some((conn, key.clone()))
         }
         None => None,
     };
-    let mut clients = Vec::with_capacity(args.workers);
-    for _ in 0..args.workers {
+    let mut clients = Vec::with_capacity(args.workers());
+    for _ in 0..args.workers() {
         clients.push(client(&args, &memory).await?);
     }
-    if args.kind == "semaphore" {
+    if args.kind == Kind::Semaphore {
         // Reset: whatever an earlier run left, exactly P permits are there now.
-        for w in 0..args.workers {
+        for w in 0..args.workers() {
             let semaphore = clients[0].semaphore(&lock_name(&args, w));
-            semaphore.drain().await.map_err(|e| error_chain(&e))?;
+            semaphore.drain().await.map_err(|e| e.chain().to_string())?;
             let permits = i64::try_from(args.permits).map_err(|e| e.to_string())?;
             semaphore
                 .add_permits(permits)
                 .await
-                .map_err(|e| error_chain(&e))?;
+                .map_err(|e| e.chain().to_string())?;
             if !args.distinct {
                 break;
             }
         }
     }
     let inside: Arc<HashMap<String, AtomicU64>> = Arc::new(
-        (0..args.workers)
+        (0..args.workers())
             .map(|w| (lock_name(&args, w), AtomicU64::new(0)))
             .collect(),
     );
@@ -270,7 +249,7 @@ async fn run(args: Args) -> Result<String, String> {
     let deadline = started + Duration::from_secs_f64(args.seconds);
     let errors = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
-    if args.kind == "latch" {
+    if args.kind == Kind::Latch {
         // A fresh prefix per run: latches of an earlier run never mix with these.
         let run_id = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -323,12 +302,12 @@ const WRITER: u64 = 1_000_000;
 
 /// Whether operation `op` of worker `w` writes. `mixed` makes one in five operations a
 /// write (80 % readers), spread evenly over workers and time.
-fn writes(kind: &str, w: usize, op: u64) -> bool {
+fn writes(kind: Kind, w: usize, op: u64) -> bool {
     match kind {
         // Readers, and semaphore holders: each counts 1 inside.
-        "read" | "semaphore" => false,
-        "mixed" => (op + w as u64).is_multiple_of(5),
-        _ => true,
+        Kind::Read | Kind::Semaphore => false,
+        Kind::Mixed => (op + w as u64).is_multiple_of(5),
+        Kind::Mutex | Kind::Fair | Kind::Write | Kind::Multi | Kind::Latch => true,
     }
 }
 
@@ -339,14 +318,15 @@ enum Held {
 }
 
 /// The handle a worker uses for one operation.
-fn handle(locks: &Locks, kind: &str, name: &str, write: bool) -> distlock::Lock {
+fn handle(locks: &Locks, kind: Kind, name: &str, write: bool) -> distlock::Lock {
     match kind {
-        "fair" => locks.fair_mutex(name),
+        Kind::Fair => locks.fair_mutex(name),
         // A MultiLock client: the name only labels the guard.
-        "multi" => locks.mutex("multi"),
-        "read" | "write" | "mixed" if write => locks.rw_lock(name).writer(),
-        "read" | "write" | "mixed" => locks.rw_lock(name).reader(),
-        _ => locks.mutex(name),
+        Kind::Multi => locks.mutex("multi"),
+        Kind::Read | Kind::Write | Kind::Mixed if write => locks.rw_lock(name).writer(),
+        Kind::Read | Kind::Write | Kind::Mixed => locks.rw_lock(name).reader(),
+        // Semaphore and latch workers take no lock.
+        Kind::Mutex | Kind::Semaphore | Kind::Latch => locks.mutex(name),
     }
 }
 
@@ -360,21 +340,21 @@ async fn worker(
     errors: &AtomicU64,
 ) -> WorkerReport {
     let name = lock_name(args, w);
-    let semaphore = args.kind == "semaphore";
+    let semaphore = args.kind == Kind::Semaphore;
     let mut report = WorkerReport::default();
     let Some(counter) = inside.get(&name) else {
         return report;
     };
     let mut op = 0u64;
     while Instant::now() < deadline {
-        let write = writes(&args.kind, w, op);
+        let write = writes(args.kind, w, op);
         op += 1;
         let asked = Instant::now();
         let acquired = if semaphore {
             locks.semaphore(&name).acquire(1).await.map(Held::Permits)
         } else {
-            let lock = handle(locks, &args.kind, &name, write);
-            match args.lease {
+            let lock = handle(locks, args.kind, &name, write);
+            match args.lease() {
                 Some(lease) => lock.lock_with_lease(lease).await,
                 None => lock.lock().await,
             }
@@ -384,7 +364,7 @@ async fn worker(
             Ok(guard) => guard,
             Err(err) => {
                 errors.fetch_add(1, Ordering::Relaxed);
-                eprintln!("worker {w}: {}", error_chain(&err));
+                eprintln!("worker {w}: {}", err.chain());
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
@@ -406,11 +386,11 @@ async fn worker(
         // The check key follows the contract: exclusive kinds INCR it and expect 1;
         // read-write kinds add WRITER for a writer (expecting exactly WRITER) or 1 for a
         // reader (expecting no writer).
-        let key_delta = if matches!(args.kind.as_str(), "mutex" | "fair" | "multi" | "semaphore") {
-            1
-        } else {
-            delta
-        };
+        let exclusive_kind = matches!(
+            args.kind,
+            Kind::Mutex | Kind::Fair | Kind::Multi | Kind::Semaphore
+        );
+        let key_delta = if exclusive_kind { 1 } else { delta };
         if let Some((conn, key)) = checker.as_mut() {
             let n: redis::RedisResult<u64> = redis::cmd("INCRBY")
                 .arg(&*key)
@@ -427,7 +407,7 @@ async fn worker(
                 report.violations += 1;
             }
         }
-        tokio::time::sleep(args.hold).await;
+        tokio::time::sleep(args.hold()).await;
         if let Some((conn, key)) = checker.as_mut() {
             let _: redis::RedisResult<i64> = redis::cmd("DECRBY")
                 .arg(&*key)
@@ -444,9 +424,9 @@ async fn worker(
         };
         if let Err(err) = released {
             errors.fetch_add(1, Ordering::Relaxed);
-            eprintln!("worker {w}: unlock: {}", error_chain(&err));
+            eprintln!("worker {w}: unlock: {}", err.chain());
         }
-        tokio::time::sleep(args.think).await;
+        tokio::time::sleep(args.think()).await;
     }
     report
 }
@@ -494,7 +474,7 @@ async fn latch_worker(
     errors: &AtomicU64,
 ) -> WorkerReport {
     let mut report = WorkerReport::default();
-    let workers = args.workers as u64;
+    let workers = u64::from(args.workers);
     let mut round = 0u64;
     loop {
         round += 1;
@@ -503,7 +483,7 @@ async fn latch_worker(
         }
         let latch = locks.count_down_latch(&format!("{}:{round}", rounds.prefix));
         let worked = Instant::now();
-        tokio::time::sleep(args.hold).await;
+        tokio::time::sleep(args.hold()).await;
         report.held += worked.elapsed();
         let counted = async {
             latch.try_set_count(workers).await?;
@@ -524,11 +504,11 @@ async fn latch_worker(
             }
             Err(err) => {
                 errors.fetch_add(1, Ordering::Relaxed);
-                eprintln!("worker {w}: latch: {}", error_chain(&err));
+                eprintln!("worker {w}: latch: {}", err.chain());
                 break;
             }
         }
-        tokio::time::sleep(args.think).await;
+        tokio::time::sleep(args.think()).await;
     }
     report
 }
