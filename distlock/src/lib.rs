@@ -37,7 +37,7 @@ pub use lock_core::{
     Acquisition, Backend, Capabilities, Cause, Chain, Config, CountDownLatch, Error, ErrorKind,
     ExpirableSemaphore, Guard, HoldModel, Holder, LeasedPermits, Lock, LockKind, LockName, Locks,
     LocksBuilder, LostReason, MAX_PERMITS_PER_ACQUISITION, PermitAcquisition, PermitId, Permits,
-    RwLock, Semaphore,
+    RwLock, Semaphore, TRACING_TARGET,
 };
 
 /// Everything needed to implement a [`Backend`]: the request and reply types, the

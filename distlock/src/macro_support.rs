@@ -212,7 +212,7 @@ pub mod __private {
                     && !err.is_not_held()
                 {
                     tracing::warn!(
-                        target: "lock",
+                        target: lock_core::TRACING_TARGET,
                         error = %err.chain(),
                         "releasing the lock or permit of a #[distributed_lock] function \
                          failed; it stays held until its lease ends"
@@ -220,7 +220,7 @@ pub mod __private {
                 }
             }
             Err(held) => tracing::warn!(
-                target: "lock",
+                target: lock_core::TRACING_TARGET,
                 name = held.name(),
                 "a clone of current_guard() or current_permits() outlives its \
                  #[distributed_lock] function: it is released when the last clone is dropped"

@@ -5,12 +5,11 @@
 
 use crate::{Error, LockRef, LostReason};
 
-/// Target of every event, so that one directive (`lock=debug`) covers them all.
-use crate::TARGET;
+use crate::TRACING_TARGET;
 
 pub(crate) fn renewal_failed(lock: &LockRef, err: &Error) {
     tracing::warn!(
-        target: TARGET,
+        target: TRACING_TARGET,
         kind = %lock.kind,
         name = %lock.name,
         error = %err.chain(),
@@ -20,7 +19,7 @@ pub(crate) fn renewal_failed(lock: &LockRef, err: &Error) {
 
 pub(crate) fn hold_lost(lock: &LockRef, reason: LostReason) {
     tracing::warn!(
-        target: TARGET,
+        target: TRACING_TARGET,
         kind = %lock.kind,
         name = %lock.name,
         owner = %lock.owner,
@@ -33,7 +32,7 @@ pub(crate) fn hold_lost(lock: &LockRef, reason: LostReason) {
 /// went away. The lock stays held until its lease runs out.
 pub(crate) fn release_failed(lock: &LockRef, of: &'static str, err: &Error) {
     tracing::warn!(
-        target: TARGET,
+        target: TRACING_TARGET,
         kind = %lock.kind,
         name = %lock.name,
         of,
@@ -46,7 +45,7 @@ pub(crate) fn release_failed(lock: &LockRef, of: &'static str, err: &Error) {
 /// release left undone this way ends with its lease.
 pub(crate) fn job_dropped(err: &Error) {
     tracing::warn!(
-        target: TARGET,
+        target: TRACING_TARGET,
         error = %err.chain(),
         "work abandoned by its caller was dropped unfinished"
     );
@@ -62,7 +61,7 @@ pub(crate) fn permits_not_released(
     err: &Error,
 ) {
     tracing::warn!(
-        target: TARGET,
+        target: TRACING_TARGET,
         %name,
         permits,
         of,
@@ -75,7 +74,7 @@ pub(crate) fn permits_not_released(
 /// permits back from the others until it lapses.
 pub(crate) fn reservation_not_cancelled(name: &crate::LockName, err: &Error) {
     tracing::warn!(
-        target: TARGET,
+        target: TRACING_TARGET,
         %name,
         error = %err.chain(),
         "a waiter that gave up could not take back its reservation of permits; it lapses on its own"
@@ -84,7 +83,7 @@ pub(crate) fn reservation_not_cancelled(name: &crate::LockName, err: &Error) {
 
 pub(crate) fn permit_renewal_failed(name: &crate::LockName, err: &Error) {
     tracing::warn!(
-        target: TARGET,
+        target: TRACING_TARGET,
         %name,
         error = %err.chain(),
         "renewing expirable permits failed; retrying while their lease lasts"
@@ -93,7 +92,7 @@ pub(crate) fn permit_renewal_failed(name: &crate::LockName, err: &Error) {
 
 pub(crate) fn permits_lost(name: &crate::LockName, permits: usize, reason: LostReason) {
     tracing::warn!(
-        target: TARGET,
+        target: TRACING_TARGET,
         %name,
         permits,
         %reason,
@@ -103,7 +102,7 @@ pub(crate) fn permits_lost(name: &crate::LockName, permits: usize, reason: LostR
 
 pub(crate) fn cancel_failed(lock: &LockRef, err: &Error) {
     tracing::warn!(
-        target: TARGET,
+        target: TRACING_TARGET,
         kind = %lock.kind,
         name = %lock.name,
         error = %err.chain(),
@@ -115,7 +114,7 @@ pub(crate) fn cancel_failed(lock: &LockRef, err: &Error) {
 /// it panicked) and is started again.
 pub(crate) fn watchdog_restarted(holds: usize) {
     tracing::warn!(
-        target: TARGET,
+        target: TRACING_TARGET,
         holds,
         "the watchdog task had died (its runtime shut down?); started again"
     );
@@ -124,7 +123,7 @@ pub(crate) fn watchdog_restarted(holds: usize) {
 /// The watchdog could not be started: the holds it should renew run on their deadlines.
 pub(crate) fn watchdog_not_started(holds: usize, err: &Error) {
     tracing::error!(
-        target: TARGET,
+        target: TRACING_TARGET,
         holds,
         error = %err.chain(),
         "the watchdog could not be started; these holds are lost when their lease ends"
@@ -135,7 +134,7 @@ pub(crate) fn watchdog_not_started(holds: usize, err: &Error) {
 /// until they are released or their leases end.
 pub(crate) fn shut_down_with_holds(holds: usize) {
     tracing::warn!(
-        target: TARGET,
+        target: TRACING_TARGET,
         holds,
         "client shut down while guards are alive: their locks stay held until the guards \
          are released or dropped"

@@ -94,7 +94,9 @@ pub use backend::{
 pub use background::runtime;
 
 /// The target of every `tracing` event and span of lock-core.
-pub(crate) const TARGET: &str = "lock";
+/// The `tracing` target of every event of the workspace's crates, so that one directive
+/// (`distlock=debug`) covers them all.
+pub const TRACING_TARGET: &str = "distlock";
 pub use client::{Locks, LocksBuilder};
 pub use config::{Config, MAX_DURATION};
 pub use error::{BoxError, Cause, Chain, Error, ErrorKind, LostReason};
@@ -102,6 +104,7 @@ pub use locks::guard::Guard;
 pub use locks::handle::{Acquisition, Lock, RwLock};
 pub use locks::holder::Holder;
 pub use name::{LockName, MAX_NAME_LEN};
+pub use retry::Pauses;
 pub use sync::expirable::{
     ExpirableSemaphore, LeasedPermits, MAX_PERMITS_PER_ACQUISITION, PermitAcquisition,
 };

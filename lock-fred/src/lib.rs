@@ -1,4 +1,4 @@
-//! The adapter between the lock library and the [`fred`] Redis client.
+//! The adapter between distlock and the [`fred`] Redis client.
 //!
 //! It is transport only: lock-core owns the scripts, the key layout (Redisson's) and the
 //! state machines; this crate runs those scripts over fred clients (by SHA, loading them

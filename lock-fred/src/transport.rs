@@ -160,7 +160,7 @@ fn script_command(call: &ScriptCall<'_>) -> (CustomCommand, Vec<Value>) {
 /// A connection that could not be closed cleanly is left for the server to drop; nothing
 /// of anyone's locks depends on it, so it is only told at debug level.
 pub(crate) fn quit_failed(what: &'static str, err: &dyn std::fmt::Display) {
-    tracing::debug!(target: "lock", what, error = %err, "closing a connection failed");
+    tracing::debug!(target: lock_core::TRACING_TARGET, what, error = %err, "closing a connection failed");
 }
 
 impl FredTransport {
@@ -180,7 +180,7 @@ impl FredTransport {
         drop(self.subscriber.connect());
         *home = RuntimeWatch::current();
         tracing::warn!(
-            target: "lock",
+            target: lock_core::TRACING_TARGET,
             "the runtime the fred clients were connected in has shut down; connecting again"
         );
     }

@@ -1,4 +1,4 @@
-//! The PostgreSQL backend of the lock library: locks as lease rows in tables the
+//! The PostgreSQL backend of distlock: locks as lease rows in tables the
 //! library creates and migrates itself, expiries on the database clock, waiting by
 //! LISTEN/NOTIFY.
 //!

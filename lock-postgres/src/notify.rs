@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::Error;
 use lock_core::notify::{Listener, PubSub, ReaderTask, Subscriptions, Wake};
+use lock_core::{Error, Pauses};
 use tokio::sync::watch;
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
 
@@ -24,7 +24,7 @@ pub const APPLICATION_NAME: &str = "distlock-notifications";
 /// payload wakes every waiter of the channel.
 pub const WAKE_ONE: &str = "one";
 
-/// The first pause before connecting again; it doubles up to [`LONGEST_PAUSE`].
+/// The first pause before connecting again, and the longest.
 const FIRST_PAUSE: Duration = Duration::from_millis(50);
 const LONGEST_PAUSE: Duration = Duration::from_secs(2);
 
@@ -224,7 +224,7 @@ impl Kept {
                 Some(Ok(_)) => {}
                 Some(Err(err)) => {
                     tracing::warn!(
-                        target: "lock",
+                        target: lock_core::TRACING_TARGET,
                         error = %err,
                         "the notification connection to PostgreSQL broke; reconnecting"
                     );
@@ -237,7 +237,7 @@ impl Kept {
 
     /// Connects again, pausing longer after each failure; `None` once the owner is gone.
     async fn reconnect(&mut self) -> Option<Connection> {
-        let mut pause = FIRST_PAUSE;
+        let mut pauses = Pauses::doubling(FIRST_PAUSE, LONGEST_PAUSE);
         loop {
             let connected = tokio::select! {
                 connected = self.config.connect(NoTls) => connected,
@@ -249,16 +249,15 @@ impl Kept {
                     return Some(connection);
                 }
                 Err(err) => tracing::warn!(
-                    target: "lock",
+                    target: lock_core::TRACING_TARGET,
                     error = %err,
                     "the notification connection to PostgreSQL failed; trying again"
                 ),
             }
             tokio::select! {
-                () = tokio::time::sleep(pause) => {}
+                () = tokio::time::sleep(pauses.next().unwrap_or(LONGEST_PAUSE)) => {}
                 _ = self.alive.changed() => return None,
             }
-            pause = (pause * 2).min(LONGEST_PAUSE);
         }
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lock_core::{Error, LockName, LockRef};
 
-const TARGET: &str = "lock";
+const TARGET: &str = lock_core::TRACING_TARGET;
 
 /// An acquisition that too few replicas confirmed could not be given back: it stays held
 /// until its lease ends.

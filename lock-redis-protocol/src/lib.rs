@@ -1,4 +1,4 @@
-//! The Redis lock protocol of the lock library, shared by its Redis adapters
+//! The Redis lock protocol of distlock, shared by its Redis adapters
 //! (`lock-redis` over the `redis` crate, `lock-fred` over `fred`).
 //!
 //! Everything about locks on Redis that does not depend on a driver lives here once:

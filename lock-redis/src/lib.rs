@@ -1,4 +1,4 @@
-//! The adapter between the lock library and the [`redis`] crate.
+//! The adapter between distlock and the [`redis`] crate.
 //!
 //! It is transport only: lock-core owns the scripts, the key layout (Redisson's) and the
 //! state machines; this crate runs those scripts over a connection and carries release
@@ -42,7 +42,7 @@ pub use transport::RedisPool;
 
 /// The `tracing` target of what this crate reports, lock-core's: one directive covers
 /// every event of the library.
-const EVENTS_TARGET: &str = "lock";
+const EVENTS_TARGET: &str = lock_core::TRACING_TARGET;
 
 /// Connects to the deployment `url` names (see [`Connector::new`]) with default settings.
 ///

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use lock_core::Error;
+use lock_core::{Error, Pauses};
 use lock_redis_protocol::NotificationSink;
 use redis::aio::{PubSubSink, PubSubStream};
 
@@ -214,7 +214,8 @@ where
     A: FnMut() -> F,
     F: std::future::Future<Output = Result<T, Error>>,
 {
-    let (mut pause, longest) = RECONNECT_BACKOFF;
+    let (first, longest) = RECONNECT_BACKOFF;
+    let mut pauses = Pauses::doubling(first, longest);
     loop {
         tokio::select! {
             biased;
@@ -228,8 +229,7 @@ where
         tokio::select! {
             biased;
             () = sink.closed() => return None,
-            () = tokio::time::sleep(pause) => {}
+            () = tokio::time::sleep(pauses.next().unwrap_or(longest)) => {}
         }
-        pause = (pause * 2).min(longest);
     }
 }

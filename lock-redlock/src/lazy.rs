@@ -13,10 +13,10 @@ use lock_core::backend::{
     Acquire, AcquireRequest, Capabilities, LockState, Release, ReleaseRequest, Renewal,
 };
 use lock_core::notify::Listener;
-use lock_core::{Backend, Error, LockRef};
+use lock_core::{Backend, Error, LockRef, Pauses};
 use tokio::time::Instant;
 
-/// The first pause after a failed connect; it doubles up to [`LONGEST_PAUSE`].
+/// The first pause after a failed connect; they double up to [`LONGEST_PAUSE`].
 const FIRST_PAUSE: Duration = Duration::from_millis(250);
 /// The longest pause between connect attempts.
 const LONGEST_PAUSE: Duration = Duration::from_secs(5);
@@ -66,7 +66,7 @@ pub struct LazyNode {
 #[derive(Debug)]
 struct Backoff {
     next_attempt: Option<Instant>,
-    pause: Duration,
+    pauses: Pauses,
 }
 
 impl fmt::Debug for LazyNode {
@@ -94,7 +94,7 @@ impl LazyNode {
             connected: OnceLock::new(),
             attempts: tokio::sync::Mutex::new(Backoff {
                 next_attempt: None,
-                pause: FIRST_PAUSE,
+                pauses: Pauses::doubling(FIRST_PAUSE, LONGEST_PAUSE),
             }),
         }
     }
@@ -138,20 +138,20 @@ impl LazyNode {
             Ok(backend) => {
                 let backend = Arc::clone(self.connected.get_or_init(|| backend));
                 if backoff.next_attempt.is_some() {
-                    tracing::info!(target: "lock", node = %self.name, "a node that was down is connected");
+                    tracing::info!(target: lock_core::TRACING_TARGET, node = %self.name, "a node that was down is connected");
                 }
                 Ok(backend)
             }
             Err(err) => {
+                let pause = backoff.pauses.next().unwrap_or(LONGEST_PAUSE);
                 tracing::warn!(
-                    target: "lock",
+                    target: lock_core::TRACING_TARGET,
                     node = %self.name,
                     error = %err.chain(),
-                    retry_in_ms = backoff.pause.as_millis(),
+                    retry_in_ms = pause.as_millis(),
                     "connecting to a node failed"
                 );
-                backoff.next_attempt = Some(Instant::now() + backoff.pause);
-                backoff.pause = (backoff.pause * 2).min(LONGEST_PAUSE);
+                backoff.next_attempt = Some(Instant::now() + pause);
                 Err(err)
             }
         }

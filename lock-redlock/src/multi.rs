@@ -205,7 +205,7 @@ impl MultiLock {
             async move {
                 if let Err(err) = self.parts[i].0.release(&part, release).await {
                     tracing::warn!(
-                        target: "lock",
+                        target: lock_core::TRACING_TARGET,
                         part = %part.name,
                         error = %err.chain(),
                         "a MultiLock part could not be given back; it holds until its lease ends"

@@ -72,7 +72,7 @@ pub(crate) fn acquire(
         let started = Instant::now();
         let kind = lock.kind;
         let span = tracing::debug_span!(
-            target: crate::TARGET,
+            target: crate::TRACING_TARGET,
             "acquire",
             kind = %lock.kind,
             name = %lock.name,

@@ -62,7 +62,7 @@ fn spawn_acquire(
                 ReleaseRequest::new(request.lease, request.id).retry_window(request.retry_window);
             if !kept && let Err(err) = node.release(&lock, undo).await {
                 tracing::warn!(
-                    target: "lock",
+                    target: lock_core::TRACING_TARGET,
                     node = index,
                     name = %lock.name,
                     error = %err.chain(),
@@ -185,7 +185,7 @@ impl RedLock {
                 };
                 if let Err(err) = repaired {
                     tracing::warn!(
-                        target: "lock",
+                        target: lock_core::TRACING_TARGET,
                         node = index,
                         name = %name,
                         error = %err.chain(),
