@@ -1,60 +1,19 @@
-//! Release notifications: one subscription per channel per client, shared by its waiters.
-//!
-//! [`Subscriptions`] is the reference-counted registry a backend keeps: the first
-//! [`Listener`] of a channel subscribes, the last one to go unsubscribes. Subscribe and
-//! unsubscribe requests are sent to the transport in the order the registry changed, by one
-//! background task, so a late unsubscribe can never cancel a newer subscription.
-//!
-//! A message wakes one local listener ([`Wake::One`], a mutex release: only one waiter can
-//! win) or all of them ([`Wake::All`]). When the transport reconnects, every channel is
-//! subscribed again and every listener is woken, so that waiters re-poll at once instead of
-//! sleeping through a release whose message was lost with the old connection.
+//! [`Subscriptions`]: the registry of a client's channels, the one task that sends its
+//! subscribe and unsubscribe requests in order, and the [`Listener`]s it hands out.
 
 use std::collections::VecDeque;
-use std::future::Future;
-
-use foldhash::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use async_trait::async_trait;
+use foldhash::HashMap;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
+use super::{PubSub, Wake, report};
 use crate::Error;
 
-/// How many local listeners a notification wakes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Wake {
-    /// One listener: the lock can be taken by one waiter only.
-    One,
-    /// Every listener: several waiters may proceed, or everybody must re-check.
-    All,
-}
-
-/// The transport side of notifications: how a backend (un)subscribes a channel.
-#[async_trait]
-pub trait PubSub: fmt::Debug + Send + Sync + 'static {
-    /// Subscribes `channel`; returns once the server confirmed it.
-    async fn subscribe(&self, channel: &str) -> Result<(), Error>;
-    /// Unsubscribes `channel`.
-    async fn unsubscribe(&self, channel: &str) -> Result<(), Error>;
-}
-
-/// A transport with nothing to subscribe: notifications are delivered in process.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct InProcess;
-
-#[async_trait]
-impl PubSub for InProcess {
-    async fn subscribe(&self, _channel: &str) -> Result<(), Error> {
-        Ok(())
-    }
-    async fn unsubscribe(&self, _channel: &str) -> Result<(), Error> {
-        Ok(())
-    }
-}
+/// Channel -> (entry, number of live listeners).
+type ChannelMap = HashMap<Arc<str>, (Arc<Entry>, usize)>;
 
 #[derive(Debug, Clone)]
 enum SubState {
@@ -114,9 +73,6 @@ enum Command {
     Unsubscribe(Arc<str>),
     Resubscribe,
 }
-
-/// Channel -> (entry, number of live listeners).
-type ChannelMap = HashMap<Arc<str>, (Arc<Entry>, usize)>;
 
 /// What the worker task needs. It is started on first use, on the caller's runtime, and
 /// hands its parts back when it dies (its runtime shut down), so that the next listener
@@ -434,74 +390,6 @@ impl Worker {
     }
 }
 
-/// How a [`ReaderTask`] starts again: a future that opens a new connection and reads it.
-type Revive = Box<dyn Fn() -> futures_util::future::BoxFuture<'static, ()> + Send + Sync>;
-
-/// A transport's notification reader: the task that reads its subscription connection
-/// into a [`Subscriptions`] registry.
-///
-/// The task runs on the runtime it was started in and dies with it, while the client may
-/// live on in another runtime. [`ReaderTask::ensure_running`], called before each wait,
-/// finds it dead and starts `revive` on the caller's runtime, as the registry's own
-/// worker is started again. The backend owns the `ReaderTask`, never the registry: the
-/// reader feeds the registry, which must not keep its reader alive in return.
-pub struct ReaderTask {
-    task: Mutex<JoinHandle<()>>,
-    revive: Revive,
-}
-
-impl fmt::Debug for ReaderTask {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let running = !self
-            .task
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_finished();
-        f.debug_struct("ReaderTask")
-            .field("running", &running)
-            .finish_non_exhaustive()
-    }
-}
-
-impl ReaderTask {
-    /// Runs `first` on the current runtime; `revive` makes the reader that replaces it
-    /// once it died with its runtime (it must open a new connection, and tell the
-    /// registry when it is up: [`Subscriptions::reconnected`]).
-    ///
-    /// # Panics
-    ///
-    /// Outside a tokio runtime, as [`tokio::spawn`].
-    pub fn spawn<F, R, G>(first: F, revive: R) -> Self
-    where
-        F: Future<Output = ()> + Send + 'static,
-        R: Fn() -> G + Send + Sync + 'static,
-        G: Future<Output = ()> + Send + 'static,
-    {
-        Self {
-            task: Mutex::new(tokio::spawn(first)),
-            revive: Box::new(move || Box::pin(revive())),
-        }
-    }
-
-    /// Starts the reader again on the current runtime if its task has ended, and says
-    /// whether it did. A reader ends of its own accord only once its backend is gone,
-    /// so an ended task means its runtime shut down.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::NoRuntime`] outside a tokio runtime, when the reader needs starting.
-    pub fn ensure_running(&self) -> Result<bool, Error> {
-        let mut task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
-        if !task.is_finished() {
-            return Ok(false);
-        }
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        report::notification_reader_restarted();
-        *task = runtime.spawn((self.revive)());
-        Ok(true)
-    }
-}
-
 /// A [`Subscriptions`] handle that does not keep the registry alive.
 #[derive(Clone)]
 pub struct WeakSubscriptions(std::sync::Weak<Shared>);
@@ -615,8 +503,12 @@ impl Drop for Listener {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::time::Duration;
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::notify::InProcess;
 
     #[derive(Debug, Default)]
     struct Recorder(Mutex<Vec<String>>);
@@ -700,75 +592,5 @@ mod tests {
         let mut seen = log(&rec);
         seen.sort();
         assert_eq!(seen, vec!["+x", "+x", "+y", "+y"]);
-    }
-}
-
-/// What the registry and the readers report through `tracing`.
-mod report {
-    use crate::{Error, TRACING_TARGET};
-
-    pub(crate) fn subscribe_failed(channel: &str, err: &Error) {
-        tracing::warn!(
-            target: TRACING_TARGET,
-            channel,
-            error = %err.chain(),
-            "subscribing to release notifications failed"
-        );
-    }
-
-    pub(crate) fn unsubscribe_failed(channel: &str, err: &Error) {
-        tracing::warn!(
-            target: TRACING_TARGET,
-            channel,
-            error = %err.chain(),
-            "unsubscribing from release notifications failed"
-        );
-    }
-
-    pub(crate) fn notifications_lost() {
-        tracing::warn!(
-            target: TRACING_TARGET,
-            "notification connection lost; reconnecting (waiters fall back to the holders' leases meanwhile)"
-        );
-    }
-
-    pub(crate) fn notifications_dropped() {
-        tracing::warn!(
-            target: TRACING_TARGET,
-            "release notifications were dropped (a lagging reader); every waiter re-polls"
-        );
-    }
-
-    pub(crate) fn resubscribed(channels: usize, failed: usize) {
-        if failed == 0 {
-            tracing::info!(
-                target: TRACING_TARGET,
-                channels,
-                "notification connection restored; every waiter re-polls"
-            );
-        } else {
-            tracing::warn!(
-                target: TRACING_TARGET,
-                channels,
-                failed,
-                "notification connection restored, but some channels could not be subscribed \
-                 again; their waiters re-poll at the holder's lease"
-            );
-        }
-    }
-
-    /// The notification worker had died and is started again.
-    pub(crate) fn notification_reader_restarted() {
-        tracing::warn!(
-            target: TRACING_TARGET,
-            "the notification reader had died (its runtime shut down?); connecting it again"
-        );
-    }
-
-    pub(crate) fn subscription_worker_restarted() {
-        tracing::warn!(
-            target: TRACING_TARGET,
-            "the notification worker had died (its runtime shut down?); started again"
-        );
     }
 }

@@ -1,0 +1,68 @@
+//! What the registry and the readers report through `tracing`.
+
+use crate::{Error, TRACING_TARGET};
+
+pub(crate) fn subscribe_failed(channel: &str, err: &Error) {
+    tracing::warn!(
+        target: TRACING_TARGET,
+        channel,
+        error = %err.chain(),
+        "subscribing to release notifications failed"
+    );
+}
+
+pub(crate) fn unsubscribe_failed(channel: &str, err: &Error) {
+    tracing::warn!(
+        target: TRACING_TARGET,
+        channel,
+        error = %err.chain(),
+        "unsubscribing from release notifications failed"
+    );
+}
+
+pub(crate) fn notifications_lost() {
+    tracing::warn!(
+        target: TRACING_TARGET,
+        "notification connection lost; reconnecting (waiters fall back to the holders' leases meanwhile)"
+    );
+}
+
+pub(crate) fn notifications_dropped() {
+    tracing::warn!(
+        target: TRACING_TARGET,
+        "release notifications were dropped (a lagging reader); every waiter re-polls"
+    );
+}
+
+pub(crate) fn resubscribed(channels: usize, failed: usize) {
+    if failed == 0 {
+        tracing::info!(
+            target: TRACING_TARGET,
+            channels,
+            "notification connection restored; every waiter re-polls"
+        );
+    } else {
+        tracing::warn!(
+            target: TRACING_TARGET,
+            channels,
+            failed,
+            "notification connection restored, but some channels could not be subscribed \
+             again; their waiters re-poll at the holder's lease"
+        );
+    }
+}
+
+/// The notification worker had died and is started again.
+pub(crate) fn notification_reader_restarted() {
+    tracing::warn!(
+        target: TRACING_TARGET,
+        "the notification reader had died (its runtime shut down?); connecting it again"
+    );
+}
+
+pub(crate) fn subscription_worker_restarted() {
+    tracing::warn!(
+        target: TRACING_TARGET,
+        "the notification worker had died (its runtime shut down?); started again"
+    );
+}
