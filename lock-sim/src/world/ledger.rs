@@ -1,0 +1,178 @@
+//! The ledger of what every task believes it holds, and the invariants checked against
+//! it: safety (no two holders, no more permit holders than permits) and liveness.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use lock_core::memory::MemoryBackend;
+use lock_core::{Guard, LeasedPermits, Permits};
+use tokio::time::Instant;
+
+use super::{LIVENESS_BOUND, MUTEX_NAMES, PERMITS, RW_NAME, SEMAPHORE};
+
+/// What a task holds, as the checker sees it.
+pub(super) enum Held {
+    Guard(Guard),
+    Permits(Permits),
+    Leased(LeasedPermits),
+}
+
+pub(super) struct Entry {
+    name: &'static str,
+    held: Held,
+}
+
+/// Every hold and wait of the run's tasks.
+#[derive(Default)]
+pub(super) struct Ledger {
+    entries: Mutex<BTreeMap<u64, Entry>>,
+    next: AtomicU64,
+    /// Tasks waiting for an exclusive lock: the name and since when.
+    waiting: Mutex<BTreeMap<usize, (&'static str, Instant)>>,
+    /// Since when each name has been free in the store, as the checker last saw.
+    free_since: Mutex<BTreeMap<&'static str, Instant>>,
+    violation: Mutex<Option<String>>,
+}
+
+impl Ledger {
+    pub(super) fn entries(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Entry>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(super) fn insert(&self, name: &'static str, held: Held) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.entries().insert(id, Entry { name, held });
+        id
+    }
+
+    pub(super) fn take(&self, id: u64) -> Option<Held> {
+        self.entries().remove(&id).map(|entry| entry.held)
+    }
+
+    pub(super) fn wait(&self, task: usize, name: &'static str) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        waiting.insert(task, (name, Instant::now()));
+    }
+
+    pub(super) fn waited(&self, task: usize) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        waiting.remove(&task);
+    }
+
+    pub(super) fn fail(&self, violation: String) {
+        let mut first = self
+            .violation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        first.get_or_insert(violation);
+    }
+
+    pub(super) fn violation(&self) -> Option<String> {
+        self.violation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Checks every invariant of a running system.
+    pub(super) fn check(&self, store: &MemoryBackend) {
+        if let Err(violation) = self.safety() {
+            self.fail(violation);
+        }
+        if let Err(violation) = self.liveness(store) {
+            self.fail(violation);
+        }
+    }
+
+    /// At most one owner whose guard believes it holds an exclusive lock (a reader only
+    /// beside the writer that is the same owner); never more valid permit holders than
+    /// permits.
+    pub(super) fn safety(&self) -> Result<(), String> {
+        let entries = self.entries();
+        let mut exclusive: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+        let mut readers: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+        let (mut permits, mut leased) = (0, 0);
+        for entry in entries.values() {
+            match &entry.held {
+                Held::Guard(guard) if guard.is_held() => {
+                    let owners = if guard.kind() == lock_core::LockKind::Read {
+                        &mut readers
+                    } else {
+                        &mut exclusive
+                    };
+                    owners
+                        .entry(entry.name)
+                        .or_default()
+                        .insert(guard.owner().to_owned());
+                }
+                Held::Permits(held) => permits += held.count(),
+                Held::Leased(held) if held.is_held() => leased += held.count() as u64,
+                Held::Guard(_) | Held::Leased(_) => {}
+            }
+        }
+        for (name, owners) in &exclusive {
+            if owners.len() > 1 {
+                return Err(format!(
+                    "TWO OWNERS: {} owners' guards believe they hold {name}",
+                    owners.len()
+                ));
+            }
+            if let Some(readers) = readers.get(name)
+                && !readers.is_subset(owners)
+            {
+                return Err(format!(
+                    "READER BESIDE A WRITER: another owner's read guard holds {name} \
+                     while a write guard does"
+                ));
+            }
+        }
+        if permits > PERMITS {
+            return Err(format!(
+                "OVER CAPACITY: {permits} plain permits held of {PERMITS}"
+            ));
+        }
+        if leased > PERMITS {
+            return Err(format!(
+                "OVER CAPACITY: {leased} valid expirable permits held of {PERMITS}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// No task waits for an exclusive lock that has been free in the store for longer
+    /// than the bound, nor for one plain permit while one has been available as long.
+    pub(super) fn liveness(&self, store: &MemoryBackend) -> Result<(), String> {
+        let now = Instant::now();
+        let held = store.held_locks();
+        let mut free_since = self
+            .free_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let permit_free = store.available_permits(SEMAPHORE) >= 1;
+        let names = MUTEX_NAMES.iter().chain([&RW_NAME]);
+        let free = names
+            .map(|name| (*name, !held.iter().any(|h| h == name)))
+            .chain([(SEMAPHORE, permit_free)]);
+        for (name, free) in free {
+            if free {
+                free_since.entry(name).or_insert(now);
+            } else {
+                free_since.remove(name);
+            }
+        }
+        let waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        for (task, (name, since)) in waiting.iter() {
+            if let Some(free) = free_since.get(name) {
+                let stuck_since = (*free).max(*since);
+                if now.duration_since(stuck_since) > LIVENESS_BOUND {
+                    return Err(format!(
+                        "STUCK WAITER: task {task} waited {:?} for {name}, free all along",
+                        now.duration_since(stuck_since)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

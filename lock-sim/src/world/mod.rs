@@ -1,0 +1,233 @@
+//! One simulated run: clients of one memory store behind the fault layer, tasks that
+//! lock, re-enter, hold, pause and release every kind at random, and the invariants,
+//! checked after every operation and every simulated millisecond.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_core::memory::MemoryBackend;
+use lock_core::{Backend, LockName, Locks};
+use tokio::time::sleep;
+
+use crate::faults::{FaultyLink, Network, Profile};
+use crate::rng::Rng;
+use crate::trace::Trace;
+
+mod ledger;
+mod task;
+mod workload;
+
+use ledger::Ledger;
+use task::Task;
+pub(crate) use workload::{Faults, Op, Workload};
+
+const CLIENTS: usize = 3;
+
+const TASKS: usize = 9;
+
+const OPERATIONS: usize = 14;
+
+const LEASE: Duration = Duration::from_millis(300);
+
+const WINDOW: Duration = Duration::from_millis(200);
+
+const FAIR_PLACE: Duration = Duration::from_millis(600);
+
+/// The permits of the plain and of the expirable semaphore.
+const PERMITS: u64 = 2;
+
+/// The longest a waiter may wait while its lock is free in the store.
+const LIVENESS_BOUND: Duration = Duration::from_secs(3);
+
+/// How long a waiter for more permits than exist waits, and how long the waiter for one
+/// beside it waits: both longer than the liveness bound.
+const BEYOND_WAIT: Duration = Duration::from_secs(4);
+
+const MUTEX_NAMES: [&str; 2] = ["m0", "m1"];
+
+const RW_NAME: &str = "rw";
+
+const SEMAPHORE: &str = "permits";
+
+const EXPIRABLE: &str = "leased";
+
+/// The faults of a run, as the simulation uses them by default.
+pub(crate) const PROFILE: Profile = Profile {
+    delay: 15,
+    longest_delay_ms: 120,
+    long_delay: 2,
+    longest_long_delay_ms: 800,
+    fail_before: 4,
+    lose_reply: 4,
+    late_copy: 2,
+    late_copy_windows: 3,
+};
+
+/// How a run ended.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    /// The first invariant broken, if any.
+    pub(crate) violation: Option<String>,
+    /// The digest of every event and their number: equal for two runs of one seed.
+    pub(crate) digest: (u64, u64),
+    /// The latest events.
+    pub(crate) latest: Vec<String>,
+}
+
+/// Runs seed `seed` of `workload`; with `echo`, prints every event as it happens.
+pub(crate) fn run(seed: u64, workload: &Workload, echo: bool) -> Outcome {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build();
+    let runtime = match runtime {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            return Outcome {
+                violation: Some(format!("no runtime: {err}")),
+                digest: (0, 0),
+                latest: Vec::new(),
+            };
+        }
+    };
+    runtime.block_on(async {
+        // The timers count whole milliseconds from an instant a few microseconds off the
+        // clock's start; once a timer has fired, the clock stands on a tick, and every
+        // deadline of whole milliseconds from then on falls in the same tick in every run.
+        sleep(Duration::from_millis(1)).await;
+        simulate(seed, Arc::new(workload.clone()), echo).await
+    })
+}
+
+async fn simulate(seed: u64, workload: Arc<Workload>, echo: bool) -> Outcome {
+    let trace = Arc::new(Trace::new(echo));
+    let profile = workload.faults.profile();
+    let network = Arc::new(Network {
+        rng: Mutex::new(Rng::new(seed)),
+        trace: Arc::clone(&trace),
+        profile,
+        window: WINDOW,
+        calm: AtomicBool::new(false),
+    });
+    let store = Arc::new(MemoryBackend::new());
+    let ledger = Arc::new(Ledger::default());
+    let names = (LockName::new(SEMAPHORE), LockName::new(EXPIRABLE));
+    let (Ok(plain), Ok(leased)) = names else {
+        ledger.fail("the semaphores' names are refused".to_owned());
+        return outcome(&ledger, &trace);
+    };
+    let set_up = match (store.semaphores(), store.expirable_semaphores()) {
+        (Some(semaphores), Some(expirable)) => {
+            semaphores.try_set_permits(&plain, PERMITS).await.is_ok()
+                && expirable.try_set_permits(&leased, PERMITS).await.is_ok()
+        }
+        _ => false,
+    };
+    if !set_up {
+        ledger.fail("the semaphores could not be set up".to_owned());
+        return outcome(&ledger, &trace);
+    }
+    let clients: Vec<(Locks, FaultyLink)> = (0..CLIENTS)
+        .map(|client| {
+            let link = FaultyLink::new(client, Arc::clone(&store), Arc::clone(&network));
+            let locks = Locks::builder(Arc::new(link.clone()))
+                .watchdog_lease(LEASE)
+                .retry_window(WINDOW)
+                .fair_waiter_timeout(FAIR_PLACE)
+                .build();
+            locks.map(|locks| (locks, link))
+        })
+        .collect::<Result<_, _>>()
+        .unwrap_or_default();
+    // The checker looks every simulated millisecond.
+    let watching = Arc::new(AtomicBool::new(true));
+    let checker = tokio::spawn({
+        let (ledger, store, watching) = (
+            Arc::clone(&ledger),
+            Arc::clone(&store),
+            Arc::clone(&watching),
+        );
+        async move {
+            while watching.load(Ordering::Relaxed) {
+                ledger.check(&store);
+                sleep(Duration::from_millis(1)).await;
+            }
+        }
+    });
+    let tasks: Vec<_> = (0..TASKS)
+        .filter_map(|index| {
+            let (locks, link) = clients.get(index % CLIENTS)?.clone();
+            let task = Task {
+                index,
+                workload: Arc::clone(&workload),
+                locks,
+                link,
+                network: Arc::clone(&network),
+                ledger: Arc::clone(&ledger),
+                store: Arc::clone(&store),
+            };
+            Some(tokio::spawn(task.run()))
+        })
+        .collect();
+    for task in tasks {
+        if task.await.is_err() {
+            ledger.fail("a task panicked".to_owned());
+        }
+    }
+    watching.store(false, Ordering::Relaxed);
+    if checker.await.is_err() {
+        ledger.fail("the checker panicked".to_owned());
+    }
+    // Quiet now: what is left settles, every client drains its background work, and
+    // everything granted runs out its lease (late copies included).
+    network.calm.store(true, Ordering::Relaxed);
+    for (locks, _) in &clients {
+        locks.shutdown().await;
+    }
+    sleep(WINDOW * (PROFILE.late_copy_windows + 2) + LEASE * 3 + Duration::from_secs(2)).await;
+    trace.note("settled");
+    if ledger.violation().is_none()
+        && let Err(violation) = settled(&store, &plain, &leased).await
+    {
+        ledger.fail(violation);
+    }
+    outcome(&ledger, &trace)
+}
+
+fn outcome(ledger: &Ledger, trace: &Trace) -> Outcome {
+    Outcome {
+        violation: ledger.violation(),
+        digest: trace.digest(),
+        latest: trace.latest(),
+    }
+}
+
+/// Once nobody holds anything: no hold outlived its lease, no plain permit was lost, and
+/// every expirable permit came back.
+async fn settled(store: &MemoryBackend, plain: &LockName, leased: &LockName) -> Result<(), String> {
+    let held = store.held_locks();
+    if !held.is_empty() {
+        return Err(format!(
+            "LEFT HELD: {held:?} outlived their leases with nobody holding them"
+        ));
+    }
+    if let Some(semaphores) = store.semaphores() {
+        let available = semaphores.available(plain).await.unwrap_or(-1);
+        if available != PERMITS.cast_signed() {
+            return Err(format!(
+                "PERMITS LOST: {available} of {PERMITS} plain permits available at the end"
+            ));
+        }
+    }
+    if let Some(semaphores) = store.expirable_semaphores() {
+        let (available, issued) = semaphores.permits(leased).await.unwrap_or((-1, 0));
+        if available != PERMITS.cast_signed() || issued != 0 {
+            return Err(format!(
+                "PERMITS NOT BACK: {available} of {PERMITS} expirable permits available, \
+                 {issued} issued, at the end"
+            ));
+        }
+    }
+    Ok(())
+}
