@@ -34,10 +34,10 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use lock_core::{
-    Acquisition, Backend, Capabilities, Cause, Chain, Config, CountDownLatch, Error, ErrorKind,
-    ExpirableSemaphore, Guard, HoldModel, Holder, LeasedPermits, Lock, LockKind, LockName, Locks,
-    LocksBuilder, LostReason, MAX_PERMITS_PER_ACQUISITION, PermitAcquisition, PermitId, Permits,
-    RwLock, Semaphore, TRACING_TARGET,
+    Acquisition, Backend, Capabilities, Cause, Chain, Config, Connect, CountDownLatch, Error,
+    ErrorKind, ExpirableSemaphore, Guard, HoldModel, Holder, LeasedPermits, Lock, LockKind,
+    LockName, Locks, LocksBuilder, LostReason, MAX_PERMITS_PER_ACQUISITION, PermitAcquisition,
+    PermitId, Permits, RwLock, Semaphore, TRACING_TARGET,
 };
 
 /// Everything needed to implement a [`Backend`]: the request and reply types, the

@@ -12,7 +12,7 @@ use lock_core::Holder;
 use lock_fred::{Connector, ConnectorSettings};
 use lock_testkit::{FaultProxy, ProxyFault, RedisCluster, RedisServer};
 
-lock_conformance::adapter_tests!(common::fred_connector());
+lock_conformance::adapter_tests!(common::connector::<lock_fred::Connector>());
 
 #[tokio::test]
 async fn zero_settings_are_config_errors() {

@@ -3,7 +3,10 @@
 
 mod common;
 
-use common::fred_adapter;
+use common::adapter;
 use lock_conformance::redis_fixture::RedisFixture;
 
-lock_conformance::conformance_suite!(RedisFixture::standalone(fred_adapter()), without[Failover]);
+lock_conformance::conformance_suite!(
+    RedisFixture::standalone(adapter::<lock_fred::Connector>()),
+    without[Failover]
+);

@@ -8,7 +8,7 @@ use lock_conformance::adapter::round_trip;
 use lock_redis::Connector;
 use lock_testkit::{RedisCluster, RedisServer};
 
-lock_conformance::adapter_tests!(common::redis_connector());
+lock_conformance::adapter_tests!(common::connector::<lock_redis::Connector>());
 
 #[tokio::test]
 async fn connects_from_url_manager_and_pool() {

@@ -3,7 +3,10 @@
 
 mod common;
 
-use common::redis_adapter;
+use common::adapter;
 use lock_conformance::redis_fixture::RedisFixture;
 
-lock_conformance::conformance_suite!(RedisFixture::cluster(redis_adapter()), without[Failover]);
+lock_conformance::conformance_suite!(
+    RedisFixture::cluster(adapter::<lock_redis::Connector>()),
+    without[Failover]
+);

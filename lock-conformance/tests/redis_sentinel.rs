@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::redis_adapter;
+use common::adapter;
 use lock_conformance::redis_fixture::RedisFixture;
 
-lock_conformance::conformance_suite!(RedisFixture::sentinel(redis_adapter()));
+lock_conformance::conformance_suite!(RedisFixture::sentinel(adapter::<lock_redis::Connector>()));

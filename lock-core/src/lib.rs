@@ -73,6 +73,7 @@ pub mod backend;
 mod background;
 mod client;
 mod config;
+mod connect;
 mod error;
 mod events;
 mod locks;
@@ -93,12 +94,12 @@ pub use backend::{
 };
 pub use background::runtime;
 
-/// The target of every `tracing` event and span of lock-core.
 /// The `tracing` target of every event of the workspace's crates, so that one directive
 /// (`distlock=debug`) covers them all.
 pub const TRACING_TARGET: &str = "distlock";
 pub use client::{Locks, LocksBuilder};
 pub use config::{Config, MAX_DURATION};
+pub use connect::Connect;
 pub use error::{BoxError, Cause, Chain, Error, ErrorKind, LostReason};
 pub use locks::guard::Guard;
 pub use locks::handle::{Acquisition, Lock, RwLock};

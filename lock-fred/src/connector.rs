@@ -384,3 +384,21 @@ async fn subscribe_client(
         }
     }
 }
+
+#[async_trait::async_trait]
+impl lock_core::Connect for Connector {
+    type Settings = ConnectorSettings;
+    type Backend = RedisBackend;
+
+    fn new(url: impl Into<String>) -> Self {
+        Self::new(url)
+    }
+
+    fn settings(self, settings: ConnectorSettings) -> Self {
+        self.settings(settings)
+    }
+
+    async fn connect(self) -> Result<RedisBackend, Error> {
+        self.connect().await
+    }
+}

@@ -1,11 +1,10 @@
 //! [`PostgresBackend`]: lock-core's `Backend` over the lock tables.
 
 use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::Pool;
 use lock_core::Error;
 use lock_core::backend::{
     Acquire, AcquireRequest, Backend, Capabilities, HoldModel, LockKind, LockRef, LockState,
@@ -13,21 +12,9 @@ use lock_core::backend::{
 };
 use lock_core::notify::Listener;
 use tokio_postgres::types::{FromSql, ToSql, Type};
-use tokio_postgres::{Config, NoTls};
 
 use crate::notify::Notifications;
-use crate::schema::{self, SchemaName, failed};
-
-/// The `application_name` of the query connections, unless the URL sets one: what
-/// `pg_stat_activity` shows for them (the notification connection's is
-/// [`crate::notify::APPLICATION_NAME`]).
-pub const QUERIES_APPLICATION_NAME: &str = "distlock-queries";
-
-/// How long a statement may take by default (see [`Connector::response_timeout`]).
-pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// How many query connections a backend keeps at most by default.
-const DEFAULT_POOL_SIZE: usize = 16;
+use crate::schema::{SchemaName, failed};
 
 /// Locks in PostgreSQL tables.
 ///
@@ -35,10 +22,10 @@ const DEFAULT_POOL_SIZE: usize = 16;
 /// pooled connection, atomic and without session state; waiting is by LISTEN/NOTIFY on a
 /// dedicated connection ([`Notifications`]). Expiries are on the database's clock.
 pub struct PostgresBackend {
-    pool: Pool,
-    schema: SchemaName,
-    notifications: Notifications,
-    response_timeout: Duration,
+    pub(crate) pool: Pool,
+    pub(crate) schema: SchemaName,
+    pub(crate) notifications: Notifications,
+    pub(crate) response_timeout: Duration,
 }
 
 impl fmt::Debug for PostgresBackend {
@@ -48,140 +35,6 @@ impl fmt::Debug for PostgresBackend {
             .field("pool", &self.pool.status())
             .finish_non_exhaustive()
     }
-}
-
-/// Connects a [`PostgresBackend`].
-#[derive(Debug, Clone)]
-#[must_use = "a connector does nothing until `connect` is called"]
-pub struct Connector {
-    url: String,
-    notifications_url: Option<String>,
-    schema: SchemaName,
-    pool_size: usize,
-    response_timeout: Duration,
-}
-
-impl Connector {
-    /// A connector for the server `url` names (`postgres://` or `postgresql://`, or a
-    /// key-value connection string).
-    pub fn new(url: impl Into<String>) -> Self {
-        Self {
-            url: url.into(),
-            notifications_url: None,
-            schema: SchemaName::default(),
-            pool_size: DEFAULT_POOL_SIZE,
-            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
-        }
-    }
-
-    /// Where the notification connection goes, when not to `url`: it holds a session
-    /// (LISTEN), so behind a transaction-mode pooler point it at the server itself or at
-    /// a session-mode pool, while `url` names the pooler.
-    pub fn notifications_url(mut self, url: impl Into<String>) -> Self {
-        self.notifications_url = Some(url.into());
-        self
-    }
-
-    /// The schema of the lock tables (default `distlock`).
-    pub fn schema(mut self, schema: SchemaName) -> Self {
-        self.schema = schema;
-        self
-    }
-
-    /// The most query connections kept (default 16).
-    pub fn pool_size(mut self, size: usize) -> Self {
-        self.pool_size = size;
-        self
-    }
-
-    /// How long a statement may take, from asking the pool for a connection to the
-    /// reply (default 3 s, as the Redis adapters). Past it the operation fails with a
-    /// retryable connection error and its connection leaves the pool, so that a paused
-    /// server or a silent network costs a bounded wait, not a hung watchdog.
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
-        self
-    }
-
-    /// Connects, creates or migrates the lock tables, and opens the notification
-    /// connection.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidConfig`](lock_core::ErrorKind::InvalidConfig) for a URL that
-    /// is not PostgreSQL's or a pool size of 0, the migration's errors (see
-    /// [`schema::migrate`]), and [`ErrorKind::Connection`](lock_core::ErrorKind::Connection)
-    /// when the server cannot be reached.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe: a dropped future leaves at most a migration rolled back.
-    pub async fn connect(self) -> Result<PostgresBackend, Error> {
-        let mut config = parse_url(&self.url)?;
-        if config.get_application_name().is_none() {
-            config.application_name(QUERIES_APPLICATION_NAME);
-        }
-        if self.pool_size == 0 {
-            return Err(Error::invalid_config(
-                "the pool size must be at least 1",
-                None,
-            ));
-        }
-        if self.response_timeout.is_zero() {
-            return Err(Error::invalid_config(
-                "the response timeout must be positive",
-                None,
-            ));
-        }
-        let manager = Manager::from_config(
-            config.clone(),
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(self.pool_size)
-            .build()
-            .map_err(|err| {
-                Error::invalid_config("building the connection pool", Some(err.into()))
-            })?;
-        {
-            let mut client = pool
-                .get()
-                .await
-                .map_err(|err| Error::connection("connecting to PostgreSQL", err))?;
-            let client: &mut tokio_postgres::Client = &mut client;
-            schema::migrate(client, &self.schema).await?;
-        }
-        let listen_config = match &self.notifications_url {
-            Some(url) => parse_url(url)?,
-            None => config,
-        };
-        let notifications = Notifications::connect(listen_config).await?;
-        Ok(PostgresBackend {
-            pool,
-            schema: self.schema,
-            notifications,
-            response_timeout: self.response_timeout,
-        })
-    }
-}
-
-/// A PostgreSQL URL or connection string, or a typed error saying what it is instead.
-fn parse_url(url: &str) -> Result<Config, Error> {
-    let scheme = url.split_once("://").map(|(scheme, _)| scheme);
-    if let Some(scheme) = scheme
-        && scheme != "postgres"
-        && scheme != "postgresql"
-    {
-        return Err(Error::invalid_config(
-            format!("`{scheme}://` is not a PostgreSQL URL: use postgres:// or postgresql://"),
-            None,
-        ));
-    }
-    Config::from_str(url)
-        .map_err(|err| Error::invalid_config("the PostgreSQL URL cannot be read", Some(err.into())))
 }
 
 impl PostgresBackend {

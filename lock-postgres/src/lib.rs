@@ -14,13 +14,14 @@
 //! This crate follows the facade's version and is not a stable API of its own.
 
 mod backend;
+mod connector;
 pub mod error;
 pub mod notify;
 pub mod schema;
 
-pub use backend::{
-    Connector, DEFAULT_RESPONSE_TIMEOUT, MAX_NAME_BYTES, MAX_OWNER_BYTES, PostgresBackend,
-    QUERIES_APPLICATION_NAME,
+pub use backend::{MAX_NAME_BYTES, MAX_OWNER_BYTES, PostgresBackend};
+pub use connector::{
+    Connector, ConnectorSettings, DEFAULT_RESPONSE_TIMEOUT, QUERIES_APPLICATION_NAME,
 };
 pub use error::SchemaError;
 

@@ -1,36 +1,46 @@
-//! How the Redis fixtures connect through each adapter, shared by the standalone,
-//! cluster and Sentinel test files of both.
+//! How the Redis fixtures and the adapter suite connect through each adapter, written
+//! once over the connectors' common shape ([`Connect`]).
+
+#![allow(
+    dead_code,
+    reason = "each test file uses the fixtures or the adapter suite, not both"
+)]
 
 use std::sync::Arc;
 
 use lock_conformance::adapter::{AdapterConnect, ConnectSpec};
-use lock_conformance::redis_fixture::Connect;
-use lock_core::Backend;
+use lock_conformance::redis_fixture::Connect as FixtureConnect;
+use lock_core::{Backend, Connect};
 use lock_redis_protocol::{ConnectorSettings, ProtocolOptions};
 
-/// Connects to the fixture's URLs: a cluster from all of them, anything else (a single
-/// server, a `redis+sentinel://` URL) from the first.
-#[allow(dead_code)] // reason: each test file uses one of the two adapters.
-pub(crate) fn redis_adapter() -> Connect {
-    Arc::new(
-        |urls: Vec<String>, cluster: bool, options: ProtocolOptions| {
-            Box::pin(async move {
-                let connector = if cluster {
-                    lock_redis::Connector::cluster(urls)
-                } else {
-                    lock_redis::Connector::new(urls[0].clone())
-                };
-                let settings = ConnectorSettings::default().protocol(options);
-                let backend = connector.settings(settings).connect().await?;
-                Ok(Arc::new(backend) as Arc<dyn Backend>)
-            })
-        },
-    )
+/// What the adapter suite needs beyond [`Connect`]: a root certificate to trust.
+pub(crate) trait RootCertificate {
+    fn root_certificate(self, pem: Vec<u8>) -> Self;
 }
 
-/// Connects like [`redis_adapter`], through the fred adapter.
-#[allow(dead_code)] // reason: each test file uses one of the two adapters.
-pub(crate) fn fred_adapter() -> Connect {
+impl RootCertificate for lock_redis::Connector {
+    fn root_certificate(self, pem: Vec<u8>) -> Self {
+        self.root_certificate(pem)
+    }
+}
+
+impl RootCertificate for lock_fred::Connector {
+    fn root_certificate(self, pem: Vec<u8>) -> Self {
+        self.root_certificate(pem)
+    }
+}
+
+/// A Redis adapter's connector.
+pub(crate) trait RedisConnector:
+    Connect<Settings = ConnectorSettings> + RootCertificate
+{
+}
+
+impl<C: Connect<Settings = ConnectorSettings> + RootCertificate> RedisConnector for C {}
+
+/// Connects `C` to the fixture's URLs: a cluster from all of them, anything else (a
+/// single server, a `redis+sentinel://` URL) from the first.
+pub(crate) fn adapter<C: RedisConnector>() -> FixtureConnect {
     Arc::new(
         |urls: Vec<String>, cluster: bool, options: ProtocolOptions| {
             Box::pin(async move {
@@ -39,10 +49,8 @@ pub(crate) fn fred_adapter() -> Connect {
                 } else {
                     urls[0].clone()
                 };
-                let backend = lock_fred::Connector::new(url)
-                    .settings(ConnectorSettings::default().protocol(options))
-                    .connect()
-                    .await?;
+                let settings = ConnectorSettings::default().protocol(options);
+                let backend = C::new(url).settings(settings).connect().await?;
                 Ok(Arc::new(backend) as Arc<dyn Backend>)
             })
         },
@@ -58,28 +66,11 @@ fn cluster_url(urls: &[String]) -> String {
     format!("redis+cluster://{}", hosts.join(","))
 }
 
-/// The redis-crate adapter as the adapter suite connects it.
-#[allow(dead_code)] // reason: each test file uses one of the two adapters.
-pub(crate) fn redis_connector() -> AdapterConnect {
+/// `C` as the adapter suite connects it.
+pub(crate) fn connector<C: RedisConnector>() -> AdapterConnect {
     Arc::new(|spec: ConnectSpec| {
         Box::pin(async move {
-            let mut connector =
-                lock_redis::Connector::new(spec.url.clone()).settings(settings_of(&spec));
-            if let Some(pem) = spec.root_certificate {
-                connector = connector.root_certificate(pem);
-            }
-            Ok(Arc::new(connector.connect().await?) as Arc<dyn Backend>)
-        })
-    })
-}
-
-/// The fred adapter as the adapter suite connects it.
-#[allow(dead_code)] // reason: each test file uses one of the two adapters.
-pub(crate) fn fred_connector() -> AdapterConnect {
-    Arc::new(|spec: ConnectSpec| {
-        Box::pin(async move {
-            let mut connector =
-                lock_fred::Connector::new(spec.url.clone()).settings(settings_of(&spec));
+            let mut connector = C::new(spec.url.clone()).settings(settings_of(&spec));
             if let Some(pem) = spec.root_certificate {
                 connector = connector.root_certificate(pem);
             }
@@ -89,7 +80,6 @@ pub(crate) fn fred_connector() -> AdapterConnect {
 }
 
 /// The settings the adapter suite asks for.
-#[allow(dead_code)] // reason: each test file uses one of the two adapters.
 fn settings_of(spec: &ConnectSpec) -> ConnectorSettings {
     let mut settings = ConnectorSettings::default().connect_timeout(spec.connect_timeout);
     if let Some(timeout) = spec.response_timeout {

@@ -1,0 +1,57 @@
+//! [`Connect`]: the one shape of every backend's connector.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::{Backend, Error, Locks};
+
+/// How every backend crate connects: a URL, a settings value, then [`Connect::locks`] for
+/// a client or [`Connect::connect`] for the backend (to wrap in a [`Locks::builder`] or
+/// to combine with others). The Redis adapters and PostgreSQL implement it on their
+/// `Connector`s, so code that takes its backend from configuration, or a test that runs
+/// on each, is written once:
+///
+/// ```
+/// use lock_core::{Connect, Error, Locks};
+///
+/// async fn client<C: Connect>(url: &str, settings: C::Settings) -> Result<Locks, Error> {
+///     C::new(url).settings(settings).locks().await
+/// }
+/// ```
+///
+/// The connectors have the same methods of their own, with more beside them (an
+/// existing pool, a root certificate, a notification URL), so that a caller who names
+/// one backend does not need this trait in scope.
+#[async_trait]
+pub trait Connect: Sized + Send + 'static {
+    /// Pools, timeouts and protocol options; `Default` is the backend's defaults.
+    type Settings: Default + Clone + fmt::Debug + Send;
+    /// What [`Connect::connect`] returns.
+    type Backend: Backend;
+
+    /// A connector for the deployment `url` names, with default settings.
+    fn new(url: impl Into<String>) -> Self;
+
+    /// Replaces the settings.
+    #[must_use]
+    fn settings(self, settings: Self::Settings) -> Self;
+
+    /// Connects and returns the backend.
+    ///
+    /// # Cancel safety
+    ///
+    /// As the connector's own `connect` documents.
+    async fn connect(self) -> Result<Self::Backend, Error>;
+
+    /// Connects and returns a client with the default client
+    /// [`Config`](crate::Config).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Connect::connect`].
+    async fn locks(self) -> Result<Locks, Error> {
+        Ok(Locks::new(Arc::new(self.connect().await?)))
+    }
+}

@@ -1,0 +1,237 @@
+//! [`Connector`]: connects a [`PostgresBackend`], with its [`ConnectorSettings`].
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use lock_core::{Error, Locks};
+use tokio_postgres::{Config, NoTls};
+
+use crate::backend::PostgresBackend;
+use crate::notify::Notifications;
+use crate::schema::{self, SchemaName};
+
+/// The `application_name` of the query connections, unless the URL sets one: what
+/// `pg_stat_activity` shows for them (the notification connection's is
+/// [`crate::notify::APPLICATION_NAME`]).
+pub const QUERIES_APPLICATION_NAME: &str = "distlock-queries";
+
+/// How long a statement may take by default (see [`ConnectorSettings::response_timeout`]).
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How many query connections a backend keeps at most by default.
+const DEFAULT_POOL_SIZE: usize = 16;
+
+/// The pool, the response timeout and the schema of a PostgreSQL connector. Build from
+/// [`Default`] with the setters.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+#[must_use]
+pub struct ConnectorSettings {
+    /// The most query connections kept. Default: 16.
+    pub pool_size: usize,
+    /// How long a statement may take. Default: 3 s.
+    pub response_timeout: Duration,
+    /// The schema of the lock tables. Default: `distlock`.
+    pub schema: SchemaName,
+}
+
+impl Default for ConnectorSettings {
+    fn default() -> Self {
+        Self {
+            pool_size: DEFAULT_POOL_SIZE,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            schema: SchemaName::default(),
+        }
+    }
+}
+
+impl ConnectorSettings {
+    /// The most query connections kept (default 16).
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// How long a statement may take, from asking the pool for a connection to the
+    /// reply (default 3 s, as the Redis adapters). Past it the operation fails with a
+    /// retryable connection error and its connection leaves the pool, so that a paused
+    /// server or a silent network costs a bounded wait, not a hung watchdog.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// The schema of the lock tables (default `distlock`).
+    pub fn schema(mut self, schema: SchemaName) -> Self {
+        self.schema = schema;
+        self
+    }
+}
+
+/// Connects a [`PostgresBackend`].
+#[derive(Debug, Clone)]
+#[must_use = "a connector does nothing until `connect` is called"]
+pub struct Connector {
+    url: String,
+    notifications_url: Option<String>,
+    settings: ConnectorSettings,
+}
+
+impl Connector {
+    /// A connector for the server `url` names (`postgres://` or `postgresql://`, or a
+    /// key-value connection string).
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            notifications_url: None,
+            settings: ConnectorSettings::default(),
+        }
+    }
+
+    /// The pool size, the response timeout and the schema (see [`ConnectorSettings`]).
+    pub fn settings(mut self, settings: ConnectorSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Where the notification connection goes, when not to `url`: it holds a session
+    /// (LISTEN), so behind a transaction-mode pooler point it at the server itself or at
+    /// a session-mode pool, while `url` names the pooler.
+    pub fn notifications_url(mut self, url: impl Into<String>) -> Self {
+        self.notifications_url = Some(url.into());
+        self
+    }
+
+    /// The schema of the lock tables (see [`ConnectorSettings::schema`]).
+    pub fn schema(mut self, schema: SchemaName) -> Self {
+        self.settings = self.settings.schema(schema);
+        self
+    }
+
+    /// The most query connections kept (see [`ConnectorSettings::pool_size`]).
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.settings = self.settings.pool_size(size);
+        self
+    }
+
+    /// How long a statement may take (see [`ConnectorSettings::response_timeout`]).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.settings = self.settings.response_timeout(timeout);
+        self
+    }
+
+    /// Connects and returns a client with the default client
+    /// [`Config`](lock_core::Config).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a dropped future leaves at most a migration rolled back.
+    pub async fn locks(self) -> Result<Locks, Error> {
+        Ok(Locks::new(Arc::new(self.connect().await?)))
+    }
+
+    /// Connects, creates or migrates the lock tables, and opens the notification
+    /// connection.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidConfig`](lock_core::ErrorKind::InvalidConfig) for a URL that
+    /// is not PostgreSQL's or a pool size of 0, the migration's errors (see
+    /// [`schema::migrate`]), and [`ErrorKind::Connection`](lock_core::ErrorKind::Connection)
+    /// when the server cannot be reached.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a dropped future leaves at most a migration rolled back.
+    pub async fn connect(self) -> Result<PostgresBackend, Error> {
+        let Self {
+            url,
+            notifications_url,
+            settings,
+        } = self;
+        let mut config = parse_url(&url)?;
+        if config.get_application_name().is_none() {
+            config.application_name(QUERIES_APPLICATION_NAME);
+        }
+        if settings.pool_size == 0 {
+            return Err(Error::invalid_config(
+                "the pool size must be at least 1",
+                None,
+            ));
+        }
+        if settings.response_timeout.is_zero() {
+            return Err(Error::invalid_config(
+                "the response timeout must be positive",
+                None,
+            ));
+        }
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(settings.pool_size)
+            .build()
+            .map_err(|err| {
+                Error::invalid_config("building the connection pool", Some(err.into()))
+            })?;
+        {
+            let mut client = pool
+                .get()
+                .await
+                .map_err(|err| Error::connection("connecting to PostgreSQL", err))?;
+            let client: &mut tokio_postgres::Client = &mut client;
+            schema::migrate(client, &settings.schema).await?;
+        }
+        let listen_config = match &notifications_url {
+            Some(url) => parse_url(url)?,
+            None => config,
+        };
+        let notifications = Notifications::connect(listen_config).await?;
+        Ok(PostgresBackend {
+            pool,
+            schema: settings.schema,
+            notifications,
+            response_timeout: settings.response_timeout,
+        })
+    }
+}
+
+/// A PostgreSQL URL or connection string, or a typed error saying what it is instead.
+fn parse_url(url: &str) -> Result<Config, Error> {
+    let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+    if let Some(scheme) = scheme
+        && scheme != "postgres"
+        && scheme != "postgresql"
+    {
+        return Err(Error::invalid_config(
+            format!("`{scheme}://` is not a PostgreSQL URL: use postgres:// or postgresql://"),
+            None,
+        ));
+    }
+    Config::from_str(url)
+        .map_err(|err| Error::invalid_config("the PostgreSQL URL cannot be read", Some(err.into())))
+}
+
+#[async_trait::async_trait]
+impl lock_core::Connect for Connector {
+    type Settings = ConnectorSettings;
+    type Backend = PostgresBackend;
+
+    fn new(url: impl Into<String>) -> Self {
+        Self::new(url)
+    }
+
+    fn settings(self, settings: ConnectorSettings) -> Self {
+        self.settings(settings)
+    }
+
+    async fn connect(self) -> Result<PostgresBackend, Error> {
+        self.connect().await
+    }
+}
