@@ -1,10 +1,8 @@
 //! The servers a run's locks live on: Redis nodes, or one PostgreSQL server. The faults
 //! that act on a server (restart, pause, killing client connections) go through here.
 
+use lock_testkit::Signal;
 use lock_testkit::{PostgresServer, RedisServer};
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -159,15 +157,10 @@ async fn terminate_postgres_backends(
         .map_err(|e| e.to_string())
 }
 
-/// Sends `signal` to the process `pid`. A process that is gone already (a worker killed
-/// while paused, before its SIGCONT) is no failure; anything else is reported.
-pub(crate) fn signal(pid: u32, signal: Signal) {
-    let Ok(raw) = i32::try_from(pid) else {
-        eprintln!("chaos: no process id {pid}");
-        return;
-    };
-    match kill(Pid::from_raw(raw), signal) {
-        Ok(()) | Err(Errno::ESRCH) => {}
-        Err(err) => eprintln!("chaos: {signal} to {pid}: {err}"),
+/// Sends `sig` to the process `pid`, reporting a failure (a process already gone is
+/// none).
+pub(crate) fn signal(pid: u32, sig: Signal) {
+    if let Err(err) = lock_testkit::signal(pid, sig) {
+        eprintln!("chaos: {sig} to {pid}: {err}");
     }
 }

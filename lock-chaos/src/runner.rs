@@ -5,8 +5,7 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;
 
-use lock_testkit::{FaultProxy, ProxyFault};
-use nix::sys::signal::Signal;
+use lock_testkit::{FaultProxy, ProxyFault, Signal};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;

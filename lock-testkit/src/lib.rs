@@ -40,6 +40,7 @@ mod runtime;
 mod scratch;
 mod sentinel;
 mod server;
+mod signal;
 mod tls;
 
 pub use binary::redis_server_binary;
@@ -52,6 +53,7 @@ pub use pubsub::kill_pubsub_clients;
 pub use runtime::in_a_runtime_that_stops;
 pub use sentinel::RedisSentinel;
 pub use server::{RedisServer, RedisServerBuilder};
+pub use signal::{Signal, signal};
 pub use tls::TestCertificates;
 
 /// A free port on 127.0.0.1 (never 6379), kept from other testkit servers of this

@@ -11,7 +11,7 @@ use crate::PostgresServer;
 use crate::ports;
 use crate::ports::PortTaken;
 use crate::postgres::{still_starting, unprivileged_user};
-use crate::scratch::ScratchDir;
+use crate::scratch::{ScratchDir, scratch_dir};
 
 /// The message shown when PgBouncer cannot be found.
 pub(crate) const NOT_FOUND: &str = "pgbouncer not found: install it (Debian/Ubuntu: apt-get \
@@ -64,7 +64,7 @@ impl PgBouncer {
     /// Panics (with what to install) when the program is missing.
     pub async fn start(server: &PostgresServer) -> Self {
         let binary = pgbouncer_binary().unwrap_or_else(|| panic!("{NOT_FOUND}"));
-        let dir = ScratchDir::new();
+        let dir = scratch_dir();
         write(&dir, "users.txt", "\"postgres\" \"\"\n");
         if let Some((uid, gid)) = unprivileged_user() {
             std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))

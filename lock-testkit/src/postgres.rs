@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::ports::{self, PortTaken};
-use crate::scratch::ScratchDir;
+use crate::scratch::{ScratchDir, scratch_dir};
+use crate::signal::{Signal, children, signal};
 
 /// The message shown when no PostgreSQL server binaries can be found.
 pub(crate) const NOT_FOUND: &str = "PostgreSQL's server binaries (initdb, postgres) not found: \
@@ -116,7 +117,7 @@ impl PostgresServer {
     /// connections. Panics (with what to install) when the binaries are missing.
     pub async fn start() -> Self {
         let bin = postgres_bin_dir().unwrap_or_else(|| panic!("{NOT_FOUND}"));
-        let dir = ScratchDir::new();
+        let dir = scratch_dir();
         let run_as = unprivileged_user();
         if let Some((uid, gid)) = run_as {
             std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))
@@ -180,9 +181,9 @@ impl PostgresServer {
     /// miss the children, which PostgreSQL moves into sessions of their own.
     pub fn pause(&self) {
         let postmaster = self.pid();
-        signal(postmaster, "-STOP");
+        send(postmaster, Signal::SIGSTOP);
         for child in children(postmaster) {
-            signal(child, "-STOP");
+            send(child, Signal::SIGSTOP);
         }
     }
 
@@ -190,9 +191,9 @@ impl PostgresServer {
     pub fn resume(&self) {
         let postmaster = self.pid();
         for child in children(postmaster) {
-            signal(child, "-CONT");
+            send(child, Signal::SIGCONT);
         }
-        signal(postmaster, "-CONT");
+        send(postmaster, Signal::SIGCONT);
     }
 
     fn data(&self) -> PathBuf {
@@ -302,7 +303,7 @@ impl PostgresServer {
         let Some(mut child) = self.child.take() else {
             return;
         };
-        signal(child.id(), "-QUIT");
+        send(child.id(), Signal::SIGQUIT);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while std::time::Instant::now() < deadline {
             if let Ok(Some(_)) = child.try_wait() {
@@ -367,33 +368,11 @@ pub(crate) fn still_starting(
     Ok(())
 }
 
-/// Sends `sig` to `pid`; a process that is gone by then needs nothing.
-fn signal(pid: u32, sig: &str) {
-    if let Err(err) = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .stderr(Stdio::null())
-        .status()
-    {
-        eprintln!("lock-testkit: kill {sig} {pid}: {err}");
+/// Sends `sig` to `pid`, reporting a failure (a process already gone is none).
+fn send(pid: u32, sig: Signal) {
+    if let Err(err) = signal(pid, sig) {
+        eprintln!("lock-testkit: {sig} to {pid}: {err}");
     }
-}
-
-/// The processes whose parent is `parent`, from `/proc/<pid>/stat` (the fourth field).
-fn children(parent: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                return false;
-            };
-            // The command name, in parentheses, may hold spaces: read after its end.
-            let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-            after_name.split_whitespace().nth(1) == Some(parent.to_string().as_str())
-        })
-        .collect()
 }
 
 #[cfg(test)]

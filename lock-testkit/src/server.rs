@@ -13,7 +13,8 @@ use tokio::time::Instant;
 use crate::binary::require_binary;
 use crate::commandstats::{CommandStats, parse_command_stats};
 use crate::ports;
-use crate::scratch::ScratchDir;
+use crate::scratch::{ScratchDir, scratch_dir};
+use crate::signal::{Signal, signal};
 
 /// How long a standalone server may take to answer PING.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -212,31 +213,24 @@ impl RedisServer {
 
     /// Stops the process with SIGSTOP: it keeps its connections but answers nothing.
     pub fn pause(&self) {
-        self.signal("-STOP");
+        self.signal(Signal::SIGSTOP);
     }
 
     /// Continues a paused process with SIGCONT.
     pub fn resume(&self) {
-        self.signal("-CONT");
+        self.signal(Signal::SIGCONT);
     }
 
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .arg(signal)
-            .arg(self.pid().to_string())
-            .status()
-            .unwrap_or_else(|e| panic!("run `kill {signal} {}`: {e}", self.pid()));
-        assert!(
-            status.success(),
-            "`kill {signal} {}` failed: {status}",
-            self.pid()
-        );
+    fn signal(&self, sig: Signal) {
+        if let Err(err) = signal(self.pid(), sig) {
+            panic!("{sig} to redis-server {}: {err}", self.pid());
+        }
     }
 
     /// Starts a server with `config`, retrying on a new port if the chosen one was taken.
     async fn launch(config: Config) -> RedisServer {
         let binary = require_binary();
-        let dir = ScratchDir::new();
+        let dir = scratch_dir();
         let deadline = Instant::now() + START_TIMEOUT;
         for attempt in 1..=ports::PORT_ATTEMPTS {
             let port = ports::reserve(config.cluster);

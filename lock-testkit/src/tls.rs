@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::scratch::ScratchDir;
+use crate::scratch::{ScratchDir, scratch_dir};
 use crate::server::RedisServerBuilder;
 
 /// A CA and a server certificate (for `IP:127.0.0.1`), valid for a day, in a temporary
@@ -18,7 +18,7 @@ impl TestCertificates {
     /// Generates them. Needs the `openssl` command (Debian: `apt-get install openssl`).
     #[must_use]
     pub fn generate() -> Self {
-        let dir = ScratchDir::new();
+        let dir = scratch_dir();
         let run = |args: &[&str]| {
             let status = Command::new("openssl")
                 .args(args)

@@ -43,11 +43,18 @@ async fn cluster_routes_keys_and_survives_a_node_restart() {
 }
 
 #[tokio::test]
-async fn single_master_cluster() {
+async fn a_single_master_cluster_owns_every_slot() {
     let cluster = RedisCluster::start(1).await;
-    let () = cluster
-        .node_for_key("x")
-        .await
-        .command(&["SET", "x", "1"])
-        .await;
+    assert_eq!(cluster.nodes().len(), 1);
+    let states: Vec<String> = cluster.query_all(&["CLUSTER", "INFO"]).await;
+    assert!(
+        states
+            .iter()
+            .all(|s| s.contains("cluster_state:ok") && s.contains("cluster_slots_assigned:16384")),
+        "{states:?}"
+    );
+    let node = cluster.node_for_key("x").await;
+    let () = node.command(&["SET", "x", "1"]).await;
+    let value: Option<String> = node.command(&["GET", "x"]).await;
+    assert_eq!(value.as_deref(), Some("1"));
 }
