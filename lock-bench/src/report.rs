@@ -330,19 +330,16 @@ fn other_targets(all: &All, targets: &mut Targets) {
 }
 
 fn machine() -> serde_json::Value {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+    use procfs::{CpuInfo, Current, Meminfo};
+    let cpu = CpuInfo::current()
         .ok()
-        .and_then(|c| {
-            c.lines()
-                .find_map(|l| l.strip_prefix("model name"))
-                .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
-        })
+        .and_then(|info| info.model_name(0).map(str::to_owned))
         .unwrap_or_default();
     let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
-    let memory = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| m.lines().next().map(str::to_owned))
-        .unwrap_or_default();
+    let memory = Meminfo::current().map_or_else(
+        |_| String::new(),
+        |info| format!("MemTotal: {} kB", info.mem_total / 1024),
+    );
     json!({ "cpu": cpu, "cores": cores, "memory": memory, "os": std::env::consts::OS })
 }
 

@@ -82,20 +82,12 @@ impl ServerTime {
     }
 }
 
-/// CPU time of this process (user + system), from `/proc/self/stat`.
+/// CPU time of this process (user + system), in seconds; 0 where it cannot be read.
 pub(crate) fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which may contain spaces) start after ") ".
-    let after = stat.rsplit_once(") ").map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    (ticks(11) + ticks(12)) / 100.0
+    let ticks = procfs::process::Process::myself()
+        .and_then(|me| me.stat())
+        .map_or(0, |stat| stat.utime + stat.stime);
+    ticks as f64 / procfs::ticks_per_second() as f64
 }
 
 pub(crate) async fn script_calls(server: &RedisServer) -> u64 {
@@ -115,6 +107,24 @@ mod tests {
 
     fn equal(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn this_process_cpu_time_grows_with_its_work() {
+        // Spins until 50 ms of CPU time are counted, or 20 s of wall time pass (a loaded
+        // machine gives the spinning thread less than its wall time, never nothing).
+        let before = super::cpu_seconds();
+        let started = std::time::Instant::now();
+        let mut spun = 0u64;
+        while super::cpu_seconds() - before < 0.05 {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(20),
+                "20 s of spinning counted no CPU time"
+            );
+            for _ in 0..100_000 {
+                spun = std::hint::black_box(spun.wrapping_add(1));
+            }
+        }
     }
 
     #[test]
