@@ -522,6 +522,37 @@ mod tests {
     use crate::memory::MemoryBackend;
     use crate::{LockKind, LockName, Owner};
 
+    #[test]
+    fn a_waiter_sleeps_until_the_lease_could_end_or_its_wait_does() {
+        let (ms, cap) = (Duration::from_millis, Duration::from_secs(30));
+        assert_eq!(
+            sleep_for(Some(ms(200)), Some(ms(500)), cap),
+            ms(200),
+            "the lease first"
+        );
+        assert_eq!(
+            sleep_for(Some(ms(900)), Some(ms(500)), cap),
+            ms(500),
+            "the wait first"
+        );
+        assert_eq!(
+            sleep_for(Some(ms(40_000)), None, cap),
+            ms(40_000),
+            "a long lease"
+        );
+        assert_eq!(
+            sleep_for(None, Some(ms(500)), cap),
+            ms(500),
+            "no lease known"
+        );
+        assert_eq!(
+            sleep_for(None, Some(ms(60_000)), cap),
+            cap,
+            "capped by the watchdog"
+        );
+        assert_eq!(sleep_for(None, None, cap), cap, "neither known");
+    }
+
     /// A request dropped after the backend granted it, but before its caller saw the
     /// answer, is finished in the background, and the grant is released: the hold must
     /// not live on for its lease.
