@@ -107,6 +107,7 @@ impl fmt::Display for ErrorKind {
 pub enum Error {
     /// An argument was rejected before anything was sent.
     #[error("invalid argument `{argument}`: {reason}")]
+    #[non_exhaustive]
     InvalidArgument {
         /// The argument's name, as in the API.
         argument: &'static str,
@@ -115,6 +116,7 @@ pub enum Error {
     },
     /// The configuration is unusable.
     #[error("invalid configuration: {reason}")]
+    #[non_exhaustive]
     InvalidConfig {
         /// What is wrong with it.
         reason: String,
@@ -124,6 +126,7 @@ pub enum Error {
     },
     /// The wait for the lock ran out before it could be acquired.
     #[error("timed out after {waited:?} waiting for lock `{name}`")]
+    #[non_exhaustive]
     Timeout {
         /// The lock's name.
         name: String,
@@ -135,6 +138,7 @@ pub enum Error {
         "lock `{name}` is not held by this holder{}",
         .lost.map(|reason| format!(" (it was lost: {reason})")).unwrap_or_default()
     )]
+    #[non_exhaustive]
     NotHeld {
         /// The lock's name.
         name: String,
@@ -144,6 +148,7 @@ pub enum Error {
     /// A permit id given to an expirable semaphore is not issued there: it never was,
     /// or it was released, or its lease ran out.
     #[error("permit {id} of semaphore `{name}` is not issued (never issued, released, or expired)")]
+    #[non_exhaustive]
     PermitNotIssued {
         /// The semaphore's name.
         name: String,
@@ -152,6 +157,7 @@ pub enum Error {
     },
     /// The hold was lost before it was released.
     #[error("lock `{name}` was lost: {reason}")]
+    #[non_exhaustive]
     Lost {
         /// The lock's name.
         name: String,
@@ -161,6 +167,7 @@ pub enum Error {
     /// The data stored under the lock's name is not a lock of this kind; nothing was
     /// changed.
     #[error("the data stored for lock `{name}` is not a lock of this kind")]
+    #[non_exhaustive]
     Incompatible {
         /// The lock's name.
         name: String,
@@ -170,6 +177,7 @@ pub enum Error {
     },
     /// The backend could not be reached or did not answer in time.
     #[error("cannot reach the lock backend while {during}")]
+    #[non_exhaustive]
     Connection {
         /// What the client was doing.
         during: &'static str,
@@ -179,6 +187,7 @@ pub enum Error {
     },
     /// The backend refused the request.
     #[error("the lock backend refused the request while {during}")]
+    #[non_exhaustive]
     Backend {
         /// What the client was doing.
         during: &'static str,
@@ -192,18 +201,22 @@ pub enum Error {
     },
     /// The backend answered something unexpected.
     #[error("unexpected reply from the lock backend: {detail}")]
+    #[non_exhaustive]
     Protocol {
         /// What was expected and what came.
         detail: String,
     },
     /// The operation needs a tokio runtime and none was running.
     #[error("no tokio runtime is running")]
+    #[non_exhaustive]
     NoRuntime,
     /// The client was shut down and takes no new locks.
     #[error("the lock client was shut down: it takes no new locks")]
+    #[non_exhaustive]
     ShutDown,
     /// The backend does not support what was asked; nothing was sent.
     #[error("the lock backend does not support {what}")]
+    #[non_exhaustive]
     Unsupported {
         /// What was asked, such as "fair locks".
         what: &'static str,
@@ -213,6 +226,7 @@ pub enum Error {
     #[error(
         "holder cannot take the write lock `{name}` while it holds the read lock (no upgrade: release the read lock first)"
     )]
+    #[non_exhaustive]
     WouldDeadlock {
         /// The lock's name.
         name: String,
@@ -326,7 +340,15 @@ impl Error {
         }
     }
 
-    /// Builds an [`Error::Connection`] from a driver error.
+    /// Builds an [`Error::WouldDeadlock`]: the caller itself stands in the way of the
+    /// lock `name` (a reader asking for the write lock).
+    #[must_use]
+    pub fn would_deadlock(name: impl Into<String>) -> Self {
+        Self::WouldDeadlock { name: name.into() }
+    }
+
+    /// Builds an [`Error::Connection`]: the backend could not be reached or did not
+    /// answer `during` an operation.
     #[must_use]
     pub fn connection(during: &'static str, source: impl Into<BoxError>) -> Self {
         Self::Connection {

@@ -214,9 +214,7 @@ impl Backend for PostgresBackend {
                 ttl: u64::try_from(*ttl).ok().map(Duration::from_millis),
                 reserved: false,
             }),
-            [3, _, _] => Err(Error::WouldDeadlock {
-                name: lock.name.as_str().to_owned(),
-            }),
+            [3, _, _] => Err(Error::would_deadlock(lock.name.as_str())),
             _ => Err(unexpected("acquire", &reply)),
         }
     }

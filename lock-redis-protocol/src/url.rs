@@ -220,13 +220,13 @@ pub fn naming_hosts_on_failure<'a, T: 'a>(
 #[must_use]
 pub fn naming_hosts(err: lock_core::Error, url: &str) -> lock_core::Error {
     match err {
-        lock_core::Error::Connection { during, source } => lock_core::Error::Connection {
+        lock_core::Error::Connection { during, source, .. } => lock_core::Error::connection(
             during,
-            source: lock_core::Cause::new(Tried {
+            Tried {
                 hosts: hosts(url).to_owned(),
                 source,
-            }),
-        },
+            },
+        ),
         other => other,
     }
 }

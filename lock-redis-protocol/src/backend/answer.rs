@@ -89,9 +89,7 @@ pub(super) fn decode_acquire(
                 reserved: false,
             })
         }
-        Some([3, _]) => Err(Error::WouldDeadlock {
-            name: name.as_str().to_owned(),
-        }),
+        Some([3, _]) => Err(Error::would_deadlock(name.as_str())),
         _ => Err(unexpected("acquire", reply)),
     }
 }

@@ -314,11 +314,7 @@ mod tests {
         let answers: Vec<_> = down.chain([Some(yes()), Some(busy(5))]).collect();
         let err = FIVE.not_acquired(answers).expect_err("three failed");
         assert_eq!(err.kind(), ErrorKind::Connection);
-        let deadlock = || {
-            Some(Granted::Failed(Error::WouldDeadlock {
-                name: "n".to_owned(),
-            }))
-        };
+        let deadlock = || Some(Granted::Failed(Error::would_deadlock("n")));
         let answers = vec![deadlock(), deadlock(), deadlock(), Some(busy(1)), None];
         let err = FIVE.not_acquired(answers).expect_err("refused");
         assert_eq!(
