@@ -30,6 +30,62 @@
 //! Every backend passes the same conformance suite, and the Redis data layout is
 //! Redisson's, so a Java service using Redisson and a Rust service using this crate
 //! exclude each other on the same Redis.
+//!
+//! # Which backend supports what
+//!
+//! What each backend declares in its [`Capabilities`]; asking a backend for something
+//! it does not declare fails at once with [`ErrorKind::Unsupported`], before anything
+//! is sent. Both Redis adapters declare the same. (A test compares this table with the
+//! declarations.)
+//!
+//! | capability | memory | Redis | PostgreSQL | RedLock | MultiLock |
+//! |---|---|---|---|---|---|
+//! | reentrant mutex | yes | yes | yes | yes | yes |
+//! | fair mutex | yes | yes | yes | no | no |
+//! | read-write lock | yes | yes | yes | yes | yes |
+//! | fencing tokens | yes | yes | yes | yes | yes |
+//! | semaphore | yes | yes | no | no | no |
+//! | expirable semaphore | yes | yes | no | no | no |
+//! | count-down latch | yes | yes | no | no | no |
+//! | retried requests answered once | yes | yes | yes | yes | yes |
+//! | starving waiters reserve the lock | no | yes | no | yes | yes |
+//! | a release wakes one client | yes | yes | no | no | no |
+//! | shared between processes | no | yes | yes | yes | yes |
+//! | an abandoned hold ends | after its lease | after its lease | after its lease | after its lease | after its lease |
+//!
+//! RedLock and MultiLock show what they make of Redis nodes; over other parts they
+//! declare what all their parts have in common, less what spans no set of nodes (fair
+//! queues, semaphores, latches).
+//!
+//! # Which one should I use
+//!
+//! **Connecting.** Each backend's `Connector` takes a URL and one settings value
+//! ([`Connect`] names the shape); `connect(url)` of its module is the short form with
+//! default settings. Use the `redis` adapter unless the service already uses `fred`;
+//! PostgreSQL when the service has a database and no Redis; RedLock only where a lock
+//! must survive the loss of a Redis master without replication (read its crate
+//! documentation first); the memory backend for tests and single-process services.
+//!
+//! **Taking a lock.** [`Lock::lock`] waits as long as it takes; [`Lock::acquire`] with
+//! `.wait(d)` waits at most `d` and answers an [`ErrorKind::Timeout`] error, which suits
+//! `?` in a request handler; [`Lock::try_lock_for`] answers `Ok(None)` instead, as
+//! Redisson's `tryLock` answers `false`, which suits a branch on the outcome;
+//! [`Lock::try_lock`] does not wait at all. Without a lease the watchdog keeps the hold
+//! while its [`Guard`] lives; with one (`lock_with_lease`, `.lease(d)`) the hold ends
+//! after it, released or not.
+//!
+//! **Which lock.** [`Locks::mutex`] for exclusion; [`Locks::fair_mutex`] when waiters
+//! must be served in arrival order (it costs a queue on the server and a little latency
+//! per hand-off); [`Locks::rw_lock`] when readers may share. A [`Guard`]'s
+//! [`fencing_token`](Guard::fencing_token) (with fencing on) is what a storage service
+//! checks to refuse a holder whose lease ran out.
+//!
+//! **Which semaphore.** [`Locks::semaphore`] counts permits with no owner and no lease,
+//! as Redisson's `RSemaphore`: a permit taken by a process that crashes is gone until
+//! somebody adds it back; use it for rates and budgets that an operator tops up.
+//! [`Locks::expirable_semaphore`] gives each permit an id and a lease, renewed while its
+//! [`LeasedPermits`] live, as Redisson's `RPermitExpirableSemaphore`: a crashed holder's
+//! permit comes back after its lease; use it to bound concurrent work across processes.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -25,6 +25,19 @@ use crate::{Error, Guard, Holder, LockKind, LockRef, Owner};
 /// any other, are excluded (readers only exclude writers). Without an explicit lease the
 /// lock is renewed by the client's watchdog for as long as the guard lives.
 ///
+/// # Which acquire to use
+///
+/// | call | waits | when the wait runs out |
+/// |---|---|---|
+/// | [`lock`](Lock::lock) | until it has the lock | (never) |
+/// | [`acquire`](Lock::acquire)`().wait(d)` | at most `d` | `Err` of kind [`Timeout`](crate::ErrorKind::Timeout): for `?` |
+/// | [`try_lock_for`](Lock::try_lock_for)`(d, lease)` | at most `d` | `Ok(None)`, as Redisson's `tryLock` answers `false` |
+/// | [`try_lock`](Lock::try_lock) | not at all | `Ok(None)` |
+///
+/// Each takes a lease too (`acquire().lease(l)`, [`lock_with_lease`](Lock::lock_with_lease),
+/// the second argument of `try_lock_for`): the hold ends after it, renewed by nobody.
+/// Prefer the watchdog (no lease) unless the work must stop holding at a known time.
+///
 /// ```no_run
 /// # async fn demo(locks: lock_core::Locks) -> Result<(), lock_core::Error> {
 /// let order = locks.mutex("order:42");

@@ -32,7 +32,8 @@ pub const MAX_PERMITS_PER_ACQUISITION: u64 = 10_000;
 /// [`Locks::expirable_semaphore`](crate::Locks::expirable_semaphore).
 ///
 /// Issued permits come back on their own when their lease ends, so a holder that dies
-/// gives them back after one lease. Permits taken without a lease are renewed by the
+/// gives them back after one lease: the semaphore to bound concurrent work across
+/// processes (a plain [`Semaphore`](crate::Semaphore) keeps a dead holder's permits). Permits taken without a lease are renewed by the
 /// client's watchdog while their guard lives: a live holder keeps them however long it
 /// works. Expired permits are reclaimed by every operation on the semaphore, and waiters
 /// are woken by notification, or at the next expiry when no notification comes.

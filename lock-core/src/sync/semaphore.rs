@@ -21,6 +21,12 @@ use crate::{Error, LockName, retry};
 /// A handle on one semaphore: a count of available permits shared by every client of the
 /// store. Cheap; no I/O. Made by [`Locks::semaphore`](crate::Locks::semaphore).
 ///
+/// Permits have no owner and no lease (Redisson's `RSemaphore`): a process that dies
+/// holding some keeps them from everybody until somebody adds them back. Use it for
+/// budgets an operator tops up; to bound concurrent work across processes, use an
+/// [`ExpirableSemaphore`](crate::ExpirableSemaphore), whose permits come back after their
+/// lease.
+///
 /// Waiting is by notification. Within one client, waiters for one semaphore are served
 /// in arrival order, and only the first of them asks the store: a waiter for many
 /// permits is never overtaken by later waiters for few in the same client.
