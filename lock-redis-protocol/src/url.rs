@@ -8,6 +8,11 @@
 //!   know as `NAME` (the credentials are the master's).
 //!
 //! Checking each server URL is the driver's business; this module only splits.
+//!
+//! Written here rather than with the `url` crate: a multi-host authority
+//! (`h1:p1,h2:p2`) is not a URL that crate (or RFC 3986) accepts, and the forms are
+//! Redisson's and the adapters' own contract, so one small splitter with its tests is
+//! the whole of it.
 
 use lock_core::Error;
 
