@@ -22,6 +22,7 @@
 //! |---|---|---|
 //! | `redis` (default) | [`redis`] | the `redis` crate: standalone Redis, Redis Cluster, Sentinel |
 //! | `fred` | `fred` | the `fred` crate: the same deployments and URL forms |
+//! | `postgres` | `postgres` | PostgreSQL: lease rows in tables it creates, LISTEN/NOTIFY |
 //! | `tls` | | `rediss://` for the enabled Redis adapters |
 //! | `redlock` | `redlock` | MultiLock and RedLock over any of the others |
 //! | `macros` (default) | [`distributed_lock`] | the attribute macro |
