@@ -168,8 +168,10 @@ mod tests {
         assert_eq!(sentinel.master, "locks");
         assert_eq!(sentinel.userinfo.as_deref(), Some("u:p"));
         assert!(!format!("{sentinel:?}").contains("u:p"), "Debug hides it");
-        assert!(parse("redis+sentinel://a:26379").is_err());
-        assert!(parse("redis+sentinel:///locks").is_err());
+        for refused in ["redis+sentinel://a:26379", "redis+sentinel:///locks"] {
+            let kind = parse(refused).map_err(|err| err.kind());
+            assert_eq!(kind, Err(lock_core::ErrorKind::InvalidConfig), "{refused}");
+        }
     }
 
     #[test]

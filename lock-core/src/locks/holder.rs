@@ -154,8 +154,8 @@ mod tests {
 
     #[test]
     fn rejects_bad_ids() {
-        assert!(Holder::new("").is_err());
-        assert!(Holder::new("a b").is_err());
+        assert!(Holder::new("").is_err_and(|err| err.is_invalid_input()));
+        assert!(Holder::new("a b").is_err_and(|err| err.is_invalid_input()));
         let colon = Holder::new("a:write").expect_err("`:` would alias a writer's field");
         assert!(colon.is_invalid_input(), "{colon}");
         assert!(Holder::new("worker-1").is_ok());
