@@ -9,9 +9,9 @@ use crate::{Backend, Error, Locks};
 
 /// How every backend crate connects: a URL, a settings value, then [`Connect::locks`] for
 /// a client or [`Connect::connect`] for the backend (to wrap in a [`Locks::builder`] or
-/// to combine with others). The Redis adapters and PostgreSQL implement it on their
-/// `Connector`s, so code that takes its backend from configuration, or a test that runs
-/// on each, is written once:
+/// to combine with others). Every backend crate implements it on its `Connector`, so
+/// code that takes its backend from configuration, or a test that runs on each, is
+/// written once:
 ///
 /// ```
 /// use lock_core::{Connect, Error, Locks};

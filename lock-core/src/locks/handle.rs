@@ -31,7 +31,7 @@ use crate::{Error, Guard, Holder, LockKind, LockRef, Owner};
 /// |---|---|---|
 /// | [`lock`](Lock::lock) | until it has the lock | (never) |
 /// | [`acquire`](Lock::acquire)`().wait(d)` | at most `d` | `Err` of kind [`Timeout`](crate::ErrorKind::Timeout): for `?` |
-/// | [`try_lock_for`](Lock::try_lock_for)`(d, lease)` | at most `d` | `Ok(None)`, as Redisson's `tryLock` answers `false` |
+/// | [`try_lock_for`](Lock::try_lock_for)`(d, lease)` | at most `d` | `Ok(None)`: for a branch on the outcome |
 /// | [`try_lock`](Lock::try_lock) | not at all | `Ok(None)` |
 ///
 /// Each takes a lease too (`acquire().lease(l)`, [`lock_with_lease`](Lock::lock_with_lease),

@@ -21,7 +21,7 @@ use crate::{Error, LockName, retry};
 /// A handle on one semaphore: a count of available permits shared by every client of the
 /// store. Cheap; no I/O. Made by [`Locks::semaphore`](crate::Locks::semaphore).
 ///
-/// Permits have no owner and no lease (Redisson's `RSemaphore`): a process that dies
+/// Permits have no owner and no lease: a process that dies
 /// holding some keeps them from everybody until somebody adds them back. Use it for
 /// budgets an operator tops up; to bound concurrent work across processes, use an
 /// [`ExpirableSemaphore`](crate::ExpirableSemaphore), whose permits come back after their
