@@ -226,11 +226,9 @@ impl Backend for RedisBackend {
                 self.eval_write("acquiring", &script::FAIR_ACQUIRE, &keys, &args)
                     .await?
             }
-            Family::Read => {
+            Family::Read | Family::Write => {
+                // Both sides take the same keys; their arguments differ in order only.
                 let prefix = layout::read_hold_prefix(name, owner);
-                let args = [
-                    lease_ms, owner, &prefix, fencing, quarantine, &grant, latch_ms,
-                ];
                 let keys = [
                     key,
                     built.get(token_at),
@@ -238,23 +236,18 @@ impl Backend for RedisBackend {
                     built.get(grants_at),
                     built.get(latch_at),
                 ];
-                self.eval_write("acquiring", &script::RW_READ_ACQUIRE, &keys, &args)
-                    .await?
-            }
-            Family::Write => {
-                let prefix = layout::read_hold_prefix(name, owner);
-                let args = [
-                    lease_ms, owner, fencing, quarantine, &prefix, &grant, latch_ms,
-                ];
-                let keys = [
-                    key,
-                    built.get(token_at),
-                    &epoch,
-                    built.get(grants_at),
-                    built.get(latch_at),
-                ];
-                self.eval_write("acquiring", &script::RW_WRITE_ACQUIRE, &keys, &args)
-                    .await?
+                let (script, args) = if family == Family::Read {
+                    let args = [
+                        lease_ms, owner, &prefix, fencing, quarantine, &grant, latch_ms,
+                    ];
+                    (&script::RW_READ_ACQUIRE, args)
+                } else {
+                    let args = [
+                        lease_ms, owner, fencing, quarantine, &prefix, &grant, latch_ms,
+                    ];
+                    (&script::RW_WRITE_ACQUIRE, args)
+                };
+                self.eval_write("acquiring", script, &keys, &args).await?
             }
             Family::Mutex => {
                 let keys = [
