@@ -32,6 +32,13 @@ impl Script {
         self.source.get_or_init(|| prelude::with_helpers(self.body))
     }
 
+    /// The script's own code, without the prelude: it opens with the header that says
+    /// what each key and argument is.
+    #[cfg(test)]
+    pub(crate) fn body(&self) -> &'static str {
+        self.body
+    }
+
     /// The SHA1 of the source, in lowercase hex, as `EVALSHA` wants it.
     #[must_use]
     pub fn sha1(&self) -> &str {

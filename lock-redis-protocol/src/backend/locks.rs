@@ -12,6 +12,7 @@ use lock_core::backend::{
 };
 use lock_core::notify::Listener;
 
+use super::acquire_call::{Common, Particular, acquire_call};
 use super::answer::{AcquireAnswer, decode_acquire};
 use super::{Family, RedisBackend, count, flag, millis, pttl, unexpected};
 use crate::decimals::Decimals;
@@ -48,50 +49,6 @@ impl RedisBackend {
                 acknowledged,
             },
         ))
-    }
-
-    /// Runs the mutex's acquire script over its `keys` (see `mutex_acquire.lua`), with
-    /// `numbers` the lease, the fencing flag, the quarantine, the grant's id and the latch
-    /// lifetime, as the acquire takes them for every kind.
-    async fn acquire_mutex(
-        &self,
-        lock: &LockRef,
-        request: &AcquireRequest,
-        keys: [&str; 7],
-        [lease_ms, fencing, quarantine, grant, latch_ms]: [&str; 5],
-    ) -> Result<(Reply, Option<u32>), Error> {
-        let wait = request.wait.unwrap_or_default();
-        let wake_id = if request.waits_to_be_woken_alone() {
-            // Before the waiter listens: its first attempt comes first.
-            self.registered_a_waiter
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-            &*self.wake_id
-        } else {
-            ""
-        };
-        // A live waiter asks again within the holder's lease (its own, as a rule): a zset
-        // of waiting clients none of which asked that long is gone.
-        let mutex = Decimals::new([
-            millis(self.options.reservation),
-            millis(wait.waited),
-            millis(request.lease.saturating_add(wait.place_kept_for)),
-        ]);
-        let [reservation_ms, waited_ms, registered_ms] = mutex.get();
-        let args = [
-            lease_ms,
-            lock.owner.as_str(),
-            flag(wait.starving),
-            reservation_ms,
-            waited_ms,
-            fencing,
-            quarantine,
-            wake_id,
-            registered_ms,
-            grant,
-            latch_ms,
-        ];
-        self.eval_write("acquiring", &script::MUTEX_ACQUIRE, &keys, &args)
-            .await
     }
 
     /// Renews one batch of locks of one kind family in one slot.
@@ -192,7 +149,6 @@ impl Backend for RedisBackend {
         let (reservation_at, waiting_at) = (built.reservation(), built.waiting_clients());
         let mut grant = String::with_capacity(32);
         request.id.push_hex(&mut grant);
-        let fencing = flag(request.fencing);
         let epoch = self.epoch_key(name);
         let wait = request.wait.unwrap_or_default();
         let numbers = Decimals::new([
@@ -201,68 +157,84 @@ impl Backend for RedisBackend {
             self.quarantine_ms(),
         ]);
         let [lease_ms, latch_ms, quarantine] = numbers.get();
-        let (reply, acknowledged) = match family {
-            Family::Fair => {
-                let fair =
-                    Decimals::new([millis(wait.place_kept_for), layout::REDISSON_WAIT_SLOT_MS]);
-                let [timeout_ms, slot] = fair.get();
-                let [queue, deadlines, alive] = layout::fair_queue_keys(name);
-                let (token_key, latch) = (built.get(token_at), built.get(latch_at));
-                let args = [
-                    lease_ms,
-                    owner,
-                    flag(request.waits()),
-                    timeout_ms,
-                    fencing,
-                    quarantine,
-                    slot,
-                    &grant,
-                    latch_ms,
-                ];
-                let grants = built.get(grants_at);
-                let keys = [
-                    key, &queue, &deadlines, &alive, token_key, &epoch, grants, latch,
-                ];
-                self.eval_write("acquiring", &script::FAIR_ACQUIRE, &keys, &args)
-                    .await?
-            }
-            Family::Read | Family::Write => {
-                // Both sides take the same keys; their arguments differ in order only.
-                let prefix = layout::read_hold_prefix(name, owner);
-                let keys = [
-                    key,
-                    built.get(token_at),
-                    &epoch,
-                    built.get(grants_at),
-                    built.get(latch_at),
-                ];
-                let (script, args) = if family == Family::Read {
-                    let args = [
-                        lease_ms, owner, &prefix, fencing, quarantine, &grant, latch_ms,
-                    ];
-                    (&script::RW_READ_ACQUIRE, args)
-                } else {
-                    let args = [
-                        lease_ms, owner, fencing, quarantine, &prefix, &grant, latch_ms,
-                    ];
-                    (&script::RW_WRITE_ACQUIRE, args)
-                };
-                self.eval_write("acquiring", script, &keys, &args).await?
-            }
+        let common = Common {
+            lock: key,
+            token: built.get(token_at),
+            epoch: &epoch,
+            grants: built.get(grants_at),
+            latch: built.get(latch_at),
+            lease_ms,
+            owner,
+            fencing: flag(request.fencing),
+            quarantine,
+            grant: &grant,
+            latch_ms,
+        };
+        // What only one family takes is rendered for that family alone; the text lives
+        // here, for the call to borrow.
+        let (queue, prefix, rendered);
+        let particular = match family {
             Family::Mutex => {
-                let keys = [
-                    key,
-                    built.get(reservation_at),
-                    built.get(token_at),
-                    &epoch,
-                    built.get(waiting_at),
-                    built.get(grants_at),
-                    built.get(latch_at),
-                ];
-                let numbers = [lease_ms, fencing, quarantine, &grant, latch_ms];
-                self.acquire_mutex(lock, &request, keys, numbers).await?
+                let wake_id = if request.waits_to_be_woken_alone() {
+                    // Before the waiter listens: its first attempt comes first.
+                    self.registered_a_waiter
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    &*self.wake_id
+                } else {
+                    ""
+                };
+                // A live waiter asks again within the holder's lease (its own, as a
+                // rule): a set of waiting clients none of which asked that long is gone.
+                rendered = Decimals::new([
+                    millis(self.options.reservation),
+                    millis(wait.waited),
+                    millis(request.lease.saturating_add(wait.place_kept_for)),
+                ]);
+                let [reservation_ms, waited_ms, registered_ms] = rendered.get();
+                Particular::Mutex {
+                    reservation: built.get(reservation_at),
+                    waiting: built.get(waiting_at),
+                    starving: flag(wait.starving),
+                    reservation_ms,
+                    waited_ms,
+                    wake_id,
+                    registered_ms,
+                }
+            }
+            Family::Fair => {
+                rendered = Decimals::new([
+                    millis(wait.place_kept_for),
+                    layout::REDISSON_WAIT_SLOT_MS,
+                    0,
+                ]);
+                let [timeout_ms, slot, _] = rendered.get();
+                queue = layout::fair_queue_keys(name);
+                let [waiters, deadlines, alive] = &queue;
+                Particular::Fair {
+                    queue: [waiters, deadlines, alive],
+                    joins: flag(request.waits()),
+                    timeout_ms,
+                    slot,
+                }
+            }
+            Family::Read => {
+                prefix = layout::read_hold_prefix(name, owner);
+                Particular::Read { prefix: &prefix }
+            }
+            Family::Write => {
+                prefix = layout::read_hold_prefix(name, owner);
+                Particular::Write { prefix: &prefix }
             }
         };
+        let call = acquire_call(&common, &particular);
+        let (reply, acknowledged) = self
+            .eval_write(
+                "acquiring",
+                call.script,
+                call.keys.as_slice(),
+                call.args.as_slice(),
+            )
+            .await?;
         let answer = AcquireAnswer::of(&reply);
         let items = answer.as_ref().map(AcquireAnswer::items);
         if let (Some([1, ..]), Some(acknowledged)) = (items, acknowledged) {
