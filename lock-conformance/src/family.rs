@@ -11,7 +11,7 @@ use tokio::time::{Instant, sleep, timeout};
 
 use crate::Fixture;
 use crate::faulty::FaultyBackend;
-use crate::scenarios::{eventually, handover_gap, kind, spawn_waiter, unique};
+use crate::scenarios::{counted_client, eventually, handover_gap, kind, spawn_waiter, unique};
 
 async fn client_with(
     fx: &dyn Fixture,
@@ -118,10 +118,15 @@ pub async fn fair_dead_waiter_is_skipped_after_its_deadline(fx: &dyn Fixture) {
     let other = fx.client().await;
     assert!(other.fair_mutex(&name).try_lock().await.unwrap().is_none());
 
-    let live = client_with(fx, |b| b.fair_waiter_timeout(waiter_timeout)).await;
+    let live_counted = FaultyBackend::new(fx.backend().await);
+    let live = Locks::builder(Arc::new(live_counted.clone()))
+        .fair_waiter_timeout(waiter_timeout)
+        .build()
+        .expect("valid client settings");
     // The live waiter is served once the dead one lapses.
     let waiting = spawn_waiter(live.fair_mutex(&name));
-    sleep(Duration::from_millis(50)).await;
+    // Queued behind the dead waiter: a second request means the first was answered.
+    live_counted.listening().await;
     let delay = handover_gap(held, waiting, Duration::from_secs(5)).await;
     assert!(
         delay <= waiter_timeout + Duration::from_millis(400),
@@ -135,18 +140,21 @@ pub async fn fair_waiter_that_gives_up_leaves_the_queue(fx: &dyn Fixture) {
     let name = unique("fair-leave");
     let holder = fx.client().await;
     let held = holder.fair_mutex(&name).lock().await.unwrap();
-    let quitter = fx.client().await.fair_mutex(&name);
+    let (quitter, quitter_counted) = counted_client(fx).await;
+    let quitter = quitter.fair_mutex(&name);
     let quitting = tokio::spawn(async move {
         let outcome = quitter.try_lock_for(Duration::from_millis(100), None).await;
         outcome.map(|guard| guard.is_none())
     });
-    sleep(Duration::from_millis(30)).await;
-    let waiting = spawn_waiter(fx.client().await.fair_mutex(&name));
+    // The quitter is queued first, the waiter behind it.
+    quitter_counted.listening().await;
+    let (next, counted) = counted_client(fx).await;
+    let waiting = spawn_waiter(next.fair_mutex(&name));
+    counted.listening().await;
     assert!(
         quitting.await.unwrap().unwrap(),
         "the quitter got a held lock"
     );
-    sleep(Duration::from_millis(50)).await;
     let gap = handover_gap(held, waiting, Duration::from_secs(2)).await;
     assert!(
         gap < Duration::from_millis(500),
@@ -504,12 +512,12 @@ pub async fn fair_lock_is_renewed_fenced_and_force_unlocked(fx: &dyn Fixture) {
     second.unlock().await.unwrap();
 
     let a = fx.client().await;
-    let b = fx.client().await;
+    let (b, counted) = counted_client(fx).await;
     let fair_name = unique("force-fair");
     let held = a.fair_mutex(&fair_name).lock().await.unwrap();
     let fair = b.fair_mutex(&fair_name);
     let waiting = tokio::spawn(async move { fair.lock().await.map(drop) });
-    sleep(Duration::from_millis(50)).await;
+    counted.listening().await;
     let admin = fx.client().await;
     assert!(admin.fair_mutex(&fair_name).force_unlock().await.unwrap());
     timeout(Duration::from_secs(2), waiting)

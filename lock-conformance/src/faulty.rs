@@ -57,7 +57,8 @@ pub struct FaultyBackend {
     release_delay: Arc<Mutex<Duration>>,
     /// While `true`, release answers wait for it to turn `false`.
     release_answers_held: Arc<tokio::sync::watch::Sender<bool>>,
-    acquisitions: Arc<std::sync::atomic::AtomicUsize>,
+    /// How many lock acquisitions were asked so far; watched by [`Self::asked`].
+    acquisitions: Arc<tokio::sync::watch::Sender<usize>>,
     /// While set, listeners subscribe here, where no message ever arrives.
     deaf: Arc<AtomicBool>,
     silence: lock_core::notify::Subscriptions,
@@ -79,7 +80,7 @@ impl fmt::Debug for FaultyBackend {
             .field("permit_request_delay", &self.permit_request_delay)
             .field("release_delay", &self.release_delay)
             .field("release_answers_held", &*self.release_answers_held.borrow())
-            .field("acquisitions", &self.acquisitions)
+            .field("acquisitions", &*self.acquisitions.borrow())
             .field("deaf", &self.deaf)
             .finish_non_exhaustive()
     }
@@ -103,7 +104,7 @@ impl FaultyBackend {
             permit_request_delay: Arc::new(Mutex::new(Duration::ZERO)),
             release_delay: Arc::new(Mutex::new(Duration::ZERO)),
             release_answers_held: Arc::new(tokio::sync::watch::Sender::new(false)),
-            acquisitions: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            acquisitions: Arc::new(tokio::sync::watch::Sender::new(0)),
             deaf: Arc::new(AtomicBool::new(false)),
             silence: lock_core::notify::Subscriptions::new(Arc::new(lock_core::notify::InProcess)),
         }
@@ -118,7 +119,29 @@ impl FaultyBackend {
     /// How many lock acquisitions were asked of this wrapper so far.
     #[must_use]
     pub fn acquisitions(&self) -> usize {
-        self.acquisitions.load(Ordering::SeqCst)
+        *self.acquisitions.borrow()
+    }
+
+    /// Returns once `count` lock acquisitions were asked of this wrapper (at once if they
+    /// were): a test orders its steps by this event, not by a pause.
+    pub async fn asked(&self, count: usize) {
+        let mut asked = self.acquisitions.subscribe();
+        // The sender lives as long as `self`: the wait ends only by the count.
+        drop(
+            asked
+                .wait_for(|asked| *asked >= count)
+                .await
+                .expect("the wrapper keeps its own count"),
+        );
+    }
+
+    /// Returns once a waiter of this wrapper's only client listens for releases: it has
+    /// asked twice, and a waiter asks a second time only once it listens (which closes
+    /// the race with a release in between), so a release from now on reaches it. Fails
+    /// the test after 10 s.
+    pub async fn listening(&self) {
+        let listening = tokio::time::timeout(Duration::from_secs(10), self.asked(2)).await;
+        assert!(listening.is_ok(), "the waiter never asked a second time");
     }
 
     /// Makes plain permit requests wait this long before they reach the wrapped backend
@@ -238,7 +261,7 @@ impl Backend for FaultyBackend {
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
-        self.acquisitions.fetch_add(1, Ordering::SeqCst);
+        self.acquisitions.send_modify(|asked| *asked += 1);
         match self.fault() {
             AcquireFault::None => self.inner.acquire(lock, request).await,
             AcquireFault::FailBeforeSending => Err(injected("injected: not sent")),

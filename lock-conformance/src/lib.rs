@@ -38,13 +38,28 @@ pub use selection::{Deployment, Need};
 /// `without [Need, ...]` lists what the fixture is expected not to provide; the
 /// selection test fails when the fixture lacks anything else (a capability dropped by
 /// mistake would otherwise skip its scenarios in silence) or provides something listed.
+///
+/// `on paused time` runs each test on a one-thread runtime whose clock stands still
+/// until every task waits for it (tokio's `start_paused`): for a fixture with no real
+/// server, whose leases, waits and sleeps are all on tokio's clock, the suite then
+/// takes no wall time waiting and no result depends on the machine's load.
 #[macro_export]
 macro_rules! conformance_suite {
     ($make:expr) => {
         $crate::conformance_suite!($make, without []);
     };
     ($make:expr, without [$($lacking:ident),* $(,)?]) => {
-        $crate::__scenario_tests!($make; [$($lacking),*];
+        $crate::conformance_suite!(@runtime
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)];
+            $make, without [$($lacking),*]);
+    };
+    ($make:expr, without [$($lacking:ident),* $(,)?], on paused time) => {
+        $crate::conformance_suite!(@runtime
+            #[tokio::test(start_paused = true)];
+            $make, without [$($lacking),*]);
+    };
+    (@runtime #[$runtime:meta]; $make:expr, without [$($lacking:ident),* $(,)?]) => {
+        $crate::__scenario_tests!(#[$runtime] $make; [$($lacking),*];
             declared_capabilities_hold: [],
             hold_count_goes_up_and_down: [],
             same_holder_reenters: [],
@@ -152,9 +167,9 @@ macro_rules! conformance_suite {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __scenario_tests {
-    ($make:expr; [$($lacking:ident),*]; $($scenario:ident : [$($need:ident),*]),* $(,)?) => {
+    (#[$runtime:meta] $make:expr; [$($lacking:ident),*]; $($scenario:ident : [$($need:ident),*]),* $(,)?) => {
         $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[$runtime]
             async fn $scenario() {
                 let fixture = $make.await;
                 let needs: &[$crate::Need] = &[$($crate::Need::$need),*];
@@ -166,7 +181,7 @@ macro_rules! __scenario_tests {
         )*
 
         /// Prints which scenarios this fixture runs and why it skips the others.
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        #[$runtime]
         async fn scenario_selection() {
             let fixture = $make.await;
             let scenarios: &[(&str, &[$crate::Need])] =

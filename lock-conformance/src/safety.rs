@@ -11,7 +11,7 @@ use tokio::time::{Instant, sleep, timeout};
 
 use crate::Fixture;
 use crate::faulty::{AcquireFault, FaultyBackend};
-use crate::scenarios::{all_served, handover_gap, spawn_waiter, unique};
+use crate::scenarios::{all_served, counted_client, handover_gap, spawn_waiter, unique};
 
 /// Review #1: two read holds of one owner, the newer released first. The lock must not
 /// expire on the server while the older hold still believes it holds: when a writer
@@ -170,9 +170,9 @@ pub async fn fair_waiter_cancelled_mid_attempt_leaves_no_place(fx: &dyn Fixture)
     assert!(gave_up.is_err(), "the quitter cannot get a held lock");
     // The quitter's attempt reaches the backend meanwhile.
     sleep(Duration::from_millis(150)).await;
-    let next = fx.client().await;
+    let (next, counted) = counted_client(fx).await;
     let waiter = spawn_waiter(next.fair_mutex(&name));
-    sleep(Duration::from_millis(50)).await;
+    counted.listening().await;
     let gap = handover_gap(held, waiter, Duration::from_secs(3)).await;
     assert!(
         gap < Duration::from_secs(1),
@@ -342,8 +342,9 @@ pub async fn an_unconfirmed_subscription_is_tried_again(fx: &dyn Fixture) {
     let held = holder.mutex(&name).lock().await.unwrap();
     let flaky = FaultyBackend::new(fx.backend().await);
     flaky.fail_listens(2);
-    let waiter = spawn_waiter(Locks::new(Arc::new(flaky)).mutex(&name));
-    sleep(Duration::from_millis(200)).await;
+    let waiter = spawn_waiter(Locks::new(Arc::new(flaky.clone())).mutex(&name));
+    // Its second request follows the subscriptions that failed and the one that held.
+    flaky.listening().await;
     let gap = handover_gap(held, waiter, Duration::from_secs(5)).await;
     assert!(
         gap < Duration::from_secs(1),

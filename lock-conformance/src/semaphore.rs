@@ -52,53 +52,62 @@ pub async fn semaphore_bounds_concurrency(fx: &dyn Fixture) {
 
 /// In one client, a waiter for two permits that came first is served before a later
 /// waiter for one, although one permit would have let the later one in earlier.
+///
+/// Arrival is by events, not by sleeps: each waiter is polled once, which puts it in its
+/// client's line, before the next one is made.
 pub async fn semaphore_waiters_of_one_client_go_in_arrival_order(fx: &dyn Fixture) {
     let locks = fx.client().await;
     let name = unique("sem-order");
     let semaphore = locks.semaphore(&name);
     assert!(semaphore.try_set_permits(2).await.unwrap());
-    let held = [
+    let [one, other] = [
         semaphore.acquire(1).await.unwrap(),
         semaphore.acquire(1).await.unwrap(),
     ];
-    let (order, ordered) = tokio::sync::mpsc::unbounded_channel();
-    let first = tokio::spawn({
-        let (semaphore, order) = (semaphore.clone(), order.clone());
+    let served = std::sync::Mutex::new(Vec::new());
+    let waiter = |permits: u64| {
+        let (semaphore, served) = (&semaphore, &served);
         async move {
-            let permits = semaphore.acquire(2).await.unwrap();
-            order.send(2).unwrap();
-            sleep(Duration::from_millis(50)).await;
-            permits.release().await.unwrap();
+            let taken = semaphore.acquire(permits).await.unwrap();
+            served.lock().unwrap().push(permits);
+            taken.release().await.unwrap();
         }
-    });
-    sleep(Duration::from_millis(100)).await;
-    let second = tokio::spawn({
-        let semaphore = semaphore.clone();
-        async move {
-            let permits = semaphore.acquire(1).await.unwrap();
-            order.send(1).unwrap();
-            permits.release().await.unwrap();
-        }
-    });
-    sleep(Duration::from_millis(100)).await;
-    // One permit back: the first waiter still lacks one, and the second must wait.
-    let [one, other] = held;
-    one.release().await.unwrap();
-    sleep(Duration::from_millis(150)).await;
-    other.release().await.unwrap();
-    for task in [first, second] {
-        timeout(Duration::from_secs(5), task)
-            .await
-            .expect("both waiters are served")
-            .unwrap();
-    }
-    let mut ordered = ordered;
-    let served = [ordered.recv().await.unwrap(), ordered.recv().await.unwrap()];
+    };
+    let mut first = std::pin::pin!(waiter(2));
+    assert!(
+        poll_once(first.as_mut()).await.is_pending(),
+        "no permit is free"
+    );
+    let mut second = std::pin::pin!(waiter(1));
+    assert!(
+        poll_once(second.as_mut()).await.is_pending(),
+        "no permit is free"
+    );
+    let releases = async {
+        // One permit back: the first waiter still lacks one, and the second must wait.
+        // The pause is the second's chance to overtake, which it must not take.
+        one.release().await.unwrap();
+        sleep(Duration::from_millis(150)).await;
+        other.release().await.unwrap();
+    };
+    timeout(Duration::from_secs(5), async {
+        tokio::join!(first, second, releases)
+    })
+    .await
+    .expect("both waiters are served");
     assert_eq!(
-        served,
+        *served.lock().unwrap(),
         [2, 1],
         "the later waiter for one overtook the first"
     );
+}
+
+/// Polls `future` once, with the caller's waker: whatever it does on its first poll is
+/// done when this returns.
+async fn poll_once<F: std::future::Future>(
+    mut future: std::pin::Pin<&mut F>,
+) -> std::task::Poll<F::Output> {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(future.as_mut().poll(cx))).await
 }
 
 /// Every operation, and bad input as typed errors that change nothing.
@@ -217,9 +226,12 @@ pub async fn a_storm_of_cancelled_acquisitions_loses_no_permit(fx: &dyn Fixture)
         .map(|task| {
             let semaphore = locks.semaphore(&name);
             tokio::spawn(async move {
-                let mut turn = task;
-                while Instant::now() < until {
-                    turn += 1;
+                // Bounded by turns too: on paused time the clock stands still while
+                // every acquisition is answered at once.
+                for turn in task + 1..=task + 2_000 {
+                    if Instant::now() >= until {
+                        break;
+                    }
                     let wait = Duration::from_micros((turn * 37) % 200);
                     if let Ok(Ok(permits)) = timeout(wait, semaphore.acquire(1)).await {
                         drop(permits);

@@ -12,7 +12,9 @@ use tokio::time::{sleep, timeout};
 
 use crate::Fixture;
 use crate::faulty::{AcquireFault, FaultyBackend};
-use crate::scenarios::{all_served, served_then_released, spawn_try_waiter, unique};
+use crate::scenarios::{
+    all_served, counted_client, served_then_released, spawn_try_waiter, unique,
+};
 
 /// Several clients wait for one mutex; each release is followed by one attempt, by one
 /// waiting client, and every client is served in turn. Before releases woke one client
@@ -103,8 +105,9 @@ pub async fn a_vanished_clients_registration_does_not_swallow_a_release(fx: &dyn
     let waiting = format!("redisson_lock_waiting:{{{name}}}");
     let holder = fx.client().await;
     let held = holder.mutex(&name).lock().await.unwrap();
-    let waiter = spawn_try_waiter(fx.client().await.mutex(&name), Duration::from_secs(20));
-    sleep(Duration::from_millis(200)).await;
+    let (client, counted) = counted_client(fx).await;
+    let waiter = spawn_try_waiter(client.mutex(&name), Duration::from_secs(20));
+    counted.listening().await;
     let registered = redis
         .run(&waiting, &["ZRANGE", &waiting, "0", "0", "WITHSCORES"])
         .await;
@@ -147,9 +150,10 @@ pub async fn a_release_told_to_everybody_still_goes_to_the_first_registered_clie
         Locks::new(Arc::new(slow.clone())).mutex(&name),
         Duration::from_secs(10),
     );
-    sleep(Duration::from_millis(200)).await;
-    let second = spawn_try_waiter(fx.client().await.mutex(&name), Duration::from_secs(10));
-    sleep(Duration::from_millis(200)).await;
+    slow.listening().await;
+    let (client, counted) = counted_client(fx).await;
+    let second = spawn_try_waiter(client.mutex(&name), Duration::from_secs(10));
+    counted.listening().await;
     let outsider = fx.backend().await;
     let lock = LockRef::new(
         LockKind::Mutex,

@@ -105,7 +105,8 @@ mod memory {
     use super::MemoryNodes;
     lock_conformance::conformance_suite!(
         MemoryNodes::start(),
-        without [Fair, Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests]
+        without [Fair, Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests],
+        on paused time
     );
 }
 

@@ -1,7 +1,9 @@
 //! RedLock and MultiLock races that no real network produces on demand: nodes whose
 //! requests fail before they are sent, lose their replies or answer late, through
 //! [`FaultyBackend`] over in-memory nodes. Each test names the review finding it guards
-//! (`shared/reviews/correctness.md`) and failed before its fix.
+//! (`shared/reviews/correctness.md`) and failed before its fix. Nothing here waits on a
+//! real clock: every test runs on paused time, where the runtime skips ahead whenever
+//! all its tasks wait for a timer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,8 +52,8 @@ fn plain_redlock(stores: &[MemoryBackend]) -> Locks {
 /// An in-memory node answers as it is asked.
 async fn asked_everywhere(nodes: &[FaultyBackend], acquisitions: usize) {
     timeout(Duration::from_secs(5), async {
-        while nodes.iter().any(|node| node.acquisitions() < acquisitions) {
-            sleep(Duration::from_millis(1)).await;
+        for node in nodes {
+            node.asked(acquisitions).await;
         }
     })
     .await
@@ -75,7 +77,7 @@ async fn force_unlock_on(stores: &[MemoryBackend], name: &str) {
 /// Review #3: a reentry that fails on a majority before reaching it must not be undone
 /// there: the undo would take away the outer hold, and another client would get a
 /// majority while the outer guard still holds.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_failed_reentry_never_releases_the_outer_hold() {
     let (stores, faulty) = nodes();
     let locks = redlock(&faulty);
@@ -108,7 +110,7 @@ async fn a_failed_reentry_never_releases_the_outer_hold() {
 
 /// A node that grants after the lock's release already ran there (the quorum did not
 /// wait for it) must not stay locked for a whole lease with nobody to release it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_grant_answered_after_the_release_is_released_too() {
     let (stores, faulty) = nodes();
     faulty[2].set(AcquireFault::DelayRequest(Duration::from_millis(100)));
@@ -126,7 +128,7 @@ async fn a_grant_answered_after_the_release_is_released_too() {
 /// A release that a majority answers "not held" while a minority still holds the lock
 /// (the majority lost it) is not "still held": the hold was lost, the release says so, and
 /// the remaining guards of the hold are lost too.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_majority_that_lost_the_lock_ends_the_remaining_guards() {
     let (stores, faulty) = nodes();
     let locks = redlock(&faulty);
@@ -168,7 +170,7 @@ fn multilock_parts_with_one_name_are_refused() {
 
 /// Review #8 on a MultiLock: a waiter that gives up while its attempt is on its way
 /// (the part it waits for answers slowly) must not keep the parts that attempt took.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_multilock_waiter_cancelled_mid_attempt_keeps_nothing() {
     let (fast, slow) = (MemoryBackend::new(), MemoryBackend::new());
     let delayed = FaultyBackend::new(Arc::new(slow.clone()));
@@ -195,7 +197,7 @@ async fn a_multilock_waiter_cancelled_mid_attempt_keeps_nothing() {
 /// A release answers once a majority agrees; a slow node's part still runs after it.
 /// A force-unlock in that moment finds the lock on that node alone: the lock was free,
 /// and saying it was held would tell the caller it took it away from someone.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_force_unlock_behind_a_majority_release_finds_the_lock_free() {
     let (stores, faulty) = nodes();
     faulty[2].delay_releases(Duration::from_millis(300));
@@ -224,7 +226,7 @@ async fn a_force_unlock_behind_a_majority_release_finds_the_lock_free() {
 /// A guard whose lock was force-unlocked on a majority and is still on one node (that
 /// node's delete came late, or failed) is stale: its release says "not held", as on one
 /// node, instead of reporting a release of a lock it no longer had.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_stale_guard_with_a_minority_part_left_is_told_it_lost_the_lock() {
     let (stores, faulty) = nodes();
     let locks = redlock(&faulty);
@@ -288,7 +290,7 @@ async fn a_resent_try_is_not_answered_by_grants_its_failed_try_undoes() {
 /// still on its way waits for it and ends the repaired grant too, so that nothing is
 /// left on that node. (Before, the repair bypassed the gate and landed after the
 /// release, holding the node for a lease with no guard to release it.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_repair_on_its_way_is_released_with_the_lock() {
     let (stores, faulty) = nodes();
     let nodes = faulty
@@ -334,7 +336,7 @@ async fn a_repair_on_its_way_is_released_with_the_lock() {
 /// answers that made a majority impossible and called it busy, so a try answered
 /// `Ok(None)` and a bounded wait ran out, while the majority of nodes was down (seen as
 /// a flaky `three_dead_nodes_fail_within_the_wait_with_every_nodes_error` under load).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn unreachable_nodes_that_answer_last_still_make_the_answer_an_error() {
     let stores: Vec<MemoryBackend> = (0..5).map(|_| MemoryBackend::new()).collect();
     let faulty: Vec<FaultyBackend> = stores

@@ -128,6 +128,21 @@ async fn server_and_two_clients(connect: &AdapterConnect) -> (RedisServer, Locks
     (server, a, b)
 }
 
+/// A server, a client of it, and a second client whose lock acquisitions are counted,
+/// for a scenario to wait for its waiter by [`FaultyBackend::listening`].
+async fn server_and_counted_clients(
+    connect: &AdapterConnect,
+) -> (RedisServer, Locks, (Locks, crate::faulty::FaultyBackend)) {
+    let server = RedisServer::start().await;
+    let holder = locks(connect, ConnectSpec::new(server.url()))
+        .await
+        .unwrap();
+    let counted =
+        crate::faulty::FaultyBackend::new(connect(ConnectSpec::new(server.url())).await.unwrap());
+    let counted_locks = Locks::new(std::sync::Arc::new(counted.clone()));
+    (server, holder, (counted_locks, counted))
+}
+
 /// Two clients of the deployment at `url`.
 async fn two_clients(connect: &AdapterConnect, url: &str) -> (Locks, Locks) {
     let a = locks(connect, ConnectSpec::new(url)).await.unwrap();

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::{
     AdapterConnect, ConnectSpec, await_subscriber, await_subscribers, cluster_url,
-    hand_over_to_a_subscribed_waiter, locks, server_and_two_clients,
+    hand_over_to_a_subscribed_waiter, locks, server_and_counted_clients, server_and_two_clients,
 };
 use crate::scenarios::{eventually, served_then_released, spawn_try_waiter};
 
@@ -58,7 +58,7 @@ pub async fn a_redisson_peer_on_a_cluster_hears_us_and_is_heard(connect: &Adapte
 /// with the wake id of our client alone (which Redisson would not take as a release),
 /// and our waiter is served too.
 pub async fn a_redisson_waiter_hears_our_release_beside_our_waiters(connect: &AdapterConnect) {
-    let (server, holder, ours) = server_and_two_clients(connect).await;
+    let (server, holder, (ours, counted)) = server_and_counted_clients(connect).await;
     let name = "redisson-beside:m";
     let channel = "redisson_lock__channel:{redisson-beside:m}";
     let held = holder.mutex(name).lock().await.unwrap();
@@ -66,7 +66,7 @@ pub async fn a_redisson_waiter_hears_our_release_beside_our_waiters(connect: &Ad
     let mut redisson = raw_subscriber(server.port(), "SUBSCRIBE", channel).await;
     await_subscribers(&server, "NUMSUB", channel, 2).await;
     // Our waiter has asked once more since it subscribed, and is registered.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    counted.listening().await;
     held.unlock().await.unwrap();
     let unlock_message = format!("{channel}\r\n$1\r\n0\r\n");
     let heard = read_until(&mut redisson, b"", unlock_message.as_bytes()).await;
@@ -96,7 +96,7 @@ pub async fn a_newcomer_cannot_take_a_lock_offered_to_the_client_woken_for_it(
     let waiter = spawn_try_waiter(woken.mutex(name), Duration::from_secs(8));
     await_subscriber(&server, "NUMSUB", channel).await;
     // It has asked again since it subscribed, and is registered.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    slow.listening().await;
     slow.set(crate::faulty::AcquireFault::DelayRequest(
         Duration::from_millis(300),
     ));
@@ -255,7 +255,7 @@ impl StandIn {
     /// Sets the scene up on `name`; returns once the live waiter has asked again since
     /// it subscribed.
     async fn set_up(connect: &AdapterConnect, name: &str, on_lock_channel: bool) -> Self {
-        let (server, holder, live) = server_and_two_clients(connect).await;
+        let (server, holder, (live, counted)) = server_and_counted_clients(connect).await;
         let channel = format!("redisson_lock__channel:{{{name}}}");
         let waiting = format!("redisson_lock_waiting:{{{name}}}");
         let stand_in = "distlock-wake:00000000-0000-4000-8000-0000000000aa";
@@ -275,7 +275,7 @@ impl StandIn {
         let waiter = spawn_try_waiter(live.mutex(name), Duration::from_secs(8));
         let listeners = if on_lock_channel.is_some() { 2 } else { 1 };
         await_subscribers(&server, "NUMSUB", &channel, listeners).await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        counted.listening().await;
         Self {
             server,
             _clients: (holder, live),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use lock_core::ErrorKind;
 use tokio::time::{Instant, sleep, timeout};
 
-use super::{eventually, kind, unique};
+use super::{counted_client, eventually, kind, unique};
 use crate::Fixture;
 
 /// A fixed lease expires while the guard lives; the guard then reports not held.
@@ -152,7 +152,7 @@ pub async fn cancelled_acquires_leave_no_hold(fx: &dyn Fixture) {
 /// `force_unlock` frees a held lock, wakes its waiter and makes the old guard lost; on a
 /// free lock it is a no-op that returns false.
 pub async fn force_unlock_frees_and_marks_lost(fx: &dyn Fixture) {
-    let (c1, c2) = (fx.client().await, fx.client().await);
+    let (c1, (c2, counted)) = (fx.client().await, counted_client(fx).await);
     let name = unique("force");
     let m1 = c1.mutex(&name);
     assert!(
@@ -162,7 +162,7 @@ pub async fn force_unlock_frees_and_marks_lost(fx: &dyn Fixture) {
     let g = m1.lock().await.unwrap();
     let m2 = c2.mutex(&name);
     let waiter = tokio::spawn(async move { m2.lock().await });
-    sleep(Duration::from_millis(100)).await;
+    counted.listening().await;
     assert!(m1.force_unlock().await.unwrap());
     let w = timeout(Duration::from_secs(2), waiter)
         .await

@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lock_core::{Error, ErrorKind};
+
+use crate::faulty::FaultyBackend;
 use tokio::time::{Instant, sleep, timeout};
 
 mod exclusion;
@@ -43,6 +45,16 @@ where
         }
         sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A client of its own whose lock acquisitions are counted, and the counter: a scenario
+/// waits for its waiter with [`FaultyBackend::listening`] instead of a pause.
+pub(crate) async fn counted_client(fx: &dyn crate::Fixture) -> (lock_core::Locks, FaultyBackend) {
+    let counted = FaultyBackend::new(fx.backend().await);
+    (
+        lock_core::Locks::new(std::sync::Arc::new(counted.clone())),
+        counted,
+    )
 }
 
 /// The kind of the error `r` must be.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use lock_core::{LockKind, LockName, LockRef, Locks, Owner, RequestId};
 use tokio::time::{Instant, sleep, timeout};
 
-use super::{all_served, eventually, handover_gap, spawn_waiter, unique};
+use super::{all_served, counted_client, eventually, handover_gap, spawn_waiter, unique};
 use crate::Fixture;
 use crate::faulty::FaultyBackend;
 
@@ -32,11 +32,11 @@ pub async fn try_lock_for_gives_up_after_its_wait(fx: &dyn Fixture) {
 /// A waiter wakes within a few ms of the release (the holder's lease is 30 s, so ttl
 /// polling would take that long).
 pub async fn waiter_wakes_on_release(fx: &dyn Fixture) {
-    let (c1, c2) = (fx.client().await, fx.client().await);
+    let (c1, (c2, counted)) = (fx.client().await, counted_client(fx).await);
     let name = unique("wake");
     let g = c1.mutex(&name).lock().await.unwrap();
     let waiter = spawn_waiter(c2.mutex(&name));
-    sleep(Duration::from_millis(150)).await;
+    counted.listening().await;
     let gap = handover_gap(g, waiter, Duration::from_secs(5)).await;
     assert!(
         gap < Duration::from_millis(100),
