@@ -202,16 +202,33 @@ fn has_nextest() -> bool {
     succeeds(cargo().args(["nextest", "--version"]))
 }
 
-/// `cargo xtask chaos`: the harness lives in the `lock-chaos` crate; this builds and runs it.
-/// `cargo xtask simulate`: the simulation needs no server, only its own binary (the dev
-/// profile, which `cargo xtask test` builds already).
+/// `cargo xtask simulate`: the simulation needs no server, only its own binary.
 fn simulate(extra: &[String]) -> Result<ExitCode, String> {
-    let mut run = cargo();
-    run.args(["run", "--quiet", "-p", "lock-sim", "--"])
-        .args(extra);
+    let simulator = built_as_the_tests_build_it("lock-sim")?;
+    let mut run = Command::new(simulator);
+    run.args(extra);
     Ok(exit_code(run_streaming(run)?))
 }
 
+/// Builds the binary `name` of the workspace the way `cargo xtask test` builds it (the
+/// same packages, features and profile, so that nothing is compiled a second time with
+/// other features after a test run) and returns its path. The binary's package has an
+/// integration test, which is what makes a test build build the binary itself.
+fn built_as_the_tests_build_it(name: &str) -> Result<PathBuf, String> {
+    println!("xtask: building {name} (as the tests build it)...");
+    let mut build = workspace_command(&["test", "--no-run", "--quiet"], &[]);
+    // The profile nextest builds with in `cargo xtask test`.
+    build.args(["--profile", "dev"]);
+    let status = run_streaming(build)?;
+    if !status.success() {
+        return Err(format!("building {name} failed ({status})"));
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace_root().join("target"), PathBuf::from);
+    Ok(target.join("debug").join(name))
+}
+
+/// `cargo xtask chaos`: the harness lives in the `lock-chaos` crate; this builds and runs it.
 fn chaos(extra: &[String]) -> Result<ExitCode, String> {
     let binary = find_or_install_redis()?;
     let postgres_wanted = extra
@@ -222,18 +239,9 @@ fn chaos(extra: &[String]) -> Result<ExitCode, String> {
     } else {
         None
     };
-    // The dev profile shares its build with `cargo xtask test`; the harness measures
-    // correctness, not speed.
-    println!("xtask: building lock-chaos...");
-    let mut build = cargo();
-    build.args(["build", "--quiet", "-p", "lock-chaos"]);
-    let status = run_streaming(build)?;
-    if !status.success() {
-        return Ok(exit_code(status));
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| workspace_root().join("target"), PathBuf::from);
-    let mut run = Command::new(target.join("debug").join("lock-chaos"));
+    // The harness measures correctness, not speed: the tests' own build serves.
+    let harness = built_as_the_tests_build_it("lock-chaos")?;
+    let mut run = Command::new(harness);
     run.arg("run").args(extra).env("REDIS_SERVER_BIN", &binary);
     if let Some(postgres) = postgres {
         run.env("PG_BIN_DIR", postgres);
