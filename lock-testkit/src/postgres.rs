@@ -16,6 +16,25 @@ pub(crate) const NOT_FOUND: &str = "PostgreSQL's server binaries (initdb, postgr
      install them (Debian/Ubuntu: apt-get install postgresql; macOS: brew install postgresql) \
      or set PG_BIN_DIR to the directory holding them; `cargo xtask test` does this for you";
 
+/// Removes the directory `path` if it exists.
+fn remove_if_there(path: &Path) {
+    match std::fs::remove_dir_all(path) {
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+            panic!("cannot remove {}: {err}", path.display())
+        }
+        _ => {}
+    }
+}
+
+/// How `initdb` makes a data directory (see [`PostgresServer::template`]).
+const INITDB_ARGS: [&str; 5] = [
+    "--username=postgres",
+    "--auth=trust",
+    "--encoding=UTF8",
+    "--no-sync",
+    "--no-instructions",
+];
+
 /// How long `initdb` plus the first start may take.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often readiness is polled.
@@ -223,22 +242,66 @@ impl PostgresServer {
         file
     }
 
+    /// Gives the server a fresh data directory: a copy of the one `initdb` made for this
+    /// installation (see [`Self::template`]).
     fn init_db(&self) {
+        let template = self.template();
+        let output = Command::new("cp")
+            .arg("-a")
+            .arg(&template)
+            .arg(self.data())
+            .output()
+            .unwrap_or_else(|e| panic!("run cp: {e}"));
+        assert!(
+            output.status.success(),
+            "copying {} to {} failed: {}",
+            template.display(),
+            self.data().display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// A data directory as `initdb` makes it, made once for this installation and user
+    /// and then copied: `initdb` takes about a second of CPU, a copy a few milliseconds,
+    /// and a test run starts hundreds of servers. It is made under a name of its own and
+    /// renamed into place, so that servers starting together never copy half of one;
+    /// when two make it at once, one keeps the other's.
+    fn template(&self) -> PathBuf {
+        let mut key = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(&(&self.bin, INITDB_ARGS, self.run_as), &mut key);
+        let key = std::hash::Hasher::finish(&key);
+        let template = std::env::temp_dir().join(format!("lock-testkit-pg-template-{key:016x}"));
+        if template.join("PG_VERSION").is_file() {
+            return template;
+        }
+        let making = template.with_extension(format!("{}.making", std::process::id()));
+        // Left by a run that died while making it.
+        remove_if_there(&making);
         let output = self
             .command("initdb")
-            .args(["--username=postgres", "--auth=trust", "--encoding=UTF8"])
-            .args(["--no-sync", "--no-instructions", "--pgdata"])
-            .arg(self.data())
+            .args(INITDB_ARGS)
+            .arg("--pgdata")
+            .arg(&making)
             .stdin(Stdio::null())
             .output()
             .unwrap_or_else(|e| panic!("run initdb: {e}"));
         assert!(
             output.status.success(),
             "initdb failed in {}: {}{}",
-            self.dir.path().display(),
+            making.display(),
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
+        if std::fs::rename(&making, &template).is_err() {
+            // Another server made it first: its copy serves.
+            assert!(
+                template.join("PG_VERSION").is_file(),
+                "cannot put the data directory template in place at {}",
+                template.display()
+            );
+            remove_if_there(&making);
+        }
+        template
     }
 
     /// Starts the server on `self.port` and waits until it is ready; [`PortTaken`] if
