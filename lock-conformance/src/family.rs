@@ -11,7 +11,9 @@ use tokio::time::{Instant, sleep, timeout};
 
 use crate::Fixture;
 use crate::faulty::FaultyBackend;
-use crate::scenarios::{counted_client, eventually, handover_gap, kind, spawn_waiter, unique};
+use crate::scenarios::{
+    WATCHDOG_LEASE, counted_client, eventually, handover_gap, kind, spawn_waiter, unique,
+};
 
 async fn client_with(
     fx: &dyn Fixture,
@@ -316,7 +318,7 @@ pub async fn write_release_wakes_all_readers(fx: &dyn Fixture) {
 
 /// The watchdog renews read and write holds alike.
 pub async fn watchdog_renews_every_kind(fx: &dyn Fixture) {
-    let lease = Duration::from_millis(300);
+    let lease = WATCHDOG_LEASE;
     let locks = fx.client_with_lease(lease).await;
     let rw = unique("wd-rw");
     // The writer downgrades: one holder takes both.
@@ -497,7 +499,7 @@ pub async fn family_bad_input_is_typed(fx: &dyn Fixture) {
 /// The fair lock is renewed by the watchdog, fenced, and force-unlocked like the others:
 /// a force-unlock wakes its queue.
 pub async fn fair_lock_is_renewed_fenced_and_force_unlocked(fx: &dyn Fixture) {
-    let lease = Duration::from_millis(300);
+    let lease = WATCHDOG_LEASE;
     let locks = client_with(fx, |b| b.watchdog_lease(lease).fencing(true)).await;
     let name = unique("fair-wd");
     let first = locks.fair_mutex(&name).lock().await.unwrap();

@@ -6,7 +6,7 @@ use std::time::Duration;
 use lock_core::ErrorKind;
 use tokio::time::{Instant, sleep, timeout};
 
-use super::{counted_client, eventually, kind, unique};
+use super::{WATCHDOG_LEASE, counted_client, eventually, kind, unique};
 use crate::Fixture;
 
 /// A fixed lease expires while the guard lives; the guard then reports not held.
@@ -39,12 +39,12 @@ pub async fn expired_lease_is_not_held(fx: &dyn Fixture) {
 
 /// The watchdog keeps a lock alive for more than three leases.
 pub async fn watchdog_keeps_the_lock(fx: &dyn Fixture) {
-    let lease = Duration::from_millis(300);
+    let lease = WATCHDOG_LEASE;
     let locks = fx.client_with_lease(lease).await;
     let other = fx.client().await;
     let name = unique("watchdog");
     let g = locks.mutex(&name).lock().await.unwrap();
-    let held_for = lease * 4;
+    let held_for = lease * 3 + lease / 2;
     tokio::select! {
         err = g.lost() => panic!("the watchdog let the lock go: {err}"),
         () = sleep(held_for) => {}

@@ -29,6 +29,12 @@ pub(crate) fn unique(prefix: &str) -> String {
     )
 }
 
+/// The lease of the scenarios that check the watchdog keeps a hold: it renews every
+/// third of it, so a hold is lost only when the machine stalls a renewal for two
+/// thirds of it. At 300 ms a PostgreSQL renewal on a loaded two-core machine once took
+/// longer than that (a stall of 200 ms lost a write hold).
+pub(crate) const WATCHDOG_LEASE: Duration = Duration::from_millis(900);
+
 /// Polls `check` every 10 ms until it is true or `within` passes.
 pub(crate) async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
 where
