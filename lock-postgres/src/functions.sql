@@ -15,6 +15,11 @@
 -- passed: a hold that ended and began again has a new origin, so no grant of the old
 -- one is alive in it. A release ends exactly the grant it names, only while it is alive.
 --
+-- Every function runs with `search_path` pinned to pg_catalog (then pg_temp, which only
+-- a session's own temporary objects live in): a function or operator planted in a schema
+-- on the caller's path, even one whose argument types match a call better than
+-- PostgreSQL's own, is never called, with the lock client's rights, on lock names.
+--
 -- Replies are arrays of bigint:
 --   acquire_grant: {1, holds, token, origin high 64 bits, origin low 64 bits} granted,
 --            {0, ms the lock stays busy at most, 0} busy, {3, 0, 0} a reader asking for
@@ -28,25 +33,50 @@
 -- set synchronous_commit to off: a grant, renewal or fencing token lost in a crash would
 -- let a second holder in, or a token go backwards.
 CREATE OR REPLACE FUNCTION {schema}.durable()
-RETURNS void LANGUAGE plpgsql AS $$
+RETURNS void LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF current_setting('synchronous_commit') = 'off' THEN
         PERFORM set_config('synchronous_commit', 'on', true);
     END IF;
 END $$;
 
+-- Sends `p_payload` on `p_channel`, unless the server's notification queue is filling up
+-- (second review, N14): one listener that stopped reading (a paused process) holds every
+-- notification after it in the queue, and once the queue is full every transaction that
+-- notifies fails at commit, so every release in the database would. Waiters do not need
+-- the message to be served: they ask again within the wait the busy reply gave them. The
+-- limit is the share of the queue in use, `distlock.notify_queue_limit` (default 0.5).
+CREATE OR REPLACE FUNCTION {schema}.notify(p_channel text, p_payload text)
+RETURNS void LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_limit double precision :=
+        coalesce(nullif(current_setting('distlock.notify_queue_limit', true), ''), '0.5')::float8;
+BEGIN
+    IF pg_notification_queue_usage() < v_limit THEN
+        PERFORM pg_notify(p_channel, p_payload);
+    ELSE
+        RAISE WARNING 'distlock: the notification queue is % percent full; % not notified',
+            round(pg_notification_queue_usage()::numeric * 100, 1), p_channel;
+    END IF;
+END $$;
+
 -- Serializes on `p_name`, drops what expired, and returns the remembered reply of
 -- `p_request` (NULL when it has none).
 CREATE OR REPLACE FUNCTION {schema}.begin_op(p_name text, p_request uuid, p_now timestamptz)
-RETURNS bigint[] LANGUAGE plpgsql AS $$
+RETURNS bigint[] LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_reply bigint[];
 BEGIN
     PERFORM {schema}.durable();
-    PERFORM pg_advisory_xact_lock(hashtextextended('distlock:' || p_name, 0));
+    PERFORM pg_catalog.pg_advisory_xact_lock(
+        pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
     IF p_request IS NOT NULL THEN
-        SELECT reply INTO v_reply FROM {schema}.answers
-         WHERE request = p_request AND expires_at > p_now;
+        -- Also an answer whose window ended but is not swept yet: the request ran, and
+        -- running it again would grant twice, and then fail on the answer's key.
+        SELECT reply INTO v_reply FROM {schema}.answers WHERE request = p_request;
         IF FOUND THEN
             RETURN v_reply;
         END IF;
@@ -72,7 +102,8 @@ END $$;
 -- index entries of the rows the sweeps before it had just deleted.
 CREATE OR REPLACE FUNCTION {schema}.remember(
     p_request uuid, p_name text, p_reply bigint[], p_now timestamptz, p_window_ms bigint
-) RETURNS bigint[] LANGUAGE plpgsql AS $$
+) RETURNS bigint[] LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF random() < 1.0 / 64 THEN
         DELETE FROM {schema}.answers WHERE request IN (
@@ -86,7 +117,8 @@ END $$;
 
 -- The busy reply: how long the name's holds last at most (NULL when it has none).
 CREATE OR REPLACE FUNCTION {schema}.busy(p_name text, p_now timestamptz)
-RETURNS bigint[] LANGUAGE sql AS $$
+RETURNS bigint[] LANGUAGE sql
+    SET search_path = pg_catalog, pg_temp AS $$
     SELECT ARRAY[0, greatest(1, ceil(extract(epoch FROM max(expires_at) - p_now) * 1000))::bigint, 0]
       FROM {schema}.holds WHERE name = p_name
     HAVING count(*) > 0
@@ -94,7 +126,8 @@ $$;
 
 -- The two halves of a uuid as bigints, high first (a reply is an array of bigint).
 CREATE OR REPLACE FUNCTION {schema}.uuid_halves(p_id uuid)
-RETURNS bigint[] LANGUAGE sql IMMUTABLE AS $$
+RETURNS bigint[] LANGUAGE sql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp AS $$
     SELECT ARRAY[('x' || substr(replace(p_id::text, '-', ''), 1, 16))::bit(64)::bigint,
                  ('x' || substr(replace(p_id::text, '-', ''), 17, 16))::bit(64)::bigint]
 $$;
@@ -105,7 +138,8 @@ $$;
 CREATE OR REPLACE FUNCTION {schema}.grant_hold(
     p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_fencing boolean,
     p_request uuid, p_window_ms bigint, p_now timestamptz
-) RETURNS bigint[] LANGUAGE plpgsql AS $$
+) RETURNS bigint[] LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_end timestamptz := p_now + p_lease_ms * interval '1 millisecond';
     v_holds integer;
@@ -153,7 +187,8 @@ END $$;
 
 -- Wakes the first fair waiter of `p_name` that still keeps its place.
 CREATE OR REPLACE FUNCTION {schema}.wake_fair_head(p_name text, p_now timestamptz)
-RETURNS void LANGUAGE plpgsql AS $$
+RETURNS void LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_channel text;
 BEGIN
@@ -161,7 +196,7 @@ BEGIN
     SELECT channel INTO v_channel FROM {schema}.waiters
      WHERE name = p_name ORDER BY arrived LIMIT 1;
     IF FOUND THEN
-        PERFORM pg_notify(v_channel, 'one');
+        PERFORM {schema}.notify(v_channel, 'one');
     END IF;
 END $$;
 
@@ -171,7 +206,8 @@ END $$;
 CREATE OR REPLACE FUNCTION {schema}.acquire_fair(
     p_name text, p_owner text, p_lease_ms bigint, p_fencing boolean, p_request uuid,
     p_window_ms bigint, p_waits boolean, p_place_ms bigint, p_channel text, p_now timestamptz
-) RETURNS bigint[] LANGUAGE plpgsql AS $$
+) RETURNS bigint[] LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_head {schema}.waiters%ROWTYPE;
     v_queued boolean;
@@ -211,7 +247,8 @@ END $$;
 CREATE OR REPLACE FUNCTION {schema}.acquire_grant(
     p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_fencing boolean,
     p_request uuid, p_window_ms bigint, p_waits boolean, p_place_ms bigint, p_channel text
-) RETURNS bigint[] LANGUAGE plpgsql AS $$
+) RETURNS bigint[] LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
     v_reply bigint[];
@@ -254,7 +291,8 @@ END $$;
 CREATE OR REPLACE FUNCTION {schema}.acquire(
     p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_fencing boolean,
     p_request uuid, p_window_ms bigint, p_waits boolean, p_place_ms bigint, p_channel text
-) RETURNS bigint[] LANGUAGE sql AS $$
+) RETURNS bigint[] LANGUAGE sql
+    SET search_path = pg_catalog, pg_temp AS $$
     SELECT ({schema}.acquire_grant(p_name, p_owner, p_kind, p_lease_ms, p_fencing, p_request,
                                    p_window_ms, p_waits, p_place_ms, p_channel))[1:3]
 $$;
@@ -266,7 +304,8 @@ $$;
 CREATE OR REPLACE FUNCTION {schema}.release_grant(
     p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_request uuid,
     p_window_ms bigint, p_grant uuid, p_channel text
-) RETURNS bigint[] LANGUAGE plpgsql AS $$
+) RETURNS bigint[] LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
     v_reply bigint[];
@@ -305,9 +344,9 @@ BEGIN
         IF p_kind = 'fair' THEN
             PERFORM {schema}.wake_fair_head(p_name, v_now);
         ELSIF p_kind = 'write' THEN
-            PERFORM pg_notify(p_channel, 'all');
+            PERFORM {schema}.notify(p_channel, 'all');
         ELSIF NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name) THEN
-            PERFORM pg_notify(p_channel, 'one');
+            PERFORM {schema}.notify(p_channel, 'one');
         END IF;
         v_reply := ARRAY[2, 0];
     END IF;
@@ -319,7 +358,8 @@ END $$;
 CREATE OR REPLACE FUNCTION {schema}.release(
     p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_request uuid,
     p_window_ms bigint, p_undoes uuid, p_channel text
-) RETURNS bigint[] LANGUAGE sql AS $$
+) RETURNS bigint[] LANGUAGE sql
+    SET search_path = pg_catalog, pg_temp AS $$
     SELECT {schema}.release_grant(p_name, p_owner, p_kind, p_lease_ms, p_request, p_window_ms,
                                   p_undoes, p_channel)
 $$;
@@ -327,7 +367,8 @@ $$;
 -- A fair waiter gives up: it leaves the queue, and when it was first and the lock is
 -- free, the next waiter is woken.
 CREATE OR REPLACE FUNCTION {schema}.cancel_wait(p_name text, p_owner text)
-RETURNS void LANGUAGE plpgsql AS $$
+RETURNS void LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
     v_first boolean;
@@ -346,7 +387,8 @@ END $$;
 -- when readers hold it and no writer); whether it did. Its waiters are told: a fair
 -- lock's first waiter, everyone else's all.
 CREATE OR REPLACE FUNCTION {schema}.force_release(p_name text, p_kind text, p_channel text)
-RETURNS boolean LANGUAGE plpgsql AS $$
+RETURNS boolean LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
     v_found boolean;
@@ -368,7 +410,7 @@ BEGIN
     IF p_kind = 'fair' THEN
         PERFORM {schema}.wake_fair_head(p_name, v_now);
     ELSE
-        PERFORM pg_notify(p_channel, 'all');
+        PERFORM {schema}.notify(p_channel, 'all');
     END IF;
     RETURN true;
 END $$;
@@ -377,7 +419,8 @@ END $$;
 -- holds each get the lease) and returns those renewed.
 CREATE OR REPLACE FUNCTION {schema}.renew(
     p_names text[], p_owners text[], p_kinds text[], p_lease_ms bigint
-) RETURNS TABLE (renewed_name text, renewed_owner text, renewed_kind text) LANGUAGE plpgsql AS $$
+) RETURNS TABLE (renewed_name text, renewed_owner text, renewed_kind text) LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
     v_end timestamptz := v_now + p_lease_ms * interval '1 millisecond';
@@ -405,7 +448,8 @@ END $$;
 
 -- Raises the fencing counter of `p_name` to at least `p_token`.
 CREATE OR REPLACE FUNCTION {schema}.raise_fencing(p_name text, p_token bigint)
-RETURNS void LANGUAGE plpgsql AS $$
+RETURNS void LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM {schema}.durable();
     INSERT INTO {schema}.tokens AS t (name, token) VALUES (p_name, p_token)

@@ -136,7 +136,7 @@ const STEPS: [&str; 2] = [
 /// older client never puts its functions back under a newer one. A function's
 /// parameters therefore never change: a new signature is a new function, and old ones
 /// stay for older clients.
-pub const FUNCTIONS_REVISION: i32 = 2;
+pub const FUNCTIONS_REVISION: i32 = 3;
 
 /// The functions every operation is one call of (one statement, atomic, no session
 /// state: usable through a transaction-mode pooler). Code rather than data: replaced

@@ -166,3 +166,99 @@ async fn hand_over(admin: &Client, a: &lock_core::Locks, b: &lock_core::Locks, n
         .unwrap()
         .unwrap();
 }
+
+/// A raw listener: the notifications of `channel`, as a test connection receives them,
+/// while the returned client lives.
+async fn raw_listener(
+    url: &str,
+    channel: &str,
+) -> (Client, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let config: Config = url.parse().unwrap();
+    let (client, mut connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    let (heard, hearing) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            match message {
+                Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
+                    if heard.send(n.payload().to_owned()).is_err() {
+                        break;
+                    }
+                }
+                Ok(_) => {}
+                Err(err) => panic!("the listener's connection failed: {err}"),
+            }
+        }
+    });
+    client
+        .batch_execute(&format!("LISTEN \"{channel}\""))
+        .await
+        .unwrap();
+    (client, hearing)
+}
+
+/// Second review, N14: once the server's notification queue is past the limit (here set
+/// to 0 for every new session, as a queue pinned by a stalled listener would be past
+/// 0.5), a release sends no NOTIFY, so it cannot fail at commit on a full queue, and the
+/// waiter is still served, by asking again within the holder's lease. Under the limit
+/// the same release notifies (the first half: the listener does hear).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_notify_queue_limit_releases_skip_the_notify_and_waiters_are_served() {
+    let server = PostgresServer::start().await;
+    let admin = postgres_client(&server.url()).await;
+    for (name, limit) in [("n14-under", None), ("n14-past", Some("0"))] {
+        if let Some(limit) = limit {
+            admin
+                .batch_execute(&format!(
+                    "ALTER DATABASE postgres SET distlock.notify_queue_limit = '{limit}'"
+                ))
+                .await
+                .unwrap();
+        }
+        // New clients: new sessions, which read the database's settings.
+        let holder = connect(&server.url()).await;
+        let waiting_backend = std::sync::Arc::new(
+            lock_postgres::Connector::new(server.url())
+                .connect()
+                .await
+                .unwrap(),
+        );
+        let waiting = lock_core::Locks::new(waiting_backend.clone());
+        let held = holder
+            .mutex(name)
+            .lock_with_lease(Duration::from_millis(600))
+            .await
+            .unwrap();
+        let waiter = tokio::spawn({
+            let lock = waiting.mutex(name);
+            async move { lock.try_lock_for(Duration::from_secs(10), None).await }
+        });
+        let listening = async {
+            loop {
+                if let Some(channel) = waiting_backend.subscribed_channels().pop() {
+                    return channel;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        let channel = timeout(Duration::from_secs(5), listening)
+            .await
+            .expect("the waiter listens");
+        let (_listening, mut heard) = raw_listener(&server.url(), &channel).await;
+        held.unlock().await.expect("the release commits");
+        let granted = timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the waiter is served")
+            .unwrap()
+            .unwrap()
+            .expect("the lock is free");
+        granted.unlock().await.unwrap();
+        let message = timeout(Duration::from_millis(500), heard.recv()).await;
+        match limit {
+            None => assert!(
+                matches!(message, Ok(Some(_))),
+                "under the limit the release notified nobody"
+            ),
+            Some(_) => assert!(message.is_err(), "past the limit it notified: {message:?}"),
+        }
+    }
+}

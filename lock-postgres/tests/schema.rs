@@ -6,9 +6,13 @@
 // reason: test helpers panic on unexpected errors, like the tests themselves.
 #![allow(clippy::unwrap_used)]
 
-use lock_core::ErrorKind;
-use lock_postgres::SchemaError;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::backend::{Acquire, LockKind, LockRef};
+use lock_core::{AcquireRequest, Backend, ErrorKind, LockName, Locks, Owner};
 use lock_postgres::schema::{FUNCTIONS_REVISION, SchemaName, VERSION, migrate};
+use lock_postgres::{Connector, SchemaError};
 use lock_testkit::{PostgresServer, postgres_client};
 use tokio_postgres::Client;
 
@@ -228,4 +232,97 @@ async fn functions_are_replaced_only_by_a_newer_or_changed_revision() {
         .unwrap()
         .get(0);
     assert_eq!(revision, FUNCTIONS_REVISION + 1);
+}
+
+/// Second review, N9: a function planted in a schema on the lock client's search path,
+/// whose argument types match a call better than PostgreSQL's own (`(text, integer)`
+/// against `pg_catalog`'s `(text, bigint)`), is never called by the lock functions: they
+/// run with a pinned search path and call PostgreSQL's functions by their full name.
+/// Before, every lock operation called it, with the lock client's rights, on every name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_function_planted_on_the_search_path_is_never_called() {
+    let server = PostgresServer::start().await;
+    let side = postgres_client(&server.url()).await;
+    side.batch_execute(
+        "CREATE TABLE public.seen (name text);
+         CREATE FUNCTION public.hashtextextended(t text, seed integer) RETURNS bigint
+         LANGUAGE plpgsql AS $$ BEGIN INSERT INTO public.seen VALUES (t); RETURN 42; END $$;",
+    )
+    .await
+    .unwrap();
+    let backend = Connector::new(server.url()).connect().await.unwrap();
+    let locks = Locks::new(Arc::new(backend));
+    let guard = locks.mutex("victim").lock().await.unwrap();
+    assert!(locks.mutex("victim").is_locked().await.unwrap());
+    guard.unlock().await.unwrap();
+    let fair = locks.fair_mutex("victim-fair").lock().await.unwrap();
+    fair.unlock().await.unwrap();
+    let read = locks.rw_lock("victim-rw").reader().lock().await.unwrap();
+    read.unlock().await.unwrap();
+    assert!(!locks.mutex("victim").force_unlock().await.unwrap());
+    let seen: Vec<String> = side
+        .query("SELECT name FROM public.seen", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert!(seen.is_empty(), "the planted function saw {seen:?}");
+}
+
+/// Second review, N11: a request sent again after its kept answer's window ended, but
+/// before the sweep removed it, is answered as the first run was. Before, it ran again
+/// and failed on the answer's key (23505), taken for a permanent error: an acquire's
+/// grant was then never undone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_its_answers_window_gets_the_first_answer() {
+    let server = PostgresServer::start().await;
+    let backend = Connector::new(server.url()).connect().await.unwrap();
+    let lock = LockRef::new(
+        LockKind::Mutex,
+        LockName::new("late-retry").unwrap(),
+        Owner::new("client", "task"),
+    );
+    let request =
+        AcquireRequest::new(Duration::from_secs(30)).retry_window(Duration::from_millis(100));
+    let first = backend.acquire(&lock, request).await.unwrap();
+    assert!(
+        matches!(first, Acquire::Acquired { holds: 1, .. }),
+        "{first:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let again = backend.acquire(&lock, request).await.unwrap();
+    assert_eq!(again, first, "the late retry ran again");
+}
+
+/// The lock functions commit durably whatever the session asked: a grant or a fencing
+/// token lost in a crash would let a second holder in. (The test server runs with
+/// `synchronous_commit = off`, as a tuned server may.) Checked inside the transaction
+/// of the call, where the functions' own setting shows; the pinned search path of the
+/// functions does not undo it at their exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_operation_commits_durably_in_a_session_that_does_not() {
+    let server = PostgresServer::start().await;
+    let mut client = postgres_client(&server.url()).await;
+    migrate(&mut client, &SchemaName::default()).await.unwrap();
+    let transaction = client.transaction().await.unwrap();
+    transaction
+        .batch_execute("SET LOCAL synchronous_commit = off")
+        .await
+        .unwrap();
+    transaction
+        .execute(
+            "SELECT distlock.acquire_grant('durable', 'owner', 'mutex', 30000, false,
+                    gen_random_uuid(), 1000, false, 0, '')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let setting: String = transaction
+        .query_one("SELECT current_setting('synchronous_commit')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(setting, "on");
+    transaction.commit().await.unwrap();
 }
