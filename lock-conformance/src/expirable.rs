@@ -113,8 +113,14 @@ pub async fn a_cut_off_holders_permits_come_back_after_one_lease(fx: &dyn Fixtur
 /// the late renewal overwrote the expiry with the watchdog's shorter lease.)
 pub async fn a_late_renewal_never_cuts_a_lengthened_permit_lease(fx: &dyn Fixture) {
     let faulty = FaultyBackend::new(fx.backend().await);
+    // Timed with room for a loaded machine: the renewal is due at 500 ms and lands at
+    // about 1 250 ms, after the lengthening at 600 ms; the holder's first lease lasts
+    // until 1 500 ms whatever the renewal does, and a lease the late renewal cut would
+    // end at about 2 750 ms, before the intruder tries at about 3 300 ms. (With a lease
+    // of 600 ms a loaded machine once delayed the renewal's answer past the lease.)
+    let lease = Duration::from_millis(1_500);
     let holder = Locks::builder(Arc::new(faulty.clone()))
-        .watchdog_lease(Duration::from_millis(600))
+        .watchdog_lease(lease)
         .build()
         .unwrap();
     let name = unique("xsem-late-renewal");
@@ -122,11 +128,11 @@ pub async fn a_late_renewal_never_cuts_a_lengthened_permit_lease(fx: &dyn Fixtur
     assert!(ours.try_set_permits(1).await.unwrap());
     let mut permit = ours.acquire(1).await.unwrap();
     // The watchdog's next renewal (due within a third of the lease) lands late.
-    faulty.delay_next_permit_renewal(Duration::from_millis(300));
-    sleep(Duration::from_millis(250)).await;
-    permit.update_lease(Duration::from_secs(5)).await.unwrap();
+    faulty.delay_next_permit_renewal(lease / 2);
+    sleep(Duration::from_millis(600)).await;
+    permit.update_lease(Duration::from_secs(10)).await.unwrap();
     // The late renewal has landed; a cut lease would have ended by now.
-    sleep(Duration::from_millis(1_200)).await;
+    sleep(Duration::from_millis(2_700)).await;
     let other = fx.client().await;
     let intruder = other
         .expirable_semaphore(&name)
