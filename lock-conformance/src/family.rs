@@ -144,8 +144,11 @@ pub async fn fair_waiter_that_gives_up_leaves_the_queue(fx: &dyn Fixture) {
     let held = holder.fair_mutex(&name).lock().await.unwrap();
     let (quitter, quitter_counted) = counted_client(fx).await;
     let quitter = quitter.fair_mutex(&name);
+    // Its wait is long enough for it to subscribe and ask again (which is how the test
+    // knows it is queued) on a loaded machine: with 100 ms a cluster's subscription once
+    // took longer, and the quitter gave up after one request.
     let quitting = tokio::spawn(async move {
-        let outcome = quitter.try_lock_for(Duration::from_millis(100), None).await;
+        let outcome = quitter.try_lock_for(Duration::from_secs(2), None).await;
         outcome.map(|guard| guard.is_none())
     });
     // The quitter is queued first, the waiter behind it.
