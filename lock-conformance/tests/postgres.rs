@@ -1,14 +1,17 @@
 //! The conformance suite on PostgreSQL: every scenario the backend's capabilities select,
 //! on a server the fixture starts (never the one on 5432), once with the client
-//! connected to the server itself and once with its statements going through PgBouncer
-//! in transaction mode (its notification connection going to the server, as the
-//! README says to set it up).
+//! connected to the server itself as a least-privileged service role (the tables made
+//! by the printed migration, the role given only the grants the README lists), and
+//! once as the tables' owner with its statements going through PgBouncer in
+//! transaction mode (its notification connection going to the server, as the README
+//! says to set it up).
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use async_trait::async_trait;
 use lock_conformance::Fixture;
 use lock_core::Backend;
+use lock_postgres::schema::{self, SchemaName};
 use lock_postgres::{Connector, PostgresBackend};
 use lock_testkit::{PgBouncer, PostgresServer};
 use tokio::sync::OnceCell;
@@ -16,9 +19,14 @@ use tokio::sync::OnceCell;
 /// How the fixture's clients reach the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
-    Direct,
+    /// To the server, as a role that may only read the tables and call the functions.
+    DirectAsServiceRole,
+    /// Through PgBouncer, as the superuser, which migrates on connect.
     TransactionPooler,
 }
+
+/// The least-privileged role of [`Route::DirectAsServiceRole`].
+const SERVICE_ROLE: &str = "lock_service";
 
 /// The servers of a fixture: PostgreSQL, and PgBouncer in front of it for
 /// [`Route::TransactionPooler`].
@@ -54,7 +62,10 @@ impl PostgresFixture {
             .get_or_init(|| async {
                 let postgres = PostgresServer::start().await;
                 let pooler = match self.route {
-                    Route::Direct => None,
+                    Route::DirectAsServiceRole => {
+                        least_privileged(&postgres).await;
+                        None
+                    }
                     Route::TransactionPooler => Some(PgBouncer::start(&postgres).await),
                 };
                 Servers { postgres, pooler }
@@ -69,7 +80,10 @@ impl Fixture for PostgresFixture {
         let servers = self.servers().await;
         let direct = servers.postgres.url();
         let connector = match &servers.pooler {
-            None => Connector::new(&direct),
+            None => Connector::new(format!(
+                "postgres://{SERVICE_ROLE}@127.0.0.1:{}/postgres",
+                servers.postgres.port()
+            )),
             Some(pooler) => Connector::new(pooler.url()).notifications_url(&direct),
         };
         let backend = connector
@@ -102,10 +116,25 @@ impl Fixture for PostgresFixture {
     }
 }
 
-mod direct {
+/// Makes the tables with the printed migration, as their owner, and a service role with
+/// the listed grants, which may create nothing.
+async fn least_privileged(postgres: &PostgresServer) {
+    let admin = lock_testkit::postgres_client(&postgres.url()).await;
+    let schema = SchemaName::default();
+    let grants = schema::grants_sql(&schema, SERVICE_ROLE).expect("a valid role");
+    admin
+        .batch_execute(&format!(
+            "{}\nCREATE ROLE {SERVICE_ROLE} LOGIN;\n{grants}",
+            schema::migration_sql(&schema)
+        ))
+        .await
+        .expect("the printed migration and grants run");
+}
+
+mod direct_as_service_role {
     use super::{PostgresFixture, Route};
     lock_conformance::conformance_suite!(
-        PostgresFixture::start(Route::Direct),
+        PostgresFixture::start(Route::DirectAsServiceRole),
         without[Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests]
     );
 }

@@ -13,8 +13,9 @@ use lock_core::backend::{
 use lock_core::notify::Listener;
 use tokio_postgres::types::{FromSql, ToSql, Type};
 
+use crate::error::{failed, pool_failed};
 use crate::notify::Notifications;
-use crate::schema::{SchemaName, failed};
+use crate::schema::SchemaName;
 
 /// Locks in PostgreSQL tables.
 ///
@@ -107,7 +108,7 @@ impl PostgresBackend {
         let client = tokio::time::timeout_at(deadline, self.pool.get())
             .await
             .map_err(|elapsed| Error::connection(during, elapsed))?
-            .map_err(|err| Error::connection(during, err))?;
+            .map_err(|err| pool_failed(err, during, &self.schema))?;
         let outcome =
             tokio::time::timeout_at(deadline, client.query_typed(statement, params)).await;
         match outcome {
@@ -129,8 +130,21 @@ pub const MAX_NAME_BYTES: usize = 1024;
 /// The longest owner string (client id and holder) this backend keeps, in bytes.
 pub const MAX_OWNER_BYTES: usize = 1024;
 
-/// Refuses, before anything is sent, a lock the tables cannot hold.
+/// Refuses, before anything is sent, a lock the tables cannot hold: a name or owner too
+/// long for their indexes, or with a NUL character (PostgreSQL's text cannot store one).
 fn check_fits(lock: &LockRef) -> Result<(), Error> {
+    if lock.name.as_str().contains('\0') {
+        return Err(Error::invalid_argument(
+            "name",
+            "PostgreSQL cannot store a NUL character in a lock name",
+        ));
+    }
+    if lock.owner.as_str().contains('\0') {
+        return Err(Error::invalid_argument(
+            "holder",
+            "PostgreSQL cannot store a NUL character in a holder id or client id",
+        ));
+    }
     if lock.name.as_str().len() > MAX_NAME_BYTES {
         return Err(Error::invalid_argument(
             "name",

@@ -9,6 +9,7 @@ use lock_core::{Error, Locks};
 use tokio_postgres::{Config, NoTls};
 
 use crate::backend::PostgresBackend;
+use crate::error::pool_failed;
 use crate::notify::Notifications;
 use crate::schema::{self, SchemaName};
 
@@ -19,6 +20,10 @@ pub const QUERIES_APPLICATION_NAME: &str = "distlock-queries";
 
 /// How long a statement may take by default (see [`ConnectorSettings::response_timeout`]).
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long connecting may take by default (see [`ConnectorSettings::connect_timeout`]),
+/// as the Redis adapters.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many query connections a backend keeps at most by default.
 const DEFAULT_POOL_SIZE: usize = 16;
@@ -33,6 +38,8 @@ pub struct ConnectorSettings {
     pub pool_size: usize,
     /// How long a statement may take. Default: 3 s.
     pub response_timeout: Duration,
+    /// How long connecting may take, handshake and migration included. Default: 10 s.
+    pub connect_timeout: Duration,
     /// The schema of the lock tables. Default: `distlock`.
     pub schema: SchemaName,
 }
@@ -42,6 +49,7 @@ impl Default for ConnectorSettings {
         Self {
             pool_size: DEFAULT_POOL_SIZE,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             schema: SchemaName::default(),
         }
     }
@@ -60,6 +68,15 @@ impl ConnectorSettings {
     /// server or a silent network costs a bounded wait, not a hung watchdog.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
+        self
+    }
+
+    /// How long connecting may take (default 10 s): the TCP connection, the TLS and
+    /// authentication handshake and, in [`Connector::connect`], the migration check. A
+    /// paused server or a silent network costs this much, then a retryable connection
+    /// error. A `connect_timeout` in the URL bounds only the TCP connection.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
         self
     }
 
@@ -122,6 +139,12 @@ impl Connector {
         self
     }
 
+    /// How long connecting may take (see [`ConnectorSettings::connect_timeout`]).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.settings = self.settings.connect_timeout(timeout);
+        self
+    }
+
     /// Connects and returns a client with the default client
     /// [`Config`](lock_core::Config).
     ///
@@ -132,15 +155,17 @@ impl Connector {
         Ok(Locks::new(Arc::new(self.connect().await?)))
     }
 
-    /// Connects, creates or migrates the lock tables, and opens the notification
-    /// connection.
+    /// Connects, creates or migrates the lock tables (or, for a role that may not,
+    /// checks that they are current), and opens the notification connection.
     ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidConfig`](lock_core::ErrorKind::InvalidConfig) for a URL that
-    /// is not PostgreSQL's or a pool size of 0, the migration's errors (see
-    /// [`schema::migrate`]), and [`ErrorKind::Connection`](lock_core::ErrorKind::Connection)
-    /// when the server cannot be reached.
+    /// is not PostgreSQL's, a pool size of 0, a zero timeout, or a login the server
+    /// refuses (an unknown role or database, a wrong password: not retryable, with the
+    /// server's message as the cause), the migration's errors (see [`schema::migrate`]),
+    /// and [`ErrorKind::Connection`](lock_core::ErrorKind::Connection) when the server
+    /// cannot be reached or does not answer within the connect timeout.
     ///
     /// # Cancel safety
     ///
@@ -155,51 +180,79 @@ impl Connector {
         if config.get_application_name().is_none() {
             config.application_name(QUERIES_APPLICATION_NAME);
         }
-        if settings.pool_size == 0 {
-            return Err(Error::invalid_config(
-                "the pool size must be at least 1",
-                None,
-            ));
-        }
-        if settings.response_timeout.is_zero() {
-            return Err(Error::invalid_config(
-                "the response timeout must be positive",
-                None,
-            ));
-        }
-        let manager = Manager::from_config(
-            config.clone(),
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(settings.pool_size)
-            .build()
-            .map_err(|err| {
-                Error::invalid_config("building the connection pool", Some(err.into()))
-            })?;
-        {
-            let mut client = pool
-                .get()
-                .await
-                .map_err(|err| Error::connection("connecting to PostgreSQL", err))?;
-            let client: &mut tokio_postgres::Client = &mut client;
-            schema::migrate(client, &settings.schema).await?;
-        }
-        let listen_config = match &notifications_url {
+        let mut listen_config = match &notifications_url {
             Some(url) => parse_url(url)?,
-            None => config,
+            None => config.clone(),
         };
-        let notifications = Notifications::connect(listen_config).await?;
-        Ok(PostgresBackend {
-            pool,
-            schema: settings.schema,
-            notifications,
-            response_timeout: settings.response_timeout,
-        })
+        check(&settings)?;
+        for config in [&mut config, &mut listen_config] {
+            if config.get_connect_timeout().is_none() {
+                config.connect_timeout(settings.connect_timeout);
+            }
+        }
+        let during = "connecting to PostgreSQL";
+        // The driver bounds only the TCP connection; a server that accepts it and then
+        // says nothing (paused, or a silent network) is bounded here.
+        tokio::time::timeout(
+            settings.connect_timeout,
+            open(config, listen_config, settings),
+        )
+        .await
+        .map_err(|elapsed| Error::connection(during, elapsed))?
     }
+}
+
+/// Refuses settings that cannot work.
+fn check(settings: &ConnectorSettings) -> Result<(), Error> {
+    if settings.pool_size == 0 {
+        return Err(Error::invalid_config(
+            "the pool size must be at least 1",
+            None,
+        ));
+    }
+    if settings.response_timeout.is_zero() || settings.connect_timeout.is_zero() {
+        return Err(Error::invalid_config(
+            "the response and connect timeouts must be positive",
+            None,
+        ));
+    }
+    Ok(())
+}
+
+/// Opens the pool and its first connection, migrates, and opens the notification
+/// connection.
+async fn open(
+    config: Config,
+    listen_config: Config,
+    settings: ConnectorSettings,
+) -> Result<PostgresBackend, Error> {
+    let during = "connecting to PostgreSQL";
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    let pool = Pool::builder(manager)
+        .max_size(settings.pool_size)
+        .build()
+        .map_err(|err| Error::invalid_config("building the connection pool", Some(err.into())))?;
+    {
+        let mut client = pool
+            .get()
+            .await
+            .map_err(|err| pool_failed(err, during, &settings.schema))?;
+        let client: &mut tokio_postgres::Client = &mut client;
+        schema::migrate(client, &settings.schema).await?;
+    }
+    let notifications = Notifications::connect(listen_config).await?;
+    Ok(PostgresBackend {
+        pool,
+        schema: settings.schema,
+        notifications,
+        response_timeout: settings.response_timeout,
+    })
 }
 
 /// A PostgreSQL URL or connection string, or a typed error saying what it is instead.

@@ -21,9 +21,10 @@ pub mod schema;
 
 pub use backend::{MAX_NAME_BYTES, MAX_OWNER_BYTES, PostgresBackend};
 pub use connector::{
-    Connector, ConnectorSettings, DEFAULT_RESPONSE_TIMEOUT, QUERIES_APPLICATION_NAME,
+    Connector, ConnectorSettings, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
+    QUERIES_APPLICATION_NAME,
 };
-pub use error::SchemaError;
+pub use error::{SchemaError, ServerMessage};
 
 use std::sync::Arc;
 

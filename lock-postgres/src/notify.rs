@@ -17,6 +17,8 @@ use lock_core::{Error, Pauses};
 use tokio::sync::watch;
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
 
+use crate::error::{refused_login, refuses_the_login};
+
 /// The application name of the notification connection, as `pg_stat_activity` shows it.
 pub const APPLICATION_NAME: &str = "distlock-notifications";
 
@@ -112,10 +114,14 @@ impl Notifications {
     /// Cancel-safe: nothing is started before the connection is up.
     pub async fn connect(mut config: Config) -> Result<Self, Error> {
         config.application_name(APPLICATION_NAME);
-        let (client, connection) = config
-            .connect(NoTls)
-            .await
-            .map_err(|err| Error::connection("opening the notification connection", err))?;
+        let (client, connection) = connect_within(&config).await.map_err(|failure| {
+            let during = "opening the notification connection";
+            match failure {
+                Failure::Refused(err) => err,
+                Failure::Driver(err) => Error::connection(during, err),
+                Failure::Silent(elapsed) => Error::connection(during, elapsed),
+            }
+        })?;
         let listening = Arc::new(Listening::default());
         listening.set(Some(Arc::new(client)));
         let subscriptions = Subscriptions::new(Arc::clone(&listening) as Arc<dyn PubSub>);
@@ -240,7 +246,7 @@ impl Kept {
         let mut pauses = Pauses::doubling(FIRST_PAUSE, LONGEST_PAUSE);
         loop {
             let connected = tokio::select! {
-                connected = self.config.connect(NoTls) => connected,
+                connected = connect_within(&self.config) => connected,
                 _ = self.alive.changed() => return None,
             };
             match connected {
@@ -248,9 +254,9 @@ impl Kept {
                     self.listening.set(Some(Arc::new(client)));
                     return Some(connection);
                 }
-                Err(err) => tracing::warn!(
+                Err(failure) => tracing::warn!(
                     target: lock_core::TRACING_TARGET,
-                    error = %err,
+                    error = %failure,
                     "the notification connection to PostgreSQL failed; trying again"
                 ),
             }
@@ -259,5 +265,36 @@ impl Kept {
                 _ = self.alive.changed() => return None,
             }
         }
+    }
+}
+
+/// Why a notification connection could not be opened.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    /// The server refused the login (a configuration error, already classified).
+    #[error(transparent)]
+    Refused(Error),
+    /// The driver failed (refused, reset, a TLS or protocol error).
+    #[error(transparent)]
+    Driver(tokio_postgres::Error),
+    /// The server said nothing within the connect timeout.
+    #[error("no answer within the connect timeout")]
+    Silent(tokio::time::error::Elapsed),
+}
+
+/// Connects within the config's connect timeout (the driver bounds only the TCP
+/// connection with it; a paused server would hold the handshake forever).
+async fn connect_within(config: &Config) -> Result<(Client, Connection), Failure> {
+    let bound = config
+        .get_connect_timeout()
+        .copied()
+        .unwrap_or(crate::connector::DEFAULT_CONNECT_TIMEOUT);
+    match tokio::time::timeout(bound, config.connect(NoTls)).await {
+        Ok(Ok(connected)) => Ok(connected),
+        Ok(Err(err)) if err.as_db_error().is_some_and(refuses_the_login) => {
+            Err(Failure::Refused(refused_login(err)))
+        }
+        Ok(Err(err)) => Err(Failure::Driver(err)),
+        Err(elapsed) => Err(Failure::Silent(elapsed)),
     }
 }

@@ -1,4 +1,4 @@
-//! Names and holders the tables cannot keep are refused with a typed error before
+//! Names and holders the tables cannot keep (too long, or with a NUL) are refused with a typed error before
 //! anything is sent, and nobody's locks change; the longest name kept works for every
 //! lock kind.
 
@@ -83,6 +83,26 @@ async fn names_and_holders_too_long_for_the_tables_are_refused_and_change_nothin
         .await
         .expect_err("an owner longer than the tables keep");
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+
+    // PostgreSQL's text cannot hold a NUL: refused here, not by the server as a backend
+    // error after a round trip.
+    let with_nul = [
+        locks.mutex("a\0b").lock().await.map(drop),
+        locks.fair_mutex("a\0b").try_lock().await.map(drop),
+        locks.rw_lock("a\0b").writer().lock().await.map(drop),
+        locks.mutex("a\0b").is_locked().await.map(drop),
+        locks
+            .mutex("other")
+            .with_holder(Holder::new("h\0x").expect("lock-core accepts it"))
+            .lock()
+            .await
+            .map(drop),
+    ];
+    for outcome in with_nul {
+        let err = outcome.expect_err("a NUL PostgreSQL cannot store");
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+        assert!(err.to_string().contains("NUL"), "{err}");
+    }
 
     let rows: Vec<(String, i32)> = side_door
         .query("SELECT name, holds FROM distlock.holds", &[])

@@ -1,6 +1,9 @@
 //! Connecting: a URL that is not PostgreSQL's, an unreadable one, a pool of nothing, no
-//! time to answer and an unreachable server are typed errors; a reachable one creates
-//! the tables once.
+//! time to answer and an unreachable server are typed errors; a login the server refuses
+//! is a configuration error that keeps the server's words; a paused server costs the
+//! connect timeout; a reachable one creates the tables once.
+
+use std::time::Duration;
 
 use lock_core::ErrorKind;
 use lock_postgres::Connector;
@@ -32,7 +35,7 @@ async fn bad_urls_and_settings_are_typed_errors() {
         .expect_err("a pool of nothing");
     assert_eq!(err.kind(), ErrorKind::InvalidConfig);
     let err = Connector::new(server.url())
-        .response_timeout(std::time::Duration::ZERO)
+        .response_timeout(Duration::ZERO)
         .connect()
         .await
         .expect_err("no time to answer");
@@ -46,4 +49,64 @@ async fn bad_urls_and_settings_are_typed_errors() {
             .expect("connects, twice");
         assert!(backend.subscribed_channels().is_empty());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_the_server_refuses_is_a_configuration_error_with_its_words() {
+    let server = PostgresServer::start().await;
+    let port = server.port();
+    for (url, said) in [
+        (
+            format!("postgres://nobody@127.0.0.1:{port}/postgres"),
+            "role \"nobody\" does not exist",
+        ),
+        (
+            format!("postgres://postgres@127.0.0.1:{port}/nowhere"),
+            "database \"nowhere\" does not exist",
+        ),
+    ] {
+        let err = Connector::new(&url).connect().await.expect_err(&url);
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{url}: {err}");
+        assert!(!err.is_retryable(), "{url}: a retry cannot help");
+        let chain = err.chain().to_string();
+        assert!(
+            chain.contains(said),
+            "{url}: the server's words are lost: {chain}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_to_a_paused_server_gives_up_after_the_connect_timeout() {
+    let server = PostgresServer::start().await;
+    server.pause();
+    let started = tokio::time::Instant::now();
+    // The server accepts the TCP connection (the kernel does) and then says nothing:
+    // only the handshake's bound ends the wait.
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(30),
+        Connector::new(server.url())
+            .connect_timeout(Duration::from_millis(500))
+            .connect(),
+    )
+    .await;
+    let waited = started.elapsed();
+    server.resume();
+    let err = outcome
+        .expect("the connect timeout ends the wait")
+        .expect_err("a paused server does not answer");
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(err.is_retryable());
+    assert!(waited < Duration::from_secs(10), "waited {waited:?}");
+    let err = Connector::new(server.url())
+        .connect_timeout(Duration::ZERO)
+        .connect()
+        .await
+        .expect_err("no time to connect");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    // Resumed, the same server is reached.
+    Connector::new(server.url())
+        .connect()
+        .await
+        .expect("connects after the pause");
 }

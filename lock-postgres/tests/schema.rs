@@ -97,7 +97,7 @@ async fn a_user_without_create_gets_the_privilege_named_and_nothing_changes() {
         .expect_err("no CREATE on the database");
     assert_eq!(err.kind(), ErrorKind::InvalidConfig);
     assert!(
-        matches!(schema_error(&err), SchemaError::MissingPrivilege { privilege: "CREATE", on } if on == "the database"),
+        matches!(schema_error(&err), SchemaError::MissingPrivilege { privilege: "CREATE", on, .. } if on == "the database"),
         "{err:?}"
     );
     let err = migrate(&mut locker, &SchemaName::new("theirs").unwrap())
@@ -325,4 +325,111 @@ async fn a_lock_operation_commits_durably_in_a_session_that_does_not() {
         .get(0);
     assert_eq!(setting, "on");
     transaction.commit().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_role_with_the_listed_grants_locks_after_the_printed_migration() {
+    let server = PostgresServer::start().await;
+    let admin = postgres_client(&server.url()).await;
+    let schema = SchemaName::default();
+    // Twice: the script changes nothing the second time.
+    for _ in 0..2 {
+        admin
+            .batch_execute(&lock_postgres::schema::migration_sql(&schema))
+            .await
+            .unwrap_or_else(|err| panic!("the printed migration runs: {err:?}"));
+    }
+    admin
+        .batch_execute("CREATE ROLE service LOGIN")
+        .await
+        .unwrap();
+    admin
+        .batch_execute(&lock_postgres::schema::grants_sql(&schema, "service").unwrap())
+        .await
+        .unwrap();
+    let url = format!("postgres://service@127.0.0.1:{}/postgres", server.port());
+    // The role may create nothing: connecting must not try to.
+    let locks = Connector::new(&url)
+        .locks()
+        .await
+        .unwrap_or_else(|err| panic!("connects without migrating: {}", err.chain()));
+    let guard = locks.mutex("job").lock().await.expect("locks");
+    let other = Connector::new(&url).locks().await.expect("a second client");
+    assert!(other.mutex("job").try_lock().await.unwrap().is_none());
+    guard.unlock().await.expect("releases");
+    let fenced = other.mutex("job").lock().await.expect("takes it after");
+    fenced.unlock().await.expect("releases");
+    // A change other than through the functions is refused.
+    let service = postgres_client(&url).await;
+    for statement in [
+        "DELETE FROM distlock.holds",
+        "INSERT INTO distlock.tokens VALUES ('job', 0)",
+        "CREATE TABLE distlock.mine (x int)",
+    ] {
+        let err = service.batch_execute(statement).await.expect_err(statement);
+        assert_eq!(
+            err.code(),
+            Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+            "{statement}: {err:?}"
+        );
+    }
+    // A role without the grants may not call the functions (EXECUTE is not PUBLIC's).
+    admin
+        .batch_execute("CREATE ROLE stranger LOGIN")
+        .await
+        .unwrap();
+    let stranger = postgres_client(&format!(
+        "postgres://stranger@127.0.0.1:{}/postgres",
+        server.port()
+    ))
+    .await;
+    admin
+        .batch_execute("GRANT USAGE ON SCHEMA distlock TO stranger")
+        .await
+        .unwrap();
+    let err = stranger
+        .batch_execute("SELECT distlock.force_release('job', 'mutex', 'x')")
+        .await
+        .expect_err("no EXECUTE");
+    assert_eq!(
+        err.code(),
+        Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_that_may_not_migrate_older_functions_is_told_what_the_server_said() {
+    let server = PostgresServer::start().await;
+    Connector::new(server.url())
+        .connect()
+        .await
+        .expect("the owner migrates");
+    let admin = postgres_client(&server.url()).await;
+    admin
+        .batch_execute(&format!(
+            "UPDATE distlock.functions SET revision = {};
+             CREATE ROLE service LOGIN;
+             GRANT USAGE, CREATE ON SCHEMA distlock TO service;
+             {}",
+            FUNCTIONS_REVISION - 1,
+            lock_postgres::schema::grants_sql(&SchemaName::default(), "service").unwrap()
+        ))
+        .await
+        .unwrap();
+    let url = format!("postgres://service@127.0.0.1:{}/postgres", server.port());
+    let err = Connector::new(&url)
+        .connect()
+        .await
+        .expect_err("functions another role owns");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    let SchemaError::MissingPrivilege {
+        privilege, server, ..
+    } = schema_error(&err)
+    else {
+        panic!("not a missing privilege: {err:?}");
+    };
+    // USAGE and CREATE on the schema are there: the error says what the server said.
+    assert_eq!(*privilege, "ownership", "{err:?}");
+    assert!(server.0.contains("must be owner"), "{server:?}");
+    assert!(err.to_string().contains("migration"), "{err}");
 }

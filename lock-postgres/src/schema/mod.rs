@@ -9,10 +9,12 @@
 use std::fmt;
 
 use lock_core::Error;
-use tokio_postgres::error::{Severity, SqlState};
 use tokio_postgres::{Client, GenericClient};
 
-use crate::error::SchemaError;
+use crate::error::{SchemaError, failed};
+
+mod script;
+pub use script::{grants_sql, migration_sql};
 
 /// The oldest server the tables and statements are written for (`server_version_num`).
 pub const OLDEST_SERVER: i32 = 130_000;
@@ -136,7 +138,7 @@ const STEPS: [&str; 2] = [
 /// older client never puts its functions back under a newer one. A function's
 /// parameters therefore never change: a new signature is a new function, and old ones
 /// stay for older clients.
-pub const FUNCTIONS_REVISION: i32 = 3;
+pub const FUNCTIONS_REVISION: i32 = 4;
 
 /// The functions every operation is one call of (one statement, atomic, no session
 /// state: usable through a transaction-mode pooler). Code rather than data: replaced
@@ -191,6 +193,11 @@ const EXPECTED: [(&str, &str, &str); 27] = [
 /// Cancel-safe: the migration is one transaction; a dropped future leaves it rolled back
 /// or committed whole.
 pub async fn migrate(client: &mut Client, schema: &SchemaName) -> Result<(), Error> {
+    // Tables and functions already current need nothing written, and so no privilege
+    // beyond reading them: a service's role that another role migrated for connects.
+    if is_current(client, schema).await? {
+        return check_columns(client, schema).await;
+    }
     // Unnamed, as every statement outside the migration's transaction: a named prepared
     // statement would not survive a transaction-mode pooler.
     let server: i32 = client
@@ -270,11 +277,50 @@ pub async fn migrate(client: &mut Client, schema: &SchemaName) -> Result<(), Err
         .map_err(|err| failed(err, during, schema))
 }
 
+/// Whether the tables are at [`VERSION`] and the functions at [`FUNCTIONS_REVISION`]
+/// unchanged or newer: read without a transaction and without writing. Anything the
+/// reader cannot see (no schema, no tables, no privilege to read them) is "not current",
+/// and the migration that follows says what is missing.
+async fn is_current(client: &Client, schema: &SchemaName) -> Result<bool, Error> {
+    let read = client
+        .query_typed(
+            &statement(
+                "SELECT v.version, f.revision, f.digest
+                   FROM {schema}.version v, {schema}.functions f",
+                schema,
+            ),
+            &[],
+        )
+        .await;
+    let rows = match read {
+        Ok(rows) => rows,
+        Err(err) => {
+            let err = failed(err, "reading the lock tables' version", schema);
+            return if err.kind() == lock_core::ErrorKind::Connection {
+                Err(err)
+            } else {
+                Ok(false)
+            };
+        }
+    };
+    let digest = functions_digest();
+    Ok(rows.iter().any(|row| {
+        let (version, revision, found): (i32, i32, String) = (row.get(0), row.get(1), row.get(2));
+        version == VERSION
+            && (revision > FUNCTIONS_REVISION
+                || (revision == FUNCTIONS_REVISION && found == digest))
+    }))
+}
+
+fn functions_digest() -> String {
+    sha1_smol::Sha1::from(FUNCTIONS).digest().to_string()
+}
+
 /// Creates or replaces the functions unless those installed are of a newer revision, or
 /// of this one and unchanged.
 async fn install_functions(client: &impl GenericClient, schema: &SchemaName) -> Result<(), Error> {
     let during = "installing the lock functions";
-    let digest = sha1_smol::Sha1::from(FUNCTIONS).digest().to_string();
+    let digest = functions_digest();
     let installed = client
         .query_opt(
             &statement("SELECT revision, digest FROM {schema}.functions", schema),
@@ -330,10 +376,12 @@ fn check_server(found: i32) -> Result<(), Error> {
 /// Refuses tables whose columns are not the expected ones (changed by hand).
 async fn check_columns(client: &impl GenericClient, schema: &SchemaName) -> Result<(), Error> {
     let rows = client
-        .query(
+        // Unnamed (typed): the check also runs outside a transaction, where a named
+        // prepared statement would not survive a transaction-mode pooler.
+        .query_typed(
             "SELECT table_name::text, column_name::text, data_type::text
                FROM information_schema.columns WHERE table_schema = $1",
-            &[&schema.as_str()],
+            &[(&schema.as_str(), tokio_postgres::types::Type::TEXT)],
         )
         .await
         .map_err(|err| failed(err, "checking the lock tables", schema))?;
@@ -374,46 +422,6 @@ async fn run(
         .batch_execute(&statement(template, schema))
         .await
         .map_err(|err| failed(err, "migrating the lock tables", schema))
-}
-
-/// A failed statement as the crate's error: a missing privilege names itself, a broken
-/// connection is a connection error, anything else the server's refusal.
-pub(crate) fn failed(
-    err: tokio_postgres::Error,
-    during: &'static str,
-    schema: &SchemaName,
-) -> Error {
-    match err.as_db_error() {
-        Some(db) if *db.code() == SqlState::INSUFFICIENT_PRIVILEGE => {
-            // Creating the schema needs CREATE on the database; working in it, USAGE
-            // and CREATE on the schema.
-            let (privilege, on) = if db.message().contains("database") {
-                ("CREATE", "the database".to_owned())
-            } else {
-                ("USAGE and CREATE", format!("schema {schema}"))
-            };
-            Error::invalid_config(
-                "the database user may not create the lock tables",
-                Some(SchemaError::MissingPrivilege { privilege, on }.into()),
-            )
-        }
-        Some(db) if ends_the_session(db) => Error::connection(during, err),
-        Some(_) => Error::backend(during, err),
-        None => Error::connection(during, err),
-    }
-}
-
-/// Whether the server ended the session with this error (an administrator's
-/// `pg_terminate_backend`, a shutdown, a lost connection): the statement's outcome is then
-/// as unknown as after a dropped connection, and sending it again on another connection
-/// is what the request ids make safe.
-fn ends_the_session(db: &tokio_postgres::error::DbError) -> bool {
-    let code = db.code().code();
-    matches!(
-        db.parsed_severity(),
-        Some(Severity::Fatal | Severity::Panic)
-    ) || code.starts_with("08")
-        || code.starts_with("57P")
 }
 
 #[cfg(test)]

@@ -1,0 +1,467 @@
+-- The lock operations. Each public function is one statement of the client, atomic, and
+-- starts with `begin_op`: the name's transaction-scoped advisory lock (operations on one
+-- name run one after the other), the answer of a request already run, and the removal
+-- of what expired. Expiries are on the database clock (clock_timestamp()).
+--
+-- A name's holds are rows of `holds`: kind 'mutex' (the mutex and the fair lock, which
+-- share their holds as in Java's layout), 'write', or 'read' (one row per reader, with
+-- every read hold's own lease end in `lease_ends`, sorted). Kinds other than read and
+-- write exclude each other.
+--
+-- Grants: each grant is known by the id of the acquire request that got it, a row of
+-- `grants` naming its hold (name, kind, owner) and the hold's origin (the grant that
+-- began it, `holds.origin`), and for a read grant its own lease end. A grant is alive
+-- while its row is there, its origin is its hold's, and (reads) its lease end has not
+-- passed: a hold that ended and began again has a new origin, so no grant of the old
+-- one is alive in it. A release ends exactly the grant it names, only while it is alive.
+--
+-- Every function runs with `search_path` pinned to pg_catalog (then pg_temp, which only
+-- a session's own temporary objects live in): a function or operator planted in a schema
+-- on the caller's path, even one whose argument types match a call better than
+-- PostgreSQL's own, is never called, with the lock client's rights, on lock names.
+--
+-- Every function runs with its owner's rights (SECURITY DEFINER), the role that ran the
+-- migration: a service's role needs no privilege on the tables beyond reading them, and
+-- EXECUTE on these functions (the migration revokes it from PUBLIC), so that it can
+-- change a lock only as these functions do. The pinned search_path above is what makes
+-- that safe.
+--
+-- Replies are arrays of bigint:
+--   acquire_grant: {1, holds, token, origin high 64 bits, origin low 64 bits} granted,
+--            {0, ms the lock stays busy at most, 0} busy, {3, 0, 0} a reader asking for
+--            the write lock (it would wait for itself); `acquire` answers the first three;
+--   release: {0, 0} not held (the grant is not alive), {1, holds left} still held,
+--            {2, 0} released.
+-- A request's reply is kept in `answers` for its retry window, so that a request sent
+-- again after a lost reply answers as the first run.
+
+-- Makes the calling transaction's commit durable even where the server or the session
+-- set synchronous_commit to off: a grant, renewal or fencing token lost in a crash would
+-- let a second holder in, or a token go backwards.
+CREATE OR REPLACE FUNCTION {schema}.durable()
+RETURNS void LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF current_setting('synchronous_commit') = 'off' THEN
+        PERFORM set_config('synchronous_commit', 'on', true);
+    END IF;
+END $$;
+
+-- Sends `p_payload` on `p_channel`, unless the server's notification queue is filling up
+-- (second review, N14): one listener that stopped reading (a paused process) holds every
+-- notification after it in the queue, and once the queue is full every transaction that
+-- notifies fails at commit, so every release in the database would. Waiters do not need
+-- the message to be served: they ask again within the wait the busy reply gave them. The
+-- limit is the share of the queue in use, `distlock.notify_queue_limit` (default 0.5).
+CREATE OR REPLACE FUNCTION {schema}.notify(p_channel text, p_payload text)
+RETURNS void LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_limit double precision :=
+        coalesce(nullif(current_setting('distlock.notify_queue_limit', true), ''), '0.5')::float8;
+BEGIN
+    IF pg_notification_queue_usage() < v_limit THEN
+        PERFORM pg_notify(p_channel, p_payload);
+    ELSE
+        RAISE WARNING 'distlock: the notification queue is % percent full; % not notified',
+            round(pg_notification_queue_usage()::numeric * 100, 1), p_channel;
+    END IF;
+END $$;
+
+-- Serializes on `p_name`, drops what expired, and returns the remembered reply of
+-- `p_request` (NULL when it has none).
+CREATE OR REPLACE FUNCTION {schema}.begin_op(p_name text, p_request uuid, p_now timestamptz)
+RETURNS bigint[] LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_reply bigint[];
+BEGIN
+    PERFORM {schema}.durable();
+    PERFORM pg_catalog.pg_advisory_xact_lock(
+        pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
+    IF p_request IS NOT NULL THEN
+        -- Also an answer whose window ended but is not swept yet: the request ran, and
+        -- running it again would grant twice, and then fail on the answer's key.
+        SELECT reply INTO v_reply FROM {schema}.answers WHERE request = p_request;
+        IF FOUND THEN
+            RETURN v_reply;
+        END IF;
+    END IF;
+    -- One look finds whether anything expired (mostly nothing has).
+    IF EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name
+                  AND (expires_at <= p_now OR lease_ends[1] <= p_now)) THEN
+        DELETE FROM {schema}.holds WHERE name = p_name AND expires_at <= p_now;
+        -- A reader whose row lives on may have holds whose own lease ended: they no
+        -- longer count (the first lease end is the earliest).
+        UPDATE {schema}.holds AS h
+           SET lease_ends = ARRAY(SELECT e FROM unnest(h.lease_ends) e WHERE e > p_now ORDER BY e),
+               holds = (SELECT count(*) FROM unnest(h.lease_ends) e WHERE e > p_now)
+         WHERE name = p_name AND kind = 'read' AND lease_ends[1] <= p_now;
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- Keeps `p_reply` as the answer of `p_request` for `p_window_ms`. Now and then (one call
+-- in 64) it forgets up to 256 answers whose window ended, of any name, skipping those
+-- another call is forgetting: enough to keep the table at about one window of traffic.
+-- Sweeping a few on every call cost four times the insert, as each sweep walked the
+-- index entries of the rows the sweeps before it had just deleted.
+CREATE OR REPLACE FUNCTION {schema}.remember(
+    p_request uuid, p_name text, p_reply bigint[], p_now timestamptz, p_window_ms bigint
+) RETURNS bigint[] LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF random() < 1.0 / 64 THEN
+        DELETE FROM {schema}.answers WHERE request IN (
+            SELECT request FROM {schema}.answers WHERE expires_at <= p_now
+             ORDER BY expires_at LIMIT 256 FOR UPDATE SKIP LOCKED);
+    END IF;
+    INSERT INTO {schema}.answers (request, name, reply, expires_at)
+    VALUES (p_request, p_name, p_reply, p_now + p_window_ms * interval '1 millisecond');
+    RETURN p_reply;
+END $$;
+
+-- The busy reply: how long the name's holds last at most (NULL when it has none).
+CREATE OR REPLACE FUNCTION {schema}.busy(p_name text, p_now timestamptz)
+RETURNS bigint[] LANGUAGE sql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT ARRAY[0, greatest(1, ceil(extract(epoch FROM max(expires_at) - p_now) * 1000))::bigint, 0]
+      FROM {schema}.holds WHERE name = p_name
+    HAVING count(*) > 0
+$$;
+
+-- The two halves of a uuid as bigints, high first (a reply is an array of bigint).
+CREATE OR REPLACE FUNCTION {schema}.uuid_halves(p_id uuid)
+RETURNS bigint[] LANGUAGE sql IMMUTABLE
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT ARRAY[('x' || substr(replace(p_id::text, '-', ''), 1, 16))::bit(64)::bigint,
+                 ('x' || substr(replace(p_id::text, '-', ''), 17, 16))::bit(64)::bigint]
+$$;
+
+-- Gives `p_owner` one more hold of kind `p_kind` (stored kind) on `p_name`, once the
+-- caller decided it may have it, as grant `p_request`; a fresh hold takes the next
+-- fencing token and begins with this grant as its origin.
+CREATE OR REPLACE FUNCTION {schema}.grant_hold(
+    p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_fencing boolean,
+    p_request uuid, p_window_ms bigint, p_now timestamptz
+) RETURNS bigint[] LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_end timestamptz := p_now + p_lease_ms * interval '1 millisecond';
+    v_holds integer;
+    v_origin uuid;
+    v_token bigint := 0;
+BEGIN
+    IF p_kind = 'read' THEN
+        INSERT INTO {schema}.holds AS h (name, owner, kind, holds, expires_at, lease_ends, origin)
+        VALUES (p_name, p_owner, 'read', 1, v_end, ARRAY[v_end], p_request)
+        ON CONFLICT (name, kind, owner) DO UPDATE
+           SET lease_ends = ARRAY(SELECT e FROM unnest(h.lease_ends || v_end) e ORDER BY e),
+               holds = h.holds + 1,
+               expires_at = greatest(h.expires_at, v_end),
+               origin = coalesce(h.origin, p_request)
+        RETURNING holds, origin INTO v_holds, v_origin;
+    ELSE
+        INSERT INTO {schema}.holds AS h (name, owner, kind, holds, expires_at, origin)
+        VALUES (p_name, p_owner, p_kind, 1, v_end, p_request)
+        ON CONFLICT (name, kind, owner) DO UPDATE
+           SET holds = h.holds + 1, expires_at = greatest(h.expires_at, v_end),
+               origin = coalesce(h.origin, p_request)
+        RETURNING holds, origin INTO v_holds, v_origin;
+    END IF;
+    IF v_holds = 1 THEN
+        -- Grants of an earlier hold of this owner that ended without a release.
+        DELETE FROM {schema}.grants WHERE name = p_name AND kind = p_kind AND owner = p_owner;
+    END IF;
+    INSERT INTO {schema}.grants (request, name, kind, owner, origin, lease_end)
+    VALUES (p_request, p_name, p_kind, p_owner, v_origin,
+            CASE WHEN p_kind = 'read' THEN v_end END);
+    IF p_fencing THEN
+        IF v_holds = 1 THEN
+            INSERT INTO {schema}.tokens AS t (name, token) VALUES (p_name, 1)
+            ON CONFLICT (name) DO UPDATE SET token = t.token + 1
+            RETURNING token INTO v_token;
+        ELSE
+            SELECT token INTO v_token FROM {schema}.tokens WHERE name = p_name;
+        END IF;
+    END IF;
+    RETURN {schema}.remember(p_request, p_name,
+                             ARRAY[1, v_holds, coalesce(v_token, 0)]
+                                 || {schema}.uuid_halves(v_origin),
+                             p_now, p_window_ms);
+END $$;
+
+-- Wakes the first fair waiter of `p_name` that still keeps its place.
+CREATE OR REPLACE FUNCTION {schema}.wake_fair_head(p_name text, p_now timestamptz)
+RETURNS void LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_channel text;
+BEGIN
+    DELETE FROM {schema}.waiters WHERE name = p_name AND alive_until <= p_now;
+    SELECT channel INTO v_channel FROM {schema}.waiters
+     WHERE name = p_name ORDER BY arrived LIMIT 1;
+    IF FOUND THEN
+        PERFORM {schema}.notify(v_channel, 'one');
+    END IF;
+END $$;
+
+-- The fair lock when it is not this owner's already: the first waiter in the queue goes
+-- first; a waiter (`p_waits`, or queued before) keeps its place for `p_place_ms` and is
+-- told to ask again within a third of that; its wake-ups come on `p_channel`.
+CREATE OR REPLACE FUNCTION {schema}.acquire_fair(
+    p_name text, p_owner text, p_lease_ms bigint, p_fencing boolean, p_request uuid,
+    p_window_ms bigint, p_waits boolean, p_place_ms bigint, p_channel text, p_now timestamptz
+) RETURNS bigint[] LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_head {schema}.waiters%ROWTYPE;
+    v_queued boolean;
+    v_sleep bigint;
+BEGIN
+    DELETE FROM {schema}.waiters WHERE name = p_name AND alive_until <= p_now;
+    SELECT * INTO v_head FROM {schema}.waiters WHERE name = p_name ORDER BY arrived LIMIT 1;
+    IF NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name)
+       AND (v_head.owner IS NULL OR v_head.owner = p_owner) THEN
+        DELETE FROM {schema}.waiters WHERE name = p_name AND owner = p_owner;
+        RETURN {schema}.grant_hold(p_name, p_owner, 'mutex', p_lease_ms, p_fencing, p_request,
+                                   p_window_ms, p_now);
+    END IF;
+    v_queued := EXISTS (SELECT 1 FROM {schema}.waiters WHERE name = p_name AND owner = p_owner);
+    IF v_queued OR p_waits THEN
+        INSERT INTO {schema}.waiters AS w (name, owner, channel, alive_until)
+        VALUES (p_name, p_owner, p_channel, p_now + p_place_ms * interval '1 millisecond')
+        ON CONFLICT (name, owner) DO UPDATE
+           SET alive_until = excluded.alive_until, channel = excluded.channel;
+        IF v_head.owner IS NULL THEN
+            SELECT * INTO v_head FROM {schema}.waiters WHERE name = p_name
+             ORDER BY arrived LIMIT 1;
+        END IF;
+    END IF;
+    -- Busy until the holds end, or, when free, until the head's place lapses.
+    v_sleep := coalesce(({schema}.busy(p_name, p_now))[2],
+        ceil(extract(epoch FROM v_head.alive_until - p_now) * 1000)::bigint,
+        p_place_ms);
+    IF v_queued OR p_waits THEN
+        v_sleep := least(v_sleep, greatest(1, p_place_ms / 3));
+    END IF;
+    RETURN ARRAY[0, v_sleep, 0];
+END $$;
+
+-- Acquires `p_name` of kind `p_kind` ('mutex', 'fair', 'read' or 'write') for `p_owner`
+-- (reentrant) as grant `p_request`; see the replies above.
+CREATE OR REPLACE FUNCTION {schema}.acquire_grant(
+    p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_fencing boolean,
+    p_request uuid, p_window_ms bigint, p_waits boolean, p_place_ms bigint, p_channel text
+) RETURNS bigint[] LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_reply bigint[];
+    v_stored text := CASE p_kind WHEN 'fair' THEN 'mutex' ELSE p_kind END;
+    v_mine boolean;
+    v_others boolean;
+BEGIN
+    v_reply := {schema}.begin_op(p_name, p_request, v_now);
+    IF v_reply IS NOT NULL THEN
+        RETURN v_reply;
+    END IF;
+    -- Reentry, and a writer's read hold (a downgrade), are always granted.
+    v_mine := EXISTS (SELECT 1 FROM {schema}.holds
+                       WHERE name = p_name AND owner = p_owner
+                         AND (kind = v_stored OR (v_stored = 'read' AND kind = 'write')));
+    IF v_mine THEN
+        RETURN {schema}.grant_hold(p_name, p_owner, v_stored, p_lease_ms, p_fencing, p_request,
+                                   p_window_ms, v_now);
+    END IF;
+    IF p_kind = 'fair' THEN
+        RETURN {schema}.acquire_fair(p_name, p_owner, p_lease_ms, p_fencing, p_request,
+                                     p_window_ms, p_waits, p_place_ms, p_channel, v_now);
+    END IF;
+    -- Readers share with readers; any other hold excludes everyone else.
+    v_others := EXISTS (SELECT 1 FROM {schema}.holds
+                         WHERE name = p_name AND (v_stored <> 'read' OR kind <> 'read'));
+    IF NOT v_others THEN
+        RETURN {schema}.grant_hold(p_name, p_owner, v_stored, p_lease_ms, p_fencing, p_request,
+                                   p_window_ms, v_now);
+    END IF;
+    IF p_kind = 'write' AND EXISTS (SELECT 1 FROM {schema}.holds
+                                     WHERE name = p_name AND owner = p_owner AND kind = 'read')
+       AND NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name AND kind <> 'read') THEN
+        RETURN ARRAY[3, 0, 0];
+    END IF;
+    RETURN {schema}.busy(p_name, v_now);
+END $$;
+
+-- `acquire_grant` for clients of the first revision, which read three numbers.
+CREATE OR REPLACE FUNCTION {schema}.acquire(
+    p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_fencing boolean,
+    p_request uuid, p_window_ms bigint, p_waits boolean, p_place_ms bigint, p_channel text
+) RETURNS bigint[] LANGUAGE sql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT ({schema}.acquire_grant(p_name, p_owner, p_kind, p_lease_ms, p_fencing, p_request,
+                                   p_window_ms, p_waits, p_place_ms, p_channel))[1:3]
+$$;
+
+-- Ends grant `p_grant` of `p_owner`'s hold of kind `p_kind` if it is alive (without a
+-- grant, as clients of the first revision ask, one hold of the owner). The last hold's
+-- release wakes: a mutex one waiter on `p_channel`, a fair lock its first waiter, a
+-- writer every waiter, the last reader one.
+CREATE OR REPLACE FUNCTION {schema}.release_grant(
+    p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_request uuid,
+    p_window_ms bigint, p_grant uuid, p_channel text
+) RETURNS bigint[] LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_reply bigint[];
+    v_stored text := CASE p_kind WHEN 'fair' THEN 'mutex' ELSE p_kind END;
+    v_hold {schema}.holds%ROWTYPE;
+BEGIN
+    v_reply := {schema}.begin_op(p_name, p_request, v_now);
+    IF v_reply IS NOT NULL THEN
+        RETURN v_reply;
+    END IF;
+    SELECT * INTO v_hold FROM {schema}.holds
+     WHERE name = p_name AND kind = v_stored AND owner = p_owner;
+    IF FOUND AND p_grant IS NOT NULL THEN
+        DELETE FROM {schema}.grants
+         WHERE request = p_grant AND name = p_name AND kind = v_stored AND owner = p_owner
+           AND origin = v_hold.origin AND (lease_end IS NULL OR lease_end > v_now);
+    END IF;
+    IF NOT FOUND THEN
+        v_reply := ARRAY[0, 0];
+    ELSIF v_hold.holds > 1 AND v_stored = 'read' THEN
+        -- Whichever read hold ends, the earliest lease end goes: those left still cover
+        -- the live grants (sorted, each lease end at or above the grant's own).
+        UPDATE {schema}.holds
+           SET lease_ends = lease_ends[2:], holds = holds - 1
+         WHERE name = p_name AND kind = 'read' AND owner = p_owner;
+        v_reply := ARRAY[1, v_hold.holds - 1];
+    ELSIF v_hold.holds > 1 THEN
+        UPDATE {schema}.holds
+           SET holds = holds - 1,
+               expires_at = greatest(expires_at, v_now + p_lease_ms * interval '1 millisecond')
+         WHERE name = p_name AND kind = v_stored AND owner = p_owner;
+        v_reply := ARRAY[1, v_hold.holds - 1];
+    ELSE
+        DELETE FROM {schema}.holds WHERE name = p_name AND kind = v_stored AND owner = p_owner;
+        DELETE FROM {schema}.grants WHERE name = p_name AND kind = v_stored AND owner = p_owner;
+        IF p_kind = 'fair' THEN
+            PERFORM {schema}.wake_fair_head(p_name, v_now);
+        ELSIF p_kind = 'write' THEN
+            PERFORM {schema}.notify(p_channel, 'all');
+        ELSIF NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name) THEN
+            PERFORM {schema}.notify(p_channel, 'one');
+        END IF;
+        v_reply := ARRAY[2, 0];
+    END IF;
+    RETURN {schema}.remember(p_request, p_name, v_reply, v_now, p_window_ms);
+END $$;
+
+-- `release_grant` for clients of the first revision, whose undo names the grant
+-- (`p_undoes`) and whose other releases name none.
+CREATE OR REPLACE FUNCTION {schema}.release(
+    p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_request uuid,
+    p_window_ms bigint, p_undoes uuid, p_channel text
+) RETURNS bigint[] LANGUAGE sql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT {schema}.release_grant(p_name, p_owner, p_kind, p_lease_ms, p_request, p_window_ms,
+                                  p_undoes, p_channel)
+$$;
+
+-- A fair waiter gives up: it leaves the queue, and when it was first and the lock is
+-- free, the next waiter is woken.
+CREATE OR REPLACE FUNCTION {schema}.cancel_wait(p_name text, p_owner text)
+RETURNS void LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_first boolean;
+BEGIN
+    PERFORM {schema}.begin_op(p_name, NULL, v_now);
+    DELETE FROM {schema}.waiters WHERE name = p_name AND alive_until <= v_now;
+    v_first := (SELECT owner FROM {schema}.waiters WHERE name = p_name
+                 ORDER BY arrived LIMIT 1) = p_owner;
+    DELETE FROM {schema}.waiters WHERE name = p_name AND owner = p_owner;
+    IF v_first AND NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name) THEN
+        PERFORM {schema}.wake_fair_head(p_name, v_now);
+    END IF;
+END $$;
+
+-- Deletes every hold of `p_name` when a hold of kind `p_kind` is among them (for 'read',
+-- when readers hold it and no writer); whether it did. Its waiters are told: a fair
+-- lock's first waiter, everyone else's all.
+CREATE OR REPLACE FUNCTION {schema}.force_release(p_name text, p_kind text, p_channel text)
+RETURNS boolean LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_found boolean;
+BEGIN
+    PERFORM {schema}.begin_op(p_name, NULL, v_now);
+    v_found := CASE p_kind
+        WHEN 'read' THEN
+            EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name AND kind = 'read')
+            AND NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name AND kind = 'write')
+        WHEN 'write' THEN
+            EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name AND kind = 'write')
+        ELSE EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name)
+    END;
+    IF NOT v_found THEN
+        RETURN false;
+    END IF;
+    DELETE FROM {schema}.holds WHERE name = p_name;
+    DELETE FROM {schema}.grants WHERE name = p_name;
+    IF p_kind = 'fair' THEN
+        PERFORM {schema}.wake_fair_head(p_name, v_now);
+    ELSE
+        PERFORM {schema}.notify(p_channel, 'all');
+    END IF;
+    RETURN true;
+END $$;
+
+-- Re-arms the lease of every listed hold still valid (never shortening it; a reader's
+-- holds each get the lease) and returns those renewed.
+CREATE OR REPLACE FUNCTION {schema}.renew(
+    p_names text[], p_owners text[], p_kinds text[], p_lease_ms bigint
+) RETURNS TABLE (renewed_name text, renewed_owner text, renewed_kind text) LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_end timestamptz := v_now + p_lease_ms * interval '1 millisecond';
+BEGIN
+    PERFORM {schema}.durable();
+    -- A read grant's own lease end moves with its hold's.
+    UPDATE {schema}.grants AS g
+       SET lease_end = greatest(g.lease_end, v_end)
+      FROM unnest(p_names, p_owners, p_kinds) AS r(name, owner, kind)
+     WHERE r.kind = 'read' AND g.name = r.name AND g.owner = r.owner AND g.kind = 'read'
+       AND g.lease_end > v_now;
+    RETURN QUERY
+    UPDATE {schema}.holds AS h
+       SET expires_at = greatest(h.expires_at, v_end),
+           lease_ends = CASE WHEN h.kind = 'read' THEN ARRAY(
+               SELECT greatest(e, v_end) FROM unnest(h.lease_ends) e WHERE e > v_now ORDER BY 1)
+               END,
+           holds = CASE WHEN h.kind = 'read' THEN (
+               SELECT count(*) FROM unnest(h.lease_ends) e WHERE e > v_now)
+               ELSE h.holds END
+      FROM unnest(p_names, p_owners, p_kinds) AS r(name, owner, kind)
+     WHERE h.name = r.name AND h.owner = r.owner AND h.kind = r.kind AND h.expires_at > v_now
+ RETURNING h.name, h.owner, h.kind;
+END $$;
+
+-- Raises the fencing counter of `p_name` to at least `p_token`.
+CREATE OR REPLACE FUNCTION {schema}.raise_fencing(p_name text, p_token bigint)
+RETURNS void LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM {schema}.durable();
+    INSERT INTO {schema}.tokens AS t (name, token) VALUES (p_name, p_token)
+    ON CONFLICT (name) DO UPDATE SET token = greatest(t.token, excluded.token);
+END $$;
+
+-- Only the roles granted EXECUTE (see `grants_sql`) may call the functions, which run
+-- with their owner's rights.
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} FROM PUBLIC;
