@@ -83,6 +83,8 @@ mod name;
 pub mod notify;
 mod retry;
 mod sync;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 pub use backend::{
     AcquireRequest, Backend, Capabilities, HoldModel, LockKind, LockRef, Owner, ReleaseRequest,

@@ -6,12 +6,13 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use lock_core::{Error, Locks};
-use tokio_postgres::{Config, NoTls};
+use tokio_postgres::Config;
 
 use crate::backend::PostgresBackend;
 use crate::error::pool_failed;
 use crate::notify::Notifications;
 use crate::schema::{self, SchemaName};
+use crate::tls::{MakeTls, Trust, another};
 
 /// The `application_name` of the query connections, unless the URL sets one: what
 /// `pg_stat_activity` shows for them (the notification connection's is
@@ -94,6 +95,7 @@ pub struct Connector {
     url: String,
     notifications_url: Option<String>,
     settings: ConnectorSettings,
+    trust: Trust,
 }
 
 impl Connector {
@@ -104,6 +106,7 @@ impl Connector {
             url: url.into(),
             notifications_url: None,
             settings: ConnectorSettings::default(),
+            trust: Trust::default(),
         }
     }
 
@@ -145,6 +148,17 @@ impl Connector {
         self
     }
 
+    /// Trusts exactly the PEM root certificate(s) `pem` for TLS instead of the system's
+    /// roots (feature `tls`), as for a server with a certificate of a private CA. Whether
+    /// TLS is used is the URL's `sslmode`: `prefer` (the default) when the server offers
+    /// it, `require` always, `disable` never. The server's certificate is always
+    /// verified, its name included.
+    #[cfg(feature = "tls")]
+    pub fn root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.trust.set_root_certificate(pem.into());
+        self
+    }
+
     /// Connects and returns a client with the default client
     /// [`Config`](lock_core::Config).
     ///
@@ -175,6 +189,7 @@ impl Connector {
             url,
             notifications_url,
             settings,
+            trust,
         } = self;
         let mut config = parse_url(&url)?;
         if config.get_application_name().is_none() {
@@ -185,6 +200,7 @@ impl Connector {
             None => config.clone(),
         };
         check(&settings)?;
+        let tls = trust.make_tls(&[&config, &listen_config])?;
         for config in [&mut config, &mut listen_config] {
             if config.get_connect_timeout().is_none() {
                 config.connect_timeout(settings.connect_timeout);
@@ -195,7 +211,7 @@ impl Connector {
         // says nothing (paused, or a silent network) is bounded here.
         tokio::time::timeout(
             settings.connect_timeout,
-            open(config, listen_config, settings),
+            open(config, listen_config, tls, settings),
         )
         .await
         .map_err(|elapsed| Error::connection(during, elapsed))?
@@ -224,12 +240,13 @@ fn check(settings: &ConnectorSettings) -> Result<(), Error> {
 async fn open(
     config: Config,
     listen_config: Config,
+    tls: MakeTls,
     settings: ConnectorSettings,
 ) -> Result<PostgresBackend, Error> {
     let during = "connecting to PostgreSQL";
     let manager = Manager::from_config(
         config,
-        NoTls,
+        another(&tls),
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -246,7 +263,7 @@ async fn open(
         let client: &mut tokio_postgres::Client = &mut client;
         schema::migrate(client, &settings.schema).await?;
     }
-    let notifications = Notifications::connect(listen_config).await?;
+    let notifications = Notifications::connect_with(listen_config, tls).await?;
     Ok(PostgresBackend {
         pool,
         schema: settings.schema,

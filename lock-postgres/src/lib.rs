@@ -18,6 +18,7 @@ mod connector;
 pub mod error;
 pub mod notify;
 pub mod schema;
+mod tls;
 
 pub use backend::{MAX_NAME_BYTES, MAX_OWNER_BYTES, PostgresBackend};
 pub use connector::{

@@ -15,9 +15,10 @@ use async_trait::async_trait;
 use lock_core::notify::{Listener, PubSub, ReaderTask, Subscriptions, Wake};
 use lock_core::{Error, Pauses};
 use tokio::sync::watch;
-use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
+use tokio_postgres::{AsyncMessage, Client, Config};
 
 use crate::error::{refused_login, refuses_the_login};
+use crate::tls::{MakeTls, TlsStream, Trust, another};
 
 /// The application name of the notification connection, as `pg_stat_activity` shows it.
 pub const APPLICATION_NAME: &str = "distlock-notifications";
@@ -112,9 +113,15 @@ impl Notifications {
     /// # Cancel safety
     ///
     /// Cancel-safe: nothing is started before the connection is up.
-    pub async fn connect(mut config: Config) -> Result<Self, Error> {
+    pub async fn connect(config: Config) -> Result<Self, Error> {
+        let tls = Trust::default().make_tls(&[&config])?;
+        Self::connect_with(config, tls).await
+    }
+
+    /// As [`Self::connect`], with connections made by `tls`.
+    pub(crate) async fn connect_with(mut config: Config, tls: MakeTls) -> Result<Self, Error> {
         config.application_name(APPLICATION_NAME);
-        let (client, connection) = connect_within(&config).await.map_err(|failure| {
+        let (client, connection) = connect_within(&config, &tls).await.map_err(|failure| {
             let during = "opening the notification connection";
             match failure {
                 Failure::Refused(err) => err,
@@ -128,6 +135,7 @@ impl Notifications {
         let (alive, watched) = watch::channel(());
         let kept = Kept {
             config,
+            tls,
             listening,
             subscriptions: subscriptions.clone(),
             alive: watched,
@@ -170,13 +178,13 @@ impl Notifications {
 #[derive(Clone)]
 struct Kept {
     config: Config,
+    tls: MakeTls,
     listening: Arc<Listening>,
     subscriptions: Subscriptions,
     alive: watch::Receiver<()>,
 }
 
-type Connection =
-    tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>;
+type Connection = tokio_postgres::Connection<tokio_postgres::Socket, TlsStream>;
 
 impl Kept {
     /// Delivers notifications until the connection ends, connects again, and so on,
@@ -246,7 +254,7 @@ impl Kept {
         let mut pauses = Pauses::doubling(FIRST_PAUSE, LONGEST_PAUSE);
         loop {
             let connected = tokio::select! {
-                connected = connect_within(&self.config) => connected,
+                connected = connect_within(&self.config, &self.tls) => connected,
                 _ = self.alive.changed() => return None,
             };
             match connected {
@@ -284,12 +292,12 @@ enum Failure {
 
 /// Connects within the config's connect timeout (the driver bounds only the TCP
 /// connection with it; a paused server would hold the handshake forever).
-async fn connect_within(config: &Config) -> Result<(Client, Connection), Failure> {
+async fn connect_within(config: &Config, tls: &MakeTls) -> Result<(Client, Connection), Failure> {
     let bound = config
         .get_connect_timeout()
         .copied()
         .unwrap_or(crate::connector::DEFAULT_CONNECT_TIMEOUT);
-    match tokio::time::timeout(bound, config.connect(NoTls)).await {
+    match tokio::time::timeout(bound, config.connect(another(tls))).await {
         Ok(Ok(connected)) => Ok(connected),
         Ok(Err(err)) if err.as_db_error().is_some_and(refuses_the_login) => {
             Err(Failure::Refused(refused_login(err)))

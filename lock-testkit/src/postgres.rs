@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use crate::ports::{self, PortTaken};
 use crate::scratch::{ScratchDir, scratch_dir};
 use crate::signal::{Signal, children, signal};
+use crate::tls::TestCertificates;
 
 /// The message shown when no PostgreSQL server binaries can be found.
 pub(crate) const NOT_FOUND: &str = "PostgreSQL's server binaries (initdb, postgres) not found: \
@@ -135,6 +136,16 @@ impl PostgresServer {
     /// Creates a cluster with `initdb` and starts it; returns once it accepts
     /// connections. Panics (with what to install) when the binaries are missing.
     pub async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// As [`Self::start`], with TLS on (the server certificate of `certificates`, for
+    /// `127.0.0.1`) and every TCP connection required to use it (`hostssl` lines only).
+    pub async fn start_with_tls(certificates: &TestCertificates) -> Self {
+        Self::start_with(Some(certificates)).await
+    }
+
+    async fn start_with(tls: Option<&TestCertificates>) -> Self {
         let bin = postgres_bin_dir().unwrap_or_else(|| panic!("{NOT_FOUND}"));
         let dir = scratch_dir();
         let run_as = unprivileged_user();
@@ -150,6 +161,9 @@ impl PostgresServer {
             run_as,
         };
         server.init_db();
+        if let Some(certificates) = tls {
+            server.require_tls(certificates);
+        }
         for _ in 0..ports::PORT_ATTEMPTS {
             server.port = ports::reserve(false);
             ports::remove_earlier_log(&server.dir.path().join("postgres.log"));
@@ -175,6 +189,17 @@ impl PostgresServer {
     #[must_use]
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// A connection string of the `postgres` database as the `postgres` superuser over
+    /// the server's Unix socket, which a TLS-only server still serves in plain.
+    #[must_use]
+    pub fn socket_url(&self) -> String {
+        format!(
+            "host={} port={} user=postgres dbname=postgres",
+            self.dir.path().display(),
+            self.port
+        )
     }
 
     /// The postmaster's process id.
@@ -213,6 +238,38 @@ impl PostgresServer {
             send(child, Signal::SIGCONT);
         }
         send(postmaster, Signal::SIGCONT);
+    }
+
+    /// Puts the certificate and key in the data directory (readable by the server's
+    /// user only, as PostgreSQL demands), turns `ssl` on, and accepts TCP connections
+    /// only over TLS.
+    fn require_tls(&self, certificates: &TestCertificates) {
+        let data = self.data();
+        for (name, mode) in [("server.crt", 0o644), ("server.key", 0o600)] {
+            let target = data.join(name);
+            std::fs::copy(certificates.file(name), &target)
+                .unwrap_or_else(|e| panic!("copy {name}: {e}"));
+            std::fs::set_permissions(&target, std::os::unix::fs::PermissionsExt::from_mode(mode))
+                .unwrap_or_else(|e| panic!("chmod {name}: {e}"));
+            if let Some((uid, gid)) = self.run_as {
+                std::os::unix::fs::chown(&target, Some(uid), Some(gid))
+                    .unwrap_or_else(|e| panic!("chown {name}: {e}"));
+            }
+        }
+        let mut conf = File::options()
+            .append(true)
+            .open(data.join("postgresql.conf"))
+            .unwrap_or_else(|e| panic!("open postgresql.conf: {e}"));
+        std::io::Write::write_all(
+            &mut conf,
+            b"\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n",
+        )
+        .unwrap_or_else(|e| panic!("write postgresql.conf: {e}"));
+        std::fs::write(
+            data.join("pg_hba.conf"),
+            "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostssl all all ::1/128 trust\n",
+        )
+        .unwrap_or_else(|e| panic!("write pg_hba.conf: {e}"));
     }
 
     fn data(&self) -> PathBuf {

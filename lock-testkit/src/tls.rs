@@ -98,7 +98,7 @@ impl TestCertificates {
             .config_line("tls-auth-clients no")
     }
 
-    fn file(&self, name: &str) -> std::path::PathBuf {
+    pub(crate) fn file(&self, name: &str) -> std::path::PathBuf {
         Path::new(self.dir.path()).join(name)
     }
 }
