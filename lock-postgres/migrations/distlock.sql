@@ -110,13 +110,14 @@ BEGIN
 -- again after a lost reply answers as the first run.
 
 -- Makes the calling transaction's commit durable even where the server or the session
--- set synchronous_commit to off: a grant, renewal or fencing token lost in a crash would
--- let a second holder in, or a token go backwards.
+-- set synchronous_commit to off or local: a grant, renewal or fencing token lost in a
+-- crash, or in a failover to a synchronous standby, would let a second holder in, or a
+-- token go backwards.
 CREATE OR REPLACE FUNCTION distlock.durable()
 RETURNS void LANGUAGE plpgsql
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF current_setting('synchronous_commit') = 'off' THEN
+    IF current_setting('synchronous_commit') IN ('off', 'local') THEN
         PERFORM set_config('synchronous_commit', 'on', true);
     END IF;
 END $$;
@@ -542,7 +543,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 
         $functions$;
         DELETE FROM distlock.functions;
-        INSERT INTO distlock.functions VALUES (4, '58fe334bfd47fed185b766dc3decfd8e8ecf6e89');
+        INSERT INTO distlock.functions VALUES (4, '768b3ca99a778abdc156ee0f6a97c4cfacee643c');
     END IF;
 END $distlock$;
 COMMIT;

@@ -305,26 +305,29 @@ async fn a_lock_operation_commits_durably_in_a_session_that_does_not() {
     let server = PostgresServer::start().await;
     let mut client = postgres_client(&server.url()).await;
     migrate(&mut client, &SchemaName::default()).await.unwrap();
-    let transaction = client.transaction().await.unwrap();
-    transaction
-        .batch_execute("SET LOCAL synchronous_commit = off")
-        .await
-        .unwrap();
-    transaction
-        .execute(
-            "SELECT distlock.acquire_grant('durable', 'owner', 'mutex', 30000, false,
-                    gen_random_uuid(), 1000, false, 0, '')",
-            &[],
-        )
-        .await
-        .unwrap();
-    let setting: String = transaction
-        .query_one("SELECT current_setting('synchronous_commit')", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(setting, "on");
-    transaction.commit().await.unwrap();
+    // `local` would not wait for a synchronous standby.
+    for session in ["off", "local"] {
+        let transaction = client.transaction().await.unwrap();
+        transaction
+            .batch_execute(&format!("SET LOCAL synchronous_commit = {session}"))
+            .await
+            .unwrap();
+        transaction
+            .execute(
+                "SELECT distlock.acquire_grant('durable', 'owner', 'mutex', 30000, false,
+                        gen_random_uuid(), 1000, false, 0, '')",
+                &[],
+            )
+            .await
+            .unwrap();
+        let setting: String = transaction
+            .query_one("SELECT current_setting('synchronous_commit')", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(setting, "on", "from {session}");
+        transaction.commit().await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

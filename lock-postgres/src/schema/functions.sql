@@ -36,13 +36,14 @@
 -- again after a lost reply answers as the first run.
 
 -- Makes the calling transaction's commit durable even where the server or the session
--- set synchronous_commit to off: a grant, renewal or fencing token lost in a crash would
--- let a second holder in, or a token go backwards.
+-- set synchronous_commit to off or local: a grant, renewal or fencing token lost in a
+-- crash, or in a failover to a synchronous standby, would let a second holder in, or a
+-- token go backwards.
 CREATE OR REPLACE FUNCTION {schema}.durable()
 RETURNS void LANGUAGE plpgsql
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF current_setting('synchronous_commit') = 'off' THEN
+    IF current_setting('synchronous_commit') IN ('off', 'local') THEN
         PERFORM set_config('synchronous_commit', 'on', true);
     END IF;
 END $$;
