@@ -29,7 +29,8 @@ pub trait Fixture: Send + Sync {
 
     /// Whether each fresh grant's fencing token is exactly one more than the last (one
     /// store). A composite backend's tokens only increase: RedLock takes the largest its
-    /// majority gave, and majorities differ.
+    /// majority gave, and majorities differ. PostgreSQL's are at least the microseconds
+    /// since the epoch, so that a counter a failover rolled back still goes up.
     fn consecutive_tokens(&self) -> bool {
         true
     }

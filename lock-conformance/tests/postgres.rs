@@ -99,6 +99,12 @@ impl Fixture for PostgresFixture {
         backend
     }
 
+    /// Tokens are at least the microseconds since the epoch (a failover's rolled-back
+    /// counter still goes up), not one more than the last.
+    fn consecutive_tokens(&self) -> bool {
+        false
+    }
+
     async fn subscribed_channels(&self) -> Vec<String> {
         let backends = self
             .backends

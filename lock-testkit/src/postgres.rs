@@ -145,6 +145,72 @@ impl PostgresServer {
         Self::start_with(Some(certificates)).await
     }
 
+    /// A streaming standby of `primary`, asynchronous, on a port of its own: a base
+    /// backup taken with `pg_basebackup -R` (which writes the standby's connection to
+    /// the primary), started and ready for read-only connections.
+    pub async fn start_standby(primary: &Self) -> Self {
+        let dir = scratch_dir();
+        if let Some((uid, gid)) = primary.run_as {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))
+                .unwrap_or_else(|e| panic!("chown {}: {e}", dir.path().display()));
+        }
+        let mut standby = Self {
+            bin: primary.bin.clone(),
+            port: 0,
+            child: None,
+            dir,
+            run_as: primary.run_as,
+        };
+        let output = standby
+            .command("pg_basebackup")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &primary.port.to_string(),
+                "-U",
+                "postgres",
+            ])
+            .args(["-X", "stream", "-R", "--no-sync", "-D"])
+            .arg(standby.data())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("run pg_basebackup: {e}"));
+        assert!(
+            output.status.success(),
+            "pg_basebackup failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        standby.launch_on_a_free_port().await;
+        standby
+    }
+
+    /// Promotes a standby to primary and waits until it accepts writes.
+    pub fn promote(&self) {
+        let output = self
+            .command("pg_ctl")
+            .args(["promote", "-w", "-t", "30", "-D"])
+            .arg(self.data())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("run pg_ctl promote: {e}"));
+        assert!(
+            output.status.success(),
+            "pg_ctl promote failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// Stops the server at once, as a crash would (SIGQUIT, no checkpoint), and leaves it
+    /// stopped.
+    pub fn crash(&mut self) {
+        if self.child.is_some() {
+            self.resume();
+        }
+        self.stop();
+    }
+
     async fn start_with(tls: Option<&TestCertificates>) -> Self {
         let bin = postgres_bin_dir().unwrap_or_else(|| panic!("{NOT_FOUND}"));
         let dir = scratch_dir();
@@ -164,18 +230,24 @@ impl PostgresServer {
         if let Some(certificates) = tls {
             server.require_tls(certificates);
         }
+        server.launch_on_a_free_port().await;
+        server
+    }
+
+    /// Launches the server on a free port, trying another while one is taken.
+    async fn launch_on_a_free_port(&mut self) {
         for _ in 0..ports::PORT_ATTEMPTS {
-            server.port = ports::reserve(false);
-            ports::remove_earlier_log(&server.dir.path().join("postgres.log"));
-            if server.launch().await.is_ok() {
-                return server;
+            self.port = ports::reserve(false);
+            ports::remove_earlier_log(&self.dir.path().join("postgres.log"));
+            if self.launch().await.is_ok() {
+                return;
             }
-            ports::release(server.port, false);
+            ports::release(self.port, false);
         }
         panic!(
             "postgres found its port taken {} times in a row; its log is in {}",
             ports::PORT_ATTEMPTS,
-            server.dir.path().display()
+            self.dir.path().display()
         );
     }
 

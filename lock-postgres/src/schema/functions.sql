@@ -139,6 +139,47 @@ RETURNS bigint[] LANGUAGE sql IMMUTABLE
                  ('x' || substr(replace(p_id::text, '-', ''), 17, 16))::bit(64)::bigint]
 $$;
 
+-- The end of the failover quarantine, or NULL outside one (second review, N10). A
+-- promotion of a standby, or a restore, may lose the last grants of the server before:
+-- their holders still work, believing they hold, until their lease ends. Each call
+-- compares the server (system identifier and WAL timeline, which both change then) with
+-- the one `epoch` names; on a change it starts a quarantine as long as the longest lease
+-- granted before (at least `distlock.failover_quarantine_ms`, default 0), in which no
+-- new hold is granted. It also records `p_lease_ms` when it is the longest yet.
+CREATE OR REPLACE FUNCTION {schema}.quarantine(p_now timestamptz, p_lease_ms bigint)
+RETURNS timestamptz LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_system bigint := (SELECT system_identifier FROM pg_control_system());
+    v_timeline integer :=
+        ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer;
+    v_epoch {schema}.epoch%ROWTYPE;
+    v_floor bigint :=
+        coalesce(nullif(current_setting('distlock.failover_quarantine_ms', true), ''), '0')::bigint;
+BEGIN
+    SELECT * INTO v_epoch FROM {schema}.epoch;
+    IF v_epoch.system_identifier IS DISTINCT FROM v_system
+       OR v_epoch.timeline IS DISTINCT FROM v_timeline THEN
+        UPDATE {schema}.epoch
+           SET system_identifier = v_system, timeline = v_timeline,
+               quarantine_until = greatest(quarantine_until, p_now
+                   + greatest(longest_lease_ms, v_floor) * interval '1 millisecond')
+         WHERE system_identifier <> v_system OR timeline <> v_timeline
+        RETURNING * INTO v_epoch;
+        IF FOUND THEN
+            RAISE WARNING 'distlock: the server changed (system %, timeline %): no new lock '
+                'is granted until %', v_system, v_timeline, v_epoch.quarantine_until;
+        ELSE
+            -- Another call started it first.
+            SELECT * INTO v_epoch FROM {schema}.epoch;
+        END IF;
+    END IF;
+    IF p_lease_ms > v_epoch.longest_lease_ms THEN
+        UPDATE {schema}.epoch SET longest_lease_ms = greatest(longest_lease_ms, p_lease_ms);
+    END IF;
+    RETURN CASE WHEN v_epoch.quarantine_until > p_now THEN v_epoch.quarantine_until END;
+END $$;
+
 -- Gives `p_owner` one more hold of kind `p_kind` (stored kind) on `p_name`, once the
 -- caller decided it may have it, as grant `p_request`; a fresh hold takes the next
 -- fencing token and begins with this grant as its origin.
@@ -152,6 +193,7 @@ DECLARE
     v_holds integer;
     v_origin uuid;
     v_token bigint := 0;
+    v_clock bigint := floor(extract(epoch FROM p_now) * 1000000)::bigint;
 BEGIN
     IF p_kind = 'read' THEN
         INSERT INTO {schema}.holds AS h (name, owner, kind, holds, expires_at, lease_ends, origin)
@@ -179,8 +221,11 @@ BEGIN
             CASE WHEN p_kind = 'read' THEN v_end END);
     IF p_fencing THEN
         IF v_holds = 1 THEN
-            INSERT INTO {schema}.tokens AS t (name, token) VALUES (p_name, 1)
-            ON CONFLICT (name) DO UPDATE SET token = t.token + 1
+            -- At least the microseconds since the epoch: a counter a failover rolled back
+            -- (N10) still issues tokens above those its lost grants had, as the
+            -- quarantine's lease of time has passed since.
+            INSERT INTO {schema}.tokens AS t (name, token) VALUES (p_name, v_clock)
+            ON CONFLICT (name) DO UPDATE SET token = greatest(t.token + 1, v_clock)
             RETURNING token INTO v_token;
         ELSE
             SELECT token INTO v_token FROM {schema}.tokens WHERE name = p_name;
@@ -262,18 +307,24 @@ DECLARE
     v_stored text := CASE p_kind WHEN 'fair' THEN 'mutex' ELSE p_kind END;
     v_mine boolean;
     v_others boolean;
+    v_quarantine timestamptz;
 BEGIN
     v_reply := {schema}.begin_op(p_name, p_request, v_now);
     IF v_reply IS NOT NULL THEN
         RETURN v_reply;
     END IF;
-    -- Reentry, and a writer's read hold (a downgrade), are always granted.
+    -- Reentry, and a writer's read hold (a downgrade), are always granted: the hold is
+    -- there, so it was not lost.
     v_mine := EXISTS (SELECT 1 FROM {schema}.holds
                        WHERE name = p_name AND owner = p_owner
                          AND (kind = v_stored OR (v_stored = 'read' AND kind = 'write')));
     IF v_mine THEN
         RETURN {schema}.grant_hold(p_name, p_owner, v_stored, p_lease_ms, p_fencing, p_request,
                                    p_window_ms, v_now);
+    END IF;
+    v_quarantine := {schema}.quarantine(v_now, p_lease_ms);
+    IF v_quarantine IS NOT NULL THEN
+        RETURN ARRAY[0, greatest(1, ceil(extract(epoch FROM v_quarantine - v_now) * 1000))::bigint, 0];
     END IF;
     IF p_kind = 'fair' THEN
         RETURN {schema}.acquire_fair(p_name, p_owner, p_lease_ms, p_fencing, p_request,

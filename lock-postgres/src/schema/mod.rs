@@ -20,7 +20,7 @@ pub use script::{grants_sql, migration_sql};
 pub const OLDEST_SERVER: i32 = 130_000;
 
 /// The schema version this library creates and understands.
-pub const VERSION: i32 = 2;
+pub const VERSION: i32 = 3;
 
 /// The default schema name.
 pub const DEFAULT_SCHEMA: &str = "distlock";
@@ -81,7 +81,7 @@ impl fmt::Display for SchemaName {
 }
 
 /// The statements of each version, in order; `{schema}` stands for the schema name.
-const STEPS: [&str; 2] = [
+const STEPS: [&str; 3] = [
     // Version 1: the holds of every lock kind (a reader's row keeps each of its holds'
     // lease ends), the fencing counters, the fair queue (with each waiter's wake-up
     // channel) and the replies remembered for retried requests.
@@ -130,6 +130,22 @@ const STEPS: [&str; 2] = [
         lease_end timestamptz
     );
     CREATE INDEX grants_of_hold ON {schema}.grants (name, kind, owner);",
+    // Version 3: the server the holds were granted on (second review, N10): its system
+    // identifier and WAL timeline, which a promotion or a restore changes; the end of
+    // the quarantine such a change starts, and the longest lease granted, which the
+    // quarantine lasts at least.
+    "CREATE TABLE {schema}.epoch (
+        one boolean PRIMARY KEY DEFAULT true CHECK (one),
+        system_identifier bigint NOT NULL,
+        timeline integer NOT NULL,
+        quarantine_until timestamptz NOT NULL,
+        longest_lease_ms bigint NOT NULL
+    );
+    INSERT INTO {schema}.epoch
+    SELECT true, (SELECT system_identifier FROM pg_catalog.pg_control_system()),
+           ('x' || substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))
+               ::bit(32)::integer,
+           pg_catalog.clock_timestamp(), 0;",
 ];
 
 /// The revision of the lock functions (`functions.sql`), raised with every change to
@@ -147,7 +163,12 @@ pub const FUNCTIONS_REVISION: i32 = 4;
 const FUNCTIONS: &str = include_str!("functions.sql");
 
 /// What the tables must look like after migrating: table, column, type.
-const EXPECTED: [(&str, &str, &str); 27] = [
+const EXPECTED: [(&str, &str, &str); 32] = [
+    ("epoch", "one", "boolean"),
+    ("epoch", "system_identifier", "bigint"),
+    ("epoch", "timeline", "integer"),
+    ("epoch", "quarantine_until", "timestamp with time zone"),
+    ("epoch", "longest_lease_ms", "bigint"),
     ("holds", "name", "text"),
     ("holds", "owner", "text"),
     ("holds", "kind", "text"),
