@@ -95,10 +95,10 @@ async fn a_failover_that_loses_a_grant_gives_no_second_owner_and_no_repeated_tok
         waited >= lease,
         "a second owner {waited:?} after the lost grant, within its {lease:?} lease"
     );
-    let token = taken.fencing_token().expect("fencing is on");
+    let new_token = taken.fencing_token().expect("fencing is on");
     assert!(
-        token > lost_token,
-        "the promoted server issued {token} after the lost grant's {lost_token}"
+        new_token > lost_token,
+        "the promoted server issued {new_token} after the lost grant's {lost_token}"
     );
     taken.unlock().await.expect("released");
     drop(lost);
