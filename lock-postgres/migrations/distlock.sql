@@ -65,7 +65,11 @@ ALTER TABLE distlock.holds ADD COLUMN origin uuid;
     END IF;
     IF found < 3 THEN
         EXECUTE $step$
-CREATE TABLE distlock.epoch (
+CREATE TABLE distlock.listening (
+        name text PRIMARY KEY,
+        until timestamptz NOT NULL
+    );
+    CREATE TABLE distlock.epoch (
         one boolean PRIMARY KEY DEFAULT true CHECK (one),
         system_identifier bigint NOT NULL,
         timeline integer NOT NULL,
@@ -327,6 +331,25 @@ BEGIN
                              p_now, p_window_ms);
 END $$;
 
+-- Whether a waiter of `p_name` (other than a fair one, which `waiters` keeps) may be
+-- listening: one was told the name is busy and has not outlived the time it was given.
+-- A registration that ran out is removed.
+CREATE OR REPLACE FUNCTION distlock.anyone_listening(p_name text, p_now timestamptz)
+RETURNS boolean LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_until timestamptz;
+BEGIN
+    SELECT until INTO v_until FROM distlock.listening WHERE name = p_name;
+    IF NOT FOUND THEN
+        RETURN false;
+    ELSIF v_until <= p_now THEN
+        DELETE FROM distlock.listening WHERE name = p_name AND until <= p_now;
+        RETURN false;
+    END IF;
+    RETURN true;
+END $$;
+
 -- Wakes the first fair waiter of `p_name` that still keeps its place.
 CREATE OR REPLACE FUNCTION distlock.wake_fair_head(p_name text, p_now timestamptz)
 RETURNS void LANGUAGE plpgsql
@@ -432,7 +455,15 @@ BEGIN
        AND NOT EXISTS (SELECT 1 FROM distlock.holds WHERE name = p_name AND kind <> 'read') THEN
         RETURN ARRAY[3, 0, 0];
     END IF;
-    RETURN distlock.busy(p_name, v_now);
+    v_reply := distlock.busy(p_name, v_now);
+    IF p_waits THEN
+        -- Until it next asks (at the latest when the busy reply says, and a place's
+        -- time more for a slow client), a release of the name notifies its channel.
+        INSERT INTO distlock.listening AS l (name, until)
+        VALUES (p_name, v_now + (v_reply[2] + p_place_ms) * interval '1 millisecond')
+        ON CONFLICT (name) DO UPDATE SET until = greatest(l.until, excluded.until);
+    END IF;
+    RETURN v_reply;
 END $$;
 
 -- `acquire_grant` for clients of the first revision, which read three numbers.
@@ -491,6 +522,10 @@ BEGIN
         DELETE FROM distlock.grants WHERE name = p_name AND kind = v_stored AND owner = p_owner;
         IF p_kind = 'fair' THEN
             PERFORM distlock.wake_fair_head(p_name, v_now);
+        ELSIF NOT distlock.anyone_listening(p_name, v_now) THEN
+            -- Nobody to wake: no NOTIFY, whose commit takes a lock every notifying
+            -- transaction of the database queues on.
+            NULL;
         ELSIF p_kind = 'write' THEN
             PERFORM distlock.notify(p_channel, 'all');
         ELSIF NOT EXISTS (SELECT 1 FROM distlock.holds WHERE name = p_name) THEN
@@ -610,7 +645,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 
         $functions$;
         DELETE FROM distlock.functions;
-        INSERT INTO distlock.functions VALUES (4, '9245d32bf99a0467e094c3f8a318c806515478ec');
+        INSERT INTO distlock.functions VALUES (4, 'ac60985a335b195a0d155c90847e6e2b4ffa3095');
     END IF;
 END $distlock$;
 COMMIT;

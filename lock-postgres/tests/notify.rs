@@ -262,3 +262,62 @@ async fn past_the_notify_queue_limit_releases_skip_the_notify_and_waiters_are_se
         }
     }
 }
+
+/// A release sends a NOTIFY only when a waiter was told the name is busy: an uncontended
+/// release notifies nobody (its commit would take the database-wide lock every notifying
+/// transaction queues on), a contended one wakes the waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_notifies_only_when_someone_waits() {
+    let server = PostgresServer::start().await;
+    let (a, b) = (connect(&server.url()).await, connect(&server.url()).await);
+    let name = "quiet";
+    let channel = format!(
+        "dl_{}",
+        sha1_smol::Sha1::from(format!("distlock:{name}")).digest()
+    );
+    let (_listening, mut heard) = raw_listener(&server.url(), &channel).await;
+    for _ in 0..3 {
+        let guard = a.mutex(name).lock().await.expect("free");
+        guard.unlock().await.expect("released");
+    }
+    let message = timeout(Duration::from_millis(300), heard.recv()).await;
+    assert!(
+        message.is_err(),
+        "an uncontended release notified: {message:?}"
+    );
+
+    let held = a.mutex(name).lock().await.expect("free");
+    let waiter = tokio::spawn({
+        let lock = b.mutex(name);
+        async move { lock.lock().await }
+    });
+    // The waiter is told it is busy (and registered) before the release.
+    let told = async {
+        let probe = postgres_client(&server.url()).await;
+        loop {
+            let rows = probe
+                .query("SELECT 1 FROM distlock.listening WHERE name = $1", &[&name])
+                .await
+                .unwrap();
+            if !rows.is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    timeout(Duration::from_secs(5), told)
+        .await
+        .expect("the waiter asks");
+    held.unlock().await.expect("released");
+    let message = timeout(Duration::from_secs(5), heard.recv()).await;
+    assert!(
+        matches!(message, Ok(Some(_))),
+        "a release with a waiter notified nobody"
+    );
+    let granted = timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter is served")
+        .unwrap()
+        .expect("acquired");
+    granted.unlock().await.unwrap();
+}

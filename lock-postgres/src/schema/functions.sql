@@ -237,6 +237,25 @@ BEGIN
                              p_now, p_window_ms);
 END $$;
 
+-- Whether a waiter of `p_name` (other than a fair one, which `waiters` keeps) may be
+-- listening: one was told the name is busy and has not outlived the time it was given.
+-- A registration that ran out is removed.
+CREATE OR REPLACE FUNCTION {schema}.anyone_listening(p_name text, p_now timestamptz)
+RETURNS boolean LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_until timestamptz;
+BEGIN
+    SELECT until INTO v_until FROM {schema}.listening WHERE name = p_name;
+    IF NOT FOUND THEN
+        RETURN false;
+    ELSIF v_until <= p_now THEN
+        DELETE FROM {schema}.listening WHERE name = p_name AND until <= p_now;
+        RETURN false;
+    END IF;
+    RETURN true;
+END $$;
+
 -- Wakes the first fair waiter of `p_name` that still keeps its place.
 CREATE OR REPLACE FUNCTION {schema}.wake_fair_head(p_name text, p_now timestamptz)
 RETURNS void LANGUAGE plpgsql
@@ -342,7 +361,15 @@ BEGIN
        AND NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name AND kind <> 'read') THEN
         RETURN ARRAY[3, 0, 0];
     END IF;
-    RETURN {schema}.busy(p_name, v_now);
+    v_reply := {schema}.busy(p_name, v_now);
+    IF p_waits THEN
+        -- Until it next asks (at the latest when the busy reply says, and a place's
+        -- time more for a slow client), a release of the name notifies its channel.
+        INSERT INTO {schema}.listening AS l (name, until)
+        VALUES (p_name, v_now + (v_reply[2] + p_place_ms) * interval '1 millisecond')
+        ON CONFLICT (name) DO UPDATE SET until = greatest(l.until, excluded.until);
+    END IF;
+    RETURN v_reply;
 END $$;
 
 -- `acquire_grant` for clients of the first revision, which read three numbers.
@@ -401,6 +428,10 @@ BEGIN
         DELETE FROM {schema}.grants WHERE name = p_name AND kind = v_stored AND owner = p_owner;
         IF p_kind = 'fair' THEN
             PERFORM {schema}.wake_fair_head(p_name, v_now);
+        ELSIF NOT {schema}.anyone_listening(p_name, v_now) THEN
+            -- Nobody to wake: no NOTIFY, whose commit takes a lock every notifying
+            -- transaction of the database queues on.
+            NULL;
         ELSIF p_kind = 'write' THEN
             PERFORM {schema}.notify(p_channel, 'all');
         ELSIF NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name) THEN

@@ -133,8 +133,13 @@ const STEPS: [&str; 3] = [
     // Version 3: the server the holds were granted on (second review, N10): its system
     // identifier and WAL timeline, which a promotion or a restore changes; the end of
     // the quarantine such a change starts, and the longest lease granted, which the
-    // quarantine lasts at least.
-    "CREATE TABLE {schema}.epoch (
+    // quarantine lasts at least. And until when someone waits on a name's channel (a
+    // release notifies only then).
+    "CREATE TABLE {schema}.listening (
+        name text PRIMARY KEY,
+        until timestamptz NOT NULL
+    );
+    CREATE TABLE {schema}.epoch (
         one boolean PRIMARY KEY DEFAULT true CHECK (one),
         system_identifier bigint NOT NULL,
         timeline integer NOT NULL,
@@ -163,7 +168,9 @@ pub const FUNCTIONS_REVISION: i32 = 4;
 const FUNCTIONS: &str = include_str!("functions.sql");
 
 /// What the tables must look like after migrating: table, column, type.
-const EXPECTED: [(&str, &str, &str); 32] = [
+const EXPECTED: [(&str, &str, &str); 34] = [
+    ("listening", "name", "text"),
+    ("listening", "until", "timestamp with time zone"),
     ("epoch", "one", "boolean"),
     ("epoch", "system_identifier", "bigint"),
     ("epoch", "timeline", "integer"),
