@@ -1,6 +1,7 @@
 //! The PostgreSQL backend side by side with PostgreSQL's own advisory locks
 //! (`pg_advisory_lock`), both through tokio-postgres on pools of the same size, on a
-//! server the run starts: uncontended throughput and contended hand-off.
+//! server the run starts: uncontended throughput, contended hand-off, and what our
+//! lock traffic costs an unrelated writer of the same database.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -116,11 +117,74 @@ async fn advisory_contended(server: &PostgresServer, seconds: f64) -> Figures {
     summarize(tasks, started).await
 }
 
+/// Lock+unlock pairs the paced load of [`writer_commits_per_second`] runs: 8 tasks, each
+/// pausing this long after a pair, so that the lock traffic (about a thousand pairs a
+/// second) leaves the server CPU to spare and what is measured is contention, not a
+/// saturated machine.
+const PACE: Duration = Duration::from_millis(5);
+
+/// Commits per second of a writer (one connection, each transaction one INSERT and a
+/// NOTIFY on a channel of its own, as an application telling its caches) on a table of
+/// its own, alone or while paced lock pairs run beside it (`beside`). Every notifying
+/// transaction of a database takes one database-wide lock at commit, so a release that
+/// notified would queue the writer's commits behind it; the rest the writer feels is the
+/// lock traffic's share of the WAL and the CPU.
+async fn writer_commits_per_second(
+    server: &PostgresServer,
+    beside: Option<&Locks>,
+    duration: Duration,
+) -> f64 {
+    let pool = advisory_pool(server);
+    let writer = pool.get().await.expect("a connection");
+    writer
+        .batch_execute("CREATE TABLE IF NOT EXISTS bench_writes (id bigserial, at timestamptz)")
+        .await
+        .expect("the writer's table");
+    let deadline = Instant::now() + duration;
+    let mut pacers = Vec::new();
+    if let Some(locks) = beside {
+        for task in 0..8 {
+            let mutex = locks.mutex(&format!("bench:w:{task}"));
+            pacers.push(tokio::spawn(async move {
+                while Instant::now() < deadline {
+                    if let Ok(guard) = mutex.lock().await
+                        && let Err(err) = guard.unlock().await
+                    {
+                        eprintln!("lock-bench: paced unlock: {err}");
+                    }
+                    tokio::time::sleep(PACE).await;
+                }
+            }));
+        }
+    }
+    let mut commits = 0_u64;
+    while Instant::now() < deadline {
+        writer
+            .query_typed(
+                "WITH written AS (INSERT INTO bench_writes (at) VALUES (now()) RETURNING id)
+                 SELECT pg_notify('bench_writes', id::text) FROM written",
+                &[],
+            )
+            .await
+            .expect("the writer's insert");
+        commits += 1;
+    }
+    for pacer in pacers {
+        if let Err(err) = pacer.await {
+            eprintln!("lock-bench: a paced task failed: {err}");
+        }
+    }
+    commits as f64 / duration.as_secs_f64()
+}
+
 /// Uncontended pairs per second (64 tasks, distinct names, one client) and the contended
 /// run (8 clients, one name, hold 1 ms, think 1 ms) of both.
 pub(crate) async fn postgres(server: &PostgresServer, scale: Scale) -> Results {
     let duration = Duration::from_secs_f64(scale.seconds);
-    let ours_rate = pairs_per_second(&ours(server).await, duration).await;
+    let ours_client = ours(server).await;
+    let ours_rate = pairs_per_second(&ours_client, duration).await;
+    let writer_alone = writer_commits_per_second(server, None, duration).await;
+    let writer_beside = writer_commits_per_second(server, Some(&ours_client), duration).await;
     let advisory_rate = advisory_pairs_per_second(&advisory_pool(server), duration).await;
     let mut clients = Vec::new();
     for _ in 0..8 {
@@ -129,7 +193,11 @@ pub(crate) async fn postgres(server: &PostgresServer, scale: Scale) -> Results {
     let mut ours_figures =
         contend_with(clients, 1, "bench:c:postgres", Kind::Mutex, scale.seconds).await;
     let mut advisory_figures = advisory_contended(server, scale.seconds).await;
-    ours_figures.extend(figures(&[("pairs_per_s", ours_rate)]));
+    ours_figures.extend(figures(&[
+        ("pairs_per_s", ours_rate),
+        ("writer_commits_per_s_alone", writer_alone),
+        ("writer_commits_per_s_beside", writer_beside),
+    ]));
     advisory_figures.extend(figures(&[("pairs_per_s", advisory_rate)]));
     let mut results = Results::new();
     results.insert(OURS.into(), ours_figures);

@@ -64,7 +64,45 @@ fn targets(all: &All) -> Vec<Target> {
     uncontended_targets(all, &mut targets);
     memory_targets(all, &mut targets);
     other_targets(all, &mut targets);
+    postgres_targets(all, &mut targets);
     targets.0
+}
+
+/// The PostgreSQL backend against `pg_advisory_lock` in the same run, and an unrelated
+/// writer's commits beside our lock traffic against the same writer alone.
+fn postgres_targets(all: &All, targets: &mut Targets) {
+    let p = |who: &str, metric: &str| figure(all, "postgres", who, metric);
+    let (ours, advisory) = ("lock (postgres)", "pg_advisory_lock");
+    targets.check(
+        "postgres uncontended pairs/s vs pg_advisory_lock",
+        ">= 0.5x",
+        ratio(p(ours, "pairs_per_s"), p(advisory, "pairs_per_s")),
+        |m| m >= 0.5,
+    );
+    targets.check(
+        "postgres contended mutex fairness (8 clients)",
+        ">= 0.95",
+        p(ours, "fairness_min_over_max"),
+        |m| m >= 0.95,
+    );
+    targets.check(
+        "postgres contended idle per hand-off vs pg_advisory_lock",
+        "<= 1.5x",
+        ratio(
+            p(ours, "idle_ms_per_handoff"),
+            p(advisory, "idle_ms_per_handoff"),
+        ),
+        |m| m <= 1.5,
+    );
+    targets.check(
+        "postgres: an unrelated writer's commits/s beside our lock pairs vs alone",
+        ">= 0.9x",
+        ratio(
+            p(ours, "writer_commits_per_s_beside"),
+            p(ours, "writer_commits_per_s_alone"),
+        ),
+        |m| m >= 0.9,
+    );
 }
 
 /// The contended mutex's idle time per hand-off in the run that filed issue 20 (8

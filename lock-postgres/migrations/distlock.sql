@@ -109,16 +109,20 @@ BEGIN
 -- passed: a hold that ended and began again has a new origin, so no grant of the old
 -- one is alive in it. A release ends exactly the grant it names, only while it is alive.
 --
--- Every function runs with `search_path` pinned to pg_catalog (then pg_temp, which only
--- a session's own temporary objects live in): a function or operator planted in a schema
--- on the caller's path, even one whose argument types match a call better than
--- PostgreSQL's own, is never called, with the lock client's rights, on lock names.
---
--- Every function runs with its owner's rights (SECURITY DEFINER), the role that ran the
+-- The entry points, the functions a client calls (acquire_grant, acquire, release_grant,
+-- release, cancel_wait, force_release, renew, raise_fencing), run with `search_path`
+-- pinned to pg_catalog (then pg_temp, which only a session's own temporary objects live
+-- in): a function or operator planted in a schema on the caller's path, even one whose
+-- argument types match a call better than PostgreSQL's own, is never called on lock
+-- names. They run with their owner's rights (SECURITY DEFINER), the role that ran the
 -- migration: a service's role needs no privilege on the tables beyond reading them, and
--- EXECUTE on these functions (the migration revokes it from PUBLIC), so that it can
--- change a lock only as these functions do. The pinned search_path above is what makes
+-- EXECUTE on the entry points (the migration revokes EXECUTE from PUBLIC on every
+-- function), so that it can change a lock only as they do. The pinned path is what makes
 -- that safe.
+--
+-- The helpers they call run inside them, with the path and the rights already set: no
+-- SET clause of their own (each costs a configuration save and restore per call, and
+-- keeps a SQL function from being inlined), and no EXECUTE for anyone but the owner.
 --
 -- Replies are arrays of bigint:
 --   acquire_grant: {1, holds, token, origin high 64 bits, origin low 64 bits} granted,
@@ -135,7 +139,7 @@ BEGIN
 -- token go backwards.
 CREATE OR REPLACE FUNCTION distlock.durable()
 RETURNS void LANGUAGE plpgsql
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    AS $$
 BEGIN
     IF current_setting('synchronous_commit') IN ('off', 'local') THEN
         PERFORM set_config('synchronous_commit', 'on', true);
@@ -150,7 +154,7 @@ END $$;
 -- limit is the share of the queue in use, `distlock.notify_queue_limit` (default 0.5).
 CREATE OR REPLACE FUNCTION distlock.notify(p_channel text, p_payload text)
 RETURNS void LANGUAGE plpgsql
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    AS $$
 DECLARE
     v_limit double precision :=
         coalesce(nullif(current_setting('distlock.notify_queue_limit', true), ''), '0.5')::float8;
@@ -167,7 +171,7 @@ END $$;
 -- `p_request` (NULL when it has none).
 CREATE OR REPLACE FUNCTION distlock.begin_op(p_name text, p_request uuid, p_now timestamptz)
 RETURNS bigint[] LANGUAGE plpgsql
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    AS $$
 DECLARE
     v_reply bigint[];
 BEGIN
@@ -204,7 +208,7 @@ END $$;
 CREATE OR REPLACE FUNCTION distlock.remember(
     p_request uuid, p_name text, p_reply bigint[], p_now timestamptz, p_window_ms bigint
 ) RETURNS bigint[] LANGUAGE plpgsql
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    AS $$
 BEGIN
     IF random() < 1.0 / 64 THEN
         DELETE FROM distlock.answers WHERE request IN (
@@ -219,7 +223,7 @@ END $$;
 -- The busy reply: how long the name's holds last at most (NULL when it has none).
 CREATE OR REPLACE FUNCTION distlock.busy(p_name text, p_now timestamptz)
 RETURNS bigint[] LANGUAGE sql
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    AS $$
     SELECT ARRAY[0, greatest(1, ceil(extract(epoch FROM max(expires_at) - p_now) * 1000))::bigint, 0]
       FROM distlock.holds WHERE name = p_name
     HAVING count(*) > 0
@@ -228,7 +232,7 @@ $$;
 -- The two halves of a uuid as bigints, high first (a reply is an array of bigint).
 CREATE OR REPLACE FUNCTION distlock.uuid_halves(p_id uuid)
 RETURNS bigint[] LANGUAGE sql IMMUTABLE
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    AS $$
     SELECT ARRAY[('x' || substr(replace(p_id::text, '-', ''), 1, 16))::bit(64)::bigint,
                  ('x' || substr(replace(p_id::text, '-', ''), 17, 16))::bit(64)::bigint]
 $$;
@@ -236,29 +240,32 @@ $$;
 -- The end of the failover quarantine, or NULL outside one (second review, N10). A
 -- promotion of a standby, or a restore, may lose the last grants of the server before:
 -- their holders still work, believing they hold, until their lease ends. Each call
--- compares the server (system identifier and WAL timeline, which both change then) with
--- the one `epoch` names; on a change it starts a quarantine as long as the longest lease
+-- compares the server's WAL timeline, which changes then, with the one `epoch` names; on a change it starts a quarantine as long as the longest lease
 -- granted before (at least `distlock.failover_quarantine_ms`, default 0), in which no
 -- new hold is granted. It also records `p_lease_ms` when it is the longest yet.
 CREATE OR REPLACE FUNCTION distlock.quarantine(p_now timestamptz, p_lease_ms bigint)
 RETURNS timestamptz LANGUAGE plpgsql
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    AS $$
 DECLARE
-    v_system bigint := (SELECT system_identifier FROM pg_control_system());
     v_timeline integer :=
         ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer;
+    v_system bigint;
     v_epoch distlock.epoch%ROWTYPE;
-    v_floor bigint :=
-        coalesce(nullif(current_setting('distlock.failover_quarantine_ms', true), ''), '0')::bigint;
+    v_floor bigint;
 BEGIN
     SELECT * INTO v_epoch FROM distlock.epoch;
-    IF v_epoch.system_identifier IS DISTINCT FROM v_system
-       OR v_epoch.timeline IS DISTINCT FROM v_timeline THEN
+    -- The timeline is what a promotion or a restore with recovery changes; the system
+    -- identifier (a read of the control file, as dear as the rest of this function) is
+    -- only recorded.
+    IF v_epoch.timeline IS DISTINCT FROM v_timeline THEN
+        v_system := (SELECT system_identifier FROM pg_control_system());
+        v_floor := coalesce(nullif(current_setting('distlock.failover_quarantine_ms', true), ''),
+                            '0')::bigint;
         UPDATE distlock.epoch
            SET system_identifier = v_system, timeline = v_timeline,
                quarantine_until = greatest(quarantine_until, p_now
                    + greatest(longest_lease_ms, v_floor) * interval '1 millisecond')
-         WHERE system_identifier <> v_system OR timeline <> v_timeline
+         WHERE timeline <> v_timeline
         RETURNING * INTO v_epoch;
         IF FOUND THEN
             RAISE WARNING 'distlock: the server changed (system %, timeline %): no new lock '
@@ -281,7 +288,7 @@ CREATE OR REPLACE FUNCTION distlock.grant_hold(
     p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_fencing boolean,
     p_request uuid, p_window_ms bigint, p_now timestamptz
 ) RETURNS bigint[] LANGUAGE plpgsql
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    AS $$
 DECLARE
     v_end timestamptz := p_now + p_lease_ms * interval '1 millisecond';
     v_holds integer;
@@ -336,7 +343,7 @@ END $$;
 -- A registration that ran out is removed.
 CREATE OR REPLACE FUNCTION distlock.anyone_listening(p_name text, p_now timestamptz)
 RETURNS boolean LANGUAGE plpgsql
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    AS $$
 DECLARE
     v_until timestamptz;
 BEGIN
@@ -353,7 +360,7 @@ END $$;
 -- Wakes the first fair waiter of `p_name` that still keeps its place.
 CREATE OR REPLACE FUNCTION distlock.wake_fair_head(p_name text, p_now timestamptz)
 RETURNS void LANGUAGE plpgsql
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    AS $$
 DECLARE
     v_channel text;
 BEGIN
@@ -372,7 +379,7 @@ CREATE OR REPLACE FUNCTION distlock.acquire_fair(
     p_name text, p_owner text, p_lease_ms bigint, p_fencing boolean, p_request uuid,
     p_window_ms bigint, p_waits boolean, p_place_ms bigint, p_channel text, p_now timestamptz
 ) RETURNS bigint[] LANGUAGE plpgsql
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    AS $$
 DECLARE
     v_head distlock.waiters%ROWTYPE;
     v_queued boolean;
@@ -639,13 +646,13 @@ BEGIN
     ON CONFLICT (name) DO UPDATE SET token = greatest(t.token, excluded.token);
 END $$;
 
--- Only the roles granted EXECUTE (see `grants_sql`) may call the functions, which run
--- with their owner's rights.
+-- Only the roles granted EXECUTE on the entry points (see `grants_sql`) may call them;
+-- the helpers, only their owner.
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 
         $functions$;
         DELETE FROM distlock.functions;
-        INSERT INTO distlock.functions VALUES (4, 'ac60985a335b195a0d155c90847e6e2b4ffa3095');
+        INSERT INTO distlock.functions VALUES (4, 'c40a134127e8a4c81aa01c0cddc76ae7298924d5');
     END IF;
 END $distlock$;
 COMMIT;

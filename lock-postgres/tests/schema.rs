@@ -362,12 +362,14 @@ async fn a_service_role_with_the_listed_grants_locks_after_the_printed_migration
     guard.unlock().await.expect("releases");
     let fenced = other.mutex("job").lock().await.expect("takes it after");
     fenced.unlock().await.expect("releases");
-    // A change other than through the functions is refused.
+    // A change other than through the entry points is refused, a helper's call too.
     let service = postgres_client(&url).await;
     for statement in [
         "DELETE FROM distlock.holds",
         "INSERT INTO distlock.tokens VALUES ('job', 0)",
         "CREATE TABLE distlock.mine (x int)",
+        "SELECT distlock.grant_hold('job', 'me', 'mutex', 60000, false, gen_random_uuid(), \
+         1000, now())",
     ] {
         let err = service.batch_execute(statement).await.expect_err(statement);
         assert_eq!(

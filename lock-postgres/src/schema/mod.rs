@@ -161,6 +161,19 @@ const STEPS: [&str; 3] = [
 /// stay for older clients.
 pub const FUNCTIONS_REVISION: i32 = 4;
 
+/// The functions a client calls, each with a pinned `search_path` and its owner's
+/// rights; a service's role gets EXECUTE on these alone (see [`grants_sql`]).
+pub const ENTRY_POINTS: [&str; 8] = [
+    "acquire_grant",
+    "acquire",
+    "release_grant",
+    "release",
+    "cancel_wait",
+    "force_release",
+    "renew",
+    "raise_fencing",
+];
+
 /// The functions every operation is one call of (one statement, atomic, no session
 /// state: usable through a transaction-mode pooler). Code rather than data: replaced
 /// when a migration brings a newer revision ([`FUNCTIONS_REVISION`]). `{schema}` stands
@@ -455,6 +468,36 @@ async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The entry points, and only they, pin the search path and run with their owner's
+    /// rights: a helper with its own SET clause costs a save and restore per call, and
+    /// an entry point without one could be called with a planted function on the path.
+    #[test]
+    fn exactly_the_entry_points_pin_the_path_and_run_as_their_owner() {
+        let mut pinned = Vec::new();
+        let mut found = Vec::new();
+        for definition in FUNCTIONS
+            .split("CREATE OR REPLACE FUNCTION {schema}.")
+            .skip(1)
+        {
+            let name = definition.split('(').next().unwrap_or_default();
+            let header = definition.split("$$").next().unwrap_or_default();
+            found.push(name);
+            if header.contains("SECURITY DEFINER SET search_path = pg_catalog, pg_temp") {
+                pinned.push(name);
+            } else {
+                assert!(
+                    !header.contains("SECURITY DEFINER") && !header.contains("SET search_path"),
+                    "{name}: half a pin"
+                );
+            }
+        }
+        pinned.sort_unstable();
+        let mut entry_points = ENTRY_POINTS.to_vec();
+        entry_points.sort_unstable();
+        assert_eq!(pinned, entry_points);
+        assert!(found.len() > ENTRY_POINTS.len(), "{found:?}");
+    }
 
     /// No PostgreSQL 12 is at hand to start; the check itself is what refuses it.
     #[test]

@@ -6,7 +6,8 @@
 use lock_core::Error;
 
 use super::{
-    FUNCTIONS, FUNCTIONS_REVISION, STEPS, SchemaName, VERSION, functions_digest, statement,
+    ENTRY_POINTS, FUNCTIONS, FUNCTIONS_REVISION, STEPS, SchemaName, VERSION, functions_digest,
+    statement,
 };
 
 /// The SQL that creates the lock tables and functions in `schema`, or brings tables of
@@ -67,9 +68,10 @@ pub fn migration_sql(schema: &SchemaName) -> String {
 
 /// The grants a service's `role` needs on the lock tables in `schema` once they exist:
 /// USAGE on the schema, SELECT on its tables (the version check, `inspect`), and EXECUTE
-/// on its functions, which make every change with their owner's rights. Run it as the
-/// role that ran [`migration_sql`]; the default privileges it sets extend the same grants
-/// to tables and functions a later release adds.
+/// on the functions a client calls ([`ENTRY_POINTS`]), which make every change with
+/// their owner's rights; the helpers they call stay the owner's. Run it as the role that
+/// ran [`migration_sql`], again after a release that adds an entry point (its notes say
+/// so). The default privilege it sets extends SELECT to tables a later release adds.
 ///
 /// # Errors
 ///
@@ -83,12 +85,16 @@ pub fn grants_sql(schema: &SchemaName, role: &str) -> Result<String, Error> {
         ));
     }
     let role = format!("\"{}\"", role.replace('"', "\"\""));
+    let functions: Vec<String> = ENTRY_POINTS
+        .iter()
+        .map(|function| format!("{schema}.{function}"))
+        .collect();
     Ok(format!(
         "GRANT USAGE ON SCHEMA {schema} TO {role};\n\
          GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role};\n\
-         GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO {role};\n\
-         ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} GRANT SELECT ON TABLES TO {role};\n\
-         ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} GRANT EXECUTE ON FUNCTIONS TO {role};\n"
+         GRANT EXECUTE ON FUNCTION {} TO {role};\n\
+         ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} GRANT SELECT ON TABLES TO {role};\n",
+        functions.join(", ")
     ))
 }
 
