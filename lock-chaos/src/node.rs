@@ -1,5 +1,6 @@
-//! The servers a run's locks live on: Redis nodes, or one PostgreSQL server. The faults
-//! that act on a server (restart, pause, killing client connections) go through here.
+//! The servers a run's locks live on: Redis nodes, or one PostgreSQL primary with a
+//! streaming standby. The faults that act on a server (restart, pause, killing client
+//! connections, a failover) go through here.
 
 use lock_testkit::Signal;
 use lock_testkit::{PostgresServer, RedisServer};
@@ -11,14 +12,24 @@ use crate::args::BackendKind;
 /// One server of the run.
 pub(crate) enum Node {
     Redis(RedisServer),
-    Postgres(PostgresServer),
+    Postgres(Replicated),
+}
+
+/// A PostgreSQL primary and its asynchronous streaming standby.
+pub(crate) struct Replicated {
+    primary: PostgresServer,
+    standby: PostgresServer,
 }
 
 impl Node {
     /// Starts a server for `backend`.
     pub(crate) async fn start(backend: BackendKind) -> Node {
         match backend {
-            BackendKind::Postgres => Node::Postgres(PostgresServer::start().await),
+            BackendKind::Postgres => {
+                let primary = PostgresServer::start().await;
+                let standby = PostgresServer::start_standby(&primary).await;
+                Node::Postgres(Replicated { primary, standby })
+            }
             BackendKind::Redis | BackendKind::Fred | BackendKind::Redlock => {
                 Node::Redis(RedisServer::start().await)
             }
@@ -28,7 +39,7 @@ impl Node {
     pub(crate) fn port(&self) -> u16 {
         match self {
             Node::Redis(server) => server.port(),
-            Node::Postgres(server) => server.port(),
+            Node::Postgres(pair) => pair.primary.port(),
         }
     }
 
@@ -51,7 +62,7 @@ impl Node {
     pub(crate) fn pid(&self) -> u32 {
         match self {
             Node::Redis(server) => server.pid(),
-            Node::Postgres(server) => server.pid(),
+            Node::Postgres(pair) => pair.primary.pid(),
         }
     }
 
@@ -60,21 +71,47 @@ impl Node {
     pub(crate) async fn restart(&mut self) {
         match self {
             Node::Redis(server) => server.restart().await,
-            Node::Postgres(server) => server.restart().await,
+            Node::Postgres(pair) => pair.primary.restart().await,
         }
     }
 
     pub(crate) fn pause(&self) {
         match self {
             Node::Redis(server) => server.pause(),
-            Node::Postgres(server) => server.pause(),
+            Node::Postgres(pair) => pair.primary.pause(),
         }
     }
 
     pub(crate) fn resume(&self) {
         match self {
             Node::Redis(server) => server.resume(),
-            Node::Postgres(server) => server.resume(),
+            Node::Postgres(pair) => pair.primary.resume(),
+        }
+    }
+
+    /// A failover, for PostgreSQL: the primary crashes and the standby is promoted (the
+    /// last commits it had not received are lost). Returns the new primary's port, where
+    /// the node's proxy must lead from now on; `None` for a node without a standby.
+    /// [`Self::replace_standby`] makes the next standby.
+    pub(crate) fn fail_over(&mut self) -> Option<u16> {
+        let Node::Postgres(pair) = self else {
+            return None;
+        };
+        let started = std::time::Instant::now();
+        tokio::task::block_in_place(|| {
+            pair.primary.crash();
+            pair.standby.promote();
+        });
+        eprintln!("chaos: failover: promoted after {:?}", started.elapsed());
+        std::mem::swap(&mut pair.primary, &mut pair.standby);
+        Some(pair.primary.port())
+    }
+
+    /// After [`Self::fail_over`]: a new standby of the promoted server, in place of the
+    /// crashed one.
+    pub(crate) async fn replace_standby(&mut self) {
+        if let Node::Postgres(pair) = self {
+            pair.standby = PostgresServer::start_standby(&pair.primary).await;
         }
     }
 
@@ -84,7 +121,7 @@ impl Node {
     pub(crate) async fn kill_some_clients(&self, rng: &mut ChaCha8Rng) {
         let outcome = match self {
             Node::Redis(server) => kill_redis_clients(server, rng).await,
-            Node::Postgres(server) => terminate_postgres_backends(server, rng).await,
+            Node::Postgres(pair) => terminate_postgres_backends(&pair.primary, rng).await,
         };
         if let Err(err) = outcome {
             eprintln!("chaos: killing client connections: {err}");

@@ -31,9 +31,28 @@ enum Fault {
     LateRequest,
     /// Needs several nodes: RedLock's.
     KillMinority,
+    /// Needs a standby: PostgreSQL's.
+    Failover,
 }
 
-const FAULTS: [Fault; 8] = [
+impl Fault {
+    /// Whether the fault can act on `backend`'s servers.
+    fn applies_to(self, backend: BackendKind) -> bool {
+        match self {
+            Fault::KillMinority => backend == BackendKind::Redlock,
+            Fault::Failover => backend == BackendKind::Postgres,
+            Fault::KillWorker
+            | Fault::PauseWorker
+            | Fault::ClientKill
+            | Fault::RestartNode
+            | Fault::PauseNode
+            | Fault::LoseReply
+            | Fault::LateRequest => true,
+        }
+    }
+}
+
+const FAULTS: [Fault; 9] = [
     Fault::KillWorker,
     Fault::PauseWorker,
     Fault::ClientKill,
@@ -42,6 +61,7 @@ const FAULTS: [Fault; 8] = [
     Fault::LoseReply,
     Fault::LateRequest,
     Fault::KillMinority,
+    Fault::Failover,
 ];
 
 /// The run's one line of output: the store's analysis and what the run did.
@@ -201,7 +221,11 @@ pub(crate) async fn run(args: RunArgs) -> Result<(String, bool), String> {
     }
     let seed = args.seed.unwrap_or_default();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut faults: BTreeMap<Fault, u64> = FAULTS.iter().map(|f| (*f, 0)).collect();
+    let mut faults: BTreeMap<Fault, u64> = FAULTS
+        .iter()
+        .filter(|fault| fault.applies_to(args.backend))
+        .map(|f| (*f, 0))
+        .collect();
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.seconds);
     let mut last_report = started;
@@ -250,12 +274,11 @@ pub(crate) async fn run(args: RunArgs) -> Result<(String, bool), String> {
 }
 
 fn pick(rng: &mut ChaCha8Rng, backend: BackendKind) -> Fault {
-    // Killing a minority only makes sense with several nodes.
-    let choices = if backend == BackendKind::Redlock {
-        &FAULTS[..]
-    } else {
-        &FAULTS[..FAULTS.len() - 1]
-    };
+    let choices: Vec<Fault> = FAULTS
+        .iter()
+        .copied()
+        .filter(|fault| fault.applies_to(backend))
+        .collect();
     choices[rng.random_range(0..choices.len())]
 }
 
@@ -311,6 +334,17 @@ async fn inject(run: &mut Run, rng: &mut ChaCha8Rng, fault: Fault) -> Result<(),
             let i = rng.random_range(0..run.proxies.len());
             let marker = run.nodes[i].lock_request_marker().to_vec();
             run.proxies[i].set(ProxyFault::HoldRequest(marker, LATE_BY));
+        }
+        Fault::Failover => {
+            // Every name leads to the promoted server from now on; connections to the
+            // crashed one are broken already.
+            let i = rng.random_range(0..run.nodes.len());
+            if let Some(port) = run.nodes[i].fail_over() {
+                let address = format!("127.0.0.1:{port}");
+                let upstream = address.parse().map_err(|e| format!("{address}: {e}"))?;
+                run.proxies[i].redirect(upstream);
+                run.nodes[i].replace_standby().await;
+            }
         }
         Fault::KillMinority => {
             // Two of five nodes die for a while, then come back empty.

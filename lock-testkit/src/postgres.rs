@@ -171,7 +171,7 @@ impl PostgresServer {
                 "-U",
                 "postgres",
             ])
-            .args(["-X", "stream", "-R", "--no-sync", "-D"])
+            .args(["-X", "stream", "-R", "--no-sync", "--checkpoint=fast", "-D"])
             .arg(standby.data())
             .stdin(Stdio::null())
             .output()

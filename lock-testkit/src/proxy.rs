@@ -51,7 +51,7 @@ struct State {
 /// closes the listener and every proxied connection.
 pub struct FaultProxy {
     port: u16,
-    upstream: SocketAddr,
+    upstream: Arc<Mutex<SocketAddr>>,
     state: Arc<Mutex<State>>,
     /// Sent on change, so that idle pumps re-read the fault.
     changed: watch::Sender<()>,
@@ -62,7 +62,7 @@ impl fmt::Debug for FaultProxy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FaultProxy")
             .field("port", &self.port)
-            .field("upstream", &self.upstream)
+            .field("upstream", &*lock(&self.upstream))
             .field("fault", &self.fault())
             .finish_non_exhaustive()
     }
@@ -84,9 +84,10 @@ impl FaultProxy {
         let port = listener.local_addr().expect("the proxy's address").port();
         let state = Arc::new(Mutex::new(State::default()));
         let (changed, _) = watch::channel(());
+        let upstream = Arc::new(Mutex::new(upstream));
         let accept = tokio::spawn(accept_loop(
             listener,
-            upstream,
+            Arc::clone(&upstream),
             Arc::clone(&state),
             changed.clone(),
         ));
@@ -109,6 +110,12 @@ impl FaultProxy {
     #[must_use]
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Sends new connections to `upstream` from now on (a failover: the name clients use
+    /// now leads to the promoted server); open connections stay where they are.
+    pub fn redirect(&self, upstream: SocketAddr) {
+        *lock(&self.upstream) = upstream;
     }
 
     /// What the proxy does from now on (to open connections too).
@@ -136,21 +143,22 @@ impl FaultProxy {
     }
 }
 
-fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+fn lock<T>(state: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Single assignments only: a poisoned state is still consistent.
     state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 async fn accept_loop(
     listener: TcpListener,
-    upstream: SocketAddr,
+    upstream: Arc<Mutex<SocketAddr>>,
     state: Arc<Mutex<State>>,
     changed: watch::Sender<()>,
 ) {
     // The connections end with the listener: their tasks are aborted on drop.
     let mut connections = tokio::task::JoinSet::new();
     while let Ok((client, _)) = listener.accept().await {
-        let Ok(server) = TcpStream::connect(upstream).await else {
+        let to = *lock(&upstream);
+        let Ok(server) = TcpStream::connect(to).await else {
             continue;
         };
         connections.spawn(proxy_connection(
