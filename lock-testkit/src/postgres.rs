@@ -161,8 +161,8 @@ impl PostgresServer {
             dir,
             run_as: primary.run_as,
         };
-        let output = standby
-            .command("pg_basebackup")
+        let mut backup = standby.command("pg_basebackup");
+        backup
             .args([
                 "-h",
                 "127.0.0.1",
@@ -172,34 +172,19 @@ impl PostgresServer {
                 "postgres",
             ])
             .args(["-X", "stream", "-R", "--no-sync", "--checkpoint=fast", "-D"])
-            .arg(standby.data())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("run pg_basebackup: {e}"));
-        assert!(
-            output.status.success(),
-            "pg_basebackup failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+            .arg(standby.data());
+        run_to_success(&mut backup, "pg_basebackup");
         standby.launch_on_a_free_port().await;
         standby
     }
 
     /// Promotes a standby to primary and waits until it accepts writes.
     pub fn promote(&self) {
-        let output = self
-            .command("pg_ctl")
+        let mut promote = self.command("pg_ctl");
+        promote
             .args(["promote", "-w", "-t", "30", "-D"])
-            .arg(self.data())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("run pg_ctl promote: {e}"));
-        assert!(
-            output.status.success(),
-            "pg_ctl promote failed: {}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
+            .arg(self.data());
+        run_to_success(&mut promote, "pg_ctl promote");
     }
 
     /// Stops the server at once, as a crash would (SIGQUIT, no checkpoint), and leaves it
@@ -406,21 +391,9 @@ impl PostgresServer {
         let making = template.with_extension(format!("{}.making", std::process::id()));
         // Left by a run that died while making it.
         remove_if_there(&making);
-        let output = self
-            .command("initdb")
-            .args(INITDB_ARGS)
-            .arg("--pgdata")
-            .arg(&making)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("run initdb: {e}"));
-        assert!(
-            output.status.success(),
-            "initdb failed in {}: {}{}",
-            making.display(),
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let mut initdb = self.command("initdb");
+        initdb.args(INITDB_ARGS).arg("--pgdata").arg(&making);
+        run_to_success(&mut initdb, &format!("initdb in {}", making.display()));
         if std::fs::rename(&making, &template).is_err() {
             // Another server made it first: its copy serves.
             assert!(
@@ -517,6 +490,20 @@ impl Drop for PostgresServer {
         self.stop();
         ports::release(self.port, false);
     }
+}
+
+/// Runs `command` (without input) and panics with its output unless it succeeds.
+fn run_to_success(command: &mut Command, what: &str) {
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run {what}: {e}"));
+    assert!(
+        output.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 /// The `postgres` system user's ids when this process runs as root, else `None`.
