@@ -369,7 +369,7 @@ async fn a_service_role_with_the_listed_grants_locks_after_the_printed_migration
         "INSERT INTO distlock.tokens VALUES ('job', 0)",
         "CREATE TABLE distlock.mine (x int)",
         "SELECT distlock.grant_hold('job', 'me', 'mutex', 60000, false, gen_random_uuid(), \
-         1000, now())",
+         true, now())",
     ] {
         let err = service.batch_execute(statement).await.expect_err(statement);
         assert_eq!(

@@ -8,12 +8,15 @@
 -- every read hold's own lease end in `lease_ends`, sorted). Kinds other than read and
 -- write exclude each other.
 --
--- Grants: each grant is known by the id of the acquire request that got it, a row of
--- `grants` naming its hold (name, kind, owner) and the hold's origin (the grant that
--- began it, `holds.origin`), and for a read grant its own lease end. A grant is alive
--- while its row is there, its origin is its hold's, and (reads) its lease end has not
--- passed: a hold that ended and began again has a new origin, so no grant of the old
--- one is alive in it. A release ends exactly the grant it names, only while it is alive.
+-- Grants: each grant is known by the id of the acquire request that got it, and lives in
+-- its hold's row: `holds.grants` lists the hold's live grants (a reader's `lease_ends`
+-- has each one's own lease end, in the same order, earliest first), `holds.origin` is
+-- the grant that began the hold and `holds.token` its fencing token. A grant is alive
+-- while its id is in its hold's list: a hold that ended and began again is a new row
+-- with a new list, so no grant of the old one is alive in it. A release ends exactly the
+-- grant it names, only while it is alive. An acquire sent again after a lost reply finds
+-- its grant alive in the list and answers as the first run did; one whose grant is gone
+-- (its lease ended) runs again, as nobody learnt of the first grant.
 --
 -- The entry points, the functions a client calls (acquire_grant, acquire, release_grant,
 -- release, cancel_wait, force_release, renew, raise_fencing), run with `search_path`
@@ -36,8 +39,18 @@
 --            the write lock (it would wait for itself); `acquire` answers the first three;
 --   release: {0, 0} not held (the grant is not alive), {1, holds left} still held,
 --            {2, 0} released.
--- A request's reply is kept in `answers` for its retry window, so that a request sent
--- again after a lost reply answers as the first run.
+-- A release's reply is kept in `answers` for its retry window, under the grant it ended
+-- (one release per grant: the guard's, or the undo of a grant nobody learnt of), so that
+-- a release sent again answers as the first run, and a copy of the grant's acquire that
+-- arrives after it (queued on an abandoned connection, second review N13) grants
+-- nothing. An acquire needs no kept answer of its own (see Grants above): one row is
+-- written per operation, where three were, and the uncontended pair is bounded by the
+-- writes of its rows.
+
+-- A helper of an earlier revision whose signature changed (revision 5: grants live in
+-- the hold's row), removed so that nothing can call it on tables it no longer matches.
+DROP FUNCTION IF EXISTS {schema}.grant_hold(text, text, text, bigint, boolean, uuid, bigint,
+                                            timestamptz);
 
 -- Makes the calling transaction's commit durable even where the server or the session
 -- set synchronous_commit to off or local: a grant, renewal or fencing token lost in a
@@ -96,10 +109,13 @@ BEGIN
     IF EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name
                   AND (expires_at <= p_now OR lease_ends[1] <= p_now)) THEN
         DELETE FROM {schema}.holds WHERE name = p_name AND expires_at <= p_now;
-        -- A reader whose row lives on may have holds whose own lease ended: they no
-        -- longer count (the first lease end is the earliest).
+        -- A reader whose row lives on may have grants whose own lease ended: they end
+        -- (the first lease end is the earliest; the row's end is the latest, so one
+        -- lives on).
         UPDATE {schema}.holds AS h
-           SET lease_ends = ARRAY(SELECT e FROM unnest(h.lease_ends) e WHERE e > p_now ORDER BY e),
+           SET grants = ARRAY(SELECT g FROM unnest(h.grants, h.lease_ends) u(g, e)
+                               WHERE e > p_now ORDER BY e),
+               lease_ends = ARRAY(SELECT e FROM unnest(h.lease_ends) e WHERE e > p_now ORDER BY e),
                holds = (SELECT count(*) FROM unnest(h.lease_ends) e WHERE e > p_now)
          WHERE name = p_name AND kind = 'read' AND lease_ends[1] <= p_now;
     END IF;
@@ -187,61 +203,61 @@ BEGIN
     RETURN CASE WHEN v_epoch.quarantine_until > p_now THEN v_epoch.quarantine_until END;
 END $$;
 
+-- The reply of a grant alive in `p_hold`: granted, the hold's count, its fencing token
+-- and its origin.
+CREATE OR REPLACE FUNCTION {schema}.granted(p_hold {schema}.holds)
+RETURNS bigint[] LANGUAGE sql
+    AS $$
+    SELECT ARRAY[1, p_hold.holds, p_hold.token] || {schema}.uuid_halves(p_hold.origin)
+$$;
+
 -- Gives `p_owner` one more hold of kind `p_kind` (stored kind) on `p_name`, once the
--- caller decided it may have it, as grant `p_request`; a fresh hold takes the next
--- fencing token and begins with this grant as its origin.
+-- caller decided it may have it, as grant `p_request`: a fresh hold (`p_fresh`, the
+-- owner has none of this kind) is a new row with the next fencing token and this grant
+-- as its origin; otherwise the grant joins the owner's row.
 CREATE OR REPLACE FUNCTION {schema}.grant_hold(
     p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_fencing boolean,
-    p_request uuid, p_window_ms bigint, p_now timestamptz
+    p_request uuid, p_fresh boolean, p_now timestamptz
 ) RETURNS bigint[] LANGUAGE plpgsql
     AS $$
 DECLARE
     v_end timestamptz := p_now + p_lease_ms * interval '1 millisecond';
-    v_holds integer;
-    v_origin uuid;
+    v_hold {schema}.holds%ROWTYPE;
     v_token bigint := 0;
     v_clock bigint := floor(extract(epoch FROM p_now) * 1000000)::bigint;
 BEGIN
-    IF p_kind = 'read' THEN
-        INSERT INTO {schema}.holds AS h (name, owner, kind, holds, expires_at, lease_ends, origin)
-        VALUES (p_name, p_owner, 'read', 1, v_end, ARRAY[v_end], p_request)
-        ON CONFLICT (name, kind, owner) DO UPDATE
-           SET lease_ends = ARRAY(SELECT e FROM unnest(h.lease_ends || v_end) e ORDER BY e),
-               holds = h.holds + 1,
-               expires_at = greatest(h.expires_at, v_end),
-               origin = coalesce(h.origin, p_request)
-        RETURNING holds, origin INTO v_holds, v_origin;
-    ELSE
-        INSERT INTO {schema}.holds AS h (name, owner, kind, holds, expires_at, origin)
-        VALUES (p_name, p_owner, p_kind, 1, v_end, p_request)
-        ON CONFLICT (name, kind, owner) DO UPDATE
-           SET holds = h.holds + 1, expires_at = greatest(h.expires_at, v_end),
-               origin = coalesce(h.origin, p_request)
-        RETURNING holds, origin INTO v_holds, v_origin;
-    END IF;
-    IF v_holds = 1 THEN
-        -- Grants of an earlier hold of this owner that ended without a release.
-        DELETE FROM {schema}.grants WHERE name = p_name AND kind = p_kind AND owner = p_owner;
-    END IF;
-    INSERT INTO {schema}.grants (request, name, kind, owner, origin, lease_end)
-    VALUES (p_request, p_name, p_kind, p_owner, v_origin,
-            CASE WHEN p_kind = 'read' THEN v_end END);
-    IF p_fencing THEN
-        IF v_holds = 1 THEN
+    IF p_fresh THEN
+        IF p_fencing THEN
             -- At least the microseconds since the epoch: a counter a failover rolled back
             -- (N10) still issues tokens above those its lost grants had, as the
             -- quarantine's lease of time has passed since.
             INSERT INTO {schema}.tokens AS t (name, token) VALUES (p_name, v_clock)
             ON CONFLICT (name) DO UPDATE SET token = greatest(t.token + 1, v_clock)
             RETURNING token INTO v_token;
-        ELSE
-            SELECT token INTO v_token FROM {schema}.tokens WHERE name = p_name;
         END IF;
+        INSERT INTO {schema}.holds
+               (name, owner, kind, holds, expires_at, lease_ends, origin, grants, token)
+        VALUES (p_name, p_owner, p_kind, 1, v_end,
+                CASE WHEN p_kind = 'read' THEN ARRAY[v_end] END, p_request, ARRAY[p_request],
+                v_token)
+        RETURNING * INTO v_hold;
+    ELSIF p_kind = 'read' THEN
+        UPDATE {schema}.holds AS h
+           SET grants = ARRAY(SELECT g FROM unnest(h.grants || p_request, h.lease_ends || v_end)
+                                         u(g, e) ORDER BY e),
+               lease_ends = ARRAY(SELECT e FROM unnest(h.lease_ends || v_end) e ORDER BY e),
+               holds = h.holds + 1,
+               expires_at = greatest(h.expires_at, v_end)
+         WHERE name = p_name AND kind = 'read' AND owner = p_owner
+        RETURNING * INTO v_hold;
+    ELSE
+        UPDATE {schema}.holds AS h
+           SET grants = h.grants || p_request, holds = h.holds + 1,
+               expires_at = greatest(h.expires_at, v_end)
+         WHERE name = p_name AND kind = p_kind AND owner = p_owner
+        RETURNING * INTO v_hold;
     END IF;
-    RETURN {schema}.remember(p_request, p_name,
-                             ARRAY[1, v_holds, coalesce(v_token, 0)]
-                                 || {schema}.uuid_halves(v_origin),
-                             p_now, p_window_ms);
+    RETURN {schema}.granted(v_hold);
 END $$;
 
 -- Whether a waiter of `p_name` (other than a fair one, which `waiters` keeps) may be
@@ -297,7 +313,7 @@ BEGIN
        AND (v_head.owner IS NULL OR v_head.owner = p_owner) THEN
         DELETE FROM {schema}.waiters WHERE name = p_name AND owner = p_owner;
         RETURN {schema}.grant_hold(p_name, p_owner, 'mutex', p_lease_ms, p_fencing, p_request,
-                                   p_window_ms, p_now);
+                                   true, p_now);
     END IF;
     v_queued := EXISTS (SELECT 1 FROM {schema}.waiters WHERE name = p_name AND owner = p_owner);
     IF v_queued OR p_waits THEN
@@ -331,22 +347,32 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_reply bigint[];
     v_stored text := CASE p_kind WHEN 'fair' THEN 'mutex' ELSE p_kind END;
-    v_mine boolean;
+    v_own {schema}.holds%ROWTYPE;
     v_others boolean;
     v_quarantine timestamptz;
 BEGIN
-    v_reply := {schema}.begin_op(p_name, p_request, v_now);
-    IF v_reply IS NOT NULL THEN
-        RETURN v_reply;
+    PERFORM {schema}.begin_op(p_name, NULL, v_now);
+    SELECT * INTO v_own FROM {schema}.holds
+     WHERE name = p_name AND kind = v_stored AND owner = p_owner;
+    IF FOUND AND p_request = ANY (v_own.grants) THEN
+        -- Sent again after a lost reply, its grant alive: answered as the first run.
+        RETURN {schema}.granted(v_own);
     END IF;
-    -- Reentry, and a writer's read hold (a downgrade), are always granted: the hold is
-    -- there, so it was not lost.
-    v_mine := EXISTS (SELECT 1 FROM {schema}.holds
-                       WHERE name = p_name AND owner = p_owner
-                         AND (kind = v_stored OR (v_stored = 'read' AND kind = 'write')));
-    IF v_mine THEN
+    IF EXISTS (SELECT 1 FROM {schema}.answers WHERE request = p_request) THEN
+        -- A late copy of a request whose grant was released: nobody waits for it, and
+        -- nobody would release a second grant.
+        RETURN ARRAY[0, 1, 0];
+    END IF;
+    IF v_own.owner IS NOT NULL THEN
+        -- Reentry is always granted: the hold is there, so it was not lost.
         RETURN {schema}.grant_hold(p_name, p_owner, v_stored, p_lease_ms, p_fencing, p_request,
-                                   p_window_ms, v_now);
+                                   false, v_now);
+    END IF;
+    -- So is a writer's read hold (a downgrade).
+    IF v_stored = 'read' AND EXISTS (SELECT 1 FROM {schema}.holds
+                                      WHERE name = p_name AND kind = 'write' AND owner = p_owner) THEN
+        RETURN {schema}.grant_hold(p_name, p_owner, v_stored, p_lease_ms, p_fencing, p_request,
+                                   true, v_now);
     END IF;
     v_quarantine := {schema}.quarantine(v_now, p_lease_ms);
     IF v_quarantine IS NOT NULL THEN
@@ -361,7 +387,7 @@ BEGIN
                          WHERE name = p_name AND (v_stored <> 'read' OR kind <> 'read'));
     IF NOT v_others THEN
         RETURN {schema}.grant_hold(p_name, p_owner, v_stored, p_lease_ms, p_fencing, p_request,
-                                   p_window_ms, v_now);
+                                   true, v_now);
     END IF;
     IF p_kind = 'write' AND EXISTS (SELECT 1 FROM {schema}.holds
                                      WHERE name = p_name AND owner = p_owner AND kind = 'read')
@@ -403,36 +429,40 @@ DECLARE
     v_reply bigint[];
     v_stored text := CASE p_kind WHEN 'fair' THEN 'mutex' ELSE p_kind END;
     v_hold {schema}.holds%ROWTYPE;
+    v_at integer;
+    v_ends timestamptz[];
+    -- What the answer is kept under (clients of the first revision name no grant).
+    v_key uuid := coalesce(p_grant, p_request);
 BEGIN
-    v_reply := {schema}.begin_op(p_name, p_request, v_now);
+    v_reply := {schema}.begin_op(p_name, v_key, v_now);
     IF v_reply IS NOT NULL THEN
         RETURN v_reply;
     END IF;
     SELECT * INTO v_hold FROM {schema}.holds
      WHERE name = p_name AND kind = v_stored AND owner = p_owner;
-    IF FOUND AND p_grant IS NOT NULL THEN
-        DELETE FROM {schema}.grants
-         WHERE request = p_grant AND name = p_name AND kind = v_stored AND owner = p_owner
-           AND origin = v_hold.origin AND (lease_end IS NULL OR lease_end > v_now);
-    END IF;
-    IF NOT FOUND THEN
+    -- The grant's place in its hold's list; without a grant (clients of the first
+    -- revision), a reader's earliest, anyone else's latest.
+    v_at := CASE WHEN p_grant IS NOT NULL THEN array_position(v_hold.grants, p_grant)
+                 WHEN v_stored = 'read' THEN 1
+                 ELSE cardinality(v_hold.grants) END;
+    IF v_at IS NULL OR v_at = 0 THEN
         v_reply := ARRAY[0, 0];
     ELSIF v_hold.holds > 1 AND v_stored = 'read' THEN
-        -- Whichever read hold ends, the earliest lease end goes: those left still cover
-        -- the live grants (sorted, each lease end at or above the grant's own).
+        -- The reader's row lasts as long as its latest grant left.
+        v_ends := v_hold.lease_ends[:v_at - 1] || v_hold.lease_ends[v_at + 1:];
         UPDATE {schema}.holds
-           SET lease_ends = lease_ends[2:], holds = holds - 1
+           SET grants = grants[:v_at - 1] || grants[v_at + 1:], lease_ends = v_ends,
+               holds = holds - 1, expires_at = v_ends[cardinality(v_ends)]
          WHERE name = p_name AND kind = 'read' AND owner = p_owner;
         v_reply := ARRAY[1, v_hold.holds - 1];
     ELSIF v_hold.holds > 1 THEN
         UPDATE {schema}.holds
-           SET holds = holds - 1,
+           SET grants = grants[:v_at - 1] || grants[v_at + 1:], holds = holds - 1,
                expires_at = greatest(expires_at, v_now + p_lease_ms * interval '1 millisecond')
          WHERE name = p_name AND kind = v_stored AND owner = p_owner;
         v_reply := ARRAY[1, v_hold.holds - 1];
     ELSE
         DELETE FROM {schema}.holds WHERE name = p_name AND kind = v_stored AND owner = p_owner;
-        DELETE FROM {schema}.grants WHERE name = p_name AND kind = v_stored AND owner = p_owner;
         IF p_kind = 'fair' THEN
             PERFORM {schema}.wake_fair_head(p_name, v_now);
         ELSIF NOT {schema}.anyone_listening(p_name, v_now) THEN
@@ -446,7 +476,7 @@ BEGIN
         END IF;
         v_reply := ARRAY[2, 0];
     END IF;
-    RETURN {schema}.remember(p_request, p_name, v_reply, v_now, p_window_ms);
+    RETURN {schema}.remember(v_key, p_name, v_reply, v_now, p_window_ms);
 END $$;
 
 -- `release_grant` for clients of the first revision, whose undo names the grant
@@ -502,7 +532,6 @@ BEGIN
         RETURN false;
     END IF;
     DELETE FROM {schema}.holds WHERE name = p_name;
-    DELETE FROM {schema}.grants WHERE name = p_name;
     IF p_kind = 'fair' THEN
         PERFORM {schema}.wake_fair_head(p_name, v_now);
     ELSE
@@ -522,15 +551,13 @@ DECLARE
     v_end timestamptz := v_now + p_lease_ms * interval '1 millisecond';
 BEGIN
     PERFORM {schema}.durable();
-    -- A read grant's own lease end moves with its hold's.
-    UPDATE {schema}.grants AS g
-       SET lease_end = greatest(g.lease_end, v_end)
-      FROM unnest(p_names, p_owners, p_kinds) AS r(name, owner, kind)
-     WHERE r.kind = 'read' AND g.name = r.name AND g.owner = r.owner AND g.kind = 'read'
-       AND g.lease_end > v_now;
+    -- A reader's grants each get the lease; those whose own lease ended, end.
     RETURN QUERY
     UPDATE {schema}.holds AS h
        SET expires_at = greatest(h.expires_at, v_end),
+           grants = CASE WHEN h.kind = 'read' THEN ARRAY(
+               SELECT g FROM unnest(h.grants, h.lease_ends) u(g, e) WHERE e > v_now ORDER BY e)
+               ELSE h.grants END,
            lease_ends = CASE WHEN h.kind = 'read' THEN ARRAY(
                SELECT greatest(e, v_end) FROM unnest(h.lease_ends) e WHERE e > v_now ORDER BY 1)
                END,

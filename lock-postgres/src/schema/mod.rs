@@ -20,7 +20,7 @@ pub use script::{grants_sql, migration_sql};
 pub const OLDEST_SERVER: i32 = 130_000;
 
 /// The schema version this library creates and understands.
-pub const VERSION: i32 = 3;
+pub const VERSION: i32 = 4;
 
 /// The default schema name.
 pub const DEFAULT_SCHEMA: &str = "distlock";
@@ -81,7 +81,7 @@ impl fmt::Display for SchemaName {
 }
 
 /// The statements of each version, in order; `{schema}` stands for the schema name.
-const STEPS: [&str; 3] = [
+const STEPS: [&str; 4] = [
     // Version 1: the holds of every lock kind (a reader's row keeps each of its holds'
     // lease ends), the fencing counters, the fair queue (with each waiter's wake-up
     // channel) and the replies remembered for retried requests.
@@ -151,6 +151,33 @@ const STEPS: [&str; 3] = [
            ('x' || substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))
                ::bit(32)::integer,
            pg_catalog.clock_timestamp(), 0;",
+    // Version 4: a hold's live grants move into its row (`grants`, and for a reader its
+    // `lease_ends` in the same order), with its fencing token: one row written per
+    // operation, and a grant alive exactly while its hold's row lists it. A grant whose
+    // lease ended is not carried over, nor a hold left without one (only holds of the
+    // first version, whose leases ended long ago, have none); a hold's token is the
+    // name's counter, the last token issued.
+    "ALTER TABLE {schema}.holds ADD COLUMN grants uuid[] NOT NULL DEFAULT '{}',
+                               ADD COLUMN token bigint NOT NULL DEFAULT 0;
+    UPDATE {schema}.holds AS h
+       SET grants = coalesce((SELECT array_agg(g.request ORDER BY g.lease_end, g.request)
+                                FROM {schema}.grants g
+                               WHERE g.name = h.name AND g.kind = h.kind AND g.owner = h.owner
+                                 AND g.origin = h.origin
+                                 AND (g.lease_end IS NULL OR g.lease_end > now())), '{}'),
+           lease_ends = CASE WHEN h.kind = 'read' THEN
+                            (SELECT array_agg(g.lease_end ORDER BY g.lease_end, g.request)
+                               FROM {schema}.grants g
+                              WHERE g.name = h.name AND g.kind = h.kind AND g.owner = h.owner
+                                AND g.origin = h.origin AND g.lease_end > now())
+                        END,
+           token = coalesce((SELECT t.token FROM {schema}.tokens t WHERE t.name = h.name), 0);
+    DELETE FROM {schema}.holds WHERE cardinality(grants) = 0;
+    UPDATE {schema}.holds
+       SET holds = cardinality(grants),
+           expires_at = CASE WHEN kind = 'read' THEN lease_ends[cardinality(lease_ends)]
+                             ELSE expires_at END;
+    DROP TABLE {schema}.grants;",
 ];
 
 /// The revision of the lock functions (`functions.sql`), raised with every change to
@@ -159,7 +186,7 @@ const STEPS: [&str; 3] = [
 /// older client never puts its functions back under a newer one. A function's
 /// parameters therefore never change: a new signature is a new function, and old ones
 /// stay for older clients.
-pub const FUNCTIONS_REVISION: i32 = 4;
+pub const FUNCTIONS_REVISION: i32 = 5;
 
 /// The functions a client calls, each with a pinned `search_path` and its owner's
 /// rights; a service's role gets EXECUTE on these alone (see [`grants_sql`]).
@@ -181,7 +208,7 @@ pub const ENTRY_POINTS: [&str; 8] = [
 const FUNCTIONS: &str = include_str!("functions.sql");
 
 /// What the tables must look like after migrating: table, column, type.
-const EXPECTED: [(&str, &str, &str); 34] = [
+const EXPECTED: [(&str, &str, &str); 30] = [
     ("listening", "name", "text"),
     ("listening", "until", "timestamp with time zone"),
     ("epoch", "one", "boolean"),
@@ -196,12 +223,8 @@ const EXPECTED: [(&str, &str, &str); 34] = [
     ("holds", "expires_at", "timestamp with time zone"),
     ("holds", "lease_ends", "ARRAY"),
     ("holds", "origin", "uuid"),
-    ("grants", "request", "uuid"),
-    ("grants", "name", "text"),
-    ("grants", "kind", "text"),
-    ("grants", "owner", "text"),
-    ("grants", "origin", "uuid"),
-    ("grants", "lease_end", "timestamp with time zone"),
+    ("holds", "grants", "ARRAY"),
+    ("holds", "token", "bigint"),
     ("tokens", "name", "text"),
     ("tokens", "token", "bigint"),
     ("waiters", "name", "text"),
