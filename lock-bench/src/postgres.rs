@@ -2,6 +2,11 @@
 //! (`pg_advisory_lock`), both through tokio-postgres on pools of the same size, on a
 //! server the run starts: uncontended throughput, contended hand-off, and what our
 //! lock traffic costs an unrelated writer of the same database.
+//!
+//! Two floors measured in the same run put the figures in proportion: a row lock with
+//! nothing but its row (one INSERT to take it, one DELETE to give it back, each its own
+//! durable commit), the least any lock kept in a table costs; and the writer beside
+//! advisory lock pairs paced as ours are, the least any lock traffic costs the writer.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +27,7 @@ const POOL_SIZE: usize = 16;
 /// The contenders' names in the report.
 const OURS: &str = "lock (postgres)";
 const ADVISORY: &str = "pg_advisory_lock";
+const ROW: &str = "row floor (INSERT, DELETE)";
 
 async fn ours(server: &PostgresServer) -> Locks {
     let backend = distlock::postgres::Connector::new(server.url())
@@ -33,7 +39,16 @@ async fn ours(server: &PostgresServer) -> Locks {
 }
 
 fn advisory_pool(server: &PostgresServer) -> Pool {
-    let config: tokio_postgres::Config = server.url().parse().expect("the server's URL");
+    bare_pool(server, Bare::Advisory)
+}
+
+/// A pool for `bare`'s statements; the row floor's commits are durable, as ours are
+/// (the test server's default is asynchronous).
+fn bare_pool(server: &PostgresServer, bare: Bare) -> Pool {
+    let mut config: tokio_postgres::Config = server.url().parse().expect("the server's URL");
+    if bare == Bare::Row {
+        config.options("-c synchronous_commit=on");
+    }
     let manager = Manager::from_config(
         config,
         tokio_postgres::NoTls,
@@ -47,34 +62,81 @@ fn advisory_pool(server: &PostgresServer) -> Pool {
         .expect("a pool")
 }
 
-/// A session-level advisory lock held on the connection that took it (it must be
-/// released on that same connection).
-struct AdvisoryHold {
+/// A lock of the floors: PostgreSQL's advisory lock, or a bare row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bare {
+    /// `pg_advisory_lock` and `pg_advisory_unlock`, on the one connection.
+    Advisory,
+    /// A row of `bench_rows` inserted and deleted.
+    Row,
+}
+
+/// A hold of a floor's lock, kept with the connection that took it (an advisory lock
+/// must be released on it; the row lock keeps the same shape).
+struct BareHold {
     connection: deadpool_postgres::Object,
     key: i64,
+    bare: Bare,
 }
 
-async fn advisory_lock(pool: &Pool, key: i64) -> Option<AdvisoryHold> {
-    let connection = pool.get().await.ok()?;
-    connection
-        .query_typed("SELECT pg_advisory_lock($1)", &[(&key, Type::INT8)])
-        .await
-        .ok()?;
-    Some(AdvisoryHold { connection, key })
-}
+impl Bare {
+    async fn lock(self, pool: &Pool, key: i64) -> Option<BareHold> {
+        let connection = pool.get().await.ok()?;
+        let statement = match self {
+            Bare::Advisory => "SELECT pg_advisory_lock($1)",
+            Bare::Row => {
+                "INSERT INTO bench_rows (key, owner, expires_at)
+                 VALUES ($1, 'bench', now() + interval '30 seconds') ON CONFLICT DO NOTHING"
+            }
+        };
+        connection
+            .query_typed(statement, &[(&key, Type::INT8)])
+            .await
+            .ok()?;
+        Some(BareHold {
+            connection,
+            key,
+            bare: self,
+        })
+    }
 
-async fn advisory_unlock(hold: AdvisoryHold) {
-    let unlocked = hold
-        .connection
-        .query_typed("SELECT pg_advisory_unlock($1)", &[(&hold.key, Type::INT8)])
-        .await;
-    if let Err(err) = unlocked {
-        eprintln!("lock-bench: pg_advisory_unlock: {err}");
+    /// Makes what the floor needs (the row lock's table).
+    async fn prepare(self, pool: &Pool) {
+        if self == Bare::Row {
+            let connection = pool.get().await.expect("a connection");
+            connection
+                .batch_execute(
+                    "CREATE TABLE IF NOT EXISTS bench_rows
+                         (key bigint PRIMARY KEY, owner text NOT NULL, expires_at timestamptz NOT NULL)",
+                )
+                .await
+                .expect("the row floor's table");
+        }
     }
 }
 
+async fn bare_unlock(hold: BareHold) {
+    let statement = match hold.bare {
+        Bare::Advisory => "SELECT pg_advisory_unlock($1)",
+        Bare::Row => "DELETE FROM bench_rows WHERE key = $1 AND owner = 'bench'",
+    };
+    let unlocked = hold
+        .connection
+        .query_typed(statement, &[(&hold.key, Type::INT8)])
+        .await;
+    if let Err(err) = unlocked {
+        eprintln!("lock-bench: {:?} unlock: {err}", hold.bare);
+    }
+}
+
+async fn advisory_lock(pool: &Pool, key: i64) -> Option<BareHold> {
+    Bare::Advisory.lock(pool, key).await
+}
+
 /// Lock+unlock pairs per second of 64 tasks on distinct keys through one pool.
-async fn advisory_pairs_per_second(pool: &Pool, duration: Duration) -> f64 {
+async fn bare_pairs_per_second(server: &PostgresServer, bare: Bare, duration: Duration) -> f64 {
+    let pool = bare_pool(server, bare);
+    bare.prepare(&pool).await;
     let count = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + duration;
     let mut tasks = Vec::new();
@@ -82,8 +144,8 @@ async fn advisory_pairs_per_second(pool: &Pool, duration: Duration) -> f64 {
         let (pool, count) = (pool.clone(), Arc::clone(&count));
         tasks.push(tokio::spawn(async move {
             while Instant::now() < deadline {
-                if let Some(hold) = advisory_lock(&pool, key).await {
-                    advisory_unlock(hold).await;
+                if let Some(hold) = bare.lock(&pool, key).await {
+                    bare_unlock(hold).await;
                     count.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -109,7 +171,7 @@ async fn advisory_contended(server: &PostgresServer, seconds: f64) -> Figures {
                     let pool = pool.clone();
                     async move { advisory_lock(&pool, 1).await }
                 },
-                advisory_unlock,
+                bare_unlock,
             )
             .await
         }));
@@ -131,7 +193,7 @@ const PACE: Duration = Duration::from_millis(5);
 /// lock traffic's share of the WAL and the CPU.
 async fn writer_commits_per_second(
     server: &PostgresServer,
-    beside: Option<&Locks>,
+    beside: Beside<'_>,
     duration: Duration,
 ) -> f64 {
     let pool = advisory_pool(server);
@@ -142,19 +204,37 @@ async fn writer_commits_per_second(
         .expect("the writer's table");
     let deadline = Instant::now() + duration;
     let mut pacers = Vec::new();
-    if let Some(locks) = beside {
-        for task in 0..8 {
-            let mutex = locks.mutex(&format!("bench:w:{task}"));
-            pacers.push(tokio::spawn(async move {
-                while Instant::now() < deadline {
-                    if let Ok(guard) = mutex.lock().await
-                        && let Err(err) = guard.unlock().await
-                    {
-                        eprintln!("lock-bench: paced unlock: {err}");
+    match beside {
+        Beside::Nothing => {}
+        Beside::Ours(locks) => {
+            for task in 0..8 {
+                let mutex = locks.mutex(&format!("bench:w:{task}"));
+                pacers.push(tokio::spawn(async move {
+                    while Instant::now() < deadline {
+                        if let Ok(guard) = mutex.lock().await
+                            && let Err(err) = guard.unlock().await
+                        {
+                            eprintln!("lock-bench: paced unlock: {err}");
+                        }
+                        tokio::time::sleep(PACE).await;
                     }
-                    tokio::time::sleep(PACE).await;
-                }
-            }));
+                }));
+            }
+        }
+        Beside::Bare(bare) => {
+            let pool = bare_pool(server, bare);
+            bare.prepare(&pool).await;
+            for task in 0..8 {
+                let pool = pool.clone();
+                pacers.push(tokio::spawn(async move {
+                    while Instant::now() < deadline {
+                        if let Some(hold) = bare.lock(&pool, 1000 + task).await {
+                            bare_unlock(hold).await;
+                        }
+                        tokio::time::sleep(PACE).await;
+                    }
+                }));
+            }
         }
     }
     let mut commits = 0_u64;
@@ -177,15 +257,28 @@ async fn writer_commits_per_second(
     commits as f64 / duration.as_secs_f64()
 }
 
-/// Uncontended pairs per second (64 tasks, distinct names, one client) and the contended
-/// run (8 clients, one name, hold 1 ms, think 1 ms) of both.
+/// The lock traffic an unrelated writer runs beside.
+#[derive(Clone, Copy)]
+enum Beside<'a> {
+    Nothing,
+    Ours(&'a Locks),
+    Bare(Bare),
+}
+
+/// Uncontended pairs per second (64 tasks, distinct names, one client) of ours and the
+/// floors, the contended run (8 clients, one name, hold 1 ms, think 1 ms) of ours and
+/// the advisory lock, and the writer alone and beside each.
 pub(crate) async fn postgres(server: &PostgresServer, scale: Scale) -> Results {
     let duration = Duration::from_secs_f64(scale.seconds);
     let ours_client = ours(server).await;
     let ours_rate = pairs_per_second(&ours_client, duration).await;
-    let writer_alone = writer_commits_per_second(server, None, duration).await;
-    let writer_beside = writer_commits_per_second(server, Some(&ours_client), duration).await;
-    let advisory_rate = advisory_pairs_per_second(&advisory_pool(server), duration).await;
+    let writer = |beside| writer_commits_per_second(server, beside, duration);
+    let writer_alone = writer(Beside::Nothing).await;
+    let writer_beside = writer(Beside::Ours(&ours_client)).await;
+    let writer_beside_advisory = writer(Beside::Bare(Bare::Advisory)).await;
+    let writer_beside_row = writer(Beside::Bare(Bare::Row)).await;
+    let advisory_rate = bare_pairs_per_second(server, Bare::Advisory, duration).await;
+    let row_rate = bare_pairs_per_second(server, Bare::Row, duration).await;
     let mut clients = Vec::new();
     for _ in 0..8 {
         clients.push(ours(server).await);
@@ -198,9 +291,19 @@ pub(crate) async fn postgres(server: &PostgresServer, scale: Scale) -> Results {
         ("writer_commits_per_s_alone", writer_alone),
         ("writer_commits_per_s_beside", writer_beside),
     ]));
-    advisory_figures.extend(figures(&[("pairs_per_s", advisory_rate)]));
+    advisory_figures.extend(figures(&[
+        ("pairs_per_s", advisory_rate),
+        ("writer_commits_per_s_alone", writer_alone),
+        ("writer_commits_per_s_beside", writer_beside_advisory),
+    ]));
+    let row_figures = figures(&[
+        ("pairs_per_s", row_rate),
+        ("writer_commits_per_s_alone", writer_alone),
+        ("writer_commits_per_s_beside", writer_beside_row),
+    ]);
     let mut results = Results::new();
     results.insert(OURS.into(), ours_figures);
     results.insert(ADVISORY.into(), advisory_figures);
+    results.insert(ROW.into(), row_figures);
     results
 }
