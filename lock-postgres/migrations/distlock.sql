@@ -106,6 +106,9 @@ ALTER TABLE distlock.holds ADD COLUMN grants uuid[] NOT NULL DEFAULT '{}',
            expires_at = CASE WHEN kind = 'read' THEN lease_ends[cardinality(lease_ends)]
                              ELSE expires_at END;
     DROP TABLE distlock.grants;
+    ALTER TABLE distlock.holds ADD COLUMN handed boolean NOT NULL DEFAULT false;
+    ALTER TABLE distlock.waiters ADD COLUMN request uuid, ADD COLUMN lease_ms bigint,
+                                 ADD COLUMN fencing boolean;
         $step$;
     END IF;
     IF found < 4 THEN
@@ -170,6 +173,9 @@ BEGIN
 -- the hold's row), removed so that nothing can call it on tables it no longer matches.
 DROP FUNCTION IF EXISTS distlock.grant_hold(text, text, text, bigint, boolean, uuid, bigint,
                                             timestamptz);
+DROP FUNCTION IF EXISTS distlock.acquire_fair(text, text, bigint, boolean, uuid, bigint, boolean,
+                                              bigint, text, timestamptz);
+DROP FUNCTION IF EXISTS distlock.wake_fair_head(text, timestamptz);
 
 -- Makes the calling transaction's commit durable even where the server or the session
 -- set synchronous_commit to off or local: a grant, renewal or fencing token lost in a
@@ -330,6 +336,18 @@ RETURNS bigint[] LANGUAGE sql
     SELECT ARRAY[1, p_hold.holds, p_hold.token] || distlock.uuid_halves(p_hold.origin)
 $$;
 
+-- The next fencing token of `p_name`: at least the microseconds since the epoch, so that
+-- a counter a failover rolled back (N10) still issues tokens above those its lost grants
+-- had, as the quarantine's lease of time has passed since.
+CREATE OR REPLACE FUNCTION distlock.next_token(p_name text, p_now timestamptz)
+RETURNS bigint LANGUAGE sql
+    AS $$
+    INSERT INTO distlock.tokens AS t (name, token)
+    VALUES (p_name, floor(extract(epoch FROM p_now) * 1000000)::bigint)
+    ON CONFLICT (name) DO UPDATE SET token = greatest(t.token + 1, excluded.token)
+    RETURNING token
+$$;
+
 -- Gives `p_owner` one more hold of kind `p_kind` (stored kind) on `p_name`, once the
 -- caller decided it may have it, as grant `p_request`: a fresh hold (`p_fresh`, the
 -- owner has none of this kind) is a new row with the next fencing token and this grant
@@ -343,16 +361,10 @@ DECLARE
     v_end timestamptz := p_now + p_lease_ms * interval '1 millisecond';
     v_hold distlock.holds%ROWTYPE;
     v_token bigint := 0;
-    v_clock bigint := floor(extract(epoch FROM p_now) * 1000000)::bigint;
 BEGIN
     IF p_fresh THEN
         IF p_fencing THEN
-            -- At least the microseconds since the epoch: a counter a failover rolled back
-            -- (N10) still issues tokens above those its lost grants had, as the
-            -- quarantine's lease of time has passed since.
-            INSERT INTO distlock.tokens AS t (name, token) VALUES (p_name, v_clock)
-            ON CONFLICT (name) DO UPDATE SET token = greatest(t.token + 1, v_clock)
-            RETURNING token INTO v_token;
+            v_token := distlock.next_token(p_name, p_now);
         END IF;
         INSERT INTO distlock.holds
                (name, owner, kind, holds, expires_at, lease_ends, origin, grants, token)
@@ -398,27 +410,48 @@ BEGIN
     RETURN true;
 END $$;
 
--- Wakes the first fair waiter of `p_name` that still keeps its place.
-CREATE OR REPLACE FUNCTION distlock.wake_fair_head(p_name text, p_now timestamptz)
+-- Hands a free `p_name` over to its first waiter that still keeps its place, and wakes
+-- it: the hold is the waiter's acquisition's (its request id, its lease asked, fencing
+-- as it asked), marked `handed` and lasting only as long as the waiter's place, until
+-- the waiter's next attempt, under the same id, finds it and takes it up with its full
+-- lease. A waiter that has gone (gave up, crashed, paused) loses it when its place
+-- lapses, or at once when it cancels. A waiter of a client that asks under a new id
+-- every attempt (`request` NULL), or one during the failover quarantine, is only woken.
+CREATE OR REPLACE FUNCTION distlock.hand_over(p_name text, p_now timestamptz)
 RETURNS void LANGUAGE plpgsql
     AS $$
 DECLARE
-    v_channel text;
+    v_head distlock.waiters%ROWTYPE;
+    v_token bigint := 0;
 BEGIN
     DELETE FROM distlock.waiters WHERE name = p_name AND alive_until <= p_now;
-    SELECT channel INTO v_channel FROM distlock.waiters
-     WHERE name = p_name ORDER BY arrived LIMIT 1;
-    IF FOUND THEN
-        PERFORM distlock.notify(v_channel, 'one');
+    SELECT * INTO v_head FROM distlock.waiters WHERE name = p_name ORDER BY arrived LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN;
     END IF;
+    IF v_head.request IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM distlock.holds WHERE name = p_name)
+       AND distlock.quarantine(p_now, v_head.lease_ms) IS NULL THEN
+        DELETE FROM distlock.waiters WHERE name = p_name AND owner = v_head.owner;
+        IF v_head.fencing THEN
+            v_token := distlock.next_token(p_name, p_now);
+        END IF;
+        INSERT INTO distlock.holds
+               (name, owner, kind, holds, expires_at, origin, grants, token, handed)
+        VALUES (p_name, v_head.owner, 'mutex', 1, v_head.alive_until, v_head.request,
+                ARRAY[v_head.request], v_token, true);
+    END IF;
+    PERFORM distlock.notify(v_head.channel, 'one');
 END $$;
 
--- The fair lock when it is not this owner's already: the first waiter in the queue goes
--- first; a waiter (`p_waits`, or queued before) keeps its place for `p_place_ms` and is
--- told to ask again within a third of that; its wake-ups come on `p_channel`.
+-- The mutex and the fair lock when not this owner's already: the first waiter in the
+-- queue goes first; a waiter (`p_waits`, or queued before) keeps its place for
+-- `p_place_ms` and is told to ask again within a third of that; its wake-ups come on
+-- `p_channel`. A waiter that asks under one id for its whole acquisition
+-- (`p_handover`) is handed the lock on release (see hand_over).
 CREATE OR REPLACE FUNCTION distlock.acquire_fair(
     p_name text, p_owner text, p_lease_ms bigint, p_fencing boolean, p_request uuid,
-    p_window_ms bigint, p_waits boolean, p_place_ms bigint, p_channel text, p_now timestamptz
+    p_waits boolean, p_place_ms bigint, p_channel text, p_handover boolean, p_now timestamptz
 ) RETURNS bigint[] LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -436,10 +469,14 @@ BEGIN
     END IF;
     v_queued := EXISTS (SELECT 1 FROM distlock.waiters WHERE name = p_name AND owner = p_owner);
     IF v_queued OR p_waits THEN
-        INSERT INTO distlock.waiters AS w (name, owner, channel, alive_until)
-        VALUES (p_name, p_owner, p_channel, p_now + p_place_ms * interval '1 millisecond')
+        INSERT INTO distlock.waiters AS w
+               (name, owner, channel, alive_until, request, lease_ms, fencing)
+        VALUES (p_name, p_owner, p_channel, p_now + p_place_ms * interval '1 millisecond',
+                CASE WHEN p_handover THEN p_request END, p_lease_ms, p_fencing)
         ON CONFLICT (name, owner) DO UPDATE
-           SET alive_until = excluded.alive_until, channel = excluded.channel;
+           SET alive_until = excluded.alive_until, channel = excluded.channel,
+               request = excluded.request, lease_ms = excluded.lease_ms,
+               fencing = excluded.fencing;
         IF v_head.owner IS NULL THEN
             SELECT * INTO v_head FROM distlock.waiters WHERE name = p_name
              ORDER BY arrived LIMIT 1;
@@ -456,10 +493,14 @@ BEGIN
 END $$;
 
 -- Acquires `p_name` of kind `p_kind` ('mutex', 'fair', 'read' or 'write') for `p_owner`
--- (reentrant) as grant `p_request`; see the replies above.
-CREATE OR REPLACE FUNCTION distlock.acquire_grant(
+-- (reentrant) as grant `p_request`; see the replies above. With `p_handover` the caller
+-- asks under `p_request` for its whole acquisition, and a waiting mutex or fair lock is
+-- handed over to it on release (see hand_over); its next attempt takes the handed hold
+-- up.
+CREATE OR REPLACE FUNCTION distlock.acquire_handover(
     p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_fencing boolean,
-    p_request uuid, p_window_ms bigint, p_waits boolean, p_place_ms bigint, p_channel text
+    p_request uuid, p_window_ms bigint, p_waits boolean, p_place_ms bigint, p_channel text,
+    p_handover boolean
 ) RETURNS bigint[] LANGUAGE plpgsql
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -473,7 +514,23 @@ BEGIN
     PERFORM distlock.begin_op(p_name, NULL, v_now);
     SELECT * INTO v_own FROM distlock.holds
      WHERE name = p_name AND kind = v_stored AND owner = p_owner;
+    IF FOUND AND v_own.handed AND NOT p_request = ANY (v_own.grants) THEN
+        -- Handed over to this owner's acquisition, which asks under a new id (a caller
+        -- of the first revisions): taken up under it, as the owner has no other grant.
+        UPDATE distlock.holds
+           SET grants = ARRAY[p_request], origin = p_request
+         WHERE name = p_name AND kind = v_stored AND owner = p_owner
+        RETURNING * INTO v_own;
+    END IF;
     IF FOUND AND p_request = ANY (v_own.grants) THEN
+        IF v_own.handed THEN
+            -- Handed over while this acquisition waited: taken up, with its lease.
+            UPDATE distlock.holds
+               SET handed = false,
+                   expires_at = greatest(expires_at, v_now + p_lease_ms * interval '1 millisecond')
+             WHERE name = p_name AND kind = v_stored AND owner = p_owner
+            RETURNING * INTO v_own;
+        END IF;
         -- Sent again after a lost reply, its grant alive: answered as the first run.
         RETURN distlock.granted(v_own);
     END IF;
@@ -497,9 +554,9 @@ BEGIN
     IF v_quarantine IS NOT NULL THEN
         RETURN ARRAY[0, greatest(1, ceil(extract(epoch FROM v_quarantine - v_now) * 1000))::bigint, 0];
     END IF;
-    IF p_kind = 'fair' THEN
+    IF v_stored = 'mutex' THEN
         RETURN distlock.acquire_fair(p_name, p_owner, p_lease_ms, p_fencing, p_request,
-                                     p_window_ms, p_waits, p_place_ms, p_channel, v_now);
+                                     p_waits, p_place_ms, p_channel, p_handover, v_now);
     END IF;
     -- Readers share with readers; any other hold excludes everyone else.
     v_others := EXISTS (SELECT 1 FROM distlock.holds
@@ -524,6 +581,17 @@ BEGIN
     RETURN v_reply;
 END $$;
 
+-- `acquire_handover` for clients of revisions 2 to 5, which ask under a new id every
+-- attempt.
+CREATE OR REPLACE FUNCTION distlock.acquire_grant(
+    p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_fencing boolean,
+    p_request uuid, p_window_ms bigint, p_waits boolean, p_place_ms bigint, p_channel text
+) RETURNS bigint[] LANGUAGE sql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT distlock.acquire_handover(p_name, p_owner, p_kind, p_lease_ms, p_fencing, p_request,
+                                     p_window_ms, p_waits, p_place_ms, p_channel, false)
+$$;
+
 -- `acquire_grant` for clients of the first revision, which read three numbers.
 CREATE OR REPLACE FUNCTION distlock.acquire(
     p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_fencing boolean,
@@ -536,8 +604,8 @@ $$;
 
 -- Ends grant `p_grant` of `p_owner`'s hold of kind `p_kind` if it is alive (without a
 -- grant, as clients of the first revision ask, one hold of the owner). The last hold's
--- release wakes: a mutex one waiter on `p_channel`, a fair lock its first waiter, a
--- writer every waiter, the last reader one.
+-- release of a mutex or a fair lock hands it over to the first waiter; a writer's wakes
+-- every waiter on `p_channel`, the last reader's one.
 CREATE OR REPLACE FUNCTION distlock.release_grant(
     p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_request uuid,
     p_window_ms bigint, p_grant uuid, p_channel text
@@ -582,8 +650,8 @@ BEGIN
         v_reply := ARRAY[1, v_hold.holds - 1];
     ELSE
         DELETE FROM distlock.holds WHERE name = p_name AND kind = v_stored AND owner = p_owner;
-        IF p_kind = 'fair' THEN
-            PERFORM distlock.wake_fair_head(p_name, v_now);
+        IF v_stored = 'mutex' THEN
+            PERFORM distlock.hand_over(p_name, v_now);
         ELSIF NOT distlock.anyone_listening(p_name, v_now) THEN
             -- Nobody to wake: no NOTIFY, whose commit takes a lock every notifying
             -- transaction of the database queues on.
@@ -609,28 +677,25 @@ CREATE OR REPLACE FUNCTION distlock.release(
                                   p_undoes, p_channel)
 $$;
 
--- A fair waiter gives up: it leaves the queue, and when it was first and the lock is
--- free, the next waiter is woken.
+-- A waiter of a mutex or a fair lock gives up: it leaves the queue, a hold handed over
+-- to it that it never took up ends, and a free lock goes to the next waiter.
 CREATE OR REPLACE FUNCTION distlock.cancel_wait(p_name text, p_owner text)
 RETURNS void LANGUAGE plpgsql
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
-    v_first boolean;
 BEGIN
     PERFORM distlock.begin_op(p_name, NULL, v_now);
-    DELETE FROM distlock.waiters WHERE name = p_name AND alive_until <= v_now;
-    v_first := (SELECT owner FROM distlock.waiters WHERE name = p_name
-                 ORDER BY arrived LIMIT 1) = p_owner;
     DELETE FROM distlock.waiters WHERE name = p_name AND owner = p_owner;
-    IF v_first AND NOT EXISTS (SELECT 1 FROM distlock.holds WHERE name = p_name) THEN
-        PERFORM distlock.wake_fair_head(p_name, v_now);
+    DELETE FROM distlock.holds WHERE name = p_name AND owner = p_owner AND handed;
+    IF NOT EXISTS (SELECT 1 FROM distlock.holds WHERE name = p_name) THEN
+        PERFORM distlock.hand_over(p_name, v_now);
     END IF;
 END $$;
 
 -- Deletes every hold of `p_name` when a hold of kind `p_kind` is among them (for 'read',
--- when readers hold it and no writer); whether it did. Its waiters are told: a fair
--- lock's first waiter, everyone else's all.
+-- when readers hold it and no writer); whether it did. A mutex or a fair lock is handed
+-- over to its first waiter; a read-write lock's waiters are all told.
 CREATE OR REPLACE FUNCTION distlock.force_release(p_name text, p_kind text, p_channel text)
 RETURNS boolean LANGUAGE plpgsql
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -651,8 +716,8 @@ BEGIN
         RETURN false;
     END IF;
     DELETE FROM distlock.holds WHERE name = p_name;
-    IF p_kind = 'fair' THEN
-        PERFORM distlock.wake_fair_head(p_name, v_now);
+    IF p_kind IN ('mutex', 'fair') THEN
+        PERFORM distlock.hand_over(p_name, v_now);
     ELSE
         PERFORM distlock.notify(p_channel, 'all');
     END IF;
@@ -704,7 +769,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 
         $functions$;
         DELETE FROM distlock.functions;
-        INSERT INTO distlock.functions VALUES (5, '6ec34462b579d5946d79c896203cda8d535d01db');
+        INSERT INTO distlock.functions VALUES (5, '5ad43069ca260367f75f8eae85ca0037dff3df9c');
     END IF;
 END $distlock$;
 COMMIT;

@@ -54,23 +54,29 @@ impl PostgresBackend {
         self.notifications.subscriptions().channels()
     }
 
-    /// The channel a waiter of `lock` listens on: the name's, or for a fair lock the
-    /// waiter's own (a release wakes exactly the first in the queue). A hash, as channel
-    /// names are at most 63 bytes; the name's length keeps a name and an owner apart.
+    /// The channel a waiter of `lock` listens on, a hash, as channel names are short
+    /// identifiers: for a mutex its client's (a release hands the lock over to the first
+    /// waiter in the queue and wakes its client alone, where the client's waiters for the
+    /// name take turns on one listener), for a fair lock the waiter's own, for a
+    /// read-write lock the name's.
     fn channel(&self, lock: &LockRef) -> String {
         let name = lock.name.as_str();
         let key = match lock.kind {
             LockKind::Fair => format!("{}:{}:{name}:{}", self.schema, name.len(), lock.owner),
+            LockKind::Mutex => {
+                let owner = lock.owner.as_str();
+                let client = owner.split_once(':').map_or(owner, |(client, _)| client);
+                format!("{}:client:{}:{name}:{client}", self.schema, name.len())
+            }
             _ => format!("{}:{name}", self.schema),
         };
         format!("dl_{}", sha1_smol::Sha1::from(key).digest())
     }
 
-    /// The channel of `lock`'s name (what a release of a mutex or a read-write lock
-    /// wakes).
+    /// The channel of `lock`'s name (what a release of a read-write lock wakes).
     fn name_channel(&self, lock: &LockRef) -> String {
         self.channel(&LockRef::new(
-            LockKind::Mutex,
+            LockKind::Write,
             lock.name.clone(),
             lock.owner.clone(),
         ))
@@ -200,8 +206,8 @@ impl Backend for PostgresBackend {
         let reply: Vec<i64> = self
             .call(
                 "acquiring",
-                "acquire_grant($1::text, $2::text, $3::text, $4::bigint, $5::boolean, \
-                 $6::text::uuid, $7::bigint, $8::boolean, $9::bigint, $10::text)",
+                "acquire_handover($1::text, $2::text, $3::text, $4::bigint, $5::boolean, \
+                 $6::text::uuid, $7::bigint, $8::boolean, $9::bigint, $10::text, $11::boolean)",
                 &[
                     (&lock.name.as_str(), Type::TEXT),
                     (&lock.owner.as_str(), Type::TEXT),
@@ -213,6 +219,9 @@ impl Backend for PostgresBackend {
                     (&request.waits(), Type::BOOL),
                     (&place_kept_for.unwrap_or(1), Type::INT8),
                     (&self.channel(lock), Type::TEXT),
+                    // A part of a composite lock is not handed over: each part could go
+                    // to another client, and none win them all.
+                    (&request.waits_to_be_woken_alone(), Type::BOOL),
                 ],
             )
             .await?;
@@ -234,7 +243,7 @@ impl Backend for PostgresBackend {
     }
 
     async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
-        if lock.kind != LockKind::Fair {
+        if !matches!(lock.kind, LockKind::Fair | LockKind::Mutex) {
             return Ok(());
         }
         check_fits(lock)?;

@@ -263,9 +263,10 @@ async fn past_the_notify_queue_limit_releases_skip_the_notify_and_waiters_are_se
     }
 }
 
-/// A release sends a NOTIFY only when a waiter was told the name is busy: an uncontended
-/// release notifies nobody (its commit would take the database-wide lock every notifying
-/// transaction queues on), a contended one wakes the waiter.
+/// A writer's release sends a NOTIFY only when a waiter was told the name is busy: an
+/// uncontended release notifies nobody (its commit would take the database-wide lock
+/// every notifying transaction queues on), a contended one wakes the waiter. (A mutex's
+/// release notifies only the client of the waiter it hands the lock to: handover.rs.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_notifies_only_when_someone_waits() {
     let server = PostgresServer::start().await;
@@ -277,7 +278,7 @@ async fn a_release_notifies_only_when_someone_waits() {
     );
     let (_listening, mut heard) = raw_listener(&server.url(), &channel).await;
     for _ in 0..3 {
-        let guard = a.mutex(name).lock().await.expect("free");
+        let guard = a.rw_lock(name).writer().lock().await.expect("free");
         guard.unlock().await.expect("released");
     }
     let message = timeout(Duration::from_millis(300), heard.recv()).await;
@@ -286,9 +287,9 @@ async fn a_release_notifies_only_when_someone_waits() {
         "an uncontended release notified: {message:?}"
     );
 
-    let held = a.mutex(name).lock().await.expect("free");
+    let held = a.rw_lock(name).writer().lock().await.expect("free");
     let waiter = tokio::spawn({
-        let lock = b.mutex(name);
+        let lock = b.rw_lock(name).writer();
         async move { lock.lock().await }
     });
     // The waiter is told it is busy (and registered) before the release.

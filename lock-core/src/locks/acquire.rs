@@ -323,6 +323,12 @@ enum Attempt {
 /// A request whose outcome is unknown is sent again (same id) while the caller's wait
 /// and the retry window allow; if it stays unknown, or the caller went away, a grant it
 /// may have got is undone in the background (see [`crate::retry`]).
+///
+/// Every attempt of one acquisition carries the acquisition's id: a grant is the
+/// acquisition's, whichever attempt got it, and a backend that hands the lock to a
+/// waiter between its attempts grants it under that id, which the next attempt finds
+/// (one identity per grant, no adoption). Busy answers are not remembered, so asking
+/// again under the id asks afresh.
 async fn attempt(
     client: &Arc<Inner>,
     lock: &LockRef,
@@ -332,7 +338,6 @@ async fn attempt(
     queued: Option<&mut QueuedWaiter>,
 ) -> Result<Attempt, Error> {
     let lease = request.lease;
-    let request = request.fresh_id();
     let done = queued.map(|queued| {
         let (done, attempt_done) = oneshot::channel::<()>();
         queued.attempt_done = Some(attempt_done);

@@ -156,7 +156,10 @@ const STEPS: [&str; 4] = [
     // operation, and a grant alive exactly while its hold's row lists it. A grant whose
     // lease ended is not carried over, nor a hold left without one (only holds of the
     // first version, whose leases ended long ago, have none); a hold's token is the
-    // name's counter, the last token issued.
+    // name's counter, the last token issued. A mutex or a fair lock is handed over to
+    // its first waiter on release: the hold is marked `handed` until the waiter takes it
+    // up, and a waiter keeps what the hold is made of (its acquisition's id, lease and
+    // fencing).
     "ALTER TABLE {schema}.holds ADD COLUMN grants uuid[] NOT NULL DEFAULT '{}',
                                ADD COLUMN token bigint NOT NULL DEFAULT 0;
     UPDATE {schema}.holds AS h
@@ -177,7 +180,10 @@ const STEPS: [&str; 4] = [
        SET holds = cardinality(grants),
            expires_at = CASE WHEN kind = 'read' THEN lease_ends[cardinality(lease_ends)]
                              ELSE expires_at END;
-    DROP TABLE {schema}.grants;",
+    DROP TABLE {schema}.grants;
+    ALTER TABLE {schema}.holds ADD COLUMN handed boolean NOT NULL DEFAULT false;
+    ALTER TABLE {schema}.waiters ADD COLUMN request uuid, ADD COLUMN lease_ms bigint,
+                                 ADD COLUMN fencing boolean;",
 ];
 
 /// The revision of the lock functions (`functions.sql`), raised with every change to
@@ -190,7 +196,8 @@ pub const FUNCTIONS_REVISION: i32 = 5;
 
 /// The functions a client calls, each with a pinned `search_path` and its owner's
 /// rights; a service's role gets EXECUTE on these alone (see [`grants_sql`]).
-pub const ENTRY_POINTS: [&str; 8] = [
+pub const ENTRY_POINTS: [&str; 9] = [
+    "acquire_handover",
     "acquire_grant",
     "acquire",
     "release_grant",
@@ -208,7 +215,7 @@ pub const ENTRY_POINTS: [&str; 8] = [
 const FUNCTIONS: &str = include_str!("functions.sql");
 
 /// What the tables must look like after migrating: table, column, type.
-const EXPECTED: [(&str, &str, &str); 30] = [
+const EXPECTED: [(&str, &str, &str); 34] = [
     ("listening", "name", "text"),
     ("listening", "until", "timestamp with time zone"),
     ("epoch", "one", "boolean"),
@@ -225,6 +232,7 @@ const EXPECTED: [(&str, &str, &str); 30] = [
     ("holds", "origin", "uuid"),
     ("holds", "grants", "ARRAY"),
     ("holds", "token", "bigint"),
+    ("holds", "handed", "boolean"),
     ("tokens", "name", "text"),
     ("tokens", "token", "bigint"),
     ("waiters", "name", "text"),
@@ -232,6 +240,9 @@ const EXPECTED: [(&str, &str, &str); 30] = [
     ("waiters", "channel", "text"),
     ("waiters", "arrived", "bigint"),
     ("waiters", "alive_until", "timestamp with time zone"),
+    ("waiters", "request", "uuid"),
+    ("waiters", "lease_ms", "bigint"),
+    ("waiters", "fencing", "boolean"),
     ("answers", "request", "uuid"),
     ("answers", "name", "text"),
     ("answers", "reply", "ARRAY"),
