@@ -2,6 +2,9 @@
 //! queue, which takes it up with its next attempt; a waiter that has gone loses it
 //! without anybody waiting a lease.
 
+// reason: test helpers panic on unexpected errors, like the tests themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
