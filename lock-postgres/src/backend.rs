@@ -46,7 +46,8 @@ impl PostgresBackend {
         .read_write(true)
         .fencing(true)
         .retry_safe(true)
-        .shared(true);
+        .shared(true)
+        .hands_over(true);
 
     /// The channels this client listens on for its waiters (for diagnostics).
     #[must_use]

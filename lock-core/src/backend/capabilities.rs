@@ -62,6 +62,13 @@ pub struct Capabilities {
     /// the release. Where the order does not hold, that waiter finds the lock busy and
     /// waits for the release's notification as any other client's waiter does.
     pub ordered_requests: bool,
+    /// A release of a mutex or a fair lock may hand it over to a waiting acquisition
+    /// between its attempts, under the acquisition's request id, which its next attempt
+    /// finds. lock-core then asks under one id for every attempt of an acquisition;
+    /// otherwise each attempt has an id of its own (a composite lock must: it releases
+    /// what a failed attempt took on its parts, and a released grant's id grants
+    /// nothing more).
+    pub hands_over: bool,
 }
 
 impl Capabilities {
@@ -81,6 +88,7 @@ impl Capabilities {
             expirable_semaphore: false,
             wakes_one_client: false,
             ordered_requests: false,
+            hands_over: false,
         }
     }
 
@@ -150,6 +158,12 @@ impl Capabilities {
         self
     }
 
+    /// Sets [`Capabilities::hands_over`].
+    pub const fn hands_over(mut self, yes: bool) -> Self {
+        self.hands_over = yes;
+        self
+    }
+
     /// Whether locks of `kind` are supported.
     #[must_use]
     pub const fn supports(self, kind: LockKind) -> bool {
@@ -184,6 +198,7 @@ impl Capabilities {
             expirable_semaphore: common.expirable_semaphore && next.expirable_semaphore,
             wakes_one_client: common.wakes_one_client && next.wakes_one_client,
             ordered_requests: common.ordered_requests && next.ordered_requests,
+            hands_over: common.hands_over && next.hands_over,
         })
     }
 

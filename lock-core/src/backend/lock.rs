@@ -91,12 +91,14 @@ pub struct AcquireRequest {
     /// queues it, and a composite lock may keep what it took. Such a caller later
     /// succeeds or calls [`Backend::cancel_wait`].
     pub wait: Option<Waiting>,
-    /// This request's id, the same for every attempt of one acquisition. A grant is
-    /// remembered under it for `retry_window`: the same request sent again (its reply
-    /// was lost) gets that grant back instead of a second hold, and a grant a backend
-    /// made to the waiting acquisition between its attempts (a hand-over on release) is
-    /// found by its next attempt. Busy answers are not remembered. Composite backends
-    /// pass it on to their parts.
+    /// This request's id. A grant is remembered under it for `retry_window`: the same
+    /// request sent again (its reply was lost) gets that grant back instead of a second
+    /// hold. With [`Capabilities::hands_over`] it is the same for every attempt of one
+    /// acquisition, and a grant the backend made to the waiting acquisition between its
+    /// attempts (a hand-over on release) is found by its next attempt. Busy answers are
+    /// not remembered. Composite backends pass it on to their parts.
+    ///
+    /// [`Capabilities::hands_over`]: super::Capabilities::hands_over
     pub id: RequestId,
     /// How long the caller may send the request again.
     pub retry_window: Duration,

@@ -324,11 +324,14 @@ enum Attempt {
 /// and the retry window allow; if it stays unknown, or the caller went away, a grant it
 /// may have got is undone in the background (see [`crate::retry`]).
 ///
-/// Every attempt of one acquisition carries the acquisition's id: a grant is the
-/// acquisition's, whichever attempt got it, and a backend that hands the lock to a
-/// waiter between its attempts grants it under that id, which the next attempt finds
-/// (one identity per grant, no adoption). Busy answers are not remembered, so asking
-/// again under the id asks afresh.
+/// With a backend that hands locks over ([`Capabilities::hands_over`]), every attempt
+/// of one acquisition carries the acquisition's id: a grant is the acquisition's,
+/// whichever attempt got it, and a hand-over to the waiter between its attempts is
+/// made under that id, which the next attempt finds (one identity per grant, no
+/// adoption; busy answers are not remembered, so asking again under the id asks
+/// afresh). Otherwise each attempt has an id of its own.
+///
+/// [`Capabilities::hands_over`]: crate::backend::Capabilities::hands_over
 async fn attempt(
     client: &Arc<Inner>,
     lock: &LockRef,
@@ -338,6 +341,11 @@ async fn attempt(
     queued: Option<&mut QueuedWaiter>,
 ) -> Result<Attempt, Error> {
     let lease = request.lease;
+    let request = if client.backend.capabilities().hands_over {
+        request
+    } else {
+        request.fresh_id()
+    };
     let done = queued.map(|queued| {
         let (done, attempt_done) = oneshot::channel::<()>();
         queued.attempt_done = Some(attempt_done);

@@ -284,6 +284,7 @@ impl Backend for RedLock {
             .semaphore(false)
             .expirable_semaphore(false)
             .wakes_one_client(false)
+            .hands_over(false)
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
