@@ -129,10 +129,6 @@ async fn bare_unlock(hold: BareHold) {
     }
 }
 
-async fn advisory_lock(pool: &Pool, key: i64) -> Option<BareHold> {
-    Bare::Advisory.lock(pool, key).await
-}
-
 /// Lock+unlock pairs per second of 64 tasks on distinct keys through one pool.
 async fn bare_pairs_per_second(server: &PostgresServer, bare: Bare, duration: Duration) -> f64 {
     let pool = bare_pool(server, bare);
@@ -169,7 +165,7 @@ async fn advisory_contended(server: &PostgresServer, seconds: f64) -> Figures {
                 deadline,
                 || {
                     let pool = pool.clone();
-                    async move { advisory_lock(&pool, 1).await }
+                    async move { Bare::Advisory.lock(&pool, 1).await }
                 },
                 bare_unlock,
             )

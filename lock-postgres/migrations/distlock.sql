@@ -479,7 +479,11 @@ BEGIN
     v_head := distlock.queue_head(p_name, p_now);
     IF NOT EXISTS (SELECT 1 FROM distlock.holds WHERE name = p_name)
        AND (v_head.owner IS NULL OR v_head.owner = p_owner) THEN
-        DELETE FROM distlock.waiters WHERE name = p_name AND owner = p_owner;
+        -- With a live head the caller is it; with none the queue is empty (queue_head
+        -- removed the lapsed), and the uncontended path deletes nothing.
+        IF v_head.owner IS NOT NULL THEN
+            DELETE FROM distlock.waiters WHERE name = p_name AND owner = p_owner;
+        END IF;
         RETURN distlock.grant_hold(p_name, p_owner, 'mutex', p_lease_ms, p_fencing, p_request,
                                    true, p_now);
     END IF;
@@ -785,7 +789,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 
         $functions$;
         DELETE FROM distlock.functions;
-        INSERT INTO distlock.functions VALUES (5, 'a5983a3d333bbe8dd330ea11176b97d2739fc3d8');
+        INSERT INTO distlock.functions VALUES (5, 'e6e27aec443a9bea0e7896d2409c159d2710fef4');
     END IF;
 END $distlock$;
 COMMIT;

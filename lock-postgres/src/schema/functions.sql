@@ -357,7 +357,11 @@ BEGIN
     v_head := {schema}.queue_head(p_name, p_now);
     IF NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name)
        AND (v_head.owner IS NULL OR v_head.owner = p_owner) THEN
-        DELETE FROM {schema}.waiters WHERE name = p_name AND owner = p_owner;
+        -- With a live head the caller is it; with none the queue is empty (queue_head
+        -- removed the lapsed), and the uncontended path deletes nothing.
+        IF v_head.owner IS NOT NULL THEN
+            DELETE FROM {schema}.waiters WHERE name = p_name AND owner = p_owner;
+        END IF;
         RETURN {schema}.grant_hold(p_name, p_owner, 'mutex', p_lease_ms, p_fencing, p_request,
                                    true, p_now);
     END IF;
