@@ -55,6 +55,7 @@ pub struct FaultyBackend {
     /// How long plain permit requests wait before they are forwarded.
     permit_request_delay: Arc<Mutex<Duration>>,
     release_delay: Arc<Mutex<Duration>>,
+    force_release_delay: Arc<Mutex<Duration>>,
     /// While `true`, release answers wait for it to turn `false`.
     release_answers_held: Arc<tokio::sync::watch::Sender<bool>>,
     /// How many lock acquisitions were asked so far; watched by [`Self::asked`].
@@ -79,6 +80,7 @@ impl fmt::Debug for FaultyBackend {
             .field("permit_renewal_delay", &self.permit_renewal_delay)
             .field("permit_request_delay", &self.permit_request_delay)
             .field("release_delay", &self.release_delay)
+            .field("force_release_delay", &self.force_release_delay)
             .field("release_answers_held", &*self.release_answers_held.borrow())
             .field("acquisitions", &*self.acquisitions.borrow())
             .field("deaf", &self.deaf)
@@ -103,6 +105,7 @@ impl FaultyBackend {
             permit_renewal_delay: Arc::new(Mutex::new(Duration::ZERO)),
             permit_request_delay: Arc::new(Mutex::new(Duration::ZERO)),
             release_delay: Arc::new(Mutex::new(Duration::ZERO)),
+            force_release_delay: Arc::new(Mutex::new(Duration::ZERO)),
             release_answers_held: Arc::new(tokio::sync::watch::Sender::new(false)),
             acquisitions: Arc::new(tokio::sync::watch::Sender::new(0)),
             deaf: Arc::new(AtomicBool::new(false)),
@@ -184,6 +187,15 @@ impl FaultyBackend {
     pub fn delay_releases(&self, delay: Duration) {
         *self
             .release_delay
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = delay;
+    }
+
+    /// Makes force releases reach the wrapped backend this long after they were sent, so
+    /// that a caller may stop waiting while one is on its way.
+    pub fn delay_force_releases(&self, delay: Duration) {
+        *self
+            .force_release_delay
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = delay;
     }
@@ -337,6 +349,11 @@ impl Backend for FaultyBackend {
     }
 
     async fn force_release(&self, lock: &LockRef) -> Result<bool, Error> {
+        let delay = *self
+            .force_release_delay
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        tokio::time::sleep(delay).await;
         self.inner.force_release(lock).await
     }
 

@@ -12,7 +12,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use super::RedLock;
-use super::gates::{InFlight, Tries, share};
+use super::gates::{NodeGates, share};
 use super::quorum::Granted;
 use crate::error::timed_out;
 use crate::origin::common_origin;
@@ -36,19 +36,27 @@ fn spawn_acquire(
     lock: LockRef,
     request: AcquireRequest,
     mut decision: watch::Receiver<Decision>,
-    (in_flight, tries): (Arc<InFlight>, Arc<Tries>),
+    gates: Arc<NodeGates>,
 ) -> oneshot::Receiver<Result<Acquire, Error>> {
     let (reply, answer) = oneshot::channel();
     // Entered before the task starts: a release of this lock on this node, however soon
     // it comes, waits for this acquisition, and a resend of the request for its end.
     let node_key = (index, lock.clone());
-    let (gate, this_try) = (in_flight.gate(node_key.clone()), tries.gate(request.id));
-    let (entered, in_try) = (share(&gate), share(&this_try));
+    let force_key = (index, lock.name.clone());
+    let gate = gates.in_flight.gate(node_key.clone());
+    let this_try = gates.tries.gate(request.id);
+    let forced = gates.forcing.gate(force_key.clone());
+    let (entered, in_try, after_force) = (share(&gate), share(&this_try), share(&forced));
     tokio::spawn(async move {
-        // Not free at once only if a release of an earlier hold runs on this node: this
-        // acquisition goes after it.
+        // Not free at once only if a release of an earlier hold, or a force release of
+        // the name, runs on this node: this acquisition goes after it.
         let (in_try, entered) = (in_try.await, entered.await);
+        // Held until the node answers: a force release sent after this acquisition
+        // goes after it too.
+        let after_force = after_force.await;
         let result = node.acquire(&lock, request).await;
+        drop(after_force);
+        gates.forcing.done(&force_key, forced);
         let maybe_held = !matches!(result, Ok(Acquire::Busy { .. }));
         // A caller that went away no longer needs the answer; `decision` still tells
         // this task whether to give a grant back.
@@ -72,9 +80,9 @@ fn spawn_acquire(
             }
         }
         drop(entered);
-        in_flight.done(&node_key, gate);
+        gates.in_flight.done(&node_key, gate);
         drop(in_try);
-        tries.done(&request.id, this_try);
+        gates.tries.done(&request.id, this_try);
     });
     answer
 }
@@ -89,7 +97,7 @@ impl RedLock {
         request: AcquireRequest,
     ) -> Result<Acquire, Error> {
         // A resend of this request goes after every node task of its earlier try.
-        self.tries.wait_free(request.id).await;
+        self.gates.tries.wait_free(request.id).await;
         let started = Instant::now();
         let timeout = self.node_timeout(request.lease);
         let (decide, decision) = watch::channel(Decision::Pending);
@@ -105,7 +113,7 @@ impl RedLock {
                     lock.clone(),
                     request,
                     decision.clone(),
-                    (Arc::clone(&self.in_flight), Arc::clone(&self.tries)),
+                    Arc::clone(&self.gates),
                 );
                 async move {
                     let outcome = match tokio::time::timeout(timeout, answer).await {
@@ -175,7 +183,7 @@ impl RedLock {
                 lock.clone(),
                 request,
                 decision,
-                (Arc::clone(&self.in_flight), Arc::clone(&self.tries)),
+                Arc::clone(&self.gates),
             );
             let name = lock.name.clone();
             tokio::spawn(async move {

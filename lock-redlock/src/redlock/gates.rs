@@ -1,11 +1,12 @@
 //! Gates that order work on the nodes: a release after the acquisitions still running
-//! on its node, a resend after every node task of its earlier try.
+//! on its node, a resend after every node task of its earlier try, an acquisition after
+//! a force release still running on its node.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use lock_core::{LockRef, RequestId};
-use tokio::sync::{OwnedRwLockReadGuard, RwLock};
+use lock_core::{LockName, LockRef, RequestId};
+use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 
 /// Read-write gates by key, each alive only while somebody holds it: the map does not
 /// grow with the keys ever used.
@@ -50,13 +51,28 @@ impl<K: std::hash::Hash + Eq + Clone> Gates<K> {
 /// it is free.
 pub(super) fn share(
     gate: &Gate,
-) -> impl Future<Output = OwnedRwLockReadGuard<()>> + Send + 'static {
+) -> impl Future<Output = OwnedRwLockReadGuard<()>> + Send + 'static + use<> {
     let now = Arc::clone(gate).try_read_owned().ok();
     let gate = Arc::clone(gate);
     async move {
         match now {
             Some(shared) => shared,
             None => gate.read_owned().await,
+        }
+    }
+}
+
+/// An exclusive hold of `gate`: taken at once where nobody holds it, so that work that
+/// shares it later waits for this; else once everybody who holds or waits before has let go.
+pub(super) fn exclusive(
+    gate: &Gate,
+) -> impl Future<Output = OwnedRwLockWriteGuard<()>> + Send + 'static + use<> {
+    let now = Arc::clone(gate).try_write_owned().ok();
+    let gate = Arc::clone(gate);
+    async move {
+        match now {
+            Some(exclusive) => exclusive,
+            None => gate.write_owned().await,
         }
     }
 }
@@ -73,3 +89,18 @@ pub(super) type InFlight = Gates<(usize, LockRef)>;
 /// resend starts once every node task of the earlier try has ended: the tasks share the
 /// request's gate, a resend takes it exclusively first.
 pub(super) type Tries = Gates<RequestId>;
+
+/// Force releases still running on a node, per name. A force release deletes whatever
+/// holds the name on its node when it lands there; one that the caller stopped waiting
+/// for (the node timed out) may land later, and an acquisition this client sent after
+/// it must not be the hold it deletes. Acquisitions share the gate, a force release
+/// takes it exclusively.
+pub(super) type Forcing = Gates<(usize, LockName)>;
+
+/// Every gate of one RedLock client.
+#[derive(Debug, Default)]
+pub(super) struct NodeGates {
+    pub(super) in_flight: InFlight,
+    pub(super) tries: Tries,
+    pub(super) forcing: Forcing,
+}

@@ -22,7 +22,7 @@ mod acquire;
 mod gates;
 mod quorum;
 
-use gates::{InFlight, Tries};
+use gates::{NodeGates, exclusive};
 use quorum::{Quorum, RenewalVerdict};
 
 /// What one node said to a release.
@@ -98,8 +98,7 @@ impl RedLockBuilder {
             drift_floor: self.drift_floor,
             relay: Relay::new(listen_timeout),
             last_release: Arc::default(),
-            in_flight: Arc::new(InFlight::default()),
-            tries: Arc::new(Tries::default()),
+            gates: Arc::default(),
             granted: Arc::default(),
         })
     }
@@ -130,6 +129,11 @@ impl RedLockBuilder {
 ///   request's grant, which the node performs only if it granted it (undoing a reentry
 ///   that never ran would take the outer hold away); every node remembers each request's
 ///   answer, so a request sent again after a lost reply never counts twice;
+/// - a force release deletes the lock on each node as it lands there, and this client's
+///   acquisitions sent after it go after it on every node. Another client's acquisition
+///   is not ordered with it: one that takes a node while the force release is still on
+///   its way there loses that part, and its guard learns at its next renewal that a
+///   majority no longer holds the lock (a force release revokes, see fencing tokens);
 /// - fair locks are refused (`Unsupported`, declared in its capabilities): every node keeps its own queue, and
 ///   concurrent waiters reach the nodes in different orders.
 ///
@@ -143,8 +147,8 @@ pub struct RedLock {
     relay: Relay,
     /// What each node said to the latest release (of any lock) by this client.
     last_release: Arc<Mutex<Option<LastRelease>>>,
-    in_flight: Arc<InFlight>,
-    tries: Arc<Tries>,
+    /// What orders this client's requests on each node (see [`gates`]).
+    gates: Arc<NodeGates>,
     /// The grants this client holds, by lock: a node that lost them (a restart without
     /// persistence) while the majority keeps them gets them back under the same ids, so
     /// that their releases end them there too.
@@ -324,16 +328,16 @@ impl Backend for RedLock {
         self.forget_grant(lock, request.grant);
         let timeout = self.node_timeout(request.lease);
         let mut calls = self.on_all_indexed(timeout, |index, node| {
-            let (lock, in_flight) = (lock.clone(), Arc::clone(&self.in_flight));
+            let (lock, gates) = (lock.clone(), Arc::clone(&self.gates));
             async move {
                 // After any acquisition of this lock still running on the node.
                 let key = (index, lock.clone());
-                let gate = in_flight.gate(key.clone());
+                let gate = gates.in_flight.gate(key.clone());
                 let outcome = {
                     let _settled = gate.write().await;
                     node.release(&lock, request).await
                 };
-                in_flight.done(&key, gate);
+                gates.in_flight.done(&key, gate);
                 outcome
             }
         });
@@ -416,11 +420,26 @@ impl Backend for RedLock {
         self.quorum.inspected(calls.collect().await)
     }
 
+    /// Deletes the lock on every node. This client's acquisitions of the name sent later
+    /// go after it on each node, also where it is still on its way after the caller
+    /// stopped waiting for it (see [`gates::Forcing`]).
     async fn force_release(&self, lock: &LockRef) -> Result<bool, Error> {
         let timeout = self.unleased_timeout();
-        let mut calls = self.on_all(timeout, |node| {
-            let lock = lock.clone();
-            async move { node.force_release(&lock).await }
+        let mut calls = self.on_all_indexed(timeout, |index, node| {
+            let (lock, gates) = (lock.clone(), Arc::clone(&self.gates));
+            // Taken now, before the task runs: an acquisition sent after this call
+            // returns waits for it.
+            let key = (index, lock.name.clone());
+            let gate = gates.forcing.gate(key.clone());
+            let forcing = exclusive(&gate);
+            async move {
+                let outcome = {
+                    let _forcing = forcing.await;
+                    node.force_release(&lock).await
+                };
+                gates.forcing.done(&key, gate);
+                outcome
+            }
         });
         // Deleted on every node that answers; it "was held" as `inspect` says it is, on a
         // majority. A minority still holding it is what a release that answered once a
@@ -500,9 +519,11 @@ mod tests {
         );
         tokio::time::timeout(Duration::from_secs(5), async {
             loop {
-                let tries = redlock.tries.0.lock().expect("not poisoned").len();
-                let in_flight = redlock.in_flight.0.lock().expect("not poisoned").len();
-                if tries == 0 && in_flight == 0 {
+                let gates = &redlock.gates;
+                let tries = gates.tries.0.lock().expect("not poisoned").len();
+                let in_flight = gates.in_flight.0.lock().expect("not poisoned").len();
+                let forcing = gates.forcing.0.lock().expect("not poisoned").len();
+                if tries == 0 && in_flight == 0 && forcing == 0 {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(1)).await;
