@@ -147,7 +147,7 @@ pub struct RedLock {
     relay: Relay,
     /// What each node said to the latest release (of any lock) by this client.
     last_release: Arc<Mutex<Option<LastRelease>>>,
-    /// What orders this client's requests on each node (see [`gates`]).
+    /// What orders this client's requests on each node.
     gates: Arc<NodeGates>,
     /// The grants this client holds, by lock: a node that lost them (a restart without
     /// persistence) while the majority keeps them gets them back under the same ids, so
@@ -422,7 +422,7 @@ impl Backend for RedLock {
 
     /// Deletes the lock on every node. This client's acquisitions of the name sent later
     /// go after it on each node, also where it is still on its way after the caller
-    /// stopped waiting for it (see [`gates::Forcing`]).
+    /// stopped waiting for it.
     async fn force_release(&self, lock: &LockRef) -> Result<bool, Error> {
         let timeout = self.unleased_timeout();
         let mut calls = self.on_all_indexed(timeout, |index, node| {
