@@ -38,9 +38,15 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Task {
-    /// Runs every test (`cargo nextest run`, else `cargo test`) against real redis-server
-    /// and PostgreSQL processes, installing them if missing. ARGS go to cargo: `-p CRATE`
-    /// runs one crate's tests, and a filter after it only the tests it names.
+    /// Runs every test (`cargo nextest run`, then the doctests; `cargo test` without
+    /// nextest) against real redis-server, PostgreSQL and PgBouncer processes, installing
+    /// them if missing.
+    ///
+    /// ARGS go to nextest: `-p CRATE` runs one crate's tests and doctests, a FILTER after
+    /// it only those whose names contain it (`cargo xtask test -p lock-postgres
+    /// handover`); `--test TARGET` or `-E EXPR` pick test targets or tests by nextest's
+    /// filter expressions, and then no doctests run. After `--`, arguments go to
+    /// `cargo test` instead of nextest.
     Test {
         #[arg(
             trailing_var_arg = true,
@@ -111,6 +117,11 @@ const NOT_FOUND: &str = "redis-server not found: install it (Debian/Ubuntu: apt-
 
 fn main() -> ExitCode {
     let Cli { task } = Cli::parse();
+    // The pass-through commands take every argument as theirs; `--help` before any `--`
+    // still asks for help, and running tests instead would surprise.
+    if let Some(name) = task.asks_for_help() {
+        return print_help(name);
+    }
     let result = match task {
         Task::Test { args } => test(passthrough(&args)),
         Task::Demo { args } => demo(passthrough(&args)),
@@ -123,6 +134,42 @@ fn main() -> ExitCode {
         eprintln!("xtask: {message}");
         ExitCode::from(2)
     })
+}
+
+impl Task {
+    /// The command's name when its pass-through arguments ask for help (`-h` or `--help`
+    /// before any `--`).
+    fn asks_for_help(&self) -> Option<&'static str> {
+        let (name, args) = match self {
+            Self::Test { args } => ("test", args),
+            Self::Demo { args } => ("demo", args),
+            Self::Chaos { args } => ("chaos", args),
+            Self::Simulate { args } => ("simulate", args),
+            Self::Bench { args } => ("bench", args),
+            Self::Redis(_) => return None,
+        };
+        args.iter()
+            .take_while(|arg| *arg != "--")
+            .any(|arg| arg == "-h" || arg == "--help")
+            .then_some(name)
+    }
+}
+
+/// Prints the help of the command `name`.
+fn print_help(name: &str) -> ExitCode {
+    let mut cli = <Cli as clap::CommandFactory>::command();
+    let Some(command) = cli.find_subcommand_mut(name) else {
+        eprintln!("xtask: no command {name}");
+        return ExitCode::from(2);
+    };
+    let mut command = command.clone().bin_name(format!("cargo xtask {name}"));
+    match command.print_long_help() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("xtask: cannot print the help: {err}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// The arguments after the command, without a leading `--`.
@@ -163,13 +210,18 @@ fn test(extra: &[String]) -> Result<ExitCode, String> {
         run.args(profile);
         run.envs(servers);
         let status = run_streaming(run)?;
-        if status.success() {
+        match (status.success(), doctest_args(extra)) {
             // nextest does not run doctests.
-            let mut doc = workspace_command(&["test", "--doc"], extra);
-            doc.envs(servers);
-            run_streaming(doc)?
-        } else {
-            status
+            (true, Some(doc_args)) => {
+                let mut doc = workspace_command(&["test", "--doc"], &doc_args);
+                doc.envs(servers);
+                run_streaming(doc)?
+            }
+            (true, None) => {
+                println!("xtask: doctests not run: the arguments pick test targets");
+                status
+            }
+            (false, _) => status,
         }
     } else {
         println!("xtask: cargo-nextest not found (cargo install cargo-nextest); using cargo test");
@@ -183,6 +235,74 @@ fn test(extra: &[String]) -> Result<ExitCode, String> {
         started.elapsed().as_secs_f64()
     );
     Ok(exit_code(status))
+}
+
+/// nextest's options that take a value (so that the value is not read as a filter).
+const VALUED: &[&str] = &[
+    "-p",
+    "--package",
+    "--exclude",
+    "-E",
+    "--filterset",
+    "--filter-expr",
+    "--test",
+    "--bin",
+    "--example",
+    "--bench",
+    "-F",
+    "--features",
+    "--profile",
+    "--cargo-profile",
+    "-j",
+    "--jobs",
+    "--test-threads",
+    "--retries",
+    "--partition",
+    "--target",
+];
+
+/// nextest's options that pick test targets or tests by an expression; doctests are
+/// none of those, so a run with one of them runs no doctests.
+const PICKS_TARGETS: &[&str] = &[
+    "--lib",
+    "--bins",
+    "--tests",
+    "--examples",
+    "--benches",
+    "--all-targets",
+    "--test",
+    "--bin",
+    "--example",
+    "--bench",
+    "-E",
+    "--filterset",
+    "--filter-expr",
+];
+
+/// What of nextest's arguments `extra` the doctests take: the packages picked and the
+/// name filters. `None` when `extra` picks test targets (`--test conformance`, `-E ...`):
+/// those are no doctests, and `cargo test --doc` refuses to mix them.
+fn doctest_args(extra: &[String]) -> Option<Vec<String>> {
+    let mut doc = Vec::new();
+    let mut args = extra.iter();
+    while let Some(arg) = args.next() {
+        let option = arg.split('=').next().unwrap_or(arg);
+        if PICKS_TARGETS.contains(&option) {
+            return None;
+        }
+        let takes_value = VALUED.contains(&arg.as_str());
+        if option == "-p" || option == "--package" || arg.starts_with("-p") {
+            doc.push(arg.clone());
+            if takes_value {
+                doc.extend(args.next().cloned());
+            }
+        } else if takes_value {
+            args.next();
+        } else if !arg.starts_with('-') {
+            doc.push(arg.clone());
+        }
+    }
+    Some(doc)
 }
 
 /// `cargo SUBCOMMAND --workspace --all-features EXTRA` (without `--workspace` when
@@ -223,9 +343,7 @@ fn built_as_the_tests_build_it(name: &str) -> Result<PathBuf, String> {
     if !status.success() {
         return Err(format!("building {name} failed ({status})"));
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| workspace_root().join("target"), PathBuf::from);
-    Ok(target.join("debug").join(name))
+    Ok(target_dir().join("debug").join(name))
 }
 
 /// `cargo xtask chaos`: the harness lives in the `lock-chaos` crate; this builds and runs it.
@@ -262,8 +380,7 @@ fn bench(extra: &[String]) -> Result<ExitCode, String> {
     if !status.success() {
         return Ok(exit_code(status));
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| workspace_root().join("target"), PathBuf::from);
+    let target = target_dir();
     let mut run = Command::new(target.join("release").join("lock-bench"));
     run.args(extra)
         .arg("--out")
@@ -278,6 +395,12 @@ fn bench(extra: &[String]) -> Result<ExitCode, String> {
         started.elapsed().as_secs_f64()
     );
     Ok(exit_code(status))
+}
+
+/// Where cargo builds: `$CARGO_TARGET_DIR`, else the workspace's `target`.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace_root().join("target"), PathBuf::from)
 }
 
 /// The workspace root: xtask's manifest directory's parent.
@@ -299,9 +422,13 @@ fn selects_packages(args: &[String]) -> bool {
 fn demo(extra: &[String]) -> Result<ExitCode, String> {
     let runtime = runtime()?;
     let started = Instant::now();
-    println!("xtask: building the demo in release mode (the first build takes a few minutes)");
-    let mut building = cargo();
-    building.args(["build", "--release", "-p", "lock-examples", "--bin", "demo"]);
+    // Built as the tests build the workspace (dev profile, every feature), so that a
+    // newcomer who runs the demo and then the tests compiles the dependencies once.
+    println!(
+        "xtask: building the demo (cargo's progress below; the first build takes a few \
+         minutes, and the tests reuse it)"
+    );
+    let building = workspace_command(&["build", "--bin", "demo"], &[]);
     let status = run_streaming(building)?;
     if !status.success() {
         return Ok(exit_code(status));
@@ -337,24 +464,13 @@ fn demo(extra: &[String]) -> Result<ExitCode, String> {
         ),
     }
     println!("xtask: running the demo");
-    let mut cargo = cargo();
-    cargo.args([
-        "run",
-        "--quiet",
-        "--release",
-        "-p",
-        "lock-examples",
-        "--bin",
-        "demo",
-    ]);
-    if !extra.is_empty() {
-        cargo.arg("--").args(extra);
-    }
+    let mut demo = Command::new(target_dir().join("debug").join("demo"));
+    demo.args(extra);
     match &redis_url {
-        Some(url) => cargo.env("REDIS_URL", url),
-        None => cargo.env_remove("REDIS_URL"),
+        Some(url) => demo.env("REDIS_URL", url),
+        None => demo.env_remove("REDIS_URL"),
     };
-    let status = runtime.block_on(wait_through_ctrl_c(cargo));
+    let status = runtime.block_on(wait_through_ctrl_c(demo));
     if let Some(server) = server {
         drop(server);
         println!("xtask: stopped the throwaway redis-server");
@@ -556,5 +672,34 @@ fn exit_code(status: ExitStatus) -> ExitCode {
         Some(0) => ExitCode::SUCCESS,
         Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         None => ExitCode::FAILURE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::doctest_args;
+
+    fn args(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn the_doctests_take_the_packages_and_the_filters() {
+        assert_eq!(
+            doctest_args(&args("-p lock-postgres handover")),
+            Some(args("-p lock-postgres handover"))
+        );
+        assert_eq!(
+            doctest_args(&args("--package=lock-core --no-fail-fast -j 2 guard")),
+            Some(args("--package=lock-core guard"))
+        );
+        assert_eq!(doctest_args(&[]), Some(Vec::new()));
+    }
+
+    #[test]
+    fn a_run_that_picks_targets_runs_no_doctests() {
+        assert_eq!(doctest_args(&args("-p lock-redlock --test races")), None);
+        assert_eq!(doctest_args(&args("-E test(handover)")), None);
+        assert_eq!(doctest_args(&args("-p lock-core --lib")), None);
     }
 }
