@@ -419,11 +419,19 @@ impl Error {
 pub struct Chain<'a>(&'a (dyn std::error::Error + 'static));
 
 impl fmt::Display for Chain<'_> {
+    /// Each cause once: some errors (the drivers' among them) repeat their source's text
+    /// in their own message and still return it as their source, and a cause already
+    /// said is not said again.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)?;
+        let mut said = self.0.to_string();
+        f.write_str(&said)?;
         let mut cause = self.0.source();
         while let Some(err) = cause {
-            write!(f, ": {err}")?;
+            let text = err.to_string();
+            if !said.contains(&text) {
+                write!(f, ": {text}")?;
+            }
+            said = text;
             cause = err.source();
         }
         Ok(())
@@ -461,6 +469,34 @@ mod tests {
         assert_eq!(
             err.chain().to_string(),
             "cannot reach the lock backend while acquiring: refused by peer"
+        );
+    }
+
+    /// A driver's error that says its source's text and returns the source too, as
+    /// redis-rs does for I/O errors.
+    #[derive(Debug)]
+    struct Repeating(std::io::Error);
+
+    impl fmt::Display for Repeating {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "{}", self.0)
+        }
+    }
+
+    impl std::error::Error for Repeating {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_chain_says_each_cause_once() {
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let said = io.to_string();
+        let err = Error::connection("connecting", Repeating(io));
+        assert_eq!(
+            err.chain().to_string(),
+            format!("cannot reach the lock backend while connecting: {said}")
         );
     }
 

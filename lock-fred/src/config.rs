@@ -76,10 +76,7 @@ fn single(url: &str) -> Result<Config, Error> {
         .split_once("://")
         .map(|(scheme, _)| scheme.to_ascii_lowercase());
     if !matches!(scheme.as_deref(), Some("redis" | "rediss")) {
-        return Err(Error::invalid_config(
-            "a Redis URL starts with redis://, rediss://, redis+cluster:// or redis+sentinel://",
-            None,
-        ));
+        return Err(url::unusable("the fred adapter takes no Unix socket"));
     }
     Config::from_url_centralized(url)
         .map_err(|err| Error::invalid_config("invalid Redis URL", Some(err.into())))
@@ -102,10 +99,7 @@ fn apply_tls(config: &mut Config, url: &str, tls: &Tls) -> Result<(), Error> {
 fn apply_tls(config: &mut Config, url: &str, tls: &Tls) -> Result<(), Error> {
     let _ = (config, tls);
     if uses_tls(url) {
-        return Err(Error::invalid_config(
-            "rediss:// URLs need the `tls` feature of lock-fred",
-            None,
-        ));
+        return Err(url::tls_left_out("lock-fred"));
     }
     Ok(())
 }

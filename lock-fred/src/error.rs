@@ -44,7 +44,8 @@ fn is_configuration(err: &FredError) -> bool {
     matches!(
         err.kind(),
         FredKind::Auth | FredKind::Config | FredKind::Url
-    ) || server_reply(err).is_some_and(|reply| connect::is_refused_credentials(&reply.code))
+    ) || server_reply(err)
+        .is_some_and(|reply| connect::refuses_the_settings(&reply.code, &reply.message))
 }
 
 #[cfg(test)]

@@ -9,6 +9,14 @@ pub fn is_refused_credentials(code: &str) -> bool {
     matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM")
 }
 
+/// Whether a server's error reply means a connection setting was refused: the
+/// credentials, or a database number the server lacks (`SELECT`, from the URL's path).
+/// Retrying cannot help: a configuration error, said at once.
+#[must_use]
+pub fn refuses_the_settings(code: &str, message: &str) -> bool {
+    is_refused_credentials(code) || (code == "ERR" && message.contains("DB index is out of range"))
+}
+
 /// A failure while connecting: a configuration error when retrying cannot fix it
 /// (`configuration`: wrong credentials, a setting the server or driver rejects), else a
 /// connection error.
@@ -55,6 +63,11 @@ mod tests {
     #[test]
     fn refused_credentials_are_configuration_errors() {
         assert!(is_refused_credentials("WRONGPASS") && !is_refused_credentials("LOADING"));
+        assert!(refuses_the_settings("ERR", "DB index is out of range"));
+        assert!(!refuses_the_settings(
+            "ERR",
+            "max number of clients reached"
+        ));
         let err = connect_failed("connecting", "WRONGPASS invalid password", true);
         assert_eq!(err.kind(), ErrorKind::InvalidConfig);
         let err = connect_failed("connecting", "connection refused", false);

@@ -52,6 +52,37 @@ impl std::fmt::Debug for SentinelUrl {
     }
 }
 
+/// Every URL form the adapters accept, for messages about a URL they cannot use.
+pub const ACCEPTED_FORMS: &str = "a Redis URL is one of redis://[user:password@]host:port[/db], \
+     rediss://... (TLS), redis+cluster://host:port,host:port,... (or rediss+cluster://), \
+     redis+sentinel://host:port,host:port,.../MASTER and, with the redis adapter, \
+     unix:///path/to/redis.sock";
+
+/// A URL the adapters cannot use (without echoing it: it may carry a password), with
+/// `what` is wrong and the forms they accept.
+#[must_use]
+pub fn unusable(what: &str) -> Error {
+    Error::invalid_config(format!("{what}; {ACCEPTED_FORMS}"), None)
+}
+
+/// Whether `url` asks for TLS (`rediss://`, `rediss+cluster://`).
+#[must_use]
+pub fn wants_tls(url: &str) -> bool {
+    strip_prefix_ignore_case(url, "rediss").is_some()
+}
+
+/// The error for a TLS URL in a build without TLS, naming the feature to enable.
+#[must_use]
+pub fn tls_left_out(adapter: &str) -> Error {
+    Error::invalid_config(
+        format!(
+            "rediss:// URLs need TLS, which this build leaves out: enable the `tls` feature \
+             of distlock (or of {adapter} when used without distlock)"
+        ),
+        None,
+    )
+}
+
 const CLUSTER_SCHEMES: [(&str, &str); 2] = [
     ("redis+cluster://", "redis://"),
     ("rediss+cluster://", "rediss://"),
@@ -68,7 +99,34 @@ pub fn parse(url: &str) -> Result<Deployment, Error> {
             return split_hosts(rest, node_scheme).map(Deployment::Cluster);
         }
     }
+    let scheme = url
+        .split_once("://")
+        .map(|(scheme, _)| scheme.to_ascii_lowercase());
+    match scheme.as_deref() {
+        Some("redis" | "rediss") => database(url)?,
+        // The socket's path, which the redis adapter takes and the fred adapter refuses.
+        Some("unix" | "redis+unix") => {}
+        _ => return Err(unusable("unknown URL scheme")),
+    }
     Ok(Deployment::Single(url.to_owned()))
+}
+
+/// Checks the database number in a single server's URL path (`/3`), if any: a number
+/// the server then accepts or refuses (`databases` in its configuration).
+fn database(url: &str) -> Result<(), Error> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let Some(path) = rest
+        .split(['?', '#'])
+        .next()
+        .and_then(|r| r.split_once('/'))
+    else {
+        return Ok(());
+    };
+    let number = path.1.trim_end_matches('/');
+    if number.is_empty() || number.parse::<u32>().is_ok() {
+        return Ok(());
+    }
+    Err(unusable("the path of a Redis URL is a database number"))
 }
 
 /// `user:pw@h1:p1,h2:p2/NAME`.
@@ -76,10 +134,7 @@ fn sentinel(rest: &str) -> Result<SentinelUrl, Error> {
     let (authority, name) = rest.split_once('/').unwrap_or((rest, ""));
     let master = name.split(['?', '/']).next().unwrap_or("").to_owned();
     if master.is_empty() {
-        return Err(Error::invalid_config(
-            "a Sentinel URL names the master: redis+sentinel://host:port,.../NAME",
-            None,
-        ));
+        return Err(unusable("a Sentinel URL names the master after the hosts"));
     }
     let (userinfo, hosts) = match authority.rfind('@') {
         Some(at) => (Some(authority[..at].to_owned()), &authority[at + 1..]),
@@ -113,10 +168,7 @@ fn split_hosts(rest: &str, scheme: &str) -> Result<Vec<String>, Error> {
         .map(|host| format!("{scheme}{userinfo}{host}{suffix}"))
         .collect();
     if urls.is_empty() {
-        return Err(Error::invalid_config(
-            "the URL needs at least one host:port",
-            None,
-        ));
+        return Err(unusable("the URL needs at least one host:port"));
     }
     Ok(urls)
 }
@@ -180,6 +232,40 @@ mod tests {
             parse("redis://127.0.0.1:7000/2").ok(),
             Some(Deployment::Single("redis://127.0.0.1:7000/2".into()))
         );
+    }
+
+    #[test]
+    fn unusable_urls_list_the_forms_and_never_echo_the_url() {
+        for url in [
+            "http://u:s3cret@localhost",
+            "not a url",
+            "redis://u:s3cret@h:1/zero",
+            "redis+sentinel://u:s3cret@a:1",
+        ] {
+            let err = parse(url)
+                .err()
+                .unwrap_or_else(|| panic!("{url:?} was accepted"));
+            assert_eq!(err.kind(), lock_core::ErrorKind::InvalidConfig, "{url:?}");
+            let said = err.chain().to_string();
+            assert!(said.contains("redis+cluster://"), "{said}");
+            assert!(!said.contains("s3cret"), "{said}");
+        }
+        for url in [
+            "redis://h:1/",
+            "redis://h:1/15",
+            "REDISS://h:1/0?x=1",
+            "unix:///r.sock",
+        ] {
+            assert!(parse(url).is_ok(), "{url:?} was refused");
+        }
+    }
+
+    #[test]
+    fn a_tls_url_without_tls_names_the_feature() {
+        assert!(wants_tls("rediss://h:1") && wants_tls("REDISS+cluster://h:1"));
+        assert!(!wants_tls("redis://h:1"));
+        let said = tls_left_out("lock-fred").to_string();
+        assert!(said.contains("`tls` feature of distlock"), "{said}");
     }
 
     #[test]

@@ -31,5 +31,7 @@ fn is_configuration(err: &RedisError) -> bool {
         ErrorKind::AuthenticationFailed
             | ErrorKind::InvalidClientConfig
             | ErrorKind::RESP3NotSupported
-    ) || err.code().is_some_and(connect::is_refused_credentials)
+    ) || err
+        .code()
+        .is_some_and(|code| connect::refuses_the_settings(code, err.detail().unwrap_or_default()))
 }

@@ -29,6 +29,9 @@ pub(crate) fn certificates(tls: &Tls) -> Option<redis::TlsCertificates> {
 
 /// Parses every URL form lock-core knows and checks each server URL with the driver.
 pub(crate) fn parse(url: &str, tls: &Tls) -> Result<Deployment, Error> {
+    if cfg!(not(feature = "tls")) && forms::wants_tls(url) {
+        return Err(forms::tls_left_out("lock-redis"));
+    }
     match forms::parse(url)? {
         forms::Deployment::Single(url) => client(&url, tls).map(Deployment::Single),
         forms::Deployment::Cluster(urls) => {

@@ -170,3 +170,20 @@ pub async fn a_missing_password_and_an_unknown_host_fail_at_connect(connect: &Ad
         err.chain()
     );
 }
+
+/// A database number the server lacks (`/99`, where Redis has 16) is a configuration
+/// error said at connect, not a connection error to retry; a URL no adapter can use says
+/// which forms they accept.
+pub async fn a_database_the_server_lacks_is_a_config_error(connect: &AdapterConnect) {
+    let server = RedisServer::start().await;
+    let spec = ConnectSpec::new(format!("redis://127.0.0.1:{}/99", server.port()));
+    let err = fails_in_time(connect, spec).await;
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{}", err.chain());
+    assert!(!err.is_retryable(), "{}", err.chain());
+    let err = fails_in_time(connect, ConnectSpec::new("http://localhost")).await;
+    let said = err.chain().to_string();
+    assert!(
+        said.contains("redis+cluster://") && said.contains("redis+sentinel://"),
+        "the accepted forms are listed: {said}"
+    );
+}

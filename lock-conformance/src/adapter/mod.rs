@@ -88,6 +88,7 @@ macro_rules! adapter_tests {
             plain_permits_outlive_an_outage_longer_than_the_retry_window,
             a_call_ends_within_the_response_timeout_while_the_network_is_down,
             a_missing_password_and_an_unknown_host_fail_at_connect,
+            a_database_the_server_lacks_is_a_config_error,
             a_redisson_peer_on_a_cluster_hears_us_and_is_heard,
             a_redisson_waiter_hears_our_release_beside_our_waiters,
             a_newcomer_cannot_take_a_lock_offered_to_the_client_woken_for_it,
