@@ -1,75 +1,32 @@
 //! Background failures are visible: a release nobody awaits that fails, a renewal that
 //! fails and the loss of the lock that follows each emit a `warn` event (they used to
-//! vanish in `let _ =`). A recording subscriber is this test binary's global one.
+//! vanish in `let _ =`). [`Logs::global`] is this test binary's collector.
 
-use std::fmt::{self, Write};
-use std::sync::{Arc, Mutex, Once, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_conformance::faulty::FaultyBackend;
+use lock_conformance::logs::Logs;
 use lock_core::Locks;
 use lock_core::memory::MemoryBackend;
-use tracing::field::{Field, Visit};
-use tracing::{Event, Level, Metadata, Subscriber, span};
 
-/// Every warn and error event, one line of its fields each.
-static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-fn lines() -> std::sync::MutexGuard<'static, Vec<String>> {
-    LINES.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The global subscriber: records into [`LINES`].
-struct Recorder;
-
-struct Line(String);
-
-impl Visit for Line {
-    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        // Writing to a String cannot fail.
-        write!(self.0, "{}={value:?} ", field.name()).ok();
-    }
-}
-
-impl Subscriber for Recorder {
-    fn enabled(&self, _: &Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
-        span::Id::from_u64(1)
-    }
-    fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
-    fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
-    fn event(&self, event: &Event<'_>) {
-        if *event.metadata().level() <= Level::WARN {
-            let mut line = Line(String::new());
-            event.record(&mut line);
-            lines().push(line.0);
-        }
-    }
-    fn enter(&self, _: &span::Id) {}
-    fn exit(&self, _: &span::Id) {}
-}
-
-fn record() {
-    static INSTALLED: Once = Once::new();
-    INSTALLED.call_once(|| {
-        tracing::subscriber::set_global_default(Recorder).expect("one global subscriber");
-    });
-}
-
-/// Waits up to 2 s for a recorded event mentioning every one of `words`.
+/// Waits up to 2 s for a recorded warning mentioning every one of `words`.
 async fn logged(words: &[&str]) -> bool {
-    for _ in 0..200 {
-        let found = lines()
-            .iter()
-            .any(|line| words.iter().all(|word| line.contains(word)));
-        if found {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    false
+    Logs::global().warned(words, Duration::from_secs(2)).await
+}
+
+/// Every event so far, for a failure's message.
+fn lines() -> Vec<String> {
+    Logs::global()
+        .all()
+        .into_iter()
+        .map(|logged| logged.line)
+        .collect()
+}
+
+/// Installs this binary's global collector.
+fn record() {
+    drop(Logs::global());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,6 +97,44 @@ async fn an_active_restart_quarantine_is_reported() {
     assert!(
         logged(&["restart quarantine active", "quarantined"]).await,
         "no event: {:?}",
+        lines()
+    );
+}
+
+/// A client dropped while a release still runs, without `shutdown()`, says so: a process
+/// that exits right after would cut the release short. One that shut down says nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_dropped_with_releases_running_is_reported() {
+    record();
+    let faulty = FaultyBackend::new(Arc::new(MemoryBackend::new()));
+    faulty.delay_releases(Duration::from_secs(2));
+    let locks = Locks::new(Arc::new(faulty.clone()));
+    let shut = Locks::new(Arc::new(faulty.clone()));
+    drop(locks.mutex("visible:unshut").lock().await.unwrap());
+    drop(shut.mutex("visible:shut").lock().await.unwrap());
+    let clone = locks.clone();
+    drop(locks);
+    assert!(
+        lines()
+            .iter()
+            .all(|line| !line.contains("dropped with background work")),
+        "reported while a clone of the client still lives"
+    );
+    drop(clone);
+    assert!(
+        logged(&["dropped with background work", "jobs=1"]).await,
+        "no warning for a client dropped with a release running: {:?}",
+        lines()
+    );
+    shut.shutdown().await;
+    let before = lines().len();
+    drop(shut);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        lines()[before..]
+            .iter()
+            .all(|line| !line.contains("dropped with background work")),
+        "a client that shut down was reported: {:?}",
         lines()
     );
 }

@@ -21,6 +21,24 @@ use shared::Inner;
 #[derive(Clone)]
 pub struct Locks {
     pub(crate) inner: Arc<Inner>,
+    /// Shared by this client's `Locks` values only (guards and handles do not count):
+    /// dropped with the last of them. Never read: it is there for its `Drop`.
+    #[allow(dead_code, reason = "held for its Drop, which runs with the last Locks")]
+    last: Arc<LastHandle>,
+}
+
+/// Dropped with a client's last `Locks`: says so when background work is still running
+/// then and nobody called [`Locks::shutdown`]; a process that exits right after would cut
+/// releases short, and their holds would stay until their leases end.
+struct LastHandle(Arc<crate::background::supervisor::Supervisor>);
+
+impl Drop for LastHandle {
+    fn drop(&mut self) {
+        let running = self.0.running_jobs();
+        if running > 0 && !self.0.is_closed() {
+            events::dropped_with_jobs_running(running);
+        }
+    }
 }
 
 impl fmt::Debug for Locks {
@@ -50,9 +68,9 @@ impl Locks {
     }
 
     fn from_parts(backend: Arc<dyn Backend>, config: Config) -> Self {
-        Self {
-            inner: Arc::new(Inner::new(backend, config)),
-        }
+        let inner = Arc::new(Inner::new(backend, config));
+        let last = Arc::new(LastHandle(Arc::clone(&inner.supervisor)));
+        Self { inner, last }
     }
 
     /// A handle on the reentrant mutex `name`. No I/O; an invalid name is reported by the
