@@ -20,6 +20,7 @@ pub mod faulty;
 pub mod fixture;
 mod grants;
 mod latch;
+pub mod logs;
 pub mod redis_fixture;
 mod safety;
 pub mod scenarios;
@@ -143,6 +144,7 @@ macro_rules! conformance_suite {
             semaphore_bounds_concurrency: [Semaphore],
             semaphore_waiters_of_one_client_go_in_arrival_order: [Semaphore],
             semaphore_operations_and_bad_input: [Semaphore],
+            a_wait_for_a_never_set_semaphore_says_why: [Semaphore],
             dropped_permits_and_abandoned_waits_keep_nothing: [Semaphore],
             a_storm_of_cancelled_acquisitions_loses_no_permit: [Semaphore],
             a_cancelled_starving_waiter_leaves_no_reservation: [Semaphore],

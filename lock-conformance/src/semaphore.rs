@@ -122,6 +122,16 @@ pub async fn semaphore_operations_and_bad_input(fx: &dyn Fixture) {
     );
     assert!(semaphore.try_set_permits(5).await.unwrap());
     assert!(!semaphore.try_set_permits(7).await.unwrap(), "set twice");
+    // A semaphore's name is no lock's, as a lock's is no semaphore's (below).
+    let on_a_semaphore = locks.mutex(&name);
+    assert_eq!(
+        kind(on_a_semaphore.try_lock().await),
+        ErrorKind::Incompatible
+    );
+    assert_eq!(
+        kind(on_a_semaphore.is_locked().await),
+        ErrorKind::Incompatible
+    );
     assert_eq!(semaphore.available().await.unwrap(), 5);
     assert!(semaphore.try_acquire(6).await.unwrap().is_none());
     assert_eq!(
@@ -170,6 +180,24 @@ pub async fn semaphore_operations_and_bad_input(fx: &dyn Fixture) {
     assert_eq!(kind(on_a_lock.available().await), ErrorKind::Incompatible);
     assert!(held.is_held(), "the lock was touched");
     held.unlock().await.unwrap();
+}
+
+/// A semaphore never set has no permits, and a wait for one of them would go on in
+/// silence (a mistyped name hangs): the wait says why, once, as a warning. A try, which
+/// does not wait, says nothing.
+pub async fn a_wait_for_a_never_set_semaphore_says_why(fx: &dyn Fixture) {
+    let locks = fx.client().await;
+    let never_set = locks.semaphore(&unique("sem-unset"));
+    let (logs, _capturing) = crate::logs::Logs::capture();
+    assert!(never_set.try_acquire(1).await.unwrap().is_none());
+    assert!(
+        logs.matching(tracing::Level::WARN, "never set").is_empty(),
+        "a try waits for nothing"
+    );
+    let wait = Duration::from_millis(100);
+    assert!(never_set.try_acquire_for(1, wait).await.unwrap().is_none());
+    let said = logs.matching(tracing::Level::WARN, "never set");
+    assert_eq!(said.len(), 1, "one warning per wait: {said:?}");
 }
 
 /// Dropped permits come back, and a wait given up while the permits were granted (their

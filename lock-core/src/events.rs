@@ -70,6 +70,18 @@ pub(crate) fn permits_not_released(
     );
 }
 
+/// A waiter asks for more permits than the semaphore has had available at once: it may
+/// only ever be served after permits are added, and a semaphore never set has none, so a
+/// mistyped name or a missing `try_set_permits` would otherwise wait in silence.
+pub(crate) fn waiting_beyond_peak(name: &crate::LockName, permits: u64) {
+    tracing::warn!(
+        target: TRACING_TARGET,
+        %name,
+        permits,
+        "waiting for more permits than the semaphore has had available at once; it waits until permits are added (a semaphore never set has none: check its name and that try_set_permits ran)"
+    );
+}
+
 /// A waiter for permits that gave up could not take its reservation back: it holds the
 /// permits back from the others until it lapses.
 pub(crate) fn reservation_not_cancelled(name: &crate::LockName, err: &Error) {
@@ -117,6 +129,16 @@ pub(crate) fn watchdog_restarted(holds: usize) {
         target: TRACING_TARGET,
         holds,
         "the watchdog task had died (its runtime shut down?); started again"
+    );
+}
+
+/// A client's last `Locks` was dropped while releases (or other background work) still
+/// ran, without [`Locks::shutdown`](crate::Locks::shutdown).
+pub(crate) fn dropped_with_jobs_running(jobs: usize) {
+    tracing::warn!(
+        target: TRACING_TARGET,
+        jobs,
+        "the client was dropped with background work still running (releases of dropped guards, undos); it goes on while the runtime runs, but a process that exits now cuts it short and its holds stay until their leases end: await Locks::shutdown() before exiting"
     );
 }
 

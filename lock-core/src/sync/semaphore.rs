@@ -16,7 +16,7 @@ use crate::backend::{
 use crate::client::named::Named;
 use crate::client::shared::Inner;
 use crate::config::check_bound;
-use crate::{Error, LockName, retry};
+use crate::{Error, LockName, events, retry};
 
 /// A handle on one semaphore: a count of available permits shared by every client of the
 /// store. Cheap; no I/O. Made by [`Locks::semaphore`](crate::Locks::semaphore).
@@ -177,15 +177,20 @@ impl Semaphore {
         // the semaphore's peak gives it up to the waiters behind (second review, N6).
         let mut head = Some(head);
         // The first attempt is never cut short by the deadline: a try makes exactly one.
+        let mut beyond_peak = false;
         match attempt(client, name, permits, None, None).await? {
             (PermitAnswer::Taken, grant) => {
                 return Ok(Some(Permits::new(client, name, permits, grant)));
             }
-            (PermitAnswer::BeyondPeak, _) => head = None,
+            (PermitAnswer::BeyondPeak, _) => (head, beyond_peak) = (None, true),
             _ => {}
         }
         if expired() {
             return Ok(None);
+        }
+        // Said once per wait: nothing else would tell a caller why it never gets them.
+        if beyond_peak {
+            events::waiting_beyond_peak(name, permits);
         }
         let waiting = async {
             let listener = semaphores.listen(name).await?;
