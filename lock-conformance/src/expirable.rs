@@ -184,7 +184,9 @@ pub async fn expirable_operations_and_bad_input(fx: &dyn Fixture) {
     assert_eq!(semaphore.issued().await.unwrap(), 2);
     assert!(semaphore.try_acquire(2).await.unwrap().is_none());
     let waited = semaphore.acquire(2).wait(Duration::from_millis(100)).await;
-    assert_eq!(kind(waited), ErrorKind::Timeout);
+    let err = waited.expect_err("two permits are not free");
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+    assert!(err.to_string().contains("semaphore"), "{err}");
     let unknown = PermitId::random();
     let err = semaphore.release(unknown).await.unwrap_err();
     assert!(

@@ -106,12 +106,22 @@ pub async fn latch_bad_input_and_timeouts(fx: &dyn Fixture) {
         kind(nameless.count_down().await),
         ErrorKind::InvalidArgument
     );
+    latch
+        .wait_for(Duration::ZERO)
+        .await
+        .expect("a latch never set is open, also to a wait of zero");
     assert!(latch.try_set_count(2).await.unwrap());
+    assert_eq!(
+        kind(latch.wait_for(Duration::ZERO).await),
+        ErrorKind::Timeout,
+        "a wait of zero on a closed latch"
+    );
     let wait = Duration::from_millis(150);
     let started = Instant::now();
     let err = latch.wait_for(wait).await.expect_err("the latch is closed");
     let took = started.elapsed();
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(err.to_string().contains("count-down latch"), "{err}");
     assert!(
         took >= wait && took < wait + Duration::from_millis(400),
         "gave up after {took:?}"

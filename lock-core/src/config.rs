@@ -60,8 +60,25 @@ impl Config {
         lease.mul_f64(self.drift_factor) + self.drift_floor
     }
 
+    /// Rejects a lease that is zero, overflowing, or so short that the drift margin
+    /// takes more than half of it: its guard would come back lost, or all but.
+    pub(crate) fn check_lease(&self, argument: &'static str, lease: Duration) -> Result<(), Error> {
+        check_lease(argument, lease)?;
+        let margin = self.drift(lease);
+        if lease.saturating_sub(margin) < margin {
+            return Err(Error::invalid_argument(
+                argument,
+                format!(
+                    "{lease:?} is too short: the clock-drift margin of {margin:?} would take \
+                     more than half of it"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     pub(crate) fn validate(&self) -> Result<(), Error> {
-        check_lease("watchdog_lease", self.watchdog_lease)?;
+        self.check_lease("watchdog_lease", self.watchdog_lease)?;
         if self.renew_interval.is_zero() {
             return Err(Error::invalid_argument(
                 "renew_interval",

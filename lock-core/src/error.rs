@@ -124,11 +124,13 @@ pub enum Error {
         #[source]
         source: Option<Cause>,
     },
-    /// The wait for the lock ran out before it could be acquired.
-    #[error("timed out after {waited:?} waiting for lock `{name}`")]
+    /// The wait for a lock, permits or a latch's opening ran out first.
+    #[error("timed out after {waited:?} waiting for {what} `{name}`")]
     #[non_exhaustive]
     Timeout {
-        /// The lock's name.
+        /// What was waited for: `lock`, `semaphore` or `count-down latch`.
+        what: &'static str,
+        /// Its name.
         name: String,
         /// How long the caller waited.
         waited: Duration,

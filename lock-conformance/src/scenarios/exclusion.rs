@@ -263,6 +263,18 @@ pub async fn bad_arguments_are_typed_errors(fx: &dyn Fixture) {
         !m.is_locked().await.unwrap(),
         "a rejected call changed the lock"
     );
+    // The clock-drift margin (2 ms and 1 %) would take all of it: the guard would come
+    // back lost.
+    let err = m
+        .lock_with_lease(Duration::from_millis(1))
+        .await
+        .expect_err("a lease the drift margin uses up");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(err.to_string().contains("drift"), "{err}");
+    assert!(
+        !m.is_locked().await.unwrap(),
+        "a refused lease took the lock"
+    );
     let err = Locks::builder(fx.backend().await)
         .watchdog_lease(Duration::from_millis(2))
         .build()

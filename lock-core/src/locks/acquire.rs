@@ -137,8 +137,14 @@ async fn ask(
     }
     // Attempts are boxed: a waiter spends its life between attempts, and its resident
     // state should not reserve room for one (thousands of waiters add up).
+    // Bounded by the caller's wait as every later attempt is: a server that does not
+    // answer (paused, or a connection being re-established) must not hold a bounded
+    // wait past its deadline for a response timeout or two. A try is never cut short.
     let first = attempt(client, &lock, request, renew, wait, queued.as_mut());
-    if let Attempt::Acquired(guard) = Box::pin(first).await? {
+    let Some(first) = Box::pin(within(wait, ATTEMPT_SLACK, first)).await else {
+        return Ok(None);
+    };
+    if let Attempt::Acquired(guard) = first? {
         QueuedWaiter::served(&mut queued);
         if let Some(turn) = &turn {
             turn.served();

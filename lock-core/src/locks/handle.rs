@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::client::named::Named;
 use crate::client::shared::Inner;
-use crate::config::{check_bound, check_lease};
+use crate::config::check_bound;
 use crate::locks::acquire::{self, Lease, Wait};
 use crate::locks::holder;
 use crate::{Error, Guard, Holder, LockKind, LockRef, Owner};
@@ -152,7 +152,7 @@ impl Lock {
     /// after the drop is given back in the background, and a fair-lock waiter leaves the
     /// queue.
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<Guard, Error> {
-        check_lease("lease", lease)?;
+        self.named.client.config.check_lease("lease", lease)?;
         unbounded(self.acquire_with(Lease::Fixed(lease), Wait::Forever).await)
     }
 
@@ -187,7 +187,7 @@ impl Lock {
         check_bound("wait", wait)?;
         let lease = match lease {
             Some(lease) => {
-                check_lease("lease", lease)?;
+                self.named.client.config.check_lease("lease", lease)?;
                 Lease::Fixed(lease)
             }
             None => Lease::Watchdog,
@@ -382,7 +382,7 @@ impl Acquisition<'_> {
     async fn run(self) -> Result<Guard, Error> {
         let lease = match self.lease {
             Some(lease) => {
-                check_lease("lease", lease)?;
+                self.lock.named.client.config.check_lease("lease", lease)?;
                 Lease::Fixed(lease)
             }
             None => Lease::Watchdog,
@@ -397,6 +397,7 @@ impl Acquisition<'_> {
         match self.lock.acquire_with(lease, wait).await? {
             Some(guard) => Ok(guard),
             None => Err(Error::Timeout {
+                what: "lock",
                 name: self.lock.name().to_owned(),
                 waited: self.wait.unwrap_or_default(),
             }),

@@ -10,7 +10,7 @@ use super::kinds::{
     acquire_exclusive, acquire_fair, acquire_read, acquire_write, release_exclusive, release_read,
     release_write, writer_field,
 };
-use super::{Answer, MemoryBackend, Mode, channel};
+use super::{Answer, MemoryBackend, Mode, Object, channel};
 use crate::Error;
 use crate::backend::{
     Acquire, AcquireRequest, Backend, Capabilities, HoldModel, LatchBackend, LockKind, LockRef,
@@ -52,7 +52,7 @@ impl Backend for MemoryBackend {
     /// arrival order), so a starving attempt needs no reservation and is treated as any other.
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
         let now = Instant::now();
-        let mut store = self.store();
+        let mut store = self.store_for(&lock.name, Object::Lock)?;
         let name = lock.name.as_str();
         match store.answered(name, request.id, now) {
             Some(Answer::Granted(grant)) => return Ok(grant),
@@ -174,7 +174,7 @@ impl Backend for MemoryBackend {
 
     async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error> {
         let now = Instant::now();
-        let mut store = self.store();
+        let mut store = self.store_for(&lock.name, Object::Lock)?;
         Ok(match store.live(lock.name.as_str(), now) {
             Some(entry) => {
                 let (field, mode) = match lock.kind {
@@ -193,7 +193,7 @@ impl Backend for MemoryBackend {
         let now = Instant::now();
         let name = lock.name.as_str();
         let (released, wakeup) = {
-            let mut store = self.store();
+            let mut store = self.store_for(&lock.name, Object::Lock)?;
             let wanted = match lock.kind {
                 LockKind::Read => Some(Mode::Read),
                 LockKind::Write => Some(Mode::Write),

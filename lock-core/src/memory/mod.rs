@@ -344,9 +344,11 @@ struct Reservation {
     until: Instant,
 }
 
-/// The objects besides locks that a name can hold.
+/// The kinds of object a name can hold, one at a time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Object {
+    /// A lock of any kind (they share a name's entry).
+    Lock,
     Latch,
     Semaphore,
 }
@@ -354,6 +356,7 @@ enum Object {
 impl std::fmt::Display for Object {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
+            Self::Lock => "lock",
             Self::Latch => "count-down latch",
             Self::Semaphore => "semaphore",
         })
@@ -447,7 +450,7 @@ impl MemoryBackend {
     fn store_for(&self, name: &LockName, own: Object) -> Result<MutexGuard<'_, Store>, Error> {
         let mut store = self.store();
         let name = name.as_str();
-        let taken = store.live(name, Instant::now()).is_some()
+        let taken = (own != Object::Lock && store.live(name, Instant::now()).is_some())
             || (own != Object::Latch && store.latches.contains_key(name))
             || (own != Object::Semaphore && store.semaphores.contains_key(name));
         if taken {

@@ -18,7 +18,7 @@ use crate::backend::{
 use crate::background::watchdog::Renewed;
 use crate::client::named::Named;
 use crate::client::shared::Inner;
-use crate::config::{check_bound, check_lease};
+use crate::config::check_bound;
 use crate::locks::lease::LeaseClock;
 use crate::sync::leased::PermitHold;
 use crate::sync::semaphore::{AttemptTicket, Starvation, check_count, detached, in_background};
@@ -190,7 +190,7 @@ impl ExpirableSemaphore {
     /// of this client holding the permit assumes the shorter of the two).
     pub async fn update_lease(&self, id: PermitId, lease: Duration) -> Result<(), Error> {
         let (semaphores, name) = self.parts()?;
-        check_lease("lease", lease)?;
+        self.client().config.check_lease("lease", lease)?;
         let client = self.client();
         let sent = Instant::now();
         if let Some(held) = client.leased.holding(id) {
@@ -221,7 +221,7 @@ impl ExpirableSemaphore {
             ));
         }
         if let Some(lease) = lease {
-            check_lease("lease", lease)?;
+            self.client().config.check_lease("lease", lease)?;
         }
         let client = self.client();
         if client.supervisor.is_closed() {
@@ -439,6 +439,7 @@ impl PermitAcquisition<'_> {
         {
             Some(leased) => Ok(leased),
             None => Err(Error::Timeout {
+                what: "semaphore",
                 name: semaphore.name().to_owned(),
                 waited: self.wait.unwrap_or_default(),
             }),
@@ -569,7 +570,7 @@ impl LeasedPermits {
     /// Not cancel-safe: a dropped future may leave the old lease or the new one on the
     /// store; the guard then assumes the shorter.
     pub async fn update_lease(&mut self, lease: Duration) -> Result<(), Error> {
-        check_lease("lease", lease)?;
+        self.client.config.check_lease("lease", lease)?;
         let semaphores = self
             .client
             .backend
