@@ -1,5 +1,5 @@
 //! The README's Rust snippets are complete programs a user can paste into a new project:
-//! this test compiles each one (`cargo check`), unchanged, in a new crate outside the
+//! this test compiles each one (`cargo check`, warnings denied), unchanged, in a new crate outside the
 //! repository whose `[dependencies]` are the README's own, with `distlock` pointed at this
 //! checkout.
 
@@ -81,6 +81,10 @@ fn every_readme_snippet_compiles_unchanged_in_a_new_crate() {
             snippet.contains("fn main"),
             "snippet {i} is no program:\n{snippet}"
         );
+        assert!(
+            !snippet.contains("\"redis://127.0.0.1:6379\"") || snippet.contains("REDIS_URL"),
+            "snippet {i} ignores REDIS_URL (the demo and the other snippets honour it):\n{snippet}"
+        );
     }
     let project = tempfile::tempdir().expect("a temporary directory");
     let bins = project.path().join("src/bin");
@@ -100,6 +104,8 @@ fn every_readme_snippet_compiles_unchanged_in_a_new_crate() {
         .args(["check", "--offline", "--bins", "--quiet"])
         .current_dir(project.path())
         .env("CARGO_TARGET_DIR", &target)
+        // A pasted snippet that warns (dead code, unused results) is no example to copy.
+        .env("RUSTFLAGS", "-D warnings")
         .output()
         .expect("cargo runs");
     assert!(
