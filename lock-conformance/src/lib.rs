@@ -86,6 +86,7 @@ macro_rules! conformance_suite {
             channels_are_unsubscribed_after_waiters_leave: [],
             cancelled_acquires_leave_no_hold: [],
             force_unlock_frees_and_marks_lost: [],
+            a_revoked_holder_learns_it_within_one_renewal_interval: [],
             bad_arguments_are_typed_errors: [],
             watchdog_renews_a_hold_taken_between_rounds: [],
             a_grant_after_a_lost_hold_leaves_nothing_held: [],

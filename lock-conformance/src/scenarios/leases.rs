@@ -149,6 +149,35 @@ pub async fn cancelled_acquires_leave_no_hold(fx: &dyn Fixture) {
     );
 }
 
+/// A holder whose lock another client force-unlocks is told at its next renewal at the
+/// latest: its guard's `lost()` resolves within one renewal interval (a third of the
+/// watchdog lease), and the lock is the next holder's meanwhile.
+pub async fn a_revoked_holder_learns_it_within_one_renewal_interval(fx: &dyn Fixture) {
+    let holder = fx.client_with_lease(WATCHDOG_LEASE).await;
+    let operator = fx.client().await;
+    let name = unique("revoked");
+    let guard = holder.mutex(&name).lock().await.unwrap();
+    assert!(operator.mutex(&name).force_unlock().await.unwrap());
+    let revoked_at = Instant::now();
+    let next = operator.mutex(&name).try_lock().await.unwrap();
+    assert!(next.is_some(), "a force-unlocked lock is free");
+    let interval = WATCHDOG_LEASE / 3;
+    let lost = timeout(interval + Duration::from_millis(400), guard.lost())
+        .await
+        .expect("lost() within one renewal interval of the revocation");
+    assert!(lost.is_lost(), "{lost}");
+    assert!(!guard.is_held());
+    assert!(
+        revoked_at.elapsed() < interval + Duration::from_millis(400),
+        "told after {:?}",
+        revoked_at.elapsed()
+    );
+    assert!(guard.unlock().await.expect_err("revoked").is_not_held());
+    if let Some(next) = next {
+        next.unlock().await.unwrap();
+    }
+}
+
 /// `force_unlock` frees a held lock, wakes its waiter and makes the old guard lost; on a
 /// free lock it is a no-op that returns false.
 pub async fn force_unlock_frees_and_marks_lost(fx: &dyn Fixture) {

@@ -23,7 +23,10 @@ pub struct Locks {
     pub(crate) inner: Arc<Inner>,
     /// Shared by this client's `Locks` values only (guards and handles do not count):
     /// dropped with the last of them. Never read: it is there for its `Drop`.
-    #[allow(dead_code, reason = "held for its Drop, which runs with the last Locks")]
+    #[allow(
+        dead_code,
+        reason = "held for its Drop, which runs with the last Locks"
+    )]
     last: Arc<LastHandle>,
 }
 
