@@ -475,7 +475,7 @@ mod tests {
     }
 
     /// A driver's error that says its source's text and returns the source too, as
-    /// redis-rs does for I/O errors.
+    /// some drivers do for I/O errors.
     #[derive(Debug)]
     struct Repeating(std::io::Error);
 
