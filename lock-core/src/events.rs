@@ -3,17 +3,28 @@
 //! with the lock's kind and name and the error's whole chain, instead of vanishing.
 //! Lock names are fields of log events, never metric labels.
 
+use std::time::Duration;
+
 use crate::{Error, LockRef, LostReason};
 
 use crate::TRACING_TARGET;
+use crate::throttle::Throttle;
+
+/// How often a failure that repeats in an outage is warned of (see [`Throttle`]).
+pub(crate) const REPEATED_FAILURE_EVERY: Duration = Duration::from_secs(5);
 
 pub(crate) fn renewal_failed(lock: &LockRef, err: &Error) {
+    static THROTTLE: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
+    let Some(held_back) = THROTTLE.admit() else {
+        return;
+    };
     tracing::warn!(
         target: TRACING_TARGET,
         kind = %lock.kind,
         name = %lock.name,
         error = %err.chain(),
-        "renewing a lock failed; retrying while its lease lasts"
+        held_back,
+        "renewing a lock failed; retrying while its lease lasts (one warning every 5 s; held_back counts the failed renewals not warned of since the last)"
     );
 }
 
@@ -31,13 +42,18 @@ pub(crate) fn hold_lost(lock: &LockRef, reason: LostReason) {
 /// A release nobody awaits failed: a dropped guard's, or that of a grant whose caller
 /// went away. The lock stays held until its lease runs out.
 pub(crate) fn release_failed(lock: &LockRef, of: &'static str, err: &Error) {
+    static THROTTLE: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
+    let Some(held_back) = THROTTLE.admit() else {
+        return;
+    };
     tracing::warn!(
         target: TRACING_TARGET,
         kind = %lock.kind,
         name = %lock.name,
         of,
         error = %err.chain(),
-        "releasing a lock failed; it stays held until its lease ends"
+        held_back,
+        "releasing a lock failed; it stays held until its lease ends (one warning every 5 s; held_back counts the failed releases not warned of since the last)"
     );
 }
 

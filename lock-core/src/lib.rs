@@ -83,6 +83,7 @@ mod name;
 pub mod notify;
 mod retry;
 mod sync;
+pub mod throttle;
 #[cfg(feature = "tls")]
 pub mod tls;
 

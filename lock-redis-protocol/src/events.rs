@@ -1,9 +1,9 @@
 //! What the Redis protocol reports through `tracing`, under the same target as lock-core
 //! (`lock`), so that one directive covers every event of the library.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use lock_core::throttle::Throttle;
 use lock_core::{Error, LockName, LockRef};
 
 const TARGET: &str = lock_core::TRACING_TARGET;
@@ -24,11 +24,8 @@ pub(crate) fn unconfirmed_grant_kept(lock: &LockRef, err: &Error) {
 /// until it ends, so that no holder from before the restart overlaps a new one. Warned
 /// at most once a second, however many waiters meet it.
 pub(crate) fn quarantine_active(name: &LockName, left: Option<Duration>) {
-    static LAST_WARNED_SECOND: AtomicU64 = AtomicU64::new(u64::MAX);
-    let second = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs());
-    if LAST_WARNED_SECOND.swap(second, Ordering::Relaxed) == second {
+    static THROTTLE: Throttle = Throttle::new(Duration::from_secs(1));
+    if THROTTLE.admit().is_none() {
         return;
     }
     tracing::warn!(

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::Error;
+use lock_core::throttle::Throttle;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, RedisError, RedisResult, Value};
 use tokio::sync::watch;
@@ -248,12 +249,16 @@ impl Shared {
                     generation: generation + 1,
                 },
                 Err(err) => {
+                    static THROTTLE: Throttle = Throttle::new(Duration::from_secs(5));
                     let why: Arc<str> = err.to_string().into();
-                    tracing::warn!(
-                        target: crate::EVENTS_TARGET,
-                        error = %why,
-                        "reconnecting the script connection failed; the next call tries again"
-                    );
+                    if let Some(held_back) = THROTTLE.admit() {
+                        tracing::warn!(
+                            target: crate::EVENTS_TARGET,
+                            error = %why,
+                            held_back,
+                            "reconnecting the script connection failed; the next call tries again (one warning every 5 s)"
+                        );
+                    }
                     Link::Down { generation, why }
                 }
             };

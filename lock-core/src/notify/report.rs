@@ -1,13 +1,19 @@
 //! What the registry and the readers report through `tracing`.
 
+use crate::throttle::Throttle;
 use crate::{Error, TRACING_TARGET};
 
 pub(crate) fn subscribe_failed(channel: &str, err: &Error) {
+    static THROTTLE: Throttle = Throttle::new(crate::events::REPEATED_FAILURE_EVERY);
+    let Some(held_back) = THROTTLE.admit() else {
+        return;
+    };
     tracing::warn!(
         target: TRACING_TARGET,
         channel,
         error = %err.chain(),
-        "subscribing to release notifications failed"
+        held_back,
+        "subscribing to release notifications failed (one warning every 5 s)"
     );
 }
 
@@ -21,9 +27,14 @@ pub(crate) fn unsubscribe_failed(channel: &str, err: &Error) {
 }
 
 pub(crate) fn notifications_lost() {
+    static THROTTLE: Throttle = Throttle::new(crate::events::REPEATED_FAILURE_EVERY);
+    let Some(held_back) = THROTTLE.admit() else {
+        return;
+    };
     tracing::warn!(
         target: TRACING_TARGET,
-        "notification connection lost; reconnecting (waiters fall back to the holders' leases meanwhile)"
+        held_back,
+        "notification connection lost; reconnecting (waiters fall back to the holders' leases meanwhile; one warning every 5 s)"
     );
 }
 
