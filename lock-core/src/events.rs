@@ -28,6 +28,53 @@ pub(crate) fn renewal_failed(lock: &LockRef, err: &Error) {
     );
 }
 
+/// Debug: a lock granted at the first attempt.
+pub(crate) fn acquired_at_once(lock: &LockRef, token: Option<u64>) {
+    tracing::debug!(
+        target: TRACING_TARGET,
+        kind = %lock.kind,
+        name = %lock.name,
+        owner = %lock.owner,
+        token,
+        "lock acquired"
+    );
+}
+
+/// Debug: a lock granted after waiting: the hand-off from its previous holder.
+pub(crate) fn acquired_after_waiting(lock: &LockRef, waited: Duration, token: Option<u64>) {
+    tracing::debug!(
+        target: TRACING_TARGET,
+        kind = %lock.kind,
+        name = %lock.name,
+        owner = %lock.owner,
+        waited_ms = waited.as_millis(),
+        token,
+        "lock handed off: acquired after waiting"
+    );
+}
+
+/// Debug: a waiter was told of a release and asks again.
+pub(crate) fn woken(lock: &LockRef) {
+    tracing::debug!(
+        target: TRACING_TARGET,
+        kind = %lock.kind,
+        name = %lock.name,
+        "waiter woken by a release"
+    );
+}
+
+/// Debug: a release the store answered.
+pub(crate) fn released(lock: &LockRef, release: crate::backend::Release) {
+    tracing::debug!(
+        target: TRACING_TARGET,
+        kind = %lock.kind,
+        name = %lock.name,
+        owner = %lock.owner,
+        outcome = ?release,
+        "lock released"
+    );
+}
+
 pub(crate) fn hold_lost(lock: &LockRef, reason: LostReason) {
     tracing::warn!(
         target: TRACING_TARGET,

@@ -1,9 +1,15 @@
-//! The lock metrics, recorded through the `metrics` facade.
+//! The metrics of locks, semaphores, latches and connections, recorded through the
+//! `metrics` facade (install any recorder, a Prometheus exporter say; without one they
+//! cost next to nothing).
 //!
-//! Labels are the lock kind and the outcome, never the lock name: names are unbounded and
-//! would explode the cardinality of every series.
+//! Labels are kinds and outcomes, never a lock's name: names are unbounded and would
+//! explode the cardinality of every series. The README's Telemetry section has the same
+//! table as the constants below.
 
 use std::time::Duration;
+
+use metrics::Gauge;
+use tokio::time::Instant;
 
 use crate::{LockKind, LostReason};
 
@@ -21,6 +27,46 @@ pub const RENEWALS_TOTAL: &str = "lock_renewals_total";
 pub const LOST_TOTAL: &str = "lock_lost_total";
 /// Gauge: guards alive. Label: `kind`.
 pub const HELD: &str = "lock_held";
+/// Gauge: lock acquisitions that may wait and have not ended (in line in their client,
+/// or asking the store); a try is not counted. Label: `kind`.
+pub const WAITERS: &str = "lock_waiters";
+/// Histogram: seconds from the start of a permit acquisition to its result. Labels:
+/// `kind` (`plain`, `expirable`), `outcome` (`acquired`, `busy`, `timeout`, `error`).
+pub const PERMIT_ACQUIRE_SECONDS: &str = "semaphore_acquire_seconds";
+/// Gauge: permit acquisitions that may wait and have not ended. Label: `kind`.
+pub const PERMIT_WAITERS: &str = "semaphore_waiters";
+/// Gauge: permits held by this process's `Permits` and `LeasedPermits`. Label: `kind`.
+pub const PERMITS_HELD: &str = "semaphore_permits_held";
+/// Histogram: seconds a wait for a latch took. Label: `outcome` (`opened`, `timeout`,
+/// `error`).
+pub const LATCH_WAIT_SECONDS: &str = "latch_wait_seconds";
+/// Gauge: waits for a latch that have not ended.
+pub const LATCH_WAITERS: &str = "latch_waiters";
+/// Counter: count-downs of latches answered by the store.
+pub const COUNT_DOWNS_TOTAL: &str = "latch_count_downs_total";
+/// Counter: connections to the store that broke. Label: `connection` (`notifications`:
+/// the one waiters are woken through; `commands`: one that lock operations use, where
+/// the adapter keeps its own).
+pub const CONNECTIONS_LOST_TOTAL: &str = "lock_connections_lost_total";
+/// Counter: connections made again after one broke. Label: `connection`.
+pub const RECONNECTS_TOTAL: &str = "lock_reconnects_total";
+
+/// Which semaphore, as the `kind` label of the semaphore metrics says.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PermitKind {
+    Plain,
+    Expirable,
+}
+
+/// A connection to the store, as the `connection` label says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Connection {
+    /// The connection waiters are woken through (pub/sub, LISTEN).
+    Notifications,
+    /// A connection lock operations use, where an adapter keeps its own.
+    Commands,
+}
 
 /// The outcome label of an acquire call.
 #[derive(Debug, Clone, Copy)]
@@ -86,6 +132,132 @@ pub(crate) fn held(kind: LockKind, delta: f64) {
 
 pub(crate) fn released(kind: LockKind, held_for: Duration) {
     with_kind!(kind, histogram!("lock_hold_seconds")).record(held_for.as_secs_f64());
+}
+
+/// Counts one in a gauge while alive: a waiter, from its start to its end however it
+/// ends (a dropped future included).
+pub(crate) struct Counted(Gauge);
+
+impl Counted {
+    fn new(gauge: Gauge) -> Self {
+        gauge.increment(1.0);
+        Self(gauge)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
+}
+
+pub(crate) fn lock_waiting(kind: LockKind) -> Counted {
+    Counted::new(with_kind!(kind, gauge!("lock_waiters")))
+}
+
+/// One permit acquisition, measured from its start: a waiter (unless it is a try) until
+/// it ends, and its outcome once it has one.
+pub(crate) struct PermitAcquisition {
+    kind: PermitKind,
+    started: Instant,
+    is_try: bool,
+    _waiting: Option<Counted>,
+}
+
+impl PermitAcquisition {
+    /// An acquisition that may wait until `deadline` (`None`: as long as it takes).
+    pub(crate) fn start(kind: PermitKind, deadline: Option<Instant>) -> Self {
+        let started = Instant::now();
+        let is_try = deadline.is_some_and(|deadline| deadline <= started);
+        let waiting = (!is_try).then(|| {
+            Counted::new(match kind {
+                PermitKind::Plain => metrics::gauge!("semaphore_waiters", "kind" => "plain"),
+                PermitKind::Expirable => {
+                    metrics::gauge!("semaphore_waiters", "kind" => "expirable")
+                }
+            })
+        });
+        Self {
+            kind,
+            started,
+            is_try,
+            _waiting: waiting,
+        }
+    }
+
+    /// Records the outcome: `Ok(true)` acquired, `Ok(false)` not within the wait.
+    pub(crate) fn end(self, outcome: Result<bool, ()>) {
+        let outcome = match outcome {
+            Ok(true) => "acquired",
+            Ok(false) if self.is_try => "busy",
+            Ok(false) => "timeout",
+            Err(()) => "error",
+        };
+        let elapsed = self.started.elapsed().as_secs_f64();
+        match self.kind {
+            PermitKind::Plain => metrics::histogram!(
+                "semaphore_acquire_seconds", "kind" => "plain", "outcome" => outcome
+            ),
+            PermitKind::Expirable => metrics::histogram!(
+                "semaphore_acquire_seconds", "kind" => "expirable", "outcome" => outcome
+            ),
+        }
+        .record(elapsed);
+    }
+}
+
+pub(crate) fn permits_held(kind: PermitKind, delta: f64) {
+    match kind {
+        PermitKind::Plain => metrics::gauge!("semaphore_permits_held", "kind" => "plain"),
+        PermitKind::Expirable => {
+            metrics::gauge!("semaphore_permits_held", "kind" => "expirable")
+        }
+    }
+    .increment(delta);
+}
+
+pub(crate) fn latch_waiting() -> Counted {
+    Counted::new(metrics::gauge!("latch_waiters"))
+}
+
+/// `Ok(true)` opened, `Ok(false)` timed out.
+pub(crate) fn latch_waited(outcome: Result<bool, ()>, waited: Duration) {
+    let outcome = match outcome {
+        Ok(true) => "opened",
+        Ok(false) => "timeout",
+        Err(()) => "error",
+    };
+    metrics::histogram!("latch_wait_seconds", "outcome" => outcome).record(waited.as_secs_f64());
+}
+
+pub(crate) fn counted_down() {
+    metrics::counter!("latch_count_downs_total").increment(1);
+}
+
+/// Counts a broken connection of the store; for backends that keep their own.
+pub fn connection_lost(connection: Connection) {
+    match connection {
+        Connection::Notifications => {
+            metrics::counter!("lock_connections_lost_total", "connection" => "notifications")
+        }
+        Connection::Commands => {
+            metrics::counter!("lock_connections_lost_total", "connection" => "commands")
+        }
+    }
+    .increment(1);
+}
+
+/// Counts a connection made again after it broke; for backends that keep their own.
+pub fn reconnected(connection: Connection) {
+    match connection {
+        Connection::Notifications => {
+            metrics::counter!("lock_reconnects_total", "connection" => "notifications")
+        }
+        Connection::Commands => {
+            metrics::counter!("lock_reconnects_total", "connection" => "commands")
+        }
+    }
+    .increment(1);
 }
 
 pub(crate) fn renewals(outcome: &'static str, count: usize) {
@@ -183,6 +355,42 @@ mod tests {
                 ]);
             }
         });
+        assert_eq!(*keys.0.lock().unwrap(), expected);
+    }
+
+    #[test]
+    fn waiters_permits_latches_and_connections_use_their_names() {
+        let keys = Keys::default();
+        metrics::with_local_recorder(&keys, || {
+            drop(lock_waiting(LockKind::Fair));
+            for kind in [PermitKind::Plain, PermitKind::Expirable] {
+                // A try is no waiter.
+                PermitAcquisition::start(kind, Some(Instant::now())).end(Ok(false));
+                PermitAcquisition::start(kind, None).end(Err(()));
+                permits_held(kind, 1.0);
+            }
+            drop(latch_waiting());
+            latch_waited(Ok(true), Duration::ZERO);
+            counted_down();
+            connection_lost(Connection::Notifications);
+            reconnected(Connection::Commands);
+        });
+        let expected = [
+            format!("{WAITERS}{{kind=fair}}"),
+            format!("{PERMIT_ACQUIRE_SECONDS}{{kind=plain,outcome=busy}}"),
+            format!("{PERMIT_WAITERS}{{kind=plain}}"),
+            format!("{PERMIT_ACQUIRE_SECONDS}{{kind=plain,outcome=error}}"),
+            format!("{PERMITS_HELD}{{kind=plain}}"),
+            format!("{PERMIT_ACQUIRE_SECONDS}{{kind=expirable,outcome=busy}}"),
+            format!("{PERMIT_WAITERS}{{kind=expirable}}"),
+            format!("{PERMIT_ACQUIRE_SECONDS}{{kind=expirable,outcome=error}}"),
+            format!("{PERMITS_HELD}{{kind=expirable}}"),
+            format!("{LATCH_WAITERS}{{}}"),
+            format!("{LATCH_WAIT_SECONDS}{{outcome=opened}}"),
+            format!("{COUNT_DOWNS_TOTAL}{{}}"),
+            format!("{CONNECTIONS_LOST_TOTAL}{{connection=notifications}}"),
+            format!("{RECONNECTS_TOTAL}{{connection=commands}}"),
+        ];
         assert_eq!(*keys.0.lock().unwrap(), expected);
     }
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::Error;
+use lock_core::metrics::{self, Connection};
 use lock_core::throttle::Throttle;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, RedisError, RedisResult, Value};
@@ -225,6 +226,7 @@ impl Shared {
             _ => false,
         });
         if current {
+            metrics::connection_lost(Connection::Commands);
             Self::reconnect_in_background(self, generation);
         }
     }
@@ -244,10 +246,13 @@ impl Shared {
         };
         runtime.spawn(async move {
             let next = match shared.open().await {
-                Ok(connection) => Link::Up {
-                    connection,
-                    generation: generation + 1,
-                },
+                Ok(connection) => {
+                    metrics::reconnected(Connection::Commands);
+                    Link::Up {
+                        connection,
+                        generation: generation + 1,
+                    }
+                }
                 Err(err) => {
                     static THROTTLE: Throttle = Throttle::new(Duration::from_secs(5));
                     let why: Arc<str> = err.to_string().into();

@@ -1,4 +1,5 @@
-//! The lock metrics, served for Prometheus while a few tasks contend.
+//! The library's metrics (README, Telemetry), served for Prometheus while a few tasks
+//! contend for a lock and a semaphore and wait for a latch.
 //!
 //! ```text
 //! cargo run -p lock-examples --bin metrics -- [REDIS_URL] [--seconds S] [--port P]
@@ -49,9 +50,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Ok::<_, distlock::Error>(())
         }));
     }
+    // Two at a time through a semaphore, and a latch the workers open together.
+    let slots = locks.semaphore("metrics-demo-slots");
+    slots.try_set_permits(2).await?;
+    let ready = locks.count_down_latch("metrics-demo-ready");
+    ready.try_set_count(4).await?;
+    for _ in 0..4 {
+        let (slots, ready) = (slots.clone(), ready.clone());
+        tasks.push(tokio::spawn(async move {
+            ready.count_down().await?;
+            ready.wait().await?;
+            while tokio::time::Instant::now() < deadline {
+                let permit = slots.acquire(1).await?;
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                permit.release().await?;
+            }
+            Ok::<_, distlock::Error>(())
+        }));
+    }
     for task in tasks {
         task.await??;
     }
+    locks.shutdown().await;
     println!("{}", handle.render());
     server.abort();
     Ok(())

@@ -71,6 +71,7 @@ pub(crate) fn acquire(
     async move {
         let started = Instant::now();
         let kind = lock.kind;
+        let _waiting = (!matches!(wait, Wait::Never)).then(|| metrics::lock_waiting(kind));
         let span = tracing::debug_span!(
             target: crate::TRACING_TARGET,
             "acquire",
@@ -145,6 +146,7 @@ async fn ask(
         return Ok(None);
     };
     if let Attempt::Acquired(guard) = first? {
+        events::acquired_at_once(&lock, guard.fencing_token());
         QueuedWaiter::served(&mut queued);
         if let Some(turn) = &turn {
             turn.served();
@@ -199,6 +201,7 @@ async fn ask(
                     bell.served();
                 }
                 metrics::waited(lock.kind, started.elapsed());
+                events::acquired_after_waiting(&lock, started.elapsed(), guard.fencing_token());
                 return Ok(Some(guard));
             }
             Attempt::Busy { ttl, reserved } => {
@@ -231,7 +234,7 @@ async fn ask(
         // random choice of branch (a simulated run replays exactly).
         tokio::select! {
             biased;
-            () = &mut notified => {}
+            () = &mut notified => events::woken(&lock),
             () = tokio::time::sleep(sleep_for.max(Duration::from_millis(1))) => {}
         }
     }

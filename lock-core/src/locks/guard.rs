@@ -291,8 +291,10 @@ fn release_job(
             // remain: they must not go on believing they hold it.
             hold.mark_lost(LostReason::OwnerGone);
         }
-        if let (Some(of), Err(err)) = (unawaited, &outcome) {
-            events::release_failed(&lock, of, err);
+        match (unawaited, &outcome) {
+            (Some(of), Err(err)) => events::release_failed(&lock, of, err),
+            (_, Ok(release)) => events::released(&lock, *release),
+            (None, Err(_)) => {}
         }
         outcome
     }

@@ -206,6 +206,12 @@ impl Subscriptions {
     /// Tells the registry that the transport reconnected: every channel is subscribed
     /// again, then every listener is woken to re-poll.
     pub fn reconnected(&self) {
+        crate::metrics::reconnected(crate::metrics::Connection::Notifications);
+        self.resubscribe();
+    }
+
+    /// Subscribes every channel again, then wakes every listener to re-poll.
+    fn resubscribe(&self) {
         // The receiver lives in the registry (or with its running worker) as long as the
         // registry does, so this send cannot fail while `self` exists.
         let _ = self.shared.commands.send(Command::Resubscribe);
@@ -215,6 +221,7 @@ impl Subscriptions {
     /// [`Subscriptions::reconnected`] once a new one is up. Waiters fall back to the
     /// holders' leases meanwhile.
     pub fn connection_lost(&self) {
+        crate::metrics::connection_lost(crate::metrics::Connection::Notifications);
         report::notifications_lost();
     }
 
@@ -222,7 +229,7 @@ impl Subscriptions {
     /// and every listener re-polls as after a reconnect.
     pub fn messages_dropped(&self) {
         report::notifications_dropped();
-        self.reconnected();
+        self.resubscribe();
     }
 
     /// Wakes every listener of every channel (for example when messages may have been

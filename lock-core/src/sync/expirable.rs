@@ -20,6 +20,7 @@ use crate::client::named::Named;
 use crate::client::shared::Inner;
 use crate::config::check_bound;
 use crate::locks::lease::LeaseClock;
+use crate::metrics::{self, PermitKind};
 use crate::sync::leased::PermitHold;
 use crate::sync::semaphore::{AttemptTicket, Starvation, check_count, detached, in_background};
 use crate::{Error, LockName, LostReason, events, retry};
@@ -208,6 +209,18 @@ impl ExpirableSemaphore {
     }
 
     async fn acquire_until(
+        &self,
+        permits: u64,
+        deadline: Option<Instant>,
+        lease: Option<Duration>,
+    ) -> Result<Option<LeasedPermits>, Error> {
+        let measured = metrics::PermitAcquisition::start(PermitKind::Expirable, deadline);
+        let outcome = self.take_until(permits, deadline, lease).await;
+        measured.end(outcome.as_ref().map(Option::is_some).map_err(drop));
+        outcome
+    }
+
+    async fn take_until(
         &self,
         permits: u64,
         deadline: Option<Instant>,
@@ -494,6 +507,7 @@ impl LeasedPermits {
     ) -> Self {
         let lost_name = name.clone();
         let count = ids.len();
+        metrics::permits_held(PermitKind::Expirable, count as f64);
         let on_lost = Box::new(move |reason| events::permits_lost(&lost_name, count, reason));
         let held = Arc::new(PermitHold {
             name: name.clone(),
@@ -644,6 +658,7 @@ impl LeasedPermits {
     /// Synchronous bookkeeping shared by `release` and `Drop`.
     fn finish(&mut self) {
         self.released = true;
+        metrics::permits_held(PermitKind::Expirable, -(self.held.ids.len() as f64));
         self.stop_renewing();
         self.client.leased.remove(&self.held);
     }

@@ -11,7 +11,7 @@ use crate::backend::{Capabilities, LatchBackend, LatchRequest};
 use crate::client::named::Named;
 use crate::client::shared::Inner;
 use crate::config::check_bound;
-use crate::{Error, LockName, retry};
+use crate::{Error, LockName, metrics, retry};
 
 /// A handle on one count-down latch: services count it down, and every waiter goes on
 /// once it reaches zero. Cheap; no I/O. Made by [`Locks::count_down_latch`](crate::Locks::count_down_latch).
@@ -99,9 +99,9 @@ impl CountDownLatch {
         let window = self.named.client.config.retry_window;
         let request = LatchRequest::new(window);
         let until = Instant::now() + window;
-        retry::until_answered(until, || latches.count_down(name, request))
-            .await
-            .map(drop)
+        retry::until_answered(until, || latches.count_down(name, request)).await?;
+        metrics::counted_down();
+        Ok(())
     }
 
     /// The count left; 0 when the latch is open.
@@ -147,6 +147,20 @@ impl CountDownLatch {
     }
 
     async fn wait_until(&self, deadline: Option<Instant>) -> Result<(), Error> {
+        let started = Instant::now();
+        let waiting = metrics::latch_waiting();
+        let outcome = self.wait_unmeasured(deadline).await;
+        drop(waiting);
+        let opened = match &outcome {
+            Ok(()) => Ok(true),
+            Err(err) if err.is_timeout() => Ok(false),
+            Err(_) => Err(()),
+        };
+        metrics::latch_waited(opened, started.elapsed());
+        outcome
+    }
+
+    async fn wait_unmeasured(&self, deadline: Option<Instant>) -> Result<(), Error> {
         let (latches, name) = self.parts()?;
         let started = Instant::now();
         let timed_out = || Error::Timeout {

@@ -16,6 +16,7 @@ use crate::backend::{
 use crate::client::named::Named;
 use crate::client::shared::Inner;
 use crate::config::check_bound;
+use crate::metrics::{self, PermitKind};
 use crate::{Error, LockName, events, retry};
 
 /// A handle on one semaphore: a count of available permits shared by every client of the
@@ -155,6 +156,17 @@ impl Semaphore {
     }
 
     async fn acquire_until(
+        &self,
+        permits: u64,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Permits>, Error> {
+        let measured = metrics::PermitAcquisition::start(PermitKind::Plain, deadline);
+        let outcome = self.take_until(permits, deadline).await;
+        measured.end(outcome.as_ref().map(Option::is_some).map_err(drop));
+        outcome
+    }
+
+    async fn take_until(
         &self,
         permits: u64,
         deadline: Option<Instant>,
@@ -543,6 +555,7 @@ impl fmt::Debug for Permits {
 
 impl Permits {
     fn new(client: &Arc<Inner>, name: &LockName, count: u64, grant: RequestId) -> Self {
+        metrics::permits_held(PermitKind::Plain, count as f64);
         Self {
             client: Arc::clone(client),
             name: name.clone(),
@@ -579,6 +592,7 @@ impl Permits {
     /// dropped ([`Locks::shutdown`](crate::Locks::shutdown) waits for it).
     pub async fn release(mut self) -> Result<(), Error> {
         self.released = true;
+        metrics::permits_held(PermitKind::Plain, -(self.count as f64));
         if self.count == 0 {
             return Ok(());
         }
@@ -605,6 +619,9 @@ impl Permits {
 
 impl Drop for Permits {
     fn drop(&mut self) {
+        if !self.released {
+            metrics::permits_held(PermitKind::Plain, -(self.count as f64));
+        }
         if !self.released && self.count > 0 {
             let grant = (self.count, self.grant);
             release_unawaited(&self.client, &self.name, grant, "dropped permits");
