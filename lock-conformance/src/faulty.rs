@@ -260,6 +260,10 @@ impl Backend for FaultyBackend {
         self.inner.latches()
     }
 
+    fn introspection(&self) -> Option<&dyn lock_core::Introspect> {
+        self.inner.introspection()
+    }
+
     fn semaphores(&self) -> Option<&dyn lock_core::SemaphoreBackend> {
         self.inner
             .semaphores()

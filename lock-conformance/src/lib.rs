@@ -19,6 +19,7 @@ mod family;
 pub mod faulty;
 pub mod fixture;
 mod grants;
+mod introspection;
 mod latch;
 pub mod logs;
 pub mod redis_fixture;
@@ -87,6 +88,7 @@ macro_rules! conformance_suite {
             cancelled_acquires_leave_no_hold: [],
             force_unlock_frees_and_marks_lost: [],
             a_revoked_holder_learns_it_within_one_renewal_interval: [],
+            who_holds_a_lock_is_told: [Introspection],
             bad_arguments_are_typed_errors: [],
             watchdog_renews_a_hold_taken_between_rounds: [],
             a_grant_after_a_lost_hold_leaves_nothing_held: [],

@@ -36,6 +36,8 @@ pub enum Need {
     RedisControl,
     /// A deployment that can fail over to a replica (Sentinel).
     Failover,
+    /// Who holds a lock ([`Capabilities::introspection`]).
+    Introspection,
 }
 
 impl Need {
@@ -63,6 +65,7 @@ impl Need {
             Self::OrderedRequests => {
                 declared(|caps| caps.ordered_requests, "requests served in order")
             }
+            Self::Introspection => declared(|caps| caps.introspection, "introspection"),
             Self::RedisControl => (!deployment.redis_control)
                 .then(|| "the fixture has no Redis deployment to inject faults into".to_owned()),
             Self::Failover => (!deployment.failover)
@@ -222,6 +225,24 @@ pub async fn declared_capabilities_hold(fx: &dyn Fixture) {
     } else {
         let err = counted.expect_err("an undeclared latch must be refused");
         assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    }
+    assert_eq!(
+        fx.backend().await.introspection().is_some(),
+        capabilities.introspection,
+        "introspection declared but not handed out, or the reverse"
+    );
+    match locks.describe(&name).await {
+        Ok(info) => assert!(
+            capabilities.introspection,
+            "undeclared introspection: {info:?}"
+        ),
+        Err(err) => {
+            assert!(
+                !capabilities.introspection,
+                "declared introspection failed: {err}"
+            );
+            assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+        }
     }
     let available = locks.semaphore(&name).available().await;
     assert_eq!(

@@ -6,4 +6,7 @@ mod common;
 use common::adapter;
 use lock_conformance::redis_fixture::RedisFixture;
 
-lock_conformance::conformance_suite!(RedisFixture::sentinel(adapter::<lock_fred::Connector>()));
+lock_conformance::conformance_suite!(
+    RedisFixture::sentinel(adapter::<lock_fred::Connector>()),
+    without[Introspection]
+);

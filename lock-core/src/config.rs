@@ -34,6 +34,9 @@ pub struct Config {
     /// A waiting acquisition retries within its wait; a grant nobody learnt of is undone
     /// within this window. Default: 5 s.
     pub retry_window: Duration,
+    /// The client's name, shown with its holds by introspection. Default: `None`,
+    /// which names it `<host>:<pid>`.
+    pub client_name: Option<String>,
 }
 
 impl Default for Config {
@@ -48,6 +51,7 @@ impl Default for Config {
             fencing: false,
             fair_waiter_timeout: crate::backend::DEFAULT_PLACE_KEPT_FOR,
             retry_window: crate::backend::DEFAULT_RETRY_WINDOW,
+            client_name: None,
         }
     }
 }

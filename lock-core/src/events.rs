@@ -28,6 +28,21 @@ pub(crate) fn renewal_failed(lock: &LockRef, err: &Error) {
     );
 }
 
+/// A client could not describe itself in the store: introspection shows its holds
+/// without its name, host and process.
+pub(crate) fn announce_failed(err: &Error) {
+    static THROTTLE: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
+    let Some(held_back) = THROTTLE.admit() else {
+        return;
+    };
+    tracing::warn!(
+        target: TRACING_TARGET,
+        error = %err.chain(),
+        held_back,
+        "this client could not describe itself in the store; introspection shows its holds without its name"
+    );
+}
+
 /// Debug: a lock granted at the first attempt.
 pub(crate) fn acquired_at_once(lock: &LockRef, token: Option<u64>) {
     tracing::debug!(

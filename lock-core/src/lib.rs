@@ -91,6 +91,7 @@ pub use backend::{
     AcquireRequest, Backend, Capabilities, HoldModel, LockKind, LockRef, Owner, ReleaseRequest,
     RequestId, Waiting,
 };
+pub use backend::{ClientInfo, HeldAs, HolderInfo, Introspect, LockInfo};
 pub use backend::{
     ExpirableSemaphoreBackend, Issue, IssueRequest, LatchBackend, LatchRequest, PermitAnswer,
     PermitId, PermitRequest, PermitReservation, ReturnRequest, SemaphoreBackend,

@@ -188,6 +188,7 @@ impl Backend for LazyNode {
             .count_down_latch(false)
             .semaphore(false)
             .expirable_semaphore(false)
+            .introspection(false)
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {

@@ -231,6 +231,7 @@ impl Backend for MultiLock {
             .expirable_semaphore(false)
             .wakes_one_client(false)
             .hands_over(false)
+            .introspection(false)
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {

@@ -228,8 +228,9 @@ impl FaultyLink {
 
 #[async_trait]
 impl Backend for FaultyLink {
+    /// The inner store's, but no introspection: nothing here reads who holds a lock.
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        self.inner.capabilities().introspection(false)
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {

@@ -297,6 +297,7 @@ pub async fn replica_ack_keeps_the_lock_across_a_failover(fx: &dyn Fixture) {
 pub use crate::expirable::*;
 pub use crate::family::*;
 pub use crate::grants::*;
+pub use crate::introspection::*;
 pub use crate::latch::*;
 pub use crate::safety::*;
 pub use crate::selection::declared_capabilities_hold;

@@ -69,6 +69,10 @@ pub struct Capabilities {
     /// what a failed attempt took on its parts, and a released grant's id grants
     /// nothing more).
     pub hands_over: bool,
+    /// The store says who holds its locks ([`Backend::introspection`]).
+    ///
+    /// [`Backend::introspection`]: super::Backend::introspection
+    pub introspection: bool,
 }
 
 impl Capabilities {
@@ -89,6 +93,7 @@ impl Capabilities {
             wakes_one_client: false,
             ordered_requests: false,
             hands_over: false,
+            introspection: false,
         }
     }
 
@@ -158,6 +163,12 @@ impl Capabilities {
         self
     }
 
+    /// Sets [`Capabilities::introspection`].
+    pub const fn introspection(mut self, yes: bool) -> Self {
+        self.introspection = yes;
+        self
+    }
+
     /// Sets [`Capabilities::hands_over`].
     pub const fn hands_over(mut self, yes: bool) -> Self {
         self.hands_over = yes;
@@ -199,6 +210,7 @@ impl Capabilities {
             wakes_one_client: common.wakes_one_client && next.wakes_one_client,
             ordered_requests: common.ordered_requests && next.ordered_requests,
             hands_over: common.hands_over && next.hands_over,
+            introspection: common.introspection && next.introspection,
         })
     }
 

@@ -376,4 +376,11 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     fn expirable_semaphores(&self) -> Option<&dyn ExpirableSemaphoreBackend> {
         None
     }
+
+    /// Who holds this store's locks, when it can say ([`Introspect`]).
+    ///
+    /// [`Introspect`]: super::Introspect
+    fn introspection(&self) -> Option<&dyn super::Introspect> {
+        None
+    }
 }

@@ -8,6 +8,7 @@
 mod capabilities;
 mod expirable;
 mod identity;
+mod introspect;
 mod latch;
 mod lock;
 mod semaphore;
@@ -16,6 +17,7 @@ pub use capabilities::{Capabilities, HoldModel};
 pub use expirable::{ExpirableSemaphoreBackend, Issue, IssueRequest, PermitId, ReturnRequest};
 pub(crate) use identity::concat;
 pub use identity::{LockKind, LockRef, Owner, RequestId};
+pub use introspect::{ClientInfo, HeldAs, HolderInfo, Introspect, LockInfo, client_id_of};
 pub use latch::{LatchBackend, LatchRequest};
 pub use lock::{
     Acquire, AcquireRequest, Backend, DEFAULT_PLACE_KEPT_FOR, DEFAULT_RETRY_WINDOW, LockState,

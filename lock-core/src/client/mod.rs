@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::{
-    Backend, CountDownLatch, Error, ExpirableSemaphore, Lock, LockKind, RwLock, Semaphore, events,
+    Backend, ClientInfo, CountDownLatch, Error, ExpirableSemaphore, Introspect, Lock, LockInfo,
+    LockKind, LockName, RwLock, Semaphore, events,
 };
 use shared::Inner;
 
@@ -74,6 +75,48 @@ impl Locks {
         let inner = Arc::new(Inner::new(backend, config));
         let last = Arc::new(LastHandle(Arc::clone(&inner.supervisor)));
         Self { inner, last }
+    }
+
+    /// What this client says about itself in the store: its name, host and process id.
+    #[must_use]
+    pub fn client_info(&self) -> &ClientInfo {
+        &self.inner.client_info
+    }
+
+    /// Who holds `name` now (any kind of lock), since when, for how long still, with
+    /// which fencing token, and how many wait. [`ErrorKind::Unsupported`] where the
+    /// backend cannot say.
+    ///
+    /// [`ErrorKind::Unsupported`]: crate::ErrorKind::Unsupported
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
+    pub async fn describe(&self, name: &str) -> Result<LockInfo, Error> {
+        let name = LockName::new(name)?;
+        self.introspection()?.describe(&name).await
+    }
+
+    /// The names of held locks that start with `prefix`, at most `limit`, sorted.
+    /// [`ErrorKind::Unsupported`] where the backend cannot say.
+    ///
+    /// [`ErrorKind::Unsupported`]: crate::ErrorKind::Unsupported
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
+    pub async fn held_names(&self, prefix: &str, limit: usize) -> Result<Vec<String>, Error> {
+        let mut names = self.introspection()?.held_names(prefix, limit).await?;
+        names.sort_unstable();
+        names.dedup();
+        Ok(names)
+    }
+
+    fn introspection(&self) -> Result<&dyn Introspect, Error> {
+        self.inner
+            .backend
+            .introspection()
+            .ok_or_else(|| Error::unsupported("introspection (who holds a lock)"))
     }
 
     /// A handle on the reentrant mutex `name`. No I/O; an invalid name is reported by the
@@ -227,6 +270,13 @@ impl LocksBuilder {
     /// [`Config::retry_window`](crate::Config::retry_window).
     pub fn retry_window(mut self, window: Duration) -> Self {
         self.config.retry_window = window;
+        self
+    }
+
+    /// The client's name, shown with its holds by introspection ([`Locks::describe`])
+    /// beside its host and process id. Default: `<host>:<pid>`.
+    pub fn client_name(mut self, name: impl Into<String>) -> Self {
+        self.config.client_name = Some(name.into());
         self
     }
 

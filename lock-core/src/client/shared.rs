@@ -14,7 +14,15 @@ use crate::locks::hold::Hold;
 use crate::locks::turns::Turns;
 use crate::notify::Listener;
 use crate::sync::leased::LeasedRegistry;
-use crate::{Backend, Capabilities, LockKind, LockName, LockRef, LostReason, RequestId};
+use crate::{
+    Backend, Capabilities, ClientInfo, LockKind, LockName, LockRef, LostReason, RequestId,
+};
+
+/// How long a client's description lives in the store after it last said it.
+const ANNOUNCED_FOR: Duration = Duration::from_secs(3600);
+/// How often, at most, a client says it again (at an acquisition): well within
+/// [`ANNOUNCED_FOR`], so that a client that keeps acquiring stays described.
+const ANNOUNCE_EVERY: Duration = Duration::from_secs(600);
 
 /// What a client's handles, guards and background work share.
 pub(crate) struct Inner {
@@ -36,10 +44,16 @@ pub(crate) struct Inner {
     pub(crate) writer_turns: Turns<LockName, Option<Listener>>,
     /// The expirable permits this client's guards hold, by id.
     pub(crate) leased: crate::sync::leased::LeasedRegistry,
+    /// What this client says about itself in the store.
+    pub(crate) client_info: ClientInfo,
+    /// When this client last said it (see [`Inner::announce_if_due`]).
+    announced: StdMutex<Option<Instant>>,
 }
 
 impl Inner {
     pub(crate) fn new(backend: Arc<dyn Backend>, config: Config) -> Self {
+        let config_name = config.client_name.as_deref();
+        let client_info = ClientInfo::of_this_process(config_name);
         Self {
             capabilities: backend.capabilities(),
             backend,
@@ -52,6 +66,44 @@ impl Inner {
             mutex_turns: Turns::default(),
             writer_turns: Turns::default(),
             leased: LeasedRegistry::default(),
+            client_info,
+            announced: StdMutex::new(None),
+        }
+    }
+
+    /// Says what this client is in the store (see [`crate::Introspect::announce`]), in a
+    /// job, when it never did or last did longer ago than [`ANNOUNCE_EVERY`]; called at
+    /// every acquisition. A failure is only logged: introspection then shows the holds
+    /// of this client without its description.
+    pub(crate) fn announce_if_due(&self) {
+        if self.backend.introspection().is_none() {
+            return;
+        }
+        {
+            let mut announced = self
+                .announced
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if announced.is_some_and(|at| at.elapsed() < ANNOUNCE_EVERY) {
+                return;
+            }
+            *announced = Some(Instant::now());
+        }
+        let backend = Arc::clone(&self.backend);
+        let (client_id, info) = (self.client_id.clone(), self.client_info.clone());
+        let announcing = self.supervisor.spawn_job(async move {
+            let Some(introspection) = backend.introspection() else {
+                return;
+            };
+            if let Err(err) = introspection
+                .announce(&client_id, &info, ANNOUNCED_FOR)
+                .await
+            {
+                crate::events::announce_failed(&err);
+            }
+        });
+        if let Err(err) = announcing {
+            crate::events::announce_failed(&err);
         }
     }
 

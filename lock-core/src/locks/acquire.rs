@@ -85,6 +85,7 @@ pub(crate) fn acquire(
             }
             // A watchdog that died with its runtime is started again before anything else.
             span.in_scope(|| client.watchdog.revive(&client.watchdog_host()));
+            client.announce_if_due();
             let turn = match wait_in_line(client, &lock, wait).await {
                 Line::NotQueued => None,
                 Line::Head(turn) => Some(turn),

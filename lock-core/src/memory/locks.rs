@@ -34,6 +34,7 @@ impl Backend for MemoryBackend {
             .expirable_semaphore(true)
             .wakes_one_client(true)
             .ordered_requests(true)
+            .introspection(true)
     }
 
     fn latches(&self) -> Option<&dyn LatchBackend> {
@@ -45,6 +46,10 @@ impl Backend for MemoryBackend {
     }
 
     fn expirable_semaphores(&self) -> Option<&dyn crate::backend::ExpirableSemaphoreBackend> {
+        Some(self)
+    }
+
+    fn introspection(&self) -> Option<&dyn crate::Introspect> {
         Some(self)
     }
 

@@ -24,6 +24,7 @@ use crate::notify::{InProcess, Subscriptions, Wake};
 use crate::{Error, LockName, Owner};
 
 mod expirable;
+mod introspect;
 mod kinds;
 mod latch;
 mod locks;
@@ -50,6 +51,8 @@ struct Grant {
 struct Field {
     origin: RequestId,
     grants: Vec<Grant>,
+    /// When the hold began, for introspection.
+    since: std::time::SystemTime,
 }
 
 /// One held lock.
@@ -85,10 +88,14 @@ impl Entry {
     /// Adds `grant` to `field`'s hold (beginning it if there is none); returns the
     /// holds after it and the hold's origin.
     fn add(&mut self, field: &str, grant: Grant) -> (u32, RequestId) {
-        let held = self.fields.entry(field.to_owned()).or_insert(Field {
-            origin: grant.id,
-            grants: Vec::new(),
-        });
+        let held = self
+            .fields
+            .entry(field.to_owned())
+            .or_insert_with(|| Field {
+                origin: grant.id,
+                grants: Vec::new(),
+                since: std::time::SystemTime::now(),
+            });
         held.grants.push(grant);
         let holds = u32::try_from(held.grants.len()).unwrap_or(u32::MAX);
         (holds, held.origin)
@@ -192,6 +199,8 @@ struct Store {
     /// last went down (see [`PermitAnswer::BeyondPeak`]).
     peaks: HashMap<String, i64>,
     remembered: u64,
+    /// What clients said about themselves, by client id, until when (introspection).
+    clients: HashMap<String, (crate::ClientInfo, Instant)>,
 }
 
 impl Store {

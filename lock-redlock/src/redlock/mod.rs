@@ -289,6 +289,7 @@ impl Backend for RedLock {
             .expirable_semaphore(false)
             .wakes_one_client(false)
             .hands_over(false)
+            .introspection(false)
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {

@@ -1,0 +1,110 @@
+//! Introspection: who holds a lock, since when, with how much lease left and which
+//! fencing token, how many wait; and which locks are held under a prefix.
+
+use std::time::{Duration, SystemTime};
+
+use lock_core::{HeldAs, Locks};
+use tokio::time::sleep;
+
+use crate::Fixture;
+use crate::scenarios::unique;
+
+/// A client named for the test, with fencing tokens where the backend issues them.
+async fn named(fx: &dyn Fixture, name: &str) -> Locks {
+    let backend = fx.backend().await;
+    let fencing = backend.capabilities().fencing;
+    Locks::builder(backend)
+        .client_name(name)
+        .fencing(fencing)
+        .build()
+        .expect("valid settings")
+}
+
+/// A held mutex shows its holder (owner, client name, host, process, since when), its
+/// lease, its token and its waiters; a free one shows nobody; a read lock shows each
+/// reader with its own lease; the held names under a prefix are listed.
+pub async fn who_holds_a_lock_is_told(fx: &dyn Fixture) {
+    let holder = named(fx, "conformance-holder").await;
+    let operator = named(fx, "conformance-operator").await;
+    let name = unique("who");
+    let free = operator.describe(&name).await.unwrap();
+    assert_eq!(free.held_as, HeldAs::Free);
+    assert!(
+        free.holders.is_empty() && free.lease_left.is_none(),
+        "{free:?}"
+    );
+
+    let before = SystemTime::now() - Duration::from_secs(60);
+    let guard = holder.mutex(&name).lock().await.unwrap();
+    // The client describes itself in a job of its first acquisition.
+    sleep(Duration::from_millis(100)).await;
+    let held = operator.describe(&name).await.unwrap();
+    assert_eq!(held.held_as, HeldAs::Exclusive, "{held:?}");
+    assert_eq!(held.holders.len(), 1, "{held:?}");
+    let who = &held.holders[0];
+    assert_eq!(who.client_id(), holder.client_id(), "{who:?}");
+    assert_eq!(who.holds, 1);
+    let client = who
+        .client
+        .as_ref()
+        .expect("the holder's client described itself");
+    assert_eq!(client.name, "conformance-holder");
+    assert_eq!(client.pid, std::process::id());
+    assert!(!client.host.is_empty());
+    assert!(
+        who.since.is_some_and(|since| since > before),
+        "since {:?}",
+        who.since
+    );
+    let lease = held.lease_left.expect("a held lock has a lease");
+    assert!(
+        lease > Duration::ZERO && lease <= Duration::from_secs(30),
+        "{lease:?}"
+    );
+    if let Some(token) = guard.fencing_token() {
+        assert_eq!(held.fencing_token, Some(token));
+    }
+    let listed = operator.held_names(&name, 100).await.unwrap();
+    assert_eq!(listed, std::slice::from_ref(&name));
+    guard.unlock().await.unwrap();
+    assert_eq!(
+        operator.describe(&name).await.unwrap().held_as,
+        HeldAs::Free
+    );
+    assert!(operator.held_names(&name, 100).await.unwrap().is_empty());
+
+    if fx.backend().await.capabilities().read_write {
+        let readers = [
+            holder.rw_lock(&name).reader().lock().await.unwrap(),
+            operator.rw_lock(&name).reader().lock().await.unwrap(),
+        ];
+        let read = operator.describe(&name).await.unwrap();
+        assert_eq!(read.held_as, HeldAs::Read, "{read:?}");
+        assert_eq!(read.holders.len(), 2, "{read:?}");
+        assert!(
+            read.holders
+                .iter()
+                .all(|reader| reader.lease_left.is_some())
+        );
+        for reader in readers {
+            reader.unlock().await.unwrap();
+        }
+    }
+
+    if fx.backend().await.capabilities().fair {
+        let fair = holder.fair_mutex(&name).lock().await.unwrap();
+        let waiting = operator.fair_mutex(&name);
+        let waiter = tokio::spawn(async move { waiting.lock().await });
+        let mut seen = 0;
+        for _ in 0..50 {
+            seen = operator.describe(&name).await.unwrap().waiting;
+            if seen == 1 {
+                break;
+            }
+            sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(seen, 1, "the fair lock's waiter");
+        fair.unlock().await.unwrap();
+        waiter.await.unwrap().unwrap().unlock().await.unwrap();
+    }
+}

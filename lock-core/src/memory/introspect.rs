@@ -1,0 +1,89 @@
+//! Who holds the memory backend's locks: read straight from the store.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use super::{MemoryBackend, Mode};
+use crate::backend::client_id_of;
+use crate::{ClientInfo, Error, HeldAs, HolderInfo, Introspect, LockInfo, LockName};
+
+#[async_trait]
+impl Introspect for MemoryBackend {
+    async fn describe(&self, name: &LockName) -> Result<LockInfo, Error> {
+        let now = Instant::now();
+        let mut store = self.store();
+        let key = name.as_str();
+        let mut info = LockInfo::free(key);
+        info.fencing_token = store.tokens.get(key).copied().filter(|token| *token > 0);
+        info.waiting = store.queues.get_mut(key).map_or(0, |queue| {
+            queue.prune(now);
+            queue.order.len()
+        });
+        let clients = store
+            .clients
+            .iter()
+            .filter(|(_, (_, until))| *until > now)
+            .map(|(id, (client, _))| (id.clone(), client.clone()))
+            .collect::<std::collections::HashMap<String, ClientInfo>>();
+        let Some(entry) = store.live(key, now) else {
+            return Ok(info);
+        };
+        info.held_as = match entry.mode {
+            None => HeldAs::Exclusive,
+            Some(Mode::Read) => HeldAs::Read,
+            Some(Mode::Write) => HeldAs::Write,
+        };
+        info.lease_left = Some(entry.expires.saturating_duration_since(now));
+        for (field, held) in &entry.fields {
+            // A writer's field is `<owner>:write`; its read holds (a downgrade) are the
+            // owner's own field.
+            let owner = field.strip_suffix(":write").unwrap_or(field);
+            let live: Vec<_> = held
+                .grants
+                .iter()
+                .filter(|grant| grant.expires.is_none_or(|expires| expires > now))
+                .collect();
+            if live.is_empty() {
+                continue;
+            }
+            let mut holder = HolderInfo::new(owner, u32::try_from(live.len()).unwrap_or(u32::MAX));
+            holder.since = Some(held.since);
+            holder.lease_left = live
+                .iter()
+                .filter_map(|grant| grant.expires)
+                .max()
+                .map(|expires| expires.saturating_duration_since(now));
+            holder.client = clients.get(client_id_of(owner)).cloned();
+            info.holders.push(holder);
+        }
+        info.holders.sort_by(|a, b| a.owner.cmp(&b.owner));
+        Ok(info)
+    }
+
+    async fn held_names(&self, prefix: &str, limit: usize) -> Result<Vec<String>, Error> {
+        let now = Instant::now();
+        let store = self.store();
+        Ok(store
+            .locks
+            .iter()
+            .filter(|(name, entry)| name.starts_with(prefix) && entry.expires > now)
+            .map(|(name, _)| name.clone())
+            .take(limit)
+            .collect())
+    }
+
+    async fn announce(
+        &self,
+        client_id: &str,
+        client: &ClientInfo,
+        ttl: Duration,
+    ) -> Result<(), Error> {
+        let until = Instant::now() + ttl;
+        self.store()
+            .clients
+            .insert(client_id.to_owned(), (client.clone(), until));
+        Ok(())
+    }
+}
