@@ -206,6 +206,19 @@ impl PermitAcquisition {
     }
 }
 
+/// Runs a permit acquisition that may wait until `deadline`, measured (see
+/// [`PermitAcquisition`]).
+pub(crate) async fn measured_permits<T, E>(
+    kind: PermitKind,
+    deadline: Option<Instant>,
+    acquiring: impl Future<Output = Result<Option<T>, E>>,
+) -> Result<Option<T>, E> {
+    let measured = PermitAcquisition::start(kind, deadline);
+    let outcome = acquiring.await;
+    measured.end(outcome.as_ref().map(Option::is_some).map_err(drop));
+    outcome
+}
+
 pub(crate) fn permits_held(kind: PermitKind, delta: f64) {
     match kind {
         PermitKind::Plain => metrics::gauge!("semaphore_permits_held", "kind" => "plain"),

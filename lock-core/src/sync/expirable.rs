@@ -214,10 +214,8 @@ impl ExpirableSemaphore {
         deadline: Option<Instant>,
         lease: Option<Duration>,
     ) -> Result<Option<LeasedPermits>, Error> {
-        let measured = metrics::PermitAcquisition::start(PermitKind::Expirable, deadline);
-        let outcome = self.take_until(permits, deadline, lease).await;
-        measured.end(outcome.as_ref().map(Option::is_some).map_err(drop));
-        outcome
+        let acquiring = self.take_until(permits, deadline, lease);
+        metrics::measured_permits(PermitKind::Expirable, deadline, acquiring).await
     }
 
     async fn take_until(

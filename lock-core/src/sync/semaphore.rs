@@ -160,10 +160,8 @@ impl Semaphore {
         permits: u64,
         deadline: Option<Instant>,
     ) -> Result<Option<Permits>, Error> {
-        let measured = metrics::PermitAcquisition::start(PermitKind::Plain, deadline);
-        let outcome = self.take_until(permits, deadline).await;
-        measured.end(outcome.as_ref().map(Option::is_some).map_err(drop));
-        outcome
+        let acquiring = self.take_until(permits, deadline);
+        metrics::measured_permits(PermitKind::Plain, deadline, acquiring).await
     }
 
     async fn take_until(
