@@ -108,3 +108,34 @@ pub async fn who_holds_a_lock_is_told(fx: &dyn Fixture) {
         waiter.await.unwrap().unwrap().unlock().await.unwrap();
     }
 }
+
+/// A hold written in Redisson's layout by a peer that is not this library (no grants
+/// hash, no client key) is described all the same: its owner, holds and lease, with no
+/// client and no start time.
+pub async fn a_redisson_peers_hold_is_described(fx: &dyn Fixture) {
+    let redis = fx.redis().expect("a Redis fixture");
+    let operator = named(fx, "conformance-operator").await;
+    let name = unique("peer");
+    let owner = "5d0f43a5-8c9e-4a3b-9f1e-2b7c6d8e9f00:71";
+    let _: redis::Value = redis.run(&name, &["HSET", &name, owner, "2"]).await;
+    let _: redis::Value = redis.run(&name, &["PEXPIRE", &name, "30000"]).await;
+    let peer = operator.describe(&name).await.unwrap();
+    assert_eq!(peer.held_as, HeldAs::Exclusive, "{peer:?}");
+    assert_eq!(peer.holders.len(), 1, "{peer:?}");
+    let holder = &peer.holders[0];
+    assert_eq!(holder.owner, owner);
+    assert_eq!(holder.holds, 2);
+    assert!(
+        holder.client.is_none() && holder.since.is_none(),
+        "{holder:?}"
+    );
+    assert!(
+        peer.lease_left
+            .is_some_and(|left| left > Duration::from_secs(20))
+    );
+    assert_eq!(
+        operator.held_names(&name, 10).await.unwrap(),
+        std::slice::from_ref(&name)
+    );
+    assert!(operator.mutex(&name).force_unlock().await.unwrap());
+}

@@ -89,6 +89,7 @@ macro_rules! conformance_suite {
             force_unlock_frees_and_marks_lost: [],
             a_revoked_holder_learns_it_within_one_renewal_interval: [],
             who_holds_a_lock_is_told: [Introspection],
+            a_redisson_peers_hold_is_described: [Introspection, RedisControl],
             bad_arguments_are_typed_errors: [],
             watchdog_renews_a_hold_taken_between_rounds: [],
             a_grant_after_a_lost_hold_leaves_nothing_held: [],

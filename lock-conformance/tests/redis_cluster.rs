@@ -8,5 +8,5 @@ use lock_conformance::redis_fixture::RedisFixture;
 
 lock_conformance::conformance_suite!(
     RedisFixture::cluster(adapter::<lock_redis::Connector>()),
-    without[Failover, Introspection]
+    without[Failover]
 );

@@ -6,7 +6,4 @@ mod common;
 use common::adapter;
 use lock_conformance::redis_fixture::RedisFixture;
 
-lock_conformance::conformance_suite!(
-    RedisFixture::sentinel(adapter::<lock_redis::Connector>()),
-    without[Introspection]
-);
+lock_conformance::conformance_suite!(RedisFixture::sentinel(adapter::<lock_redis::Connector>()));

@@ -301,6 +301,13 @@ pub fn grant_latch_key(name: &LockName, request: RequestId) -> String {
     GRANT_LATCH.of_request(name, request)
 }
 
+/// What a client said about itself, for introspection: `redisson_lock_client:<client id>`
+/// (our own key; Redisson has none). Three lines: its name, host and process id.
+#[must_use]
+pub fn client_key(client_id: &str) -> String {
+    format!("redisson_lock_client:{client_id}")
+}
+
 /// What comes before a lock's tagged name in a grants hash's key.
 const GRANTS_PREFIX: &str = "redisson_lock_grants:";
 

@@ -110,6 +110,11 @@ scripts! {
     28 EXPIRABLE_READ = "expirable_read";
     29 SEMAPHORE_UNRESERVE = "semaphore_unreserve";
     30 MUTEX_CANCEL = "mutex_cancel";
+    31 LOCK_DESCRIBE = "lock_describe";
+    32 CLIENT_ANNOUNCE = "client_announce";
+    33 CLIENT_READ = "client_read";
+    34 LOCKS_SCAN = "locks_scan";
+    35 CLUSTER_SLOTS = "cluster_slots";
 }
 
 /// How a script call is sent.

@@ -535,4 +535,8 @@ impl Backend for RedisBackend {
     fn expirable_semaphores(&self) -> Option<&dyn lock_core::backend::ExpirableSemaphoreBackend> {
         Some(self)
     }
+
+    fn introspection(&self) -> Option<&dyn lock_core::Introspect> {
+        Some(self)
+    }
 }

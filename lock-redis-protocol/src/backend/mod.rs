@@ -23,6 +23,7 @@ mod acquire_call;
 mod answer;
 mod call;
 mod expirable;
+mod introspect;
 mod latch;
 mod locks;
 mod options;
@@ -85,7 +86,8 @@ impl RedisBackend {
         .count_down_latch(true)
         .semaphore(true)
         .expirable_semaphore(true)
-        .wakes_one_client(true);
+        .wakes_one_client(true)
+        .introspection(true);
 
     /// Runs the protocol over `transport`.
     ///

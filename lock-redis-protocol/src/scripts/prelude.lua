@@ -269,7 +269,8 @@ local function record_grant(fresh, lease_ms, expiry)
         value = origin .. ':' .. expiry
     end
     if fresh then
-        redis.call('hset', grants, 'o', origin, id, value)
+        -- 's': when the hold began (server ms), for introspection.
+        redis.call('hset', grants, 'o', origin, id, value, 's', now_ms())
     else
         redis.call('hset', grants, id, value)
     end
