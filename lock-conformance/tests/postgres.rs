@@ -141,7 +141,7 @@ mod direct_as_service_role {
     use super::{PostgresFixture, Route};
     lock_conformance::conformance_suite!(
         PostgresFixture::start(Route::DirectAsServiceRole),
-        without[Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests, Introspection]
+        without[Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests]
     );
 }
 
@@ -149,6 +149,6 @@ mod through_pgbouncer {
     use super::{PostgresFixture, Route};
     lock_conformance::conformance_suite!(
         PostgresFixture::start(Route::TransactionPooler),
-        without[Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests, Introspection]
+        without[Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests]
     );
 }

@@ -47,7 +47,8 @@ impl PostgresBackend {
         .fencing(true)
         .retry_safe(true)
         .shared(true)
-        .hands_over(true);
+        .hands_over(true)
+        .introspection(true);
 
     /// The channels this client listens on for its waiters (for diagnostics).
     #[must_use]
@@ -105,7 +106,7 @@ impl PostgresBackend {
     /// Runs `statement` on a pooled connection as one unnamed statement with typed
     /// parameters: one round trip, and nothing a transaction-mode pooler could lose
     /// between statements (a named prepared statement would be).
-    async fn query(
+    pub(crate) async fn query(
         &self,
         during: &'static str,
         statement: &str,
@@ -130,6 +131,17 @@ impl PostgresBackend {
     }
 }
 
+/// Refuses a name PostgreSQL cannot store (a NUL character) before anything is sent.
+pub(crate) fn check_name(name: &str) -> Result<(), Error> {
+    if name.contains('\0') {
+        return Err(Error::invalid_argument(
+            "name",
+            "PostgreSQL cannot store a NUL character in a lock name",
+        ));
+    }
+    Ok(())
+}
+
 /// The longest lock name this backend keeps, in bytes: a name and an owner must fit one
 /// entry of the tables' b-tree indexes (about 2.7 KB) even when they do not compress.
 pub const MAX_NAME_BYTES: usize = 1024;
@@ -140,12 +152,7 @@ pub const MAX_OWNER_BYTES: usize = 1024;
 /// Refuses, before anything is sent, a lock the tables cannot hold: a name or owner too
 /// long for their indexes, or with a NUL character (PostgreSQL's text cannot store one).
 fn check_fits(lock: &LockRef) -> Result<(), Error> {
-    if lock.name.as_str().contains('\0') {
-        return Err(Error::invalid_argument(
-            "name",
-            "PostgreSQL cannot store a NUL character in a lock name",
-        ));
-    }
+    check_name(lock.name.as_str())?;
     if lock.owner.as_str().contains('\0') {
         return Err(Error::invalid_argument(
             "holder",
@@ -185,7 +192,7 @@ fn stored_kind(kind: LockKind) -> &'static str {
 }
 
 /// A statement parameter and its type.
-type Param<'a> = (&'a (dyn ToSql + Sync), Type);
+pub(crate) type Param<'a> = (&'a (dyn ToSql + Sync), Type);
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
@@ -408,5 +415,9 @@ impl Backend for PostgresBackend {
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
         check_fits(lock)?;
         self.notifications.listen(&self.channel(lock)).await
+    }
+
+    fn introspection(&self) -> Option<&dyn lock_core::Introspect> {
+        Some(self)
     }
 }

@@ -16,6 +16,7 @@
 mod backend;
 mod connector;
 pub mod error;
+mod introspect;
 pub mod notify;
 pub mod schema;
 mod tls;

@@ -661,6 +661,22 @@ BEGIN
     ON CONFLICT (name) DO UPDATE SET token = greatest(t.token, excluded.token);
 END $$;
 
+-- What a client says about itself, for introspection, until `p_ttl_ms` from now;
+-- descriptions whose time ended go at the same time.
+CREATE OR REPLACE FUNCTION {schema}.announce_client(
+    p_id text, p_name text, p_host text, p_pid integer, p_ttl_ms bigint)
+RETURNS void LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    DELETE FROM {schema}.clients WHERE until < clock_timestamp();
+    INSERT INTO {schema}.clients AS c (id, name, host, pid, until)
+    VALUES (p_id, p_name, p_host, p_pid,
+            clock_timestamp() + p_ttl_ms * interval '1 millisecond')
+    ON CONFLICT (id) DO UPDATE
+       SET name = excluded.name, host = excluded.host, pid = excluded.pid,
+           until = excluded.until;
+END $$;
+
 -- Only the roles granted EXECUTE on the entry points (see `grants_sql`) may call them;
 -- the helpers, only their owner.
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} FROM PUBLIC;

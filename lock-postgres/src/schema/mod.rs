@@ -20,7 +20,7 @@ pub use script::{grants_sql, migration_sql};
 pub const OLDEST_SERVER: i32 = 130_000;
 
 /// The schema version this library creates and understands.
-pub const VERSION: i32 = 4;
+pub const VERSION: i32 = 5;
 
 /// The default schema name.
 pub const DEFAULT_SCHEMA: &str = "distlock";
@@ -81,7 +81,7 @@ impl fmt::Display for SchemaName {
 }
 
 /// The statements of each version, in order; `{schema}` stands for the schema name.
-const STEPS: [&str; 4] = [
+const STEPS: [&str; 5] = [
     // Version 1: the holds of every lock kind (a reader's row keeps each of its holds'
     // lease ends), the fencing counters, the fair queue (with each waiter's wake-up
     // channel) and the replies remembered for retried requests.
@@ -184,6 +184,17 @@ const STEPS: [&str; 4] = [
     ALTER TABLE {schema}.holds ADD COLUMN handed boolean NOT NULL DEFAULT false;
     ALTER TABLE {schema}.waiters ADD COLUMN request uuid, ADD COLUMN lease_ms bigint,
                                  ADD COLUMN fencing boolean;",
+    // Version 5, introspection: when each hold began (holds from before get the
+    // migration's time), and what each client said about itself (its name, host and
+    // process), until when.
+    "ALTER TABLE {schema}.holds ADD COLUMN since timestamptz NOT NULL DEFAULT now();
+    CREATE TABLE {schema}.clients (
+        id text PRIMARY KEY,
+        name text NOT NULL,
+        host text NOT NULL,
+        pid integer NOT NULL,
+        until timestamptz NOT NULL
+    );",
 ];
 
 /// The revision of the lock functions (`functions.sql`), raised with every change to
@@ -192,11 +203,11 @@ const STEPS: [&str; 4] = [
 /// older client never puts its functions back under a newer one. A function's
 /// parameters therefore never change: a new signature is a new function, and old ones
 /// stay for older clients.
-pub const FUNCTIONS_REVISION: i32 = 5;
+pub const FUNCTIONS_REVISION: i32 = 6;
 
 /// The functions a client calls, each with a pinned `search_path` and its owner's
 /// rights; a service's role gets EXECUTE on these alone (see [`grants_sql`]).
-pub const ENTRY_POINTS: [&str; 9] = [
+pub const ENTRY_POINTS: [&str; 10] = [
     "acquire_handover",
     "acquire_grant",
     "acquire",
@@ -206,6 +217,7 @@ pub const ENTRY_POINTS: [&str; 9] = [
     "force_release",
     "renew",
     "raise_fencing",
+    "announce_client",
 ];
 
 /// The functions every operation is one call of (one statement, atomic, no session
