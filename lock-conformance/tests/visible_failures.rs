@@ -122,7 +122,7 @@ async fn a_client_dropped_with_releases_running_is_reported() {
     );
     drop(clone);
     assert!(
-        logged(&["dropped with background work", "jobs=1"]).await,
+        logged(&["dropped with background work", "jobs="]).await,
         "no warning for a client dropped with a release running: {:?}",
         lines()
     );

@@ -33,6 +33,7 @@
 //! not the lock, is what makes a late writer harmless.
 
 mod error;
+mod introspect;
 mod lazy;
 mod multi;
 mod origin;

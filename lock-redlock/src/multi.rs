@@ -10,10 +10,12 @@ use futures_util::future::join_all;
 use lock_core::backend::{Acquire, Capabilities, LockState, Release, Renewal};
 use lock_core::notify::Listener;
 use lock_core::{
-    AcquireRequest, Backend, Error, LockName, LockRef, Locks, ReleaseRequest, RequestId,
+    AcquireRequest, Backend, ClientInfo, Error, Introspect, LockInfo, LockName, LockRef, Locks,
+    ReleaseRequest, RequestId,
 };
 
 use crate::error::NodeErrors;
+use crate::introspect::{composed, listed_by, part_cannot_tell};
 use crate::origin::common_origin;
 use crate::relay::Relay;
 
@@ -231,7 +233,6 @@ impl Backend for MultiLock {
             .expirable_semaphore(false)
             .wakes_one_client(false)
             .hands_over(false)
-            .introspection(false)
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
@@ -435,6 +436,12 @@ impl Backend for MultiLock {
         Ok(any)
     }
 
+    fn introspection(&self) -> Option<&dyn Introspect> {
+        self.capabilities()
+            .introspection
+            .then_some(self as &dyn Introspect)
+    }
+
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
         let channel = format!("{}|{}", lock.kind, lock.owner);
         let parts = (0..self.parts.len())
@@ -449,5 +456,52 @@ impl MultiLock {
     #[must_use]
     pub fn subscribed_channels(&self) -> Vec<String> {
         self.relay.channels()
+    }
+}
+
+/// Any name of a MultiLock stands for all its parts: a holder is one that holds every
+/// part. Its held names are its parts' (a MultiLock has no names of its own).
+#[async_trait]
+impl Introspect for MultiLock {
+    async fn describe(&self, name: &LockName) -> Result<LockInfo, Error> {
+        let told = join_all(self.parts.iter().map(|(backend, part)| async move {
+            let introspection = backend.introspection().ok_or_else(part_cannot_tell)?;
+            introspection.describe(part).await
+        }))
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, Error>>()?;
+        Ok(composed(name.as_str(), &told, self.parts.len()))
+    }
+
+    async fn held_names(&self, prefix: &str, limit: usize) -> Result<Vec<String>, Error> {
+        let told = join_all(self.parts.iter().map(|(backend, part)| async move {
+            let introspection = backend.introspection().ok_or_else(part_cannot_tell)?;
+            let held = introspection.held_names(part.as_str(), usize::MAX).await?;
+            Ok::<_, Error>(
+                held.into_iter()
+                    .filter(|name| name == part.as_str() && name.starts_with(prefix))
+                    .collect::<Vec<_>>(),
+            )
+        }))
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, Error>>()?;
+        Ok(listed_by(told, 1, limit))
+    }
+
+    async fn announce(
+        &self,
+        client_id: &str,
+        client: &ClientInfo,
+        ttl: Duration,
+    ) -> Result<(), Error> {
+        join_all(self.parts.iter().map(|(backend, _)| async move {
+            let introspection = backend.introspection().ok_or_else(part_cannot_tell)?;
+            introspection.announce(client_id, client, ttl).await
+        }))
+        .await
+        .into_iter()
+        .collect()
     }
 }

@@ -5,7 +5,7 @@
 //! Each client describes itself ([`ClientInfo`]: a name, the host and the process) in the
 //! store when it first acquires, so that a holder's owner string
 //! (`<client-uuid>:<holder>`) leads to a process; a hold of a client that did not (a
-//! Redisson peer) shows without one.
+//! peer that follows only the data layout) shows without one.
 
 use std::time::{Duration, SystemTime};
 
@@ -90,7 +90,7 @@ impl HeldAs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HolderInfo {
-    /// The owner as stored: `<client-uuid>:<holder>` (Redisson's `<uuid>:<thread id>`).
+    /// The owner as stored: `<client-uuid>:<holder>` (a Java peer's: `<uuid>:<thread id>`).
     pub owner: String,
     /// How many holds (reentries) it has.
     pub holds: u32,

@@ -12,10 +12,12 @@ use futures_util::stream::FuturesUnordered;
 use lock_core::backend::{Acquire, Capabilities, LockState, Release, Renewal};
 use lock_core::notify::Listener;
 use lock_core::{
-    AcquireRequest, Backend, Error, LockKind, LockRef, Locks, ReleaseRequest, RequestId,
+    AcquireRequest, Backend, ClientInfo, Error, Introspect, LockInfo, LockKind, LockName, LockRef,
+    Locks, ReleaseRequest, RequestId,
 };
 
 use crate::error::timed_out;
+use crate::introspect::{composed, listed_by, part_cannot_tell};
 use crate::relay::Relay;
 
 mod acquire;
@@ -289,7 +291,6 @@ impl Backend for RedLock {
             .expirable_semaphore(false)
             .wakes_one_client(false)
             .hands_over(false)
-            .introspection(false)
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
@@ -452,6 +453,12 @@ impl Backend for RedLock {
         Ok(held >= self.quorum.majority())
     }
 
+    fn introspection(&self) -> Option<&dyn Introspect> {
+        self.capabilities()
+            .introspection
+            .then_some(self as &dyn Introspect)
+    }
+
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
         let channel = format!("{}|{}|{}", lock.kind, lock.name, lock.owner);
         let parts = self
@@ -468,6 +475,61 @@ impl RedLock {
     #[must_use]
     pub fn subscribed_channels(&self) -> Vec<String> {
         self.relay.channels()
+    }
+}
+
+/// A holder is one a majority of nodes name; what it holds, what a majority agrees on.
+#[async_trait]
+impl Introspect for RedLock {
+    async fn describe(&self, name: &LockName) -> Result<LockInfo, Error> {
+        let calls = self.on_all(self.unleased_timeout(), |node| {
+            let name = name.clone();
+            async move {
+                let introspection = node.introspection().ok_or_else(part_cannot_tell)?;
+                introspection.describe(&name).await
+            }
+        });
+        let told = self.quorum.answered(
+            "describing a lock on a majority of nodes",
+            calls.collect().await,
+        )?;
+        Ok(composed(name.as_str(), &told, self.quorum.majority()))
+    }
+
+    async fn held_names(&self, prefix: &str, limit: usize) -> Result<Vec<String>, Error> {
+        let calls = self.on_all(self.unleased_timeout(), |node| {
+            let prefix = prefix.to_owned();
+            async move {
+                let introspection = node.introspection().ok_or_else(part_cannot_tell)?;
+                introspection.held_names(&prefix, usize::MAX).await
+            }
+        });
+        let told = self.quorum.answered(
+            "listing held locks on a majority of nodes",
+            calls.collect().await,
+        )?;
+        Ok(listed_by(told, self.quorum.majority(), limit))
+    }
+
+    async fn announce(
+        &self,
+        client_id: &str,
+        client: &ClientInfo,
+        ttl: Duration,
+    ) -> Result<(), Error> {
+        let calls = self.on_all(self.unleased_timeout(), |node| {
+            let (client_id, client) = (client_id.to_owned(), client.clone());
+            async move {
+                let introspection = node.introspection().ok_or_else(part_cannot_tell)?;
+                introspection.announce(&client_id, &client, ttl).await
+            }
+        });
+        self.quorum
+            .answered(
+                "describing this client on a majority of nodes",
+                calls.collect().await,
+            )
+            .map(drop)
     }
 }
 

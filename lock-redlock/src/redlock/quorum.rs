@@ -234,6 +234,26 @@ impl Quorum {
         ))
     }
 
+    /// The answers of the nodes that answered, when enough did for a majority to tell;
+    /// else every failed node's error.
+    pub(super) fn answered<T>(
+        self,
+        during: &'static str,
+        answers: Vec<(usize, Result<T, Error>)>,
+    ) -> Result<Vec<T>, Error> {
+        let (mut told, mut failed) = (Vec::new(), Vec::new());
+        for (i, outcome) in answers {
+            match outcome {
+                Ok(answer) => told.push(answer),
+                Err(err) => failed.push((i, err)),
+            }
+        }
+        if failed.len() > self.spare() {
+            return Err(self.nodes_failed(during, failed));
+        }
+        Ok(told)
+    }
+
     /// A connection error naming every failed node's error.
     pub(super) fn nodes_failed(self, during: &'static str, failed: Vec<(usize, Error)>) -> Error {
         Error::connection(
