@@ -91,10 +91,11 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use lock_core::{
-    Acquisition, Backend, Capabilities, Cause, Chain, Config, Connect, CountDownLatch, Error,
-    ErrorKind, ExpirableSemaphore, Guard, HoldModel, Holder, LeasedPermits, Lock, LockKind,
-    LockName, Locks, LocksBuilder, LostReason, MAX_PERMITS_PER_ACQUISITION, PermitAcquisition,
-    PermitId, Permits, RwLock, Semaphore, TRACING_TARGET,
+    Acquisition, Backend, Capabilities, Cause, Chain, ClientInfo, Config, Connect, CountDownLatch,
+    Error, ErrorKind, ExpirableSemaphore, Guard, HeldAs, HoldModel, Holder, HolderInfo,
+    LeasedPermits, Lock, LockInfo, LockKind, LockName, Locks, LocksBuilder, LostReason,
+    MAX_PERMITS_PER_ACQUISITION, PermitAcquisition, PermitId, Permits, RwLock, Semaphore,
+    TRACING_TARGET,
 };
 
 /// Everything needed to implement a [`Backend`]: the request and reply types, the

@@ -1,0 +1,214 @@
+//! The `distlock` command end to end, against real servers it starts: who holds a lock
+//! (text and JSON), the held names, watching, force-unlocking with and without
+//! confirmation, and its errors.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // reason: a test fails loudly.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use distlock::Locks;
+use lock_testkit::{PostgresServer, RedisServer};
+use serde_json::Value;
+
+/// Runs `distlock ARGS` with `stdin` typed in, without `DISTLOCK_URL` unless `url_env`.
+async fn distlock(args: &[&str], stdin: &str, url_env: Option<&str>) -> Output {
+    let args: Vec<String> = args.iter().map(|&arg| arg.to_owned()).collect();
+    let (stdin, url_env) = (stdin.to_owned(), url_env.map(str::to_owned));
+    tokio::task::spawn_blocking(move || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_distlock"));
+        command
+            .args(&args)
+            .env_remove("DISTLOCK_URL")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(url) = url_env {
+            command.env("DISTLOCK_URL", url);
+        }
+        let mut child = command.spawn().expect("the distlock binary runs");
+        child
+            .stdin
+            .take()
+            .expect("a stdin")
+            .write_all(stdin.as_bytes())
+            .expect("typed in");
+        child.wait_with_output().expect("it ends")
+    })
+    .await
+    .expect("the command's thread")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn json(output: &Output) -> Value {
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    serde_json::from_slice(&output.stdout).expect("JSON on stdout")
+}
+
+/// A client named `orders-7` holding `name`, described in the store.
+async fn hold(locks: &Locks, name: &str) -> distlock::Guard {
+    let guard = locks.mutex(name).lock().await.unwrap();
+    // The client describes itself in a job of its first acquisition.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    guard
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_ls_watch_and_force_unlock_on_redis() {
+    let server = RedisServer::start().await;
+    let url = server.url();
+    let backend = distlock::redis::connect_backend(&url).await.unwrap();
+    let holder = Locks::builder(backend)
+        .client_name("orders-7")
+        .build()
+        .unwrap();
+    let name = "cli:order:42";
+    let guard = hold(&holder, name).await;
+
+    let shown = json(&distlock(&["--url", &url, "--json", "show", name], "", None).await);
+    assert_eq!(shown["held_as"], "exclusive", "{shown}");
+    assert_eq!(shown["holders"][0]["client"]["name"], "orders-7", "{shown}");
+    assert_eq!(shown["holders"][0]["client"]["pid"], std::process::id());
+    assert_eq!(shown["holders"][0]["client_id"], holder.client_id());
+    assert!(shown["lease_left_ms"].as_u64().is_some_and(|ms| ms > 0));
+    // DISTLOCK_URL instead of --url; text for people.
+    let shown = distlock(&["show", name], "", Some(&url)).await;
+    let said = text(&shown.stdout);
+    assert!(shown.status.success(), "{}", text(&shown.stderr));
+    assert!(
+        said.contains("cli:order:42: exclusive") && said.contains("orders-7"),
+        "{said}"
+    );
+
+    let listed = json(&distlock(&["--url", &url, "--json", "ls", "cli:"], "", None).await);
+    assert_eq!(listed, serde_json::json!([name]));
+    let watched = distlock(
+        &[
+            "--url",
+            &url,
+            "watch",
+            name,
+            "--interval-ms",
+            "50",
+            "--count",
+            "3",
+        ],
+        "",
+        None,
+    )
+    .await;
+    assert!(watched.status.success(), "{}", text(&watched.stderr));
+    assert_eq!(text(&watched.stdout).matches("held by").count(), 3);
+
+    // Asked, and answered wrong: nothing happens.
+    let refused = distlock(&["--url", &url, "force-unlock", name], "order:42\n", None).await;
+    assert_eq!(refused.status.code(), Some(3), "{}", text(&refused.stderr));
+    assert!(
+        text(&refused.stderr).contains("orders-7"),
+        "the prompt says who holds it"
+    );
+    assert!(guard.is_held());
+    let forced = distlock(
+        &["--url", &url, "force-unlock", name],
+        "cli:order:42\n",
+        None,
+    )
+    .await;
+    assert!(forced.status.success(), "{}", text(&forced.stderr));
+    assert!(
+        text(&forced.stdout).contains("orders-7"),
+        "{}",
+        text(&forced.stdout)
+    );
+    let free = json(&distlock(&["--url", &url, "--json", "show", name], "", None).await);
+    assert_eq!(free["held_as"], "free", "{free}");
+    let again = json(
+        &distlock(
+            &["--url", &url, "--json", "force-unlock", name, "--yes"],
+            "",
+            None,
+        )
+        .await,
+    );
+    assert_eq!(again["released"], false);
+    drop(guard);
+    holder.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_on_postgres() {
+    let server = PostgresServer::start().await;
+    let url = server.url();
+    let backend = distlock::postgres::connect_backend(&url).await.unwrap();
+    let holder = Locks::builder(backend)
+        .client_name("billing-2")
+        .fencing(true)
+        .build()
+        .unwrap();
+    let guard = hold(&holder, "cli:invoice:7").await;
+    let shown = json(
+        &distlock(
+            &["--url", &url, "--json", "show", "cli:invoice:7"],
+            "",
+            None,
+        )
+        .await,
+    );
+    assert_eq!(
+        shown["holders"][0]["client"]["name"], "billing-2",
+        "{shown}"
+    );
+    assert_eq!(
+        shown["fencing_token"],
+        guard.fencing_token().unwrap(),
+        "{shown}"
+    );
+    assert!(
+        shown["holders"][0]["since_ms"].as_u64().is_some(),
+        "{shown}"
+    );
+    let listed = json(&distlock(&["--url", &url, "--json", "ls", "cli:"], "", None).await);
+    assert_eq!(listed, serde_json::json!(["cli:invoice:7"]));
+    guard.unlock().await.unwrap();
+    holder.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_say_what_to_do() {
+    let missing = distlock(&["show", "x"], "", None).await;
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        text(&missing.stderr).contains("DISTLOCK_URL"),
+        "{}",
+        text(&missing.stderr)
+    );
+
+    let bad = distlock(&["--url", "http://u:s3cret@h", "show", "x"], "", None).await;
+    assert_eq!(bad.status.code(), Some(1));
+    let said = text(&bad.stderr);
+    assert!(
+        said.contains("redis+cluster://") && !said.contains("s3cret"),
+        "{said}"
+    );
+
+    let port = lock_testkit::free_port();
+    let refused = distlock(
+        &["--url", &format!("redis://127.0.0.1:{port}"), "ls"],
+        "",
+        None,
+    )
+    .await;
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stderr).contains(&format!("127.0.0.1:{port}")),
+        "{}",
+        text(&refused.stderr)
+    );
+
+    let usage = distlock(&["--url", "redis://h", "unlock-everything"], "", None).await;
+    assert_eq!(usage.status.code(), Some(2));
+}
