@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use distlock::Locks;
-use lock_testkit::{PostgresServer, RedisServer};
+use lock_testkit::{PostgresServer, RedisCluster, RedisSentinel, RedisServer};
 use serde_json::Value;
 
 /// Runs `distlock ARGS` with `stdin` typed in, without `DISTLOCK_URL` unless `url_env`.
@@ -211,4 +211,64 @@ async fn errors_say_what_to_do() {
 
     let usage = distlock(&["--url", "redis://h", "unlock-everything"], "", None).await;
     assert_eq!(usage.status.code(), Some(2));
+}
+
+/// On a cluster, `ls` walks every master: names held on each of three masters (their hash
+/// tags put them in different slots) are all listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ls_and_show_on_a_cluster_walk_every_master() {
+    let cluster = RedisCluster::start(3).await;
+    let hosts: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|node| format!("127.0.0.1:{}", node.port()))
+        .collect();
+    let url = format!("redis+cluster://{}", hosts.join(","));
+    let backend = distlock::redis::connect_backend(&url).await.unwrap();
+    let holder = Locks::builder(backend)
+        .client_name("fleet")
+        .build()
+        .unwrap();
+    let names: Vec<String> = (0..12).map(|i| format!("cli:shard:{i}")).collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(hold(&holder, name).await);
+    }
+    let listed = json(&distlock(&["--url", &url, "--json", "ls", "cli:shard:"], "", None).await);
+    let mut expected = names.clone();
+    expected.sort();
+    assert_eq!(listed, serde_json::json!(expected));
+    let shown = json(&distlock(&["--url", &url, "--json", "show", &names[5]], "", None).await);
+    assert_eq!(shown["holders"][0]["client"]["name"], "fleet", "{shown}");
+    for guard in guards {
+        guard.unlock().await.unwrap();
+    }
+    holder.shutdown().await;
+}
+
+/// Behind Sentinel, and a hold written in Redisson's layout by a peer that is not this
+/// library: shown with its owner id, as a client that did not describe itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redisson_peers_hold_behind_sentinel_is_shown() {
+    let sentinel = RedisSentinel::start().await;
+    let owner = "3f2a9c1e-0b7d-4e55-9a61-7c2d8e4f1a03:88";
+    let () = sentinel
+        .master()
+        .command(&["HSET", "cli:peer", owner, "1"])
+        .await;
+    let () = sentinel
+        .master()
+        .command(&["PEXPIRE", "cli:peer", "30000"])
+        .await;
+    let url = sentinel.url();
+    let shown = distlock(&["--url", &url, "show", "cli:peer"], "", None).await;
+    let said = text(&shown.stdout);
+    assert!(shown.status.success(), "{}", text(&shown.stderr));
+    assert!(
+        said.contains(owner) && said.contains("did not describe itself"),
+        "{said}"
+    );
+    let peer = json(&distlock(&["--url", &url, "--json", "show", "cli:peer"], "", None).await);
+    assert_eq!(peer["holders"][0]["owner"], owner);
+    assert_eq!(peer["holders"][0]["client"], Value::Null);
 }
