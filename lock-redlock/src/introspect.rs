@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use lock_core::{Error, HeldAs, HolderInfo, LockInfo};
+use lock_core::{Backend, Error, HeldAs, HolderInfo, Introspect, LockInfo};
 
 /// The `needed`-th largest of `values` (the value at least `needed` of them reach).
 fn nth_largest<T: Ord + Copy>(mut values: Vec<T>, needed: usize) -> Option<T> {
@@ -76,9 +76,10 @@ pub(crate) fn listed_by(parts: Vec<Vec<String>>, needed: usize, limit: usize) ->
     names
 }
 
-/// The error for a part that cannot say who holds its locks.
-pub(crate) fn part_cannot_tell() -> Error {
-    Error::unsupported("introspection on a part that does not offer it")
+/// A part's introspection; an error for a part that cannot say who holds its locks.
+pub(crate) fn of_part(part: &dyn Backend) -> Result<&dyn Introspect, Error> {
+    part.introspection()
+        .ok_or_else(|| Error::unsupported("introspection on a part that does not offer it"))
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use lock_core::{
 };
 
 use crate::error::NodeErrors;
-use crate::introspect::{composed, listed_by, part_cannot_tell};
+use crate::introspect::{composed, listed_by, of_part};
 use crate::origin::common_origin;
 use crate::relay::Relay;
 
@@ -465,7 +465,7 @@ impl MultiLock {
 impl Introspect for MultiLock {
     async fn describe(&self, name: &LockName) -> Result<LockInfo, Error> {
         let told = join_all(self.parts.iter().map(|(backend, part)| async move {
-            let introspection = backend.introspection().ok_or_else(part_cannot_tell)?;
+            let introspection = of_part(&**backend)?;
             introspection.describe(part).await
         }))
         .await
@@ -476,7 +476,7 @@ impl Introspect for MultiLock {
 
     async fn held_names(&self, prefix: &str, limit: usize) -> Result<Vec<String>, Error> {
         let told = join_all(self.parts.iter().map(|(backend, part)| async move {
-            let introspection = backend.introspection().ok_or_else(part_cannot_tell)?;
+            let introspection = of_part(&**backend)?;
             let held = introspection.held_names(part.as_str(), usize::MAX).await?;
             Ok::<_, Error>(
                 held.into_iter()
@@ -497,7 +497,7 @@ impl Introspect for MultiLock {
         ttl: Duration,
     ) -> Result<(), Error> {
         join_all(self.parts.iter().map(|(backend, _)| async move {
-            let introspection = backend.introspection().ok_or_else(part_cannot_tell)?;
+            let introspection = of_part(&**backend)?;
             introspection.announce(client_id, client, ttl).await
         }))
         .await

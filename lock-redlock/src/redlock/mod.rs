@@ -17,7 +17,7 @@ use lock_core::{
 };
 
 use crate::error::timed_out;
-use crate::introspect::{composed, listed_by, part_cannot_tell};
+use crate::introspect::{composed, listed_by, of_part};
 use crate::relay::Relay;
 
 mod acquire;
@@ -485,7 +485,7 @@ impl Introspect for RedLock {
         let calls = self.on_all(self.unleased_timeout(), |node| {
             let name = name.clone();
             async move {
-                let introspection = node.introspection().ok_or_else(part_cannot_tell)?;
+                let introspection = of_part(&*node)?;
                 introspection.describe(&name).await
             }
         });
@@ -500,7 +500,7 @@ impl Introspect for RedLock {
         let calls = self.on_all(self.unleased_timeout(), |node| {
             let prefix = prefix.to_owned();
             async move {
-                let introspection = node.introspection().ok_or_else(part_cannot_tell)?;
+                let introspection = of_part(&*node)?;
                 introspection.held_names(&prefix, usize::MAX).await
             }
         });
@@ -520,7 +520,7 @@ impl Introspect for RedLock {
         let calls = self.on_all(self.unleased_timeout(), |node| {
             let (client_id, client) = (client_id.to_owned(), client.clone());
             async move {
-                let introspection = node.introspection().ok_or_else(part_cannot_tell)?;
+                let introspection = of_part(&*node)?;
                 introspection.announce(&client_id, &client, ttl).await
             }
         });
