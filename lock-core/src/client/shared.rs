@@ -2,6 +2,7 @@
 //! backend, the settings, the holds it knows of, its waiting lines and its watchdog.
 
 use foldhash::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -46,8 +47,11 @@ pub(crate) struct Inner {
     pub(crate) leased: crate::sync::leased::LeasedRegistry,
     /// What this client says about itself in the store.
     pub(crate) client_info: ClientInfo,
-    /// When this client last said it (see [`Inner::announce_if_due`]).
-    announced: StdMutex<Option<Instant>>,
+    /// When this client was made, and when it last said what it is, in milliseconds
+    /// after that plus one (0: never; see [`Inner::announce_if_due`]). An atomic: every
+    /// acquisition looks.
+    created: Instant,
+    announced: AtomicU64,
 }
 
 impl Inner {
@@ -67,7 +71,8 @@ impl Inner {
             writer_turns: Turns::default(),
             leased: LeasedRegistry::default(),
             client_info,
-            announced: StdMutex::new(None),
+            created: Instant::now(),
+            announced: AtomicU64::new(0),
         }
     }
 
@@ -76,18 +81,23 @@ impl Inner {
     /// every acquisition. A failure is only logged: introspection then shows the holds
     /// of this client without its description.
     pub(crate) fn announce_if_due(&self) {
-        if self.backend.introspection().is_none() {
+        if !self.capabilities.introspection {
             return;
         }
-        {
-            let mut announced = self
+        let now = u64::try_from(self.created.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
+        let last = self.announced.load(Ordering::Acquire);
+        let every = u64::try_from(ANNOUNCE_EVERY.as_millis()).unwrap_or(u64::MAX);
+        let due = last == 0 || now.saturating_sub(last) >= every;
+        // One acquisition of those that find it due says it.
+        if !due
+            || self
                 .announced
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if announced.is_some_and(|at| at.elapsed() < ANNOUNCE_EVERY) {
-                return;
-            }
-            *announced = Some(Instant::now());
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            return;
         }
         let backend = Arc::clone(&self.backend);
         let (client_id, info) = (self.client_id.clone(), self.client_info.clone());
