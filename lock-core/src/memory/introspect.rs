@@ -21,12 +21,6 @@ impl Introspect for MemoryBackend {
             queue.prune(now);
             queue.order.len()
         });
-        let clients = store
-            .clients
-            .iter()
-            .filter(|(_, (_, until))| *until > now)
-            .map(|(id, (client, _))| (id.clone(), client.clone()))
-            .collect::<std::collections::HashMap<String, ClientInfo>>();
         let Some(entry) = store.live(key, now) else {
             return Ok(info);
         };
@@ -55,8 +49,15 @@ impl Introspect for MemoryBackend {
                 .filter_map(|grant| grant.expires)
                 .max()
                 .map(|expires| expires.saturating_duration_since(now));
-            holder.client = clients.get(client_id_of(owner)).cloned();
             info.holders.push(holder);
+        }
+        // Only the holders' own clients are looked up, once the entry is read.
+        for holder in &mut info.holders {
+            holder.client = store
+                .clients
+                .get(client_id_of(&holder.owner))
+                .filter(|(_, until)| *until > now)
+                .map(|(client, _)| client.clone());
         }
         info.holders.sort_by(|a, b| a.owner.cmp(&b.owner));
         Ok(info)

@@ -37,8 +37,20 @@ impl Introspect for RedisBackend {
             )
             .await?;
         let mut info = described(name, &reply)?;
+        // One read per client: a client's readers share its description.
+        let mut clients: std::collections::HashMap<String, Option<ClientInfo>> =
+            std::collections::HashMap::new();
         for holder in &mut info.holders {
-            holder.client = self.client(holder.client_id()).await?;
+            let id = holder.client_id().to_owned();
+            let client = match clients.get(&id) {
+                Some(known) => known.clone(),
+                None => {
+                    let read = self.client(&id).await?;
+                    clients.insert(id, read.clone());
+                    read
+                }
+            };
+            holder.client = client;
         }
         Ok(info)
     }
