@@ -304,8 +304,8 @@ impl Backend for FaultyBackend {
         }
     }
 
-    async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
-        self.inner.cancel_wait(lock).await
+    async fn cancel_wait(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
+        self.inner.cancel_wait(lock, acquisition).await
     }
 
     async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {

@@ -250,7 +250,11 @@ impl Backend for PostgresBackend {
         }
     }
 
-    async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
+    async fn cancel_wait(
+        &self,
+        lock: &LockRef,
+        _acquisition: &AcquireRequest,
+    ) -> Result<(), Error> {
         if !matches!(lock.kind, LockKind::Fair | LockKind::Mutex) {
             return Ok(());
         }

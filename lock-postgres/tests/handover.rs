@@ -145,7 +145,7 @@ async fn a_waiter_that_has_gone_loses_the_handed_lock_without_a_lease_of_waiting
         );
         let started = Instant::now();
         if gives_up {
-            backend.cancel_wait(&quiet).await.unwrap();
+            backend.cancel_wait(&quiet, &queued_request).await.unwrap();
         }
         let guard = timeout(Duration::from_secs(10), waits)
             .await

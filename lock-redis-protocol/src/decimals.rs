@@ -2,10 +2,10 @@
 
 /// The longest decimal rendering of a `u64`.
 const LONGEST: usize = 20;
-/// Room for three numbers, the most any script call renders at once.
-const ROOM: usize = 3 * LONGEST;
+/// Room for four numbers, the most any script call renders at once.
+const ROOM: usize = 4 * LONGEST;
 
-/// The decimal renderings of `N` numbers (at most three) kept in one buffer on the stack,
+/// The decimal renderings of `N` numbers (at most four) kept in one buffer on the stack,
 /// so that a script call's numeric arguments cost no allocation and no trip through the
 /// formatting machinery (every acquire and release sends several).
 pub(crate) struct Decimals<const N: usize> {
@@ -22,7 +22,7 @@ impl<const N: usize> Decimals<N> {
     /// docs/benchmarks.md, stop 12).
     #[inline(never)]
     pub(crate) fn new(numbers: [u64; N]) -> Self {
-        const { assert!(N * LONGEST <= ROOM, "room for at most three numbers") };
+        const { assert!(N * LONGEST <= ROOM, "room for at most four numbers") };
         let mut digits = itoa::Buffer::new();
         let mut text = [0; ROOM];
         let mut len = 0;

@@ -77,6 +77,7 @@ const FAIR_QUEUE: Spelling = Spelling::new("redisson_lock_queue:", "");
 const FAIR_DEADLINES: Spelling = Spelling::new("redisson_lock_timeout:", "");
 const FAIR_ALIVE: Spelling = Spelling::new("redisson_lock_waiter_alive:", "");
 const WAITING_CLIENTS: Spelling = Spelling::new("redisson_lock_waiting:", "");
+const WAITING_REQUESTS: Spelling = Spelling::new("redisson_lock_waiting_request:", "");
 const RW_CHANNEL: Spelling = Spelling::new("redisson_rwlock:", "");
 const TOKEN: Spelling = Spelling::new("redisson_lock_token:", "");
 const GRANT_LATCH: Spelling = Spelling::new("redisson_lock_latch:", ":");
@@ -103,10 +104,10 @@ pub(crate) type KeyAt = std::ops::Range<usize>;
 
 impl<'n> Keys<'n> {
     /// Room for the keys of a mutex acquire (the most a request takes on the hot path:
-    /// six, one of them for a request and one for an owner) with prefixes of up to 24
+    /// seven, one of them for a request and one for an owner) with prefixes of up to 32
     /// bytes and owners of up to 64.
     pub(crate) fn new(name: &'n LockName) -> Self {
-        Self::with_room(name, |tagged| 6 * (tagged + 24) + 1 + HEX_LEN + 64)
+        Self::with_room(name, |tagged| 7 * (tagged + 32) + 1 + HEX_LEN + 64)
     }
 
     /// Room for `room(length of the tagged name)` bytes.
@@ -152,6 +153,11 @@ impl<'n> Keys<'n> {
     /// The waiting clients' key (see [`waiting_clients_key`]).
     pub(crate) fn waiting_clients(&mut self) -> KeyAt {
         self.add(WAITING_CLIENTS)
+    }
+
+    /// The waiting clients' acquisitions (see [`waiting_requests_key`]).
+    pub(crate) fn waiting_requests(&mut self) -> KeyAt {
+        self.add(WAITING_REQUESTS)
     }
 
     /// The fencing counter (see [`token_key`]).
@@ -241,6 +247,16 @@ pub fn fair_queue_keys(name: &LockName) -> [String; 3] {
 #[must_use]
 pub fn waiting_clients_key(name: &LockName) -> String {
     WAITING_CLIENTS.of(name)
+}
+
+/// Which acquisition of each waiting client of a mutex waits now:
+/// `redisson_lock_waiting_request:{name}` (a hash wake id ->
+/// `<request id>:<fencing 0|1>:<place ms>:<latch ms>:<owner>`; not part of Redisson's
+/// layout). A release that wakes the client registered first alone hands the lock over
+/// to that acquisition (see the prelude's `hand_over`).
+#[must_use]
+pub fn waiting_requests_key(name: &LockName) -> String {
+    WAITING_REQUESTS.of(name)
 }
 
 /// How a client's wake id starts. A release that wakes one client alone (sent only when

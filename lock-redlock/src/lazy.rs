@@ -195,10 +195,10 @@ impl Backend for LazyNode {
         self.backend().await?.acquire(lock, request).await
     }
 
-    async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
+    async fn cancel_wait(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
         // Never connected: it holds no place of ours to give up.
         match self.connected.get() {
-            Some(backend) => backend.cancel_wait(lock).await,
+            Some(backend) => backend.cancel_wait(lock, acquisition).await,
             None => Ok(()),
         }
     }

@@ -326,7 +326,11 @@ impl Backend for MultiLock {
         outcomes.into_iter().collect()
     }
 
-    async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
+    async fn cancel_wait(
+        &self,
+        lock: &LockRef,
+        _acquisition: &AcquireRequest,
+    ) -> Result<(), Error> {
         let kept = self.kept().remove(lock);
         if let Some(mask) = kept {
             // The lease does not matter for a last hold; a short one for the rare

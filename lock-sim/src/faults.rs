@@ -242,11 +242,11 @@ impl Backend for FaultyLink {
         .await
     }
 
-    async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
-        let lock = lock.clone();
+    async fn cancel_wait(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
+        let (lock, acquisition) = (lock.clone(), *acquisition);
         self.through("cancel", move |inner| {
             let lock = lock.clone();
-            async move { inner.cancel_wait(&lock).await }
+            async move { inner.cancel_wait(&lock, &acquisition).await }
         })
         .await
     }

@@ -17,12 +17,14 @@ use tokio::time::Instant;
 mod acl;
 mod connect;
 mod faults;
+mod handover;
 mod replication;
 mod wakes;
 
 pub use acl::*;
 pub use connect::*;
 pub use faults::*;
+pub use handover::*;
 pub use replication::*;
 pub use wakes::*;
 
@@ -101,6 +103,10 @@ macro_rules! adapter_tests {
             a_grant_clears_an_unreadable_reservation_and_holds_count_down,
             clients_outliving_their_connect_runtime_still_hand_over,
             a_rollback_without_a_restart_starts_the_quarantine,
+            a_release_hands_the_mutex_to_the_waiting_acquisition,
+            a_waiter_that_has_gone_loses_the_handed_mutex_within_its_place,
+            a_later_acquisition_of_the_owner_takes_a_handed_mutex_over,
+            nothing_is_handed_over_while_a_redisson_peer_listens,
         );
     };
 }

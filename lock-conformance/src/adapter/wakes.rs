@@ -374,7 +374,11 @@ async fn subscribe_calls(server: &RedisServer) -> u64 {
 
 /// A bare connection to the server on `port` that ran `command` (`SUBSCRIBE` or
 /// `SSUBSCRIBE`) on `channel`, as a Redisson waiter's does; panics if it was not confirmed.
-async fn raw_subscriber(port: u16, command: &str, channel: &str) -> tokio::net::TcpStream {
+pub(super) async fn raw_subscriber(
+    port: u16,
+    command: &str,
+    channel: &str,
+) -> tokio::net::TcpStream {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .unwrap();

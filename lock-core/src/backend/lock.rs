@@ -316,10 +316,15 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
 
     /// A waiter gives up (its wait ran out, failed, or its future was dropped): a fair
     /// lock removes it from its queue (and wakes the next waiter if it was first), a
-    /// composite lock releases what it kept. Called for every waiting acquire that did
-    /// not end with the lock, so implementations with nothing to undo must return at once.
-    async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
-        let _ = lock;
+    /// composite lock releases what it kept, and with [`Capabilities::hands_over`] a
+    /// hold handed over to `acquisition` (its latest request: the id is the
+    /// acquisition's) and not yet taken up goes to the next waiter. Called for every
+    /// waiting acquire that did not end with the lock, after its last request was
+    /// answered, so implementations with nothing to undo must return at once.
+    ///
+    /// [`Capabilities::hands_over`]: super::Capabilities::hands_over
+    async fn cancel_wait(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
+        let _ = (lock, acquisition);
         Ok(())
     }
 

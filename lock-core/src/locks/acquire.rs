@@ -130,12 +130,7 @@ async fn ask(
     let mut queued = None;
     if !matches!(wait, Wait::Never) {
         request = request.enqueue(client.config.fair_waiter_timeout);
-        queued = Some(QueuedWaiter {
-            client: Arc::clone(client),
-            lock: lock.clone(),
-            armed: true,
-            attempt_done: None,
-        });
+        queued = Some(QueuedWaiter::new(client, &lock, request));
     }
     // Attempts are boxed: a waiter spends its life between attempts, and its resident
     // state should not reserve room for one (thousands of waiters add up).
@@ -359,6 +354,7 @@ async fn attempt(
     let done = queued.map(|queued| {
         let (done, attempt_done) = oneshot::channel::<()>();
         queued.attempt_done = Some(attempt_done);
+        queued.request = request;
         done
     });
     let backend = Arc::clone(&client.backend);
@@ -499,6 +495,9 @@ impl Drop for RequestInFlight {
 struct QueuedWaiter {
     client: Arc<Inner>,
     lock: LockRef,
+    /// The acquisition's request (its latest attempt's, whose id is the acquisition's
+    /// where the backend hands over).
+    request: AcquireRequest,
     armed: bool,
     /// Resolves when the latest attempt is over: a cancellation sent before it could
     /// reach the backend first and be undone by the attempt (a fair queue entry made
@@ -507,6 +506,16 @@ struct QueuedWaiter {
 }
 
 impl QueuedWaiter {
+    fn new(client: &Arc<Inner>, lock: &LockRef, request: AcquireRequest) -> Self {
+        Self {
+            client: Arc::clone(client),
+            lock: lock.clone(),
+            request,
+            armed: true,
+            attempt_done: None,
+        }
+    }
+
     /// The waiter got the lock: the server already took it off the queue.
     fn served(waiter: &mut Option<Self>) {
         if let Some(waiter) = waiter {
@@ -522,13 +531,14 @@ impl Drop for QueuedWaiter {
         }
         let backend = Arc::clone(&self.client.backend);
         let lock = self.lock.clone();
+        let request = self.request;
         let attempt_done = self.attempt_done.take();
         let cancel = self.client.supervisor.spawn_job(async move {
             if let Some(attempt_done) = attempt_done {
                 // Only "the attempt ended" matters, not how: a closed channel is the signal.
                 let _ = attempt_done.await;
             }
-            if let Err(err) = backend.cancel_wait(&lock).await {
+            if let Err(err) = backend.cancel_wait(&lock, &request).await {
                 events::cancel_failed(&lock, &err);
             }
         });

@@ -84,7 +84,11 @@ impl Backend for MemoryBackend {
         Ok(reply)
     }
 
-    async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
+    async fn cancel_wait(
+        &self,
+        lock: &LockRef,
+        _acquisition: &AcquireRequest,
+    ) -> Result<(), Error> {
         if lock.kind != LockKind::Fair {
             return Ok(());
         }

@@ -44,6 +44,8 @@ pub(super) enum Particular<'a> {
         reservation: &'a str,
         /// The waiting clients' key.
         waiting: &'a str,
+        /// The waiting clients' acquisitions' key.
+        requests: &'a str,
         /// `"1"` when the caller is a starving waiter.
         starving: &'a str,
         /// How long a reservation lasts, in milliseconds.
@@ -54,6 +56,9 @@ pub(super) enum Particular<'a> {
         wake_id: &'a str,
         /// How long the waiting clients' set outlives a registration, in milliseconds.
         registered_ms: &'a str,
+        /// How long the caller keeps its place without asking again, in milliseconds:
+        /// a lock handed over to it lasts that long until it takes it up.
+        place_ms: &'a str,
     },
     /// The fair lock: its queue.
     Fair {
@@ -107,7 +112,7 @@ impl<'a, const N: usize> Listed<'a, N> {
 pub(super) struct AcquireCall<'a> {
     pub(super) script: &'static Script,
     pub(super) keys: Listed<'a, 8>,
-    pub(super) args: Listed<'a, 11>,
+    pub(super) args: Listed<'a, 12>,
 }
 
 /// The call an acquire makes: every script ends its keys with the grants hash and the
@@ -134,14 +139,25 @@ pub(super) fn acquire_call<'a>(
         Particular::Mutex {
             reservation,
             waiting,
+            requests,
             starving,
             reservation_ms,
             waited_ms,
             wake_id,
             registered_ms,
+            place_ms,
         } => AcquireCall {
             script: &script::MUTEX_ACQUIRE,
-            keys: Listed::of([lock, reservation, token, epoch, waiting, grants, latch]),
+            keys: Listed::of([
+                lock,
+                reservation,
+                token,
+                epoch,
+                waiting,
+                requests,
+                grants,
+                latch,
+            ]),
             args: Listed::of([
                 lease_ms,
                 owner,
@@ -152,6 +168,7 @@ pub(super) fn acquire_call<'a>(
                 quarantine,
                 wake_id,
                 registered_ms,
+                place_ms,
                 grant,
                 latch_ms,
             ]),
@@ -210,11 +227,13 @@ mod tests {
             Particular::Mutex {
                 reservation: "reservation",
                 waiting: "waiting",
+                requests: "requests",
                 starving: "starving",
                 reservation_ms: "reservation_ms",
                 waited_ms: "waited_ms",
                 wake_id: "wake_id",
                 registered_ms: "registered_ms",
+                place_ms: "place_ms",
             },
             Particular::Fair {
                 queue: ["queue", "deadlines", "alive"],
@@ -239,6 +258,7 @@ mod tests {
             "latch" => &["grant latch."],
             "reservation" => &["reservation string"],
             "waiting" => &["waiting clients (see"],
+            "requests" => &["waiting clients' acquisitions"],
             "queue" => &["waiter queue"],
             "deadlines" => &["waiter scores"],
             "alive" => &["liveness"],
@@ -253,6 +273,7 @@ mod tests {
             "waited_ms" => &["has waited"],
             "wake_id" => &["wake id"],
             "registered_ms" => &["outlives a registration"],
+            "place_ms" => &["keeps its place"],
             "joins" => &["join the queue"],
             "timeout_ms" => &["waiter timeout"],
             "slot" => &["wait slot"],

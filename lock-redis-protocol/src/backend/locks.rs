@@ -125,6 +125,75 @@ impl RedisBackend {
     }
 }
 
+/// A mutex release's rendered numbers and grant id.
+struct MutexRelease<'a> {
+    lease_ms: &'a str,
+    offer_ms: &'a str,
+    latch_ms: &'a str,
+    grant: &'a str,
+}
+
+impl RedisBackend {
+    /// The wake id a mutex acquire registers this client under: its own when the caller
+    /// waits to be woken alone, else none.
+    fn wake_id_for(&self, request: &AcquireRequest) -> &str {
+        if !request.waits_to_be_woken_alone() {
+            return "";
+        }
+        // Before the waiter listens: its first attempt comes first.
+        self.registered_a_waiter
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        &self.wake_id
+    }
+
+    /// Runs a mutex's release script, which hands the lock over when it frees it.
+    async fn release_mutex(
+        &self,
+        lock: &LockRef,
+        built: &mut layout::Keys<'_>,
+        grants_at: layout::KeyAt,
+        latch_at: layout::KeyAt,
+        numbers: MutexRelease<'_>,
+    ) -> Result<Reply, Error> {
+        let MutexRelease {
+            lease_ms,
+            offer_ms,
+            latch_ms,
+            grant,
+        } = numbers;
+        let channel_at = built.mutex_channel();
+        let (waiting_at, reservation_at) = (built.waiting_clients(), built.reservation());
+        let (requests_at, token_at) = (built.waiting_requests(), built.token());
+        let count = self.listener_count_command();
+        let channel = built.get(channel_at);
+        let epoch = self.epoch_key(&lock.name);
+        let quarantine = self.quarantine_ms().to_string();
+        let args = [
+            lease_ms,
+            lock.owner.as_str(),
+            channel,
+            self.options.publish.command(),
+            count,
+            offer_ms,
+            &quarantine,
+            grant,
+            latch_ms,
+        ];
+        let keys = [
+            layout::lock_key(&lock.name),
+            built.get(waiting_at),
+            built.get(reservation_at),
+            built.get(requests_at),
+            built.get(token_at),
+            &epoch,
+            built.get(grants_at),
+            built.get(latch_at),
+        ];
+        self.eval("releasing", &script::MUTEX_RELEASE, &keys, &args)
+            .await
+    }
+}
+
 /// Renewal scripts take one family of kinds at a time: read holds have their own script.
 fn renew_script(family: Family) -> u8 {
     u8::from(family == Family::Read)
@@ -147,6 +216,7 @@ impl Backend for RedisBackend {
         // Only the mutex's script takes these; made in the same buffer, they cost no
         // allocation.
         let (reservation_at, waiting_at) = (built.reservation(), built.waiting_clients());
+        let requests_at = built.waiting_requests();
         let mut grant = String::with_capacity(32);
         request.id.push_hex(&mut grant);
         let epoch = self.epoch_key(name);
@@ -175,30 +245,26 @@ impl Backend for RedisBackend {
         let (queue, prefix, rendered);
         let particular = match family {
             Family::Mutex => {
-                let wake_id = if request.waits_to_be_woken_alone() {
-                    // Before the waiter listens: its first attempt comes first.
-                    self.registered_a_waiter
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
-                    &*self.wake_id
-                } else {
-                    ""
-                };
+                let wake_id = self.wake_id_for(&request);
                 // A live waiter asks again within the holder's lease (its own, as a
                 // rule): a set of waiting clients none of which asked that long is gone.
                 rendered = Decimals::new([
                     millis(self.options.reservation),
                     millis(wait.waited),
                     millis(request.lease.saturating_add(wait.place_kept_for)),
+                    millis(wait.place_kept_for),
                 ]);
-                let [reservation_ms, waited_ms, registered_ms] = rendered.get();
+                let [reservation_ms, waited_ms, registered_ms, place_ms] = rendered.get();
                 Particular::Mutex {
                     reservation: built.get(reservation_at),
                     waiting: built.get(waiting_at),
+                    requests: built.get(requests_at),
                     starving: flag(wait.starving),
                     reservation_ms,
                     waited_ms,
                     wake_id,
                     registered_ms,
+                    place_ms,
                 }
             }
             Family::Fair => {
@@ -206,8 +272,9 @@ impl Backend for RedisBackend {
                     millis(wait.place_kept_for),
                     layout::REDISSON_WAIT_SLOT_MS,
                     0,
+                    0,
                 ]);
-                let [timeout_ms, slot, _] = rendered.get();
+                let [timeout_ms, slot, _, _] = rendered.get();
                 queue = layout::fair_queue_keys(name);
                 let [waiters, deadlines, alive] = &queue;
                 Particular::Fair {
@@ -304,21 +371,13 @@ impl Backend for RedisBackend {
                     .await?
             }
             Family::Mutex => {
-                let channel_at = built.mutex_channel();
-                let (waiting_at, reservation_at) = (built.waiting_clients(), built.reservation());
-                let count = self.listener_count_command();
-                let channel = built.get(channel_at);
-                let args = [
-                    lease_ms, owner, channel, publish, count, offer_ms, &grant, latch_ms,
-                ];
-                let keys = [
-                    key,
-                    built.get(waiting_at),
-                    built.get(reservation_at),
-                    built.get(grants_at),
-                    built.get(latch_at),
-                ];
-                self.eval("releasing", &script::MUTEX_RELEASE, &keys, &args)
+                let mutex = MutexRelease {
+                    lease_ms,
+                    offer_ms,
+                    latch_ms,
+                    grant: &grant,
+                };
+                self.release_mutex(lock, &mut built, grants_at, latch_at, mutex)
                     .await?
             }
         };
@@ -461,7 +520,7 @@ impl Backend for RedisBackend {
         }
     }
 
-    async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
+    async fn cancel_wait(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
         let name = &lock.name;
         match Family::of(lock.kind)? {
             Family::Fair => {}
@@ -469,14 +528,35 @@ impl Backend for RedisBackend {
                 let channel = layout::mutex_channel(name);
                 let waiting = layout::waiting_clients_key(name);
                 let reservation = layout::reservation_key(name);
-                let keys = [layout::lock_key(name), &waiting, &reservation];
-                let offer_ms = millis(self.options.reservation).to_string();
+                let requests = layout::waiting_requests_key(name);
+                let (token, epoch) = (layout::token_key(name), self.epoch_key(name));
+                let keys = [
+                    layout::lock_key(name),
+                    &waiting,
+                    &reservation,
+                    &requests,
+                    &token,
+                    &epoch,
+                ];
+                let numbers = Decimals::new([
+                    millis(self.options.reservation),
+                    self.quarantine_ms(),
+                    // As a release's: a late copy of an attempt must find the grant ended.
+                    millis(acquisition.retry_window.saturating_mul(2)),
+                ]);
+                let [offer_ms, quarantine, latch_ms] = numbers.get();
+                let mut request = String::with_capacity(32);
+                acquisition.id.push_hex(&mut request);
                 let args = [
                     &*self.wake_id,
                     &channel,
                     self.options.publish.command(),
                     self.listener_count_command(),
-                    &offer_ms,
+                    offer_ms,
+                    quarantine,
+                    &request,
+                    lock.owner.as_str(),
+                    latch_ms,
                 ];
                 return self
                     .eval("leaving the waiters", &script::MUTEX_CANCEL, &keys, &args)

@@ -87,6 +87,7 @@ impl RedisBackend {
         .semaphore(true)
         .expirable_semaphore(true)
         .wakes_one_client(true)
+        .hands_over(true)
         .introspection(true);
 
     /// Runs the protocol over `transport`.

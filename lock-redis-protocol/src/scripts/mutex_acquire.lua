@@ -2,23 +2,31 @@
 -- KEYS[1] lock hash; KEYS[2] reservation string '<wait start ms>:<owner>', or
 -- '<ms>:<wake id>' while a release offers the lock to one client (see wake_mutex_waiters);
 -- KEYS[3] fencing counter; KEYS[4] restart epoch; KEYS[5] waiting clients (see
--- wake_mutex_waiters); KEYS[6] the owner's grants hash; KEYS[7] grant latch.
+-- wake_mutex_waiters); KEYS[6] the waiting clients' acquisitions (see hand_over);
+-- KEYS[7] the owner's grants hash; KEYS[8] grant latch.
 -- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] '1' if the caller is a starving waiter;
 -- ARGV[4] how long a reservation lasts (ms); ARGV[5] how long the caller has waited (ms);
 -- ARGV[6] '1' to return a fencing token; ARGV[7] restart quarantine (ms, '0' off);
 -- ARGV[8] the caller's client wake id when the caller waits if busy, else '';
 -- ARGV[9] how long the waiting clients' zset outlives a registration (ms);
--- ARGV[10] this request's id, the grant's; ARGV[11] grant latch lifetime (ms): a retry
--- of this request gets the same grant back.
+-- ARGV[10] how long the caller keeps its place without asking again (ms): a lock handed
+-- over to it lasts that long until it takes it up; ARGV[11] this request's id, the
+-- grant's, the same for every attempt of one acquisition; ARGV[12] grant latch lifetime
+-- (ms): a retry of this request gets the same grant back.
 -- The expiry is only ever extended, never shortened, so that a client's local view of
 -- its lease (the latest request it sent plus that request's lease) stays on the safe side.
 -- Reply: '<holds>:<token>:<origin>' when the owner now holds it (token 0 without fencing; a
 -- reentry reports the current counter, which is the holder's own token); {0, pttl} when
--- someone else does;
+-- someone else does (for a registered waiter at most a third of its place: a lock
+-- handed to a waiter that stalled is free again after one place);
 -- {2, pttl of the reservation} when it is free but reserved for another owner; {4, ms}
 -- while the restart quarantine lasts.
 
 local again = grant_replayed()
+if type(again) == 'string' and string.sub(again, 1, 1) == 'h' then
+    -- Handed over to this acquisition while it waited (see hand_over).
+    again = take_up_handed(KEYS[1], ARGV[2], ARGV[1])
+end
 if again then
     return again
 end
@@ -41,10 +49,15 @@ local function reservation()
     return tonumber(string.sub(value, 1, sep - 1)), string.sub(value, sep + 1), true
 end
 
+-- What a registered waiter leaves in the waiting clients' acquisitions (see hand_over).
+local function waiting_request()
+    return ARGV[11] .. ':' .. ARGV[6] .. ':' .. ARGV[10] .. ':' .. ARGV[12] .. ':' .. ARGV[2]
+end
+
 if redis.call('exists', KEYS[1]) == 0 then
     local _, reserved_for, reserved = reservation()
     if reserved_for and reserved_for ~= ARGV[2] and reserved_for ~= ARGV[8] then
-        register_waiting(KEYS[5], ARGV[8], ARGV[9])
+        register_waiting(KEYS[5], KEYS[6], ARGV[8], ARGV[9], waiting_request())
         return {2, redis.call('pttl', KEYS[2])}
     end
     -- Taken up (or malformed): it goes. Most grants find none, and skip the call.
@@ -54,6 +67,7 @@ if redis.call('exists', KEYS[1]) == 0 then
     if ARGV[8] ~= '' then
         -- Served: the client's next waiter registers afresh, behind the others.
         redis.call('zrem', KEYS[5], ARGV[8])
+        redis.call('hdel', KEYS[6], ARGV[8])
     end
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
@@ -65,6 +79,21 @@ if redis.call('exists', KEYS[1]) == 0 then
     return granted(1, token, origin)
 end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    local handed_to = redis.call('hget', KEYS[7], 'o')
+    local handed = handed_to and redis.call('get', latch_of(KEYS[1], handed_to))
+    if handed and string.sub(handed, 1, 1) == 'h' then
+        -- Handed over to an earlier acquisition of this owner, which gave up (its
+        -- cancellation is on its way): this one takes the hold up as its own, with the
+        -- handed token, and the earlier one's grant ends.
+        redis.call('set', latch_of(KEYS[1], handed_to), 'r-1', 'px', ARGV[12])
+        redis.call('del', KEYS[7])
+        if lease_left(KEYS[1]) < tonumber(ARGV[1]) then
+            redis.call('pexpire', KEYS[1], ARGV[1])
+        end
+        local origin = record_grant(true, ARGV[1])
+        local token = string.match(handed, '^h%d+:(%d+):')
+        return granted(1, tonumber(token), origin)
+    end
     local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     -- Extend only: a reentry with a shorter lease must not cut an outer hold's lease.
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
@@ -79,7 +108,7 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
 end
 -- Busy. A caller that will wait registers its client (which keeps its place if it is
 -- registered already), so that a release can wake this client alone and in its turn.
-register_waiting(KEYS[5], ARGV[8], ARGV[9])
+register_waiting(KEYS[5], KEYS[6], ARGV[8], ARGV[9], waiting_request())
 -- A starving waiter reserves the next free moment unless a waiter that started
 -- waiting earlier holds the reservation; its own reservation is refreshed on every attempt.
 -- Wait starts are on the server's clock (now minus the caller's own waited time), so
@@ -94,4 +123,11 @@ if ARGV[3] == '1' then
         redis.call('set', KEYS[2], start .. ':' .. ARGV[2], 'px', ARGV[4])
     end
 end
-return {0, redis.call('pttl', KEYS[1])}
+local ttl = redis.call('pttl', KEYS[1])
+if ARGV[8] ~= '' then
+    local again_within = math.max(1, math.floor(tonumber(ARGV[10]) / 3))
+    if ttl < 0 or ttl > again_within then
+        ttl = again_within
+    end
+end
+return {0, ttl}

@@ -1,18 +1,44 @@
--- A client's waiter for a mutex gives up: the client's registration goes, and so does an
--- offer of the lock to it; if the lock is free the next waiter is woken (this client may
--- have been the one a release told, and that wake-up must not be lost with it).
+-- A client's waiter for a mutex gives up: the client's registration goes while it names
+-- this acquisition, and so does an offer of the lock to the client; a hold handed over
+-- to this acquisition and not taken up (see hand_over) ends; if the lock is then free,
+-- the next waiter is handed it or woken (this client may have been the one a release
+-- told, and that wake-up must not be lost with it).
 -- KEYS[1] lock hash; KEYS[2] waiting clients and KEYS[3] reservation (see
--- wake_mutex_waiters).
+-- wake_mutex_waiters); KEYS[4] the waiting clients' acquisitions (see hand_over);
+-- KEYS[5] fencing counter; KEYS[6] restart epoch.
 -- ARGV[1] the client's wake id; ARGV[2] channel; ARGV[3] publish command; ARGV[4]
 -- listener count subcommand of PUBSUB ('' to tell every listener); ARGV[5] how long the
--- lock is offered to a client woken alone (ms).
--- Reply: 1 if the client was registered, else 0.
-local removed = redis.call('zrem', KEYS[2], ARGV[1])
+-- lock is offered to a client woken alone (ms); ARGV[6] restart quarantine (ms, '0'
+-- off); ARGV[7] the acquisition's request id; ARGV[8] its owner; ARGV[9] how long an
+-- ended grant's latch lives (ms).
+-- Reply: 1 if the client was registered for this acquisition, else 0.
+local removed = 0
+local entry = redis.call('hget', KEYS[4], ARGV[1])
+if not entry or string.sub(entry, 1, #ARGV[7] + 1) == ARGV[7] .. ':' then
+    -- A client's entry names the acquisition that asked last: a later waiter of the
+    -- same client keeps the client's place.
+    removed = redis.call('zrem', KEYS[2], ARGV[1])
+    redis.call('hdel', KEYS[4], ARGV[1])
+end
 local reserved = redis.call('get', KEYS[3])
 if reserved and string.sub(reserved, -#ARGV[1]) == ARGV[1] then
     redis.call('del', KEYS[3])
 end
+local latch = latch_of(KEYS[1], ARGV[7])
+local handed = redis.call('get', latch)
+if handed and string.sub(handed, 1, 1) == 'h' then
+    local grants = grants_of(KEYS[1], ARGV[8])
+    if redis.call('hget', grants, 'o') == ARGV[7] and redis.call('hget', KEYS[1], ARGV[8]) == '1' then
+        redis.call('del', KEYS[1], grants)
+    end
+    -- A late copy of one of its attempts takes nothing either.
+    redis.call('set', latch, 'r-1', 'px', ARGV[9])
+end
 if redis.call('exists', KEYS[1]) == 0 then
-    wake_mutex_waiters(KEYS[2], ARGV[2], ARGV[3], ARGV[4], KEYS[3], ARGV[5])
+    wake_mutex_waiters({
+        lock = KEYS[1], waiting = KEYS[2], reservation = KEYS[3], requests = KEYS[4],
+        token = KEYS[5], epoch = KEYS[6], channel = ARGV[2], publish = ARGV[3],
+        numsub = ARGV[4], offer_ms = ARGV[5], quarantine_ms = ARGV[6],
+    })
 end
 return removed

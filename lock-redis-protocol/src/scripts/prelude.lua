@@ -406,12 +406,16 @@ local function next_waiting_client(waiting, channel, numsub)
 end
 
 -- Registers the waiting client `wake_id` ('' for a caller that does not wait) behind the
--- clients registered before; a client already registered keeps its place. The zset
--- lives `lifetime_ms` past its latest registration.
-local function register_waiting(waiting, wake_id, lifetime_ms)
+-- clients registered before; a client already registered keeps its place. Its entry in
+-- the hash `requests` says which of its acquisitions waits now (a client's waiters for
+-- one lock ask one at a time; see hand_over): `request` names it. Both keys live
+-- `lifetime_ms` past the latest registration.
+local function register_waiting(waiting, requests, wake_id, lifetime_ms, request)
     if wake_id ~= '' then
         redis.call('zadd', waiting, 'NX', string.format('%d', now_ms()), wake_id)
+        redis.call('hset', requests, wake_id, request)
         redis.call('pexpire', waiting, lifetime_ms)
+        redis.call('pexpire', requests, lifetime_ms)
     end
 end
 
@@ -426,36 +430,134 @@ local function registered_first(waiting, wake_id)
     return not looked or first[1] == nil or first[1] == wake_id
 end
 
--- Wakes a mutex's waiters after its release: one client alone where it can (see
--- next_waiting_client), on its own channel where it listens there (one message instead
--- of one per listener of the lock's channel; its payload is the lock's channel), else
--- with its wake id on the lock's channel; otherwise every listener with '0', as Redisson
--- does. `numsub` is the PUBSUB subcommand that counts the channel's listeners, or ''
--- where this server cannot see them all (then every release tells everybody). A server
--- that refuses one of the commands (an ACL written before they were needed) costs the
--- targeting, never the release.
--- Either way the lock is offered for `offer_ms` to the registered client that has waited
--- longest, in the reservation key `reservation` (unless a starving waiter holds it): our
--- other waiters, woken by the same '0' or arriving anew, cannot take it from under that
--- client, which keeps our clients in the order they registered. (Redisson's own script
--- does not look at the reservation; its waiters compete as they always did.)
-local function wake_mutex_waiters(waiting, channel, publish, numsub, reservation, offer_ms)
+-- The name's hash tag as every key of the lock embeds it (layout::tagged): the name
+-- itself when it holds a '{', else the name in braces.
+local function tagged(name)
+    if string.find(name, '{', 1, true) then
+        return name
+    end
+    return '{' .. name .. '}'
+end
+
+-- The latch of grant `request` of lock `name` (layout::grant_latch_key).
+local function latch_of(name, request)
+    return 'redisson_lock_latch:' .. tagged(name) .. ':' .. request
+end
+
+-- The grants hash of `owner`'s hold of lock `name` (layout::grants_key).
+local function grants_of(name, owner)
+    return 'redisson_lock_grants:' .. tagged(name) .. ':' .. owner
+end
+
+-- Hand-over. A waiting client's entry in the mutex's `requests` hash names its
+-- acquisition that waits: '<request id>:<fencing 0|1>:<place ms>:<latch ms>:<owner>'.
+-- A release that wakes that client alone hands the free lock to that acquisition: a
+-- hold of its owner under its request id, as its own acquire script would have made it,
+-- whose lease and latch last only the waiter's place (`place ms`), and whose latch says
+-- 'h<holds>:<token>:<origin>' (handed, not taken up). The waiter's next attempt, under
+-- the same id, takes it up (take_up_handed) with its full lease; a waiter that gave up
+-- gives it back at once (mutex_cancel); one that vanished or stalled loses it when its
+-- place lapses, and the waiters behind it, who ask again within a third of their place,
+-- find it free. Nothing is handed during the restart quarantine, nor to a client whose
+-- entry is missing or malformed (an older version of this library): those are woken
+-- to ask. Returns whether the lock was handed over.
+local function hand_over(lock, requests, target, token_key, epoch, quarantine_ms)
+    local entry = redis.call('hget', requests, target)
+    if not entry then
+        return false
+    end
+    redis.call('hdel', requests, target)
+    local request, fencing, place_ms, latch_ms, owner =
+        string.match(entry, '^(%x+):([01]):(%d+):(%d+):(.+)$')
+    if not owner or quarantine_left(epoch, quarantine_ms) > 0 then
+        return false
+    end
+    local latch = latch_of(lock, request)
+    if redis.call('exists', latch) == 1 then
+        -- This acquisition was answered already (a grant, or one that ended): it is
+        -- not waiting, whatever its entry says.
+        return false
+    end
+    local grants = grants_of(lock, owner)
+    redis.call('hset', lock, owner, 1)
+    redis.call('pexpire', lock, place_ms)
+    redis.call('del', grants)
+    redis.call('hset', grants, 'o', request, request, request, 's', now_ms())
+    redis.call('pexpire', grants, place_ms)
+    local token = 0
+    if fencing == '1' then
+        token = next_token(token_key)
+    end
+    redis.call('set', latch, string.format('h1:%d:', token) .. request, 'px', place_ms)
+    return true
+end
+
+-- Takes up the hold handed over to this acquire request (its latch, KEYS[#KEYS], says
+-- 'h...'; see hand_over): with the owner's `field` of lock `key` still there under the
+-- handed grant, the hold gets the request's lease (extended only) and the latch the
+-- grant as a plain one. Returns the grant; nil when the handed hold is gone (its place
+-- lapsed, or it was force-released), after dropping the latch, so that the request
+-- asks afresh.
+local function take_up_handed(key, field, lease_ms)
+    local latch = KEYS[#KEYS]
+    if not (grant_alive(0) and redis.call('hget', key, field) == '1') then
+        redis.call('del', latch)
+        return nil
+    end
+    if lease_left(key) < tonumber(lease_ms) then
+        redis.call('pexpire', key, lease_ms)
+        redis.call('pexpire', KEYS[#KEYS - 1], lease_ms)
+    end
+    local grant = string.sub(redis.call('get', latch), 2)
+    redis.call('set', latch, grant, 'px', ARGV[#ARGV])
+    return grant
+end
+
+-- Wakes a mutex's waiters once it is free (`m`: its keys and settings, see the mutex
+-- release script): one client alone where it can (see next_waiting_client), on its own
+-- channel where it listens there (one message instead of one per listener of the
+-- lock's channel; its payload is the lock's channel), else with its wake id on the
+-- lock's channel; otherwise every listener with '0', as Redisson does. `m.numsub` is the
+-- PUBSUB subcommand that counts the channel's listeners, or '' where this server cannot
+-- see them all (then every release tells everybody). A server that refuses one of the
+-- commands (an ACL written before they were needed) costs the targeting, never the
+-- release.
+-- A client woken alone is handed the lock (see hand_over) unless a starving waiter
+-- holds the reservation. Otherwise the lock is offered for `m.offer_ms` to the
+-- registered client that has waited longest, in the reservation key (unless a starving
+-- waiter holds it): our other waiters, woken by the same '0' or arriving anew, cannot
+-- take it from under that client, which keeps our clients in the order they
+-- registered. (Redisson's own script does not look at the reservation; its waiters
+-- compete as they always did, and since any of them may listen whenever a release
+-- tells everybody, nothing is handed over then.)
+local function wake_mutex_waiters(m)
     local target, alone, own = nil, false, false
     local counted, found, found_alone, found_own =
-        pcall(next_waiting_client, waiting, channel, numsub)
+        pcall(next_waiting_client, m.waiting, m.channel, m.numsub)
     if counted then
         target, alone, own = found, found_alone, found_own
     end
-    if target and not redis.call('set', reservation, now_ms() .. ':' .. target, 'px', offer_ms, 'nx')
-        and redis.call('pttl', reservation) < tonumber(offer_ms) then
-        -- A starving waiter's reservation stands, and must last until that waiter, woken
-        -- by this release, could come: else a newcomer takes the lock as it lapses.
-        redis.call('pexpire', reservation, offer_ms)
+    local handed = false
+    if target and alone then
+        local reserved = redis.call('get', m.reservation)
+        if not reserved then
+            handed = hand_over(m.lock, m.requests, target, m.token, m.epoch, m.quarantine_ms)
+        end
+    end
+    if target and not handed then
+        redis.call('hdel', m.requests, target)
+        if not redis.call('set', m.reservation, now_ms() .. ':' .. target, 'px', m.offer_ms, 'nx')
+            and redis.call('pttl', m.reservation) < tonumber(m.offer_ms) then
+            -- A starving waiter's reservation stands, and must last until that waiter,
+            -- woken by this release, could come: else a newcomer takes the lock as it
+            -- lapses.
+            redis.call('pexpire', m.reservation, m.offer_ms)
+        end
     end
     if not alone then
-        redis.call(publish, channel, '0')
-    elseif not (own and pcall(redis.call, 'publish', own_channel(target), channel)) then
-        redis.call(publish, channel, target)
+        redis.call(m.publish, m.channel, '0')
+    elseif not (own and pcall(redis.call, 'publish', own_channel(target), m.channel)) then
+        redis.call(m.publish, m.channel, target)
     end
 end
 

@@ -313,11 +313,11 @@ impl Backend for RedLock {
         }
     }
 
-    async fn cancel_wait(&self, lock: &LockRef) -> Result<(), Error> {
+    async fn cancel_wait(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
         let timeout = self.unleased_timeout();
         let mut calls = self.on_all(timeout, |node| {
-            let lock = lock.clone();
-            async move { node.cancel_wait(&lock).await }
+            let (lock, acquisition) = (lock.clone(), *acquisition);
+            async move { node.cancel_wait(&lock, &acquisition).await }
         });
         while calls.next().await.is_some() {}
         Ok(())

@@ -1,0 +1,277 @@
+//! Hand-over on the server: a mutex release hands the lock to the waiting acquisition of
+//! the client registered first, which takes it up with its next attempt; a waiter that
+//! gave up passes it on at once, one that went quiet loses it when its place lapses, and
+//! nothing is handed while a Redisson peer may be listening.
+//!
+//! The waiter under test is a raw backend, so that the scenario decides when it asks
+//! again (a client of ours would take the hold up within a round trip).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::backend::{Acquire, AcquireRequest, Backend, Release, ReleaseRequest};
+use lock_core::{LockKind, LockName, LockRef, Locks, Owner};
+use lock_testkit::RedisServer;
+use tokio::time::Instant;
+
+use super::{AdapterConnect, ConnectSpec, await_subscribers, locks, wakes::raw_subscriber};
+use crate::scenarios::spawn_try_waiter;
+
+/// The lease the waiter asks for.
+const LEASE: Duration = Duration::from_secs(30);
+
+/// A server, a client of ours holding `name`, and a raw backend whose acquisition of
+/// `name` (owner `quiet:task`, its place kept for `place`) waits registered and
+/// listening.
+struct Stage {
+    server: RedisServer,
+    holder: Locks,
+    quiet: Arc<dyn Backend>,
+    lock: LockRef,
+    request: AcquireRequest,
+    _listening: lock_core::notify::Listener,
+}
+
+impl Stage {
+    async fn new(
+        connect: &AdapterConnect,
+        name: &str,
+        place: Duration,
+    ) -> (Self, lock_core::Guard) {
+        let server = RedisServer::start().await;
+        let holder = locks(connect, ConnectSpec::new(server.url()))
+            .await
+            .unwrap();
+        let quiet = connect(ConnectSpec::new(server.url())).await.unwrap();
+        let lock = LockRef::new(
+            LockKind::Mutex,
+            LockName::new(name).unwrap(),
+            Owner::new("quiet", "task"),
+        );
+        let held = holder.mutex(name).lock().await.unwrap();
+        let request = AcquireRequest::new(LEASE).enqueue(place).fencing(true);
+        let busy = quiet.acquire(&lock, request).await.unwrap();
+        assert!(matches!(busy, Acquire::Busy { .. }), "{busy:?}");
+        let listening = quiet.listen(&lock).await.unwrap();
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        await_subscribers(&server, "NUMSUB", &channel, 1).await;
+        let stage = Self {
+            server,
+            holder,
+            quiet,
+            lock,
+            request,
+            _listening: listening,
+        };
+        (stage, held)
+    }
+
+    /// The quiet owner's hold count of the lock, as stored.
+    async fn quiet_holds(&self) -> Option<String> {
+        self.server
+            .command(&["HGET", self.lock.name.as_str(), "quiet:task"])
+            .await
+    }
+
+    async fn ttl(&self) -> i64 {
+        self.server
+            .command(&["PTTL", self.lock.name.as_str()])
+            .await
+    }
+}
+
+/// The release makes the waiting acquisition the holder before it asks again, with a
+/// lease of its place's length and a fresh fencing token; its next attempt, under the
+/// same id, takes the hold up with its full lease, and releases it as any grant.
+pub async fn a_release_hands_the_mutex_to_the_waiting_acquisition(connect: &AdapterConnect) {
+    let place = Duration::from_secs(10);
+    let (stage, held) = Stage::new(connect, "handover:m", place).await;
+    let before = held.fencing_token();
+    held.unlock().await.unwrap();
+    assert_eq!(
+        stage.quiet_holds().await.as_deref(),
+        Some("1"),
+        "handed over"
+    );
+    let ttl = stage.ttl().await;
+    assert!(
+        ttl > 0 && ttl <= 10_000,
+        "a handed hold lasts the place: {ttl} ms"
+    );
+    let taken = stage
+        .quiet
+        .acquire(&stage.lock, stage.request)
+        .await
+        .unwrap();
+    let Acquire::Acquired {
+        holds: 1,
+        token: Some(fresh_token),
+        origin,
+    } = taken
+    else {
+        panic!("the next attempt takes the handed hold up: {taken:?}");
+    };
+    assert_eq!(
+        origin,
+        Some(stage.request.id),
+        "the grant is the acquisition's"
+    );
+    if let Some(before) = before {
+        assert!(
+            fresh_token > before,
+            "a fresh token: {fresh_token} after {before}"
+        );
+    }
+    let ttl = stage.ttl().await;
+    assert!(ttl > 20_000, "taken up with the full lease: {ttl} ms");
+    // Sent again (a lost reply), the attempt gets the same grant.
+    let again = stage
+        .quiet
+        .acquire(&stage.lock, stage.request)
+        .await
+        .unwrap();
+    assert_eq!(again, taken);
+    let release = ReleaseRequest::new(LEASE, stage.request.id);
+    let released = stage.quiet.release(&stage.lock, release).await.unwrap();
+    assert_eq!(released, Release::Released);
+    assert_eq!(stage.quiet_holds().await, None);
+}
+
+/// A waiter handed the lock that never asks again (paused, or its process hung) keeps it
+/// only for its place (1 s here), and one that gives up passes it on at once (before
+/// its place of 10 s ends): either way the next client's waiter is served long before
+/// a lease (30 s) could run out.
+pub async fn a_waiter_that_has_gone_loses_the_handed_mutex_within_its_place(
+    connect: &AdapterConnect,
+) {
+    for gives_up in [false, true] {
+        let place = Duration::from_secs(if gives_up { 10 } else { 1 });
+        let name = format!("handover-gone-{gives_up}:m");
+        let (stage, held) = Stage::new(connect, &name, place).await;
+        let next = locks(connect, ConnectSpec::new(stage.server.url()))
+            .await
+            .unwrap();
+        let next_waiter = spawn_try_waiter(next.mutex(&name), Duration::from_secs(20));
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        await_subscribers(&stage.server, "NUMSUB", &channel, 2).await;
+        // The next client's waiter has registered (its attempt after subscribing).
+        let registered = Instant::now() + Duration::from_secs(5);
+        while stage
+            .server
+            .command::<i64>(&["ZCARD", &format!("redisson_lock_waiting:{{{name}}}")])
+            .await
+            < 2
+        {
+            assert!(Instant::now() < registered, "the next waiter registers");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        held.unlock().await.unwrap();
+        assert_eq!(
+            stage.quiet_holds().await.as_deref(),
+            Some("1"),
+            "handed over"
+        );
+        let started = Instant::now();
+        if gives_up {
+            stage
+                .quiet
+                .cancel_wait(&stage.lock, &stage.request)
+                .await
+                .unwrap();
+        }
+        let guard = tokio::time::timeout(Duration::from_secs(10), next_waiter)
+            .await
+            .expect("the next waiter is served")
+            .unwrap()
+            .unwrap()
+            .expect("acquired");
+        let waited = started.elapsed();
+        let bound = if gives_up {
+            Duration::from_secs(2)
+        } else {
+            Duration::from_secs(4)
+        };
+        assert!(
+            waited < bound,
+            "gives up: {gives_up}; the next waiter waited {waited:?}"
+        );
+        // The quiet waiter's attempt now finds the lock taken: its hold is gone.
+        let late = stage
+            .quiet
+            .acquire(&stage.lock, stage.request)
+            .await
+            .unwrap();
+        assert!(matches!(late, Acquire::Busy { .. }), "{late:?}");
+        guard.unlock().await.unwrap();
+        drop(stage.holder);
+    }
+}
+
+/// An owner whose acquisition was handed the lock, and which starts another acquisition
+/// before the first one's cancellation arrives (its future was dropped and it asked
+/// again), takes the handed hold up under the new acquisition; the late cancellation of
+/// the first leaves that hold alone, and the first acquisition's own attempts get nothing.
+pub async fn a_later_acquisition_of_the_owner_takes_a_handed_mutex_over(connect: &AdapterConnect) {
+    let (stage, held) = Stage::new(connect, "handover-owner:m", Duration::from_secs(10)).await;
+    held.unlock().await.unwrap();
+    assert_eq!(
+        stage.quiet_holds().await.as_deref(),
+        Some("1"),
+        "handed over"
+    );
+    let later = AcquireRequest::new(LEASE).enqueue(Duration::from_secs(10));
+    let taken = stage.quiet.acquire(&stage.lock, later).await.unwrap();
+    let Acquire::Acquired {
+        holds: 1, origin, ..
+    } = taken
+    else {
+        panic!("the later acquisition takes the hold over: {taken:?}");
+    };
+    assert_eq!(origin, Some(later.id));
+    stage
+        .quiet
+        .cancel_wait(&stage.lock, &stage.request)
+        .await
+        .unwrap();
+    assert_eq!(
+        stage.quiet_holds().await.as_deref(),
+        Some("1"),
+        "the earlier acquisition's cancellation leaves the hold"
+    );
+    let earlier = stage
+        .quiet
+        .acquire(&stage.lock, stage.request)
+        .await
+        .unwrap();
+    assert!(matches!(earlier, Acquire::Busy { .. }), "{earlier:?}");
+    let release = ReleaseRequest::new(LEASE, later.id);
+    let released = stage.quiet.release(&stage.lock, release).await.unwrap();
+    assert_eq!(released, Release::Released);
+    assert_eq!(stage.quiet_holds().await, None);
+}
+
+/// While a Redisson waiter may listen on the lock's channel (more listeners than our
+/// registered clients), a release hands nothing over: the lock is free, everybody is
+/// told, and the Redisson peer may take it with its own script, as before.
+pub async fn nothing_is_handed_over_while_a_redisson_peer_listens(connect: &AdapterConnect) {
+    let name = "handover-redisson:m";
+    let (stage, held) = Stage::new(connect, name, Duration::from_secs(10)).await;
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let _redisson = raw_subscriber(stage.server.port(), "SUBSCRIBE", &channel).await;
+    await_subscribers(&stage.server, "NUMSUB", &channel, 2).await;
+    held.unlock().await.unwrap();
+    let exists: i64 = stage.server.command(&["EXISTS", name]).await;
+    assert_eq!(exists, 0, "the lock is free, for anybody told to take it");
+    // A Redisson peer takes it with its own script's first step.
+    let taken: i64 = stage
+        .server
+        .command(&["HSET", name, "5f3c6a1e-0000-4000-8000-000000000009:1", "1"])
+        .await;
+    assert_eq!(taken, 1);
+    let busy = stage
+        .quiet
+        .acquire(&stage.lock, stage.request)
+        .await
+        .unwrap();
+    assert!(matches!(busy, Acquire::Busy { .. }), "{busy:?}");
+}
