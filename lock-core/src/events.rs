@@ -68,6 +68,19 @@ pub(crate) fn acquired_after_waiting(lock: &LockRef, waited: Duration, token: Op
     );
 }
 
+/// Taking up a hold handed over to a waiter failed: it holds the lock until the handed
+/// lease (its place) runs out, unless a renewal extends it first.
+pub(crate) fn take_up_failed(lock: &LockRef, err: &crate::Error) {
+    tracing::warn!(
+        target: TRACING_TARGET,
+        kind = %lock.kind,
+        name = %lock.name,
+        owner = %lock.owner,
+        error = %err.chain(),
+        "taking up a lock handed over on release failed; it is held for the waiter's place only"
+    );
+}
+
 /// Debug: a waiter was told of a release and asks again.
 pub(crate) fn woken(lock: &LockRef) {
     tracing::debug!(

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 
 use crate::script::{Script, ScriptCall};
 use lock_core::BoxError;
-use lock_core::notify::{PubSub, Subscriptions, Wake};
+use lock_core::notify::{Handed, PubSub, Subscriptions, Wake};
 
 /// A reply from Redis, in the few shapes the scripts return.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,8 +231,12 @@ impl NotificationSink {
         // A release that wakes this client alone may come on its own channel, with the
         // lock's channel as the payload.
         if channel == &*self.own_channel {
-            if let Ok(lock_channel) = std::str::from_utf8(payload) {
-                self.registry.deliver(lock_channel, Wake::One);
+            let Ok(text) = std::str::from_utf8(payload) else {
+                return;
+            };
+            match text.strip_prefix(HANDED_PREFIX).and_then(handed) {
+                Some((handed, lock_channel)) => self.registry.deliver_handed(lock_channel, handed),
+                None => self.registry.deliver(text, Wake::One),
             }
             return;
         }
@@ -241,7 +245,18 @@ impl NotificationSink {
         // nobody here. A latch's `0` opens it for every waiter, and anything else (a
         // Redisson peer's other primitives) wakes everyone to re-check.
         let wake = if payload.starts_with(crate::layout::WAKE_ID_PREFIX.as_bytes()) {
-            if payload != self.wake_id.as_bytes() {
+            let Some(rest) = payload.strip_prefix(self.wake_id.as_bytes()) else {
+                return;
+            };
+            if let Some(told) = rest.strip_prefix(b":") {
+                // Handed over: '<wake id>:<request id>:<token>:<attempt>'.
+                let parsed = std::str::from_utf8(told).ok().and_then(handed);
+                if let Some((handed, "")) = parsed {
+                    self.registry.deliver_handed(channel, handed);
+                }
+                return;
+            }
+            if !rest.is_empty() {
                 return;
             }
             Wake::One
@@ -275,4 +290,21 @@ impl NotificationSink {
     pub fn is_closed(&self) -> bool {
         self.alive.has_changed().is_err()
     }
+}
+
+/// What comes before a hand-over told on a client's own channel (see the prelude's
+/// `wake_mutex_waiters`).
+const HANDED_PREFIX: &str = "handed:";
+
+/// A hand-over as the scripts tell it, `<request id>:<token>:<attempt>`, and what
+/// follows it after a `:` (the lock's channel on a client's own channel; nothing on the
+/// lock's channel). A token of 0 is none (the acquisition asked for none).
+fn handed(text: &str) -> Option<(Handed, &str)> {
+    let (request, rest) = text.split_once(':')?;
+    let (token, rest) = rest.split_once(':')?;
+    let (attempt, after) = rest.split_once(':').unwrap_or((rest, ""));
+    let request = lock_core::RequestId::from_hex(request)?;
+    let token: u64 = token.parse().ok()?;
+    let attempt: u32 = attempt.parse().ok()?;
+    Some((Handed::new(request, attempt, (token != 0).then_some(token)), after))
 }

@@ -65,6 +65,12 @@ pub struct Waiting {
     /// alone. Composite backends turn it off for their parts: each part would choose
     /// its own client, and none might then win every part (or a majority).
     pub wakes_alone: bool,
+    /// Which attempt of its acquisition this is, counted from 1 (0: not counted). A
+    /// backend that hands locks over ([`Capabilities::hands_over`]) names, in its
+    /// hand-over notification, the latest attempt the store ran before the hand-over
+    /// ([`Handed`](crate::notify::Handed)): the waiter then knows from when the handed
+    /// hold's lease counts at the latest.
+    pub attempt: u32,
 }
 
 impl Default for Waiting {
@@ -74,6 +80,7 @@ impl Default for Waiting {
             starving: false,
             place_kept_for: DEFAULT_PLACE_KEPT_FOR,
             wakes_alone: true,
+            attempt: 0,
         }
     }
 }
@@ -154,6 +161,15 @@ impl AcquireRequest {
         let wait = self.wait.get_or_insert_with(Waiting::default);
         wait.waited = waited;
         wait.starving = starving;
+        self
+    }
+
+    /// Numbers this attempt of a waiting acquisition (see [`Waiting::attempt`]).
+    #[must_use]
+    pub fn attempt(mut self, attempt: u32) -> Self {
+        if let Some(wait) = self.wait.as_mut() {
+            wait.attempt = attempt;
+        }
         self
     }
 

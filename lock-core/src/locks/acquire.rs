@@ -29,8 +29,10 @@ use crate::client::shared::{Granted, Inner};
 use crate::locks::guard::Guard;
 use crate::locks::turns::Turn;
 use crate::metrics::{self, AcquireOutcome};
-use crate::notify::Listener;
-use crate::{Error, LockName, LockRef};
+use crate::locks::hold::Hold;
+use crate::locks::turns::Bell;
+use crate::notify::{Handed, Listener};
+use crate::{Error, LockName, LockRef, LostReason};
 use crate::{events, retry};
 
 /// How long a caller is prepared to wait.
@@ -137,7 +139,8 @@ async fn ask(
     // Bounded by the caller's wait as every later attempt is: a server that does not
     // answer (paused, or a connection being re-established) must not hold a bounded
     // wait past its deadline for a response timeout or two. A try is never cut short.
-    let first = attempt(client, &lock, request, renew, wait, queued.as_mut());
+    let mut asked = Asked::default();
+    let first = attempt(client, &lock, asked.next(request), renew, wait, queued.as_mut());
     let Some(first) = Box::pin(within(wait, ATTEMPT_SLACK, first)).await else {
         return Ok(None);
     };
@@ -183,7 +186,7 @@ async fn ask(
             .config
             .starvation_threshold
             .is_some_and(|threshold| waited >= threshold);
-        let request = request.waiting(waited, starving);
+        let request = asked.next(request.waiting(waited, starving));
         let retry = attempt(client, &lock, request, renew, wait, queued.as_mut());
         // An attempt begun before the deadline (the last one begins right at it, after
         // the sleep) may take a round trip's slack to be answered.
@@ -192,13 +195,7 @@ async fn ask(
         };
         let ttl = match outcome? {
             Attempt::Acquired(guard) => {
-                QueuedWaiter::served(&mut queued);
-                if let Some(bell) = &bell {
-                    bell.served();
-                }
-                metrics::waited(lock.kind, started.elapsed());
-                events::acquired_after_waiting(&lock, started.elapsed(), guard.fencing_token());
-                return Ok(Some(guard));
+                return Ok(Some(served(&mut queued, bell.as_ref(), (&lock, started), guard)));
             }
             Attempt::Busy { ttl, reserved } => {
                 if reserved {
@@ -228,11 +225,139 @@ async fn ask(
         // notification is taken (a notified future dropped unconsumed would pass the
         // wake-up on to another waiter), and the outcome does not rest on the runtime's
         // random choice of branch (a simulated run replays exactly).
-        tokio::select! {
+        let handed = tokio::select! {
             biased;
-            () = &mut notified => events::woken(&lock),
-            () = tokio::time::sleep(sleep_for.max(Duration::from_millis(1))) => {}
+            () = &mut notified => {
+                events::woken(&lock);
+                listener.take_handed(request.id)
+            }
+            () = tokio::time::sleep(sleep_for.max(Duration::from_millis(1))) => None,
+        };
+        let handed = handed.and_then(|handed| {
+            let lease = (lease_duration, renew);
+            take_handed(client, &lock, handed, &asked, request, lease)
+        });
+        if let Some(guard) = handed {
+            return Ok(Some(served(&mut queued, bell.as_ref(), (&lock, started), guard)));
         }
+    }
+}
+
+/// A waiter got the lock after waiting: the backend took it off its queue, the line's
+/// bell is passed on, and the wait is reported.
+fn served(
+    queued: &mut Option<QueuedWaiter>,
+    bell: Option<&Bell<'_>>,
+    (lock, started): (&LockRef, Instant),
+    guard: Guard,
+) -> Guard {
+    QueuedWaiter::served(queued);
+    if let Some(bell) = bell {
+        bell.served();
+    }
+    metrics::waited(lock.kind, started.elapsed());
+    events::acquired_after_waiting(lock, started.elapsed(), guard.fencing_token());
+    guard
+}
+
+/// When a waiting acquisition's latest attempts were sent, by number: a hand-over names
+/// the attempt it followed (see [`Handed`]).
+#[derive(Debug, Default)]
+struct Asked {
+    /// The latest few attempts, oldest first: a hand-over follows one of the latest.
+    recent: std::collections::VecDeque<(u32, Instant)>,
+    count: u32,
+}
+
+impl Asked {
+    /// How many attempts are remembered.
+    const KEPT: usize = 4;
+
+    /// `request` numbered as the next attempt, recorded as sent now (an instant taken
+    /// before it is sent: a lease counted from it ends no later than the store's).
+    fn next(&mut self, request: AcquireRequest) -> AcquireRequest {
+        self.count = self.count.saturating_add(1);
+        if self.recent.len() == Self::KEPT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((self.count, Instant::now()));
+        request.attempt(self.count)
+    }
+
+    /// When attempt `number` was sent, if it is one of the latest.
+    fn sent(&self, number: u32) -> Option<Instant> {
+        self.recent
+            .iter()
+            .find_map(|&(n, sent)| (n == number).then_some(sent))
+    }
+}
+
+/// The guard of a hold handed over to this waiting acquisition (`request`), when enough
+/// of its lease is certainly left to hold it now. The store made the hold after it ran
+/// the attempt the hand-over names, with a lease of the waiter's place: the lease runs
+/// at least a place (less the drift) from when the waiter sent that attempt. The hold is
+/// then taken up in the background (the acquisition's next attempt, under its id, gives
+/// it the full lease), and marked lost if the store says it is gone. With too little
+/// left (the waiter had not asked for a while), `None`: the waiter asks again, and that
+/// attempt takes the hold up before the waiter holds it.
+fn take_handed(
+    client: &Arc<Inner>,
+    lock: &LockRef,
+    handed: Handed,
+    asked: &Asked,
+    request: AcquireRequest,
+    (lease, renew): (Duration, bool),
+) -> Option<Guard> {
+    let place = request.wait?.place_kept_for;
+    let sent = asked.sent(handed.after_attempt)?;
+    let valid_for = client.valid_for(place);
+    if sent + valid_for < Instant::now() + valid_for / 2 {
+        return None;
+    }
+    let granted = Granted {
+        holds: 1,
+        token: handed.token,
+        origin: Some(request.id),
+    };
+    let hold = client.attach(lock, granted, sent, place, renew);
+    take_up_in_background(client, lock, &hold, request);
+    Some(Guard::new(
+        Arc::clone(client),
+        hold,
+        lock.kind,
+        request.id,
+        lease,
+        renew,
+        sent,
+    ))
+}
+
+/// Takes a handed hold up: the acquisition's next attempt, under its id, gives the hold
+/// the acquisition's full lease; an answer that the lock is busy means the handed hold
+/// ended (force-released, say) before it was taken up, and the hold is lost.
+fn take_up_in_background(
+    client: &Arc<Inner>,
+    lock: &LockRef,
+    hold: &Arc<Hold>,
+    request: AcquireRequest,
+) {
+    let (backend, lock_ref) = (Arc::clone(&client.backend), lock.clone());
+    let (hold, valid_for) = (Arc::clone(hold), client.valid_for(request.lease));
+    let taking_up = client.supervisor.spawn_job(async move {
+        let sent = Instant::now();
+        let until = sent + request.retry_window;
+        match retry::until_answered(until, || backend.acquire(&lock_ref, request)).await {
+            Ok(Acquire::Acquired { origin, .. }) if origin == Some(request.id) => {
+                hold.extend(sent, valid_for);
+            }
+            Ok(_) => {
+                hold.mark_lost(LostReason::LeaseExpired);
+            }
+            Err(err) => events::take_up_failed(&lock_ref, &err),
+        }
+    });
+    if let Err(err) = taking_up {
+        events::take_up_failed(lock, &err);
     }
 }
 

@@ -22,7 +22,7 @@ mod subscriptions;
 
 pub use reader::ReaderTask;
 pub(crate) use subscriptions::WakeHandle;
-pub use subscriptions::{Listener, Subscriptions, WeakSubscriptions};
+pub use subscriptions::{Handed, Listener, Subscriptions, WeakSubscriptions};
 
 /// How many local listeners a notification wakes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

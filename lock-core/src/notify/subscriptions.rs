@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::{PubSub, Wake, report};
 use crate::Error;
+use crate::backend::RequestId;
 
 /// Channel -> (entry, number of live listeners).
 type ChannelMap = HashMap<Arc<str>, (Arc<Entry>, usize)>;
@@ -31,6 +32,8 @@ struct Entry {
     /// run replays exactly.
     state: Mutex<SubState>,
     settled: Notify,
+    /// The latest hand-over announced on the channel, until its waiter takes it.
+    handed: Mutex<Option<Handed>>,
 }
 
 impl Entry {
@@ -40,6 +43,7 @@ impl Entry {
             notify: Notify::new(),
             state: Mutex::new(SubState::Pending),
             settled: Notify::new(),
+            handed: Mutex::new(None),
         }
     }
 
@@ -200,6 +204,21 @@ impl Subscriptions {
                 Wake::One => entry.notify.notify_one(),
                 Wake::All => entry.notify.notify_waiters(),
             }
+        }
+    }
+
+    /// Delivers a hand-over announced for a waiter listening on `channel`: the store made
+    /// `handed.acquisition` the holder (see [`Handed`]). Kept for that waiter to take
+    /// ([`Listener::take_handed`]), and one listener is woken.
+    pub fn deliver_handed(&self, channel: &str, handed: Handed) {
+        let entry = self
+            .shared
+            .channels()
+            .get(channel)
+            .map(|(e, _)| Arc::clone(e));
+        if let Some(entry) = entry {
+            *entry.handed.lock().unwrap_or_else(PoisonError::into_inner) = Some(handed);
+            entry.notify.notify_one();
         }
     }
 
@@ -397,6 +416,39 @@ impl Worker {
     }
 }
 
+/// A hand-over announced to a waiter: a release made the waiting acquisition
+/// `acquisition` the holder, with a hold that lasts the waiter's place
+/// ([`Waiting::place_kept_for`]) from the time the release ran, which came after the
+/// store ran the acquisition's attempt number `after_attempt`
+/// ([`Waiting::attempt`]). The waiter may hold the lock from then on, for a place's time
+/// counted from when it sent that attempt, while it takes the hold up with its next
+/// attempt.
+///
+/// [`Waiting::place_kept_for`]: crate::backend::Waiting::place_kept_for
+/// [`Waiting::attempt`]: crate::backend::Waiting::attempt
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Handed {
+    /// The acquisition (the id its attempts carry).
+    pub acquisition: RequestId,
+    /// The attempt of the acquisition the store ran last before the hand-over.
+    pub after_attempt: u32,
+    /// The hold's fencing token, when the acquisition asked for one.
+    pub token: Option<u64>,
+}
+
+impl Handed {
+    /// A hand-over to `acquisition`, made after its attempt `after_attempt`.
+    #[must_use]
+    pub fn new(acquisition: RequestId, after_attempt: u32, token: Option<u64>) -> Self {
+        Self {
+            acquisition,
+            after_attempt,
+            token,
+        }
+    }
+}
+
 /// A [`Subscriptions`] handle that does not keep the registry alive.
 #[derive(Clone)]
 pub struct WeakSubscriptions(std::sync::Weak<Shared>);
@@ -416,6 +468,19 @@ impl WeakSubscriptions {
         self.0
             .upgrade()
             .is_some_and(|shared| shared.channels().contains_key(channel))
+    }
+
+    /// Delivers a hand-over on `channel` (see [`Subscriptions::deliver_handed`]); false
+    /// once the registry is gone.
+    #[must_use = "a false return means nobody will ever listen again"]
+    pub fn deliver_handed(&self, channel: &str, handed: Handed) -> bool {
+        match self.0.upgrade() {
+            Some(shared) => {
+                Subscriptions { shared }.deliver_handed(channel, handed);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Delivers a message on `channel`; false once the registry is gone.
@@ -459,6 +524,21 @@ impl Listener {
     #[must_use]
     pub fn channel(&self) -> &str {
         &self.entry.channel
+    }
+
+    /// The hand-over announced on this channel to `acquisition`, if one came and no
+    /// waiter took it yet.
+    #[must_use]
+    pub fn take_handed(&self, acquisition: RequestId) -> Option<Handed> {
+        let mut handed = self
+            .entry
+            .handed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if handed.is_some_and(|h| h.acquisition == acquisition) {
+            return handed.take();
+        }
+        None
     }
 
     /// Wakes every listener of this channel in this client that is currently waiting.

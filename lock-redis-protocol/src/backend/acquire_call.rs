@@ -33,6 +33,9 @@ pub(super) struct Common<'a> {
     pub(super) grant: &'a str,
     /// How long the grant's latch lives, in milliseconds.
     pub(super) latch_ms: &'a str,
+    /// How long a waiter keeps its place without asking again, in milliseconds (a
+    /// fair lock's waiter timeout; a mutex's hand-over lasts that long).
+    pub(super) place_ms: &'a str,
 }
 
 /// What only one family's script takes, rendered; the variant names the family.
@@ -56,9 +59,8 @@ pub(super) enum Particular<'a> {
         wake_id: &'a str,
         /// How long the waiting clients' set outlives a registration, in milliseconds.
         registered_ms: &'a str,
-        /// How long the caller keeps its place without asking again, in milliseconds:
-        /// a lock handed over to it lasts that long until it takes it up.
-        place_ms: &'a str,
+        /// Which attempt of its acquisition this is.
+        attempt: &'a str,
     },
     /// The fair lock: its queue.
     Fair {
@@ -66,8 +68,6 @@ pub(super) enum Particular<'a> {
         queue: [&'a str; 3],
         /// `"1"` when the caller joins the queue if the lock is busy.
         joins: &'a str,
-        /// How long a queued waiter that does not ask again keeps its place, in ms.
-        timeout_ms: &'a str,
         /// Redisson's wait slot, in milliseconds.
         slot: &'a str,
     },
@@ -112,7 +112,7 @@ impl<'a, const N: usize> Listed<'a, N> {
 pub(super) struct AcquireCall<'a> {
     pub(super) script: &'static Script,
     pub(super) keys: Listed<'a, 8>,
-    pub(super) args: Listed<'a, 12>,
+    pub(super) args: Listed<'a, 13>,
 }
 
 /// The call an acquire makes: every script ends its keys with the grants hash and the
@@ -134,6 +134,7 @@ pub(super) fn acquire_call<'a>(
         quarantine,
         grant,
         latch_ms,
+        place_ms,
     } = *common;
     match *particular {
         Particular::Mutex {
@@ -145,7 +146,7 @@ pub(super) fn acquire_call<'a>(
             waited_ms,
             wake_id,
             registered_ms,
-            place_ms,
+            attempt,
         } => AcquireCall {
             script: &script::MUTEX_ACQUIRE,
             keys: Listed::of([
@@ -169,6 +170,7 @@ pub(super) fn acquire_call<'a>(
                 wake_id,
                 registered_ms,
                 place_ms,
+                attempt,
                 grant,
                 latch_ms,
             ]),
@@ -176,13 +178,12 @@ pub(super) fn acquire_call<'a>(
         Particular::Fair {
             queue: [queue, deadlines, alive],
             joins,
-            timeout_ms,
             slot,
         } => AcquireCall {
             script: &script::FAIR_ACQUIRE,
             keys: Listed::of([lock, queue, deadlines, alive, token, epoch, grants, latch]),
             args: Listed::of([
-                lease_ms, owner, joins, timeout_ms, fencing, quarantine, slot, grant, latch_ms,
+                lease_ms, owner, joins, place_ms, fencing, quarantine, slot, grant, latch_ms,
             ]),
         },
         Particular::Read { prefix } => AcquireCall {
@@ -220,6 +221,7 @@ mod tests {
         quarantine: "quarantine",
         grant: "grant",
         latch_ms: "latch_ms",
+        place_ms: "place_ms",
     };
 
     fn every_family() -> [Particular<'static>; 4] {
@@ -233,12 +235,11 @@ mod tests {
                 waited_ms: "waited_ms",
                 wake_id: "wake_id",
                 registered_ms: "registered_ms",
-                place_ms: "place_ms",
+                attempt: "attempt",
             },
             Particular::Fair {
                 queue: ["queue", "deadlines", "alive"],
                 joins: "joins",
-                timeout_ms: "timeout_ms",
                 slot: "slot",
             },
             Particular::Read { prefix: "prefix" },
@@ -273,9 +274,9 @@ mod tests {
             "waited_ms" => &["has waited"],
             "wake_id" => &["wake id"],
             "registered_ms" => &["outlives a registration"],
-            "place_ms" => &["keeps its place"],
+            "place_ms" => &["keeps its place", "waiter timeout"],
+            "attempt" => &["which attempt"],
             "joins" => &["join the queue"],
-            "timeout_ms" => &["waiter timeout"],
             "slot" => &["wait slot"],
             "prefix" => &["prefix"],
             other => panic!("no description words for the role {other}"),

@@ -225,8 +225,9 @@ impl Backend for RedisBackend {
             millis(request.lease),
             millis(request.retry_window),
             self.quarantine_ms(),
+            millis(wait.place_kept_for),
         ]);
-        let [lease_ms, latch_ms, quarantine] = numbers.get();
+        let [lease_ms, latch_ms, quarantine, place_ms] = numbers.get();
         let common = Common {
             lock: key,
             token: built.get(token_at),
@@ -239,6 +240,7 @@ impl Backend for RedisBackend {
             quarantine,
             grant: &grant,
             latch_ms,
+            place_ms,
         };
         // What only one family takes is rendered for that family alone; the text lives
         // here, for the call to borrow.
@@ -252,9 +254,9 @@ impl Backend for RedisBackend {
                     millis(self.options.reservation),
                     millis(wait.waited),
                     millis(request.lease.saturating_add(wait.place_kept_for)),
-                    millis(wait.place_kept_for),
+                    u64::from(wait.attempt),
                 ]);
-                let [reservation_ms, waited_ms, registered_ms, place_ms] = rendered.get();
+                let [reservation_ms, waited_ms, registered_ms, attempt] = rendered.get();
                 Particular::Mutex {
                     reservation: built.get(reservation_at),
                     waiting: built.get(waiting_at),
@@ -264,23 +266,17 @@ impl Backend for RedisBackend {
                     waited_ms,
                     wake_id,
                     registered_ms,
-                    place_ms,
+                    attempt,
                 }
             }
             Family::Fair => {
-                rendered = Decimals::new([
-                    millis(wait.place_kept_for),
-                    layout::REDISSON_WAIT_SLOT_MS,
-                    0,
-                    0,
-                ]);
-                let [timeout_ms, slot, _, _] = rendered.get();
+                rendered = Decimals::new([layout::REDISSON_WAIT_SLOT_MS, 0, 0, 0]);
+                let [slot, _, _, _] = rendered.get();
                 queue = layout::fair_queue_keys(name);
                 let [waiters, deadlines, alive] = &queue;
                 Particular::Fair {
                     queue: [waiters, deadlines, alive],
                     joins: flag(request.waits()),
-                    timeout_ms,
                     slot,
                 }
             }

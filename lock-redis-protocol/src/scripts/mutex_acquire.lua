@@ -10,9 +10,11 @@
 -- ARGV[8] the caller's client wake id when the caller waits if busy, else '';
 -- ARGV[9] how long the waiting clients' zset outlives a registration (ms);
 -- ARGV[10] how long the caller keeps its place without asking again (ms): a lock handed
--- over to it lasts that long until it takes it up; ARGV[11] this request's id, the
--- grant's, the same for every attempt of one acquisition; ARGV[12] grant latch lifetime
--- (ms): a retry of this request gets the same grant back.
+-- over to it lasts that long until it takes it up; ARGV[11] which attempt of its
+-- acquisition this is (named to the waiter when the lock is handed over to it);
+-- ARGV[12] this request's id, the grant's, the same for every attempt of one
+-- acquisition; ARGV[13] grant latch lifetime (ms): a retry of this request gets the same
+-- grant back.
 -- The expiry is only ever extended, never shortened, so that a client's local view of
 -- its lease (the latest request it sent plus that request's lease) stays on the safe side.
 -- Reply: '<holds>:<token>:<origin>' when the owner now holds it (token 0 without fencing; a
@@ -51,7 +53,8 @@ end
 
 -- What a registered waiter leaves in the waiting clients' acquisitions (see hand_over).
 local function waiting_request()
-    return ARGV[11] .. ':' .. ARGV[6] .. ':' .. ARGV[10] .. ':' .. ARGV[12] .. ':' .. ARGV[2]
+    return ARGV[12] .. ':' .. ARGV[6] .. ':' .. ARGV[10] .. ':' .. ARGV[13] .. ':' .. ARGV[11]
+        .. ':' .. ARGV[2]
 end
 
 if redis.call('exists', KEYS[1]) == 0 then
@@ -85,7 +88,7 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
         -- Handed over to an earlier acquisition of this owner, which gave up (its
         -- cancellation is on its way): this one takes the hold up as its own, with the
         -- handed token, and the earlier one's grant ends.
-        redis.call('set', latch_of(KEYS[1], handed_to), 'r-1', 'px', ARGV[12])
+        redis.call('set', latch_of(KEYS[1], handed_to), 'r-1', 'px', ARGV[13])
         redis.call('del', KEYS[7])
         if lease_left(KEYS[1]) < tonumber(ARGV[1]) then
             redis.call('pexpire', KEYS[1], ARGV[1])

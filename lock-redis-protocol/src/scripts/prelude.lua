@@ -450,7 +450,8 @@ local function grants_of(name, owner)
 end
 
 -- Hand-over. A waiting client's entry in the mutex's `requests` hash names its
--- acquisition that waits: '<request id>:<fencing 0|1>:<place ms>:<latch ms>:<owner>'.
+-- acquisition that waits, as its latest attempt to run left it:
+-- '<request id>:<fencing 0|1>:<place ms>:<latch ms>:<attempt>:<owner>'.
 -- A release that wakes that client alone hands the free lock to that acquisition: a
 -- hold of its owner under its request id, as its own acquire script would have made it,
 -- whose lease and latch last only the waiter's place (`place ms`), and whose latch says
@@ -460,23 +461,25 @@ end
 -- place lapses, and the waiters behind it, who ask again within a third of their place,
 -- find it free. Nothing is handed during the restart quarantine, nor to a client whose
 -- entry is missing or malformed (an older version of this library): those are woken
--- to ask. Returns whether the lock was handed over.
+-- to ask. Returns what the waiter's client is told, '<request id>:<token>:<attempt>'
+-- (the attempt its entry came from: the waiter's lease counts from when it sent that
+-- one at the latest), or nil when nothing was handed over.
 local function hand_over(lock, requests, target, token_key, epoch, quarantine_ms)
     local entry = redis.call('hget', requests, target)
     if not entry then
-        return false
+        return nil
     end
     redis.call('hdel', requests, target)
-    local request, fencing, place_ms, latch_ms, owner =
-        string.match(entry, '^(%x+):([01]):(%d+):(%d+):(.+)$')
+    local request, fencing, place_ms, latch_ms, attempt, owner =
+        string.match(entry, '^(%x+):([01]):(%d+):(%d+):(%d+):(.+)$')
     if not owner or quarantine_left(epoch, quarantine_ms) > 0 then
-        return false
+        return nil
     end
     local latch = latch_of(lock, request)
     if redis.call('exists', latch) == 1 then
         -- This acquisition was answered already (a grant, or one that ended): it is
         -- not waiting, whatever its entry says.
-        return false
+        return nil
     end
     local grants = grants_of(lock, owner)
     redis.call('hset', lock, owner, 1)
@@ -489,7 +492,7 @@ local function hand_over(lock, requests, target, token_key, epoch, quarantine_ms
         token = next_token(token_key)
     end
     redis.call('set', latch, string.format('h1:%d:', token) .. request, 'px', place_ms)
-    return true
+    return request .. string.format(':%d:', token) .. attempt
 end
 
 -- Takes up the hold handed over to this acquire request (its latch, KEYS[#KEYS], says
@@ -516,8 +519,10 @@ end
 -- Wakes a mutex's waiters once it is free (`m`: its keys and settings, see the mutex
 -- release script): one client alone where it can (see next_waiting_client), on its own
 -- channel where it listens there (one message instead of one per listener of the
--- lock's channel; its payload is the lock's channel), else with its wake id on the
--- lock's channel; otherwise every listener with '0', as Redisson does. `m.numsub` is the
+-- lock's channel; its payload is the lock's channel, after 'handed:<what hand_over
+-- returned>:' when the lock was handed over), else with its wake id on the lock's
+-- channel (followed by ':<what hand_over returned>' when handed over); otherwise every
+-- listener with '0', as Redisson does. `m.numsub` is the
 -- PUBSUB subcommand that counts the channel's listeners, or '' where this server cannot
 -- see them all (then every release tells everybody). A server that refuses one of the
 -- commands (an ACL written before they were needed) costs the targeting, never the
@@ -537,12 +542,9 @@ local function wake_mutex_waiters(m)
     if counted then
         target, alone, own = found, found_alone, found_own
     end
-    local handed = false
-    if target and alone then
-        local reserved = redis.call('get', m.reservation)
-        if not reserved then
-            handed = hand_over(m.lock, m.requests, target, m.token, m.epoch, m.quarantine_ms)
-        end
+    local handed = nil
+    if target and alone and redis.call('exists', m.reservation) == 0 then
+        handed = hand_over(m.lock, m.requests, target, m.token, m.epoch, m.quarantine_ms)
     end
     if target and not handed then
         redis.call('hdel', m.requests, target)
@@ -556,8 +558,18 @@ local function wake_mutex_waiters(m)
     end
     if not alone then
         redis.call(m.publish, m.channel, '0')
-    elseif not (own and pcall(redis.call, 'publish', own_channel(target), m.channel)) then
-        redis.call(m.publish, m.channel, target)
+        return
+    end
+    local told = m.channel
+    if handed then
+        told = 'handed:' .. handed .. ':' .. m.channel
+    end
+    if not (own and pcall(redis.call, 'publish', own_channel(target), told)) then
+        if handed then
+            redis.call(m.publish, m.channel, target .. ':' .. handed)
+        else
+            redis.call(m.publish, m.channel, target)
+        end
     end
 end
 
