@@ -229,13 +229,16 @@ impl NotificationSink {
     /// A message arrived on `channel`.
     pub fn message(&self, channel: &str, payload: &[u8]) {
         // A release that wakes this client alone may come on its own channel, with the
-        // lock's channel as the payload.
+        // lock's channel as the payload, after the hand-over it made to this client.
         if channel == &*self.own_channel {
             let Ok(text) = std::str::from_utf8(payload) else {
                 return;
             };
             match text.strip_prefix(HANDED_PREFIX).and_then(handed) {
-                Some((handed, lock_channel)) => self.registry.deliver_handed(lock_channel, handed),
+                Some((handed, lock_channel)) => {
+                    self.registry
+                        .deliver_handed(lock_channel, handed, Wake::One);
+                }
                 None => self.registry.deliver(text, Wake::One),
             }
             return;
@@ -252,7 +255,7 @@ impl NotificationSink {
                 // Handed over: '<wake id>:<request id>:<token>:<attempt>'.
                 let parsed = std::str::from_utf8(told).ok().and_then(handed);
                 if let Some((handed, "")) = parsed {
-                    self.registry.deliver_handed(channel, handed);
+                    self.registry.deliver_handed(channel, handed, Wake::One);
                 }
                 return;
             }
@@ -306,5 +309,8 @@ fn handed(text: &str) -> Option<(Handed, &str)> {
     let request = lock_core::RequestId::from_hex(request)?;
     let token: u64 = token.parse().ok()?;
     let attempt: u32 = attempt.parse().ok()?;
-    Some((Handed::new(request, attempt, (token != 0).then_some(token)), after))
+    Some((
+        Handed::new(request, attempt, (token != 0).then_some(token)),
+        after,
+    ))
 }

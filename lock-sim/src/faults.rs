@@ -144,6 +144,34 @@ impl FaultyLink {
         }
     }
 
+    /// How late a hand-over's notice reaches a client paused until `paused_until`: when
+    /// the pause is over, and now and then (one in ten) up to 400 ms late anyway, as a
+    /// message on a busy connection may be. Nothing late once the workload is over.
+    pub(crate) fn notice_delay(
+        network: &Network,
+        paused_until: &Mutex<Option<Instant>>,
+    ) -> Duration {
+        if network.calm.load(std::sync::atomic::Ordering::Relaxed) {
+            return Duration::ZERO;
+        }
+        let now = Instant::now();
+        let paused = paused_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .filter(|until| *until > now);
+        let mut rng = network.rng.lock().unwrap_or_else(PoisonError::into_inner);
+        match paused {
+            Some(until) => until - now + rng.millis_below(50),
+            None if rng.chance(10) => rng.millis_below(400),
+            None => Duration::ZERO,
+        }
+    }
+
+    /// What holds this client's requests back while it is paused.
+    pub(crate) fn pause_handle(&self) -> Arc<Mutex<Option<Instant>>> {
+        Arc::clone(&self.paused_until)
+    }
+
     /// Holds every request of this client back until `until`.
     pub(crate) fn pause_until(&self, until: Instant) {
         *self

@@ -33,6 +33,8 @@ async fn nap(duration: Duration) {
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use lock_core::memory::HandOvers;
+
 const USAGE: &str = "\
 usage: lock-sim [--seeds N] [--first S] | --minutes M | --seed S  [--only OPS] [--faults F]
   --seeds N     how many seeds to run (default 300)
@@ -124,9 +126,10 @@ fn main() -> ExitCode {
     match plan {
         Plan::Replay(seed) => replay(seed, &workload),
         Plan::Seeds { first, count } => {
-            let failed =
-                (first..first.saturating_add(count)).find(|&seed| !passes(seed, &workload));
-            report(failed, count, started)
+            let mut handed = HandOvers::default();
+            let failed = (first..first.saturating_add(count))
+                .find(|&seed| !passes(seed, &workload, &mut handed));
+            report(failed, count, started, handed)
         }
         Plan::For(budget) => {
             let first = SystemTime::now()
@@ -134,22 +137,25 @@ fn main() -> ExitCode {
                 .map_or(0, |since| since.as_secs() << 20);
             let mut ran = 0;
             let mut failed = None;
+            let mut handed = HandOvers::default();
             while started.elapsed() < budget {
                 let seed = first + ran;
                 ran += 1;
-                if !passes(seed, &workload) {
+                if !passes(seed, &workload, &mut handed) {
                     failed = Some(seed);
                     break;
                 }
             }
-            report(failed, ran, started)
+            report(failed, ran, started, handed)
         }
     }
 }
 
-/// Runs `seed`; on a violation prints it, the seed and the latest events.
-fn passes(seed: u64, workload: &world::Workload) -> bool {
+/// Runs `seed`, adding its store's hand-overs to `handed`; on a violation prints it,
+/// the seed and the latest events.
+fn passes(seed: u64, workload: &world::Workload, handed: &mut HandOvers) -> bool {
     let outcome = world::run(seed, workload, false);
+    add(handed, outcome.hand_overs);
     let Some(violation) = outcome.violation else {
         return true;
     };
@@ -163,7 +169,29 @@ fn passes(seed: u64, workload: &world::Workload) -> bool {
     false
 }
 
-fn report(failed: Option<u64>, ran: u64, started: Instant) -> ExitCode {
+fn add(total: &mut HandOvers, run: HandOvers) {
+    total.made += run.made;
+    total.taken_up += run.taken_up;
+    total.given_back += run.given_back;
+    total.taken_over += run.taken_over;
+    total.released_before_taken_up += run.released_before_taken_up;
+}
+
+/// What the runs' stores did with mutex hand-overs: that the runs exercised them.
+fn hand_overs(handed: HandOvers) -> String {
+    format!(
+        "mutex hand-overs: {} made, {} taken up, {} released (held from the notification) \
+         before their take-up, {} given back by waiters that gave up, {} taken over by the \
+         owner's next acquisition",
+        handed.made,
+        handed.taken_up,
+        handed.released_before_taken_up,
+        handed.given_back,
+        handed.taken_over
+    )
+}
+
+fn report(failed: Option<u64>, ran: u64, started: Instant, handed: HandOvers) -> ExitCode {
     match failed {
         Some(seed) => {
             println!("lock-sim: seed {seed} broke an invariant");
@@ -171,8 +199,9 @@ fn report(failed: Option<u64>, ran: u64, started: Instant) -> ExitCode {
         }
         None => {
             println!(
-                "lock-sim: {ran} seeds, every invariant held ({:.1} s)",
-                started.elapsed().as_secs_f64()
+                "lock-sim: {ran} seeds, every invariant held ({:.1} s); {}",
+                started.elapsed().as_secs_f64(),
+                hand_overs(handed)
             );
             ExitCode::SUCCESS
         }
@@ -188,6 +217,7 @@ fn replay(seed: u64, workload: &world::Workload) -> ExitCode {
         "seed {seed}: {} events, digest {:016x}; replayed: {} events, digest {:016x}",
         first.digest.1, first.digest.0, again.digest.1, again.digest.0
     );
+    println!("{}", hand_overs(first.hand_overs));
     if first.digest != again.digest {
         println!("lock-sim: seed {seed} did not replay exactly");
         return ExitCode::FAILURE;

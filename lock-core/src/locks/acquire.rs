@@ -27,10 +27,10 @@ use tracing::Instrument;
 use crate::backend::{Acquire, AcquireRequest, Backend, ReleaseRequest};
 use crate::client::shared::{Granted, Inner};
 use crate::locks::guard::Guard;
-use crate::locks::turns::Turn;
-use crate::metrics::{self, AcquireOutcome};
 use crate::locks::hold::Hold;
 use crate::locks::turns::Bell;
+use crate::locks::turns::Turn;
+use crate::metrics::{self, AcquireOutcome};
 use crate::notify::{Handed, Listener};
 use crate::{Error, LockName, LockRef, LostReason};
 use crate::{events, retry};
@@ -140,7 +140,8 @@ async fn ask(
     // answer (paused, or a connection being re-established) must not hold a bounded
     // wait past its deadline for a response timeout or two. A try is never cut short.
     let mut asked = Asked::default();
-    let first = attempt(client, &lock, asked.next(request), renew, wait, queued.as_mut());
+    let numbered = asked.next(request);
+    let first = attempt(client, &lock, numbered, renew, wait, queued.as_mut());
     let Some(first) = Box::pin(within(wait, ATTEMPT_SLACK, first)).await else {
         return Ok(None);
     };
@@ -195,7 +196,12 @@ async fn ask(
         };
         let ttl = match outcome? {
             Attempt::Acquired(guard) => {
-                return Ok(Some(served(&mut queued, bell.as_ref(), (&lock, started), guard)));
+                return Ok(Some(served(
+                    &mut queued,
+                    bell.as_ref(),
+                    (&lock, started),
+                    guard,
+                )));
             }
             Attempt::Busy { ttl, reserved } => {
                 if reserved {
@@ -209,18 +215,9 @@ async fn ask(
                 ttl
             }
         };
-        let remaining = match wait {
-            Wait::Never => return Ok(None),
-            Wait::Until(deadline) => {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Ok(None);
-                }
-                Some(left)
-            }
-            Wait::Forever => None,
+        let Some(sleep_for) = next_sleep(wait, ttl, client.config.watchdog_lease) else {
+            return Ok(None);
         };
-        let sleep_for = sleep_for(ttl, remaining, client.config.watchdog_lease);
         // Biased, the notification first: when it and the timer are both ready, the
         // notification is taken (a notified future dropped unconsumed would pass the
         // wake-up on to another waiter), and the outcome does not rest on the runtime's
@@ -228,19 +225,50 @@ async fn ask(
         let handed = tokio::select! {
             biased;
             () = &mut notified => {
-                events::woken(&lock);
-                listener.take_handed(request.id)
+                woken(client, (&lock, listener), &asked, request, (lease_duration, renew))
             }
             () = tokio::time::sleep(sleep_for.max(Duration::from_millis(1))) => None,
         };
-        let handed = handed.and_then(|handed| {
-            let lease = (lease_duration, renew);
-            take_handed(client, &lock, handed, &asked, request, lease)
-        });
         if let Some(guard) = handed {
-            return Ok(Some(served(&mut queued, bell.as_ref(), (&lock, started), guard)));
+            return Ok(Some(served(
+                &mut queued,
+                bell.as_ref(),
+                (&lock, started),
+                guard,
+            )));
         }
     }
+}
+
+/// How long a waiter sleeps before it asks again (see [`sleep_for`]); `None` when the
+/// caller's wait is over (or the caller does not wait).
+fn next_sleep(wait: Wait, ttl: Option<Duration>, cap: Duration) -> Option<Duration> {
+    let remaining = match wait {
+        Wait::Never => return None,
+        Wait::Until(deadline) => {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            Some(left)
+        }
+        Wait::Forever => None,
+    };
+    Some(sleep_for(ttl, remaining, cap))
+}
+
+/// A waiter was woken: the guard of a hold the wake-up says was handed over to its
+/// acquisition, when it may hold it now (see [`take_handed`]).
+fn woken(
+    client: &Arc<Inner>,
+    (lock, listener): (&LockRef, &Listener),
+    asked: &Asked,
+    request: AcquireRequest,
+    lease: (Duration, bool),
+) -> Option<Guard> {
+    events::woken(lock);
+    let handed = listener.take_handed(request.id)?;
+    take_handed(client, lock, handed, asked, request, lease)
 }
 
 /// A waiter got the lock after waiting: the backend took it off its queue, the line's

@@ -34,6 +34,7 @@ impl Backend for MemoryBackend {
             .expirable_semaphore(true)
             .wakes_one_client(true)
             .ordered_requests(true)
+            .hands_over(true)
             .introspection(true)
     }
 
@@ -61,6 +62,11 @@ impl Backend for MemoryBackend {
         let name = lock.name.as_str();
         match store.answered(name, request.id, now) {
             Some(Answer::Granted(grant)) => return Ok(grant),
+            Some(Answer::Handed(grant)) => {
+                if let Some(grant) = store.take_up(lock, request, grant, now) {
+                    return Ok(grant);
+                }
+            }
             // A copy of a request whose grant already ended (or was undone before it
             // came) grants nothing: nobody would release it.
             Some(Answer::Ended(_)) => {
@@ -75,20 +81,48 @@ impl Backend for MemoryBackend {
             LockKind::Fair => acquire_fair(&mut store, lock, request, now),
             LockKind::Read => acquire_read(&mut store, lock, request, now),
             LockKind::Write => acquire_write(&mut store, lock, request, now)?,
-            LockKind::Mutex => acquire_exclusive(&mut store, lock, request, now),
+            LockKind::Mutex => match store.take_over(lock, request, now) {
+                Some(taken) => taken,
+                None => acquire_exclusive(&mut store, lock, request, now),
+            },
         };
+        let reply = if lock.kind == LockKind::Mutex {
+            waiting_to_be_handed(&mut store, lock, request, reply, now)
+        } else {
+            reply
+        };
+        // The one wake-up of a hand-over may have reached another waiter of the lock than
+        // the one it was handed to (the clients of this store share one registry): that
+        // waiter asks, and passes the wake-up on, until the hold is taken up.
+        let pass_on = matches!(reply, Acquire::Busy { .. })
+            && lock.kind == LockKind::Mutex
+            && store.handed_and_waiting(name, now);
         if matches!(reply, Acquire::Acquired { .. }) {
             let kept = (now, request.retry_window);
             store.remember(name, request.id, Answer::Granted(reply), kept);
         }
+        drop(store);
+        if pass_on {
+            self.wake(Some((channel::mutex(&lock.name), Wake::One)));
+        }
         Ok(reply)
     }
 
-    async fn cancel_wait(
-        &self,
-        lock: &LockRef,
-        _acquisition: &AcquireRequest,
-    ) -> Result<(), Error> {
+    async fn cancel_wait(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
+        if lock.kind == LockKind::Mutex {
+            let now = Instant::now();
+            let handed = {
+                let mut store = self.store();
+                let free = store.give_up(lock, acquisition, now);
+                free.then(|| store.hand_over(&lock.name, now))
+            };
+            match handed {
+                Some(Some(notice)) => self.tell(notice),
+                Some(None) => self.wake(Some((channel::mutex(&lock.name), Wake::One))),
+                None => {}
+            }
+            return Ok(());
+        }
         if lock.kind != LockKind::Fair {
             return Ok(());
         }
@@ -129,8 +163,10 @@ impl Backend for MemoryBackend {
         let (outcome, wakeup) = {
             let mut store = self.store();
             let name = lock.name.as_str();
-            if let Some(Answer::Ended(answer)) = store.answered(name, request.grant, now) {
-                return Ok(answer);
+            match store.answered(name, request.grant, now) {
+                Some(Answer::Ended(answer)) => return Ok(answer),
+                Some(Answer::Handed(_)) => store.hand_overs.released_before_taken_up += 1,
+                _ => {}
             }
             let (outcome, wakeup) = match lock.kind {
                 LockKind::Read => release_read(&mut store, lock, request.grant, now),
@@ -143,9 +179,18 @@ impl Backend for MemoryBackend {
             // comes later than its own retries could must still find the grant ended.
             let kept = (now, request.retry_window.saturating_mul(2));
             store.remember(name, request.grant, Answer::Ended(outcome), kept);
-            (outcome, wakeup)
+            let freed = lock.kind == LockKind::Mutex && outcome == Release::Released;
+            let handed = if freed {
+                store.hand_over(&lock.name, now)
+            } else {
+                None
+            };
+            (outcome, handed.map_or(Ok(wakeup), Err))
         };
-        self.wake(wakeup);
+        match wakeup {
+            Ok(wakeup) => self.wake(wakeup),
+            Err(notice) => self.tell(notice),
+        }
         Ok(outcome)
     }
 
@@ -231,5 +276,36 @@ impl Backend for MemoryBackend {
 
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
         self.subscriptions.listen(&Self::channel(lock)).await
+    }
+}
+
+/// A mutex acquisition that finds the lock busy and waits to be woken alone is
+/// registered to be handed it on release, and told to ask again within a third of its
+/// place (a hold handed to a waiter that stopped asking is free again after one place);
+/// one that got the lock leaves the waiters.
+fn waiting_to_be_handed(
+    store: &mut super::Store,
+    lock: &LockRef,
+    request: AcquireRequest,
+    reply: Acquire,
+    now: Instant,
+) -> Acquire {
+    match reply {
+        Acquire::Busy { ttl, reserved } if request.waits_to_be_woken_alone() => {
+            store.register_waiter(lock, request, now);
+            let again_within = request
+                .wait
+                .map_or(Duration::MAX, |wait| wait.place_kept_for / 3)
+                .max(Duration::from_millis(1));
+            Acquire::Busy {
+                ttl: Some(ttl.map_or(again_within, |ttl| ttl.min(again_within))),
+                reserved,
+            }
+        }
+        Acquire::Acquired { .. } => {
+            store.unregister_waiter(lock.name.as_str(), request.id);
+            reply
+        }
+        Acquire::Busy { .. } => reply,
     }
 }

@@ -24,11 +24,14 @@ use crate::notify::{InProcess, Subscriptions, Wake};
 use crate::{Error, LockName, Owner};
 
 mod expirable;
+mod handover;
 mod introspect;
 mod kinds;
 mod latch;
 mod locks;
 mod semaphore;
+
+pub use handover::{HandOvers, NoticeDelay};
 
 /// A read-write lock's mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,6 +174,9 @@ impl Queue {
 struct Store {
     locks: HashMap<String, Entry>,
     queues: HashMap<String, Queue>,
+    /// Mutexes: the acquisitions waiting to be handed each one on release.
+    waiters: HashMap<String, handover::Waiters>,
+    hand_overs: HandOvers,
     tokens: HashMap<String, u64>,
     /// What became of each grant, by its id, for retries and late copies of its
     /// requests (as a networked backend's latches), until the answer expires.
@@ -338,6 +344,9 @@ impl Store {
 enum Answer {
     /// The acquire request got it: a retry gets the same answer.
     Granted(Acquire),
+    /// A release handed the mutex to the waiting acquisition: its next attempt takes
+    /// the hold up (see the hand-over module).
+    Handed(Acquire),
     /// It was released (or undone, or found not alive): a retry of its release gets the
     /// same answer, and a late copy of its acquire request grants nothing.
     Ended(Release),
@@ -376,10 +385,20 @@ impl std::fmt::Display for Object {
 type Wakeup = Option<(String, Wake)>;
 
 /// Locks kept in this process's memory.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct MemoryBackend {
     store: Arc<Mutex<Store>>,
     subscriptions: Subscriptions,
+    notice_delay: Arc<Mutex<Option<NoticeDelay>>>,
+}
+
+impl std::fmt::Debug for MemoryBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryBackend")
+            .field("store", &self.store)
+            .field("subscriptions", &self.subscriptions)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for MemoryBackend {
@@ -395,7 +414,47 @@ impl MemoryBackend {
         Self {
             store: Arc::new(Mutex::new(Store::default())),
             subscriptions: Subscriptions::new(Arc::new(InProcess)),
+            notice_delay: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// Makes each hand-over's notice reach its client `delay(owner handed the lock)`
+    /// late, as a notification over a network may (a paused client reads it when it
+    /// resumes). For simulations: the notice is then a message from the past, and the
+    /// waiter must not count its hold's lease from when it reads it.
+    pub fn delay_hand_over_notices(&self, delay: NoticeDelay) {
+        *self
+            .notice_delay
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(delay);
+    }
+
+    /// Gives a hand-over's notice, now or as late as the notice delay says.
+    fn tell(&self, notice: handover::Notice) {
+        let delay = self
+            .notice_delay
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map_or(Duration::ZERO, |delay| delay(&notice.owner));
+        let handover::Notice {
+            channel, handed, ..
+        } = notice;
+        if delay.is_zero() {
+            self.subscriptions
+                .deliver_handed(&channel, handed, Wake::One);
+            return;
+        }
+        let subscriptions = self.subscriptions.downgrade();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if !subscriptions.deliver_handed(&channel, handed, Wake::One) {
+                tracing::trace!(
+                    target: crate::TRACING_TARGET,
+                    "a hand-over's notice outlived its store; nobody listens"
+                );
+            }
+        });
     }
 
     /// Channels with waiters subscribed (for diagnostics and tests).
@@ -417,6 +476,12 @@ impl MemoryBackend {
             .collect();
         names.sort();
         names
+    }
+
+    /// How many mutex hand-overs the store made, and what became of them.
+    #[must_use]
+    pub fn hand_overs(&self) -> HandOvers {
+        self.store().hand_overs
     }
 
     /// The permits available now in the plain semaphore `name` (0 when never set).

@@ -209,8 +209,10 @@ impl Subscriptions {
 
     /// Delivers a hand-over announced for a waiter listening on `channel`: the store made
     /// `handed.acquisition` the holder (see [`Handed`]). Kept for that waiter to take
-    /// ([`Listener::take_handed`]), and one listener is woken.
-    pub fn deliver_handed(&self, channel: &str, handed: Handed) {
+    /// ([`Listener::take_handed`]), and `wake` says whom to wake: one listener where the
+    /// message reached the one client whose waiter it names, every one where the
+    /// registry is shared by several clients.
+    pub fn deliver_handed(&self, channel: &str, handed: Handed, wake: Wake) {
         let entry = self
             .shared
             .channels()
@@ -218,7 +220,10 @@ impl Subscriptions {
             .map(|(e, _)| Arc::clone(e));
         if let Some(entry) = entry {
             *entry.handed.lock().unwrap_or_else(PoisonError::into_inner) = Some(handed);
-            entry.notify.notify_one();
+            match wake {
+                Wake::One => entry.notify.notify_one(),
+                Wake::All => entry.notify.notify_waiters(),
+            }
         }
     }
 
@@ -473,10 +478,10 @@ impl WeakSubscriptions {
     /// Delivers a hand-over on `channel` (see [`Subscriptions::deliver_handed`]); false
     /// once the registry is gone.
     #[must_use = "a false return means nobody will ever listen again"]
-    pub fn deliver_handed(&self, channel: &str, handed: Handed) -> bool {
+    pub fn deliver_handed(&self, channel: &str, handed: Handed, wake: Wake) -> bool {
         match self.0.upgrade() {
             Some(shared) => {
-                Subscriptions { shared }.deliver_handed(channel, handed);
+                Subscriptions { shared }.deliver_handed(channel, handed, wake);
                 true
             }
             None => false,

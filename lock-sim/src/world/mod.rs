@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_core::memory::MemoryBackend;
-use lock_core::{Backend, LockName, Locks};
-use tokio::time::sleep;
+use lock_core::{Backend, LockName, Locks, Owner};
+use tokio::time::{Instant, sleep};
 
 use crate::faults::{FaultyLink, Network, Profile};
 use crate::rng::Rng;
@@ -73,6 +73,8 @@ pub(crate) struct Outcome {
     pub(crate) digest: (u64, u64),
     /// The latest events.
     pub(crate) latest: Vec<String>,
+    /// The store's mutex hand-overs.
+    pub(crate) hand_overs: lock_core::memory::HandOvers,
 }
 
 /// Runs seed `seed` of `workload`; with `echo`, prints every event as it happens.
@@ -88,6 +90,7 @@ pub(crate) fn run(seed: u64, workload: &Workload, echo: bool) -> Outcome {
                 violation: Some(format!("no runtime: {err}")),
                 digest: (0, 0),
                 latest: Vec::new(),
+                hand_overs: lock_core::memory::HandOvers::default(),
             };
         }
     };
@@ -115,7 +118,7 @@ async fn simulate(seed: u64, workload: Arc<Workload>, echo: bool) -> Outcome {
     let names = (LockName::new(SEMAPHORE), LockName::new(EXPIRABLE));
     let (Ok(plain), Ok(leased)) = names else {
         ledger.fail("the semaphores' names are refused".to_owned());
-        return outcome(&ledger, &trace);
+        return outcome(&ledger, &trace, &store);
     };
     let set_up = match (store.semaphores(), store.expirable_semaphores()) {
         (Some(semaphores), Some(expirable)) => {
@@ -126,7 +129,7 @@ async fn simulate(seed: u64, workload: Arc<Workload>, echo: bool) -> Outcome {
     };
     if !set_up {
         ledger.fail("the semaphores could not be set up".to_owned());
-        return outcome(&ledger, &trace);
+        return outcome(&ledger, &trace, &store);
     }
     let clients: Vec<(Locks, FaultyLink)> = (0..CLIENTS)
         .map(|client| {
@@ -140,6 +143,7 @@ async fn simulate(seed: u64, workload: Arc<Workload>, echo: bool) -> Outcome {
         })
         .collect::<Result<_, _>>()
         .unwrap_or_default();
+    delay_notices(&store, &clients, &network);
     // The checker looks every simulated millisecond.
     let watching = Arc::new(AtomicBool::new(true));
     let checker = tokio::spawn({
@@ -192,14 +196,34 @@ async fn simulate(seed: u64, workload: Arc<Workload>, echo: bool) -> Outcome {
     {
         ledger.fail(violation);
     }
-    outcome(&ledger, &trace)
+    outcome(&ledger, &trace, &store)
 }
 
-fn outcome(ledger: &Ledger, trace: &Trace) -> Outcome {
+/// A hand-over's notice reaches a paused client when it resumes, and now and then late
+/// anyway: a waiter must count its hold from the attempt the hand-over followed, never
+/// from the notice.
+fn delay_notices(store: &MemoryBackend, clients: &[(Locks, FaultyLink)], network: &Arc<Network>) {
+    let pauses: Vec<(String, Arc<Mutex<Option<Instant>>>)> = clients
+        .iter()
+        .map(|(locks, link)| (locks.client_id().to_owned(), link.pause_handle()))
+        .collect();
+    let network = Arc::clone(network);
+    store.delay_hand_over_notices(Arc::new(move |owner: &Owner| {
+        pauses
+            .iter()
+            .find(|(client, _)| owner.as_str().starts_with(client.as_str()))
+            .map_or(Duration::ZERO, |(_, paused)| {
+                FaultyLink::notice_delay(&network, paused)
+            })
+    }));
+}
+
+fn outcome(ledger: &Ledger, trace: &Trace, store: &MemoryBackend) -> Outcome {
     Outcome {
         violation: ledger.violation(),
         digest: trace.digest(),
         latest: trace.latest(),
+        hand_overs: store.hand_overs(),
     }
 }
 

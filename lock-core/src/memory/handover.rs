@@ -1,0 +1,237 @@
+//! Hand-over of a mutex on release, as the Redis scripts make it: a release that frees
+//! the lock makes the first waiting acquisition that still keeps its place the holder,
+//! with a hold that lasts that place, and tells it with the grant
+//! ([`Handed`]); the acquisition's next attempt, under its id, takes the hold up with
+//! its full lease. A waiter that gave up gives the hold back at once, and one that
+//! stopped asking loses it when its place lapses. This is the model the simulation
+//! checks the client's side of the hand-over against.
+
+use std::collections::VecDeque;
+
+use tokio::time::Instant;
+
+use super::kinds::granted;
+use super::{Answer, Entry, Grant, Store, channel};
+use crate::backend::{Acquire, AcquireRequest, LockRef, Release, RequestId};
+use crate::notify::Handed;
+use crate::{LockName, Owner};
+
+/// A mutex acquisition that waits to be handed the lock, as its latest attempt left it.
+#[derive(Debug, Clone)]
+pub(super) struct Waiter {
+    owner: Owner,
+    request: AcquireRequest,
+    /// When its latest attempt ran: it keeps its place a place's time from then.
+    asked: Instant,
+}
+
+/// A mutex's waiting acquisitions, first come first.
+pub(super) type Waiters = VecDeque<Waiter>;
+
+/// What a hand-over tells, and whom.
+pub(super) struct Notice {
+    pub(super) channel: String,
+    pub(super) handed: Handed,
+    /// The owner handed the lock (the notice goes to its client).
+    pub(super) owner: Owner,
+}
+
+/// How long a hand-over's notice takes to reach the client of the owner handed the
+/// lock (see [`MemoryBackend::delay_hand_over_notices`](super::MemoryBackend::delay_hand_over_notices)).
+pub type NoticeDelay = std::sync::Arc<dyn Fn(&Owner) -> std::time::Duration + Send + Sync>;
+
+/// How many hand-overs a store made, and what became of them (for the simulation's
+/// report and for tests).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HandOvers {
+    /// Holds handed over on release (or on a waiter's giving up).
+    pub made: u64,
+    /// Handed holds their acquisition's attempt took up.
+    pub taken_up: u64,
+    /// Handed holds given back by a waiter that gave up before taking them up.
+    pub given_back: u64,
+    /// Handed holds another acquisition of the same owner took over.
+    pub taken_over: u64,
+    /// Handed holds released before they were taken up: their waiter held the lock
+    /// from the notification on, and let it go before its take-up came.
+    pub released_before_taken_up: u64,
+}
+
+impl Store {
+    /// Registers a waiting acquisition of `lock`, or refreshes it where it stands.
+    pub(super) fn register_waiter(
+        &mut self,
+        lock: &LockRef,
+        request: AcquireRequest,
+        now: Instant,
+    ) {
+        let waiters = self
+            .waiters
+            .entry(lock.name.as_str().to_owned())
+            .or_default();
+        let waiter = Waiter {
+            owner: lock.owner.clone(),
+            request,
+            asked: now,
+        };
+        match waiters.iter_mut().find(|w| w.request.id == request.id) {
+            Some(registered) => *registered = waiter,
+            None => waiters.push_back(waiter),
+        }
+    }
+
+    /// Forgets the waiting acquisition `id` of `name`; returns whether it was registered.
+    pub(super) fn unregister_waiter(&mut self, name: &str, id: RequestId) -> bool {
+        let Some(waiters) = self.waiters.get_mut(name) else {
+            return false;
+        };
+        let before = waiters.len();
+        waiters.retain(|w| w.request.id != id);
+        let removed = waiters.len() < before;
+        if waiters.is_empty() {
+            self.waiters.remove(name);
+        }
+        removed
+    }
+
+    /// Hands the free mutex `name` to its first waiting acquisition that still keeps its
+    /// place; returns the notice to give, or `None` when nobody waits (then a plain
+    /// wake-up goes out).
+    pub(super) fn hand_over(&mut self, name: &LockName, now: Instant) -> Option<Notice> {
+        let key = name.as_str();
+        let waiter = loop {
+            let waiters = self.waiters.get_mut(key)?;
+            let Some(waiter) = waiters.pop_front() else {
+                self.waiters.remove(key);
+                return None;
+            };
+            let place = waiter.request.wait.map(|w| w.place_kept_for)?;
+            if waiter.asked + place > now && self.answered(key, waiter.request.id, now).is_none() {
+                break waiter;
+            }
+        };
+        let request = waiter.request;
+        let place = request.wait.map(|w| w.place_kept_for)?;
+        let mut entry = Entry::new(None, now);
+        let grant = Grant {
+            id: request.id,
+            expires: None,
+        };
+        entry.add(waiter.owner.as_str(), grant);
+        entry.arm(now, place);
+        self.locks.insert(key.to_owned(), entry);
+        let token = self.token(key, true, request.fencing);
+        let reply = granted(1, token, request.id);
+        self.remember(key, request.id, Answer::Handed(reply), (now, place));
+        let attempt = request.wait.map_or(0, |w| w.attempt);
+        self.hand_overs.made += 1;
+        Some(Notice {
+            channel: channel::mutex(name),
+            handed: Handed::new(request.id, attempt, token),
+            owner: waiter.owner,
+        })
+    }
+
+    /// The attempt of an acquisition handed the mutex takes its hold up: the hold gets
+    /// the acquisition's lease, and its grant is answered as any other from now on.
+    /// `None` when the handed hold is gone (its place lapsed, or it was force-released):
+    /// the attempt then asks afresh.
+    pub(super) fn take_up(
+        &mut self,
+        lock: &LockRef,
+        request: AcquireRequest,
+        grant: Acquire,
+        now: Instant,
+    ) -> Option<Acquire> {
+        let name = lock.name.as_str();
+        let alive = self.live(name, now).is_some_and(|entry| {
+            entry
+                .fields
+                .get(lock.owner.as_str())
+                .is_some_and(|field| field.origin == request.id)
+        });
+        if !alive {
+            self.answers.remove(&(name.to_owned(), request.id));
+            return None;
+        }
+        if let Some(entry) = self.live(name, now) {
+            entry.arm(now, request.lease);
+        }
+        let kept = (now, request.retry_window);
+        self.remember(name, request.id, Answer::Granted(grant), kept);
+        self.hand_overs.taken_up += 1;
+        Some(grant)
+    }
+
+    /// A later acquisition of an owner whose earlier one was handed the mutex (and
+    /// gave up: its cancellation is on its way) takes the hold over as its own; the
+    /// earlier one's grant ends. `None` when the owner's hold was not handed.
+    pub(super) fn take_over(
+        &mut self,
+        lock: &LockRef,
+        request: AcquireRequest,
+        now: Instant,
+    ) -> Option<Acquire> {
+        let name = lock.name.as_str();
+        let origin = self
+            .live(name, now)?
+            .fields
+            .get(lock.owner.as_str())?
+            .origin;
+        if !matches!(self.answered(name, origin, now), Some(Answer::Handed(_))) {
+            return None;
+        }
+        let entry = self.live(name, now)?;
+        let field = entry.fields.get_mut(lock.owner.as_str())?;
+        field.origin = request.id;
+        field.grants = vec![Grant {
+            id: request.id,
+            expires: None,
+        }];
+        entry.arm(now, request.lease);
+        let ended = (now, request.retry_window.saturating_mul(2));
+        self.remember(name, origin, Answer::Ended(Release::NotHeld), ended);
+        let token = self.token(name, false, request.fencing);
+        self.hand_overs.taken_over += 1;
+        Some(granted(1, token, request.id))
+    }
+
+    /// Whether the mutex `name` is held by a hold handed over and not yet taken up.
+    pub(super) fn handed_and_waiting(&mut self, name: &str, now: Instant) -> bool {
+        let Some(origin) = self
+            .live(name, now)
+            .and_then(|entry| entry.fields.values().next().map(|field| field.origin))
+        else {
+            return false;
+        };
+        matches!(self.answered(name, origin, now), Some(Answer::Handed(_)))
+    }
+
+    /// A waiting acquisition gives up: it leaves the waiters, and a hold handed to it and
+    /// not taken up ends. Returns whether the mutex is now free.
+    pub(super) fn give_up(
+        &mut self,
+        lock: &LockRef,
+        request: &AcquireRequest,
+        now: Instant,
+    ) -> bool {
+        let name = lock.name.as_str();
+        self.unregister_waiter(name, request.id);
+        if let Some(Answer::Handed(_)) = self.answered(name, request.id, now) {
+            let handed_here = self.live(name, now).is_some_and(|entry| {
+                entry
+                    .fields
+                    .get(lock.owner.as_str())
+                    .is_some_and(|field| field.origin == request.id)
+            });
+            if handed_here {
+                self.locks.remove(name);
+                self.hand_overs.given_back += 1;
+            }
+            let ended = (now, request.retry_window.saturating_mul(2));
+            self.remember(name, request.id, Answer::Ended(Release::NotHeld), ended);
+        }
+        self.live(name, now).is_none()
+    }
+}
