@@ -81,6 +81,18 @@ pub(crate) fn take_up_failed(lock: &LockRef, err: &crate::Error) {
     );
 }
 
+/// Debug: the take-up of a hold handed over found its grant ended (its guard released
+/// it first, or it lapsed or was force-released).
+pub(crate) fn take_up_found_it_ended(lock: &LockRef) {
+    tracing::debug!(
+        target: TRACING_TARGET,
+        kind = %lock.kind,
+        name = %lock.name,
+        owner = %lock.owner,
+        "a hold handed over on release had ended when its take-up came"
+    );
+}
+
 /// Debug: a waiter was told of a release and asks again.
 pub(crate) fn woken(lock: &LockRef) {
     tracing::debug!(

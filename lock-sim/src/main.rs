@@ -173,7 +173,6 @@ fn add(total: &mut HandOvers, run: HandOvers) {
     total.made += run.made;
     total.taken_up += run.taken_up;
     total.given_back += run.given_back;
-    total.taken_over += run.taken_over;
     total.released_before_taken_up += run.released_before_taken_up;
 }
 
@@ -181,13 +180,8 @@ fn add(total: &mut HandOvers, run: HandOvers) {
 fn hand_overs(handed: HandOvers) -> String {
     format!(
         "mutex hand-overs: {} made, {} taken up, {} released (held from the notification) \
-         before their take-up, {} given back by waiters that gave up, {} taken over by the \
-         owner's next acquisition",
-        handed.made,
-        handed.taken_up,
-        handed.released_before_taken_up,
-        handed.given_back,
-        handed.taken_over
+         before their take-up, {} given back by waiters that gave up",
+        handed.made, handed.taken_up, handed.released_before_taken_up, handed.given_back
     )
 }
 

@@ -209,9 +209,9 @@ pub async fn a_waiter_that_has_gone_loses_the_handed_mutex_within_its_place(
 
 /// An owner whose acquisition was handed the lock, and which starts another acquisition
 /// before the first one's cancellation arrives (its future was dropped and it asked
-/// again), takes the handed hold up under the new acquisition; the late cancellation of
-/// the first leaves that hold alone, and the first acquisition's own attempts get nothing.
-pub async fn a_later_acquisition_of_the_owner_takes_a_handed_mutex_over(connect: &AdapterConnect) {
+/// again), joins the handed hold, as any reentry does; the late cancellation of the first
+/// ends only the first one's grant, and the first acquisition's attempts get nothing more.
+pub async fn a_later_acquisition_of_the_owner_joins_a_handed_mutex(connect: &AdapterConnect) {
     let (stage, held) = Stage::new(connect, "handover-owner:m", Duration::from_secs(10)).await;
     held.unlock().await.unwrap();
     assert_eq!(
@@ -220,14 +220,18 @@ pub async fn a_later_acquisition_of_the_owner_takes_a_handed_mutex_over(connect:
         "handed over"
     );
     let later = AcquireRequest::new(LEASE).enqueue(Duration::from_secs(10));
-    let taken = stage.quiet.acquire(&stage.lock, later).await.unwrap();
+    let joined = stage.quiet.acquire(&stage.lock, later).await.unwrap();
     let Acquire::Acquired {
-        holds: 1, origin, ..
-    } = taken
+        holds: 2, origin, ..
+    } = joined
     else {
-        panic!("the later acquisition takes the hold over: {taken:?}");
+        panic!("the later acquisition joins the handed hold: {joined:?}");
     };
-    assert_eq!(origin, Some(later.id));
+    assert_eq!(
+        origin,
+        Some(stage.request.id),
+        "one hold, begun by the hand-over"
+    );
     stage
         .quiet
         .cancel_wait(&stage.lock, &stage.request)
@@ -236,7 +240,7 @@ pub async fn a_later_acquisition_of_the_owner_takes_a_handed_mutex_over(connect:
     assert_eq!(
         stage.quiet_holds().await.as_deref(),
         Some("1"),
-        "the earlier acquisition's cancellation leaves the hold"
+        "the earlier acquisition's cancellation ends its own grant alone"
     );
     let earlier = stage
         .quiet

@@ -105,7 +105,7 @@ macro_rules! adapter_tests {
             a_rollback_without_a_restart_starts_the_quarantine,
             a_release_hands_the_mutex_to_the_waiting_acquisition,
             a_waiter_that_has_gone_loses_the_handed_mutex_within_its_place,
-            a_later_acquisition_of_the_owner_takes_a_handed_mutex_over,
+            a_later_acquisition_of_the_owner_joins_a_handed_mutex,
             nothing_is_handed_over_while_a_redisson_peer_listens,
         );
     };

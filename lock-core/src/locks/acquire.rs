@@ -32,7 +32,7 @@ use crate::locks::turns::Bell;
 use crate::locks::turns::Turn;
 use crate::metrics::{self, AcquireOutcome};
 use crate::notify::{Handed, Listener};
-use crate::{Error, LockName, LockRef, LostReason};
+use crate::{Error, LockName, LockRef};
 use crate::{events, retry};
 
 /// How long a caller is prepared to wait.
@@ -361,8 +361,7 @@ fn take_handed(
 }
 
 /// Takes a handed hold up: the acquisition's next attempt, under its id, gives the hold
-/// the acquisition's full lease; an answer that the lock is busy means the handed hold
-/// ended (force-released, say) before it was taken up, and the hold is lost.
+/// the acquisition's full lease.
 fn take_up_in_background(
     client: &Arc<Inner>,
     lock: &LockRef,
@@ -378,9 +377,10 @@ fn take_up_in_background(
             Ok(Acquire::Acquired { origin, .. }) if origin == Some(request.id) => {
                 hold.extend(sent, valid_for);
             }
-            Ok(_) => {
-                hold.mark_lost(LostReason::LeaseExpired);
-            }
+            // The handed grant ended before its take-up: released by its guard already,
+            // or gone (lapsed, force-released). The hold keeps the handed lease, and a
+            // renewal or its deadline tells a guard that still holds it.
+            Ok(_) => events::take_up_found_it_ended(&lock_ref),
             Err(err) => events::take_up_failed(&lock_ref, &err),
         }
     });

@@ -51,8 +51,6 @@ pub struct HandOvers {
     pub taken_up: u64,
     /// Handed holds given back by a waiter that gave up before taking them up.
     pub given_back: u64,
-    /// Handed holds another acquisition of the same owner took over.
-    pub taken_over: u64,
     /// Handed holds released before they were taken up: their waiter held the lock
     /// from the notification on, and let it go before its take-up came.
     pub released_before_taken_up: u64,
@@ -164,39 +162,6 @@ impl Store {
         Some(grant)
     }
 
-    /// A later acquisition of an owner whose earlier one was handed the mutex (and
-    /// gave up: its cancellation is on its way) takes the hold over as its own; the
-    /// earlier one's grant ends. `None` when the owner's hold was not handed.
-    pub(super) fn take_over(
-        &mut self,
-        lock: &LockRef,
-        request: AcquireRequest,
-        now: Instant,
-    ) -> Option<Acquire> {
-        let name = lock.name.as_str();
-        let origin = self
-            .live(name, now)?
-            .fields
-            .get(lock.owner.as_str())?
-            .origin;
-        if !matches!(self.answered(name, origin, now), Some(Answer::Handed(_))) {
-            return None;
-        }
-        let entry = self.live(name, now)?;
-        let field = entry.fields.get_mut(lock.owner.as_str())?;
-        field.origin = request.id;
-        field.grants = vec![Grant {
-            id: request.id,
-            expires: None,
-        }];
-        entry.arm(now, request.lease);
-        let ended = (now, request.retry_window.saturating_mul(2));
-        self.remember(name, origin, Answer::Ended(Release::NotHeld), ended);
-        let token = self.token(name, false, request.fencing);
-        self.hand_overs.taken_over += 1;
-        Some(granted(1, token, request.id))
-    }
-
     /// Whether the mutex `name` is held by a hold handed over and not yet taken up.
     pub(super) fn handed_and_waiting(&mut self, name: &str, now: Instant) -> bool {
         let Some(origin) = self
@@ -219,14 +184,16 @@ impl Store {
         let name = lock.name.as_str();
         self.unregister_waiter(name, request.id);
         if let Some(Answer::Handed(_)) = self.answered(name, request.id, now) {
-            let handed_here = self.live(name, now).is_some_and(|entry| {
-                entry
-                    .fields
-                    .get(lock.owner.as_str())
-                    .is_some_and(|field| field.origin == request.id)
+            // Its own grant ends: the owner's other acquisitions may have joined the
+            // hold since, and keep theirs.
+            let ended = self.live(name, now).and_then(|entry| {
+                let left = entry.end(lock.owner.as_str(), request.id, now)?;
+                Some((left, entry.fields.is_empty()))
             });
-            if handed_here {
-                self.locks.remove(name);
+            if let Some((_, free)) = ended {
+                if free {
+                    self.locks.remove(name);
+                }
                 self.hand_overs.given_back += 1;
             }
             let ended = (now, request.retry_window.saturating_mul(2));

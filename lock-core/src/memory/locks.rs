@@ -81,10 +81,7 @@ impl Backend for MemoryBackend {
             LockKind::Fair => acquire_fair(&mut store, lock, request, now),
             LockKind::Read => acquire_read(&mut store, lock, request, now),
             LockKind::Write => acquire_write(&mut store, lock, request, now)?,
-            LockKind::Mutex => match store.take_over(lock, request, now) {
-                Some(taken) => taken,
-                None => acquire_exclusive(&mut store, lock, request, now),
-            },
+            LockKind::Mutex => acquire_exclusive(&mut store, lock, request, now),
         };
         let reply = if lock.kind == LockKind::Mutex {
             waiting_to_be_handed(&mut store, lock, request, reply, now)

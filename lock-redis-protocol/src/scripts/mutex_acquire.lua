@@ -82,21 +82,6 @@ if redis.call('exists', KEYS[1]) == 0 then
     return granted(1, token, origin)
 end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    local handed_to = redis.call('hget', KEYS[7], 'o')
-    local handed = handed_to and redis.call('get', latch_of(KEYS[1], handed_to))
-    if handed and string.sub(handed, 1, 1) == 'h' then
-        -- Handed over to an earlier acquisition of this owner, which gave up (its
-        -- cancellation is on its way): this one takes the hold up as its own, with the
-        -- handed token, and the earlier one's grant ends.
-        redis.call('set', latch_of(KEYS[1], handed_to), 'r-1', 'px', ARGV[13])
-        redis.call('del', KEYS[7])
-        if lease_left(KEYS[1]) < tonumber(ARGV[1]) then
-            redis.call('pexpire', KEYS[1], ARGV[1])
-        end
-        local origin = record_grant(true, ARGV[1])
-        local token = string.match(handed, '^h%d+:(%d+):')
-        return granted(1, tonumber(token), origin)
-    end
     local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     -- Extend only: a reentry with a shorter lease must not cut an outer hold's lease.
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then

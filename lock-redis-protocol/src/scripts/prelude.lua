@@ -503,7 +503,7 @@ end
 -- asks afresh.
 local function take_up_handed(key, field, lease_ms)
     local latch = KEYS[#KEYS]
-    if not (grant_alive(0) and redis.call('hget', key, field) == '1') then
+    if not (grant_alive(0) and redis.call('hexists', key, field) == 1) then
         redis.call('del', latch)
         return nil
     end
