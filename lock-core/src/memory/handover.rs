@@ -1,4 +1,4 @@
-//! Hand-over of a mutex on release, as the Redis scripts make it: a release that frees
+//! Hand-over of a mutex on release, as the networked backends make it: a release that frees
 //! the lock makes the first waiting acquisition that still keeps its place the holder,
 //! with a hold that lasts that place, and tells it with the grant
 //! ([`Handed`]); the acquisition's next attempt, under its id, takes the hold up with
