@@ -279,3 +279,229 @@ pub async fn nothing_is_handed_over_while_a_redisson_peer_listens(connect: &Adap
         .unwrap();
     assert!(matches!(busy, Acquire::Busy { .. }), "{busy:?}");
 }
+
+/// Mixed fleets: two clients of ours, a peer that runs Redisson's own lock and unlock
+/// scripts, and a peer that follows only Redisson's layout (a hash under the name, `0`
+/// on `redisson_lock__channel:{name}` when it lets go) take turns on one mutex, each
+/// holding it a few milliseconds at a time. Nobody holds it beside anybody else, and
+/// nobody waits a second for one turn: each side wakes the other (a missed wake-up would
+/// cost a peer the 30 s lease it saw, and one of ours a third of its place).
+pub async fn mixed_fleets_keep_exclusion_and_wake_each_other(connect: &AdapterConnect) {
+    const ROUNDS: usize = 20;
+    let server = RedisServer::start().await;
+    let name = "mixed-fleet:m";
+    let section = Arc::new(Section::default());
+    let mut turns = Vec::new();
+    for _ in 0..2 {
+        let ours = locks(connect, ConnectSpec::new(server.url()))
+            .await
+            .unwrap();
+        let (mutex, section) = (ours.mutex(name), Arc::clone(&section));
+        turns.push(tokio::spawn(async move {
+            let mut longest = Duration::ZERO;
+            for _ in 0..ROUNDS {
+                let asked = Instant::now();
+                let guard = mutex.lock().await.unwrap();
+                longest = longest.max(asked.elapsed());
+                section.enter_and_leave().await;
+                guard.unlock().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            drop(ours);
+            longest
+        }));
+    }
+    for style in [PeerStyle::Redisson, PeerStyle::LayoutOnly] {
+        let peer = Peer::connect(&server, name, style).await;
+        let section = Arc::clone(&section);
+        turns.push(tokio::spawn(async move {
+            let mut peer = peer;
+            let mut longest = Duration::ZERO;
+            for _ in 0..ROUNDS {
+                let asked = Instant::now();
+                peer.lock().await;
+                longest = longest.max(asked.elapsed());
+                section.enter_and_leave().await;
+                peer.unlock().await;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            longest
+        }));
+    }
+    for (contender, turn) in ["ours", "ours", "Redisson", "layout-only"]
+        .iter()
+        .zip(turns)
+    {
+        let longest = tokio::time::timeout(Duration::from_secs(60), turn)
+            .await
+            .expect("every contender finishes its rounds")
+            .unwrap();
+        assert!(
+            longest < Duration::from_secs(1),
+            "{contender} waited {longest:?} for one turn"
+        );
+    }
+    assert_eq!(
+        section.overlaps.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+}
+
+/// The critical section the contenders share: entering while another is inside is an
+/// overlap.
+#[derive(Debug, Default)]
+struct Section {
+    inside: std::sync::atomic::AtomicBool,
+    overlaps: std::sync::atomic::AtomicUsize,
+}
+
+impl Section {
+    async fn enter_and_leave(&self) {
+        use std::sync::atomic::Ordering;
+        if self.inside.swap(true, Ordering::SeqCst) {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        self.inside.store(false, Ordering::SeqCst);
+    }
+}
+
+/// How a peer takes and gives back the lock.
+#[derive(Debug, Clone, Copy)]
+enum PeerStyle {
+    /// Redisson's own scripts (`RedissonLock`), with its unlock latch.
+    Redisson,
+    /// Redisson's layout only: the hash under the name, set when it does not exist, and
+    /// deleted then announced with `0`, in commands of its own.
+    LayoutOnly,
+}
+
+/// Redisson's lock script (`tryLockInnerAsync`): nil when taken, else the lock's PTTL.
+const REDISSON_LOCK: &str = "\
+if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then \
+    redis.call('hincrby', KEYS[1], ARGV[2], 1); \
+    redis.call('pexpire', KEYS[1], ARGV[1]); \
+    return nil; \
+end; \
+return redis.call('pttl', KEYS[1]);";
+
+/// Redisson's unlock script (`unlockInnerAsync`, 3.24 on), with its unlock latch.
+const REDISSON_UNLOCK: &str = "\
+local val = redis.call('get', KEYS[3]); \
+if val ~= false then return tonumber(val); end; \
+if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil; end; \
+local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); \
+if (counter > 0) then \
+    redis.call('pexpire', KEYS[1], ARGV[2]); \
+    redis.call('set', KEYS[3], 0, 'px', ARGV[5]); \
+    return 0; \
+else \
+    redis.call('del', KEYS[1]); \
+    redis.call(ARGV[4], KEYS[2], ARGV[1]); \
+    redis.call('set', KEYS[3], 1, 'px', ARGV[5]); \
+    return 1; \
+end;";
+
+/// The layout-only peer's take: the hash when the name is free, else the PTTL.
+const LAYOUT_LOCK: &str = "\
+if redis.call('exists', KEYS[1]) == 0 then \
+    redis.call('hset', KEYS[1], ARGV[2], 1); \
+    redis.call('pexpire', KEYS[1], ARGV[1]); \
+    return nil; \
+end; \
+return redis.call('pttl', KEYS[1]);";
+
+/// A peer of another library on the same server, waiting as Redisson does: subscribed
+/// to the lock's channel, it tries, and sleeps until a message or the PTTL it saw.
+struct Peer {
+    style: PeerStyle,
+    name: String,
+    channel: String,
+    owner: String,
+    conn: redis::aio::MultiplexedConnection,
+    messages: redis::aio::PubSubStream,
+    _subscription: redis::aio::PubSubSink,
+}
+
+impl Peer {
+    const LEASE_MS: u64 = 30_000;
+
+    async fn connect(server: &RedisServer, name: &str, style: PeerStyle) -> Self {
+        let client = redis::Client::open(server.url()).unwrap();
+        let conn = client.get_multiplexed_async_connection().await.unwrap();
+        let (mut subscription, messages) = client.get_async_pubsub().await.unwrap().split();
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        subscription.subscribe(&channel).await.unwrap();
+        Self {
+            style,
+            name: name.to_owned(),
+            channel,
+            owner: format!("{}:1", lock_core::RequestId::random()),
+            conn,
+            messages,
+            _subscription: subscription,
+        }
+    }
+
+    async fn lock(&mut self) {
+        use futures_util::StreamExt as _;
+        let script = match self.style {
+            PeerStyle::Redisson => REDISSON_LOCK,
+            PeerStyle::LayoutOnly => LAYOUT_LOCK,
+        };
+        loop {
+            let ttl: Option<u64> = redis::Script::new(script)
+                .key(&self.name)
+                .arg(Self::LEASE_MS)
+                .arg(&self.owner)
+                .invoke_async(&mut self.conn)
+                .await
+                .unwrap();
+            let Some(ttl) = ttl else {
+                return;
+            };
+            let wait = Duration::from_millis(ttl.max(1));
+            // A message (ours `0`, or another peer's) or the PTTL, whichever first.
+            let _message = tokio::time::timeout(wait, self.messages.next()).await;
+        }
+    }
+
+    async fn unlock(&mut self) {
+        match self.style {
+            PeerStyle::Redisson => {
+                let latch = format!(
+                    "redisson_unlock_latch:{{{}}}:{}",
+                    self.name,
+                    lock_core::RequestId::random()
+                );
+                let released: Option<i64> = redis::Script::new(REDISSON_UNLOCK)
+                    .key(&self.name)
+                    .key(&self.channel)
+                    .key(&latch)
+                    .arg(0)
+                    .arg(Self::LEASE_MS)
+                    .arg(&self.owner)
+                    .arg("publish")
+                    .arg(20_000)
+                    .invoke_async(&mut self.conn)
+                    .await
+                    .unwrap();
+                assert_eq!(released, Some(1), "the Redisson peer held the lock");
+            }
+            PeerStyle::LayoutOnly => {
+                let deleted: i64 = redis::cmd("DEL")
+                    .arg(&self.name)
+                    .query_async(&mut self.conn)
+                    .await
+                    .unwrap();
+                assert_eq!(deleted, 1, "the layout-only peer held the lock");
+                let _told: i64 = redis::cmd("PUBLISH")
+                    .arg(&self.channel)
+                    .arg("0")
+                    .query_async(&mut self.conn)
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+}

@@ -107,6 +107,7 @@ macro_rules! adapter_tests {
             a_waiter_that_has_gone_loses_the_handed_mutex_within_its_place,
             a_later_acquisition_of_the_owner_joins_a_handed_mutex,
             nothing_is_handed_over_while_a_redisson_peer_listens,
+            mixed_fleets_keep_exclusion_and_wake_each_other,
         );
     };
 }
