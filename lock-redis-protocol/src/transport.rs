@@ -199,6 +199,10 @@ pub struct NotificationSink {
     wake_id: std::sync::Arc<str>,
     /// This client's own channel, on which such a release may come instead.
     own_channel: std::sync::Arc<str>,
+    /// Whether a waiter may hold a lock handed over to it from the message on. Not
+    /// where acquisitions wait for replicas (`WAIT`): the hand-over was not, so the
+    /// waiter is only woken, and its next attempt (which waits for them) takes it up.
+    holds_from_the_message: bool,
 }
 
 impl NotificationSink {
@@ -206,12 +210,24 @@ impl NotificationSink {
         registry: Subscriptions,
         alive: &std::sync::Arc<tokio::sync::watch::Sender<()>>,
         (wake_id, own_channel): (std::sync::Arc<str>, std::sync::Arc<str>),
+        holds_from_the_message: bool,
     ) -> Self {
         Self {
             alive: alive.subscribe(),
             registry,
             wake_id,
             own_channel,
+            holds_from_the_message,
+        }
+    }
+
+    /// Tells the waiter of `lock_channel` that the lock was handed over to `handed`.
+    fn handed(&self, lock_channel: &str, handed: Handed) {
+        if self.holds_from_the_message {
+            self.registry
+                .deliver_handed(lock_channel, handed, Wake::One);
+        } else {
+            self.registry.deliver(lock_channel, Wake::One);
         }
     }
 
@@ -235,10 +251,7 @@ impl NotificationSink {
                 return;
             };
             match text.strip_prefix(HANDED_PREFIX).and_then(handed) {
-                Some((handed, lock_channel)) => {
-                    self.registry
-                        .deliver_handed(lock_channel, handed, Wake::One);
-                }
+                Some((handed, lock_channel)) => self.handed(lock_channel, handed),
                 None => self.registry.deliver(text, Wake::One),
             }
             return;
@@ -255,7 +268,7 @@ impl NotificationSink {
                 // Handed over: '<wake id>:<request id>:<token>:<attempt>'.
                 let parsed = std::str::from_utf8(told).ok().and_then(handed);
                 if let Some((handed, "")) = parsed {
-                    self.registry.deliver_handed(channel, handed, Wake::One);
+                    self.handed(channel, handed);
                 }
                 return;
             }
@@ -313,4 +326,31 @@ fn handed(text: &str) -> Option<(Handed, &str)> {
         Handed::new(request, attempt, (token != 0).then_some(token)),
         after,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hand_over_is_read_as_the_scripts_tell_it() {
+        let id = "0123456789abcdef0123456789abcdef";
+        let request = lock_core::RequestId::from_hex(id).expect("hex");
+        let on_own_channel = format!("{id}:17:3:redisson_lock__channel:{{a:b}}");
+        assert_eq!(
+            handed(&on_own_channel),
+            Some((
+                Handed::new(request, 3, Some(17)),
+                "redisson_lock__channel:{a:b}"
+            ))
+        );
+        let on_lock_channel = format!("{id}:0:12");
+        assert_eq!(
+            handed(&on_lock_channel),
+            Some((Handed::new(request, 12, None), ""))
+        );
+        for malformed in ["", "xyz:1:2", &format!("{id}:one:2"), &format!("{id}:1")] {
+            assert_eq!(handed(malformed), None, "{malformed:?}");
+        }
+    }
 }

@@ -119,6 +119,7 @@ impl RedisBackend {
             self.subscriptions.clone(),
             &self.alive,
             (Arc::clone(&self.wake_id), Arc::clone(&self.own_channel)),
+            self.options.replica_ack.is_none(),
         )
     }
 
