@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{Acquire, AcquireRequest, Backend, ReleaseRequest};
+use crate::backend::{Acquire, AcquireRequest, Backend, ReleaseRequest, RequestId};
 use crate::client::shared::{Granted, Inner};
 use crate::locks::guard::Guard;
 use crate::locks::hold::Hold;
@@ -347,17 +347,37 @@ fn take_handed(
         token: handed.token,
         origin: Some(request.id),
     };
-    let hold = client.attach(lock, granted, sent, place, renew);
-    take_up_in_background(client, lock, &hold, request);
-    Some(Guard::new(
+    let guard = guard(
+        client,
+        lock,
+        granted,
+        (request.id, sent, place),
+        (lease, renew),
+    );
+    take_up_in_background(client, lock, guard.hold(), request);
+    Some(guard)
+}
+
+/// The guard of grant `grant`, sent at `sent`, whose hold's lease runs `valid` from
+/// then: attached to the owner's hold (a reentry joins it), renewed by the watchdog with
+/// `renew`, and released with `lease`.
+fn guard(
+    client: &Arc<Inner>,
+    lock: &LockRef,
+    granted: Granted,
+    (grant, sent, valid): (RequestId, Instant, Duration),
+    (lease, renew): (Duration, bool),
+) -> Guard {
+    let hold = client.attach(lock, granted, sent, valid, renew);
+    Guard::new(
         Arc::clone(client),
         hold,
         lock.kind,
-        request.id,
+        grant,
         lease,
         renew,
         sent,
-    ))
+    )
 }
 
 /// Takes a handed hold up: the acquisition's next attempt, under its id, gives the hold
@@ -540,15 +560,13 @@ async fn attempt(
                 token,
                 origin,
             };
-            let hold = client.attach(lock, granted, sent, lease, renew);
-            Ok(Attempt::Acquired(Guard::new(
-                Arc::clone(client),
-                hold,
-                lock.kind,
-                request.id,
-                lease,
-                renew,
-                sent,
+            let valid = (request.id, sent, lease);
+            Ok(Attempt::Acquired(guard(
+                client,
+                lock,
+                granted,
+                valid,
+                (lease, renew),
             )))
         }
         Acquire::Busy { ttl, reserved } => Ok(Attempt::Busy { ttl, reserved }),

@@ -85,6 +85,11 @@ impl Guard {
         }
     }
 
+    /// The owner's hold this guard is one grant of.
+    pub(crate) fn hold(&self) -> &Arc<Hold> {
+        &self.hold
+    }
+
     /// Why this hold is gone, if it is: the owner's hold was lost, or this read hold's
     /// own lease ran out.
     fn lost_reason(&self) -> Option<LostReason> {

@@ -47,6 +47,14 @@ impl Entry {
         }
     }
 
+    /// Wakes one listener, or every one.
+    fn wake(&self, wake: Wake) {
+        match wake {
+            Wake::One => self.notify.notify_one(),
+            Wake::All => self.notify.notify_waiters(),
+        }
+    }
+
     /// Records the subscription's outcome and wakes those waiting for it.
     fn settle(&self, state: SubState) {
         *self.state.lock().unwrap_or_else(PoisonError::into_inner) = state;
@@ -192,18 +200,18 @@ impl Subscriptions {
         WeakSubscriptions(Arc::downgrade(&self.shared))
     }
 
-    /// Delivers a message received on `channel`.
-    pub fn deliver(&self, channel: &str, wake: Wake) {
-        let entry = self
-            .shared
+    /// The entry of `channel`, while it has listeners.
+    fn entry(&self, channel: &str) -> Option<Arc<Entry>> {
+        self.shared
             .channels()
             .get(channel)
-            .map(|(e, _)| Arc::clone(e));
-        if let Some(entry) = entry {
-            match wake {
-                Wake::One => entry.notify.notify_one(),
-                Wake::All => entry.notify.notify_waiters(),
-            }
+            .map(|(e, _)| Arc::clone(e))
+    }
+
+    /// Delivers a message received on `channel`.
+    pub fn deliver(&self, channel: &str, wake: Wake) {
+        if let Some(entry) = self.entry(channel) {
+            entry.wake(wake);
         }
     }
 
@@ -213,17 +221,9 @@ impl Subscriptions {
     /// message reached the one client whose waiter it names, every one where the
     /// registry is shared by several clients.
     pub fn deliver_handed(&self, channel: &str, handed: Handed, wake: Wake) {
-        let entry = self
-            .shared
-            .channels()
-            .get(channel)
-            .map(|(e, _)| Arc::clone(e));
-        if let Some(entry) = entry {
+        if let Some(entry) = self.entry(channel) {
             *entry.handed.lock().unwrap_or_else(PoisonError::into_inner) = Some(handed);
-            match wake {
-                Wake::One => entry.notify.notify_one(),
-                Wake::All => entry.notify.notify_waiters(),
-            }
+            entry.wake(wake);
         }
     }
 
