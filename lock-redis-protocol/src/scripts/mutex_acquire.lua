@@ -67,8 +67,10 @@ if redis.call('exists', KEYS[1]) == 0 then
     if reserved then
         redis.call('del', KEYS[2])
     end
-    if ARGV[8] ~= '' then
-        -- Served: the client's next waiter registers afresh, behind the others.
+    if ARGV[8] ~= '' and ARGV[11] ~= '1' then
+        -- Served: the client's next waiter registers afresh, behind the others. (An
+        -- acquisition's first attempt has not registered, and the client's earlier
+        -- waiters for the lock left or were served: nothing to remove.)
         redis.call('zrem', KEYS[5], ARGV[8])
         redis.call('hdel', KEYS[6], ARGV[8])
     end

@@ -484,7 +484,7 @@ local function hand_over(lock, requests, target, token_key, epoch, quarantine_ms
     local grants = grants_of(lock, owner)
     redis.call('hset', lock, owner, 1)
     redis.call('pexpire', lock, place_ms)
-    redis.call('del', grants)
+    -- Fields an earlier hold of the owner left are not alive under this origin.
     redis.call('hset', grants, 'o', request, request, request, 's', now_ms())
     redis.call('pexpire', grants, place_ms)
     local token = 0
