@@ -289,34 +289,33 @@ fn served(
 }
 
 /// When a waiting acquisition's latest attempts were sent, by number: a hand-over names
-/// the attempt it followed (see [`Handed`]).
+/// the attempt it followed (see [`Handed`]). A few, in place: every waiting acquisition
+/// keeps one, and none allocates.
 #[derive(Debug, Default)]
 struct Asked {
-    /// The latest few attempts, oldest first: a hand-over follows one of the latest.
-    recent: std::collections::VecDeque<(u32, Instant)>,
+    /// The latest attempts, attempt `n` at `n % KEPT` (number 0: none yet).
+    recent: [(u32, Option<Instant>); Asked::KEPT],
     count: u32,
 }
 
 impl Asked {
-    /// How many attempts are remembered.
+    /// How many attempts are remembered: a hand-over follows one of the latest.
     const KEPT: usize = 4;
 
     /// `request` numbered as the next attempt, recorded as sent now (an instant taken
     /// before it is sent: a lease counted from it ends no later than the store's).
     fn next(&mut self, request: AcquireRequest) -> AcquireRequest {
         self.count = self.count.saturating_add(1);
-        if self.recent.len() == Self::KEPT {
-            self.recent.pop_front();
-        }
-        self.recent.push_back((self.count, Instant::now()));
+        self.recent[self.count as usize % Self::KEPT] = (self.count, Some(Instant::now()));
         request.attempt(self.count)
     }
 
     /// When attempt `number` was sent, if it is one of the latest.
     fn sent(&self, number: u32) -> Option<Instant> {
-        self.recent
-            .iter()
-            .find_map(|&(n, sent)| (n == number).then_some(sent))
+        match self.recent[number as usize % Self::KEPT] {
+            (n, sent) if n == number => sent,
+            _ => None,
+        }
     }
 }
 
@@ -325,7 +324,7 @@ impl Asked {
 /// the attempt the hand-over names, with a lease of the waiter's place: the lease runs
 /// at least a place (less the drift) from when the waiter sent that attempt. The hold is
 /// then taken up in the background (the acquisition's next attempt, under its id, gives
-/// it the full lease), and marked lost if the store says it is gone. With too little
+/// it the full lease). With too little
 /// left (the waiter had not asked for a while), `None`: the waiter asks again, and that
 /// attempt takes the hold up before the waiter holds it.
 fn take_handed(
@@ -725,6 +724,27 @@ mod tests {
     use super::*;
     use crate::memory::MemoryBackend;
     use crate::{LockKind, LockName, Owner};
+
+    #[test]
+    fn a_hand_over_finds_the_attempts_it_may_follow_and_no_other() {
+        let mut asked = Asked::default();
+        assert_eq!(asked.sent(0), None, "no attempt yet");
+        let request = AcquireRequest::new(Duration::from_secs(30)).enqueue(Duration::from_secs(5));
+        let mut numbers = Vec::new();
+        for _ in 0..6 {
+            numbers.push(asked.next(request).wait.map(|w| w.attempt));
+        }
+        assert_eq!(numbers, (1..=6).map(Some).collect::<Vec<_>>());
+        for kept in 3..=6 {
+            assert!(
+                asked.sent(kept).is_some(),
+                "attempt {kept} is one of the latest"
+            );
+        }
+        for gone in [0, 1, 2, 7] {
+            assert_eq!(asked.sent(gone), None, "attempt {gone}");
+        }
+    }
 
     #[test]
     fn a_waiter_sleeps_until_the_lease_could_end_or_its_wait_does() {
