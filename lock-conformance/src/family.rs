@@ -560,7 +560,13 @@ pub async fn a_free_fair_lock_waits_for_its_first_waiter(fx: &dyn Fixture) {
             .is_none(),
         "a newcomer took the lock before the first waiter"
     );
-    let grant = queued.fresh_id();
+    // Its next attempt: under the acquisition's id where the backend hands locks over
+    // (the release may have made it the holder already), else under an id of its own.
+    let grant = if backend.capabilities().hands_over {
+        queued
+    } else {
+        queued.fresh_id()
+    };
     let reply = backend.acquire(&first, grant).await.unwrap();
     assert!(
         matches!(reply, Acquire::Acquired { holds: 1, .. }),

@@ -256,6 +256,15 @@ impl NotificationSink {
             }
             return;
         }
+        // A fair lock's release that hands the lock over tells the one waiter listening on
+        // the channel (its owner's own) 'handed:<request id>:<token>:<attempt>'.
+        if let Some(told) = payload.strip_prefix(HANDED_PREFIX.as_bytes()) {
+            match std::str::from_utf8(told).ok().and_then(handed) {
+                Some((handed, "")) => self.handed(channel, handed),
+                _ => self.registry.deliver(channel, Wake::One),
+            }
+            return;
+        }
         // Lock releases publish `0`, or the wake id of the one client they wake: one
         // waiter can win, so one is woken, and a release meant for another client wakes
         // nobody here. A latch's `0` opens it for every waiter, and anything else (a
@@ -308,8 +317,8 @@ impl NotificationSink {
     }
 }
 
-/// What comes before a hand-over told on a client's own channel (see the prelude's
-/// `wake_mutex_waiters`).
+/// What comes before a hand-over told on a client's own channel or a fair-lock waiter's
+/// channel (see the prelude's `wake_mutex_waiters` and `hand_fair_lock`).
 const HANDED_PREFIX: &str = "handed:";
 
 /// A hand-over as the scripts tell it, `<request id>:<token>:<attempt>`, and what

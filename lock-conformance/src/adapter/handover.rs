@@ -1,7 +1,8 @@
 //! Hand-over on the server: a mutex release hands the lock to the waiting acquisition of
-//! the client registered first, which takes it up with its next attempt; a waiter that
-//! gave up passes it on at once, one that went quiet loses it when its place lapses, and
-//! nothing is handed while a Redisson peer may be listening.
+//! the client registered first, a fair lock's release to the first in its queue; the
+//! acquisition takes it up with its next attempt. A waiter that gave up passes it on at
+//! once, one that went quiet loses it when its place lapses, and nothing is handed while
+//! a Redisson peer may be listening.
 //!
 //! The waiter under test is a raw backend, so that the scenario decides when it asks
 //! again (a client of ours would take the hold up within a round trip).
@@ -35,7 +36,7 @@ struct Stage {
 impl Stage {
     async fn new(
         connect: &AdapterConnect,
-        name: &str,
+        (kind, name): (LockKind, &str),
         place: Duration,
     ) -> (Self, lock_core::Guard) {
         let server = RedisServer::start().await;
@@ -44,17 +45,25 @@ impl Stage {
             .unwrap();
         let quiet = connect(ConnectSpec::new(server.url())).await.unwrap();
         let lock = LockRef::new(
-            LockKind::Mutex,
+            kind,
             LockName::new(name).unwrap(),
             Owner::new("quiet", "task"),
         );
-        let held = holder.mutex(name).lock().await.unwrap();
+        let held = match kind {
+            LockKind::Fair => holder.fair_mutex(name).lock().await.unwrap(),
+            _ => holder.mutex(name).lock().await.unwrap(),
+        };
         let request = AcquireRequest::new(LEASE).enqueue(place).fencing(true);
         let busy = quiet.acquire(&lock, request).await.unwrap();
         assert!(matches!(busy, Acquire::Busy { .. }), "{busy:?}");
         let listening = quiet.listen(&lock).await.unwrap();
-        let channel = format!("redisson_lock__channel:{{{name}}}");
-        await_subscribers(&server, "NUMSUB", &channel, 1).await;
+        await_subscribers(
+            &server,
+            "NUMSUB",
+            &waiter_channel(kind, name, "quiet:task"),
+            1,
+        )
+        .await;
         let stage = Self {
             server,
             holder,
@@ -80,19 +89,46 @@ impl Stage {
     }
 }
 
-/// The release makes the waiting acquisition the holder before it asks again, with a
+/// The channel a waiter of `owner` for lock `name` of `kind` listens on.
+fn waiter_channel(kind: LockKind, name: &str, owner: &str) -> String {
+    match kind {
+        LockKind::Fair => format!("redisson_lock__channel:{{{name}}}:{owner}"),
+        _ => format!("redisson_lock__channel:{{{name}}}"),
+    }
+}
+
+/// The release makes the waiting acquisition the holder before it asks again (a
+/// mutex's registered first, a fair lock's first in its queue, which it leaves), with a
 /// lease of its place's length and a fresh fencing token; its next attempt, under the
 /// same id, takes the hold up with its full lease, and releases it as any grant.
-pub async fn a_release_hands_the_mutex_to_the_waiting_acquisition(connect: &AdapterConnect) {
+pub async fn a_release_hands_the_lock_to_the_waiting_acquisition(connect: &AdapterConnect) {
+    for (kind, name) in [
+        (LockKind::Mutex, "handover:m"),
+        (LockKind::Fair, "handover:f"),
+    ] {
+        hands_the_lock_to_the_waiting_acquisition(connect, kind, name).await;
+    }
+}
+
+async fn hands_the_lock_to_the_waiting_acquisition(
+    connect: &AdapterConnect,
+    kind: LockKind,
+    name: &str,
+) {
     let place = Duration::from_secs(10);
-    let (stage, held) = Stage::new(connect, "handover:m", place).await;
+    let (stage, held) = Stage::new(connect, (kind, name), place).await;
     let before = held.fencing_token();
     held.unlock().await.unwrap();
     assert_eq!(
         stage.quiet_holds().await.as_deref(),
         Some("1"),
-        "handed over"
+        "{kind}: handed over"
     );
+    if kind == LockKind::Fair {
+        let queue = format!("redisson_lock_queue:{{{name}}}");
+        let queued: i64 = stage.server.command(&["LLEN", &queue]).await;
+        assert_eq!(queued, 0, "the waiter handed the fair lock left its queue");
+    }
     let ttl = stage.ttl().await;
     assert!(
         ttl > 0 && ttl <= 10_000,
@@ -141,30 +177,26 @@ pub async fn a_release_hands_the_mutex_to_the_waiting_acquisition(connect: &Adap
 /// only for its place (1 s here), and one that gives up passes it on at once (before
 /// its place of 10 s ends): either way the next client's waiter is served long before
 /// a lease (30 s) could run out.
-pub async fn a_waiter_that_has_gone_loses_the_handed_mutex_within_its_place(
+pub async fn a_waiter_that_has_gone_loses_the_handed_lock_within_its_place(
     connect: &AdapterConnect,
 ) {
-    for gives_up in [false, true] {
+    for (kind, gives_up) in [
+        (LockKind::Mutex, false),
+        (LockKind::Mutex, true),
+        (LockKind::Fair, false),
+        (LockKind::Fair, true),
+    ] {
         let place = Duration::from_secs(if gives_up { 10 } else { 1 });
-        let name = format!("handover-gone-{gives_up}:m");
-        let (stage, held) = Stage::new(connect, &name, place).await;
+        let name = format!("handover-gone-{gives_up}:{kind}");
+        let (stage, held) = Stage::new(connect, (kind, &name), place).await;
         let next = locks(connect, ConnectSpec::new(stage.server.url()))
             .await
             .unwrap();
-        let next_waiter = spawn_try_waiter(next.mutex(&name), Duration::from_secs(20));
-        let channel = format!("redisson_lock__channel:{{{name}}}");
-        await_subscribers(&stage.server, "NUMSUB", &channel, 2).await;
-        // The next client's waiter has registered (its attempt after subscribing).
-        let registered = Instant::now() + Duration::from_secs(5);
-        while stage
-            .server
-            .command::<i64>(&["ZCARD", &format!("redisson_lock_waiting:{{{name}}}")])
-            .await
-            < 2
-        {
-            assert!(Instant::now() < registered, "the next waiter registers");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let next_waiter = match kind {
+            LockKind::Fair => spawn_try_waiter(next.fair_mutex(&name), Duration::from_secs(20)),
+            _ => spawn_try_waiter(next.mutex(&name), Duration::from_secs(20)),
+        };
+        await_next_waiter(&stage.server, kind, &name).await;
         held.unlock().await.unwrap();
         assert_eq!(
             stage.quiet_holds().await.as_deref(),
@@ -193,7 +225,7 @@ pub async fn a_waiter_that_has_gone_loses_the_handed_mutex_within_its_place(
         };
         assert!(
             waited < bound,
-            "gives up: {gives_up}; the next waiter waited {waited:?}"
+            "{kind}, gives up: {gives_up}; the next waiter waited {waited:?}"
         );
         // The quiet waiter's attempt now finds the lock taken: its hold is gone.
         let late = stage
@@ -207,12 +239,49 @@ pub async fn a_waiter_that_has_gone_loses_the_handed_mutex_within_its_place(
     }
 }
 
+/// Waits until the next client's waiter of `name` listens and, with an attempt after
+/// that, has registered behind the quiet one (a mutex's waiting clients, a fair lock's
+/// queue).
+async fn await_next_waiter(server: &RedisServer, kind: LockKind, name: &str) {
+    let (count, key) = match kind {
+        LockKind::Fair => {
+            let pattern = format!("redisson_lock__channel:{{{name}}}:*");
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while server
+                .command::<Vec<String>>(&["PUBSUB", "CHANNELS", &pattern])
+                .await
+                .len()
+                < 2
+            {
+                assert!(Instant::now() < deadline, "the next fair waiter listens");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            ("LLEN", format!("redisson_lock_queue:{{{name}}}"))
+        }
+        _ => {
+            let channel = waiter_channel(kind, name, "");
+            await_subscribers(server, "NUMSUB", &channel, 2).await;
+            ("ZCARD", format!("redisson_lock_waiting:{{{name}}}"))
+        }
+    };
+    let registered = Instant::now() + Duration::from_secs(5);
+    while server.command::<i64>(&[count, &key]).await < 2 {
+        assert!(Instant::now() < registered, "the next waiter registers");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// An owner whose acquisition was handed the lock, and which starts another acquisition
 /// before the first one's cancellation arrives (its future was dropped and it asked
 /// again), joins the handed hold, as any reentry does; the late cancellation of the first
 /// ends only the first one's grant, and the first acquisition's attempts get nothing more.
 pub async fn a_later_acquisition_of_the_owner_joins_a_handed_mutex(connect: &AdapterConnect) {
-    let (stage, held) = Stage::new(connect, "handover-owner:m", Duration::from_secs(10)).await;
+    let (stage, held) = Stage::new(
+        connect,
+        (LockKind::Mutex, "handover-owner:m"),
+        Duration::from_secs(10),
+    )
+    .await;
     held.unlock().await.unwrap();
     assert_eq!(
         stage.quiet_holds().await.as_deref(),
@@ -259,7 +328,7 @@ pub async fn a_later_acquisition_of_the_owner_joins_a_handed_mutex(connect: &Ada
 /// told, and the Redisson peer may take it with its own script, as before.
 pub async fn nothing_is_handed_over_while_a_redisson_peer_listens(connect: &AdapterConnect) {
     let name = "handover-redisson:m";
-    let (stage, held) = Stage::new(connect, name, Duration::from_secs(10)).await;
+    let (stage, held) = Stage::new(connect, (LockKind::Mutex, name), Duration::from_secs(10)).await;
     let channel = format!("redisson_lock__channel:{{{name}}}");
     let _redisson = raw_subscriber(stage.server.port(), "SUBSCRIBE", &channel).await;
     await_subscribers(&stage.server, "NUMSUB", &channel, 2).await;

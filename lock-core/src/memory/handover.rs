@@ -1,6 +1,6 @@
-//! Hand-over of a mutex on release, as the networked backends make it: a release that frees
-//! the lock makes the first waiting acquisition that still keeps its place the holder,
-//! with a hold that lasts that place, and tells it with the grant
+//! Hand-over of a mutex or a fair lock on release, as the networked backends make it: a
+//! release that frees the lock makes the first waiting acquisition that still keeps its
+//! place the holder, with a hold that lasts that place, and tells it with the grant
 //! ([`Handed`]); the acquisition's next attempt, under its id, takes the hold up with
 //! its full lease. A waiter that gave up gives the hold back at once, and one that
 //! stopped asking loses it when its place lapses. This is the model the simulation
@@ -12,17 +12,28 @@ use tokio::time::Instant;
 
 use super::kinds::granted;
 use super::{Answer, Entry, Grant, Store, channel};
-use crate::backend::{Acquire, AcquireRequest, LockRef, Release, RequestId};
+use crate::backend::{Acquire, AcquireRequest, LockKind, LockRef, Release, RequestId};
 use crate::notify::Handed;
 use crate::{LockName, Owner};
 
-/// A mutex acquisition that waits to be handed the lock, as its latest attempt left it.
+/// An acquisition that waits to be handed the lock, as its latest attempt left it.
 #[derive(Debug, Clone)]
 pub(super) struct Waiter {
     owner: Owner,
     request: AcquireRequest,
     /// When its latest attempt ran: it keeps its place a place's time from then.
     asked: Instant,
+}
+
+impl Waiter {
+    /// `owner`'s acquisition `request`, whose latest attempt ran `asked`.
+    pub(super) fn new(owner: Owner, request: AcquireRequest, asked: Instant) -> Self {
+        Self {
+            owner,
+            request,
+            asked,
+        }
+    }
 }
 
 /// A mutex's waiting acquisitions, first come first.
@@ -36,6 +47,14 @@ pub(super) struct Notice {
     pub(super) owner: Owner,
 }
 
+/// How a free lock's next waiter learns of it.
+pub(super) enum Served {
+    /// It was handed the lock.
+    Handed(Notice),
+    /// It is woken to ask (nobody, when nobody waits).
+    Woken(super::Wakeup),
+}
+
 /// How long a hand-over's notice takes to reach the client of the owner handed the
 /// lock (see [`MemoryBackend::delay_hand_over_notices`](super::MemoryBackend::delay_hand_over_notices)).
 pub type NoticeDelay = std::sync::Arc<dyn Fn(&Owner) -> std::time::Duration + Send + Sync>;
@@ -47,6 +66,8 @@ pub type NoticeDelay = std::sync::Arc<dyn Fn(&Owner) -> std::time::Duration + Se
 pub struct HandOvers {
     /// Holds handed over on release (or on a waiter's giving up).
     pub made: u64,
+    /// Of those, holds of fair locks (the rest are of mutexes).
+    pub made_of_fair_locks: u64,
     /// Handed holds their acquisition's attempt took up.
     pub taken_up: u64,
     /// Handed holds given back by a waiter that gave up before taking them up.
@@ -68,11 +89,7 @@ impl Store {
             .waiters
             .entry(lock.name.as_str().to_owned())
             .or_default();
-        let waiter = Waiter {
-            owner: lock.owner.clone(),
-            request,
-            asked: now,
-        };
+        let waiter = Waiter::new(lock.owner.clone(), request, now);
         match waiters.iter_mut().find(|w| w.request.id == request.id) {
             Some(registered) => *registered = waiter,
             None => waiters.push_back(waiter),
@@ -93,22 +110,71 @@ impl Store {
         removed
     }
 
-    /// Hands the free mutex `name` to its first waiting acquisition that still keeps its
-    /// place; returns the notice to give, or `None` when nobody waits (then a plain
+    /// Hands the free lock `name` (a mutex or a fair lock) to its first waiting
+    /// acquisition that still keeps its place (a fair lock's: the first in its queue);
+    /// returns the notice to give, or `None` when nobody is handed it (then a plain
     /// wake-up goes out).
-    pub(super) fn hand_over(&mut self, name: &LockName, now: Instant) -> Option<Notice> {
+    pub(super) fn hand_over(
+        &mut self,
+        kind: LockKind,
+        name: &LockName,
+        now: Instant,
+    ) -> Option<Notice> {
         let key = name.as_str();
-        let waiter = loop {
-            let waiters = self.waiters.get_mut(key)?;
-            let Some(waiter) = waiters.pop_front() else {
-                self.waiters.remove(key);
-                return None;
-            };
-            let place = waiter.request.wait.map(|w| w.place_kept_for)?;
-            if waiter.asked + place > now && self.answered(key, waiter.request.id, now).is_none() {
-                break waiter;
+        let waiter = match kind {
+            LockKind::Mutex => loop {
+                let waiters = self.waiters.get_mut(key)?;
+                let Some(waiter) = waiters.pop_front() else {
+                    self.waiters.remove(key);
+                    return None;
+                };
+                if self.keeps_its_place(key, &waiter, now) {
+                    break waiter;
+                }
+            },
+            LockKind::Fair => {
+                let queue = self.queues.get_mut(key)?;
+                let head = queue.prune(now)?.clone();
+                let waiter = queue.waiting.get(&head)?.clone();
+                if !self.keeps_its_place(key, &waiter, now) {
+                    return None;
+                }
+                if let Some(queue) = self.queues.get_mut(key) {
+                    queue.leave(&waiter.owner);
+                }
+                waiter
             }
+            LockKind::Read | LockKind::Write => return None,
         };
+        let channel = match kind {
+            LockKind::Fair => {
+                self.hand_overs.made_of_fair_locks += 1;
+                channel::fair_waiter(name, &waiter.owner)
+            }
+            _ => channel::mutex(name),
+        };
+        self.hand_to(key, channel, waiter, now)
+    }
+
+    /// Whether `waiter` of lock `key` still keeps its place and waits (no attempt of its
+    /// acquisition was answered with a grant, or ended).
+    fn keeps_its_place(&self, key: &str, waiter: &Waiter, now: Instant) -> bool {
+        waiter
+            .request
+            .wait
+            .is_some_and(|w| waiter.asked + w.place_kept_for > now)
+            && self.answered(key, waiter.request.id, now).is_none()
+    }
+
+    /// Makes `waiter` the holder of the free lock `key`, with a hold that lasts its
+    /// place, and returns the notice for its client on `channel`.
+    fn hand_to(
+        &mut self,
+        key: &str,
+        channel: String,
+        waiter: Waiter,
+        now: Instant,
+    ) -> Option<Notice> {
         let request = waiter.request;
         let place = request.wait.map(|w| w.place_kept_for)?;
         let mut entry = Entry::new(None, now);
@@ -125,7 +191,7 @@ impl Store {
         let attempt = request.wait.map_or(0, |w| w.attempt);
         self.hand_overs.made += 1;
         Some(Notice {
-            channel: channel::mutex(name),
+            channel,
             handed: Handed::new(request.id, attempt, token),
             owner: waiter.owner,
         })

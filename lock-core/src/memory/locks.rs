@@ -6,6 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
+use super::handover::Served;
 use super::kinds::{
     acquire_exclusive, acquire_fair, acquire_read, acquire_write, release_exclusive, release_read,
     release_write, writer_field,
@@ -106,42 +107,37 @@ impl Backend for MemoryBackend {
     }
 
     async fn cancel_wait(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
-        if lock.kind == LockKind::Mutex {
-            let now = Instant::now();
-            let handed = {
-                let mut store = self.store();
-                let free = store.give_up(lock, acquisition, now);
-                free.then(|| store.hand_over(&lock.name, now))
-            };
-            match handed {
-                Some(Some(notice)) => self.tell(notice),
-                Some(None) => self.wake(Some((channel::mutex(&lock.name), Wake::One))),
-                None => {}
-            }
-            return Ok(());
-        }
-        if lock.kind != LockKind::Fair {
-            return Ok(());
-        }
         let now = Instant::now();
-        let wakeup = {
+        let name = lock.name.as_str();
+        let served = {
             let mut store = self.store();
-            let name = lock.name.as_str();
-            let was_first = store
-                .queues
-                .get(name)
-                .and_then(|q| q.order.front())
-                .is_some_and(|head| *head == lock.owner);
-            if let Some(queue) = store.queues.get_mut(name) {
-                queue.leave(&lock.owner);
-            }
-            if was_first && store.live(name, now).is_none() {
-                Self::next_fair_waiter(&mut store, &lock.name, now)
-            } else {
-                None
-            }
+            // A fair waiter leaves its queue; the next one is served only if this one
+            // was first, or was handed the lock and gives it back.
+            let serves_next = match lock.kind {
+                LockKind::Mutex => true,
+                LockKind::Fair => {
+                    let queue = store.queues.get_mut(name);
+                    let was_first = queue
+                        .as_ref()
+                        .and_then(|q| q.order.front())
+                        .is_some_and(|head| *head == lock.owner);
+                    if let Some(queue) = queue {
+                        queue.leave(&lock.owner);
+                    }
+                    let handed = matches!(
+                        store.answered(name, acquisition.id, now),
+                        Some(Answer::Handed(_))
+                    );
+                    was_first || handed
+                }
+                LockKind::Read | LockKind::Write => return Ok(()),
+            };
+            let free = store.give_up(lock, acquisition, now);
+            (serves_next && free).then(|| Self::serve(&mut store, lock, now))
         };
-        self.wake(wakeup);
+        if let Some(served) = served {
+            self.announce(served);
+        }
         Ok(())
     }
 
@@ -176,18 +172,17 @@ impl Backend for MemoryBackend {
             // comes later than its own retries could must still find the grant ended.
             let kept = (now, request.retry_window.saturating_mul(2));
             store.remember(name, request.grant, Answer::Ended(outcome), kept);
-            let freed = lock.kind == LockKind::Mutex && outcome == Release::Released;
-            let handed = if freed {
-                store.hand_over(&lock.name, now)
+            let handed = if outcome == Release::Released {
+                store.hand_over(lock.kind, &lock.name, now)
             } else {
                 None
             };
-            (outcome, handed.map_or(Ok(wakeup), Err))
+            (
+                outcome,
+                handed.map_or(Served::Woken(wakeup), Served::Handed),
+            )
         };
-        match wakeup {
-            Ok(wakeup) => self.wake(wakeup),
-            Err(notice) => self.tell(notice),
-        }
+        self.announce(wakeup);
         Ok(outcome)
     }
 

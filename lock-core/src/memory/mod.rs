@@ -149,6 +149,8 @@ impl Entry {
 struct Queue {
     order: VecDeque<Owner>,
     deadlines: HashMap<Owner, Instant>,
+    /// The acquisition each waiter's latest attempt came from, to hand the lock to.
+    waiting: HashMap<Owner, handover::Waiter>,
 }
 
 impl Queue {
@@ -159,6 +161,7 @@ impl Queue {
                 break;
             }
             self.deadlines.remove(head);
+            self.waiting.remove(head);
             self.order.pop_front();
         }
         self.order.front()
@@ -167,6 +170,7 @@ impl Queue {
     fn leave(&mut self, owner: &Owner) {
         self.order.retain(|o| o != owner);
         self.deadlines.remove(owner);
+        self.waiting.remove(owner);
     }
 }
 
@@ -507,6 +511,26 @@ impl MemoryBackend {
             LockKind::Fair => channel::fair_waiter(&lock.name, &lock.owner),
             LockKind::Read | LockKind::Write => channel::read_write(&lock.name),
             LockKind::Mutex => channel::mutex(&lock.name),
+        }
+    }
+
+    /// Serves the waiters of `lock`, which just became free: hands it over, or wakes
+    /// the waiter that may take it.
+    fn serve(store: &mut Store, lock: &LockRef, now: Instant) -> handover::Served {
+        if let Some(notice) = store.hand_over(lock.kind, &lock.name, now) {
+            return handover::Served::Handed(notice);
+        }
+        handover::Served::Woken(match lock.kind {
+            LockKind::Fair => Self::next_fair_waiter(store, &lock.name, now),
+            _ => Some((channel::mutex(&lock.name), Wake::One)),
+        })
+    }
+
+    /// Tells a free lock's next waiter (see [`MemoryBackend::serve`]).
+    fn announce(&self, served: handover::Served) {
+        match served {
+            handover::Served::Handed(notice) => self.tell(notice),
+            handover::Served::Woken(wakeup) => self.wake(wakeup),
         }
     }
 

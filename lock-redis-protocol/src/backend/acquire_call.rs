@@ -70,6 +70,8 @@ pub(super) enum Particular<'a> {
         joins: &'a str,
         /// Redisson's wait slot, in milliseconds.
         slot: &'a str,
+        /// Which attempt of its acquisition this is.
+        attempt: &'a str,
     },
     /// A read hold: the prefix of the owner's hold keys.
     Read {
@@ -179,11 +181,13 @@ pub(super) fn acquire_call<'a>(
             queue: [queue, deadlines, alive],
             joins,
             slot,
+            attempt,
         } => AcquireCall {
             script: &script::FAIR_ACQUIRE,
             keys: Listed::of([lock, queue, deadlines, alive, token, epoch, grants, latch]),
             args: Listed::of([
-                lease_ms, owner, joins, place_ms, fencing, quarantine, slot, grant, latch_ms,
+                lease_ms, owner, joins, place_ms, fencing, quarantine, slot, attempt, grant,
+                latch_ms,
             ]),
         },
         Particular::Read { prefix } => AcquireCall {
@@ -241,6 +245,7 @@ mod tests {
                 queue: ["queue", "deadlines", "alive"],
                 joins: "joins",
                 slot: "slot",
+                attempt: "attempt",
             },
             Particular::Read { prefix: "prefix" },
             Particular::Write { prefix: "prefix" },

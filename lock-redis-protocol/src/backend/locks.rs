@@ -270,14 +270,16 @@ impl Backend for RedisBackend {
                 }
             }
             Family::Fair => {
-                rendered = Decimals::new([layout::REDISSON_WAIT_SLOT_MS, 0, 0, 0]);
-                let [slot, _, _, _] = rendered.get();
+                rendered =
+                    Decimals::new([layout::REDISSON_WAIT_SLOT_MS, u64::from(wait.attempt), 0, 0]);
+                let [slot, attempt, _, _] = rendered.get();
                 queue = layout::fair_queue_keys(name);
                 let [waiters, deadlines, alive] = &queue;
                 Particular::Fair {
                     queue: [waiters, deadlines, alive],
                     joins: flag(request.waits()),
                     slot,
+                    attempt,
                 }
             }
             Family::Read => {
@@ -346,9 +348,23 @@ impl Backend for RedisBackend {
             Family::Fair => {
                 let [queue, deadlines, alive] = layout::fair_queue_keys(name);
                 let prefix = layout::mutex_channel(name);
-                let args = [lease_ms, owner, &prefix, publish, &grant, latch_ms];
+                let (token, epoch) = (layout::token_key(name), self.epoch_key(name));
+                let quarantine = self.quarantine_ms().to_string();
+                let slot = layout::REDISSON_WAIT_SLOT_MS.to_string();
+                let args = [
+                    lease_ms,
+                    owner,
+                    &prefix,
+                    publish,
+                    &quarantine,
+                    &slot,
+                    &grant,
+                    latch_ms,
+                ];
                 let (grants, latch) = (built.get(grants_at), built.get(latch_at));
-                let keys = [key, &queue, &deadlines, &alive, grants, latch];
+                let keys = [
+                    key, &queue, &deadlines, &alive, &token, &epoch, grants, latch,
+                ];
                 self.eval("releasing", &script::FAIR_RELEASE, &keys, &args)
                     .await?
             }
@@ -564,13 +580,32 @@ impl Backend for RedisBackend {
         }
         let [queue, deadlines, alive] = layout::fair_queue_keys(name);
         let prefix = layout::mutex_channel(name);
-        let keys = [layout::lock_key(name), &queue, &deadlines, &alive];
-        let slot = layout::REDISSON_WAIT_SLOT_MS.to_string();
+        let (token, epoch) = (layout::token_key(name), self.epoch_key(name));
+        let keys = [
+            layout::lock_key(name),
+            &queue,
+            &deadlines,
+            &alive,
+            &token,
+            &epoch,
+        ];
+        let numbers = Decimals::new([
+            layout::REDISSON_WAIT_SLOT_MS,
+            self.quarantine_ms(),
+            // As a release's: a late copy of an attempt must find the grant ended.
+            millis(acquisition.retry_window.saturating_mul(2)),
+        ]);
+        let [slot, quarantine, latch_ms] = numbers.get();
+        let mut request = String::with_capacity(32);
+        acquisition.id.push_hex(&mut request);
         let args = [
             lock.owner.as_str(),
             &prefix,
             self.options.publish.command(),
-            &slot,
+            slot,
+            quarantine,
+            &request,
+            latch_ms,
         ];
         self.eval("leaving the queue", &script::FAIR_CANCEL, &keys, &args)
             .await

@@ -6,14 +6,20 @@
 -- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] '1' to join the queue when busy;
 -- ARGV[4] waiter timeout (ms): a queued waiter that has not asked again for this long is
 -- skipped; ARGV[5] '1' to return a fencing token; ARGV[6] restart quarantine (ms);
--- ARGV[7] Redisson's wait slot (ms); ARGV[8] this request's id, the grant's; ARGV[9]
--- grant latch lifetime (ms): a retry of this request gets the same grant back.
+-- ARGV[7] Redisson's wait slot (ms); ARGV[8] which attempt of its acquisition this is
+-- (named to the waiter when the lock is handed over to it; see hand_fair_lock);
+-- ARGV[9] this request's id, the grant's, the same for every attempt of one acquisition;
+-- ARGV[10] grant latch lifetime (ms): a retry of this request gets the same grant back.
 -- Deadlines come from the server's clock, so clients need no synchronised clocks.
 -- Reply: '<holds>:<token>:<origin>' when held; {0, ms} when not: ms is the longest the caller
 -- should wait for a message before asking again; {4, ms} while the restart quarantine
 -- lasts.
 
 local again = grant_replayed()
+if type(again) == 'string' and string.sub(again, 1, 1) == 'h' then
+    -- Handed over to this acquisition while it waited (see hand_fair_lock).
+    again = take_up_handed(KEYS[1], ARGV[2], ARGV[1])
+end
 if again then
     return again
 end
@@ -77,7 +83,9 @@ if queued or ARGV[3] == '1' then
     elseif tonumber(queued) < now + slot then
         redis.call('zadd', KEYS[3], now + slot, ARGV[2])
     end
-    redis.call('hset', KEYS[4], ARGV[2], now + timeout)
+    -- Its liveness entry also names this acquisition, for a release to hand it the lock.
+    redis.call('hset', KEYS[4], ARGV[2], string.format('%d:', now + timeout) .. ARGV[9] .. ':'
+        .. ARGV[5] .. ':' .. ARGV[4] .. ':' .. ARGV[8])
     keep_queue(KEYS[2], KEYS[3], KEYS[4], timeout)
 end
 local sleep = redis.call('pttl', KEYS[1])
@@ -86,7 +94,7 @@ if sleep < 0 then
     head = redis.call('lindex', KEYS[2], 0)
     sleep = timeout
     if head then
-        local deadline = tonumber(redis.call('hget', KEYS[4], head))
+        local deadline = alive_until(redis.call('hget', KEYS[4], head))
             or tonumber(redis.call('zscore', KEYS[3], head))
             or now
         sleep = math.max(1, deadline - now)

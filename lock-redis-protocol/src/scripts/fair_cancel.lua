@@ -1,19 +1,23 @@
 -- A waiter of the fair lock gives up: it leaves the queue (the Redisson scores of those
--- behind it move one slot closer, as Redisson does), and if it was first while the lock
--- is free, the next waiter is woken.
+-- behind it move one slot closer, as Redisson does), a hold handed over to this
+-- acquisition and not taken up ends (see give_back_handed), and if the lock is then free
+-- while the waiter was first, or held by it, the next waiter is handed it or woken.
 -- KEYS[1] lock hash; KEYS[2] waiter queue; KEYS[3] Redisson's waiter scores; KEYS[4] our
--- waiters' liveness.
+-- waiters' liveness; KEYS[5] fencing counter; KEYS[6] restart epoch.
 -- ARGV[1] owner; ARGV[2] channel prefix; ARGV[3] publish command; ARGV[4] Redisson's
--- wait slot (ms).
+-- wait slot (ms); ARGV[5] restart quarantine (ms, '0' off); ARGV[6] the acquisition's
+-- request id; ARGV[7] how long an ended grant's latch lives (ms).
 -- Reply: 1 if the owner was queued, else 0.
 
 local first = redis.call('lindex', KEYS[2], 0)
 local removed = leave_queue(KEYS[2], KEYS[3], KEYS[4], ARGV[1], tonumber(ARGV[4]))
-if first == ARGV[1] and redis.call('exists', KEYS[1]) == 0 then
-    local head = prune(KEYS[2], KEYS[3], KEYS[4], now_ms())
-    if head then
-        redis.call(ARGV[3], ARGV[2] .. ':' .. head, '0')
-    end
+local gave_back = give_back_handed(KEYS[1], ARGV[1], ARGV[6], ARGV[7])
+if (first == ARGV[1] or gave_back) and redis.call('exists', KEYS[1]) == 0 then
+    hand_fair_lock({
+        lock = KEYS[1], queue = KEYS[2], deadlines = KEYS[3], alive = KEYS[4],
+        token = KEYS[5], epoch = KEYS[6], prefix = ARGV[2], publish = ARGV[3],
+        quarantine_ms = ARGV[5], slot = tonumber(ARGV[4]),
+    })
 end
 if removed > 0 then
     return 1

@@ -24,24 +24,7 @@ local reserved = redis.call('get', KEYS[3])
 if reserved and string.sub(reserved, -#ARGV[1]) == ARGV[1] then
     redis.call('del', KEYS[3])
 end
-local latch = latch_of(KEYS[1], ARGV[7])
-local handed = redis.call('get', latch)
-if handed and string.sub(handed, 1, 1) == 'h' then
-    -- Handed over and not taken up: this grant ends (the owner's other acquisitions
-    -- may have joined its hold since, and keep theirs).
-    local grants = grants_of(KEYS[1], ARGV[8])
-    if redis.call('hget', grants, ARGV[7]) and redis.call('hget', grants, 'o') == ARGV[7] then
-        local held = tonumber(redis.call('hget', KEYS[1], ARGV[8]) or '0')
-        if held <= 1 then
-            redis.call('del', KEYS[1], grants)
-        else
-            redis.call('hincrby', KEYS[1], ARGV[8], -1)
-            redis.call('hdel', grants, ARGV[7])
-        end
-    end
-    -- A late copy of one of its attempts takes nothing either.
-    redis.call('set', latch, 'r-1', 'px', ARGV[9])
-end
+give_back_handed(KEYS[1], ARGV[8], ARGV[7], ARGV[9])
 if redis.call('exists', KEYS[1]) == 0 then
     wake_mutex_waiters({
         lock = KEYS[1], waiting = KEYS[2], reservation = KEYS[3], requests = KEYS[4],

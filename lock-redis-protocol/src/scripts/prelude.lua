@@ -61,6 +61,17 @@ local function quarantine_left(epoch_key, quarantine_ms)
     return left
 end
 
+-- When a fair-lock waiter of ours stops keeping its place, from its entry in the
+-- liveness hash, '<deadline ms>' followed, for a waiter that may be handed the lock, by
+-- ':<request id>:<fencing 0|1>:<place ms>:<attempt>' (see hand_fair_lock); nil for no
+-- entry (false) or a malformed one.
+local function alive_until(entry)
+    if not entry then
+        return nil
+    end
+    return tonumber(string.match(entry, '^%d+'))
+end
+
 -- Drops fair-lock queue heads that stopped asking (died or gave up) and returns the first
 -- live waiter. Our waiters are alive until the deadline in the liveness hash, which each
 -- of their attempts moves on; a Redisson waiter (no entry there) until its zset score.
@@ -70,7 +81,7 @@ local function prune(queue, deadlines, alive, now)
         if not head then
             return nil
         end
-        local deadline = tonumber(redis.call('hget', alive, head))
+        local deadline = alive_until(redis.call('hget', alive, head))
             or tonumber(redis.call('zscore', deadlines, head))
         if deadline and deadline > now then
             return head
@@ -449,6 +460,35 @@ local function grants_of(name, owner)
     return 'redisson_lock_grants:' .. tagged(name) .. ':' .. owner
 end
 
+-- Whether the free lock `lock` may be handed over to the waiting acquisition `request`:
+-- not while the restart quarantine lasts, nor to an acquisition answered already (a
+-- grant, or one that ended: it is not waiting, whatever its entry says).
+local function may_hand_over(lock, request, epoch, quarantine_ms)
+    return quarantine_left(epoch, quarantine_ms) == 0
+        and redis.call('exists', latch_of(lock, request)) == 0
+end
+
+-- Makes the waiting acquisition `request` of `owner` the holder of the free lock `lock`,
+-- as its own acquire script would have (its field, its grants hash begun by it, a fresh
+-- token when `fencing` is '1'), with a lease and a latch of `place_ms`; the latch says
+-- 'h<holds>:<token>:<origin>' (handed, not taken up; see take_up_handed). Returns the
+-- token (0 without fencing).
+local function grant_handed(lock, owner, request, fencing, place_ms, token_key)
+    local grants = grants_of(lock, owner)
+    redis.call('hset', lock, owner, 1)
+    redis.call('pexpire', lock, place_ms)
+    -- Fields an earlier hold of the owner left are not alive under this origin.
+    redis.call('hset', grants, 'o', request, request, request, 's', now_ms())
+    redis.call('pexpire', grants, place_ms)
+    local token = 0
+    if fencing == '1' then
+        token = next_token(token_key)
+    end
+    redis.call('set', latch_of(lock, request), string.format('h1:%d:', token) .. request,
+        'px', place_ms)
+    return token
+end
+
 -- Hand-over. A waiting client's entry in the mutex's `requests` hash names its
 -- acquisition that waits, as its latest attempt to run left it:
 -- '<request id>:<fencing 0|1>:<place ms>:<latch ms>:<attempt>:<owner>'.
@@ -470,28 +510,12 @@ local function hand_over(lock, requests, target, token_key, epoch, quarantine_ms
         return nil
     end
     redis.call('hdel', requests, target)
-    local request, fencing, place_ms, latch_ms, attempt, owner =
+    local request, fencing, place_ms, _, attempt, owner =
         string.match(entry, '^(%x+):([01]):(%d+):(%d+):(%d+):(.+)$')
-    if not owner or quarantine_left(epoch, quarantine_ms) > 0 then
+    if not (owner and may_hand_over(lock, request, epoch, quarantine_ms)) then
         return nil
     end
-    local latch = latch_of(lock, request)
-    if redis.call('exists', latch) == 1 then
-        -- This acquisition was answered already (a grant, or one that ended): it is
-        -- not waiting, whatever its entry says.
-        return nil
-    end
-    local grants = grants_of(lock, owner)
-    redis.call('hset', lock, owner, 1)
-    redis.call('pexpire', lock, place_ms)
-    -- Fields an earlier hold of the owner left are not alive under this origin.
-    redis.call('hset', grants, 'o', request, request, request, 's', now_ms())
-    redis.call('pexpire', grants, place_ms)
-    local token = 0
-    if fencing == '1' then
-        token = next_token(token_key)
-    end
-    redis.call('set', latch, string.format('h1:%d:', token) .. request, 'px', place_ms)
+    local token = grant_handed(lock, owner, request, fencing, place_ms, token_key)
     return request .. string.format(':%d:', token) .. attempt
 end
 
@@ -571,6 +595,59 @@ local function wake_mutex_waiters(m)
             redis.call(m.publish, m.channel, target)
         end
     end
+end
+
+-- A waiting acquisition `request` of `owner` gives up: a hold handed over to it and not
+-- taken up (see hand_over) ends, its own grant alone (the owner's other acquisitions may
+-- have joined the hold since, and keep theirs), and its latch answers a late copy of one
+-- of its attempts with nothing for `latch_ms`. Returns whether it had been handed the
+-- lock.
+local function give_back_handed(lock, owner, request, latch_ms)
+    local latch = latch_of(lock, request)
+    local handed = redis.call('get', latch)
+    if not (handed and string.sub(handed, 1, 1) == 'h') then
+        return false
+    end
+    local grants = grants_of(lock, owner)
+    if redis.call('hget', grants, request) and redis.call('hget', grants, 'o') == request then
+        local held = tonumber(redis.call('hget', lock, owner) or '0')
+        if held <= 1 then
+            redis.call('del', lock, grants)
+        else
+            redis.call('hincrby', lock, owner, -1)
+            redis.call('hdel', grants, request)
+        end
+    end
+    redis.call('set', latch, 'r-1', 'px', latch_ms)
+    return true
+end
+
+-- Serves the first live waiter of a fair lock that is free (`f`: its keys and settings,
+-- see the fair release script). A waiter of ours that keeps its place is handed the lock
+-- (as hand_over does for a mutex, from its entry in the liveness hash; see alive_until)
+-- and leaves the queue, as its own acquire script would have made it leave; it is told
+-- 'handed:<request id>:<token>:<attempt>' on its channel. Any other first waiter (a
+-- Redisson client, an older version of ours, or anybody during the restart quarantine)
+-- is told '0' there, and takes the lock with its next attempt.
+local function hand_fair_lock(f)
+    local head = prune(f.queue, f.deadlines, f.alive, now_ms())
+    if not head then
+        return
+    end
+    local channel = f.prefix .. ':' .. head
+    local request, fencing, place_ms, attempt = string.match(
+        redis.call('hget', f.alive, head) or '', '^%d+:(%x+):([01]):(%d+):(%d+)$')
+    if not (request and may_hand_over(f.lock, request, f.epoch, f.quarantine_ms)) then
+        redis.call(f.publish, channel, '0')
+        return
+    end
+    redis.call('lpop', f.queue)
+    -- As Redisson does: everyone behind moves one slot closer.
+    advance_scores(f.queue, f.deadlines, 0, f.slot)
+    redis.call('zrem', f.deadlines, head)
+    redis.call('hdel', f.alive, head)
+    local token = grant_handed(f.lock, head, request, fencing, place_ms, f.token)
+    redis.call(f.publish, channel, 'handed:' .. request .. string.format(':%d:', token) .. attempt)
 end
 
 -- A permit id as the expirable semaphore stores it: its 16 raw bytes (sent as 32 hex

@@ -73,7 +73,7 @@ pub(crate) struct Outcome {
     pub(crate) digest: (u64, u64),
     /// The latest events.
     pub(crate) latest: Vec<String>,
-    /// The store's mutex hand-overs.
+    /// The store's hand-overs (mutexes and fair locks).
     pub(crate) hand_overs: lock_core::memory::HandOvers,
 }
 
