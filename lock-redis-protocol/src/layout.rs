@@ -78,7 +78,7 @@ const FAIR_DEADLINES: Spelling = Spelling::new("redisson_lock_timeout:", "");
 const FAIR_ALIVE: Spelling = Spelling::new("redisson_lock_waiter_alive:", "");
 const WAITING_CLIENTS: Spelling = Spelling::new("redisson_lock_waiting:", "");
 const WAITING_REQUESTS: Spelling = Spelling::new("redisson_lock_waiting_request:", "");
-const RW_CHANNEL: Spelling = Spelling::new("redisson_rwlock:", "");
+const RW_CHANNEL: Spelling = Spelling::new(RW_CHANNEL_PREFIX, "");
 const TOKEN: Spelling = Spelling::new("redisson_lock_token:", "");
 const GRANT_LATCH: Spelling = Spelling::new("redisson_lock_latch:", ":");
 const RELEASE_LATCH: Spelling = Spelling::new("redisson_unlock_latch:", ":");
@@ -228,6 +228,9 @@ pub fn fair_alive_key(name: &LockName) -> String {
 /// and every score moves one slot back when a waiter ahead takes the lock or gives up.
 pub const REDISSON_WAIT_SLOT_MS: u64 = 300_000;
 
+/// [`REDISSON_WAIT_SLOT_MS`] as the scripts take it.
+pub(crate) const REDISSON_WAIT_SLOT_TEXT: &str = "300000";
+
 /// The fair lock's waiter queue, deadline and liveness keys, which every fair script
 /// takes after the lock key.
 #[must_use]
@@ -290,6 +293,9 @@ pub fn is_own_channel(channel: &str) -> bool {
 pub fn fair_waiter_channel(name: &LockName, owner: &str) -> String {
     tagged_key(&[MUTEX_CHANNEL_PREFIX, ":"], name, &[":", owner])
 }
+
+/// What every read-write lock's channel starts with (see [`rw_channel`]).
+pub const RW_CHANNEL_PREFIX: &str = "redisson_rwlock:";
 
 /// The channel of a read-write lock: `redisson_rwlock:{name}`.
 #[must_use]
@@ -458,6 +464,11 @@ mod tests {
 
     fn name(s: &str) -> LockName {
         LockName::new(s).expect("valid name")
+    }
+
+    #[test]
+    fn the_wait_slot_reads_the_same_in_both_forms() {
+        assert_eq!(REDISSON_WAIT_SLOT_TEXT, REDISSON_WAIT_SLOT_MS.to_string());
     }
 
     #[test]

@@ -223,11 +223,11 @@ impl NotificationSink {
 
     /// Tells the waiter of `lock_channel` that the lock was handed over to `handed`.
     fn handed(&self, lock_channel: &str, handed: Handed) {
+        let wake = woken_alone(lock_channel);
         if self.holds_from_the_message {
-            self.registry
-                .deliver_handed(lock_channel, handed, Wake::One);
+            self.registry.deliver_handed(lock_channel, handed, wake);
         } else {
-            self.registry.deliver(lock_channel, Wake::One);
+            self.registry.deliver(lock_channel, wake);
         }
     }
 
@@ -252,7 +252,7 @@ impl NotificationSink {
             };
             match text.strip_prefix(HANDED_PREFIX).and_then(handed) {
                 Some((handed, lock_channel)) => self.handed(lock_channel, handed),
-                None => self.registry.deliver(text, Wake::One),
+                None => self.registry.deliver(text, woken_alone(text)),
             }
             return;
         }
@@ -284,7 +284,7 @@ impl NotificationSink {
             if !rest.is_empty() {
                 return;
             }
-            Wake::One
+            woken_alone(channel)
         } else if payload == b"0" && !channel.starts_with(crate::layout::LATCH_CHANNEL_PREFIX) {
             Wake::One
         } else {
@@ -314,6 +314,17 @@ impl NotificationSink {
     #[must_use]
     pub fn is_closed(&self) -> bool {
         self.alive.has_changed().is_err()
+    }
+}
+
+/// Whom in this client a release that tells it alone wakes, by the lock's channel: one
+/// waiter, the one that asks for the lock, except on a read-write lock's channel, where
+/// this client's readers listen beside its writer (which the release meant).
+fn woken_alone(lock_channel: &str) -> Wake {
+    if lock_channel.starts_with(crate::layout::RW_CHANNEL_PREFIX) {
+        Wake::All
+    } else {
+        Wake::One
     }
 }
 

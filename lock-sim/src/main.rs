@@ -172,6 +172,7 @@ fn passes(seed: u64, workload: &world::Workload, handed: &mut HandOvers) -> bool
 fn add(total: &mut HandOvers, run: HandOvers) {
     total.made += run.made;
     total.made_of_fair_locks += run.made_of_fair_locks;
+    total.made_of_write_locks += run.made_of_write_locks;
     total.taken_up += run.taken_up;
     total.given_back += run.given_back;
     total.released_before_taken_up += run.released_before_taken_up;
@@ -180,10 +181,12 @@ fn add(total: &mut HandOvers, run: HandOvers) {
 /// What the runs' stores did with hand-overs: that the runs exercised them.
 fn hand_overs(handed: HandOvers) -> String {
     format!(
-        "hand-overs: {} made ({} of fair locks), {} taken up, {} released (held from the \
-         notification) before their take-up, {} given back by waiters that gave up",
+        "hand-overs: {} made ({} of fair locks, {} of write locks), {} taken up, {} released \
+         (held from the notification) before their take-up, {} given back by waiters that \
+         gave up",
         handed.made,
         handed.made_of_fair_locks,
+        handed.made_of_write_locks,
         handed.taken_up,
         handed.released_before_taken_up,
         handed.given_back

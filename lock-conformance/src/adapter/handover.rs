@@ -1,6 +1,7 @@
 //! Hand-over on the server: a mutex release hands the lock to the waiting acquisition of
-//! the client registered first, a fair lock's release to the first in its queue; the
-//! acquisition takes it up with its next attempt. A waiter that gave up passes it on at
+//! the client registered first (a read-write lock's release to its first registered
+//! writer), a fair lock's release to the first in its queue; the acquisition takes it up
+//! with its next attempt. A waiter that gave up passes it on at
 //! once, one that went quiet loses it when its place lapses, and nothing is handed while
 //! a Redisson peer may be listening.
 //!
@@ -51,6 +52,7 @@ impl Stage {
         );
         let held = match kind {
             LockKind::Fair => holder.fair_mutex(name).lock().await.unwrap(),
+            LockKind::Write => holder.rw_lock(name).writer().lock().await.unwrap(),
             _ => holder.mutex(name).lock().await.unwrap(),
         };
         let request = AcquireRequest::new(LEASE).enqueue(place).fencing(true);
@@ -77,8 +79,12 @@ impl Stage {
 
     /// The quiet owner's hold count of the lock, as stored.
     async fn quiet_holds(&self) -> Option<String> {
+        let field = match self.lock.kind {
+            LockKind::Write => "quiet:task:write",
+            _ => "quiet:task",
+        };
         self.server
-            .command(&["HGET", self.lock.name.as_str(), "quiet:task"])
+            .command(&["HGET", self.lock.name.as_str(), field])
             .await
     }
 
@@ -93,18 +99,21 @@ impl Stage {
 fn waiter_channel(kind: LockKind, name: &str, owner: &str) -> String {
     match kind {
         LockKind::Fair => format!("redisson_lock__channel:{{{name}}}:{owner}"),
+        LockKind::Read | LockKind::Write => format!("redisson_rwlock:{{{name}}}"),
         _ => format!("redisson_lock__channel:{{{name}}}"),
     }
 }
 
 /// The release makes the waiting acquisition the holder before it asks again (a
-/// mutex's registered first, a fair lock's first in its queue, which it leaves), with a
+/// mutex's or a writer's registered first, a fair lock's first in its queue, which it
+/// leaves), with a
 /// lease of its place's length and a fresh fencing token; its next attempt, under the
 /// same id, takes the hold up with its full lease, and releases it as any grant.
 pub async fn a_release_hands_the_lock_to_the_waiting_acquisition(connect: &AdapterConnect) {
     for (kind, name) in [
         (LockKind::Mutex, "handover:m"),
         (LockKind::Fair, "handover:f"),
+        (LockKind::Write, "handover:w"),
     ] {
         hands_the_lock_to_the_waiting_acquisition(connect, kind, name).await;
     }
@@ -185,6 +194,8 @@ pub async fn a_waiter_that_has_gone_loses_the_handed_lock_within_its_place(
         (LockKind::Mutex, true),
         (LockKind::Fair, false),
         (LockKind::Fair, true),
+        (LockKind::Write, false),
+        (LockKind::Write, true),
     ] {
         let place = Duration::from_secs(if gives_up { 10 } else { 1 });
         let name = format!("handover-gone-{gives_up}:{kind}");
@@ -192,9 +203,11 @@ pub async fn a_waiter_that_has_gone_loses_the_handed_lock_within_its_place(
         let next = locks(connect, ConnectSpec::new(stage.server.url()))
             .await
             .unwrap();
+        let patience = Duration::from_secs(20);
         let next_waiter = match kind {
-            LockKind::Fair => spawn_try_waiter(next.fair_mutex(&name), Duration::from_secs(20)),
-            _ => spawn_try_waiter(next.mutex(&name), Duration::from_secs(20)),
+            LockKind::Fair => spawn_try_waiter(next.fair_mutex(&name), patience),
+            LockKind::Write => spawn_try_waiter(next.rw_lock(&name).writer(), patience),
+            _ => spawn_try_waiter(next.mutex(&name), patience),
         };
         await_next_waiter(&stage.server, kind, &name).await;
         held.unlock().await.unwrap();
@@ -325,28 +338,40 @@ pub async fn a_later_acquisition_of_the_owner_joins_a_handed_mutex(connect: &Ada
 
 /// While a Redisson waiter may listen on the lock's channel (more listeners than our
 /// registered clients), a release hands nothing over: the lock is free, everybody is
-/// told, and the Redisson peer may take it with its own script, as before.
+/// told, and the Redisson peer may take it with its own script, as before. So for a
+/// mutex, and for a read-write lock, whose Redisson readers and writers listen on its
+/// one channel.
 pub async fn nothing_is_handed_over_while_a_redisson_peer_listens(connect: &AdapterConnect) {
-    let name = "handover-redisson:m";
-    let (stage, held) = Stage::new(connect, (LockKind::Mutex, name), Duration::from_secs(10)).await;
-    let channel = format!("redisson_lock__channel:{{{name}}}");
-    let _redisson = raw_subscriber(stage.server.port(), "SUBSCRIBE", &channel).await;
-    await_subscribers(&stage.server, "NUMSUB", &channel, 2).await;
-    held.unlock().await.unwrap();
-    let exists: i64 = stage.server.command(&["EXISTS", name]).await;
-    assert_eq!(exists, 0, "the lock is free, for anybody told to take it");
-    // A Redisson peer takes it with its own script's first step.
-    let taken: i64 = stage
-        .server
-        .command(&["HSET", name, "5f3c6a1e-0000-4000-8000-000000000009:1", "1"])
-        .await;
-    assert_eq!(taken, 1);
-    let busy = stage
-        .quiet
-        .acquire(&stage.lock, stage.request)
-        .await
-        .unwrap();
-    assert!(matches!(busy, Acquire::Busy { .. }), "{busy:?}");
+    let peer = "5f3c6a1e-0000-4000-8000-000000000009:1";
+    for (kind, name) in [
+        (LockKind::Mutex, "handover-redisson:m"),
+        (LockKind::Write, "handover-redisson:w"),
+    ] {
+        let place = Duration::from_secs(10);
+        let (stage, held) = Stage::new(connect, (kind, name), place).await;
+        let channel = waiter_channel(kind, name, "");
+        let _redisson = raw_subscriber(stage.server.port(), "SUBSCRIBE", &channel).await;
+        await_subscribers(&stage.server, "NUMSUB", &channel, 2).await;
+        held.unlock().await.unwrap();
+        let exists: i64 = stage.server.command(&["EXISTS", name]).await;
+        assert_eq!(exists, 0, "{kind}: free, for anybody told to take it");
+        // A Redisson peer takes it with its own script's first step.
+        let taken: i64 = match kind {
+            LockKind::Write => {
+                let field = format!("{peer}:write");
+                let hset = ["HSET", name, "mode", "write", &field, "1"];
+                stage.server.command(&hset).await
+            }
+            _ => stage.server.command(&["HSET", name, peer, "1"]).await,
+        };
+        assert!(taken >= 1);
+        let busy = stage
+            .quiet
+            .acquire(&stage.lock, stage.request)
+            .await
+            .unwrap();
+        assert!(matches!(busy, Acquire::Busy { .. }), "{kind}: {busy:?}");
+    }
 }
 
 /// Mixed fleets: two clients of ours, a peer that runs Redisson's own lock and unlock
@@ -419,13 +444,13 @@ pub async fn mixed_fleets_keep_exclusion_and_wake_each_other(connect: &AdapterCo
 /// The critical section the contenders share: entering while another is inside is an
 /// overlap.
 #[derive(Debug, Default)]
-struct Section {
+pub(super) struct Section {
     inside: std::sync::atomic::AtomicBool,
-    overlaps: std::sync::atomic::AtomicUsize,
+    pub(super) overlaps: std::sync::atomic::AtomicUsize,
 }
 
 impl Section {
-    async fn enter_and_leave(&self) {
+    pub(super) async fn enter_and_leave(&self) {
         use std::sync::atomic::Ordering;
         if self.inside.swap(true, Ordering::SeqCst) {
             self.overlaps.fetch_add(1, Ordering::SeqCst);

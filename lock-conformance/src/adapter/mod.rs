@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 mod acl;
 mod connect;
+mod fair_fleet;
 mod faults;
 mod handover;
 mod replication;
@@ -23,6 +24,7 @@ mod wakes;
 
 pub use acl::*;
 pub use connect::*;
+pub use fair_fleet::*;
 pub use faults::*;
 pub use handover::*;
 pub use replication::*;
@@ -108,6 +110,7 @@ macro_rules! adapter_tests {
             a_later_acquisition_of_the_owner_joins_a_handed_mutex,
             nothing_is_handed_over_while_a_redisson_peer_listens,
             mixed_fleets_keep_exclusion_and_wake_each_other,
+            mixed_fleets_share_a_fair_lock,
         );
     };
 }

@@ -10,15 +10,17 @@ use std::collections::VecDeque;
 
 use tokio::time::Instant;
 
-use super::kinds::granted;
-use super::{Answer, Entry, Grant, Store, channel};
+use super::kinds::{granted, writer_field};
+use super::{Answer, Entry, Grant, Mode, Store, channel};
 use crate::backend::{Acquire, AcquireRequest, LockKind, LockRef, Release, RequestId};
-use crate::notify::Handed;
+use crate::notify::{Handed, Wake};
 use crate::{LockName, Owner};
 
 /// An acquisition that waits to be handed the lock, as its latest attempt left it.
 #[derive(Debug, Clone)]
 pub(super) struct Waiter {
+    /// A mutex's, a fair lock's, or a read-write lock's writer.
+    kind: LockKind,
     owner: Owner,
     request: AcquireRequest,
     /// When its latest attempt ran: it keeps its place a place's time from then.
@@ -26,10 +28,11 @@ pub(super) struct Waiter {
 }
 
 impl Waiter {
-    /// `owner`'s acquisition `request`, whose latest attempt ran `asked`.
-    pub(super) fn new(owner: Owner, request: AcquireRequest, asked: Instant) -> Self {
+    /// The acquisition `request` of `lock`, whose latest attempt ran `asked`.
+    pub(super) fn new(lock: &LockRef, request: AcquireRequest, asked: Instant) -> Self {
         Self {
-            owner,
+            kind: lock.kind,
+            owner: lock.owner.clone(),
             request,
             asked,
         }
@@ -42,6 +45,9 @@ pub(super) type Waiters = VecDeque<Waiter>;
 /// What a hand-over tells, and whom.
 pub(super) struct Notice {
     pub(super) channel: String,
+    /// Whom on the channel it wakes: one listener, or every one where other waiters of
+    /// the lock listen beside the one it was handed to (a read-write lock's readers).
+    pub(super) wake: Wake,
     pub(super) handed: Handed,
     /// The owner handed the lock (the notice goes to its client).
     pub(super) owner: Owner,
@@ -66,8 +72,10 @@ pub type NoticeDelay = std::sync::Arc<dyn Fn(&Owner) -> std::time::Duration + Se
 pub struct HandOvers {
     /// Holds handed over on release (or on a waiter's giving up).
     pub made: u64,
-    /// Of those, holds of fair locks (the rest are of mutexes).
+    /// Of those, holds of fair locks.
     pub made_of_fair_locks: u64,
+    /// Of those, write holds of read-write locks (the rest are of mutexes).
+    pub made_of_write_locks: u64,
     /// Handed holds their acquisition's attempt took up.
     pub taken_up: u64,
     /// Handed holds given back by a waiter that gave up before taking them up.
@@ -89,7 +97,7 @@ impl Store {
             .waiters
             .entry(lock.name.as_str().to_owned())
             .or_default();
-        let waiter = Waiter::new(lock.owner.clone(), request, now);
+        let waiter = Waiter::new(lock, request, now);
         match waiters.iter_mut().find(|w| w.request.id == request.id) {
             Some(registered) => *registered = waiter,
             None => waiters.push_back(waiter),
@@ -121,8 +129,14 @@ impl Store {
         now: Instant,
     ) -> Option<Notice> {
         let key = name.as_str();
+        if self.live(key, now).is_some() {
+            // Still held (a read lock's other readers, a writer's own read holds).
+            return None;
+        }
         let waiter = match kind {
-            LockKind::Mutex => loop {
+            // A mutex's waiters, or a read-write lock's writers (released by a writer or
+            // by the last reader).
+            LockKind::Mutex | LockKind::Read | LockKind::Write => loop {
                 let waiters = self.waiters.get_mut(key)?;
                 let Some(waiter) = waiters.pop_front() else {
                     self.waiters.remove(key);
@@ -144,16 +158,19 @@ impl Store {
                 }
                 waiter
             }
-            LockKind::Read | LockKind::Write => return None,
         };
-        let channel = match kind {
+        let (channel, wake) = match waiter.kind {
             LockKind::Fair => {
                 self.hand_overs.made_of_fair_locks += 1;
-                channel::fair_waiter(name, &waiter.owner)
+                (channel::fair_waiter(name, &waiter.owner), Wake::One)
             }
-            _ => channel::mutex(name),
+            LockKind::Read | LockKind::Write => {
+                self.hand_overs.made_of_write_locks += 1;
+                (channel::read_write(name), Wake::All)
+            }
+            LockKind::Mutex => (channel::mutex(name), Wake::One),
         };
-        self.hand_to(key, channel, waiter, now)
+        self.hand_to(key, (channel, wake), waiter, now)
     }
 
     /// Whether `waiter` of lock `key` still keeps its place and waits (no attempt of its
@@ -171,18 +188,24 @@ impl Store {
     fn hand_to(
         &mut self,
         key: &str,
-        channel: String,
+        (channel, wake): (String, Wake),
         waiter: Waiter,
         now: Instant,
     ) -> Option<Notice> {
         let request = waiter.request;
         let place = request.wait.map(|w| w.place_kept_for)?;
-        let mut entry = Entry::new(None, now);
         let grant = Grant {
             id: request.id,
             expires: None,
         };
-        entry.add(waiter.owner.as_str(), grant);
+        let mut entry;
+        if waiter.kind == LockKind::Write {
+            entry = Entry::new(Some(Mode::Write), now);
+            entry.add(&writer_field(&waiter.owner), grant);
+        } else {
+            entry = Entry::new(None, now);
+            entry.add(waiter.owner.as_str(), grant);
+        }
         entry.arm(now, place);
         self.locks.insert(key.to_owned(), entry);
         let token = self.token(key, true, request.fencing);
@@ -192,6 +215,7 @@ impl Store {
         self.hand_overs.made += 1;
         Some(Notice {
             channel,
+            wake,
             handed: Handed::new(request.id, attempt, token),
             owner: waiter.owner,
         })
@@ -209,11 +233,12 @@ impl Store {
         now: Instant,
     ) -> Option<Acquire> {
         let name = lock.name.as_str();
+        let field = field_of(lock);
         let alive = self.live(name, now).is_some_and(|entry| {
             entry
                 .fields
-                .get(lock.owner.as_str())
-                .is_some_and(|field| field.origin == request.id)
+                .get(&field)
+                .is_some_and(|held| held.origin == request.id)
         });
         if !alive {
             self.answers.remove(&(name.to_owned(), request.id));
@@ -252,8 +277,13 @@ impl Store {
         if let Some(Answer::Handed(_)) = self.answered(name, request.id, now) {
             // Its own grant ends: the owner's other acquisitions may have joined the
             // hold since, and keep theirs.
+            let field = field_of(lock);
             let ended = self.live(name, now).and_then(|entry| {
-                let left = entry.end(lock.owner.as_str(), request.id, now)?;
+                let left = entry.end(&field, request.id, now)?;
+                if entry.mode == Some(Mode::Write) && left == 0 && !entry.fields.is_empty() {
+                    // The writer's own read holds keep the lock, for reading.
+                    entry.mode = Some(Mode::Read);
+                }
                 Some((left, entry.fields.is_empty()))
             });
             if let Some((_, free)) = ended {
@@ -266,5 +296,14 @@ impl Store {
             self.remember(name, request.id, Answer::Ended(Release::NotHeld), ended);
         }
         self.live(name, now).is_none()
+    }
+}
+
+/// The field `lock`'s owner holds it under: `owner:write` for a writer.
+fn field_of(lock: &LockRef) -> String {
+    if lock.kind == LockKind::Write {
+        writer_field(&lock.owner)
+    } else {
+        lock.owner.as_str().to_owned()
     }
 }

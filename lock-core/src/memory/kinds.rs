@@ -98,7 +98,7 @@ pub(super) fn acquire_fair(
         queue
             .deadlines
             .insert(lock.owner.clone(), now + place_kept_for);
-        let waiter = super::handover::Waiter::new(lock.owner.clone(), request, now);
+        let waiter = super::handover::Waiter::new(lock, request, now);
         queue.waiting.insert(lock.owner.clone(), waiter);
     }
     let first_deadline = queue

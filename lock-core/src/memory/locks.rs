@@ -84,7 +84,7 @@ impl Backend for MemoryBackend {
             LockKind::Write => acquire_write(&mut store, lock, request, now)?,
             LockKind::Mutex => acquire_exclusive(&mut store, lock, request, now),
         };
-        let reply = if lock.kind == LockKind::Mutex {
+        let reply = if matches!(lock.kind, LockKind::Mutex | LockKind::Write) {
             waiting_to_be_handed(&mut store, lock, request, reply, now)
         } else {
             reply
@@ -114,7 +114,7 @@ impl Backend for MemoryBackend {
             // A fair waiter leaves its queue; the next one is served only if this one
             // was first, or was handed the lock and gives it back.
             let serves_next = match lock.kind {
-                LockKind::Mutex => true,
+                LockKind::Mutex | LockKind::Write => true,
                 LockKind::Fair => {
                     let queue = store.queues.get_mut(name);
                     let was_first = queue
@@ -130,7 +130,7 @@ impl Backend for MemoryBackend {
                     );
                     was_first || handed
                 }
-                LockKind::Read | LockKind::Write => return Ok(()),
+                LockKind::Read => return Ok(()),
             };
             let free = store.give_up(lock, acquisition, now);
             (serves_next && free).then(|| Self::serve(&mut store, lock, now))
@@ -271,7 +271,7 @@ impl Backend for MemoryBackend {
     }
 }
 
-/// A mutex acquisition that finds the lock busy and waits to be woken alone is
+/// A mutex (or write) acquisition that finds the lock busy and waits to be woken alone is
 /// registered to be handed it on release, and told to ask again within a third of its
 /// place (a hold handed to a waiter that stopped asking is free again after one place);
 /// one that got the lock leaves the waiters.

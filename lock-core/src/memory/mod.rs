@@ -442,17 +442,19 @@ impl MemoryBackend {
             .as_ref()
             .map_or(Duration::ZERO, |delay| delay(&notice.owner));
         let handover::Notice {
-            channel, handed, ..
+            channel,
+            wake,
+            handed,
+            ..
         } = notice;
         if delay.is_zero() {
-            self.subscriptions
-                .deliver_handed(&channel, handed, Wake::One);
+            self.subscriptions.deliver_handed(&channel, handed, wake);
             return;
         }
         let subscriptions = self.subscriptions.downgrade();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            if !subscriptions.deliver_handed(&channel, handed, Wake::One) {
+            if !subscriptions.deliver_handed(&channel, handed, wake) {
                 tracing::trace!(
                     target: crate::TRACING_TARGET,
                     "a hand-over's notice outlived its store; nobody listens"
@@ -522,7 +524,8 @@ impl MemoryBackend {
         }
         handover::Served::Woken(match lock.kind {
             LockKind::Fair => Self::next_fair_waiter(store, &lock.name, now),
-            _ => Some((channel::mutex(&lock.name), Wake::One)),
+            LockKind::Read | LockKind::Write => Some((channel::read_write(&lock.name), Wake::All)),
+            LockKind::Mutex => Some((channel::mutex(&lock.name), Wake::One)),
         })
     }
 

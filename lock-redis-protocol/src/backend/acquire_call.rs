@@ -36,6 +36,9 @@ pub(super) struct Common<'a> {
     /// How long a waiter keeps its place without asking again, in milliseconds (a
     /// fair lock's waiter timeout; a mutex's hand-over lasts that long).
     pub(super) place_ms: &'a str,
+    /// Which attempt of its acquisition this is (a hand-over names the attempt it
+    /// followed; readers are never handed a lock, and do not send it).
+    pub(super) attempt: &'a str,
 }
 
 /// What only one family's script takes, rendered; the variant names the family.
@@ -59,8 +62,6 @@ pub(super) enum Particular<'a> {
         wake_id: &'a str,
         /// How long the waiting clients' set outlives a registration, in milliseconds.
         registered_ms: &'a str,
-        /// Which attempt of its acquisition this is.
-        attempt: &'a str,
     },
     /// The fair lock: its queue.
     Fair {
@@ -70,18 +71,25 @@ pub(super) enum Particular<'a> {
         joins: &'a str,
         /// Redisson's wait slot, in milliseconds.
         slot: &'a str,
-        /// Which attempt of its acquisition this is.
-        attempt: &'a str,
     },
     /// A read hold: the prefix of the owner's hold keys.
     Read {
         /// The prefix of the owner's read-hold keys.
         prefix: &'a str,
     },
-    /// The write hold: the prefix of the owner's read-hold keys, which it may not hold.
+    /// The write hold: the prefix of the owner's read-hold keys, which it may not hold,
+    /// and the waiting clients (writers wait as a mutex's waiters do).
     Write {
         /// The prefix of the owner's read-hold keys.
         prefix: &'a str,
+        /// The waiting clients' key.
+        waiting: &'a str,
+        /// The waiting clients' acquisitions' key.
+        requests: &'a str,
+        /// The caller's client wake id when it waits to be woken alone, else empty.
+        wake_id: &'a str,
+        /// How long the waiting clients' set outlives a registration, in milliseconds.
+        registered_ms: &'a str,
     },
 }
 
@@ -137,6 +145,7 @@ pub(super) fn acquire_call<'a>(
         grant,
         latch_ms,
         place_ms,
+        attempt,
     } = *common;
     match *particular {
         Particular::Mutex {
@@ -148,7 +157,6 @@ pub(super) fn acquire_call<'a>(
             waited_ms,
             wake_id,
             registered_ms,
-            attempt,
         } => AcquireCall {
             script: &script::MUTEX_ACQUIRE,
             keys: Listed::of([
@@ -181,7 +189,6 @@ pub(super) fn acquire_call<'a>(
             queue: [queue, deadlines, alive],
             joins,
             slot,
-            attempt,
         } => AcquireCall {
             script: &script::FAIR_ACQUIRE,
             keys: Listed::of([lock, queue, deadlines, alive, token, epoch, grants, latch]),
@@ -197,11 +204,27 @@ pub(super) fn acquire_call<'a>(
                 lease_ms, owner, prefix, fencing, quarantine, grant, latch_ms,
             ]),
         },
-        Particular::Write { prefix } => AcquireCall {
+        Particular::Write {
+            prefix,
+            waiting,
+            requests,
+            wake_id,
+            registered_ms,
+        } => AcquireCall {
             script: &script::RW_WRITE_ACQUIRE,
-            keys: Listed::of([lock, token, epoch, grants, latch]),
+            keys: Listed::of([lock, token, epoch, waiting, requests, grants, latch]),
             args: Listed::of([
-                lease_ms, owner, fencing, quarantine, prefix, grant, latch_ms,
+                lease_ms,
+                owner,
+                fencing,
+                quarantine,
+                prefix,
+                wake_id,
+                registered_ms,
+                place_ms,
+                attempt,
+                grant,
+                latch_ms,
             ]),
         },
     }
@@ -226,6 +249,7 @@ mod tests {
         grant: "grant",
         latch_ms: "latch_ms",
         place_ms: "place_ms",
+        attempt: "attempt",
     };
 
     fn every_family() -> [Particular<'static>; 4] {
@@ -239,16 +263,20 @@ mod tests {
                 waited_ms: "waited_ms",
                 wake_id: "wake_id",
                 registered_ms: "registered_ms",
-                attempt: "attempt",
             },
             Particular::Fair {
                 queue: ["queue", "deadlines", "alive"],
                 joins: "joins",
                 slot: "slot",
-                attempt: "attempt",
             },
             Particular::Read { prefix: "prefix" },
-            Particular::Write { prefix: "prefix" },
+            Particular::Write {
+                prefix: "prefix",
+                waiting: "waiting",
+                requests: "requests",
+                wake_id: "wake_id",
+                registered_ms: "registered_ms",
+            },
         ]
     }
 

@@ -12,7 +12,7 @@ use lock_core::backend::{
 };
 use lock_core::notify::Listener;
 
-use super::acquire_call::{Common, Particular, acquire_call};
+use super::acquire_call::{AcquireCall, Common, Particular, acquire_call};
 use super::answer::{AcquireAnswer, decode_acquire};
 use super::{Family, RedisBackend, count, flag, millis, pttl, unexpected};
 use crate::decimals::Decimals;
@@ -194,6 +194,107 @@ impl RedisBackend {
     }
 }
 
+impl RedisBackend {
+    /// Sends an acquire's call and reads its answer; a grant too few replicas confirmed
+    /// is given back.
+    async fn run_acquire(
+        &self,
+        lock: &LockRef,
+        request: &AcquireRequest,
+        call: &AcquireCall<'_>,
+    ) -> Result<Acquire, Error> {
+        let (reply, acknowledged) = self
+            .eval_write(
+                "acquiring",
+                call.script,
+                call.keys.as_slice(),
+                call.args.as_slice(),
+            )
+            .await?;
+        let answer = AcquireAnswer::of(&reply);
+        let items = answer.as_ref().map(AcquireAnswer::items);
+        if let (Some([1, ..]), Some(acknowledged)) = (items, acknowledged) {
+            self.give_back_unreplicated(lock, request, acknowledged)
+                .await?;
+        }
+        let origin = answer.as_ref().and_then(|answer| answer.origin);
+        decode_acquire(items, origin, &reply, &lock.name, request.fencing)
+    }
+}
+
+/// A read or write release's rendered numbers and grant id.
+struct ReadWriteRelease<'a> {
+    lease_ms: &'a str,
+    latch_ms: &'a str,
+    grant: &'a str,
+}
+
+impl RedisBackend {
+    /// Runs a read or write release's script; the one that frees the lock hands it to the
+    /// waiting writer registered first (see the prelude's `wake_mutex_waiters`).
+    async fn release_read_write(
+        &self,
+        lock: &LockRef,
+        family: Family,
+        built: &mut layout::Keys<'_>,
+        (grants_at, latch_at): (layout::KeyAt, layout::KeyAt),
+        numbers: ReadWriteRelease<'_>,
+    ) -> Result<Reply, Error> {
+        let ReadWriteRelease {
+            lease_ms,
+            latch_ms,
+            grant,
+        } = numbers;
+        let name = &lock.name;
+        let (waiting_at, requests_at) = (built.waiting_clients(), built.waiting_requests());
+        let token_at = built.token();
+        let (channel, epoch) = (layout::rw_channel(name), self.epoch_key(name));
+        let quarantine = self.quarantine_ms().to_string();
+        let (publish, count) = (
+            self.options.publish.command(),
+            self.listener_count_command(),
+        );
+        let keys = [
+            layout::lock_key(name),
+            built.get(waiting_at),
+            built.get(requests_at),
+            built.get(token_at),
+            &epoch,
+            built.get(grants_at),
+            built.get(latch_at),
+        ];
+        let owner = lock.owner.as_str();
+        if family == Family::Read {
+            let tagged = layout::tagged(name);
+            let args = [
+                owner,
+                &channel,
+                publish,
+                &tagged,
+                count,
+                &quarantine,
+                grant,
+                latch_ms,
+            ];
+            return self
+                .eval("releasing", &script::RW_READ_RELEASE, &keys, &args)
+                .await;
+        }
+        let args = [
+            lease_ms,
+            owner,
+            &channel,
+            publish,
+            count,
+            &quarantine,
+            grant,
+            latch_ms,
+        ];
+        self.eval("releasing", &script::RW_WRITE_RELEASE, &keys, &args)
+            .await
+    }
+}
+
 /// Renewal scripts take one family of kinds at a time: read holds have their own script.
 fn renew_script(family: Family) -> u8 {
     u8::from(family == Family::Read)
@@ -228,6 +329,7 @@ impl Backend for RedisBackend {
             millis(wait.place_kept_for),
         ]);
         let [lease_ms, latch_ms, quarantine, place_ms] = numbers.get();
+        let attempt = Decimals::new([u64::from(wait.attempt)]);
         let common = Common {
             lock: key,
             token: built.get(token_at),
@@ -241,12 +343,13 @@ impl Backend for RedisBackend {
             grant: &grant,
             latch_ms,
             place_ms,
+            attempt: attempt.get()[0],
         };
         // What only one family takes is rendered for that family alone; the text lives
         // here, for the call to borrow.
         let (queue, prefix, rendered);
         let particular = match family {
-            Family::Mutex => {
+            Family::Mutex | Family::Write => {
                 let wake_id = self.wake_id_for(&request);
                 // A live waiter asks again within the holder's lease (its own, as a
                 // rule): a set of waiting clients none of which asked that long is gone.
@@ -254,60 +357,48 @@ impl Backend for RedisBackend {
                     millis(self.options.reservation),
                     millis(wait.waited),
                     millis(request.lease.saturating_add(wait.place_kept_for)),
-                    u64::from(wait.attempt),
                 ]);
-                let [reservation_ms, waited_ms, registered_ms, attempt] = rendered.get();
-                Particular::Mutex {
-                    reservation: built.get(reservation_at),
-                    waiting: built.get(waiting_at),
-                    requests: built.get(requests_at),
-                    starving: flag(wait.starving),
-                    reservation_ms,
-                    waited_ms,
-                    wake_id,
-                    registered_ms,
-                    attempt,
+                let [reservation_ms, waited_ms, registered_ms] = rendered.get();
+                let (waiting, requests) = (built.get(waiting_at), built.get(requests_at));
+                if family == Family::Write {
+                    prefix = layout::read_hold_prefix(name, owner);
+                    let prefix = &prefix;
+                    Particular::Write {
+                        prefix,
+                        waiting,
+                        requests,
+                        wake_id,
+                        registered_ms,
+                    }
+                } else {
+                    Particular::Mutex {
+                        reservation: built.get(reservation_at),
+                        waiting,
+                        requests,
+                        starving: flag(wait.starving),
+                        reservation_ms,
+                        waited_ms,
+                        wake_id,
+                        registered_ms,
+                    }
                 }
             }
             Family::Fair => {
-                rendered =
-                    Decimals::new([layout::REDISSON_WAIT_SLOT_MS, u64::from(wait.attempt), 0, 0]);
-                let [slot, attempt, _, _] = rendered.get();
                 queue = layout::fair_queue_keys(name);
                 let [waiters, deadlines, alive] = &queue;
                 Particular::Fair {
                     queue: [waiters, deadlines, alive],
                     joins: flag(request.waits()),
-                    slot,
-                    attempt,
+                    slot: layout::REDISSON_WAIT_SLOT_TEXT,
                 }
             }
             Family::Read => {
                 prefix = layout::read_hold_prefix(name, owner);
                 Particular::Read { prefix: &prefix }
             }
-            Family::Write => {
-                prefix = layout::read_hold_prefix(name, owner);
-                Particular::Write { prefix: &prefix }
-            }
         };
-        let call = acquire_call(&common, &particular);
-        let (reply, acknowledged) = self
-            .eval_write(
-                "acquiring",
-                call.script,
-                call.keys.as_slice(),
-                call.args.as_slice(),
-            )
-            .await?;
-        let answer = AcquireAnswer::of(&reply);
-        let items = answer.as_ref().map(AcquireAnswer::items);
-        if let (Some([1, ..]), Some(acknowledged)) = (items, acknowledged) {
-            self.give_back_unreplicated(lock, &request, acknowledged)
-                .await?;
-        }
-        let origin = answer.as_ref().and_then(|answer| answer.origin);
-        decode_acquire(items, origin, &reply, name, request.fencing)
+        self.run_acquire(lock, &request, &acquire_call(&common, &particular))
+            .await
     }
 
     async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
@@ -350,14 +441,13 @@ impl Backend for RedisBackend {
                 let prefix = layout::mutex_channel(name);
                 let (token, epoch) = (layout::token_key(name), self.epoch_key(name));
                 let quarantine = self.quarantine_ms().to_string();
-                let slot = layout::REDISSON_WAIT_SLOT_MS.to_string();
                 let args = [
                     lease_ms,
                     owner,
                     &prefix,
                     publish,
                     &quarantine,
-                    &slot,
+                    layout::REDISSON_WAIT_SLOT_TEXT,
                     &grant,
                     latch_ms,
                 ];
@@ -368,18 +458,13 @@ impl Backend for RedisBackend {
                 self.eval("releasing", &script::FAIR_RELEASE, &keys, &args)
                     .await?
             }
-            Family::Read => {
-                let (channel, tagged) = (layout::rw_channel(name), layout::tagged(name));
-                let args = [owner, &channel, publish, &tagged, &grant, latch_ms];
-                let keys = [key, built.get(grants_at), built.get(latch_at)];
-                self.eval("releasing", &script::RW_READ_RELEASE, &keys, &args)
-                    .await?
-            }
-            Family::Write => {
-                let channel = layout::rw_channel(name);
-                let args = [lease_ms, owner, &channel, publish, &grant, latch_ms];
-                let keys = [key, built.get(grants_at), built.get(latch_at)];
-                self.eval("releasing", &script::RW_WRITE_RELEASE, &keys, &args)
+            Family::Read | Family::Write => {
+                let numbers = ReadWriteRelease {
+                    lease_ms,
+                    latch_ms,
+                    grant: &grant,
+                };
+                self.release_read_write(lock, family, &mut built, (grants_at, latch_at), numbers)
                     .await?
             }
             Family::Mutex => {
@@ -534,10 +619,17 @@ impl Backend for RedisBackend {
 
     async fn cancel_wait(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
         let name = &lock.name;
-        match Family::of(lock.kind)? {
+        let family = Family::of(lock.kind)?;
+        match family {
             Family::Fair => {}
-            Family::Mutex => {
-                let channel = layout::mutex_channel(name);
+            Family::Mutex | Family::Write => {
+                let (channel, mode, owner) = if family == Family::Write {
+                    let field = format!("{}:write", lock.owner);
+                    (layout::rw_channel(name), "write", field)
+                } else {
+                    let field = lock.owner.as_str().to_owned();
+                    (layout::mutex_channel(name), "", field)
+                };
                 let waiting = layout::waiting_clients_key(name);
                 let reservation = layout::reservation_key(name);
                 let requests = layout::waiting_requests_key(name);
@@ -567,16 +659,17 @@ impl Backend for RedisBackend {
                     offer_ms,
                     quarantine,
                     &request,
-                    lock.owner.as_str(),
+                    &owner,
                     latch_ms,
+                    mode,
                 ];
                 return self
                     .eval("leaving the waiters", &script::MUTEX_CANCEL, &keys, &args)
                     .await
                     .map(drop);
             }
-            // A read-write waiter leaves nothing behind on the server.
-            Family::Read | Family::Write => return Ok(()),
+            // A reader leaves nothing behind on the server.
+            Family::Read => return Ok(()),
         }
         let [queue, deadlines, alive] = layout::fair_queue_keys(name);
         let prefix = layout::mutex_channel(name);
@@ -616,7 +709,7 @@ impl Backend for RedisBackend {
         use std::sync::atomic::Ordering;
         let family = Family::of(lock.kind)?;
         let channel = Self::channel(lock, family);
-        if family != Family::Mutex
+        if !matches!(family, Family::Mutex | Family::Write)
             || !self.wakes_on_own_channel()
             || !self.registered_a_waiter.load(Ordering::Relaxed)
             || self.own_listener.initialized()

@@ -9,8 +9,10 @@
 -- ARGV[1] the client's wake id; ARGV[2] channel; ARGV[3] publish command; ARGV[4]
 -- listener count subcommand of PUBSUB ('' to tell every listener); ARGV[5] how long the
 -- lock is offered to a client woken alone (ms); ARGV[6] restart quarantine (ms, '0'
--- off); ARGV[7] the acquisition's request id; ARGV[8] its owner; ARGV[9] how long an
--- ended grant's latch lives (ms).
+-- off); ARGV[7] the acquisition's request id; ARGV[8] its owner's field; ARGV[9] how
+-- long an ended grant's latch lives (ms); ARGV[10] 'write' for a writer of a read-write
+-- lock (its field is '<owner>:write'; writers wait as a mutex's waiters do, without
+-- reservations), else ''.
 -- Reply: 1 if the client was registered for this acquisition, else 0.
 local removed = 0
 local entry = redis.call('hget', KEYS[4], ARGV[1])
@@ -26,10 +28,14 @@ if reserved and string.sub(reserved, -#ARGV[1]) == ARGV[1] then
 end
 give_back_handed(KEYS[1], ARGV[8], ARGV[7], ARGV[9])
 if redis.call('exists', KEYS[1]) == 0 then
-    wake_mutex_waiters({
+    local m = {
         lock = KEYS[1], waiting = KEYS[2], reservation = KEYS[3], requests = KEYS[4],
         token = KEYS[5], epoch = KEYS[6], channel = ARGV[2], publish = ARGV[3],
         numsub = ARGV[4], offer_ms = ARGV[5], quarantine_ms = ARGV[6],
-    })
+    }
+    if ARGV[10] == 'write' then
+        m.reservation, m.mode, m.everybody = nil, 'write', '1'
+    end
+    wake_mutex_waiters(m)
 end
 return removed

@@ -468,14 +468,19 @@ local function may_hand_over(lock, request, epoch, quarantine_ms)
         and redis.call('exists', latch_of(lock, request)) == 0
 end
 
--- Makes the waiting acquisition `request` of `owner` the holder of the free lock `lock`,
--- as its own acquire script would have (its field, its grants hash begun by it, a fresh
+-- Makes the waiting acquisition `request` the holder of the free lock `lock` under the
+-- field `field` (its owner's; '<owner>:write' for a writer, with `mode` 'write', else nil),
+-- as its own acquire script would have (the field, its grants hash begun by it, a fresh
 -- token when `fencing` is '1'), with a lease and a latch of `place_ms`; the latch says
 -- 'h<holds>:<token>:<origin>' (handed, not taken up; see take_up_handed). Returns the
 -- token (0 without fencing).
-local function grant_handed(lock, owner, request, fencing, place_ms, token_key)
-    local grants = grants_of(lock, owner)
-    redis.call('hset', lock, owner, 1)
+local function grant_handed(lock, field, request, fencing, place_ms, token_key, mode)
+    local grants = grants_of(lock, field)
+    if mode then
+        redis.call('hset', lock, 'mode', mode, field, 1)
+    else
+        redis.call('hset', lock, field, 1)
+    end
     redis.call('pexpire', lock, place_ms)
     -- Fields an earlier hold of the owner left are not alive under this origin.
     redis.call('hset', grants, 'o', request, request, request, 's', now_ms())
@@ -491,7 +496,9 @@ end
 
 -- Hand-over. A waiting client's entry in the mutex's `requests` hash names its
 -- acquisition that waits, as its latest attempt to run left it:
--- '<request id>:<fencing 0|1>:<place ms>:<latch ms>:<attempt>:<owner>'.
+-- '<request id>:<fencing 0|1>:<place ms>:<latch ms>:<attempt>:<field>', where the field
+-- is the owner's ('<owner>:write' for a writer of a read-write lock). The same keys serve
+-- a read-write lock's writers (`m`: see wake_mutex_waiters).
 -- A release that wakes that client alone hands the free lock to that acquisition: a
 -- hold of its owner under its request id, as its own acquire script would have made it,
 -- whose lease and latch last only the waiter's place (`place ms`), and whose latch says
@@ -504,18 +511,18 @@ end
 -- to ask. Returns what the waiter's client is told, '<request id>:<token>:<attempt>'
 -- (the attempt its entry came from: the waiter's lease counts from when it sent that
 -- one at the latest), or nil when nothing was handed over.
-local function hand_over(lock, requests, target, token_key, epoch, quarantine_ms)
+local function hand_over(lock, requests, target, m)
     local entry = redis.call('hget', requests, target)
     if not entry then
         return nil
     end
     redis.call('hdel', requests, target)
-    local request, fencing, place_ms, _, attempt, owner =
+    local request, fencing, place_ms, _, attempt, field =
         string.match(entry, '^(%x+):([01]):(%d+):(%d+):(%d+):(.+)$')
-    if not (owner and may_hand_over(lock, request, epoch, quarantine_ms)) then
+    if not (field and may_hand_over(lock, request, m.epoch, m.quarantine_ms)) then
         return nil
     end
-    local token = grant_handed(lock, owner, request, fencing, place_ms, token_key)
+    local token = grant_handed(lock, field, request, fencing, place_ms, m.token, m.mode)
     return request .. string.format(':%d:', token) .. attempt
 end
 
@@ -559,6 +566,9 @@ end
 -- registered. (Redisson's own script does not look at the reservation; its waiters
 -- compete as they always did, and since any of them may listen whenever a release
 -- tells everybody, nothing is handed over then.)
+-- A read-write lock's writers wait the same way (`m.mode` 'write'; no reservation, and
+-- `m.everybody` '1' tells every reader and writer): only when every listener of the
+-- lock's channel is a registered writer's client is one handed the lock.
 local function wake_mutex_waiters(m)
     local target, alone, own = nil, false, false
     local counted, found, found_alone, found_own =
@@ -567,11 +577,13 @@ local function wake_mutex_waiters(m)
         target, alone, own = found, found_alone, found_own
     end
     local handed = nil
-    if target and alone and redis.call('exists', m.reservation) == 0 then
-        handed = hand_over(m.lock, m.requests, target, m.token, m.epoch, m.quarantine_ms)
+    if target and alone and not (m.reservation and redis.call('exists', m.reservation) == 1) then
+        handed = hand_over(m.lock, m.requests, target, m)
     end
     if target and not handed then
         redis.call('hdel', m.requests, target)
+    end
+    if target and not handed and m.reservation then
         if not redis.call('set', m.reservation, now_ms() .. ':' .. target, 'px', m.offer_ms, 'nx')
             and redis.call('pttl', m.reservation) < tonumber(m.offer_ms) then
             -- A starving waiter's reservation stands, and must last until that waiter,
@@ -581,7 +593,7 @@ local function wake_mutex_waiters(m)
         end
     end
     if not alone then
-        redis.call(m.publish, m.channel, '0')
+        redis.call(m.publish, m.channel, m.everybody or '0')
         return
     end
     local told = m.channel
@@ -597,8 +609,8 @@ local function wake_mutex_waiters(m)
     end
 end
 
--- A waiting acquisition `request` of `owner` gives up: a hold handed over to it and not
--- taken up (see hand_over) ends, its own grant alone (the owner's other acquisitions may
+-- A waiting acquisition `request` of `owner` (its field: '<owner>:write' for a writer)
+-- gives up: a hold handed over to it and not taken up (see hand_over) ends, its own grant alone (the owner's other acquisitions may
 -- have joined the hold since, and keep theirs), and its latch answers a late copy of one
 -- of its attempts with nothing for `latch_ms`. Returns whether it had been handed the
 -- lock.
@@ -611,11 +623,20 @@ local function give_back_handed(lock, owner, request, latch_ms)
     local grants = grants_of(lock, owner)
     if redis.call('hget', grants, request) and redis.call('hget', grants, 'o') == request then
         local held = tonumber(redis.call('hget', lock, owner) or '0')
-        if held <= 1 then
-            redis.call('del', lock, grants)
-        else
+        if held > 1 then
             redis.call('hincrby', lock, owner, -1)
             redis.call('hdel', grants, request)
+        else
+            redis.call('del', grants)
+            redis.call('hdel', lock, owner)
+            -- A writer's read holds (taken under the handed write hold) keep the lock,
+            -- for reading.
+            local left = redis.call('hlen', lock)
+            if left == 0 or (left == 1 and redis.call('hexists', lock, 'mode') == 1) then
+                redis.call('del', lock)
+            elseif redis.call('hget', lock, 'mode') == 'write' then
+                redis.call('hset', lock, 'mode', 'read')
+            end
         end
     end
     redis.call('set', latch, 'r-1', 'px', latch_ms)
@@ -646,7 +667,7 @@ local function hand_fair_lock(f)
     advance_scores(f.queue, f.deadlines, 0, f.slot)
     redis.call('zrem', f.deadlines, head)
     redis.call('hdel', f.alive, head)
-    local token = grant_handed(f.lock, head, request, fencing, place_ms, f.token)
+    local token = grant_handed(f.lock, head, request, fencing, place_ms, f.token, nil)
     redis.call(f.publish, channel, 'handed:' .. request .. string.format(':%d:', token) .. attempt)
 end
 

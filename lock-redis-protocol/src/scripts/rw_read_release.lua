@@ -1,13 +1,17 @@
 -- Ends one read grant.
--- KEYS[1] lock hash; KEYS[2] the reader's grants hash; KEYS[3] the grant's latch.
+-- KEYS[1] lock hash; KEYS[2] waiting clients (see wake_mutex_waiters); KEYS[3] the
+-- waiting clients' acquisitions (see hand_over); KEYS[4] fencing counter; KEYS[5]
+-- restart epoch; KEYS[6] the reader's grants hash; KEYS[7] the grant's latch.
 -- ARGV[1] owner; ARGV[2] channel; ARGV[3] publish command;
 -- ARGV[4] the lock's tagged name (hold keys are '<it>:<owner>:rwlock_timeout:<n>');
--- ARGV[5] the grant's id; ARGV[6] latch lifetime (ms).
+-- ARGV[5] listener count subcommand of PUBSUB ('' to tell every listener); ARGV[6]
+-- restart quarantine (ms, '0' off); ARGV[7] the grant's id; ARGV[8] latch lifetime (ms).
 -- The lock lives as long as its longest live read hold, so a crashed reader's holds stop
 -- counting when their own leases end; it never expires before a live hold of the owner
 -- (see drop_read: the hold keys' expiries, sorted, stay at or above the live grants'
--- expiries, sorted, whichever grant ends). When no hold is left the lock is deleted and
--- one waiter is woken ('0').
+-- expiries, sorted, whichever grant ends). When no hold is left the lock is deleted, and
+-- handed over to the waiting writer registered first or one waiter is woken ('0'; see
+-- wake_mutex_waiters).
 -- Reply: -1 not held (the grant is not alive; nothing changed); 0 this owner's last read
 -- hold went; n > 0 left.
 local before = release_replayed()
@@ -30,9 +34,9 @@ if holds == 0 then
 end
 holds = drop_read(KEYS[1], ARGV[1], prefix(ARGV[1]), holds)
 if holds == 0 then
-    redis.call('del', KEYS[2])
+    redis.call('del', KEYS[6])
 else
-    redis.call('hdel', KEYS[2], ARGV[5])
+    redis.call('hdel', KEYS[6], ARGV[7])
 end
 if mode == 'write' then
     -- The writer's own read hold: the write hold keeps the lock and its lease.
@@ -57,5 +61,9 @@ if longest > 0 then
     return released(holds)
 end
 redis.call('del', KEYS[1])
-redis.call(ARGV[3], ARGV[2], '0')
+wake_mutex_waiters({
+    lock = KEYS[1], waiting = KEYS[2], requests = KEYS[3], token = KEYS[4],
+    epoch = KEYS[5], channel = ARGV[2], publish = ARGV[3], numsub = ARGV[5],
+    quarantine_ms = ARGV[6], mode = 'write',
+})
 return released(holds)

@@ -1,15 +1,26 @@
 -- Takes the write hold of a read-write lock, or one more of it.
--- KEYS[1] lock hash; KEYS[2] fencing counter; KEYS[3] restart epoch; KEYS[4] the
--- writer's grants hash; KEYS[5] grant latch.
+-- KEYS[1] lock hash; KEYS[2] fencing counter; KEYS[3] restart epoch; KEYS[4] waiting
+-- clients (see wake_mutex_waiters: writers wait as a mutex's waiters do); KEYS[5] the
+-- waiting clients' acquisitions (see hand_over); KEYS[6] the writer's grants hash;
+-- KEYS[7] grant latch.
 -- ARGV[1] lease (ms); ARGV[2] owner (the writer's field is '<owner>:write');
 -- ARGV[3] '1' to return a fencing token; ARGV[4] restart quarantine (ms, '0' off);
 -- ARGV[5] the owner's read-hold key prefix ('{name}:<owner>:rwlock_timeout');
--- ARGV[6] this request's id, the grant's; ARGV[7] grant latch lifetime (ms): a retry of
--- this request gets the same grant back.
--- Reply: '<holds>:<token>:<origin>' when held; {0, pttl} when busy; {3, 0} when the owner holds
--- the read lock (an upgrade would wait for itself forever); {4, ms} while the restart
--- quarantine lasts.
+-- ARGV[6] the caller's client wake id when the caller waits if busy, else '';
+-- ARGV[7] how long the waiting clients' zset outlives a registration (ms);
+-- ARGV[8] how long the caller keeps its place without asking again (ms): a lock handed
+-- over to it lasts that long until it takes it up; ARGV[9] which attempt of its
+-- acquisition this is; ARGV[10] this request's id, the grant's, the same for every
+-- attempt of one acquisition; ARGV[11] grant latch lifetime (ms): a retry of this
+-- request gets the same grant back.
+-- Reply: '<holds>:<token>:<origin>' when held; {0, pttl} when busy (for a registered
+-- waiter at most a third of its place); {3, 0} when the owner holds the read lock (an
+-- upgrade would wait for itself forever); {4, ms} while the restart quarantine lasts.
 local again = grant_replayed()
+if type(again) == 'string' and string.sub(again, 1, 1) == 'h' then
+    -- Handed over to this acquisition while it waited (see hand_over).
+    again = take_up_handed(KEYS[1], ARGV[2] .. ':write', ARGV[1])
+end
 if again then
     return again
 end
@@ -40,6 +51,12 @@ if mode == 'read' then
     end
 end
 if mode == false then
+    if ARGV[6] ~= '' and ARGV[9] ~= '1' then
+        -- Served: the client's next writer registers afresh, behind the others (a first
+        -- attempt has not registered).
+        redis.call('zrem', KEYS[4], ARGV[6])
+        redis.call('hdel', KEYS[5], ARGV[6])
+    end
     redis.call('hset', KEYS[1], 'mode', 'write', writer, 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     local origin = record_grant(true, ARGV[1])
@@ -54,4 +71,15 @@ if mode == 'write' and redis.call('hexists', KEYS[1], writer) == 1 then
     return granted(holds, token(false), origin)
 end
 
-return {0, redis.call('pttl', KEYS[1])}
+-- Busy. A caller that will wait registers its client, so that a release can hand the
+-- lock to this acquisition (see hand_over).
+register_waiting(KEYS[4], KEYS[5], ARGV[6], ARGV[7], ARGV[10] .. ':' .. ARGV[3] .. ':'
+    .. ARGV[8] .. ':' .. ARGV[11] .. ':' .. ARGV[9] .. ':' .. writer)
+local ttl = redis.call('pttl', KEYS[1])
+if ARGV[6] ~= '' then
+    local again_within = math.max(1, math.floor(tonumber(ARGV[8]) / 3))
+    if ttl < 0 or ttl > again_within then
+        ttl = again_within
+    end
+end
+return {0, ttl}
