@@ -232,7 +232,9 @@ pub const REDISSON_WAIT_SLOT_MS: u64 = 300_000;
 pub(crate) const REDISSON_WAIT_SLOT_TEXT: &str = "300000";
 
 /// The fair lock's waiter queue, deadline and liveness keys, which every fair script
-/// takes after the lock key.
+/// takes after the lock key. The liveness hash (ours, not Redisson's) holds, per owner
+/// of ours that waits, `<deadline ms>:<request id>:<fencing 0|1>:<place ms>:<attempt>`:
+/// until when it keeps its place, and which acquisition a release hands the lock to.
 #[must_use]
 pub fn fair_queue_keys(name: &LockName) -> [String; 3] {
     [
@@ -242,20 +244,20 @@ pub fn fair_queue_keys(name: &LockName) -> [String; 3] {
     ]
 }
 
-/// The clients of this library with a waiter on a mutex: `redisson_lock_waiting:{name}`
-/// (a zset wake id -> server ms when the client registered; not part of Redisson's
-/// layout). A release offers the lock to the client registered first, and wakes it
-/// alone instead of every client when every listener of the lock's channel is
-/// registered.
+/// The clients of this library with a waiter on a mutex (or a writer on a read-write
+/// lock): `redisson_lock_waiting:{name}` (a zset wake id -> server ms when the client
+/// registered; not part of Redisson's layout). A release offers the lock to the client
+/// registered first, and wakes it alone instead of every client when every listener of
+/// the lock's channel is registered.
 #[must_use]
 pub fn waiting_clients_key(name: &LockName) -> String {
     WAITING_CLIENTS.of(name)
 }
 
-/// Which acquisition of each waiting client of a mutex waits now:
+/// Which acquisition of each waiting client of a mutex (or writer) waits now:
 /// `redisson_lock_waiting_request:{name}` (a hash wake id ->
-/// `<request id>:<fencing 0|1>:<place ms>:<latch ms>:<owner>`; not part of Redisson's
-/// layout). A release that wakes the client registered first alone hands the lock over
+/// `<request id>:<fencing 0|1>:<place ms>:<latch ms>:<attempt>:<field>`, the field being
+/// the owner's, `<owner>:write` for a writer; not part of Redisson's layout). A release that wakes the client registered first alone hands the lock over
 /// to that acquisition (see the prelude's `hand_over`).
 #[must_use]
 pub fn waiting_requests_key(name: &LockName) -> String {
