@@ -20,13 +20,14 @@ use tokio::time::Instant;
 /// How many tasks send pairs at once, as in the adapters' runs.
 const TASKS: usize = 64;
 
-/// The keys and arguments of one acquire of a free mutex and of its release.
+/// The keys and arguments of one acquire of a free mutex and of its release, in the order
+/// the scripts read them (a unit test holds them to the scripts' headers).
 #[derive(Debug)]
 pub(crate) struct Pair {
-    acquire_keys: [String; 7],
-    acquire_args: [String; 11],
-    release_keys: [String; 5],
-    release_args: [String; 8],
+    acquire_keys: [String; 8],
+    acquire_args: [String; 13],
+    release_keys: [String; 8],
+    release_args: [String; 9],
 }
 
 impl Pair {
@@ -37,6 +38,8 @@ impl Pair {
         let lock = layout::lock_key(&name).to_owned();
         let reservation = layout::reservation_key(&name);
         let waiting = layout::waiting_clients_key(&name);
+        let requests = layout::waiting_requests_key(&name);
+        let token = layout::token_key(&name);
         let grants = layout::grants_key(&name, owner, false);
         let grant_latch = layout::grant_latch_key(&name, grant);
         let own = |text: &str| text.to_owned();
@@ -44,14 +47,16 @@ impl Pair {
             acquire_keys: [
                 lock.clone(),
                 reservation.clone(),
-                layout::token_key(&name),
+                token.clone(),
                 own("bench:epoch"),
                 waiting.clone(),
+                requests.clone(),
                 grants.clone(),
                 grant_latch.clone(),
             ],
-            // As the adapters send them for a caller that would wait: its client's
-            // wake id, and the grant's latch kept for the default retry window.
+            // As the adapters send them for the first attempt of a caller that would
+            // wait: its client's wake id, its place, and the grant's latch kept for the
+            // default retry window.
             acquire_args: [
                 own("30000"),
                 own(owner),
@@ -62,10 +67,21 @@ impl Pair {
                 own("0"),
                 own("distlock-wake:bench"),
                 own("35000"),
+                own("5000"),
+                own("1"),
                 grant.to_string(),
                 own("5000"),
             ],
-            release_keys: [lock, waiting, reservation, grants, grant_latch],
+            release_keys: [
+                lock,
+                waiting,
+                reservation,
+                requests,
+                token,
+                own("bench:epoch"),
+                grants,
+                grant_latch,
+            ],
             release_args: [
                 own("30000"),
                 own(owner),
@@ -73,8 +89,9 @@ impl Pair {
                 own("publish"),
                 own("numsub"),
                 own("100"),
+                own("0"),
                 grant.to_string(),
-                own("5000"),
+                own("10000"),
             ],
         }
     }
@@ -314,4 +331,42 @@ where
         return 0.0;
     }
     pairs.done.load(Ordering::Relaxed) as f64 / duration.as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How many `KEYS[n]` (or `ARGV[n]`) a script's header describes.
+    fn described(body: &str, array: &str) -> usize {
+        body.lines()
+            .take_while(|line| line.starts_with("--"))
+            .flat_map(|line| {
+                line.match_indices(&format!("{array}["))
+                    .map(|_| ())
+                    .collect::<Vec<_>>()
+            })
+            .count()
+    }
+
+    #[test]
+    fn the_bare_pair_sends_what_the_scripts_read() {
+        let pair = Pair::new("bench:header", "owner:1");
+        for (script, keys, args) in [
+            (
+                &script::MUTEX_ACQUIRE,
+                pair.acquire_keys.len(),
+                pair.acquire_args.len(),
+            ),
+            (
+                &script::MUTEX_RELEASE,
+                pair.release_keys.len(),
+                pair.release_args.len(),
+            ),
+        ] {
+            let body = script.body();
+            assert_eq!(described(body, "KEYS"), keys, "{} KEYS", script.name());
+            assert_eq!(described(body, "ARGV"), args, "{} ARGV", script.name());
+        }
+    }
 }

@@ -34,8 +34,8 @@ impl Script {
 
     /// The script's own code, without the prelude: it opens with the header that says
     /// what each key and argument is.
-    #[cfg(test)]
-    pub(crate) fn body(&self) -> &'static str {
+    #[must_use]
+    pub fn body(&self) -> &'static str {
         self.body
     }
 
