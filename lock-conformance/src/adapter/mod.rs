@@ -16,16 +16,16 @@ use tokio::time::Instant;
 
 mod acl;
 mod connect;
-mod fair_fleet;
 mod faults;
+mod fleets;
 mod handover;
 mod replication;
 mod wakes;
 
 pub use acl::*;
 pub use connect::*;
-pub use fair_fleet::*;
 pub use faults::*;
+pub use fleets::*;
 pub use handover::*;
 pub use replication::*;
 pub use wakes::*;
@@ -111,6 +111,7 @@ macro_rules! adapter_tests {
             nothing_is_handed_over_while_a_redisson_peer_listens,
             mixed_fleets_keep_exclusion_and_wake_each_other,
             mixed_fleets_share_a_fair_lock,
+            mixed_fleets_share_a_write_lock,
         );
     };
 }

@@ -1,5 +1,6 @@
-//! Mixed fleets on a fair lock: our clients, which hand the lock over on the server, beside
-//! a peer that runs Redisson's own fair-lock scripts (`RedissonFairLock`), on one queue.
+//! Mixed fleets on a fair lock and on a read-write lock's write side: our clients, which
+//! hand the lock over on the server, beside a peer that runs Redisson's own scripts
+//! (`RedissonFairLock`, `RedissonWriteLock`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,6 +70,164 @@ pub async fn mixed_fleets_share_a_fair_lock(connect: &AdapterConnect) {
         section.overlaps.load(std::sync::atomic::Ordering::SeqCst),
         0
     );
+}
+
+/// Our writers and a Redisson writer take turns on one read-write lock, each holding it a
+/// few milliseconds at a time. Nobody holds it beside anybody else, and nobody waits a
+/// second for one turn: while the Redisson writer listens on the lock's channel a release
+/// of ours hands nothing over and tells everybody (`1`), and a Redisson release tells
+/// our writers on the same channel.
+pub async fn mixed_fleets_share_a_write_lock(connect: &AdapterConnect) {
+    const ROUNDS: usize = 15;
+    let server = RedisServer::start().await;
+    let name = "mixed-fleet:w";
+    let section = Arc::new(Section::default());
+    let mut turns = Vec::new();
+    for _ in 0..2 {
+        let ours = locks(connect, ConnectSpec::new(server.url()))
+            .await
+            .unwrap();
+        let (lock, section) = (ours.rw_lock(name).writer(), Arc::clone(&section));
+        turns.push(tokio::spawn(async move {
+            let mut longest = Duration::ZERO;
+            for _ in 0..ROUNDS {
+                let asked = Instant::now();
+                let guard = lock.lock().await.unwrap();
+                longest = longest.max(asked.elapsed());
+                section.enter_and_leave().await;
+                guard.unlock().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            drop(ours);
+            longest
+        }));
+    }
+    let mut peer = WritePeer::connect(&server, name).await;
+    let peer_section = Arc::clone(&section);
+    turns.push(tokio::spawn(async move {
+        let mut longest = Duration::ZERO;
+        for _ in 0..ROUNDS {
+            let asked = Instant::now();
+            peer.lock().await;
+            longest = longest.max(asked.elapsed());
+            peer_section.enter_and_leave().await;
+            peer.unlock().await;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        longest
+    }));
+    for (contender, turn) in ["ours", "ours", "Redisson"].iter().zip(turns) {
+        let longest = tokio::time::timeout(Duration::from_secs(60), turn)
+            .await
+            .expect("every contender finishes its rounds")
+            .unwrap();
+        assert!(
+            longest < Duration::from_secs(1),
+            "{contender} waited {longest:?} for one turn"
+        );
+    }
+    assert_eq!(
+        section.overlaps.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+}
+
+/// Redisson's write acquire (`RedissonWriteLock.tryLockInnerAsync`): the write hold when
+/// the lock is free or already the caller's; else the lock's PTTL. Nil when taken.
+/// KEYS: lock; ARGV: lease, the writer's field ('<owner>:write').
+const REDISSON_WRITE_LOCK: &str = "\
+local mode = redis.call('hget', KEYS[1], 'mode'); \
+if (mode == false) then \
+    redis.call('hset', KEYS[1], 'mode', 'write'); \
+    redis.call('hset', KEYS[1], ARGV[2], 1); \
+    redis.call('pexpire', KEYS[1], ARGV[1]); \
+    return nil; \
+end; \
+if (mode == 'write') and (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then \
+    redis.call('hincrby', KEYS[1], ARGV[2], 1); \
+    redis.call('pexpire', KEYS[1], redis.call('pttl', KEYS[1]) + ARGV[1]); \
+    return nil; \
+end; \
+return redis.call('pttl', KEYS[1]);";
+
+/// Redisson's write release (`RedissonWriteLock.unlockInnerAsync`, without its unlock
+/// latch): the last write hold frees the lock and tells every waiter `1`. 1 released, 0
+/// holds left, nil not held.
+/// KEYS: lock, channel; ARGV: message, lease, the writer's field.
+const REDISSON_WRITE_UNLOCK: &str = "\
+if redis.call('hget', KEYS[1], 'mode') ~= 'write' then return nil; end; \
+if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil; end; \
+local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); \
+if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; end; \
+redis.call('hdel', KEYS[1], ARGV[3]); \
+if (redis.call('hlen', KEYS[1]) == 1) then \
+    redis.call('del', KEYS[1]); \
+    redis.call('publish', KEYS[2], ARGV[1]); \
+else \
+    redis.call('hset', KEYS[1], 'mode', 'read'); \
+end; \
+return 1;";
+
+/// A Redisson writer: subscribed to the lock's channel, it tries, and sleeps until a
+/// message or the PTTL it saw.
+struct WritePeer {
+    name: String,
+    channel: String,
+    field: String,
+    conn: redis::aio::MultiplexedConnection,
+    messages: redis::aio::PubSubStream,
+    _subscription: redis::aio::PubSubSink,
+}
+
+impl WritePeer {
+    const LEASE_MS: u64 = 30_000;
+
+    async fn connect(server: &RedisServer, name: &str) -> Self {
+        let client = redis::Client::open(server.url()).unwrap();
+        let conn = client.get_multiplexed_async_connection().await.unwrap();
+        let (mut subscription, messages) = client.get_async_pubsub().await.unwrap().split();
+        let channel = format!("redisson_rwlock:{{{name}}}");
+        subscription.subscribe(&channel).await.unwrap();
+        Self {
+            name: name.to_owned(),
+            channel,
+            field: format!("{}:1:write", lock_core::RequestId::random()),
+            conn,
+            messages,
+            _subscription: subscription,
+        }
+    }
+
+    async fn lock(&mut self) {
+        use futures_util::StreamExt as _;
+        loop {
+            let ttl: Option<i64> = redis::Script::new(REDISSON_WRITE_LOCK)
+                .key(&self.name)
+                .arg(Self::LEASE_MS)
+                .arg(&self.field)
+                .invoke_async(&mut self.conn)
+                .await
+                .unwrap();
+            let Some(ttl) = ttl else {
+                return;
+            };
+            let wait = Duration::from_millis(u64::try_from(ttl).unwrap_or(0).max(1));
+            let _message = tokio::time::timeout(wait, self.messages.next()).await;
+        }
+    }
+
+    async fn unlock(&mut self) {
+        let released: Option<i64> = redis::Script::new(REDISSON_WRITE_UNLOCK)
+            .key(&self.name)
+            .key(&self.channel)
+            .arg(1)
+            .arg(Self::LEASE_MS)
+            .arg(&self.field)
+            .invoke_async(&mut self.conn)
+            .await
+            .unwrap();
+        assert_eq!(released, Some(1), "the Redisson writer held the lock");
+    }
 }
 
 /// Redisson's fair acquire (`RedissonFairLock.tryLockInnerAsync`): drops queue heads whose
