@@ -1,15 +1,38 @@
-//! Mixed fleets on a fair lock and on a read-write lock's write side: our clients, which
-//! hand the lock over on the server, beside a peer that runs Redisson's own scripts
-//! (`RedissonFairLock`, `RedissonWriteLock`).
+//! Mixed fleets: our clients, which hand locks over on the server, beside peers that run
+//! Redisson's own scripts (`RedissonLock`, `RedissonFairLock`, `RedissonWriteLock`) or
+//! follow only Redisson's layout, on a mutex, a fair lock and a read-write lock's write
+//! side.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use lock_core::{Guard, Lock, Locks};
 use lock_testkit::RedisServer;
 use tokio::time::Instant;
 
-use super::handover::Section;
 use super::{AdapterConnect, ConnectSpec, locks};
+
+/// Mixed fleets: two clients of ours, a peer that runs Redisson's own lock and unlock
+/// scripts, and a peer that follows only Redisson's layout (a hash under the name, `0`
+/// on `redisson_lock__channel:{name}` when it lets go) take turns on one mutex, each
+/// holding it a few milliseconds at a time. Nobody holds it beside anybody else, and
+/// nobody waits a second for one turn: each side wakes the other (a missed wake-up would
+/// cost a peer the 30 s lease it saw, and one of ours a third of its place).
+pub async fn mixed_fleets_keep_exclusion_and_wake_each_other(connect: &AdapterConnect) {
+    let server = RedisServer::start().await;
+    let name = "mixed-fleet:m";
+    let fleet = Fleet::new(20);
+    fleet
+        .join_ours(connect, &server, |ours| ours.mutex(name))
+        .await;
+    for (style, who) in [
+        (PeerStyle::Redisson, "Redisson"),
+        (PeerStyle::LayoutOnly, "layout-only"),
+    ] {
+        fleet.join(who, Peer::connect(&server, name, style).await);
+    }
+    fleet.finish().await;
+}
 
 /// Our clients and a Redisson fair-lock peer take turns on one fair lock, each holding it
 /// a few milliseconds at a time. Nobody holds it beside anybody else, and nobody waits a
@@ -18,58 +41,14 @@ use super::{AdapterConnect, ConnectSpec, locks};
 /// (a missed wake-up would cost the peer the time it was told to wait, and one of ours a
 /// third of its place).
 pub async fn mixed_fleets_share_a_fair_lock(connect: &AdapterConnect) {
-    const ROUNDS: usize = 15;
     let server = RedisServer::start().await;
     let name = "mixed-fleet:f";
-    let section = Arc::new(Section::default());
-    let mut turns = Vec::new();
-    for _ in 0..2 {
-        let ours = locks(connect, ConnectSpec::new(server.url()))
-            .await
-            .unwrap();
-        let (lock, section) = (ours.fair_mutex(name), Arc::clone(&section));
-        turns.push(tokio::spawn(async move {
-            let mut longest = Duration::ZERO;
-            for _ in 0..ROUNDS {
-                let asked = Instant::now();
-                let guard = lock.lock().await.unwrap();
-                longest = longest.max(asked.elapsed());
-                section.enter_and_leave().await;
-                guard.unlock().await.unwrap();
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            drop(ours);
-            longest
-        }));
-    }
-    let mut peer = FairPeer::connect(&server, name).await;
-    let peer_section = Arc::clone(&section);
-    turns.push(tokio::spawn(async move {
-        let mut longest = Duration::ZERO;
-        for _ in 0..ROUNDS {
-            let asked = Instant::now();
-            peer.lock().await;
-            longest = longest.max(asked.elapsed());
-            peer_section.enter_and_leave().await;
-            peer.unlock().await;
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        longest
-    }));
-    for (contender, turn) in ["ours", "ours", "Redisson"].iter().zip(turns) {
-        let longest = tokio::time::timeout(Duration::from_secs(60), turn)
-            .await
-            .expect("every contender finishes its rounds")
-            .unwrap();
-        assert!(
-            longest < Duration::from_secs(1),
-            "{contender} waited {longest:?} for one turn"
-        );
-    }
-    assert_eq!(
-        section.overlaps.load(std::sync::atomic::Ordering::SeqCst),
-        0
-    );
+    let fleet = Fleet::new(15);
+    fleet
+        .join_ours(connect, &server, |ours| ours.fair_mutex(name))
+        .await;
+    fleet.join("Redisson", FairPeer::connect(&server, name).await);
+    fleet.finish().await;
 }
 
 /// Our writers and a Redisson writer take turns on one read-write lock, each holding it a
@@ -78,58 +57,323 @@ pub async fn mixed_fleets_share_a_fair_lock(connect: &AdapterConnect) {
 /// of ours hands nothing over and tells everybody (`1`), and a Redisson release tells
 /// our writers on the same channel.
 pub async fn mixed_fleets_share_a_write_lock(connect: &AdapterConnect) {
-    const ROUNDS: usize = 15;
     let server = RedisServer::start().await;
     let name = "mixed-fleet:w";
-    let section = Arc::new(Section::default());
-    let mut turns = Vec::new();
-    for _ in 0..2 {
-        let ours = locks(connect, ConnectSpec::new(server.url()))
-            .await
-            .unwrap();
-        let (lock, section) = (ours.rw_lock(name).writer(), Arc::clone(&section));
-        turns.push(tokio::spawn(async move {
+    let fleet = Fleet::new(15);
+    fleet
+        .join_ours(connect, &server, |ours| ours.rw_lock(name).writer())
+        .await;
+    let writer = Peer::connect(&server, name, PeerStyle::RedissonWriter).await;
+    fleet.join("Redisson", writer);
+    fleet.finish().await;
+}
+
+/// A mixed fleet: contenders that take turns on one lock, each holding it a few
+/// milliseconds at a time in a critical section they share.
+struct Fleet {
+    rounds: usize,
+    section: Arc<Section>,
+    turns: std::sync::Mutex<Vec<(&'static str, tokio::task::JoinHandle<Duration>)>>,
+}
+
+impl Fleet {
+    fn new(rounds: usize) -> Self {
+        Self {
+            rounds,
+            section: Arc::new(Section::default()),
+            turns: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Starts the turns of two clients of ours on `server`, each through the handle
+    /// `handle` makes from it.
+    async fn join_ours(
+        &self,
+        connect: &AdapterConnect,
+        server: &RedisServer,
+        handle: impl Fn(&Locks) -> Lock,
+    ) {
+        for _ in 0..2 {
+            let ours = locks(connect, ConnectSpec::new(server.url()))
+                .await
+                .unwrap();
+            let lock = handle(&ours);
+            self.join("ours", Ours::new(ours, lock));
+        }
+    }
+
+    /// Starts `contender`'s turns; each one's wait is timed.
+    fn join(&self, who: &'static str, mut contender: impl Contender) {
+        let (rounds, section) = (self.rounds, Arc::clone(&self.section));
+        let turns = tokio::spawn(async move {
             let mut longest = Duration::ZERO;
-            for _ in 0..ROUNDS {
+            for _ in 0..rounds {
                 let asked = Instant::now();
-                let guard = lock.lock().await.unwrap();
+                contender.take().await;
                 longest = longest.max(asked.elapsed());
                 section.enter_and_leave().await;
-                guard.unlock().await.unwrap();
+                contender.give_back().await;
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
-            drop(ours);
             longest
-        }));
+        });
+        self.turns.lock().unwrap().push((who, turns));
     }
-    let mut peer = WritePeer::connect(&server, name).await;
-    let peer_section = Arc::clone(&section);
-    turns.push(tokio::spawn(async move {
-        let mut longest = Duration::ZERO;
-        for _ in 0..ROUNDS {
-            let asked = Instant::now();
-            peer.lock().await;
-            longest = longest.max(asked.elapsed());
-            peer_section.enter_and_leave().await;
-            peer.unlock().await;
-            tokio::time::sleep(Duration::from_millis(1)).await;
+
+    /// Waits for every contender's turns: nobody held the lock beside anybody else, and
+    /// nobody waited a second for one turn (a missed wake-up would cost a peer the PTTL
+    /// it saw, and one of ours a third of its place).
+    async fn finish(self) {
+        let turns = std::mem::take(&mut *self.turns.lock().unwrap());
+        for (who, turns) in turns {
+            let longest = tokio::time::timeout(Duration::from_secs(60), turns)
+                .await
+                .expect("every contender finishes its rounds")
+                .unwrap();
+            assert!(
+                longest < Duration::from_secs(1),
+                "{who} waited {longest:?} for one turn"
+            );
         }
-        longest
-    }));
-    for (contender, turn) in ["ours", "ours", "Redisson"].iter().zip(turns) {
-        let longest = tokio::time::timeout(Duration::from_secs(60), turn)
-            .await
-            .expect("every contender finishes its rounds")
-            .unwrap();
-        assert!(
-            longest < Duration::from_secs(1),
-            "{contender} waited {longest:?} for one turn"
+        assert_eq!(
+            self.section
+                .overlaps
+                .load(std::sync::atomic::Ordering::SeqCst),
+            0
         );
     }
-    assert_eq!(
-        section.overlaps.load(std::sync::atomic::Ordering::SeqCst),
-        0
-    );
+}
+
+/// One contender of a fleet: it takes the lock, and gives it back, its own way.
+trait Contender: Send + 'static {
+    fn take(&mut self) -> impl Future<Output = ()> + Send;
+    fn give_back(&mut self) -> impl Future<Output = ()> + Send;
+}
+
+/// A client of ours, through one of its lock handles.
+struct Ours {
+    _locks: Locks,
+    lock: Lock,
+    guard: Option<Guard>,
+}
+
+impl Ours {
+    fn new(locks: Locks, lock: Lock) -> Self {
+        Self {
+            _locks: locks,
+            lock,
+            guard: None,
+        }
+    }
+}
+
+impl Contender for Ours {
+    async fn take(&mut self) {
+        self.guard = Some(self.lock.lock().await.unwrap());
+    }
+
+    async fn give_back(&mut self) {
+        let guard = self.guard.take().expect("taken before");
+        guard.unlock().await.unwrap();
+    }
+}
+
+impl Contender for Peer {
+    async fn take(&mut self) {
+        self.lock().await;
+    }
+
+    async fn give_back(&mut self) {
+        self.unlock().await;
+    }
+}
+
+impl Contender for FairPeer {
+    async fn take(&mut self) {
+        self.lock().await;
+    }
+
+    async fn give_back(&mut self) {
+        self.unlock().await;
+    }
+}
+
+/// The critical section the contenders share: entering while another is inside is an
+/// overlap.
+#[derive(Debug, Default)]
+struct Section {
+    inside: std::sync::atomic::AtomicBool,
+    overlaps: std::sync::atomic::AtomicUsize,
+}
+
+impl Section {
+    async fn enter_and_leave(&self) {
+        use std::sync::atomic::Ordering;
+        if self.inside.swap(true, Ordering::SeqCst) {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        self.inside.store(false, Ordering::SeqCst);
+    }
+}
+
+/// How a peer takes and gives back the lock.
+#[derive(Debug, Clone, Copy)]
+enum PeerStyle {
+    /// Redisson's own scripts (`RedissonLock`), with its unlock latch.
+    Redisson,
+    /// Redisson's layout only: the hash under the name, set when it does not exist, and
+    /// deleted then announced with `0`, in commands of its own.
+    LayoutOnly,
+    /// Redisson's write lock (`RedissonWriteLock`): the field `<owner>:write` of a
+    /// read-write lock, on the read-write lock's channel.
+    RedissonWriter,
+}
+
+/// Redisson's lock script (`tryLockInnerAsync`): nil when taken, else the lock's PTTL.
+const REDISSON_LOCK: &str = "\
+if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then \
+    redis.call('hincrby', KEYS[1], ARGV[2], 1); \
+    redis.call('pexpire', KEYS[1], ARGV[1]); \
+    return nil; \
+end; \
+return redis.call('pttl', KEYS[1]);";
+
+/// Redisson's unlock script (`unlockInnerAsync`, 3.24 on), with its unlock latch.
+const REDISSON_UNLOCK: &str = "\
+local val = redis.call('get', KEYS[3]); \
+if val ~= false then return tonumber(val); end; \
+if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil; end; \
+local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); \
+if (counter > 0) then \
+    redis.call('pexpire', KEYS[1], ARGV[2]); \
+    redis.call('set', KEYS[3], 0, 'px', ARGV[5]); \
+    return 0; \
+else \
+    redis.call('del', KEYS[1]); \
+    redis.call(ARGV[4], KEYS[2], ARGV[1]); \
+    redis.call('set', KEYS[3], 1, 'px', ARGV[5]); \
+    return 1; \
+end;";
+
+/// The layout-only peer's take: the hash when the name is free, else the PTTL.
+const LAYOUT_LOCK: &str = "\
+if redis.call('exists', KEYS[1]) == 0 then \
+    redis.call('hset', KEYS[1], ARGV[2], 1); \
+    redis.call('pexpire', KEYS[1], ARGV[1]); \
+    return nil; \
+end; \
+return redis.call('pttl', KEYS[1]);";
+
+/// A peer of another library on the same server, waiting as Redisson does: subscribed
+/// to the lock's channel, it tries, and sleeps until a message or the PTTL it saw.
+struct Peer {
+    style: PeerStyle,
+    name: String,
+    channel: String,
+    owner: String,
+    conn: redis::aio::MultiplexedConnection,
+    messages: redis::aio::PubSubStream,
+    _subscription: redis::aio::PubSubSink,
+}
+
+impl Peer {
+    const LEASE_MS: u64 = 30_000;
+
+    async fn connect(server: &RedisServer, name: &str, style: PeerStyle) -> Self {
+        let client = redis::Client::open(server.url()).unwrap();
+        let conn = client.get_multiplexed_async_connection().await.unwrap();
+        let (mut subscription, messages) = client.get_async_pubsub().await.unwrap().split();
+        let (channel, owner) = match style {
+            PeerStyle::RedissonWriter => (format!("redisson_rwlock:{{{name}}}"), ":1:write"),
+            PeerStyle::Redisson | PeerStyle::LayoutOnly => {
+                (format!("redisson_lock__channel:{{{name}}}"), ":1")
+            }
+        };
+        subscription.subscribe(&channel).await.unwrap();
+        Self {
+            style,
+            name: name.to_owned(),
+            channel,
+            owner: format!("{}{owner}", lock_core::RequestId::random()),
+            conn,
+            messages,
+            _subscription: subscription,
+        }
+    }
+
+    async fn lock(&mut self) {
+        let script = match self.style {
+            PeerStyle::Redisson => REDISSON_LOCK,
+            PeerStyle::LayoutOnly => LAYOUT_LOCK,
+            PeerStyle::RedissonWriter => REDISSON_WRITE_LOCK,
+        };
+        loop {
+            let ttl: Option<u64> = redis::Script::new(script)
+                .key(&self.name)
+                .arg(Self::LEASE_MS)
+                .arg(&self.owner)
+                .invoke_async(&mut self.conn)
+                .await
+                .unwrap();
+            let Some(ttl) = ttl else {
+                return;
+            };
+            // A message (ours `0`, or another peer's) or the PTTL, whichever first.
+            until_told(&mut self.messages, ttl).await;
+        }
+    }
+
+    async fn unlock(&mut self) {
+        match self.style {
+            PeerStyle::Redisson => {
+                let latch = format!(
+                    "redisson_unlock_latch:{{{}}}:{}",
+                    self.name,
+                    lock_core::RequestId::random()
+                );
+                let released: Option<i64> = redis::Script::new(REDISSON_UNLOCK)
+                    .key(&self.name)
+                    .key(&self.channel)
+                    .key(&latch)
+                    .arg(0)
+                    .arg(Self::LEASE_MS)
+                    .arg(&self.owner)
+                    .arg("publish")
+                    .arg(20_000)
+                    .invoke_async(&mut self.conn)
+                    .await
+                    .unwrap();
+                assert_eq!(released, Some(1), "the Redisson peer held the lock");
+            }
+            PeerStyle::RedissonWriter => {
+                let released: Option<i64> = redis::Script::new(REDISSON_WRITE_UNLOCK)
+                    .key(&self.name)
+                    .key(&self.channel)
+                    .arg(1)
+                    .arg(Self::LEASE_MS)
+                    .arg(&self.owner)
+                    .invoke_async(&mut self.conn)
+                    .await
+                    .unwrap();
+                assert_eq!(released, Some(1), "the Redisson writer held the lock");
+            }
+            PeerStyle::LayoutOnly => {
+                let deleted: i64 = redis::cmd("DEL")
+                    .arg(&self.name)
+                    .query_async(&mut self.conn)
+                    .await
+                    .unwrap();
+                assert_eq!(deleted, 1, "the layout-only peer held the lock");
+                let _told: i64 = redis::cmd("PUBLISH")
+                    .arg(&self.channel)
+                    .arg("0")
+                    .query_async(&mut self.conn)
+                    .await
+                    .unwrap();
+            }
+        }
+    }
 }
 
 /// Redisson's write acquire (`RedissonWriteLock.tryLockInnerAsync`): the write hold when
@@ -167,68 +411,6 @@ else \
     redis.call('hset', KEYS[1], 'mode', 'read'); \
 end; \
 return 1;";
-
-/// A Redisson writer: subscribed to the lock's channel, it tries, and sleeps until a
-/// message or the PTTL it saw.
-struct WritePeer {
-    name: String,
-    channel: String,
-    field: String,
-    conn: redis::aio::MultiplexedConnection,
-    messages: redis::aio::PubSubStream,
-    _subscription: redis::aio::PubSubSink,
-}
-
-impl WritePeer {
-    const LEASE_MS: u64 = 30_000;
-
-    async fn connect(server: &RedisServer, name: &str) -> Self {
-        let client = redis::Client::open(server.url()).unwrap();
-        let conn = client.get_multiplexed_async_connection().await.unwrap();
-        let (mut subscription, messages) = client.get_async_pubsub().await.unwrap().split();
-        let channel = format!("redisson_rwlock:{{{name}}}");
-        subscription.subscribe(&channel).await.unwrap();
-        Self {
-            name: name.to_owned(),
-            channel,
-            field: format!("{}:1:write", lock_core::RequestId::random()),
-            conn,
-            messages,
-            _subscription: subscription,
-        }
-    }
-
-    async fn lock(&mut self) {
-        use futures_util::StreamExt as _;
-        loop {
-            let ttl: Option<i64> = redis::Script::new(REDISSON_WRITE_LOCK)
-                .key(&self.name)
-                .arg(Self::LEASE_MS)
-                .arg(&self.field)
-                .invoke_async(&mut self.conn)
-                .await
-                .unwrap();
-            let Some(ttl) = ttl else {
-                return;
-            };
-            let wait = Duration::from_millis(u64::try_from(ttl).unwrap_or(0).max(1));
-            let _message = tokio::time::timeout(wait, self.messages.next()).await;
-        }
-    }
-
-    async fn unlock(&mut self) {
-        let released: Option<i64> = redis::Script::new(REDISSON_WRITE_UNLOCK)
-            .key(&self.name)
-            .key(&self.channel)
-            .arg(1)
-            .arg(Self::LEASE_MS)
-            .arg(&self.field)
-            .invoke_async(&mut self.conn)
-            .await
-            .unwrap();
-        assert_eq!(released, Some(1), "the Redisson writer held the lock");
-    }
-}
 
 /// Redisson's fair acquire (`RedissonFairLock.tryLockInnerAsync`): drops queue heads whose
 /// score passed, takes the free lock when first (or the queue is empty), moving every
@@ -339,7 +521,6 @@ impl FairPeer {
     }
 
     async fn lock(&mut self) {
-        use futures_util::StreamExt as _;
         let [lock, queue, scores] = self.keys();
         loop {
             let wait: Option<i64> = redis::Script::new(REDISSON_FAIR_LOCK)
@@ -356,8 +537,7 @@ impl FairPeer {
             let Some(wait) = wait else {
                 return;
             };
-            let wait = Duration::from_millis(u64::try_from(wait).unwrap_or(0).max(1));
-            let _message = tokio::time::timeout(wait, self.messages.next()).await;
+            until_told(&mut self.messages, wait).await;
         }
     }
 
@@ -385,4 +565,12 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A peer waits as Redisson's clients do: until a message on the channel it listens on,
+/// or `wait_ms` (what its acquire script answered), whichever comes first.
+async fn until_told(messages: &mut redis::aio::PubSubStream, wait_ms: impl TryInto<u64>) {
+    use futures_util::StreamExt as _;
+    let wait = Duration::from_millis(wait_ms.try_into().unwrap_or(0).max(1));
+    let _message = tokio::time::timeout(wait, messages.next()).await;
 }

@@ -115,9 +115,6 @@ if ARGV[3] == '1' then
 end
 local ttl = redis.call('pttl', KEYS[1])
 if ARGV[8] ~= '' then
-    local again_within = math.max(1, math.floor(tonumber(ARGV[10]) / 3))
-    if ttl < 0 or ttl > again_within then
-        ttl = again_within
-    end
+    ttl = asks_again_within(ttl, ARGV[10])
 end
 return {0, ttl}

@@ -430,6 +430,17 @@ local function register_waiting(waiting, requests, wake_id, lifetime_ms, request
     end
 end
 
+-- How long a registered waiter that found the lock busy (its PTTL `ttl`, negative when
+-- free) waits before asking again: at most a third of its place `place_ms`, so that a
+-- lock handed to a waiter that stalled is free again for it after one place.
+local function asks_again_within(ttl, place_ms)
+    local within = math.max(1, math.floor(tonumber(place_ms) / 3))
+    if ttl < 0 or ttl > within then
+        return within
+    end
+    return ttl
+end
+
 -- Whether the waiting client `wake_id` is the first registered (see
 -- next_waiting_client); true for a caller that does not register ('') and where the
 -- server refuses ZRANGE (an ACL written before it was needed: only the order is lost).

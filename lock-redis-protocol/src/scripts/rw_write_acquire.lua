@@ -77,9 +77,6 @@ register_waiting(KEYS[4], KEYS[5], ARGV[6], ARGV[7], ARGV[10] .. ':' .. ARGV[3] 
     .. ARGV[8] .. ':' .. ARGV[11] .. ':' .. ARGV[9] .. ':' .. writer)
 local ttl = redis.call('pttl', KEYS[1])
 if ARGV[6] ~= '' then
-    local again_within = math.max(1, math.floor(tonumber(ARGV[8]) / 3))
-    if ttl < 0 or ttl > again_within then
-        ttl = again_within
-    end
+    ttl = asks_again_within(ttl, ARGV[8])
 end
 return {0, ttl}
