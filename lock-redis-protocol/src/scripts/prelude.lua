@@ -505,11 +505,12 @@ local function grant_handed(lock, field, request, fencing, place_ms, token_key, 
     return token
 end
 
--- Hand-over. A waiting client's entry in the mutex's `requests` hash names its
--- acquisition that waits, as its latest attempt to run left it:
+-- Hand-over. A waiting client's entry in the mutex's requests hash (`m.requests`; `m`:
+-- the lock's keys and settings, see wake_mutex_waiters) names its acquisition that
+-- waits, as its latest attempt to run left it:
 -- '<request id>:<fencing 0|1>:<place ms>:<latch ms>:<attempt>:<field>', where the field
--- is the owner's ('<owner>:write' for a writer of a read-write lock). The same keys serve
--- a read-write lock's writers (`m`: see wake_mutex_waiters).
+-- is the owner's ('<owner>:write' for a writer of a read-write lock, whose writers wait
+-- in the same keys).
 -- A release that wakes that client alone hands the free lock to that acquisition: a
 -- hold of its owner under its request id, as its own acquire script would have made it,
 -- whose lease and latch last only the waiter's place (`place ms`), and whose latch says
@@ -522,18 +523,18 @@ end
 -- to ask. Returns what the waiter's client is told, '<request id>:<token>:<attempt>'
 -- (the attempt its entry came from: the waiter's lease counts from when it sent that
 -- one at the latest), or nil when nothing was handed over.
-local function hand_over(lock, requests, target, m)
-    local entry = redis.call('hget', requests, target)
+local function hand_over(target, m)
+    local entry = redis.call('hget', m.requests, target)
     if not entry then
         return nil
     end
-    redis.call('hdel', requests, target)
+    redis.call('hdel', m.requests, target)
     local request, fencing, place_ms, _, attempt, field =
         string.match(entry, '^(%x+):([01]):(%d+):(%d+):(%d+):(.+)$')
-    if not (field and may_hand_over(lock, request, m.epoch, m.quarantine_ms)) then
+    if not (field and may_hand_over(m.lock, request, m.epoch, m.quarantine_ms)) then
         return nil
     end
-    local token = grant_handed(lock, field, request, fencing, place_ms, m.token, m.mode)
+    local token = grant_handed(m.lock, field, request, fencing, place_ms, m.token, m.mode)
     return request .. string.format(':%d:', token) .. attempt
 end
 
@@ -589,7 +590,7 @@ local function wake_mutex_waiters(m)
     end
     local handed = nil
     if target and alone and not (m.reservation and redis.call('exists', m.reservation) == 1) then
-        handed = hand_over(m.lock, m.requests, target, m)
+        handed = hand_over(target, m)
     end
     if target and not handed then
         redis.call('hdel', m.requests, target)
@@ -621,10 +622,10 @@ local function wake_mutex_waiters(m)
 end
 
 -- A waiting acquisition `request` of `owner` (its field: '<owner>:write' for a writer)
--- gives up: a hold handed over to it and not taken up (see hand_over) ends, its own grant alone (the owner's other acquisitions may
--- have joined the hold since, and keep theirs), and its latch answers a late copy of one
--- of its attempts with nothing for `latch_ms`. Returns whether it had been handed the
--- lock.
+-- gives up: a hold handed over to it and not taken up (see hand_over) ends, its own
+-- grant alone (the owner's other acquisitions may have joined the hold since, and keep
+-- theirs), and its latch answers a late copy of one of its attempts with nothing for
+-- `latch_ms`. Returns whether it had been handed the lock.
 local function give_back_handed(lock, owner, request, latch_ms)
     local latch = latch_of(lock, request)
     local handed = redis.call('get', latch)
