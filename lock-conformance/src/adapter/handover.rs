@@ -284,6 +284,61 @@ async fn await_next_waiter(server: &RedisServer, kind: LockKind, name: &str) {
     }
 }
 
+/// A client whose reader and writer both wait on one read-write lock listens on the
+/// lock's channel once, for both. A release that hands the lock to its writer wakes every
+/// waiter of the client on that channel, not one: a wake-up taken by the reader (which
+/// finds the lock write-held and sleeps again) would leave the writer holding a lock it
+/// does not know it holds until it asks again, a third of its place later (5 s here).
+pub async fn a_handed_writer_is_woken_beside_its_clients_reader(connect: &AdapterConnect) {
+    let server = RedisServer::start().await;
+    let name = "handover-rw-beside:w";
+    let holder = locks(connect, ConnectSpec::new(server.url()))
+        .await
+        .unwrap();
+    let held = holder.rw_lock(name).writer().lock().await.unwrap();
+    let client = locks(connect, ConnectSpec::new(server.url()))
+        .await
+        .unwrap();
+    let channel = waiter_channel(LockKind::Write, name, "");
+    // The reader listens first: a wake-up meant for one waiter would reach it.
+    let reader = client.rw_lock(name).reader();
+    let reading = tokio::spawn(async move {
+        let guard = reader.lock().await.unwrap();
+        guard.unlock().await.unwrap();
+    });
+    await_subscribers(&server, "NUMSUB", &channel, 1).await;
+    let writer = client.rw_lock(name).writer();
+    let writing = tokio::spawn(async move {
+        let guard = writer.lock().await.unwrap();
+        let held_at = Instant::now();
+        guard.unlock().await.unwrap();
+        held_at
+    });
+    let waiting = format!("redisson_lock_waiting:{{{name}}}");
+    let registered = Instant::now() + Duration::from_secs(5);
+    while server.command::<i64>(&["ZCARD", &waiting]).await < 1 {
+        assert!(Instant::now() < registered, "the writer registers");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Both asked since they listen: the release finds them asleep.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let released = Instant::now();
+    held.unlock().await.unwrap();
+    let held_at = tokio::time::timeout(Duration::from_secs(10), writing)
+        .await
+        .expect("the writer is served")
+        .unwrap();
+    let waited = held_at - released;
+    assert!(
+        waited < Duration::from_secs(1),
+        "the writer held the lock {waited:?} after the release"
+    );
+    tokio::time::timeout(Duration::from_secs(10), reading)
+        .await
+        .expect("the reader is served after the writer")
+        .unwrap();
+}
+
 /// An owner whose acquisition was handed the lock, and which starts another acquisition
 /// before the first one's cancellation arrives (its future was dropped and it asked
 /// again), joins the handed hold, as any reentry does; the late cancellation of the first

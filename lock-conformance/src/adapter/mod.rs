@@ -108,6 +108,7 @@ macro_rules! adapter_tests {
             a_release_hands_the_lock_to_the_waiting_acquisition,
             a_waiter_that_has_gone_loses_the_handed_lock_within_its_place,
             a_later_acquisition_of_the_owner_joins_a_handed_mutex,
+            a_handed_writer_is_woken_beside_its_clients_reader,
             nothing_is_handed_over_while_a_redisson_peer_listens,
             mixed_fleets_keep_exclusion_and_wake_each_other,
             mixed_fleets_share_a_fair_lock,
