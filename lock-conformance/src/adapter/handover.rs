@@ -314,9 +314,9 @@ pub async fn a_handed_writer_is_woken_beside_its_clients_reader(connect: &Adapte
         guard.unlock().await.unwrap();
         held_at
     });
-    let waiting = format!("redisson_lock_waiting:{{{name}}}");
+    let registry = format!("redisson_lock_waiting:{{{name}}}");
     let registered = Instant::now() + Duration::from_secs(5);
-    while server.command::<i64>(&["ZCARD", &waiting]).await < 1 {
+    while server.command::<i64>(&["ZCARD", &registry]).await < 1 {
         assert!(Instant::now() < registered, "the writer registers");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
