@@ -295,6 +295,107 @@ impl RedisBackend {
     }
 }
 
+/// What a waiter's cancellation sends beside its lock's keys: the restart quarantine,
+/// how long its ended grant's latch lives (as a release's: a late copy of an attempt
+/// must find the grant ended), and its acquisition's id.
+struct Cancellation {
+    numbers: Decimals<3>,
+    request: String,
+}
+
+impl Cancellation {
+    fn new(backend: &RedisBackend, first: u64, acquisition: &AcquireRequest) -> Self {
+        let mut request = String::with_capacity(32);
+        acquisition.id.push_hex(&mut request);
+        Self {
+            numbers: Decimals::new([
+                first,
+                backend.quarantine_ms(),
+                millis(acquisition.retry_window.saturating_mul(2)),
+            ]),
+            request,
+        }
+    }
+}
+
+impl RedisBackend {
+    /// A mutex's or a writer's waiter gives up (see the `mutex_cancel` script).
+    async fn leave_waiters(
+        &self,
+        lock: &LockRef,
+        family: Family,
+        acquisition: &AcquireRequest,
+    ) -> Result<(), Error> {
+        let name = &lock.name;
+        let (channel, mode, field) = if family == Family::Write {
+            let field = format!("{}:write", lock.owner);
+            (layout::rw_channel(name), "write", field)
+        } else {
+            let field = lock.owner.as_str().to_owned();
+            (layout::mutex_channel(name), "", field)
+        };
+        let waiting = layout::waiting_clients_key(name);
+        let reservation = layout::reservation_key(name);
+        let requests = layout::waiting_requests_key(name);
+        let (token, epoch) = (layout::token_key(name), self.epoch_key(name));
+        let keys = [
+            layout::lock_key(name),
+            &waiting,
+            &reservation,
+            &requests,
+            &token,
+            &epoch,
+        ];
+        let cancel = Cancellation::new(self, millis(self.options.reservation), acquisition);
+        let [offer_ms, quarantine, latch_ms] = cancel.numbers.get();
+        let args = [
+            &*self.wake_id,
+            &channel,
+            self.options.publish.command(),
+            self.listener_count_command(),
+            offer_ms,
+            quarantine,
+            &cancel.request,
+            &field,
+            latch_ms,
+            mode,
+        ];
+        self.eval("leaving the waiters", &script::MUTEX_CANCEL, &keys, &args)
+            .await
+            .map(drop)
+    }
+
+    /// A fair lock's waiter gives up (see the `fair_cancel` script).
+    async fn leave_queue(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
+        let name = &lock.name;
+        let [queue, deadlines, alive] = layout::fair_queue_keys(name);
+        let prefix = layout::mutex_channel(name);
+        let (token, epoch) = (layout::token_key(name), self.epoch_key(name));
+        let keys = [
+            layout::lock_key(name),
+            &queue,
+            &deadlines,
+            &alive,
+            &token,
+            &epoch,
+        ];
+        let cancel = Cancellation::new(self, layout::REDISSON_WAIT_SLOT_MS, acquisition);
+        let [slot, quarantine, latch_ms] = cancel.numbers.get();
+        let args = [
+            lock.owner.as_str(),
+            &prefix,
+            self.options.publish.command(),
+            slot,
+            quarantine,
+            &cancel.request,
+            latch_ms,
+        ];
+        self.eval("leaving the queue", &script::FAIR_CANCEL, &keys, &args)
+            .await
+            .map(drop)
+    }
+}
+
 /// Renewal scripts take one family of kinds at a time: read holds have their own script.
 fn renew_script(family: Family) -> u8 {
     u8::from(family == Family::Read)
@@ -618,91 +719,14 @@ impl Backend for RedisBackend {
     }
 
     async fn cancel_wait(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
-        let name = &lock.name;
-        let family = Family::of(lock.kind)?;
-        match family {
-            Family::Fair => {}
-            Family::Mutex | Family::Write => {
-                let (channel, mode, owner) = if family == Family::Write {
-                    let field = format!("{}:write", lock.owner);
-                    (layout::rw_channel(name), "write", field)
-                } else {
-                    let field = lock.owner.as_str().to_owned();
-                    (layout::mutex_channel(name), "", field)
-                };
-                let waiting = layout::waiting_clients_key(name);
-                let reservation = layout::reservation_key(name);
-                let requests = layout::waiting_requests_key(name);
-                let (token, epoch) = (layout::token_key(name), self.epoch_key(name));
-                let keys = [
-                    layout::lock_key(name),
-                    &waiting,
-                    &reservation,
-                    &requests,
-                    &token,
-                    &epoch,
-                ];
-                let numbers = Decimals::new([
-                    millis(self.options.reservation),
-                    self.quarantine_ms(),
-                    // As a release's: a late copy of an attempt must find the grant ended.
-                    millis(acquisition.retry_window.saturating_mul(2)),
-                ]);
-                let [offer_ms, quarantine, latch_ms] = numbers.get();
-                let mut request = String::with_capacity(32);
-                acquisition.id.push_hex(&mut request);
-                let args = [
-                    &*self.wake_id,
-                    &channel,
-                    self.options.publish.command(),
-                    self.listener_count_command(),
-                    offer_ms,
-                    quarantine,
-                    &request,
-                    &owner,
-                    latch_ms,
-                    mode,
-                ];
-                return self
-                    .eval("leaving the waiters", &script::MUTEX_CANCEL, &keys, &args)
-                    .await
-                    .map(drop);
+        match Family::of(lock.kind)? {
+            Family::Fair => self.leave_queue(lock, acquisition).await,
+            family @ (Family::Mutex | Family::Write) => {
+                self.leave_waiters(lock, family, acquisition).await
             }
             // A reader leaves nothing behind on the server.
-            Family::Read => return Ok(()),
+            Family::Read => Ok(()),
         }
-        let [queue, deadlines, alive] = layout::fair_queue_keys(name);
-        let prefix = layout::mutex_channel(name);
-        let (token, epoch) = (layout::token_key(name), self.epoch_key(name));
-        let keys = [
-            layout::lock_key(name),
-            &queue,
-            &deadlines,
-            &alive,
-            &token,
-            &epoch,
-        ];
-        let numbers = Decimals::new([
-            layout::REDISSON_WAIT_SLOT_MS,
-            self.quarantine_ms(),
-            // As a release's: a late copy of an attempt must find the grant ended.
-            millis(acquisition.retry_window.saturating_mul(2)),
-        ]);
-        let [slot, quarantine, latch_ms] = numbers.get();
-        let mut request = String::with_capacity(32);
-        acquisition.id.push_hex(&mut request);
-        let args = [
-            lock.owner.as_str(),
-            &prefix,
-            self.options.publish.command(),
-            slot,
-            quarantine,
-            &request,
-            latch_ms,
-        ];
-        self.eval("leaving the queue", &script::FAIR_CANCEL, &keys, &args)
-            .await
-            .map(drop)
     }
 
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
