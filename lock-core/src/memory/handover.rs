@@ -37,6 +37,11 @@ impl Waiter {
             asked,
         }
     }
+
+    /// Until when it keeps its place: a place's time from its latest attempt.
+    pub(super) fn deadline(&self) -> Instant {
+        self.asked + self.request.wait.unwrap_or_default().place_kept_for
+    }
 }
 
 /// A mutex's waiting acquisitions, first come first.
@@ -176,10 +181,8 @@ impl Store {
     /// Whether `waiter` of lock `key` still keeps its place and waits (no attempt of its
     /// acquisition was answered with a grant, or ended).
     fn keeps_its_place(&self, key: &str, waiter: &Waiter, now: Instant) -> bool {
-        waiter
-            .request
-            .wait
-            .is_some_and(|w| waiter.asked + w.place_kept_for > now)
+        waiter.request.wait.is_some()
+            && waiter.deadline() > now
             && self.answered(key, waiter.request.id, now).is_none()
     }
 

@@ -89,23 +89,20 @@ pub(super) fn acquire_fair(
         return acquire_exclusive(store, lock, request, now);
     }
     let queue = store.queues.entry(name.to_owned()).or_default();
-    let queued = queue.deadlines.contains_key(&lock.owner);
+    let queued = queue.waiting.contains_key(&lock.owner);
     let place_kept_for = request.wait.unwrap_or_default().place_kept_for;
     if queued || request.waits() {
         if !queued {
             queue.order.push_back(lock.owner.clone());
         }
-        queue
-            .deadlines
-            .insert(lock.owner.clone(), now + place_kept_for);
         let waiter = super::handover::Waiter::new(lock, request, now);
         queue.waiting.insert(lock.owner.clone(), waiter);
     }
     let first_deadline = queue
         .order
         .front()
-        .and_then(|h| queue.deadlines.get(h))
-        .copied();
+        .and_then(|h| queue.waiting.get(h))
+        .map(super::handover::Waiter::deadline);
     let mut sleep = match store.live(name, now) {
         Some(entry) => entry.expires - now,
         None => first_deadline.map_or(place_kept_for, |d| d.saturating_duration_since(now)),

@@ -148,8 +148,8 @@ impl Entry {
 #[derive(Debug, Default)]
 struct Queue {
     order: VecDeque<Owner>,
-    deadlines: HashMap<Owner, Instant>,
-    /// The acquisition each waiter's latest attempt came from, to hand the lock to.
+    /// Each queued waiter's latest attempt: until when it keeps its place, and the
+    /// acquisition to hand the lock to.
     waiting: HashMap<Owner, handover::Waiter>,
 }
 
@@ -157,10 +157,9 @@ impl Queue {
     /// Drops heads whose deadline passed; returns the first live waiter.
     fn prune(&mut self, now: Instant) -> Option<&Owner> {
         while let Some(head) = self.order.front() {
-            if self.deadlines.get(head).is_some_and(|d| *d > now) {
+            if self.waiting.get(head).is_some_and(|w| w.deadline() > now) {
                 break;
             }
-            self.deadlines.remove(head);
             self.waiting.remove(head);
             self.order.pop_front();
         }
@@ -169,7 +168,6 @@ impl Queue {
 
     fn leave(&mut self, owner: &Owner) {
         self.order.retain(|o| o != owner);
-        self.deadlines.remove(owner);
         self.waiting.remove(owner);
     }
 }
