@@ -246,6 +246,20 @@ fn handoff_context(all: &All) -> Vec<(&'static str, Option<f64>)> {
                 h("bare hand-off", "script_server_us_per_call"),
             ),
         ),
+        (
+            "bare server-side hand-over p50 (one script, one delivery) vs loopback PING p50",
+            ratio(
+                h("bare server-side hand-over", "handoff_ms_p50"),
+                h("loopback", "ping_ms_p50"),
+            ),
+        ),
+        (
+            "handoff p50 vs the bare server-side hand-over p50",
+            ratio(
+                h("lock (redis)", "handoff_ms_p50"),
+                h("bare server-side hand-over", "handoff_ms_p50"),
+            ),
+        ),
     ]
 }
 

@@ -19,15 +19,17 @@ pub(crate) async fn handoff(server: &RedisServer, scale: Scale) -> Results {
     let mut ping = Ping::connect(server).await;
     let block = rounds.div_ceil(TURNS);
     let (mut our_samples, mut floor_samples, mut ping_samples) = (vec![], vec![], vec![]);
+    let mut granting_samples = vec![];
     let (mut our_time, mut floor_time) = (ServerTime::default(), ServerTime::default());
     for _ in 0..TURNS {
         let before = ServerTime::read(server).await;
         our_samples.extend(ours.rounds(block).await);
         let between = ServerTime::read(server).await;
-        floor_samples.extend(floor.rounds(block).await);
+        floor_samples.extend(floor.rounds(block, FloorRelease::Frees).await);
         let after = ServerTime::read(server).await;
         our_time.add(before, between);
         floor_time.add(between, after);
+        granting_samples.extend(floor.rounds(block, FloorRelease::Grants).await);
         ping_samples.extend(ping.rounds(PINGS / TURNS).await);
     }
     let rounds_run = (block * TURNS) as f64;
@@ -38,6 +40,10 @@ pub(crate) async fn handoff(server: &RedisServer, scale: Scale) -> Results {
     let mut handoffs = p50_p99("handoff_ms", floor_samples);
     handoffs.extend(floor_time.figures(rounds_run));
     results.insert("bare hand-off".into(), handoffs);
+    results.insert(
+        "bare server-side hand-over".into(),
+        p50_p99("handoff_ms", granting_samples),
+    );
     let ping = percentile(&sorted(ping_samples), 0.5);
     results.insert("loopback".into(), figures(&[("ping_ms_p50", ping)]));
     results
@@ -97,10 +103,22 @@ impl HandoffOurs {
     }
 }
 
-/// The floor under a hand-off through redis-rs on this runtime: one bare client deletes
-/// a key and publishes in one script, and a bare subscriber that hears it takes the key
-/// with `SET NX` on its own connection; timed from the script being sent to the `SET`
-/// being answered, as our hand-off is.
+/// How a floor's release hands the key on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FloorRelease {
+    /// The script deletes the key and publishes; the subscriber that hears it takes the
+    /// key with `SET NX`: the exchange of a lock without hand-over.
+    Frees,
+    /// The script sets the key to the subscriber and publishes; the subscriber holds it
+    /// when it hears the message: the least any hand-over on the server can cost (one
+    /// script and one delivery).
+    Grants,
+}
+
+/// The floors under a hand-off through redis-rs on this runtime: one bare client's
+/// script releases a key and publishes, and a bare subscriber that hears it holds the
+/// key (see [`FloorRelease`]); timed from the script being sent to the subscriber
+/// holding, as our hand-off is.
 struct HandoffFloor {
     releaser: redis::aio::MultiplexedConnection,
     /// Kept: the subscription lives as long as its sink half.
@@ -108,6 +126,7 @@ struct HandoffFloor {
     /// The subscriber's messages and connection, lent to each round's waiting task.
     taker: Option<(redis::aio::PubSubStream, redis::aio::MultiplexedConnection)>,
     release: redis::Script,
+    grant: redis::Script,
 }
 
 impl HandoffFloor {
@@ -127,16 +146,20 @@ impl HandoffFloor {
         let release = redis::Script::new(
             "redis.call('del', KEYS[1]); redis.call('publish', ARGV[1], '0'); return 0",
         );
+        let grant = redis::Script::new(
+            "redis.call('set', KEYS[1], 'taken'); redis.call('publish', ARGV[1], '1'); return 0",
+        );
         Self {
             releaser,
             _subscriptions: subscriptions,
             taker: Some((messages, taker)),
             release,
+            grant,
         }
     }
 
     /// Times (ms) from the release being sent to the subscriber holding the key.
-    async fn rounds(&mut self, rounds: usize) -> Vec<f64> {
+    async fn rounds(&mut self, rounds: usize, how: FloorRelease) -> Vec<f64> {
         let mut samples = Vec::with_capacity(rounds);
         for _ in 0..rounds {
             let _: () = redis::cmd("SET")
@@ -149,6 +172,9 @@ impl HandoffFloor {
             let waiting = tokio::spawn(async move {
                 use futures_util::StreamExt as _;
                 messages.next().await.expect("a release message");
+                if how == FloorRelease::Grants {
+                    return (Instant::now(), messages, taker);
+                }
                 let won: Option<String> = redis::cmd("SET")
                     .arg(Self::KEY)
                     .arg("taken")
@@ -161,8 +187,11 @@ impl HandoffFloor {
             });
             sleep(Duration::from_millis(2)).await;
             let sent = Instant::now();
-            let _: i64 = self
-                .release
+            let script = match how {
+                FloorRelease::Frees => &self.release,
+                FloorRelease::Grants => &self.grant,
+            };
+            let _: i64 = script
                 .key(Self::KEY)
                 .arg(Self::CHANNEL)
                 .invoke_async(&mut self.releaser)
