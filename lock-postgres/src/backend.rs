@@ -250,19 +250,21 @@ impl Backend for PostgresBackend {
         }
     }
 
-    async fn cancel_wait(
-        &self,
-        lock: &LockRef,
-        _acquisition: &AcquireRequest,
-    ) -> Result<(), Error> {
+    /// Names the acquisition that gives up: a late cancellation leaves a later
+    /// acquisition of the same owner its place and its handed hold.
+    async fn cancel_wait(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
         if !matches!(lock.kind, LockKind::Fair | LockKind::Mutex) {
             return Ok(());
         }
         check_fits(lock)?;
-        let statement = format!("SELECT {}.cancel_wait($1::text, $2::text)", self.schema);
-        let params: [Param<'_>; 2] = [
+        let statement = format!(
+            "SELECT {}.cancel_acquisition($1::text, $2::text, $3::text::uuid)",
+            self.schema
+        );
+        let params: [Param<'_>; 3] = [
             (&lock.name.as_str(), Type::TEXT),
             (&lock.owner.as_str(), Type::TEXT),
+            (&acquisition.id.to_string(), Type::TEXT),
         ];
         self.query("leaving the fair queue", &statement, &params)
             .await

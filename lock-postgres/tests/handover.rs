@@ -161,3 +161,63 @@ async fn a_waiter_that_has_gone_loses_the_handed_lock_without_a_lease_of_waiting
         guard.unlock().await.unwrap();
     }
 }
+
+/// A cancellation names the acquisition that gives up. One that arrives late (sent in
+/// the background, on another pooled connection), after a later acquisition of the same
+/// owner (a holder retrying under its own identity) has queued and been handed the lock,
+/// leaves that hold and that place alone. Cancelled by owner, the later acquisition lost
+/// the lock it was handed to the next client and its place in the queue with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_cancellation_leaves_a_later_acquisitions_handed_hold() {
+    let server = PostgresServer::start().await;
+    let probe = postgres_client(&server.url()).await;
+    let (holder_client, next) = (connect(&server.url()).await, connect(&server.url()).await);
+    let backend = Connector::new(server.url()).connect().await.unwrap();
+    let name = "late-cancel";
+    let held = holder_client.mutex(name).lock().await.unwrap();
+    let retrying = LockRef::new(
+        LockKind::Mutex,
+        LockName::new(name).unwrap(),
+        Owner::new("retrying", "task"),
+    );
+    let place = Duration::from_secs(10);
+    let gave_up = AcquireRequest::new(Duration::from_secs(30)).enqueue(place);
+    let reply = backend.acquire(&retrying, gave_up).await.unwrap();
+    assert!(matches!(reply, Acquire::Busy { .. }), "{reply:?}");
+    let later = AcquireRequest::new(Duration::from_secs(30)).enqueue(place);
+    let reply = backend.acquire(&retrying, later).await.unwrap();
+    assert!(matches!(reply, Acquire::Busy { .. }), "{reply:?}");
+    let waits = tokio::spawn({
+        let lock = next.mutex(name);
+        async move { lock.lock().await }
+    });
+    queued(&probe, name, next.client_id()).await;
+    held.unlock().await.unwrap();
+    assert_eq!(
+        holder(&probe, name).await,
+        Some(("retrying:task".to_owned(), true)),
+        "handed to the later acquisition"
+    );
+    backend.cancel_wait(&retrying, &gave_up).await.unwrap();
+    assert_eq!(
+        holder(&probe, name).await,
+        Some(("retrying:task".to_owned(), true)),
+        "the late cancellation of an earlier acquisition gave the handed hold away"
+    );
+    match backend.acquire(&retrying, later).await.unwrap() {
+        Acquire::Acquired { origin, .. } => assert_eq!(origin, Some(later.id)),
+        other => panic!("the later acquisition could not take its hold up: {other:?}"),
+    }
+    sleep(Duration::from_millis(300)).await;
+    assert!(!waits.is_finished(), "the next client holds the lock too");
+    // The later acquisition's own cancellation is no late one: had it not taken the hold
+    // up, it would give it back; taken up, the hold is its guard's to release.
+    let release = lock_core::backend::ReleaseRequest::new(Duration::from_secs(30), later.id);
+    backend.release(&retrying, release).await.unwrap();
+    let guard = timeout(Duration::from_secs(5), waits)
+        .await
+        .expect("the next client is served after the release")
+        .unwrap()
+        .unwrap();
+    guard.unlock().await.unwrap();
+}

@@ -18,8 +18,9 @@
 -- its grant alive in the list and answers as the first run did; one whose grant is gone
 -- (its lease ended) runs again, as nobody learnt of the first grant.
 --
--- The entry points, the functions a client calls (acquire_grant, acquire, release_grant,
--- release, cancel_wait, force_release, renew, raise_fencing), run with `search_path`
+-- The entry points, the functions a client calls (acquire_handover, acquire_grant,
+-- acquire, release_grant, release, cancel_acquisition, cancel_wait, force_release, renew,
+-- raise_fencing, announce_client), run with `search_path`
 -- pinned to pg_catalog (then pg_temp, which only a session's own temporary objects live
 -- in): a function or operator planted in a schema on the caller's path, even one whose
 -- argument types match a call better than PostgreSQL's own, is never called on lock
@@ -586,6 +587,30 @@ BEGIN
     PERFORM {schema}.begin_op(p_name, NULL, v_now);
     DELETE FROM {schema}.waiters WHERE name = p_name AND owner = p_owner;
     DELETE FROM {schema}.holds WHERE name = p_name AND owner = p_owner AND handed;
+    IF NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name) THEN
+        PERFORM {schema}.hand_over(p_name, v_now);
+    END IF;
+END $$;
+
+-- A waiting acquisition `p_request` of `p_owner` gives up on a mutex or a fair lock: its
+-- place in the queue goes, and a hold handed over to it and not taken up goes to the
+-- next waiter. Only its own: a cancellation may arrive late (sent in the background, on
+-- another pooled connection), after a later acquisition of the same owner (a holder
+-- retrying under its own identity) took its place in the queue or was handed the lock,
+-- and those are the later acquisition's. A waiter that does not name its acquisition
+-- (`request` NULL: asked under a new id every attempt) is known by its owner alone and
+-- is never handed a lock. Older clients call cancel_wait.
+CREATE OR REPLACE FUNCTION {schema}.cancel_acquisition(p_name text, p_owner text, p_request uuid)
+RETURNS void LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    PERFORM {schema}.begin_op(p_name, NULL, v_now);
+    DELETE FROM {schema}.waiters
+     WHERE name = p_name AND owner = p_owner AND (request IS NULL OR request = p_request);
+    DELETE FROM {schema}.holds
+     WHERE name = p_name AND owner = p_owner AND handed AND origin = p_request;
     IF NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name) THEN
         PERFORM {schema}.hand_over(p_name, v_now);
     END IF;
