@@ -582,6 +582,65 @@ pub async fn a_free_fair_lock_waits_for_its_first_waiter(fx: &dyn Fixture) {
     assert_eq!(released, Release::Released);
 }
 
+/// A cancellation names the acquisition that gives up. A holder that gave up waiting
+/// and asked again under its own identity has one place in the fair queue, its later
+/// acquisition's; the earlier acquisition's cancellation, arriving late (sent in the
+/// background), leaves that place alone, and the later acquisition is still served
+/// first. Cancelled by owner, the place went and the waiter behind it was served first.
+pub async fn a_late_cancellation_keeps_a_later_acquisitions_place(fx: &dyn Fixture) {
+    let name = unique("fair-late-cancel");
+    let holder = fx.client().await;
+    let held = holder.fair_mutex(&name).lock().await.unwrap();
+    let backend = fx.backend().await;
+    let waiter = |owner: &str| {
+        LockRef::new(
+            LockKind::Fair,
+            LockName::new(&name).unwrap(),
+            Owner::new(owner, "task"),
+        )
+    };
+    let (retrying, behind) = (waiter("retrying"), waiter("behind"));
+    let place = Duration::from_secs(10);
+    let gave_up = AcquireRequest::new(Duration::from_secs(30)).enqueue(place);
+    let reply = backend.acquire(&retrying, gave_up).await.unwrap();
+    assert!(matches!(reply, Acquire::Busy { .. }), "{reply:?}");
+    let behind_request = AcquireRequest::new(Duration::from_secs(30)).enqueue(place);
+    let reply = backend.acquire(&behind, behind_request).await.unwrap();
+    assert!(matches!(reply, Acquire::Busy { .. }), "{reply:?}");
+    let later = AcquireRequest::new(Duration::from_secs(30)).enqueue(place);
+    let reply = backend.acquire(&retrying, later).await.unwrap();
+    assert!(matches!(reply, Acquire::Busy { .. }), "{reply:?}");
+    backend.cancel_wait(&retrying, &gave_up).await.unwrap();
+    held.unlock().await.unwrap();
+    // Next attempts: under the acquisition's id where the backend hands locks over (the
+    // release may have made it the holder already), else under a fresh one.
+    let hands_over = backend.capabilities().hands_over;
+    let next = |request: AcquireRequest| {
+        if hands_over {
+            request
+        } else {
+            request.fresh_id()
+        }
+    };
+    let (later, behind_request) = (next(later), next(behind_request));
+    let reply = backend.acquire(&retrying, later).await.unwrap();
+    assert!(
+        matches!(reply, Acquire::Acquired { holds: 1, .. }),
+        "the later acquisition lost its place to a late cancellation: {reply:?}"
+    );
+    let reply = backend.acquire(&behind, behind_request).await.unwrap();
+    assert!(
+        matches!(reply, Acquire::Busy { .. }),
+        "two holders: {reply:?}"
+    );
+    let release = ReleaseRequest::new(Duration::from_secs(30), later.id);
+    assert_eq!(
+        backend.release(&retrying, release).await.unwrap(),
+        Release::Released
+    );
+    backend.cancel_wait(&behind, &behind_request).await.unwrap();
+}
+
 /// One reader holds twice; the hold with the short lease ends on its own. It counts no
 /// more: releasing the live hold frees the lock for a writer at once.
 pub async fn an_expired_read_hold_does_not_outlive_its_owners_release(fx: &dyn Fixture) {

@@ -126,6 +126,7 @@ macro_rules! conformance_suite {
             fair_lock_is_renewed_fenced_and_force_unlocked: [Fair, Fencing],
             fair_waiter_cancelled_mid_attempt_leaves_no_place: [Fair],
             a_free_fair_lock_waits_for_its_first_waiter: [Fair],
+            a_late_cancellation_keeps_a_later_acquisitions_place: [Fair],
             starving_waiter_goes_before_newcomers: [Reservation, RedisControl],
             redisson_data_layout: [RedisControl],
             waiters_wake_after_pubsub_connection_is_killed: [RedisControl],

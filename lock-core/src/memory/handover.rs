@@ -38,6 +38,11 @@ impl Waiter {
         }
     }
 
+    /// Whether it is acquisition `id`.
+    pub(super) fn is(&self, id: RequestId) -> bool {
+        self.request.id == id
+    }
+
     /// Until when it keeps its place: a place's time from its latest attempt.
     pub(super) fn deadline(&self) -> Instant {
         self.asked + self.request.wait.unwrap_or_default().place_kept_for

@@ -117,13 +117,10 @@ impl Backend for MemoryBackend {
                 LockKind::Mutex | LockKind::Write => true,
                 LockKind::Fair => {
                     let queue = store.queues.get_mut(name);
-                    let was_first = queue
-                        .as_ref()
-                        .and_then(|q| q.order.front())
-                        .is_some_and(|head| *head == lock.owner);
-                    if let Some(queue) = queue {
-                        queue.leave(&lock.owner);
-                    }
+                    let was_first = queue.is_some_and(|queue| {
+                        let first = queue.order.front() == Some(&lock.owner);
+                        queue.cancel(&lock.owner, acquisition.id) && first
+                    });
                     let handed = matches!(
                         store.answered(name, acquisition.id, now),
                         Some(Answer::Handed(_))

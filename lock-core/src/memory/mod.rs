@@ -166,9 +166,25 @@ impl Queue {
         self.order.front()
     }
 
+    /// `owner` leaves the queue (it is served).
     fn leave(&mut self, owner: &Owner) {
         self.order.retain(|o| o != owner);
         self.waiting.remove(owner);
+    }
+
+    /// `owner`'s acquisition `acquisition` gives up: the owner leaves the queue, unless
+    /// its place is a later acquisition's (a cancellation ends only its own). Whether
+    /// it left.
+    fn cancel(&mut self, owner: &Owner, acquisition: RequestId) -> bool {
+        if self
+            .waiting
+            .get(owner)
+            .is_some_and(|waiter| !waiter.is(acquisition))
+        {
+            return false;
+        }
+        self.leave(owner);
+        true
     }
 }
 

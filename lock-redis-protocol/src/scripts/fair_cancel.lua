@@ -2,6 +2,8 @@
 -- behind it move one slot closer, as Redisson does), a hold handed over to this
 -- acquisition and not taken up ends (see give_back_handed), and if the lock is then free
 -- while the waiter was first, or held by it, the next waiter is handed it or woken.
+-- Only its own: when the owner's place in the queue is a later acquisition's (the
+-- cancellation came late, after the owner asked again), the place stays.
 -- KEYS[1] lock hash; KEYS[2] waiter queue; KEYS[3] Redisson's waiter scores; KEYS[4] our
 -- waiters' liveness; KEYS[5] fencing counter; KEYS[6] restart epoch.
 -- ARGV[1] owner; ARGV[2] channel prefix; ARGV[3] publish command; ARGV[4] Redisson's
@@ -9,8 +11,12 @@
 -- request id; ARGV[7] how long an ended grant's latch lives (ms).
 -- Reply: 1 if the owner was queued, else 0.
 
-local first = redis.call('lindex', KEYS[2], 0)
-local removed = leave_queue(KEYS[2], KEYS[3], KEYS[4], ARGV[1], tonumber(ARGV[4]))
+local placed = placed_by(redis.call('hget', KEYS[4], ARGV[1]))
+local first, removed = nil, 0
+if not placed or placed == ARGV[6] then
+    first = redis.call('lindex', KEYS[2], 0)
+    removed = leave_queue(KEYS[2], KEYS[3], KEYS[4], ARGV[1], tonumber(ARGV[4]))
+end
 local gave_back = give_back_handed(KEYS[1], ARGV[1], ARGV[6], ARGV[7])
 if (first == ARGV[1] or gave_back) and redis.call('exists', KEYS[1]) == 0 then
     hand_fair_lock({

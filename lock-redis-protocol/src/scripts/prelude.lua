@@ -72,6 +72,15 @@ local function alive_until(entry)
     return tonumber(string.match(entry, '^%d+'))
 end
 
+-- The acquisition a fair-lock waiter's liveness entry names (see alive_until); nil for
+-- no entry, or one that names none (an older version of this library).
+local function placed_by(entry)
+    if not entry then
+        return nil
+    end
+    return string.match(entry, '^%d+:(%x+):')
+end
+
 -- Drops fair-lock queue heads that stopped asking (died or gave up) and returns the first
 -- live waiter. Our waiters are alive until the deadline in the liveness hash, which each
 -- of their attempts moves on; a Redisson waiter (no entry there) until its zset score.
