@@ -254,6 +254,20 @@ fn handoff_context(all: &All) -> Vec<(&'static str, Option<f64>)> {
             ),
         ),
         (
+            "handoff p50 vs a loopback PING's p50 after the rounds' pause (2 ms idle)",
+            ratio(
+                h("lock (redis)", "handoff_ms_p50"),
+                h("loopback", "ping_after_pause_ms_p50"),
+            ),
+        ),
+        (
+            "bare server-side hand-over p50 vs a loopback PING's p50 after the same pause",
+            ratio(
+                h("bare server-side hand-over", "handoff_ms_p50"),
+                h("loopback", "ping_after_pause_ms_p50"),
+            ),
+        ),
+        (
             "handoff p50 vs the bare server-side hand-over p50",
             ratio(
                 h("lock (redis)", "handoff_ms_p50"),

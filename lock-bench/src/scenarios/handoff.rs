@@ -19,7 +19,7 @@ pub(crate) async fn handoff(server: &RedisServer, scale: Scale) -> Results {
     let mut ping = Ping::connect(server).await;
     let block = rounds.div_ceil(TURNS);
     let (mut our_samples, mut floor_samples, mut ping_samples) = (vec![], vec![], vec![]);
-    let mut granting_samples = vec![];
+    let (mut granting_samples, mut paused_ping_samples) = (vec![], vec![]);
     let (mut our_time, mut floor_time) = (ServerTime::default(), ServerTime::default());
     for _ in 0..TURNS {
         let before = ServerTime::read(server).await;
@@ -30,7 +30,8 @@ pub(crate) async fn handoff(server: &RedisServer, scale: Scale) -> Results {
         our_time.add(before, between);
         floor_time.add(between, after);
         granting_samples.extend(floor.rounds(block, FloorRelease::Grants).await);
-        ping_samples.extend(ping.rounds(PINGS / TURNS).await);
+        ping_samples.extend(ping.rounds(PINGS / TURNS, None).await);
+        paused_ping_samples.extend(ping.rounds(PINGS / TURNS, Some(ROUND_PAUSE)).await);
     }
     let rounds_run = (block * TURNS) as f64;
     let mut results = Results::new();
@@ -45,7 +46,14 @@ pub(crate) async fn handoff(server: &RedisServer, scale: Scale) -> Results {
         p50_p99("handoff_ms", granting_samples),
     );
     let ping = percentile(&sorted(ping_samples), 0.5);
-    results.insert("loopback".into(), figures(&[("ping_ms_p50", ping)]));
+    let paused_ping = percentile(&sorted(paused_ping_samples), 0.5);
+    results.insert(
+        "loopback".into(),
+        figures(&[
+            ("ping_ms_p50", ping),
+            ("ping_after_pause_ms_p50", paused_ping),
+        ]),
+    );
     results
 }
 
@@ -84,7 +92,7 @@ impl HandoffOurs {
                 })
             };
             // Let the waiter subscribe and sleep.
-            sleep(Duration::from_millis(2)).await;
+            sleep(ROUND_PAUSE).await;
             // The clock starts as the release is sent: the waiter, woken by the release
             // script itself, is often served before the releasing task has seen the
             // release's answer, so a clock started once `unlock()` returned measured
@@ -185,7 +193,7 @@ impl HandoffFloor {
                 assert!(won.is_some(), "the floor's key was free");
                 (Instant::now(), messages, taker)
             });
-            sleep(Duration::from_millis(2)).await;
+            sleep(ROUND_PAUSE).await;
             let sent = Instant::now();
             let script = match how {
                 FloorRelease::Frees => &self.release,
@@ -214,8 +222,13 @@ pub(super) async fn bare_connection(url: &str) -> redis::aio::MultiplexedConnect
         .expect("connect")
 }
 
-/// How many loopback PINGs the hand-off scenario times.
+/// How many loopback PINGs the hand-off scenario times, back to back and after a pause.
 const PINGS: usize = 500;
+
+/// How long a hand-off round waits before the release (the waiter subscribes and
+/// sleeps). Every thread and process of the exchange idles meanwhile, and waking them
+/// costs: PINGs are also timed after the same pause.
+const ROUND_PAUSE: Duration = Duration::from_millis(2);
 
 /// A connection that times `PING`s.
 struct Ping {
@@ -229,10 +242,13 @@ impl Ping {
         }
     }
 
-    /// Round-trip times (ms) of `rounds` PINGs.
-    async fn rounds(&mut self, rounds: usize) -> Vec<f64> {
+    /// Round-trip times (ms) of `rounds` PINGs, each after `pause` if any.
+    async fn rounds(&mut self, rounds: usize, pause: Option<Duration>) -> Vec<f64> {
         let mut samples = Vec::with_capacity(rounds);
         for _ in 0..rounds {
+            if let Some(pause) = pause {
+                sleep(pause).await;
+            }
             let started = Instant::now();
             let _: redis::RedisResult<String> =
                 redis::cmd("PING").query_async(&mut self.conn).await;
