@@ -221,3 +221,42 @@ async fn a_late_cancellation_leaves_a_later_acquisitions_handed_hold() {
         .unwrap();
     guard.unlock().await.unwrap();
 }
+
+/// An older client's cancellation (`cancel_wait`, by owner) still ends every waiting
+/// acquisition of its owner: its place and the hold handed over to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_clients_cancellation_still_ends_its_owners_wait() {
+    let server = PostgresServer::start().await;
+    let probe = postgres_client(&server.url()).await;
+    let holder_client = connect(&server.url()).await;
+    let backend = Connector::new(server.url()).connect().await.unwrap();
+    let name = "older-cancel";
+    let held = holder_client.mutex(name).lock().await.unwrap();
+    let older = LockRef::new(
+        LockKind::Mutex,
+        LockName::new(name).unwrap(),
+        Owner::new("older", "task"),
+    );
+    let waiting = AcquireRequest::new(Duration::from_secs(30)).enqueue(Duration::from_secs(10));
+    let reply = backend.acquire(&older, waiting).await.unwrap();
+    assert!(matches!(reply, Acquire::Busy { .. }), "{reply:?}");
+    held.unlock().await.unwrap();
+    assert_eq!(
+        holder(&probe, name).await,
+        Some(("older:task".to_owned(), true)),
+        "handed to the waiter"
+    );
+    probe
+        .execute(
+            "SELECT distlock.cancel_wait($1::text, $2::text)",
+            &[&name, &"older:task"],
+        )
+        .await
+        .unwrap();
+    assert_eq!(holder(&probe, name).await, None, "the handed hold stayed");
+    let queued = probe
+        .query_opt("SELECT 1 FROM distlock.waiters WHERE name = $1", &[&name])
+        .await
+        .unwrap();
+    assert!(queued.is_none(), "the waiter kept its place");
+}

@@ -576,22 +576,6 @@ CREATE OR REPLACE FUNCTION {schema}.release(
                                   p_undoes, p_channel)
 $$;
 
--- A waiter of a mutex or a fair lock gives up: it leaves the queue, a hold handed over
--- to it that it never took up ends, and a free lock goes to the next waiter.
-CREATE OR REPLACE FUNCTION {schema}.cancel_wait(p_name text, p_owner text)
-RETURNS void LANGUAGE plpgsql
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_now timestamptz := clock_timestamp();
-BEGIN
-    PERFORM {schema}.begin_op(p_name, NULL, v_now);
-    DELETE FROM {schema}.waiters WHERE name = p_name AND owner = p_owner;
-    DELETE FROM {schema}.holds WHERE name = p_name AND owner = p_owner AND handed;
-    IF NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name) THEN
-        PERFORM {schema}.hand_over(p_name, v_now);
-    END IF;
-END $$;
-
 -- A waiting acquisition `p_request` of `p_owner` gives up on a mutex or a fair lock: its
 -- place in the queue goes, and a hold handed over to it and not taken up goes to the
 -- next waiter. Only its own: a cancellation may arrive late (sent in the background, on
@@ -599,7 +583,8 @@ END $$;
 -- retrying under its own identity) took its place in the queue or was handed the lock,
 -- and those are the later acquisition's. A waiter that does not name its acquisition
 -- (`request` NULL: asked under a new id every attempt) is known by its owner alone and
--- is never handed a lock. Older clients call cancel_wait.
+-- is never handed a lock. `p_request` NULL: every acquisition of the owner, as older
+-- clients cancel (cancel_wait).
 CREATE OR REPLACE FUNCTION {schema}.cancel_acquisition(p_name text, p_owner text, p_request uuid)
 RETURNS void LANGUAGE plpgsql
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -608,13 +593,23 @@ DECLARE
 BEGIN
     PERFORM {schema}.begin_op(p_name, NULL, v_now);
     DELETE FROM {schema}.waiters
-     WHERE name = p_name AND owner = p_owner AND (request IS NULL OR request = p_request);
+     WHERE name = p_name AND owner = p_owner
+       AND (p_request IS NULL OR request IS NULL OR request = p_request);
     DELETE FROM {schema}.holds
-     WHERE name = p_name AND owner = p_owner AND handed AND origin = p_request;
+     WHERE name = p_name AND owner = p_owner AND handed
+       AND (p_request IS NULL OR origin = p_request);
     IF NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name) THEN
         PERFORM {schema}.hand_over(p_name, v_now);
     END IF;
 END $$;
+
+-- The cancellation of the first revisions, by owner: every acquisition of `p_owner`
+-- gives up (see cancel_acquisition). Kept for older clients.
+CREATE OR REPLACE FUNCTION {schema}.cancel_wait(p_name text, p_owner text)
+RETURNS void LANGUAGE sql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT {schema}.cancel_acquisition(p_name, p_owner, NULL)
+$$;
 
 -- Deletes every hold of `p_name` when a hold of kind `p_kind` is among them (for 'read',
 -- when readers hold it and no writer); whether it did. A mutex or a fair lock is handed
