@@ -9,7 +9,7 @@
 -- ARGV[1] owner; ARGV[2] channel prefix; ARGV[3] publish command; ARGV[4] Redisson's
 -- wait slot (ms); ARGV[5] restart quarantine (ms, '0' off); ARGV[6] the acquisition's
 -- request id; ARGV[7] how long an ended grant's latch lives (ms).
--- Reply: 1 if the owner was queued, else 0.
+-- Reply: 1 if the acquisition left the queue, else 0.
 
 local placed = placed_by(redis.call('hget', KEYS[4], ARGV[1]))
 local first, removed = nil, 0
