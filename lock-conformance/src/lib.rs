@@ -14,6 +14,7 @@
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
 pub mod adapter;
+mod ended;
 mod expirable;
 mod family;
 pub mod faulty;
@@ -101,6 +102,12 @@ macro_rules! conformance_suite {
             a_lost_guard_beside_concurrent_grants_leaves_nothing_held: [],
             a_late_copy_of_a_released_grant_grants_nothing: [RetrySafe],
             a_release_of_an_unknown_grant_ends_nothing: [],
+            a_revoked_handed_mutex_is_not_granted_again: [HandsOver],
+            a_revoked_handed_fair_lock_is_not_granted_again: [HandsOver, Fair],
+            a_revoked_handed_write_lock_is_not_granted_again: [HandsOver, ReadWrite],
+            a_guard_of_a_revoked_handed_hold_learns_it_at_its_take_up: [HandsOver],
+            a_late_copy_of_a_cancelled_mutex_acquisition_takes_nothing: [RetrySafe],
+            a_late_copy_of_a_cancelled_fair_acquisition_takes_nothing: [RetrySafe, Fair],
             a_bounded_wait_ends_on_time_when_subscribing_is_slow: [],
             an_unconfirmed_subscription_is_tried_again: [],
             read_write_compatibility: [ReadWrite],

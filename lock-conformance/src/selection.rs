@@ -38,6 +38,8 @@ pub enum Need {
     Failover,
     /// Who holds a lock ([`Capabilities::introspection`]).
     Introspection,
+    /// Hand-over of a released lock to a waiting acquisition ([`Capabilities::hands_over`]).
+    HandsOver,
 }
 
 impl Need {
@@ -66,6 +68,7 @@ impl Need {
                 declared(|caps| caps.ordered_requests, "requests served in order")
             }
             Self::Introspection => declared(|caps| caps.introspection, "introspection"),
+            Self::HandsOver => declared(|caps| caps.hands_over, "hand-over on release"),
             Self::RedisControl => (!deployment.redis_control)
                 .then(|| "the fixture has no Redis deployment to inject faults into".to_owned()),
             Self::Failover => (!deployment.failover)

@@ -32,12 +32,16 @@ pub struct Config {
     /// How long a request whose outcome is unknown (a connection error: it may have run)
     /// is sent again, and how long backends remember each request's answer for that.
     /// A waiting acquisition retries within its wait; a grant nobody learnt of is undone
-    /// within this window. Default: 5 s.
+    /// within this window. Default: 5 s; at most [`MAX_RETRY_WINDOW`].
     pub retry_window: Duration,
     /// The client's name, shown with its holds by introspection. Default: `None`,
     /// which names it `<host>:<pid>`.
     pub client_name: Option<String>,
 }
+
+/// The longest [`Config::retry_window`]: stores that keep one retention for every ended
+/// acquisition (PostgreSQL keeps them a minute) count on it.
+pub const MAX_RETRY_WINDOW: Duration = Duration::from_secs(30);
 
 impl Default for Config {
     fn default() -> Self {
@@ -108,7 +112,13 @@ impl Config {
                 "must be at least 1 ms: backends remember answers that long",
             ));
         }
-        check_bound("retry_window", self.retry_window)?;
+        if self.retry_window > MAX_RETRY_WINDOW {
+            return Err(Error::invalid_argument(
+                "retry_window",
+                "must be at most 30 s: stores remember an ended acquisition for twice the \
+                 longest window, so that a late copy of one of its requests grants nothing",
+            ));
+        }
         // A renewal must have time to arrive before the lease (minus drift) runs out.
         let usable = self
             .watchdog_lease

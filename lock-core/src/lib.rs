@@ -102,7 +102,7 @@ pub use background::runtime;
 /// (`distlock=debug`) covers them all.
 pub const TRACING_TARGET: &str = "distlock";
 pub use client::{Locks, LocksBuilder};
-pub use config::{Config, MAX_DURATION};
+pub use config::{Config, MAX_DURATION, MAX_RETRY_WINDOW};
 pub use connect::Connect;
 pub use error::{BoxError, Cause, Chain, Error, ErrorKind, LostReason};
 pub use locks::guard::Guard;

@@ -246,6 +246,7 @@ impl Backend for PostgresBackend {
                 reserved: false,
             }),
             [3, _, _] => Err(Error::would_deadlock(lock.name.as_str())),
+            [5, _, _] => Ok(Acquire::Ended),
             _ => Err(unexpected("acquire", &reply)),
         }
     }

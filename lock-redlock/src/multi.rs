@@ -172,6 +172,8 @@ impl MultiLock {
                 origin,
             },
             Ok(Acquire::Busy { ttl, .. }) => Part::Busy(ttl),
+            // A late copy of an attempt this part already ended: nothing was taken.
+            Ok(Acquire::Ended) => Part::Busy(None),
             Ok(_) => Part::Failed(Error::protocol("a part answered an unknown reply")),
             Err(err) => Part::Failed(err),
         };

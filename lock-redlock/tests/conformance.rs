@@ -105,7 +105,7 @@ mod memory {
     use super::MemoryNodes;
     lock_conformance::conformance_suite!(
         MemoryNodes::start(),
-        without [Fair, Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests],
+        without [Fair, Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests, HandsOver],
         on paused time
     );
 }
@@ -114,7 +114,7 @@ mod redis {
     use super::RedisNodes;
     lock_conformance::conformance_suite!(
         RedisNodes::start(),
-        without [Fair, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests]
+        without [Fair, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests, HandsOver]
     );
 }
 

@@ -40,6 +40,13 @@ pub enum Acquire {
         /// may be in this client, so local waiters should all look again.
         reserved: bool,
     },
+    /// The acquisition this request belongs to is over, and nothing was granted: its
+    /// grant ended (released, given back, revoked by a force-release, or lapsed before
+    /// its take-up), or the acquisition was cancelled. A store grants an acquisition id
+    /// at most once and never after it ended, so a late copy of an earlier attempt takes
+    /// nothing. A caller that still waits goes on under a fresh id; a hold taken from a
+    /// hand-over notice whose take-up is answered so is lost.
+    Ended,
 }
 
 /// How long a fair-lock waiter keeps its place between its own attempts by default.

@@ -32,7 +32,7 @@ use crate::locks::turns::Bell;
 use crate::locks::turns::Turn;
 use crate::metrics::{self, AcquireOutcome};
 use crate::notify::{Handed, Listener};
-use crate::{Error, LockName, LockRef};
+use crate::{Error, LockName, LockRef, LostReason};
 use crate::{events, retry};
 
 /// How long a caller is prepared to wait.
@@ -145,13 +145,10 @@ async fn ask(
     let Some(first) = Box::pin(within(wait, ATTEMPT_SLACK, first)).await else {
         return Ok(None);
     };
-    if let Attempt::Acquired(guard) = first? {
-        events::acquired_at_once(&lock, guard.fencing_token());
-        QueuedWaiter::served(&mut queued);
-        if let Some(turn) = &turn {
-            turn.served();
-        }
-        return Ok(Some(guard));
+    match first? {
+        Attempt::Acquired(guard) => return Ok(Some(at_once(&mut queued, turn.as_ref(), guard))),
+        Attempt::Ended => request = request.fresh_id(),
+        Attempt::Busy { .. } => {}
     }
     if matches!(wait, Wait::Never) || expired(wait) {
         return Ok(None);
@@ -187,8 +184,8 @@ async fn ask(
             .config
             .starvation_threshold
             .is_some_and(|threshold| waited >= threshold);
-        let request = asked.next(request.waiting(waited, starving));
-        let retry = attempt(client, &lock, request, renew, wait, queued.as_mut());
+        let numbered = asked.next(request.waiting(waited, starving));
+        let retry = attempt(client, &lock, numbered, renew, wait, queued.as_mut());
         // An attempt begun before the deadline (the last one begins right at it, after
         // the sleep) may take a round trip's slack to be answered.
         let Some(outcome) = Box::pin(within(wait, ATTEMPT_SLACK, retry)).await else {
@@ -214,6 +211,12 @@ async fn ask(
                 }
                 ttl
             }
+            // A hold handed to it lapsed or was revoked before its take-up: the store
+            // grants its id nothing more, so it asks at once as a new acquisition.
+            Attempt::Ended => {
+                request = request.fresh_id();
+                continue;
+            }
         };
         let Some(sleep_for) = next_sleep(wait, ttl, client.config.watchdog_lease) else {
             return Ok(None);
@@ -225,7 +228,7 @@ async fn ask(
         let handed = tokio::select! {
             biased;
             () = &mut notified => {
-                woken(client, (&lock, listener), &asked, request, (lease_duration, renew))
+                woken(client, (&lock, listener), &asked, numbered, (lease_duration, renew))
             }
             () = tokio::time::sleep(sleep_for.max(Duration::from_millis(1))) => None,
         };
@@ -269,6 +272,21 @@ fn woken(
     events::woken(lock);
     let handed = listener.take_handed(request.id)?;
     take_handed(client, lock, handed, asked, request, lease)
+}
+
+/// The caller got the lock at its first attempt: a place it took in the backend's
+/// queue is its own no more, and its line's next waiter may ask.
+fn at_once(
+    queued: &mut Option<QueuedWaiter>,
+    turn: Option<&Turn<LockName, Option<Listener>>>,
+    guard: Guard,
+) -> Guard {
+    events::acquired_at_once(&guard.hold().lock, guard.fencing_token());
+    QueuedWaiter::served(queued);
+    if let Some(turn) = turn {
+        turn.served();
+    }
+    guard
 }
 
 /// A waiter got the lock after waiting: the backend took it off its queue, the line's
@@ -396,9 +414,18 @@ fn take_up_in_background(
             Ok(Acquire::Acquired { origin, .. }) if origin == Some(request.id) => {
                 hold.extend(sent, valid_for);
             }
-            // The handed grant ended before its take-up: released by its guard already,
-            // or gone (lapsed, force-released). The hold keeps the handed lease, and a
-            // renewal or its deadline tells a guard that still holds it.
+            // The handed grant ended before its take-up (force-released, or lapsed):
+            // a guard that still holds it has lost it, now rather than at its next
+            // renewal (review 3, R1). One released by its guard already has no guard
+            // left to tell.
+            Ok(Acquire::Ended) => {
+                events::take_up_found_it_ended(&lock_ref);
+                if hold.guards() > 0 {
+                    hold.mark_lost(LostReason::OwnerGone);
+                }
+            }
+            // A store that answers otherwise (busy): a renewal or the handed lease's
+            // deadline tells a guard that still holds it.
             Ok(_) => events::take_up_found_it_ended(&lock_ref),
             Err(err) => events::take_up_failed(&lock_ref, &err),
         }
@@ -492,6 +519,9 @@ enum Attempt {
         ttl: Option<Duration>,
         reserved: bool,
     },
+    /// The acquisition's id is over (see [`Acquire::Ended`]): the caller, still
+    /// waiting, goes on under a fresh one.
+    Ended,
 }
 
 /// One acquire request, cancel-safe: see the module docs. A waiter's standing, if any,
@@ -569,6 +599,7 @@ async fn attempt(
             )))
         }
         Acquire::Busy { ttl, reserved } => Ok(Attempt::Busy { ttl, reserved }),
+        Acquire::Ended => Ok(Attempt::Ended),
     }
 }
 

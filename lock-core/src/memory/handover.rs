@@ -218,7 +218,10 @@ impl Store {
         self.locks.insert(key.to_owned(), entry);
         let token = self.token(key, true, request.fencing);
         let reply = granted(1, token, request.id);
-        self.remember(key, request.id, Answer::Handed(reply), (now, place));
+        // Remembered past the place: a take-up that comes after the hold lapsed must
+        // find it ended, not ask afresh under an id the store already granted.
+        let kept = place.saturating_add(request.retry_window.saturating_mul(2));
+        self.remember(key, request.id, Answer::Handed(reply), (now, kept));
         let attempt = request.wait.map_or(0, |w| w.attempt);
         self.hand_overs.made += 1;
         Some(Notice {
@@ -231,15 +234,15 @@ impl Store {
 
     /// The attempt of an acquisition handed the mutex takes its hold up: the hold gets
     /// the acquisition's lease, and its grant is answered as any other from now on.
-    /// `None` when the handed hold is gone (its place lapsed, or it was force-released):
-    /// the attempt then asks afresh.
+    /// [`Acquire::Ended`] when the handed hold is gone (its place lapsed, or it was
+    /// force-released): an acquisition is granted at most once, so its id is over.
     pub(super) fn take_up(
         &mut self,
         lock: &LockRef,
         request: AcquireRequest,
         grant: Acquire,
         now: Instant,
-    ) -> Option<Acquire> {
+    ) -> Acquire {
         let name = lock.name.as_str();
         let field = field_of(lock);
         let alive = self.live(name, now).is_some_and(|entry| {
@@ -249,8 +252,9 @@ impl Store {
                 .is_some_and(|held| held.origin == request.id)
         });
         if !alive {
-            self.answers.remove(&(name.to_owned(), request.id));
-            return None;
+            let ended = (now, request.retry_window.saturating_mul(2));
+            self.remember(name, request.id, Answer::Ended(Release::NotHeld), ended);
+            return Acquire::Ended;
         }
         if let Some(entry) = self.live(name, now) {
             entry.arm(now, request.lease);
@@ -258,7 +262,7 @@ impl Store {
         let kept = (now, request.retry_window);
         self.remember(name, request.id, Answer::Granted(grant), kept);
         self.hand_overs.taken_up += 1;
-        Some(grant)
+        grant
     }
 
     /// Whether the mutex `name` is held by a hold handed over and not yet taken up.
@@ -272,8 +276,9 @@ impl Store {
         matches!(self.answered(name, origin, now), Some(Answer::Handed(_)))
     }
 
-    /// A waiting acquisition gives up: it leaves the waiters, and a hold handed to it and
-    /// not taken up ends. Returns whether the mutex is now free.
+    /// A waiting acquisition gives up: it leaves the waiters, a hold handed to it and
+    /// not taken up ends, and so does its id: a late copy of one of its attempts grants
+    /// nothing (review 3, R2). Returns whether the mutex is now free.
     pub(super) fn give_up(
         &mut self,
         lock: &LockRef,
@@ -300,6 +305,11 @@ impl Store {
                 }
                 self.hand_overs.given_back += 1;
             }
+        }
+        if !matches!(
+            self.answered(name, request.id, now),
+            Some(Answer::Granted(_))
+        ) {
             let ended = (now, request.retry_window.saturating_mul(2));
             self.remember(name, request.id, Answer::Ended(Release::NotHeld), ended);
         }

@@ -63,19 +63,11 @@ impl Backend for MemoryBackend {
         let name = lock.name.as_str();
         match store.answered(name, request.id, now) {
             Some(Answer::Granted(grant)) => return Ok(grant),
-            Some(Answer::Handed(grant)) => {
-                if let Some(grant) = store.take_up(lock, request, grant, now) {
-                    return Ok(grant);
-                }
-            }
+            Some(Answer::Handed(grant)) => return Ok(store.take_up(lock, request, grant, now)),
             // A copy of a request whose grant already ended (or was undone before it
-            // came) grants nothing: nobody would release it.
-            Some(Answer::Ended(_)) => {
-                return Ok(Acquire::Busy {
-                    ttl: None,
-                    reserved: false,
-                });
-            }
+            // came, or whose acquisition was cancelled) grants nothing: nobody would
+            // release it.
+            Some(Answer::Ended(_)) => return Ok(Acquire::Ended),
             None => {}
         }
         let reply = match lock.kind {
@@ -127,7 +119,8 @@ impl Backend for MemoryBackend {
                     );
                     was_first || handed
                 }
-                LockKind::Read => return Ok(()),
+                // A reader has no place to give up; its id still ends.
+                LockKind::Read => false,
             };
             let free = store.give_up(lock, acquisition, now);
             (serves_next && free).then(|| Self::serve(&mut store, lock, now))
@@ -295,6 +288,6 @@ fn waiting_to_be_handed(
             store.unregister_waiter(lock.name.as_str(), request.id);
             reply
         }
-        Acquire::Busy { .. } => reply,
+        Acquire::Busy { .. } | Acquire::Ended => reply,
     }
 }

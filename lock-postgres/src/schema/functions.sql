@@ -37,7 +37,8 @@
 -- Replies are arrays of bigint:
 --   acquire_grant: {1, holds, token, origin high 64 bits, origin low 64 bits} granted,
 --            {0, ms the lock stays busy at most, 0} busy, {3, 0, 0} a reader asking for
---            the write lock (it would wait for itself); `acquire` answers the first three;
+--            the write lock (it would wait for itself), {5, 0, 0} the acquisition is
+--            over (its grant ended, or it gave up); `acquire` answers the first three;
 --   release: {0, 0} not held (the grant is not alive), {1, holds left} still held,
 --            {2, 0} released.
 -- A release's reply is kept in `answers` for its retry window, under the grant it ended
@@ -90,6 +91,21 @@ BEGIN
     END IF;
 END $$;
 
+-- Ends the acquisitions `p_ids` of `p_name` for good: an acquisition is granted at most
+-- once and never after it ended (given up, its handed hold lapsed or revoked, its hold
+-- force-released), so a late copy of one of its attempts finds its answer here and
+-- grants nothing (third review, R1 and R2), and a release of it ends nothing. Kept for a
+-- minute: twice the longest retry window a client may set (lock-core's `Config`).
+CREATE OR REPLACE FUNCTION {schema}.end_acquisitions(p_name text, p_ids uuid[], p_now timestamptz)
+RETURNS void LANGUAGE sql
+    AS $$
+    INSERT INTO {schema}.answers (request, name, reply, expires_at)
+    SELECT id, p_name, ARRAY[0, 0]::bigint[], p_now + interval '60 seconds'
+      FROM unnest(p_ids) AS id
+     WHERE id IS NOT NULL
+    ON CONFLICT (request) DO NOTHING
+$$;
+
 -- Serializes on `p_name`, drops what expired, and returns the remembered reply of
 -- `p_request` (NULL when it has none).
 CREATE OR REPLACE FUNCTION {schema}.begin_op(p_name text, p_request uuid, p_now timestamptz)
@@ -112,6 +128,11 @@ BEGIN
     -- One look finds whether anything expired (mostly nothing has).
     IF EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name
                   AND (expires_at <= p_now OR lease_ends[1] <= p_now)) THEN
+        -- A handed hold that lapsed before its take-up ends its acquisition: the take-up,
+        -- when it comes, must not be granted afresh under the handed id.
+        PERFORM {schema}.end_acquisitions(p_name, ARRAY(
+            SELECT origin FROM {schema}.holds
+             WHERE name = p_name AND expires_at <= p_now AND handed), p_now);
         DELETE FROM {schema}.holds WHERE name = p_name AND expires_at <= p_now;
         -- A reader whose row lives on may have grants whose own lease ended: they end
         -- (the first lease end is the earliest; the row's end is the latest, so one
@@ -434,9 +455,10 @@ BEGIN
         RETURN {schema}.granted(v_own);
     END IF;
     IF EXISTS (SELECT 1 FROM {schema}.answers WHERE request = p_request) THEN
-        -- A late copy of a request whose grant was released: nobody waits for it, and
-        -- nobody would release a second grant.
-        RETURN ARRAY[0, 1, 0];
+        -- A late copy of a request whose grant was released, or of an acquisition that
+        -- ended without one: nobody waits for it, and nobody would release a second
+        -- grant. Ended.
+        RETURN ARRAY[5, 0, 0];
     END IF;
     IF v_own.owner IS NOT NULL THEN
         -- Reentry is always granted: the hold is there, so it was not lost.
@@ -592,6 +614,12 @@ DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
     PERFORM {schema}.begin_op(p_name, NULL, v_now);
+    -- Unless it holds a grant its caller has (a cancellation that came late), the
+    -- acquisition ends with its wait.
+    IF NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name AND owner = p_owner
+                      AND NOT handed AND p_request = ANY (grants)) THEN
+        PERFORM {schema}.end_acquisitions(p_name, ARRAY[p_request], v_now);
+    END IF;
     DELETE FROM {schema}.waiters
      WHERE name = p_name AND owner = p_owner
        AND (p_request IS NULL OR request IS NULL OR request = p_request);
@@ -633,6 +661,10 @@ BEGIN
     IF NOT v_found THEN
         RETURN false;
     END IF;
+    -- Every grant of the revoked holds ends: a take-up of a handed one, or a late copy
+    -- of any one's acquire, is not granted again under its id (third review, R1).
+    PERFORM {schema}.end_acquisitions(p_name, ARRAY(
+        SELECT g FROM {schema}.holds AS h, unnest(h.grants) AS g WHERE h.name = p_name), v_now);
     DELETE FROM {schema}.holds WHERE name = p_name;
     IF p_kind IN ('mutex', 'fair') THEN
         PERFORM {schema}.hand_over(p_name, v_now);

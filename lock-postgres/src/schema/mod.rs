@@ -203,7 +203,7 @@ const STEPS: [&str; 5] = [
 /// older client never puts its functions back under a newer one. A function's
 /// parameters therefore never change: a new signature is a new function, and old ones
 /// stay for older clients.
-pub const FUNCTIONS_REVISION: i32 = 7;
+pub const FUNCTIONS_REVISION: i32 = 8;
 
 /// The functions a client calls, each with a pinned `search_path` and its owner's
 /// rights; a service's role gets EXECUTE on these alone (see [`grants_sql`]).

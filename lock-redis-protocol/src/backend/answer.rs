@@ -59,7 +59,7 @@ impl AcquireAnswer {
 /// `[1, holds, token]` and the origin),
 /// `{0, ttl}` busy, `{2, ttl}` reserved for a starving waiter, `{3, _}` an upgrade that
 /// would wait for itself, `{4, ms}` no grants during the restart quarantine (reported
-/// through `tracing`).
+/// through `tracing`), `{5, 0}` the acquisition is over (see [`Acquire::Ended`]).
 pub(super) fn decode_acquire(
     items: Option<&[i64]>,
     origin: Option<RequestId>,
@@ -90,6 +90,7 @@ pub(super) fn decode_acquire(
             })
         }
         Some([3, _]) => Err(Error::would_deadlock(name.as_str())),
+        Some([5, _]) => Ok(Acquire::Ended),
         _ => Err(unexpected("acquire", reply)),
     }
 }

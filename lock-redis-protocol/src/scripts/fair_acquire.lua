@@ -13,7 +13,7 @@
 -- Deadlines come from the server's clock, so clients need no synchronised clocks.
 -- Reply: '<holds>:<token>:<origin>' when held; {0, ms} when not: ms is the longest the caller
 -- should wait for a message before asking again; {4, ms} while the restart quarantine
--- lasts.
+-- lasts; {5, 0} when this acquisition is over (its grant ended, or it gave up).
 
 local again = grant_replayed()
 if type(again) == 'string' and string.sub(again, 1, 1) == 'h' then
@@ -85,7 +85,7 @@ if queued or ARGV[3] == '1' then
     end
     -- Its liveness entry also names this acquisition, for a release to hand it the lock.
     redis.call('hset', KEYS[4], ARGV[2], string.format('%d:', now + timeout) .. ARGV[9] .. ':'
-        .. ARGV[5] .. ':' .. ARGV[4] .. ':' .. ARGV[8])
+        .. ARGV[5] .. ':' .. ARGV[4] .. ':' .. ARGV[8] .. ':' .. ARGV[10])
     keep_queue(KEYS[2], KEYS[3], KEYS[4], timeout)
 end
 local sleep = redis.call('pttl', KEYS[1])

@@ -22,7 +22,8 @@
 -- someone else does (for a registered waiter at most a third of its place: a lock
 -- handed to a waiter that stalled is free again after one place);
 -- {2, pttl of the reservation} when it is free but reserved for another owner; {4, ms}
--- while the restart quarantine lasts.
+-- while the restart quarantine lasts; {5, 0} when this acquisition is over (its grant
+-- ended, or it gave up): it is granted nothing more.
 
 local again = grant_replayed()
 if type(again) == 'string' and string.sub(again, 1, 1) == 'h' then

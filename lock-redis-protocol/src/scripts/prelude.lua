@@ -63,8 +63,8 @@ end
 
 -- When a fair-lock waiter of ours stops keeping its place, from its entry in the
 -- liveness hash, '<deadline ms>' followed, for a waiter that may be handed the lock, by
--- ':<request id>:<fencing 0|1>:<place ms>:<attempt>' (see hand_fair_lock); nil for no
--- entry (false) or a malformed one.
+-- ':<request id>:<fencing 0|1>:<place ms>:<attempt>:<latch ms>' (see hand_fair_lock);
+-- nil for no entry (false) or a malformed one.
 local function alive_until(entry)
     if not entry then
         return nil
@@ -259,12 +259,13 @@ end
 -- the acquire request, then the release's answer as 'r<answer>' for retries of the
 -- release (and so that a late copy of the acquire request grants nothing).
 
--- The grant this acquire request got before, or {0, 1} (busy) when that grant already
--- ended; false when the request is new.
+-- The grant this acquire request got before, or {5, 0} (ended) when that grant already
+-- ended or its acquisition gave up: an acquisition is granted at most once, and never
+-- after it ended. False when the request is new.
 local function grant_replayed()
     local before = redis.call('get', KEYS[#KEYS])
     if before and string.sub(before, 1, 1) == 'r' then
-        return {0, 1}
+        return {5, 0}
     end
     return before
 end
@@ -491,10 +492,11 @@ end
 -- Makes the waiting acquisition `request` the holder of the free lock `lock` under the
 -- field `field` (its owner's; '<owner>:write' for a writer, with `mode` 'write', else nil),
 -- as its own acquire script would have (the field, its grants hash begun by it, a fresh
--- token when `fencing` is '1'), with a lease and a latch of `place_ms`; the latch says
--- 'h<holds>:<token>:<origin>' (handed, not taken up; see take_up_handed). Returns the
--- token (0 without fencing).
-local function grant_handed(lock, field, request, fencing, place_ms, token_key, mode)
+-- token when `fencing` is '1'), with a lease of `place_ms`; the latch says
+-- 'h<holds>:<token>:<origin>' (handed, not taken up; see take_up_handed) and outlives
+-- the hold by two latch lifetimes (`latch_ms`), so that a take-up that comes after the
+-- hold lapsed finds it ended. Returns the token (0 without fencing).
+local function grant_handed(lock, field, request, fencing, place_ms, latch_ms, token_key, mode)
     local grants = grants_of(lock, field)
     if mode then
         redis.call('hset', lock, 'mode', mode, field, 1)
@@ -510,7 +512,7 @@ local function grant_handed(lock, field, request, fencing, place_ms, token_key, 
         token = next_token(token_key)
     end
     redis.call('set', latch_of(lock, request), string.format('h1:%d:', token) .. request,
-        'px', place_ms)
+        'px', tonumber(place_ms) + 2 * tonumber(latch_ms))
     return token
 end
 
@@ -538,26 +540,27 @@ local function hand_over(target, m)
         return nil
     end
     redis.call('hdel', m.requests, target)
-    local request, fencing, place_ms, _, attempt, field =
+    local request, fencing, place_ms, latch_ms, attempt, field =
         string.match(entry, '^(%x+):([01]):(%d+):(%d+):(%d+):(.+)$')
     if not (field and may_hand_over(m.lock, request, m.epoch, m.quarantine_ms)) then
         return nil
     end
-    local token = grant_handed(m.lock, field, request, fencing, place_ms, m.token, m.mode)
+    local token = grant_handed(m.lock, field, request, fencing, place_ms, latch_ms, m.token,
+        m.mode)
     return request .. string.format(':%d:', token) .. attempt
 end
 
 -- Takes up the hold handed over to this acquire request (its latch, KEYS[#KEYS], says
 -- 'h...'; see hand_over): with the owner's `field` of lock `key` still there under the
 -- handed grant, the hold gets the request's lease (extended only) and the latch the
--- grant as a plain one. Returns the grant; nil when the handed hold is gone (its place
--- lapsed, or it was force-released), after dropping the latch, so that the request
--- asks afresh.
+-- grant as a plain one. Returns the grant; {5, 0} (ended) when the handed hold is gone
+-- (its place lapsed, or it was force-released): the latch then says so, and the
+-- acquisition's id grants nothing more (a take-up only takes up; review 3, R1).
 local function take_up_handed(key, field, lease_ms)
     local latch = KEYS[#KEYS]
     if not (grant_alive(0) and redis.call('hexists', key, field) == 1) then
-        redis.call('del', latch)
-        return nil
+        redis.call('set', latch, 'r-1', 'px', 2 * tonumber(ARGV[#ARGV]))
+        return {5, 0}
     end
     if lease_left(key) < tonumber(lease_ms) then
         redis.call('pexpire', key, lease_ms)
@@ -634,11 +637,14 @@ end
 -- gives up: a hold handed over to it and not taken up (see hand_over) ends, its own
 -- grant alone (the owner's other acquisitions may have joined the hold since, and keep
 -- theirs), and its latch answers a late copy of one of its attempts with nothing for
--- `latch_ms`. Returns whether it had been handed the lock.
+-- `latch_ms`, whether it had been handed the lock or not (a cancelled acquisition's
+-- late attempt must not take the lock for nobody; review 3, R2), unless the latch
+-- remembers a grant its caller has. Returns whether it had been handed the lock.
 local function give_back_handed(lock, owner, request, latch_ms)
     local latch = latch_of(lock, request)
     local handed = redis.call('get', latch)
     if not (handed and string.sub(handed, 1, 1) == 'h') then
+        redis.call('set', latch, 'r-1', 'px', latch_ms, 'nx')
         return false
     end
     local grants = grants_of(lock, owner)
@@ -677,8 +683,8 @@ local function hand_fair_lock(f)
         return
     end
     local channel = f.prefix .. ':' .. head
-    local request, fencing, place_ms, attempt = string.match(
-        redis.call('hget', f.alive, head) or '', '^%d+:(%x+):([01]):(%d+):(%d+)$')
+    local request, fencing, place_ms, attempt, latch_ms = string.match(
+        redis.call('hget', f.alive, head) or '', '^%d+:(%x+):([01]):(%d+):(%d+):(%d+)$')
     if not (request and may_hand_over(f.lock, request, f.epoch, f.quarantine_ms)) then
         redis.call(f.publish, channel, '0')
         return
@@ -688,7 +694,7 @@ local function hand_fair_lock(f)
     advance_scores(f.queue, f.deadlines, 0, f.slot)
     redis.call('zrem', f.deadlines, head)
     redis.call('hdel', f.alive, head)
-    local token = grant_handed(f.lock, head, request, fencing, place_ms, f.token, nil)
+    local token = grant_handed(f.lock, head, request, fencing, place_ms, latch_ms, f.token, nil)
     redis.call(f.publish, channel, 'handed:' .. request .. string.format(':%d:', token) .. attempt)
 end
 

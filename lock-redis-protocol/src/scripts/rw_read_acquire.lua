@@ -8,7 +8,7 @@
 -- this request gets the same grant back.
 -- Readers share the lock; the writer may also read (downgrade); anyone else waits.
 -- Reply: '<holds>:<token>:<origin>' when held; {0, pttl} when a writer holds it; {4, ms} while
--- the restart quarantine lasts.
+-- the restart quarantine lasts; {5, 0} when this acquisition is over (its grant ended).
 local again = grant_replayed()
 if again then
     return again

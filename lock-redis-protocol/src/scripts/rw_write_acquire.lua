@@ -15,7 +15,8 @@
 -- request gets the same grant back.
 -- Reply: '<holds>:<token>:<origin>' when held; {0, pttl} when busy (for a registered
 -- waiter at most a third of its place); {3, 0} when the owner holds the read lock (an
--- upgrade would wait for itself forever); {4, ms} while the restart quarantine lasts.
+-- upgrade would wait for itself forever); {4, ms} while the restart quarantine lasts;
+-- {5, 0} when this acquisition is over (its grant ended, or it gave up).
 local again = grant_replayed()
 if type(again) == 'string' and string.sub(again, 1, 1) == 'h' then
     -- Handed over to this acquisition while it waited (see hand_over).

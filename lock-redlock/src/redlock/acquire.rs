@@ -57,7 +57,7 @@ fn spawn_acquire(
         let result = node.acquire(&lock, request).await;
         drop(after_force);
         gates.forcing.done(&force_key, forced);
-        let maybe_held = !matches!(result, Ok(Acquire::Busy { .. }));
+        let maybe_held = !matches!(result, Ok(Acquire::Busy { .. } | Acquire::Ended));
         // A caller that went away no longer needs the answer; `decision` still tells
         // this task whether to give a grant back.
         let _ = reply.send(result);

@@ -34,6 +34,8 @@ impl Granted {
                 origin,
             },
             Ok(Acquire::Busy { ttl, .. }) => Self::Busy(ttl),
+            // A late copy of an attempt this node already ended: nothing was taken.
+            Ok(Acquire::Ended) => Self::Busy(None),
             Ok(_) => Self::Failed(Error::protocol("a node answered an unknown reply")),
             Err(err) => Self::Failed(err),
         }
