@@ -364,18 +364,25 @@ impl Backend for PostgresBackend {
         check_fits(lock)?;
         // The lock's mode (a writer's, else the readers', else the mutex's), the owner's
         // live holds of the kind asked about, and the lock's time left (its longest
-        // lease).
+        // lease). A plain statement, so every operator and function is named as
+        // pg_catalog's (see `describe`, third review R3).
         let statement = format!(
-            "SELECT CASE WHEN bool_or(kind = 'write') THEN 'write'
-                         WHEN bool_or(kind = 'read') THEN 'read'
-                         ELSE max(kind) END,
-                    coalesce(sum(CASE WHEN kind <> 'read' THEN holds
-                                      ELSE (SELECT count(*) FROM unnest(lease_ends) e
-                                             WHERE e > clock_timestamp()) END)
-                             FILTER (WHERE owner = $2 AND kind = $3), 0)::bigint,
-                    ceil(extract(epoch FROM max(expires_at) - clock_timestamp()) * 1000)::bigint
+            "SELECT CASE WHEN pg_catalog.bool_or(kind OPERATOR(pg_catalog.=) 'write'::text)
+                              THEN 'write'
+                         WHEN pg_catalog.bool_or(kind OPERATOR(pg_catalog.=) 'read'::text)
+                              THEN 'read'
+                         ELSE pg_catalog.max(kind) END,
+                    coalesce(pg_catalog.sum(
+                        CASE WHEN kind OPERATOR(pg_catalog.<>) 'read'::text THEN holds
+                             ELSE (SELECT pg_catalog.count(*) FROM pg_catalog.unnest(lease_ends) e
+                                    WHERE e OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()) END)
+                        FILTER (WHERE owner OPERATOR(pg_catalog.=) $2
+                                  AND kind OPERATOR(pg_catalog.=) $3), 0)::bigint,
+                    pg_catalog.ceil(extract(epoch FROM pg_catalog.max(expires_at)
+                                                      OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
+                                    OPERATOR(pg_catalog.*) 1000::numeric)::bigint
                FROM {s}.holds
-              WHERE name = $1 AND expires_at > clock_timestamp()",
+              WHERE name OPERATOR(pg_catalog.=) $1 AND expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()",
             s = self.schema
         );
         let params: [Param<'_>; 3] = [

@@ -15,19 +15,28 @@ impl Introspect for PostgresBackend {
     async fn describe(&self, name: &LockName) -> Result<LockInfo, Error> {
         let text = name.as_str();
         check_name(text)?;
+        // Every operator and function is pg_catalog's, named so: a plain statement
+        // resolves them through the caller's search_path, where an exact match planted
+        // in another schema beats one of PostgreSQL's that needs a cast (third review,
+        // R3: `numeric * integer`), and would run with the describing role's rights.
         let statement = format!(
             "SELECT h.owner, h.kind, h.holds,
-                    ceil(extract(epoch FROM h.expires_at - clock_timestamp()) * 1000)::bigint,
-                    (extract(epoch FROM h.since) * 1000)::bigint,
+                    pg_catalog.ceil(extract(epoch FROM h.expires_at OPERATOR(pg_catalog.-) now.at)
+                                    OPERATOR(pg_catalog.*) 1000::numeric)::bigint,
+                    (extract(epoch FROM h.since) OPERATOR(pg_catalog.*) 1000::numeric)::bigint,
                     c.name, c.host, c.pid,
-                    (SELECT count(*) FROM {s}.waiters w
-                      WHERE w.name = $1 AND w.alive_until > clock_timestamp()),
-                    (SELECT t.token FROM {s}.tokens t WHERE t.name = $1)
-               FROM (SELECT 1) AS one
-               LEFT JOIN {s}.holds h ON h.name = $1 AND h.expires_at > clock_timestamp()
+                    (SELECT pg_catalog.count(*) FROM {s}.waiters w
+                      WHERE w.name OPERATOR(pg_catalog.=) $1
+                        AND w.alive_until OPERATOR(pg_catalog.>) now.at),
+                    (SELECT t.token FROM {s}.tokens t WHERE t.name OPERATOR(pg_catalog.=) $1)
+               FROM (SELECT pg_catalog.clock_timestamp() AS at) AS now
+               LEFT JOIN {s}.holds h
+                      ON h.name OPERATOR(pg_catalog.=) $1
+                     AND h.expires_at OPERATOR(pg_catalog.>) now.at
                LEFT JOIN {s}.clients c
-                      ON c.id = regexp_replace(h.owner, ':[^:]*$', '')
-                     AND c.until > clock_timestamp()
+                      ON c.id OPERATOR(pg_catalog.=)
+                         pg_catalog.regexp_replace(h.owner, ':[^:]*$'::text, ''::text)
+                     AND c.until OPERATOR(pg_catalog.>) now.at
               ORDER BY h.owner, h.kind",
             s = self.schema
         );
@@ -80,8 +89,11 @@ impl Introspect for PostgresBackend {
         let pattern = format!("{}%", like_escaped(prefix));
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let statement = format!(
+            // pg_catalog's operators, named so (see `describe`); LIKE's escape
+            // character is the backslash `like_escaped` uses.
             "SELECT DISTINCT name FROM {s}.holds
-              WHERE name LIKE $1 ESCAPE '\\' AND expires_at > clock_timestamp()
+              WHERE name OPERATOR(pg_catalog.~~) $1
+                AND expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
               ORDER BY name LIMIT $2",
             s = self.schema
         );

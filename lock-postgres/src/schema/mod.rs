@@ -289,7 +289,10 @@ pub async fn migrate(client: &mut Client, schema: &SchemaName) -> Result<(), Err
     // Unnamed, as every statement outside the migration's transaction: a named prepared
     // statement would not survive a transaction-mode pooler.
     let server: i32 = client
-        .query_typed("SELECT current_setting('server_version_num')::int", &[])
+        .query_typed(
+            "SELECT pg_catalog.current_setting('server_version_num'::text)::int",
+            &[],
+        )
         .await
         .map_err(|err| failed(err, "reading the server version", schema))?
         .first()
@@ -304,14 +307,15 @@ pub async fn migrate(client: &mut Client, schema: &SchemaName) -> Result<(), Err
     // One migrator at a time per schema: the key is the schema name's hash.
     transaction
         .execute(
-            "SELECT pg_advisory_xact_lock(hashtext('distlock schema ' || $1))",
+            "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext(
+                 'distlock schema '::text OPERATOR(pg_catalog.||) $1::text))",
             &[&schema.as_str()],
         )
         .await
         .map_err(|err| failed(err, during, schema))?;
     let exists = transaction
         .query_opt(
-            "SELECT 1 FROM pg_namespace WHERE nspname = $1",
+            "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) $1::name",
             &[&schema.as_str()],
         )
         .await
@@ -468,7 +472,8 @@ async fn check_columns(client: &impl GenericClient, schema: &SchemaName) -> Resu
         // prepared statement would not survive a transaction-mode pooler.
         .query_typed(
             "SELECT table_name::text, column_name::text, data_type::text
-               FROM information_schema.columns WHERE table_schema = $1",
+               FROM information_schema.columns
+              WHERE table_schema::text OPERATOR(pg_catalog.=) $1::text",
             &[(&schema.as_str(), tokio_postgres::types::Type::TEXT)],
         )
         .await
