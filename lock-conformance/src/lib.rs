@@ -14,11 +14,11 @@
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
 pub mod adapter;
-mod ended;
 mod expirable;
 mod family;
 pub mod faulty;
 pub mod fixture;
+mod grant_rules;
 mod grants;
 mod introspection;
 mod latch;
@@ -108,6 +108,7 @@ macro_rules! conformance_suite {
             a_guard_of_a_revoked_handed_hold_learns_it_at_its_take_up: [HandsOver],
             a_late_copy_of_a_cancelled_mutex_acquisition_takes_nothing: [RetrySafe],
             a_late_copy_of_a_cancelled_fair_acquisition_takes_nothing: [RetrySafe, Fair],
+            a_handed_hold_lasts_no_longer_than_its_waiters_lease: [HandsOver],
             a_bounded_wait_ends_on_time_when_subscribing_is_slow: [],
             an_unconfirmed_subscription_is_tried_again: [],
             read_write_compatibility: [ReadWrite],

@@ -234,9 +234,10 @@ pub(crate) const REDISSON_WAIT_SLOT_TEXT: &str = "300000";
 /// The fair lock's waiter queue, deadline and liveness keys, which every fair script
 /// takes after the lock key. The liveness hash (ours, not Redisson's) holds, per owner
 /// of ours that waits,
-/// `<deadline ms>:<request id>:<fencing 0|1>:<place ms>:<attempt>:<latch ms>`: until
-/// when it keeps its place, which acquisition a release hands the lock to, and how long
-/// that acquisition's latch outlives a handed hold.
+/// `<deadline ms>:<request id>:<fencing 0|1>:<place ms>:<attempt>:<latch ms>:<lease ms>`:
+/// until when it keeps its place, which acquisition a release hands the lock to, how
+/// long that acquisition's latch outlives a handed hold, and its lease (a handed hold
+/// lasts the place or the lease, whichever is shorter).
 #[must_use]
 pub fn fair_queue_keys(name: &LockName) -> [String; 3] {
     [

@@ -294,9 +294,9 @@ pub async fn replica_ack_keeps_the_lock_across_a_failover(fx: &dyn Fixture) {
     drop(held);
 }
 
-pub use crate::ended::*;
 pub use crate::expirable::*;
 pub use crate::family::*;
+pub use crate::grant_rules::*;
 pub use crate::grants::*;
 pub use crate::introspection::*;
 pub use crate::latch::*;

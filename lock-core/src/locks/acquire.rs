@@ -353,9 +353,10 @@ fn take_handed(
     request: AcquireRequest,
     (lease, renew): (Duration, bool),
 ) -> Option<Guard> {
-    let place = request.wait?.place_kept_for;
+    // The store's handed hold lasts the place, or the lease if shorter.
+    let handed_lease = request.wait?.place_kept_for.min(request.lease);
     let sent = asked.sent(handed.after_attempt)?;
-    let valid_for = client.valid_for(place);
+    let valid_for = client.valid_for(handed_lease);
     if sent + valid_for < Instant::now() + valid_for / 2 {
         return None;
     }
@@ -368,7 +369,7 @@ fn take_handed(
         client,
         lock,
         granted,
-        (request.id, sent, place),
+        (request.id, sent, handed_lease),
         (lease, renew),
     );
     take_up_in_background(client, lock, guard.hold(), request);

@@ -214,7 +214,9 @@ impl Store {
             entry = Entry::new(None, now);
             entry.add(waiter.owner.as_str(), grant);
         }
-        entry.arm(now, place);
+        // The place, or the waiter's lease if shorter: a holder that dies is replaced
+        // within its own lease, handed or not.
+        entry.arm(now, place.min(request.lease));
         self.locks.insert(key.to_owned(), entry);
         let token = self.token(key, true, request.fencing);
         let reply = granted(1, token, request.id);

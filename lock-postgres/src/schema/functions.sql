@@ -330,10 +330,10 @@ END $$;
 
 -- Hands a free `p_name` over to its first waiter that still keeps its place, and wakes
 -- it: the hold is the waiter's acquisition's (its request id, its lease asked, fencing
--- as it asked), marked `handed` and lasting only as long as the waiter's place, until
--- the waiter's next attempt, under the same id, finds it and takes it up with its full
--- lease. A waiter that has gone (gave up, crashed, paused) loses it when its place
--- lapses, or at once when it cancels. A waiter of a client that asks under a new id
+-- as it asked), marked `handed` and lasting only the waiter's place (or its lease, if
+-- shorter), until the waiter's next attempt, under the same id, finds it and takes it up
+-- with its full lease. A waiter that has gone (gave up, crashed, paused) loses it when
+-- that lapses, or at once when it cancels. A waiter of a client that asks under a new id
 -- every attempt (`request` NULL), or one during the failover quarantine, is only woken.
 CREATE OR REPLACE FUNCTION {schema}.hand_over(p_name text, p_now timestamptz)
 RETURNS void LANGUAGE plpgsql
@@ -353,10 +353,13 @@ BEGIN
         IF v_head.fencing THEN
             v_token := {schema}.next_token(p_name, p_now);
         END IF;
+        -- The place, or the waiter's lease if shorter: a holder that dies is replaced
+        -- within its own lease, handed or not.
         INSERT INTO {schema}.holds
                (name, owner, kind, holds, expires_at, origin, grants, token, handed)
-        VALUES (p_name, v_head.owner, 'mutex', 1, v_head.alive_until, v_head.request,
-                ARRAY[v_head.request], v_token, true);
+        VALUES (p_name, v_head.owner, 'mutex', 1,
+                least(v_head.alive_until, p_now + v_head.lease_ms * interval '1 millisecond'),
+                v_head.request, ARRAY[v_head.request], v_token, true);
     END IF;
     PERFORM {schema}.notify(v_head.channel, 'one');
 END $$;

@@ -85,7 +85,7 @@ if queued or ARGV[3] == '1' then
     end
     -- Its liveness entry also names this acquisition, for a release to hand it the lock.
     redis.call('hset', KEYS[4], ARGV[2], string.format('%d:', now + timeout) .. ARGV[9] .. ':'
-        .. ARGV[5] .. ':' .. ARGV[4] .. ':' .. ARGV[8] .. ':' .. ARGV[10])
+        .. ARGV[5] .. ':' .. ARGV[4] .. ':' .. ARGV[8] .. ':' .. ARGV[10] .. ':' .. ARGV[1])
     keep_queue(KEYS[2], KEYS[3], KEYS[4], timeout)
 end
 local sleep = redis.call('pttl', KEYS[1])

@@ -10,7 +10,7 @@
 -- ARGV[8] the caller's client wake id when the caller waits if busy, else '';
 -- ARGV[9] how long the waiting clients' zset outlives a registration (ms);
 -- ARGV[10] how long the caller keeps its place without asking again (ms): a lock handed
--- over to it lasts that long until it takes it up; ARGV[11] which attempt of its
+-- over to it lasts that long (or its lease, if shorter) until it takes it up; ARGV[11] which attempt of its
 -- acquisition this is (named to the waiter when the lock is handed over to it);
 -- ARGV[12] this request's id, the grant's, the same for every attempt of one
 -- acquisition; ARGV[13] grant latch lifetime (ms): a retry of this request gets the same
@@ -55,7 +55,7 @@ end
 -- What a registered waiter leaves in the waiting clients' acquisitions (see hand_over).
 local function waiting_request()
     return ARGV[12] .. ':' .. ARGV[6] .. ':' .. ARGV[10] .. ':' .. ARGV[13] .. ':' .. ARGV[11]
-        .. ':' .. ARGV[2]
+        .. ':' .. ARGV[1] .. ':' .. ARGV[2]
 end
 
 if redis.call('exists', KEYS[1]) == 0 then

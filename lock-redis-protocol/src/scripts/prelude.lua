@@ -63,7 +63,8 @@ end
 
 -- When a fair-lock waiter of ours stops keeping its place, from its entry in the
 -- liveness hash, '<deadline ms>' followed, for a waiter that may be handed the lock, by
--- ':<request id>:<fencing 0|1>:<place ms>:<attempt>:<latch ms>' (see hand_fair_lock);
+-- ':<request id>:<fencing 0|1>:<place ms>:<attempt>:<latch ms>:<lease ms>' (see
+-- hand_fair_lock);
 -- nil for no entry (false) or a malformed one.
 local function alive_until(entry)
     if not entry then
@@ -492,44 +493,48 @@ end
 -- Makes the waiting acquisition `request` the holder of the free lock `lock` under the
 -- field `field` (its owner's; '<owner>:write' for a writer, with `mode` 'write', else nil),
 -- as its own acquire script would have (the field, its grants hash begun by it, a fresh
--- token when `fencing` is '1'), with a lease of `place_ms`; the latch says
--- 'h<holds>:<token>:<origin>' (handed, not taken up; see take_up_handed) and outlives
--- the hold by two latch lifetimes (`latch_ms`), so that a take-up that comes after the
--- hold lapsed finds it ended. Returns the token (0 without fencing).
-local function grant_handed(lock, field, request, fencing, place_ms, latch_ms, token_key, mode)
+-- token when `fencing` is '1'), with a lease of the waiter's place (`place_ms`) or its
+-- lease (`lease_ms`), whichever is shorter: a holder that dies before its take-up (or
+-- after it) is replaced within its own lease. The latch says 'h<holds>:<token>:<origin>'
+-- (handed, not taken up; see take_up_handed) and outlives the hold by two latch
+-- lifetimes (`latch_ms`), so that a take-up that comes after the hold lapsed finds it
+-- ended. Returns the token (0 without fencing).
+local function grant_handed(lock, field, request, fencing, place_ms, lease_ms, latch_ms,
+                            token_key, mode)
+    local hold_ms = math.min(tonumber(place_ms), tonumber(lease_ms))
     local grants = grants_of(lock, field)
     if mode then
         redis.call('hset', lock, 'mode', mode, field, 1)
     else
         redis.call('hset', lock, field, 1)
     end
-    redis.call('pexpire', lock, place_ms)
+    redis.call('pexpire', lock, hold_ms)
     -- Fields an earlier hold of the owner left are not alive under this origin.
     redis.call('hset', grants, 'o', request, request, request, 's', now_ms())
-    redis.call('pexpire', grants, place_ms)
+    redis.call('pexpire', grants, hold_ms)
     local token = 0
     if fencing == '1' then
         token = next_token(token_key)
     end
     redis.call('set', latch_of(lock, request), string.format('h1:%d:', token) .. request,
-        'px', tonumber(place_ms) + 2 * tonumber(latch_ms))
+        'px', hold_ms + 2 * tonumber(latch_ms))
     return token
 end
 
 -- Hand-over. A waiting client's entry in the mutex's requests hash (`m.requests`; `m`:
 -- the lock's keys and settings, see wake_mutex_waiters) names its acquisition that
 -- waits, as its latest attempt to run left it:
--- '<request id>:<fencing 0|1>:<place ms>:<latch ms>:<attempt>:<field>', where the field
--- is the owner's ('<owner>:write' for a writer of a read-write lock, whose writers wait
--- in the same keys).
+-- '<request id>:<fencing 0|1>:<place ms>:<latch ms>:<attempt>:<lease ms>:<field>', where
+-- the field is the owner's ('<owner>:write' for a writer of a read-write lock, whose
+-- writers wait in the same keys).
 -- A release that wakes that client alone hands the free lock to that acquisition: a
 -- hold of its owner under its request id, as its own acquire script would have made it,
--- whose lease and latch last only the waiter's place (`place ms`), and whose latch says
--- 'h<holds>:<token>:<origin>' (handed, not taken up). The waiter's next attempt, under
--- the same id, takes it up (take_up_handed) with its full lease; a waiter that gave up
--- gives it back at once (mutex_cancel); one that vanished or stalled loses it when its
--- place lapses, and the waiters behind it, who ask again within a third of their place,
--- find it free. Nothing is handed during the restart quarantine, nor to a client whose
+-- whose lease lasts only the waiter's place (`place ms`) or its lease, if shorter, and
+-- whose latch says 'h<holds>:<token>:<origin>' (handed, not taken up). The waiter's next
+-- attempt, under the same id, takes it up (take_up_handed) with its full lease; a
+-- waiter that gave up gives it back at once (mutex_cancel); one that vanished or stalled
+-- loses it when that lease lapses, and the waiters behind it, who ask again within a
+-- third of their place, find it free. Nothing is handed during the restart quarantine, nor to a client whose
 -- entry is missing or malformed (an older version of this library): those are woken
 -- to ask. Returns what the waiter's client is told, '<request id>:<token>:<attempt>'
 -- (the attempt its entry came from: the waiter's lease counts from when it sent that
@@ -540,13 +545,13 @@ local function hand_over(target, m)
         return nil
     end
     redis.call('hdel', m.requests, target)
-    local request, fencing, place_ms, latch_ms, attempt, field =
-        string.match(entry, '^(%x+):([01]):(%d+):(%d+):(%d+):(.+)$')
+    local request, fencing, place_ms, latch_ms, attempt, lease_ms, field =
+        string.match(entry, '^(%x+):([01]):(%d+):(%d+):(%d+):(%d+):(.+)$')
     if not (field and may_hand_over(m.lock, request, m.epoch, m.quarantine_ms)) then
         return nil
     end
-    local token = grant_handed(m.lock, field, request, fencing, place_ms, latch_ms, m.token,
-        m.mode)
+    local token = grant_handed(m.lock, field, request, fencing, place_ms, lease_ms, latch_ms,
+        m.token, m.mode)
     return request .. string.format(':%d:', token) .. attempt
 end
 
@@ -683,8 +688,8 @@ local function hand_fair_lock(f)
         return
     end
     local channel = f.prefix .. ':' .. head
-    local request, fencing, place_ms, attempt, latch_ms = string.match(
-        redis.call('hget', f.alive, head) or '', '^%d+:(%x+):([01]):(%d+):(%d+):(%d+)$')
+    local request, fencing, place_ms, attempt, latch_ms, lease_ms = string.match(
+        redis.call('hget', f.alive, head) or '', '^%d+:(%x+):([01]):(%d+):(%d+):(%d+):(%d+)$')
     if not (request and may_hand_over(f.lock, request, f.epoch, f.quarantine_ms)) then
         redis.call(f.publish, channel, '0')
         return
@@ -694,7 +699,8 @@ local function hand_fair_lock(f)
     advance_scores(f.queue, f.deadlines, 0, f.slot)
     redis.call('zrem', f.deadlines, head)
     redis.call('hdel', f.alive, head)
-    local token = grant_handed(f.lock, head, request, fencing, place_ms, latch_ms, f.token, nil)
+    local token = grant_handed(f.lock, head, request, fencing, place_ms, lease_ms, latch_ms,
+        f.token, nil)
     redis.call(f.publish, channel, 'handed:' .. request .. string.format(':%d:', token) .. attempt)
 end
 

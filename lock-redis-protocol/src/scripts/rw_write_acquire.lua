@@ -9,7 +9,7 @@
 -- ARGV[6] the caller's client wake id when the caller waits if busy, else '';
 -- ARGV[7] how long the waiting clients' zset outlives a registration (ms);
 -- ARGV[8] how long the caller keeps its place without asking again (ms): a lock handed
--- over to it lasts that long until it takes it up; ARGV[9] which attempt of its
+-- over to it lasts that long (or its lease, if shorter) until it takes it up; ARGV[9] which attempt of its
 -- acquisition this is; ARGV[10] this request's id, the grant's, the same for every
 -- attempt of one acquisition; ARGV[11] grant latch lifetime (ms): a retry of this
 -- request gets the same grant back.
@@ -75,7 +75,7 @@ end
 -- Busy. A caller that will wait registers its client, so that a release can hand the
 -- lock to this acquisition (see hand_over).
 register_waiting(KEYS[4], KEYS[5], ARGV[6], ARGV[7], ARGV[10] .. ':' .. ARGV[3] .. ':'
-    .. ARGV[8] .. ':' .. ARGV[11] .. ':' .. ARGV[9] .. ':' .. writer)
+    .. ARGV[8] .. ':' .. ARGV[11] .. ':' .. ARGV[9] .. ':' .. ARGV[1] .. ':' .. writer)
 local ttl = redis.call('pttl', KEYS[1])
 if ARGV[6] ~= '' then
     ttl = asks_again_within(ttl, ARGV[8])

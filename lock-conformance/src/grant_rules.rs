@@ -1,8 +1,9 @@
-//! Scenarios for "an acquisition is granted at most once, and never after it ended": a
-//! take-up only takes up a handed hold, and a cancelled acquisition's late attempt takes
-//! nothing. Each names the finding of the third correctness review
-//! (`shared/reviews/correctness-3.md`) it guards, and failed on every store before its
-//! fix. Re-exported through [`crate::scenarios`].
+//! Scenarios for the grant rules the hand-over brought: an acquisition is granted at
+//! most once and never after it ended (a take-up only takes up a handed hold, and a
+//! cancelled acquisition's late attempt takes nothing), and a handed hold lasts no
+//! longer than its waiter's lease. Each names the finding it guards (the third
+//! correctness review, `shared/reviews/correctness-3.md`, or issue 48) and failed on
+//! every store where it applies before its fix. Re-exported through [`crate::scenarios`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use tokio::time::{Instant, sleep, timeout};
 
 use crate::Fixture;
 use crate::faulty::{AcquireFault, FaultyBackend};
-use crate::scenarios::unique;
+use crate::scenarios::{eventually, unique};
 
 /// The lease the raw waiter asks for.
 const LEASE: Duration = Duration::from_secs(30);
@@ -47,13 +48,22 @@ struct RawWaiter {
 
 impl RawWaiter {
     async fn queue(fx: &dyn Fixture, kind: LockKind, name: &str) -> Self {
+        Self::queue_with_lease(fx, kind, name, LEASE).await
+    }
+
+    async fn queue_with_lease(
+        fx: &dyn Fixture,
+        kind: LockKind,
+        name: &str,
+        lease: Duration,
+    ) -> Self {
         let backend = fx.backend().await;
         let lock = LockRef::new(
             kind,
             LockName::new(name).unwrap(),
             Owner::new("00000000-0000-0000-0000-0000000e1de0", "waiter"),
         );
-        let request = AcquireRequest::new(LEASE)
+        let request = AcquireRequest::new(lease)
             .enqueue(Duration::from_secs(5))
             .fencing(true)
             .attempt(1);
@@ -250,4 +260,46 @@ pub async fn a_guard_of_a_revoked_handed_hold_learns_it_at_its_take_up(fx: &dyn 
     drop(guard);
     waiting.shutdown().await;
     free_for_others(fx, LockKind::Mutex, &name, "after the revoked guard").await;
+}
+
+/// A holder handed the lock that dies (`kill -9`) is replaced within its own lease, not
+/// its place: a short lease means a fast takeover, whether it died before its take-up
+/// or after it. Before, a handed hold lasted the waiter's place (5 s here) and its
+/// take-up never cut it to the waiter's lease (issue 48: with a 3 s watchdog lease the
+/// next contender got the lock after 5 s, every run).
+pub async fn a_handed_hold_lasts_no_longer_than_its_waiters_lease(fx: &dyn Fixture) {
+    let lease = Duration::from_millis(300);
+    for takes_up in [false, true] {
+        let name = unique("handed-lease");
+        let holder = fx.client().await;
+        let held = lock_as(&holder, LockKind::Mutex, &name).await;
+        let waiter = RawWaiter::queue_with_lease(fx, LockKind::Mutex, &name, lease).await;
+        held.unlock().await.unwrap();
+        assert_eq!(waiter.holds().await, 1, "handed over");
+        if takes_up {
+            let taken = waiter
+                .backend
+                .acquire(&waiter.lock, waiter.request.attempt(3))
+                .await
+                .unwrap();
+            assert!(matches!(taken, Acquire::Acquired { .. }), "{taken:?}");
+        }
+        // The waiter dies here: it never asks, renews or releases again.
+        let died = Instant::now();
+        let other = fx.client().await;
+        let mutex = other.mutex(&name);
+        let replaced = eventually(Duration::from_secs(3), || async {
+            match mutex.try_lock().await.unwrap() {
+                Some(guard) => guard.unlock().await.is_ok(),
+                None => false,
+            }
+        })
+        .await;
+        assert!(
+            replaced,
+            "taken up: {takes_up}; a dead holder with a 300 ms lease still held the handed \
+             lock {:?} later",
+            died.elapsed()
+        );
+    }
 }
