@@ -27,6 +27,9 @@ pub struct PostgresBackend {
     pub(crate) schema: SchemaName,
     pub(crate) notifications: Notifications,
     pub(crate) response_timeout: Duration,
+    /// The longest lease the database grants (`distlock.failover_quarantine_ms`), read
+    /// when connecting.
+    pub(crate) longest_lease: Duration,
 }
 
 impl fmt::Debug for PostgresBackend {
@@ -85,7 +88,7 @@ impl PostgresBackend {
     }
 
     /// Runs `SELECT <schema>.<call>` on a pooled connection and returns its one value.
-    async fn call<T>(
+    pub(crate) async fn call<T>(
         &self,
         during: &'static str,
         call: &str,
@@ -205,7 +208,7 @@ fn unexpected(what: &str, reply: &[i64]) -> Error {
 #[async_trait]
 impl Backend for PostgresBackend {
     fn capabilities(&self) -> Capabilities {
-        Self::CAPABILITIES
+        Self::CAPABILITIES.max_lease(Some(self.longest_lease))
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {

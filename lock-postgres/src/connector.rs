@@ -264,12 +264,27 @@ async fn open(
         schema::migrate(client, &settings.schema).await?;
     }
     let notifications = Notifications::connect_with(listen_config, tls).await?;
-    Ok(PostgresBackend {
+    let mut backend = PostgresBackend {
         pool,
         schema: settings.schema,
         notifications,
         response_timeout: settings.response_timeout,
-    })
+        longest_lease: Duration::MAX,
+    };
+    let longest: i64 = backend
+        .call("reading the longest lease", "lease_limit()", &[])
+        .await?;
+    let Some(longest) = u64::try_from(longest).ok().filter(|ms| *ms > 0) else {
+        return Err(Error::invalid_config(
+            format!(
+                "distlock.failover_quarantine_ms is {longest}: the longest lease (and a \
+                 failover's quarantine) must be at least 1 ms"
+            ),
+            None,
+        ));
+    };
+    backend.longest_lease = Duration::from_millis(longest);
+    Ok(backend)
 }
 
 /// A PostgreSQL URL or connection string, or a typed error saying what it is instead.

@@ -66,6 +66,13 @@ pub(crate) fn failed(
         Some(db) if refuses_the_login(db) => refused_login(err),
         Some(db) if *db.code() == SqlState::INSUFFICIENT_PRIVILEGE => missing_privilege(db, schema),
         Some(db) if ends_the_session(db) => Error::connection(during, err),
+        // The functions' own refusal of a lease longer than the database allows.
+        Some(db)
+            if *db.code() == SqlState::INVALID_PARAMETER_VALUE
+                && db.message().starts_with("distlock:") =>
+        {
+            Error::invalid_argument("lease", db.message().to_owned())
+        }
         Some(_) => Error::backend(during, err),
         None => Error::connection(during, err),
     }

@@ -1,5 +1,7 @@
 //! What a backend can do: [`HoldModel`] and [`Capabilities`].
 
+use std::time::Duration;
+
 use super::LockKind;
 
 /// How a backend's holds end when nobody releases them.
@@ -73,6 +75,12 @@ pub struct Capabilities {
     ///
     /// [`Backend::introspection`]: super::Backend::introspection
     pub introspection: bool,
+    /// The longest lease the store grants, if it bounds leases; lock-core refuses a
+    /// longer one with a typed error before anything is sent. A store whose safety after
+    /// losing its last writes rests on waiting out every lease it may have granted (a
+    /// failover's quarantine) must bound them: it cannot know a lease the lost writes took
+    /// with them.
+    pub max_lease: Option<Duration>,
 }
 
 impl Capabilities {
@@ -94,7 +102,14 @@ impl Capabilities {
             ordered_requests: false,
             hands_over: false,
             introspection: false,
+            max_lease: None,
         }
+    }
+
+    /// Sets [`Capabilities::max_lease`].
+    pub const fn max_lease(mut self, longest: Option<Duration>) -> Self {
+        self.max_lease = longest;
+        self
     }
 
     /// Sets [`Capabilities::fair`].
@@ -186,7 +201,8 @@ impl Capabilities {
     }
 
     /// What several backends support together (a composite lock over them): a
-    /// capability only if every one has it; lease-based if any one is.
+    /// capability only if every one has it; lease-based if any one is; the shortest of
+    /// their longest leases.
     pub fn common(all: impl IntoIterator<Item = Self>) -> Self {
         let mut all = all.into_iter();
         let Some(first) = all.next() else {
@@ -211,6 +227,10 @@ impl Capabilities {
             ordered_requests: common.ordered_requests && next.ordered_requests,
             hands_over: common.hands_over && next.hands_over,
             introspection: common.introspection && next.introspection,
+            max_lease: match (common.max_lease, next.max_lease) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
         })
     }
 

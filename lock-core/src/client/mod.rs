@@ -281,12 +281,27 @@ impl LocksBuilder {
     }
 
     /// Validates the settings and builds the client. Fencing on a backend that does
-    /// not declare [`Capabilities::fencing`](crate::Capabilities::fencing) is refused.
+    /// not declare [`Capabilities::fencing`](crate::Capabilities::fencing) is refused, and
+    /// so is a watchdog lease longer than its
+    /// [`Capabilities::max_lease`](crate::Capabilities::max_lease).
     pub fn build(self) -> Result<Locks, Error> {
         self.config.validate()?;
-        if self.config.fencing && !self.backend.capabilities().fencing {
+        let capabilities = self.backend.capabilities();
+        if self.config.fencing && !capabilities.fencing {
             return Err(Error::invalid_config(
                 "fencing tokens were asked for, but the backend does not issue them",
+                None,
+            ));
+        }
+        if let Some(longest) = capabilities.max_lease
+            && self.config.watchdog_lease > longest
+        {
+            return Err(Error::invalid_config(
+                format!(
+                    "the watchdog lease of {:?} is longer than the longest lease the backend \
+                     grants, {longest:?} (see its documentation)",
+                    self.config.watchdog_lease
+                ),
                 None,
             ));
         }

@@ -85,6 +85,9 @@ pub(crate) fn acquire(
             if client.supervisor.is_closed() {
                 break 'acquired Err(Error::ShutDown);
             }
+            if let Err(err) = within_the_stores_longest_lease(client, lease) {
+                break 'acquired Err(err);
+            }
             // A watchdog that died with its runtime is started again before anything else.
             span.in_scope(|| client.watchdog.revive(&client.watchdog_host()));
             client.announce_if_due();
@@ -108,6 +111,30 @@ pub(crate) fn acquire(
         metrics::acquire(kind, outcome, elapsed);
         result
     }
+}
+
+/// Refuses a lease longer than the store grants ([`Capabilities::max_lease`]), before
+/// anything is sent.
+///
+/// [`Capabilities::max_lease`]: crate::backend::Capabilities::max_lease
+fn within_the_stores_longest_lease(client: &Inner, lease: Lease) -> Result<(), Error> {
+    let Some(longest) = client.capabilities.max_lease else {
+        return Ok(());
+    };
+    let (argument, lease) = match lease {
+        Lease::Watchdog => ("watchdog_lease", client.config.watchdog_lease),
+        Lease::Fixed(lease) => ("lease", lease),
+    };
+    if lease <= longest {
+        return Ok(());
+    }
+    Err(Error::invalid_argument(
+        argument,
+        format!(
+            "{lease:?} is longer than the longest lease this store grants, {longest:?} (see \
+             its backend's documentation)"
+        ),
+    ))
 }
 
 /// The head's part of an acquisition: try, listen, and try again on every release.

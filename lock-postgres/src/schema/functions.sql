@@ -20,7 +20,7 @@
 --
 -- The entry points, the functions a client calls (acquire_handover, acquire_grant,
 -- acquire, release_grant, release, cancel_acquisition, cancel_wait, force_release, renew,
--- raise_fencing, announce_client), run with `search_path`
+-- raise_fencing, announce_client, lease_limit), run with `search_path`
 -- pinned to pg_catalog (then pg_temp, which only a session's own temporary objects live
 -- in): a function or operator planted in a schema on the caller's path, even one whose
 -- argument types match a call better than PostgreSQL's own, is never called on lock
@@ -184,12 +184,46 @@ RETURNS bigint[] LANGUAGE sql IMMUTABLE
                  ('x' || substr(replace(p_id::text, '-', ''), 17, 16))::bit(64)::bigint]
 $$;
 
+-- The longest lease a hold may have: `distlock.failover_quarantine_ms` (a setting of the
+-- database or role, `ALTER DATABASE ... SET distlock.failover_quarantine_ms = ...`),
+-- 60 s when unset. A failover's quarantine lasts this long, and no lease may be longer:
+-- the quarantine must cover every lease the lost writes may have granted, and a record
+-- of the longest lease granted is itself a write a failover can lose (third review, R4).
+CREATE OR REPLACE FUNCTION {schema}.longest_lease()
+RETURNS bigint LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(nullif(pg_catalog.current_setting('distlock.failover_quarantine_ms', true),
+                           ''), '60000')::bigint
+$$;
+
+-- Refuses a lease longer than `longest_lease` (SQLSTATE 22023, which the client reports
+-- as an invalid argument).
+CREATE OR REPLACE FUNCTION {schema}.check_lease(p_lease_ms bigint)
+RETURNS void LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_longest bigint := {schema}.longest_lease();
+BEGIN
+    IF p_lease_ms > v_longest THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('distlock: a lease of %s ms is longer than the longest lease, '
+                             'distlock.failover_quarantine_ms = %s ms', p_lease_ms, v_longest);
+    END IF;
+END $$;
+
+-- The longest lease, for a client to refuse longer ones before it sends them.
+CREATE OR REPLACE FUNCTION {schema}.lease_limit()
+RETURNS bigint LANGUAGE sql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT {schema}.longest_lease()
+$$;
+
 -- The end of the failover quarantine, or NULL outside one (second review, N10). A
 -- promotion of a standby, or a restore, may lose the last grants of the server before:
 -- their holders still work, believing they hold, until their lease ends. Each call
--- compares the server's WAL timeline, which changes then, with the one `epoch` names; on a change it starts a quarantine as long as the longest lease
--- granted before (at least `distlock.failover_quarantine_ms`, default 0), in which no
--- new hold is granted. It also records `p_lease_ms` when it is the longest yet.
+-- compares the server's WAL timeline, which changes then, with the one `epoch` names;
+-- on a change it starts a quarantine of `longest_lease` (no lease is longer), in which
+-- no new hold is granted.
 CREATE OR REPLACE FUNCTION {schema}.quarantine(p_now timestamptz, p_lease_ms bigint)
 RETURNS timestamptz LANGUAGE plpgsql
     AS $$
@@ -198,7 +232,6 @@ DECLARE
         ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer;
     v_system bigint;
     v_epoch {schema}.epoch%ROWTYPE;
-    v_floor bigint;
 BEGIN
     SELECT * INTO v_epoch FROM {schema}.epoch;
     -- The timeline is what a promotion or a restore with recovery changes; the system
@@ -206,12 +239,11 @@ BEGIN
     -- only recorded.
     IF v_epoch.timeline IS DISTINCT FROM v_timeline THEN
         v_system := (SELECT system_identifier FROM pg_control_system());
-        v_floor := coalesce(nullif(current_setting('distlock.failover_quarantine_ms', true), ''),
-                            '0')::bigint;
         UPDATE {schema}.epoch
            SET system_identifier = v_system, timeline = v_timeline,
                quarantine_until = greatest(quarantine_until, p_now
-                   + greatest(longest_lease_ms, v_floor) * interval '1 millisecond')
+                   + greatest(longest_lease_ms, {schema}.longest_lease())
+                     * interval '1 millisecond')
          WHERE timeline <> v_timeline
         RETURNING * INTO v_epoch;
         IF FOUND THEN
@@ -221,9 +253,6 @@ BEGIN
             -- Another call started it first.
             SELECT * INTO v_epoch FROM {schema}.epoch;
         END IF;
-    END IF;
-    IF p_lease_ms > v_epoch.longest_lease_ms THEN
-        UPDATE {schema}.epoch SET longest_lease_ms = greatest(longest_lease_ms, p_lease_ms);
     END IF;
     RETURN CASE WHEN v_epoch.quarantine_until > p_now THEN v_epoch.quarantine_until END;
 END $$;
@@ -434,6 +463,7 @@ DECLARE
     v_others boolean;
     v_quarantine timestamptz;
 BEGIN
+    PERFORM {schema}.check_lease(p_lease_ms);
     PERFORM {schema}.begin_op(p_name, NULL, v_now);
     SELECT * INTO v_own FROM {schema}.holds
      WHERE name = p_name AND kind = v_stored AND owner = p_owner;
@@ -545,6 +575,7 @@ DECLARE
     -- What the answer is kept under (clients of the first revision name no grant).
     v_key uuid := coalesce(p_grant, p_request);
 BEGIN
+    PERFORM {schema}.check_lease(p_lease_ms);
     v_reply := {schema}.begin_op(p_name, v_key, v_now);
     IF v_reply IS NOT NULL THEN
         RETURN v_reply;
@@ -687,6 +718,7 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_end timestamptz := v_now + p_lease_ms * interval '1 millisecond';
 BEGIN
+    PERFORM {schema}.check_lease(p_lease_ms);
     PERFORM {schema}.durable();
     -- A reader's grants each get the lease; those whose own lease ended, end.
     RETURN QUERY

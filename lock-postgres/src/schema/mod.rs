@@ -207,7 +207,7 @@ pub const FUNCTIONS_REVISION: i32 = 8;
 
 /// The functions a client calls, each with a pinned `search_path` and its owner's
 /// rights; a service's role gets EXECUTE on these alone (see [`grants_sql`]).
-pub const ENTRY_POINTS: [&str; 11] = [
+pub const ENTRY_POINTS: [&str; 12] = [
     "acquire_handover",
     "acquire_grant",
     "acquire",
@@ -219,6 +219,7 @@ pub const ENTRY_POINTS: [&str; 11] = [
     "renew",
     "raise_fencing",
     "announce_client",
+    "lease_limit",
 ];
 
 /// The functions every operation is one call of (one statement, atomic, no session
