@@ -112,7 +112,7 @@ async fn a_failover_that_loses_a_grant_gives_no_second_owner_and_no_repeated_tok
     // only on the primary, which then crashes. The standby comes back, still pointing at
     // the dead primary, and is promoted: the grant, its token and its lease are lost,
     // while A works on, believing it holds.
-    let lease = longest - Duration::from_millis(100);
+    let lease = longest.saturating_sub(Duration::from_millis(100));
     standby.crash();
     let lost = a
         .mutex("ledger")
