@@ -8,8 +8,9 @@ use std::time::Duration;
 use lock_core::{ErrorKind, Holder, LockKind, LockName, LockRef, Locks, Owner, RequestId};
 use tokio::time::{sleep, timeout};
 
-use super::{kind, unique};
+use super::{eventually, kind, unique};
 use crate::Fixture;
+use crate::faulty::{AcquireFault, FaultyBackend};
 
 /// Hold count 0 -> 1 -> 2 -> 1 -> 0 through reentry by one holder.
 pub async fn hold_count_goes_up_and_down(fx: &dyn Fixture) {
@@ -287,4 +288,31 @@ pub async fn bad_arguments_are_typed_errors(fx: &dyn Fixture) {
     a.unlock().await.unwrap();
     b.unlock().await.unwrap();
     assert!(!h.force_unlock().await.unwrap());
+}
+
+/// A lease too short to survive its own round trip is refused with a typed error, and
+/// its grant is released: before, the caller got an `Ok` guard already lost (issue 48, a
+/// newcomer's 5 ms lease on PostgreSQL). The grant's reply is held back 100 ms here, so
+/// a 20 ms lease has run out when it arrives, on every store.
+pub async fn a_lease_too_short_for_its_round_trip_is_refused(fx: &dyn Fixture) {
+    let faulty = FaultyBackend::new(fx.backend().await);
+    let locks = Locks::new(Arc::new(faulty.clone()));
+    let name = unique("too-short");
+    faulty.set(AcquireFault::DelayFreshGrant(Duration::from_millis(100)));
+    let refused = locks
+        .mutex(&name)
+        .acquire()
+        .lease(Duration::from_millis(20))
+        .await
+        .expect_err("a guard lost on arrival is no answer");
+    assert_eq!(refused.kind(), ErrorKind::InvalidArgument, "{refused}");
+    faulty.set(AcquireFault::None);
+    let other = fx.client().await;
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            other.mutex(&name).try_lock().await.unwrap().is_some()
+        })
+        .await,
+        "the refused grant was kept"
+    );
 }

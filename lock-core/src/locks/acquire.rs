@@ -618,13 +618,22 @@ async fn attempt(
                 origin,
             };
             let valid = (request.id, sent, lease);
-            Ok(Attempt::Acquired(guard(
-                client,
-                lock,
-                granted,
-                valid,
-                (lease, renew),
-            )))
+            let guard = guard(client, lock, granted, valid, (lease, renew));
+            if !renew && !guard.is_held() {
+                // The caller's lease ran out (less the drift margin) before its grant
+                // arrived: a guard already lost is no answer. Dropping it releases the
+                // grant in the background.
+                let took = sent.elapsed();
+                drop(guard);
+                return Err(Error::invalid_argument(
+                    "lease",
+                    format!(
+                        "{lease:?} is too short: its grant took {took:?} to arrive, and the \
+                         lease had run out by then"
+                    ),
+                ));
+            }
+            Ok(Attempt::Acquired(guard))
         }
         Acquire::Busy { ttl, reserved } => Ok(Attempt::Busy { ttl, reserved }),
         Acquire::Ended => Ok(Attempt::Ended),
