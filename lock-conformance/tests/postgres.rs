@@ -122,12 +122,14 @@ impl Fixture for PostgresFixture {
     }
 }
 
-/// Makes the tables with the printed migration, as their owner, and a service role with
-/// the listed grants, which may create nothing.
+/// Makes the tables with the printed migration, as their owner, and a role with an
+/// operator's grants (a service's, and force-release, which the suite's scenarios
+/// run), which may create nothing. That a service's grants alone refuse force-release
+/// is lock-postgres's `tests/schema.rs`.
 async fn least_privileged(postgres: &PostgresServer) {
     let admin = lock_testkit::postgres_client(&postgres.url()).await;
     let schema = SchemaName::default();
-    let grants = schema::grants_sql(&schema, SERVICE_ROLE).expect("a valid role");
+    let grants = schema::operator_grants_sql(&schema, SERVICE_ROLE).expect("a valid role");
     admin
         .batch_execute(&format!(
             "{}\nCREATE ROLE {SERVICE_ROLE} LOGIN;\n{grants}",

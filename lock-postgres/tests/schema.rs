@@ -378,6 +378,36 @@ async fn a_service_role_with_the_listed_grants_locks_after_the_printed_migration
             "{statement}: {err:?}"
         );
     }
+    // A service never force-releases someone else's lock; an operator's role may.
+    let held = other.mutex("job").lock().await.expect("locks");
+    let refused = other
+        .mutex("job")
+        .force_unlock()
+        .await
+        .expect_err("a service's role may not force-release");
+    assert_eq!(refused.kind(), ErrorKind::InvalidConfig, "{refused}");
+    assert!(held.is_held(), "the refused force-release changed nothing");
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE operator LOGIN;\n{}",
+            lock_postgres::schema::operator_grants_sql(&schema, "operator").unwrap()
+        ))
+        .await
+        .unwrap();
+    let operator_url = format!("postgres://operator@127.0.0.1:{}/postgres", server.port());
+    let operator = Connector::new(&operator_url)
+        .locks()
+        .await
+        .expect("connects");
+    assert!(
+        operator
+            .mutex("job")
+            .force_unlock()
+            .await
+            .expect("an operator may"),
+        "the lock was held"
+    );
+    drop(held);
     // A role without the grants may not call the functions (EXECUTE is not PUBLIC's).
     admin
         .batch_execute("CREATE ROLE stranger LOGIN")

@@ -14,7 +14,7 @@ use tokio_postgres::{Client, GenericClient};
 use crate::error::{SchemaError, failed};
 
 mod script;
-pub use script::{grants_sql, migration_sql};
+pub use script::{grants_sql, migration_sql, operator_grants_sql};
 
 /// The oldest server the tables and statements are written for (`server_version_num`).
 pub const OLDEST_SERVER: i32 = 130_000;
@@ -221,6 +221,10 @@ pub const ENTRY_POINTS: [&str; 12] = [
     "announce_client",
     "lease_limit",
 ];
+
+/// The entry points only an operator's role may call ([`operator_grants_sql`]): a
+/// service's role ([`grants_sql`]) never releases a lock it does not hold.
+pub const OPERATOR_ENTRY_POINTS: [&str; 1] = ["force_release"];
 
 /// The functions every operation is one call of (one statement, atomic, no session
 /// state: usable through a transaction-mode pooler). Code rather than data: replaced

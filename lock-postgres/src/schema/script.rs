@@ -6,8 +6,8 @@
 use lock_core::Error;
 
 use super::{
-    ENTRY_POINTS, FUNCTIONS, FUNCTIONS_REVISION, STEPS, SchemaName, VERSION, functions_digest,
-    statement,
+    ENTRY_POINTS, FUNCTIONS, FUNCTIONS_REVISION, OPERATOR_ENTRY_POINTS, STEPS, SchemaName, VERSION,
+    functions_digest, statement,
 };
 
 /// The SQL that creates the lock tables and functions in `schema`, or brings tables of
@@ -68,16 +68,40 @@ pub fn migration_sql(schema: &SchemaName) -> String {
 
 /// The grants a service's `role` needs on the lock tables in `schema` once they exist:
 /// USAGE on the schema, SELECT on its tables (the version check, `inspect`), and EXECUTE
-/// on the functions a client calls ([`ENTRY_POINTS`]), which make every change with
-/// their owner's rights; the helpers they call stay the owner's. Run it as the role that
-/// ran [`migration_sql`], again after a release that adds an entry point (its notes say
-/// so). The default privilege it sets extends SELECT to tables a later release adds.
+/// on the functions a client calls ([`ENTRY_POINTS`]) but the operators' own
+/// ([`OPERATOR_ENTRY_POINTS`]: a service never force-releases someone else's lock),
+/// which make every change with their owner's rights; the helpers they call stay the
+/// owner's. Run it as the role that ran [`migration_sql`], again after a release that
+/// adds an entry point (its notes say so). The default privilege it sets extends SELECT
+/// to tables a later release adds.
 ///
 /// # Errors
 ///
 /// [`ErrorKind::InvalidConfig`](lock_core::ErrorKind::InvalidConfig) for an empty role
 /// name or one with a NUL character.
 pub fn grants_sql(schema: &SchemaName, role: &str) -> Result<String, Error> {
+    let service = ENTRY_POINTS
+        .iter()
+        .filter(|function| !OPERATOR_ENTRY_POINTS.contains(function));
+    grants_on(schema, role, service)
+}
+
+/// The grants an operator's `role` needs (what `distlock force-unlock` runs as): a
+/// service's ([`grants_sql`]) and EXECUTE on [`OPERATOR_ENTRY_POINTS`].
+///
+/// # Errors
+///
+/// As [`grants_sql`].
+pub fn operator_grants_sql(schema: &SchemaName, role: &str) -> Result<String, Error> {
+    grants_on(schema, role, ENTRY_POINTS.iter())
+}
+
+/// USAGE, SELECT, and EXECUTE on `functions`, for `role`.
+fn grants_on<'a>(
+    schema: &SchemaName,
+    role: &str,
+    functions: impl Iterator<Item = &'a &'static str>,
+) -> Result<String, Error> {
     if role.is_empty() || role.contains('\0') {
         return Err(Error::invalid_config(
             format!("role name {role:?}: a role name is not empty and has no NUL character"),
@@ -85,8 +109,7 @@ pub fn grants_sql(schema: &SchemaName, role: &str) -> Result<String, Error> {
         ));
     }
     let role = format!("\"{}\"", role.replace('"', "\"\""));
-    let functions: Vec<String> = ENTRY_POINTS
-        .iter()
+    let functions: Vec<String> = functions
         .map(|function| format!("{schema}.{function}"))
         .collect();
     Ok(format!(
