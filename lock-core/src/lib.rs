@@ -81,6 +81,7 @@ pub mod memory;
 pub mod metrics;
 mod name;
 pub mod notify;
+pub mod protocol;
 mod retry;
 mod sync;
 pub mod throttle;

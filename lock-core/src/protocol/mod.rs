@@ -1,0 +1,40 @@
+//! The grant rules of one lock name, written once: a pure state machine of what a store
+//! holds for an exclusive lock (a mutex, a fair lock, or a read-write lock's write side),
+//! the events that change it and the replies it gives.
+//!
+//! Every store (the memory store, the Redis scripts, the PostgreSQL functions) is held
+//! to these rules: the exhaustive check in [`check`] enumerates every sequence of events
+//! up to a bound and tests the invariants after each step; the differential test in
+//! `lock-conformance` replays sequences on a store and on this machine and requires the
+//! same replies. Read [`Name::step`] top to bottom: each event is a few lines, and each
+//! rule says which finding it answers.
+//!
+//! # The rules
+//!
+//! - **One identity per acquisition.** Every attempt of one acquisition carries its id
+//!   (a first try, a re-ask, the take-up of a handed hold, a retry after a lost reply,
+//!   or a late copy). An id is granted at most once; once its grant ended (released,
+//!   given back, force-released, expired) or its acquisition gave up, every later
+//!   attempt under it is answered [`Reply::Ended`] and changes nothing (third review,
+//!   R1 and R2). A retry while its grant lives gets the grant back.
+//! - **Releases name their grant.** A release ends exactly the grant it names, only while
+//!   it lives; anything else is [`Reply::NotHeld`] (second review, N3).
+//! - **Hand-over.** A release (or a cancellation, a force-release, an expiry) that frees
+//!   the lock makes the first waiter that still keeps its place the holder, with a hold
+//!   that lasts its place or its lease, whichever is shorter (issue 48), and tells it
+//!   ([`Step::handed`]). Its next attempt takes the hold up with its full lease, if the
+//!   hold is still its own; a waiter that gave up gives it back.
+//! - **Expiry.** A hold ends when its lease does; a waiter loses its place when it has
+//!   not asked for its place's time.
+//! - **Failover.** A failover may lose every write since the last replication; the
+//!   promoted store then grants nothing for the longest lease any hold may have, and
+//!   no lease is longer (third review, R4).
+//!
+//! Time is a number of milliseconds; ids and owners are small numbers. The machine keeps
+//! every ended id for good, where a store keeps it for twice the retry window: a copy of
+//! a request is assumed to arrive within that.
+
+pub mod check;
+mod machine;
+
+pub use machine::{Defect, Event, Name, Reply, Step};
