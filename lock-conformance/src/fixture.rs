@@ -35,6 +35,14 @@ pub trait Fixture: Send + Sync {
         true
     }
 
+    /// Whether the store serves its mutex's waiters in arrival order, as a fair lock's
+    /// (PostgreSQL's mutex and fair lock share one queue): a free mutex then goes to
+    /// its first waiter before a newcomer. The differential test holds the mutex to the
+    /// fair rules where it is.
+    fn fair_mutex(&self) -> bool {
+        false
+    }
+
     /// Fault injection, for Redis fixtures.
     fn redis(&self) -> Option<&dyn RedisControl> {
         None

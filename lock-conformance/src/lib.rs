@@ -14,6 +14,7 @@
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
 pub mod adapter;
+mod differential;
 mod expirable;
 mod family;
 pub mod faulty;
@@ -110,6 +111,8 @@ macro_rules! conformance_suite {
             a_late_copy_of_a_cancelled_mutex_acquisition_takes_nothing: [RetrySafe],
             a_late_copy_of_a_cancelled_fair_acquisition_takes_nothing: [RetrySafe, Fair],
             a_handed_hold_lasts_no_longer_than_its_waiters_lease: [HandsOver],
+            a_store_keeps_the_grant_rules: [HandsOver, RetrySafe, Fencing, Introspection],
+            a_store_keeps_the_grant_rules_of_the_fair_lock: [HandsOver, RetrySafe, Fencing, Introspection, Fair],
             a_bounded_wait_ends_on_time_when_subscribing_is_slow: [],
             an_unconfirmed_subscription_is_tried_again: [],
             read_write_compatibility: [ReadWrite],

@@ -105,6 +105,10 @@ impl Fixture for PostgresFixture {
         false
     }
 
+    fn fair_mutex(&self) -> bool {
+        true
+    }
+
     async fn subscribed_channels(&self) -> Vec<String> {
         let backends = self
             .backends

@@ -294,6 +294,7 @@ pub async fn replica_ack_keeps_the_lock_across_a_failover(fx: &dyn Fixture) {
     drop(held);
 }
 
+pub use crate::differential::*;
 pub use crate::expirable::*;
 pub use crate::family::*;
 pub use crate::grant_rules::*;

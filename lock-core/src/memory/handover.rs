@@ -234,9 +234,10 @@ impl Store {
         })
     }
 
-    /// The attempt of an acquisition handed the mutex takes its hold up: the hold gets
-    /// the acquisition's lease, and its grant is answered as any other from now on.
-    /// [`Acquire::Ended`] when the handed hold is gone (its place lapsed, or it was
+    /// An attempt of an acquisition granted (or handed) the lock before finds its grant:
+    /// while it lives, the hold gets the acquisition's lease (never shortened), and the
+    /// first answer is given again, a handed grant's as any other's from now on.
+    /// [`Acquire::Ended`] when the grant is gone (released, its place or lease lapsed, or
     /// force-released): an acquisition is granted at most once, so its id is over.
     pub(super) fn take_up(
         &mut self,
@@ -248,10 +249,11 @@ impl Store {
         let name = lock.name.as_str();
         let field = field_of(lock);
         let alive = self.live(name, now).is_some_and(|entry| {
-            entry
-                .fields
-                .get(&field)
-                .is_some_and(|held| held.origin == request.id)
+            entry.fields.get(&field).is_some_and(|held| {
+                held.grants.iter().any(|grant| {
+                    grant.id == request.id && grant.expires.is_none_or(|ends| ends > now)
+                })
+            })
         });
         if !alive {
             let ended = (now, request.retry_window.saturating_mul(2));
@@ -261,9 +263,11 @@ impl Store {
         if let Some(entry) = self.live(name, now) {
             entry.arm(now, request.lease);
         }
+        if let Some(Answer::Handed(_)) = self.answered(name, request.id, now) {
+            self.hand_overs.taken_up += 1;
+        }
         let kept = (now, request.retry_window);
         self.remember(name, request.id, Answer::Granted(grant), kept);
-        self.hand_overs.taken_up += 1;
         grant
     }
 
@@ -278,9 +282,10 @@ impl Store {
         matches!(self.answered(name, origin, now), Some(Answer::Handed(_)))
     }
 
-    /// A waiting acquisition gives up: it leaves the waiters, a hold handed to it and
-    /// not taken up ends, and so does its id: a late copy of one of its attempts grants
-    /// nothing (review 3, R2). Returns whether the mutex is now free.
+    /// A waiting acquisition gives up, so its client holds nothing of it: it leaves the
+    /// waiters, a grant it never learnt of (handed to it, or granted to a late copy of
+    /// one of its attempts) ends, and so does its id: a late copy of one of its attempts
+    /// grants nothing (review 3, R2). Returns whether the mutex is now free.
     pub(super) fn give_up(
         &mut self,
         lock: &LockRef,
@@ -289,7 +294,8 @@ impl Store {
     ) -> bool {
         let name = lock.name.as_str();
         self.unregister_waiter(name, request.id);
-        if let Some(Answer::Handed(_)) = self.answered(name, request.id, now) {
+        let answered = self.answered(name, request.id, now);
+        if let Some(Answer::Handed(_) | Answer::Granted(_)) = answered {
             // Its own grant ends: the owner's other acquisitions may have joined the
             // hold since, and keep theirs.
             let field = field_of(lock);
@@ -305,16 +311,13 @@ impl Store {
                 if free {
                     self.locks.remove(name);
                 }
-                self.hand_overs.given_back += 1;
+                if matches!(answered, Some(Answer::Handed(_))) {
+                    self.hand_overs.given_back += 1;
+                }
             }
         }
-        if !matches!(
-            self.answered(name, request.id, now),
-            Some(Answer::Granted(_))
-        ) {
-            let ended = (now, request.retry_window.saturating_mul(2));
-            self.remember(name, request.id, Answer::Ended(Release::NotHeld), ended);
-        }
+        let ended = (now, request.retry_window.saturating_mul(2));
+        self.remember(name, request.id, Answer::Ended(Release::NotHeld), ended);
         self.live(name, now).is_none()
     }
 }

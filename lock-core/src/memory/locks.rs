@@ -62,8 +62,12 @@ impl Backend for MemoryBackend {
         let mut store = self.store_for(&lock.name, Object::Lock)?;
         let name = lock.name.as_str();
         match store.answered(name, request.id, now) {
-            Some(Answer::Granted(grant)) => return Ok(grant),
-            Some(Answer::Handed(grant)) => return Ok(store.take_up(lock, request, grant, now)),
+            // Found again (a retry, a take-up, or a waiter's attempt after a late copy of
+            // an earlier one was granted): the grant back, with its lease re-armed, if
+            // it lives; nothing if it ended (the protocol's rules).
+            Some(Answer::Granted(grant) | Answer::Handed(grant)) => {
+                return Ok(store.take_up(lock, request, grant, now));
+            }
             // A copy of a request whose grant already ended (or was undone before it
             // came, or whose acquisition was cancelled) grants nothing: nobody would
             // release it.
@@ -103,21 +107,15 @@ impl Backend for MemoryBackend {
         let name = lock.name.as_str();
         let served = {
             let mut store = self.store();
-            // A fair waiter leaves its queue; the next one is served only if this one
-            // was first, or was handed the lock and gives it back.
+            // A fair waiter leaves its queue (its own place only); a lock free after
+            // the cancellation goes to the next waiter, as the protocol's rules say.
             let serves_next = match lock.kind {
                 LockKind::Mutex | LockKind::Write => true,
                 LockKind::Fair => {
-                    let queue = store.queues.get_mut(name);
-                    let was_first = queue.is_some_and(|queue| {
-                        let first = queue.order.front() == Some(&lock.owner);
-                        queue.cancel(&lock.owner, acquisition.id) && first
-                    });
-                    let handed = matches!(
-                        store.answered(name, acquisition.id, now),
-                        Some(Answer::Handed(_))
-                    );
-                    was_first || handed
+                    if let Some(queue) = store.queues.get_mut(name) {
+                        queue.cancel(&lock.owner, acquisition.id);
+                    }
+                    true
                 }
                 // A reader has no place to give up; its id still ends.
                 LockKind::Read => false,

@@ -140,10 +140,10 @@ struct Waiter {
 /// What the store knows of an acquisition id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Record {
-    /// Granted; its grant lives while its hold lists it.
-    Granted,
-    /// Handed the lock on a release; not taken up yet.
-    Handed,
+    /// Granted, with this answer; its grant lives while its hold lists it.
+    Granted(Reply),
+    /// Handed the lock on a release, with this answer; not taken up yet.
+    Handed(Reply),
     /// Over: granted nothing more.
     Ended,
 }
@@ -238,13 +238,9 @@ impl Name {
             Event::Release { id, owner } => self.release(id, owner, &mut handed),
             Event::Cancel { id, owner } => self.cancel(id, owner, &mut handed),
             Event::Renew { owner, lease } => self.renew(owner, lease),
-            Event::ForceRelease => {
-                let held = self.hold.take().is_some();
-                if held {
-                    handed = self.serve();
-                }
-                Reply::Forced(held)
-            }
+            // Waiters are woken to ask, not handed the lock: an operator's revocation
+            // runs no hand-over.
+            Event::ForceRelease => Reply::Forced(self.hold.take().is_some()),
             Event::Elapse(ms) => {
                 self.now += ms;
                 self.expire();
@@ -301,23 +297,24 @@ impl Name {
             // An attempt that finds its acquisition's grant alive gets it back with its
             // lease re-armed (never shortened): a retry after a lost reply, the take-up
             // of a handed hold, or the next attempt of a waiter whose earlier attempt's
-            // late copy was granted. Its client counts the lease from this attempt.
-            Some(Record::Granted | Record::Handed) if alive(&self.hold) => {
+            // late copy was granted. Its client counts the lease from this attempt. The
+            // answer is the first one, as for any request sent again.
+            Some(Record::Granted(first) | Record::Handed(first)) if alive(&self.hold) => {
                 let now = self.now;
                 if let Some(hold) = self.hold.as_mut() {
                     hold.handed = false;
                     hold.expires = hold.expires.max(now + lease);
                 }
-                self.records.insert(id, Record::Granted);
-                return self.acquired();
+                self.records.insert(id, Record::Granted(first));
+                return first;
             }
             // One whose grant ended gets nothing: the take-up only takes up.
-            Some(Record::Granted | Record::Ended) => return Reply::Ended,
-            Some(Record::Handed) if !self.planted(Defect::R1TakeUpGrantsAfresh) => {
+            Some(Record::Granted(_) | Record::Ended) => return Reply::Ended,
+            Some(Record::Handed(_)) if !self.planted(Defect::R1TakeUpGrantsAfresh) => {
                 self.records.insert(id, Record::Ended);
                 return Reply::Ended;
             }
-            Some(Record::Handed) | None => {}
+            Some(Record::Handed(_)) | None => {}
         }
         let now = self.now;
         if let Some(hold) = self.hold.as_mut() {
@@ -327,22 +324,26 @@ impl Name {
             // Reentry joins the owner's hold, never shortening its lease.
             hold.grants.push(id);
             hold.expires = hold.expires.max(now + lease);
-            self.records.insert(id, Record::Granted);
-            return self.acquired();
+            let reply = self.acquired();
+            self.records.insert(id, Record::Granted(reply));
+            return reply;
         }
-        if self.fair && self.head_other_than(id) {
+        if self.fair && self.head_other_than(owner) {
             return self.wait(id, owner, lease, place);
         }
-        self.waiters.retain(|w| w.id != id);
+        let fair = self.fair;
+        self.waiters
+            .retain(|w| w.id != id && !(fair && w.owner == owner));
         self.grant(id, owner, now + lease, false);
         self.acquired()
     }
 
-    /// Whether a fair lock's first waiter that keeps its place is another acquisition.
-    fn head_other_than(&mut self, id: u32) -> bool {
+    /// Whether a fair lock's first waiter that keeps its place is another owner's (a fair
+    /// queue has one place per owner).
+    fn head_other_than(&mut self, owner: u32) -> bool {
         let now = self.now;
         self.waiters.retain(|w| w.keeps_until > now);
-        self.waiters.first().is_some_and(|w| w.id != id)
+        self.waiters.first().is_some_and(|w| w.owner != owner)
     }
 
     /// Busy; a waiting acquisition keeps (or takes) its place.
@@ -355,7 +356,12 @@ impl Name {
                 place,
                 keeps_until: self.now + place,
             };
-            match self.waiters.iter_mut().find(|w| w.id == id) {
+            let fair = self.fair;
+            match self
+                .waiters
+                .iter_mut()
+                .find(|w| w.id == id || (fair && w.owner == owner))
+            {
                 Some(registered) => *registered = waiter,
                 None => self.waiters.push(waiter),
             }
@@ -375,10 +381,11 @@ impl Name {
             expires,
             handed,
         });
+        let reply = self.acquired();
         let record = if handed {
-            Record::Handed
+            Record::Handed(reply)
         } else {
-            Record::Granted
+            Record::Granted(reply)
         };
         self.records.insert(id, record);
         self.token
@@ -429,7 +436,7 @@ impl Name {
     fn cancel(&mut self, id: u32, owner: u32, handed: &mut Option<(u32, u64)>) -> Reply {
         self.waiters.retain(|w| w.id != id);
         let record = self.records.get(&id).copied();
-        if record == Some(Record::Handed) || !self.planted(Defect::R2CancelLeavesNoEnd) {
+        if matches!(record, Some(Record::Handed(_))) || !self.planted(Defect::R2CancelLeavesNoEnd) {
             if let Some(hold) = self.hold.as_mut().filter(|h| h.owner == owner) {
                 hold.grants.retain(|g| *g != id);
                 if hold.grants.is_empty() {
@@ -457,11 +464,14 @@ impl Name {
         }
     }
 
-    /// Hands the free lock to the first waiter that still keeps its place (none during
-    /// the quarantine), for its place or its lease, whichever is shorter.
+    /// Hands the free lock to the first waiter that still keeps its place and waits (none
+    /// during the quarantine), for its place or its lease, whichever is shorter.
     fn serve(&mut self) -> Option<(u32, u64)> {
         let now = self.now;
-        self.waiters.retain(|w| w.keeps_until > now);
+        // A waiter whose acquisition ended (its attempt's grant was undone) waits no more.
+        let records = &self.records;
+        self.waiters
+            .retain(|w| w.keeps_until > now && records.get(&w.id) != Some(&Record::Ended));
         if self.quarantine_until > now || self.waiters.is_empty() {
             return None;
         }
@@ -491,8 +501,8 @@ impl Name {
         *self = replica;
         self.now = now;
         self.defect = defect;
-        // Tokens never go backwards: a store seeds them from its clock (PostgreSQL) or
-        // its run's epoch (Redis); the machine keeps the highest it issued.
+        // Tokens never go backwards: a store seeds them from a clock; the machine keeps
+        // the highest it issued.
         self.token = self.token.max(token);
         self.quarantine_until = now + quarantine;
     }

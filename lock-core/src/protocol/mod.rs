@@ -2,8 +2,8 @@
 //! holds for an exclusive lock (a mutex, a fair lock, or a read-write lock's write side),
 //! the events that change it and the replies it gives.
 //!
-//! Every store (the memory store, the Redis scripts, the PostgreSQL functions) is held
-//! to these rules: the exhaustive check in [`check`] enumerates every sequence of events
+//! Every store (the memory store here, and each backend's server-side code) is held to
+//! these rules: the exhaustive check in [`check`] enumerates every sequence of events
 //! up to a bound and tests the invariants after each step; the differential test in
 //! `lock-conformance` replays sequences on a store and on this machine and requires the
 //! same replies. Read [`Name::step`] top to bottom: each event is a few lines, and each
@@ -19,13 +19,18 @@
 //!   R1 and R2). A retry while its grant lives gets the grant back.
 //! - **Releases name their grant.** A release ends exactly the grant it names, only while
 //!   it lives; anything else is [`Reply::NotHeld`] (second review, N3).
-//! - **Hand-over.** A release (or a cancellation, a force-release, an expiry) that frees
-//!   the lock makes the first waiter that still keeps its place the holder, with a hold
-//!   that lasts its place or its lease, whichever is shorter (issue 48), and tells it
+//! - **Hand-over.** A release (or a cancellation) that frees the lock makes the first
+//!   waiter that still keeps its place and waits the holder, with a hold that lasts its
+//!   place or its lease, whichever is shorter (issue 48), and tells it
 //!   ([`Step::handed`]). Its next attempt takes the hold up with its full lease, if the
-//!   hold is still its own; a waiter that gave up gives it back.
-//! - **Expiry.** A hold ends when its lease does; a waiter loses its place when it has
-//!   not asked for its place's time.
+//!   hold is still its own; a waiter that gave up gives it back. A force-release and an
+//!   expiry hand nothing over: waiters are woken, or ask when their wait says.
+//! - **Found again.** An attempt that finds its acquisition's grant alive gets the
+//!   first answer again and re-arms the lease (never shortening it): its client counts
+//!   the lease from this attempt. A cancellation ends a grant its acquisition never
+//!   learnt of (its client holds nothing of a waiting acquisition).
+//! - **Expiry.** A hold ends when its lease does, and its grants with it; a waiter loses
+//!   its place when it has not asked for its place's time.
 //! - **Failover.** A failover may lose every write since the last replication; the
 //!   promoted store then grants nothing for the longest lease any hold may have, and
 //!   no lease is longer (third review, R4).

@@ -128,11 +128,11 @@ BEGIN
     -- One look finds whether anything expired (mostly nothing has).
     IF EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name
                   AND (expires_at <= p_now OR lease_ends[1] <= p_now)) THEN
-        -- A handed hold that lapsed before its take-up ends its acquisition: the take-up,
-        -- when it comes, must not be granted afresh under the handed id.
+        -- A hold that lapsed ends its grants: a take-up of a handed one, or a late copy
+        -- of any one's acquire, must not be granted afresh under its id.
         PERFORM {schema}.end_acquisitions(p_name, ARRAY(
-            SELECT origin FROM {schema}.holds
-             WHERE name = p_name AND expires_at <= p_now AND handed), p_now);
+            SELECT g FROM {schema}.holds AS h, unnest(h.grants) AS g
+             WHERE h.name = p_name AND h.expires_at <= p_now), p_now);
         DELETE FROM {schema}.holds WHERE name = p_name AND expires_at <= p_now;
         -- A reader whose row lives on may have grants whose own lease ended: they end
         -- (the first lease end is the earliest; the row's end is the latest, so one
@@ -467,24 +467,16 @@ BEGIN
     PERFORM {schema}.begin_op(p_name, NULL, v_now);
     SELECT * INTO v_own FROM {schema}.holds
      WHERE name = p_name AND kind = v_stored AND owner = p_owner;
-    IF FOUND AND v_own.handed AND NOT p_request = ANY (v_own.grants) THEN
-        -- Handed over to this owner's acquisition, which asks under a new id (a caller
-        -- of the first revisions): taken up under it, as the owner has no other grant.
+    IF FOUND AND p_request = ANY (v_own.grants) THEN
+        -- Found again, its grant alive (handed over while this acquisition waited, sent
+        -- again after a lost reply, or a waiter's attempt after a late copy of an earlier
+        -- one was granted): the hold gets this request's lease, never shortened, as its
+        -- client counts the lease from this request.
         UPDATE {schema}.holds
-           SET grants = ARRAY[p_request], origin = p_request
+           SET handed = false,
+               expires_at = greatest(expires_at, v_now + p_lease_ms * interval '1 millisecond')
          WHERE name = p_name AND kind = v_stored AND owner = p_owner
         RETURNING * INTO v_own;
-    END IF;
-    IF FOUND AND p_request = ANY (v_own.grants) THEN
-        IF v_own.handed THEN
-            -- Handed over while this acquisition waited: taken up, with its lease.
-            UPDATE {schema}.holds
-               SET handed = false,
-                   expires_at = greatest(expires_at, v_now + p_lease_ms * interval '1 millisecond')
-             WHERE name = p_name AND kind = v_stored AND owner = p_owner
-            RETURNING * INTO v_own;
-        END IF;
-        -- Sent again after a lost reply, its grant alive: answered as the first run.
         RETURN {schema}.granted(v_own);
     END IF;
     IF EXISTS (SELECT 1 FROM {schema}.answers WHERE request = p_request) THEN
@@ -648,18 +640,20 @@ DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
     PERFORM {schema}.begin_op(p_name, NULL, v_now);
-    -- Unless it holds a grant its caller has (a cancellation that came late), the
-    -- acquisition ends with its wait.
-    IF NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name AND owner = p_owner
-                      AND NOT handed AND p_request = ANY (grants)) THEN
-        PERFORM {schema}.end_acquisitions(p_name, ARRAY[p_request], v_now);
-    END IF;
+    -- Its client holds nothing of it: the acquisition ends with its wait, and so does a
+    -- grant it never learnt of (handed to it, or granted to a late copy of one of its
+    -- attempts), its own grant alone.
+    PERFORM {schema}.end_acquisitions(p_name, ARRAY[p_request], v_now);
     DELETE FROM {schema}.waiters
      WHERE name = p_name AND owner = p_owner
        AND (p_request IS NULL OR request IS NULL OR request = p_request);
     DELETE FROM {schema}.holds
-     WHERE name = p_name AND owner = p_owner AND handed
-       AND (p_request IS NULL OR origin = p_request);
+     WHERE name = p_name AND owner = p_owner AND handed AND p_request IS NULL;
+    DELETE FROM {schema}.holds
+     WHERE name = p_name AND owner = p_owner AND grants = ARRAY[p_request];
+    UPDATE {schema}.holds
+       SET grants = array_remove(grants, p_request), holds = holds - 1
+     WHERE name = p_name AND owner = p_owner AND p_request = ANY (grants);
     IF NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name) THEN
         PERFORM {schema}.hand_over(p_name, v_now);
     END IF;
@@ -682,6 +676,7 @@ RETURNS boolean LANGUAGE plpgsql
 DECLARE
     v_now timestamptz := clock_timestamp();
     v_found boolean;
+    v_head {schema}.waiters%ROWTYPE;
 BEGIN
     PERFORM {schema}.begin_op(p_name, NULL, v_now);
     v_found := CASE p_kind
@@ -701,7 +696,11 @@ BEGIN
         SELECT g FROM {schema}.holds AS h, unnest(h.grants) AS g WHERE h.name = p_name), v_now);
     DELETE FROM {schema}.holds WHERE name = p_name;
     IF p_kind IN ('mutex', 'fair') THEN
-        PERFORM {schema}.hand_over(p_name, v_now);
+        -- Its first waiter is woken to ask; an operator's revocation hands nothing over.
+        v_head := {schema}.queue_head(p_name, v_now);
+        IF v_head.owner IS NOT NULL THEN
+            PERFORM {schema}.notify(v_head.channel, 'one');
+        END IF;
     ELSE
         PERFORM {schema}.notify(p_channel, 'all');
     END IF;

@@ -16,9 +16,9 @@
 -- lasts; {5, 0} when this acquisition is over (its grant ended, or it gave up).
 
 local again = grant_replayed()
-if type(again) == 'string' and string.sub(again, 1, 1) == 'h' then
-    -- Handed over to this acquisition while it waited (see hand_fair_lock).
-    again = take_up_handed(KEYS[1], ARGV[2], ARGV[1])
+if type(again) == 'string' then
+    -- Granted before, or handed over while it waited (see hand_fair_lock).
+    again = find_grant(KEYS[1], ARGV[2], ARGV[1])
 end
 if again then
     return again

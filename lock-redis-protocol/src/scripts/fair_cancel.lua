@@ -1,7 +1,8 @@
 -- A waiter of the fair lock gives up: it leaves the queue (the Redisson scores of those
 -- behind it move one slot closer, as Redisson does), a hold handed over to this
--- acquisition and not taken up ends (see give_back_handed), and if the lock is then free
--- while the waiter was first, or held by it, the next waiter is handed it or woken.
+-- acquisition and not taken up, or granted to a late copy of one of its attempts, ends
+-- (see give_back_handed), and if the lock is then free the next waiter is handed it or
+-- woken.
 -- Only its own: when the owner's place in the queue is a later acquisition's (the
 -- cancellation came late, after the owner asked again), the place stays.
 -- KEYS[1] lock hash; KEYS[2] waiter queue; KEYS[3] Redisson's waiter scores; KEYS[4] our
@@ -12,13 +13,13 @@
 -- Reply: 1 if the acquisition left the queue, else 0.
 
 local placed = placed_by(redis.call('hget', KEYS[4], ARGV[1]))
-local first, removed = nil, 0
+local removed = 0
 if not placed or placed == ARGV[6] then
-    first = redis.call('lindex', KEYS[2], 0)
     removed = leave_queue(KEYS[2], KEYS[3], KEYS[4], ARGV[1], tonumber(ARGV[4]))
 end
-local gave_back = give_back_handed(KEYS[1], ARGV[1], ARGV[6], ARGV[7])
-if (first == ARGV[1] or gave_back) and redis.call('exists', KEYS[1]) == 0 then
+give_back_handed(KEYS[1], ARGV[1], ARGV[6], ARGV[7])
+-- A lock free after the cancellation goes to the next waiter (the protocol's rules).
+if redis.call('exists', KEYS[1]) == 0 then
     hand_fair_lock({
         lock = KEYS[1], queue = KEYS[2], deadlines = KEYS[3], alive = KEYS[4],
         token = KEYS[5], epoch = KEYS[6], prefix = ARGV[2], publish = ARGV[3],

@@ -26,9 +26,9 @@
 -- ended, or it gave up): it is granted nothing more.
 
 local again = grant_replayed()
-if type(again) == 'string' and string.sub(again, 1, 1) == 'h' then
-    -- Handed over to this acquisition while it waited (see hand_over).
-    again = take_up_handed(KEYS[1], ARGV[2], ARGV[1])
+if type(again) == 'string' then
+    -- Granted before, or handed over while it waited (see hand_over).
+    again = find_grant(KEYS[1], ARGV[2], ARGV[1])
 end
 if again then
     return again

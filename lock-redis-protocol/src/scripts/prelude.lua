@@ -496,7 +496,7 @@ end
 -- token when `fencing` is '1'), with a lease of the waiter's place (`place_ms`) or its
 -- lease (`lease_ms`), whichever is shorter: a holder that dies before its take-up (or
 -- after it) is replaced within its own lease. The latch says 'h<holds>:<token>:<origin>'
--- (handed, not taken up; see take_up_handed) and outlives the hold by two latch
+-- (handed, not taken up; see find_grant) and outlives the hold by two latch
 -- lifetimes (`latch_ms`), so that a take-up that comes after the hold lapsed finds it
 -- ended. Returns the token (0 without fencing).
 local function grant_handed(lock, field, request, fencing, place_ms, lease_ms, latch_ms,
@@ -531,7 +531,7 @@ end
 -- hold of its owner under its request id, as its own acquire script would have made it,
 -- whose lease lasts only the waiter's place (`place ms`) or its lease, if shorter, and
 -- whose latch says 'h<holds>:<token>:<origin>' (handed, not taken up). The waiter's next
--- attempt, under the same id, takes it up (take_up_handed) with its full lease; a
+-- attempt, under the same id, takes it up (find_grant) with its full lease; a
 -- waiter that gave up gives it back at once (mutex_cancel); one that vanished or stalled
 -- loses it when that lease lapses, and the waiters behind it, who ask again within a
 -- third of their place, find it free. Nothing is handed during the restart quarantine, nor to a client whose
@@ -555,13 +555,16 @@ local function hand_over(target, m)
     return request .. string.format(':%d:', token) .. attempt
 end
 
--- Takes up the hold handed over to this acquire request (its latch, KEYS[#KEYS], says
--- 'h...'; see hand_over): with the owner's `field` of lock `key` still there under the
--- handed grant, the hold gets the request's lease (extended only) and the latch the
--- grant as a plain one. Returns the grant; {5, 0} (ended) when the handed hold is gone
--- (its place lapsed, or it was force-released): the latch then says so, and the
--- acquisition's id grants nothing more (a take-up only takes up; review 3, R1).
-local function take_up_handed(key, field, lease_ms)
+-- Finds the grant this acquire request's acquisition got before (its latch,
+-- KEYS[#KEYS], says 'h...' for a hold handed over to it, see hand_over, or the plain
+-- grant): a retry after a lost reply, the take-up of a handed hold, or a waiter's
+-- attempt after a late copy of an earlier one was granted. With the owner's `field` of
+-- lock `key` still there under that grant, the hold gets the request's lease (extended
+-- only: its client counts the lease from this request) and the latch the grant as a
+-- plain one. Returns the grant; {5, 0} (ended) when the grant is gone (released, lapsed,
+-- or force-released): the latch then says so, and the acquisition's id grants nothing
+-- more (a take-up only takes up; review 3, R1).
+local function find_grant(key, field, lease_ms)
     local latch = KEYS[#KEYS]
     if not (grant_alive(0) and redis.call('hexists', key, field) == 1) then
         redis.call('set', latch, 'r-1', 'px', 2 * tonumber(ARGV[#ARGV]))
@@ -571,7 +574,10 @@ local function take_up_handed(key, field, lease_ms)
         redis.call('pexpire', key, lease_ms)
         redis.call('pexpire', KEYS[#KEYS - 1], lease_ms)
     end
-    local grant = string.sub(redis.call('get', latch), 2)
+    local grant = redis.call('get', latch)
+    if string.sub(grant, 1, 1) == 'h' then
+        grant = string.sub(grant, 2)
+    end
     redis.call('set', latch, grant, 'px', ARGV[#ARGV])
     return grant
 end
@@ -639,39 +645,41 @@ local function wake_mutex_waiters(m)
 end
 
 -- A waiting acquisition `request` of `owner` (its field: '<owner>:write' for a writer)
--- gives up: a hold handed over to it and not taken up (see hand_over) ends, its own
--- grant alone (the owner's other acquisitions may have joined the hold since, and keep
--- theirs), and its latch answers a late copy of one of its attempts with nothing for
--- `latch_ms`, whether it had been handed the lock or not (a cancelled acquisition's
--- late attempt must not take the lock for nobody; review 3, R2), unless the latch
--- remembers a grant its caller has. Returns whether it had been handed the lock.
+-- gives up, so its client holds nothing of it: a grant it never learnt of (a hold handed
+-- over to it and not taken up, see hand_over, or a grant a late copy of one of its
+-- attempts got) ends, its own grant alone (the owner's other acquisitions may have
+-- joined the hold since, and keep theirs), and its latch answers a late copy of one of
+-- its attempts with nothing for `latch_ms` (a cancelled acquisition's late attempt must
+-- not take the lock for nobody; review 3, R2). Returns whether a grant ended.
 local function give_back_handed(lock, owner, request, latch_ms)
     local latch = latch_of(lock, request)
-    local handed = redis.call('get', latch)
-    if not (handed and string.sub(handed, 1, 1) == 'h') then
-        redis.call('set', latch, 'r-1', 'px', latch_ms, 'nx')
+    local before = redis.call('get', latch)
+    redis.call('set', latch, 'r-1', 'px', latch_ms)
+    if not before or string.sub(before, 1, 1) == 'r' then
         return false
     end
     local grants = grants_of(lock, owner)
-    if redis.call('hget', grants, request) and redis.call('hget', grants, 'o') == request then
-        local held = tonumber(redis.call('hget', lock, owner) or '0')
-        if held > 1 then
-            redis.call('hincrby', lock, owner, -1)
-            redis.call('hdel', grants, request)
-        else
-            redis.call('del', grants)
-            redis.call('hdel', lock, owner)
-            -- A writer's read holds (taken under the handed write hold) keep the lock,
-            -- for reading.
-            local left = redis.call('hlen', lock)
-            if left == 0 or (left == 1 and redis.call('hexists', lock, 'mode') == 1) then
-                redis.call('del', lock)
-            elseif redis.call('hget', lock, 'mode') == 'write' then
-                redis.call('hset', lock, 'mode', 'read')
-            end
+    local origin = string.match(redis.call('hget', grants, request) or '', '^(%x+)')
+    if not (origin and origin == redis.call('hget', grants, 'o')
+            and redis.call('hexists', lock, owner) == 1) then
+        return false
+    end
+    local held = tonumber(redis.call('hget', lock, owner) or '0')
+    if held > 1 then
+        redis.call('hincrby', lock, owner, -1)
+        redis.call('hdel', grants, request)
+    else
+        redis.call('del', grants)
+        redis.call('hdel', lock, owner)
+        -- A writer's read holds (taken under the handed write hold) keep the lock,
+        -- for reading.
+        local left = redis.call('hlen', lock)
+        if left == 0 or (left == 1 and redis.call('hexists', lock, 'mode') == 1) then
+            redis.call('del', lock)
+        elseif redis.call('hget', lock, 'mode') == 'write' then
+            redis.call('hset', lock, 'mode', 'read')
         end
     end
-    redis.call('set', latch, 'r-1', 'px', latch_ms)
     return true
 end
 

@@ -18,9 +18,9 @@
 -- upgrade would wait for itself forever); {4, ms} while the restart quarantine lasts;
 -- {5, 0} when this acquisition is over (its grant ended, or it gave up).
 local again = grant_replayed()
-if type(again) == 'string' and string.sub(again, 1, 1) == 'h' then
-    -- Handed over to this acquisition while it waited (see hand_over).
-    again = take_up_handed(KEYS[1], ARGV[2] .. ':write', ARGV[1])
+if type(again) == 'string' then
+    -- Granted before, or handed over while it waited (see hand_over).
+    again = find_grant(KEYS[1], ARGV[2] .. ':write', ARGV[1])
 end
 if again then
     return again
