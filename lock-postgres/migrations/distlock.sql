@@ -599,6 +599,15 @@ DECLARE
 BEGIN
     PERFORM distlock.check_lease(p_lease_ms);
     PERFORM distlock.begin_op(p_name, NULL, v_now);
+    -- Nothing is granted during a failover's quarantine, nor found again, nor re-entered:
+    -- the hold found may be one whose release, or revocation, the failover lost.
+    v_quarantine := distlock.quarantine(v_now, p_lease_ms);
+    IF v_quarantine IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM distlock.answers WHERE request = p_request) THEN
+            RETURN ARRAY[5, 0, 0];
+        END IF;
+        RETURN ARRAY[0, greatest(1, ceil(extract(epoch FROM v_quarantine - v_now) * 1000))::bigint, 0];
+    END IF;
     SELECT * INTO v_own FROM distlock.holds
      WHERE name = p_name AND kind = v_stored AND owner = p_owner;
     IF FOUND AND p_request = ANY (v_own.grants) THEN
@@ -620,7 +629,7 @@ BEGIN
         RETURN ARRAY[5, 0, 0];
     END IF;
     IF v_own.owner IS NOT NULL THEN
-        -- Reentry is always granted: the hold is there, so it was not lost.
+        -- Reentry (outside a quarantine) is granted: the hold is there.
         RETURN distlock.grant_hold(p_name, p_owner, v_stored, p_lease_ms, p_fencing, p_request,
                                    false, v_now);
     END IF;
@@ -629,10 +638,6 @@ BEGIN
                                       WHERE name = p_name AND kind = 'write' AND owner = p_owner) THEN
         RETURN distlock.grant_hold(p_name, p_owner, v_stored, p_lease_ms, p_fencing, p_request,
                                    true, v_now);
-    END IF;
-    v_quarantine := distlock.quarantine(v_now, p_lease_ms);
-    IF v_quarantine IS NOT NULL THEN
-        RETURN ARRAY[0, greatest(1, ceil(extract(epoch FROM v_quarantine - v_now) * 1000))::bigint, 0];
     END IF;
     IF v_stored = 'mutex' THEN
         RETURN distlock.acquire_fair(p_name, p_owner, p_lease_ms, p_fencing, p_request,
@@ -903,7 +908,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 
         $functions$;
         DELETE FROM distlock.functions;
-        INSERT INTO distlock.functions VALUES (8, 'de7b120340994d4f6b42255417ee4b284b069861');
+        INSERT INTO distlock.functions VALUES (8, '03804ef0227774cac975dbd0d34df1ea222d7929');
     END IF;
 END $distlock$;
 COMMIT;

@@ -465,6 +465,15 @@ DECLARE
 BEGIN
     PERFORM {schema}.check_lease(p_lease_ms);
     PERFORM {schema}.begin_op(p_name, NULL, v_now);
+    -- Nothing is granted during a failover's quarantine, nor found again, nor re-entered:
+    -- the hold found may be one whose release, or revocation, the failover lost.
+    v_quarantine := {schema}.quarantine(v_now, p_lease_ms);
+    IF v_quarantine IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM {schema}.answers WHERE request = p_request) THEN
+            RETURN ARRAY[5, 0, 0];
+        END IF;
+        RETURN ARRAY[0, greatest(1, ceil(extract(epoch FROM v_quarantine - v_now) * 1000))::bigint, 0];
+    END IF;
     SELECT * INTO v_own FROM {schema}.holds
      WHERE name = p_name AND kind = v_stored AND owner = p_owner;
     IF FOUND AND p_request = ANY (v_own.grants) THEN
@@ -486,7 +495,7 @@ BEGIN
         RETURN ARRAY[5, 0, 0];
     END IF;
     IF v_own.owner IS NOT NULL THEN
-        -- Reentry is always granted: the hold is there, so it was not lost.
+        -- Reentry (outside a quarantine) is granted: the hold is there.
         RETURN {schema}.grant_hold(p_name, p_owner, v_stored, p_lease_ms, p_fencing, p_request,
                                    false, v_now);
     END IF;
@@ -495,10 +504,6 @@ BEGIN
                                       WHERE name = p_name AND kind = 'write' AND owner = p_owner) THEN
         RETURN {schema}.grant_hold(p_name, p_owner, v_stored, p_lease_ms, p_fencing, p_request,
                                    true, v_now);
-    END IF;
-    v_quarantine := {schema}.quarantine(v_now, p_lease_ms);
-    IF v_quarantine IS NOT NULL THEN
-        RETURN ARRAY[0, greatest(1, ceil(extract(epoch FROM v_quarantine - v_now) * 1000))::bigint, 0];
     END IF;
     IF v_stored = 'mutex' THEN
         RETURN {schema}.acquire_fair(p_name, p_owner, p_lease_ms, p_fencing, p_request,

@@ -16,16 +16,19 @@
 -- lasts; {5, 0} when this acquisition is over (its grant ended, or it gave up).
 
 local again = grant_replayed()
-if type(again) == 'string' then
-    -- Granted before, or handed over while it waited (see hand_fair_lock).
-    again = find_grant(KEYS[1], ARGV[2], ARGV[1])
-end
-if again then
+if type(again) == 'table' then
+    -- The acquisition is over.
     return again
 end
+-- Nothing is granted during the restart quarantine, nor found again: the hold found may
+-- be one whose release, or revocation, the restart lost (the protocol's rules).
 local quarantined = quarantine_left(KEYS[6], ARGV[6])
 if quarantined > 0 then
     return {4, quarantined}
+end
+if again then
+    -- Granted before, or handed over while it waited (see hand_fair_lock).
+    return find_grant(KEYS[1], ARGV[2], ARGV[1])
 end
 local now = now_ms()
 local slot = tonumber(ARGV[7])

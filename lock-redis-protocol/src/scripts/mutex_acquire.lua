@@ -26,16 +26,19 @@
 -- ended, or it gave up): it is granted nothing more.
 
 local again = grant_replayed()
-if type(again) == 'string' then
-    -- Granted before, or handed over while it waited (see hand_over).
-    again = find_grant(KEYS[1], ARGV[2], ARGV[1])
-end
-if again then
+if type(again) == 'table' then
+    -- The acquisition is over.
     return again
 end
+-- Nothing is granted during the restart quarantine, nor found again: the hold found may
+-- be one whose release, or revocation, the restart lost (the protocol's rules).
 local quarantined = quarantine_left(KEYS[4], ARGV[7])
 if quarantined > 0 then
     return {4, quarantined}
+end
+if again then
+    -- Granted before, or handed over while it waited (see hand_over).
+    return find_grant(KEYS[1], ARGV[2], ARGV[1])
 end
 
 -- The reservation's wait start and owner (a malformed one counts as absent), and whether
