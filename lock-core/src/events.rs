@@ -93,6 +93,22 @@ pub(crate) fn take_up_found_it_ended(lock: &LockRef) {
     );
 }
 
+/// Warn: a bounded wait's attempt could not reach the store; the waiter asks again.
+pub(crate) fn attempt_failed_while_waiting(lock: &LockRef, err: &Error) {
+    static THROTTLE: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
+    let Some(held_back) = THROTTLE.admit() else {
+        return;
+    };
+    tracing::warn!(
+        target: TRACING_TARGET,
+        kind = %lock.kind,
+        name = %lock.name,
+        error = %err.chain(),
+        held_back,
+        "an attempt could not reach the store; the bounded wait asks again until its deadline (one warning every 5 s; held_back counts the failures not warned of since the last)"
+    );
+}
+
 /// Debug: a waiter was told of a release and asks again.
 pub(crate) fn woken(lock: &LockRef) {
     tracing::debug!(

@@ -284,3 +284,39 @@ pub async fn starving_waiter_goes_before_newcomers(fx: &dyn Fixture) {
     );
     release(newcomer.clone(), lapsed.ok()).await;
 }
+
+/// A bounded wait rides out a store it cannot reach for a while shorter than its
+/// deadline: it asks again until the store answers, and takes the free lock then
+/// (issue 48: `acquire().wait(120 s)` failed after the 5 s retry window). Here every
+/// attempt fails for the first 600 ms of a 5 s wait, with a 100 ms retry window.
+pub async fn a_bounded_wait_rides_out_an_outage_shorter_than_its_deadline(fx: &dyn Fixture) {
+    let faulty = FaultyBackend::new(fx.backend().await);
+    let locks = Locks::builder(Arc::new(faulty.clone()))
+        .retry_window(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let name = unique("outage");
+    faulty.set(crate::faulty::AcquireFault::FailBeforeSending);
+    let refused = locks.mutex(&name).try_lock().await;
+    assert!(refused.is_err(), "a try does not wait out an outage");
+    let waiting = {
+        let (locks, name) = (locks.clone(), name.clone());
+        tokio::spawn(async move {
+            locks
+                .mutex(&name)
+                .acquire()
+                .wait(Duration::from_secs(5))
+                .await
+        })
+    };
+    sleep(Duration::from_millis(600)).await;
+    faulty.set(crate::faulty::AcquireFault::None);
+    let acquired = timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the wait ends")
+        .unwrap();
+    assert!(
+        acquired.as_ref().is_ok_and(lock_core::Guard::is_held),
+        "the bounded wait gave up during the outage: {acquired:?}"
+    );
+}

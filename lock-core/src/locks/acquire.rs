@@ -172,13 +172,15 @@ async fn ask(
     let Some(first) = Box::pin(within(wait, ATTEMPT_SLACK, first)).await else {
         return Ok(None);
     };
-    match first? {
+    // The error of the latest attempt that could not reach the store, while unanswered.
+    let mut unreached = None;
+    match rides_out(wait, first, &lock, &mut unreached)? {
         Attempt::Acquired(guard) => return Ok(Some(at_once(&mut queued, turn.as_ref(), guard))),
         Attempt::Ended => request = request.fresh_id(),
         Attempt::Busy { .. } => {}
     }
     if matches!(wait, Wait::Never) || expired(wait) {
-        return Ok(None);
+        return ran_out(unreached);
     }
     // Subscribing and every attempt end with the caller's wait: a slow subscription (a
     // connection being re-established) must not hold a bounded wait past its deadline.
@@ -194,7 +196,7 @@ async fn ask(
         None => (&mut own_listener, None),
     };
     let Some(listener) = listen(client, &lock, wait, slot).await else {
-        return Ok(None);
+        return ran_out(unreached);
     };
     let listener = listener?;
     if let Some(bell) = &bell {
@@ -216,9 +218,9 @@ async fn ask(
         // An attempt begun before the deadline (the last one begins right at it, after
         // the sleep) may take a round trip's slack to be answered.
         let Some(outcome) = Box::pin(within(wait, ATTEMPT_SLACK, retry)).await else {
-            return Ok(None);
+            return ran_out(unreached);
         };
-        let ttl = match outcome? {
+        let ttl = match rides_out(wait, outcome, &lock, &mut unreached)? {
             Attempt::Acquired(guard) => {
                 return Ok(Some(served(
                     &mut queued,
@@ -246,7 +248,7 @@ async fn ask(
             }
         };
         let Some(sleep_for) = next_sleep(wait, ttl, client.config.watchdog_lease) else {
-            return Ok(None);
+            return ran_out(unreached);
         };
         // Biased, the notification first: when it and the timer are both ready, the
         // notification is taken (a notified future dropped unconsumed would pass the
@@ -269,6 +271,47 @@ async fn ask(
         }
     }
 }
+
+/// A bounded wait rides out a store it cannot reach: an attempt that failed to reach it
+/// (after its retry window) counts as busy, and the waiter asks again after a pause, or
+/// at a notification, until its deadline. An unbounded wait fails instead, so that an
+/// outage does not hang its caller unseen; so does a try, and a wait whose deadline has
+/// passed (its grant's fate is unknown: busy would not be the truth).
+/// The error is kept in `unreached` (and cleared by an answer): a wait that runs out
+/// while the store is unreachable reports it rather than a timeout ([`ran_out`]).
+fn rides_out(
+    wait: Wait,
+    outcome: Result<Attempt, Error>,
+    lock: &LockRef,
+    unreached: &mut Option<Error>,
+) -> Result<Attempt, Error> {
+    if outcome.is_ok() {
+        *unreached = None;
+    }
+    match outcome {
+        Err(err)
+            if matches!(wait, Wait::Until(deadline) if Instant::now() < deadline)
+                && err.kind() == crate::ErrorKind::Connection =>
+        {
+            events::attempt_failed_while_waiting(lock, &err);
+            *unreached = Some(err);
+            Ok(Attempt::Busy {
+                ttl: Some(OUTAGE_PAUSE),
+                reserved: false,
+            })
+        }
+        other => other,
+    }
+}
+
+/// The end of a wait that ran out: the error of the store it could not reach, if that is
+/// why, else no guard.
+fn ran_out(unreached: Option<Error>) -> Result<Option<Guard>, Error> {
+    unreached.map_or(Ok(None), Err)
+}
+
+/// How long a bounded wait pauses after an attempt that could not reach the store.
+const OUTAGE_PAUSE: Duration = Duration::from_millis(500);
 
 /// How long a waiter sleeps before it asks again (see [`sleep_for`]); `None` when the
 /// caller's wait is over (or the caller does not wait).
