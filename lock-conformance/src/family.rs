@@ -647,11 +647,13 @@ pub async fn an_expired_read_hold_does_not_outlive_its_owners_release(fx: &dyn F
     let (a, b) = (fx.client().await, fx.client().await);
     let name = unique("rw-expired-beside-live");
     let read = a.rw_lock(&name).reader().with_holder(Holder::unique());
-    let short = read.try_lock_for(Duration::ZERO, Some(Duration::from_millis(200)));
+    // Long enough to arrive alive on a loaded machine (a lease its grant outlives is
+    // refused), short enough to wait out.
+    let short = read.try_lock_for(Duration::ZERO, Some(Duration::from_millis(400)));
     let short = short.await.unwrap().expect("free");
     let long = read.try_lock_for(Duration::ZERO, Some(Duration::from_secs(10)));
     let long = long.await.unwrap().expect("readers share");
-    sleep(Duration::from_millis(350)).await;
+    sleep(Duration::from_millis(600)).await;
     assert!(!short.is_held(), "a read hold outlived its own lease");
     long.unlock().await.unwrap();
     assert_eq!(

@@ -138,6 +138,10 @@ fn within_the_stores_longest_lease(client: &Inner, lease: Lease) -> Result<(), E
 }
 
 /// The head's part of an acquisition: try, listen, and try again on every release.
+#[allow(
+    clippy::too_many_lines,
+    reason = "one wait loop read top to bottom; issue 49's wait engine splits it into drivers"
+)]
 async fn ask(
     client: &Arc<Inner>,
     lock: LockRef,
@@ -172,11 +176,10 @@ async fn ask(
     let Some(first) = Box::pin(within(wait, ATTEMPT_SLACK, first)).await else {
         return Ok(None);
     };
-    // The error of the latest attempt that could not reach the store, while unanswered.
-    let mut unreached = None;
+    let mut unreached = None; // the store's error while it cannot be reached
     match rides_out(wait, first, &lock, &mut unreached)? {
         Attempt::Acquired(guard) => return Ok(Some(at_once(&mut queued, turn.as_ref(), guard))),
-        Attempt::Ended => request = request.fresh_id(),
+        Attempt::Ended | Attempt::Unreached => request = request.fresh_id(),
         Attempt::Busy { .. } => {}
     }
     if matches!(wait, Wait::Never) || expired(wait) {
@@ -240,11 +243,15 @@ async fn ask(
                 }
                 ttl
             }
-            // A hold handed to it lapsed or was revoked before its take-up: the store
-            // grants its id nothing more, so it asks at once as a new acquisition.
+            // Its id is over (a handed hold lapsed or revoked): it asks at once anew.
             Attempt::Ended => {
                 request = request.fresh_id();
                 continue;
+            }
+            // Its id may be undone (see `rides_out`): a pause, then a fresh id.
+            Attempt::Unreached => {
+                request = request.fresh_id();
+                Some(OUTAGE_PAUSE)
             }
         };
         let Some(sleep_for) = next_sleep(wait, ttl, client.config.watchdog_lease) else {
@@ -274,7 +281,9 @@ async fn ask(
 
 /// A bounded wait rides out a store it cannot reach: an attempt that failed to reach it
 /// (after its retry window) counts as busy, and the waiter asks again after a pause, or
-/// at a notification, until its deadline. An unbounded wait fails instead, so that an
+/// at a notification, until its deadline, under a fresh id (the unanswered attempt's
+/// grant, if it got one, is undone under the old id: a later grant under that id would
+/// be undone with it; the simulation's seed 519 found that). An unbounded wait fails instead, so that an
 /// outage does not hang its caller unseen; so does a try, and a wait whose deadline has
 /// passed (its grant's fate is unknown: busy would not be the truth).
 /// The error is kept in `unreached` (and cleared by an answer): a wait that runs out
@@ -295,10 +304,7 @@ fn rides_out(
         {
             events::attempt_failed_while_waiting(lock, &err);
             *unreached = Some(err);
-            Ok(Attempt::Busy {
-                ttl: Some(OUTAGE_PAUSE),
-                reserved: false,
-            })
+            Ok(Attempt::Unreached)
         }
         other => other,
     }
@@ -593,6 +599,9 @@ enum Attempt {
     /// The acquisition's id is over (see [`Acquire::Ended`]): the caller, still
     /// waiting, goes on under a fresh one.
     Ended,
+    /// A bounded wait's attempt could not reach the store (see [`rides_out`]): its id
+    /// may be undone, so the wait goes on under a fresh one.
+    Unreached,
 }
 
 /// One acquire request, cancel-safe: see the module docs. A waiter's standing, if any,
