@@ -13,17 +13,23 @@ use crate::throttle::Throttle;
 /// How often a failure that repeats in an outage is warned of (see [`Throttle`]).
 pub(crate) const REPEATED_FAILURE_EVERY: Duration = Duration::from_secs(5);
 
+/// Warns of a failure that repeats while a store is unreachable: once every
+/// [`REPEATED_FAILURE_EVERY`] per call site, with `held_back`, how many of its failures
+/// were not warned of since the last warning.
+macro_rules! warn_repeated {
+    ($($field:tt)*) => {{
+        static THROTTLE: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
+        if let Some(held_back) = THROTTLE.admit() {
+            tracing::warn!(target: TRACING_TARGET, held_back, $($field)*);
+        }
+    }};
+}
+
 pub(crate) fn renewal_failed(lock: &LockRef, err: &Error) {
-    static THROTTLE: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
-    let Some(held_back) = THROTTLE.admit() else {
-        return;
-    };
-    tracing::warn!(
-        target: TRACING_TARGET,
+    warn_repeated!(
         kind = %lock.kind,
         name = %lock.name,
         error = %err.chain(),
-        held_back,
         "renewing a lock failed; retrying while its lease lasts (one warning every 5 s; held_back counts the failed renewals not warned of since the last)"
     );
 }
@@ -31,14 +37,8 @@ pub(crate) fn renewal_failed(lock: &LockRef, err: &Error) {
 /// A client could not describe itself in the store: introspection shows its holds
 /// without its name, host and process.
 pub(crate) fn announce_failed(err: &Error) {
-    static THROTTLE: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
-    let Some(held_back) = THROTTLE.admit() else {
-        return;
-    };
-    tracing::warn!(
-        target: TRACING_TARGET,
+    warn_repeated!(
         error = %err.chain(),
-        held_back,
         "this client could not describe itself in the store; introspection shows its holds without its name"
     );
 }
@@ -95,16 +95,10 @@ pub(crate) fn take_up_found_it_ended(lock: &LockRef) {
 
 /// Warn: a bounded wait's attempt could not reach the store; the waiter asks again.
 pub(crate) fn attempt_failed_while_waiting(lock: &LockRef, err: &Error) {
-    static THROTTLE: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
-    let Some(held_back) = THROTTLE.admit() else {
-        return;
-    };
-    tracing::warn!(
-        target: TRACING_TARGET,
+    warn_repeated!(
         kind = %lock.kind,
         name = %lock.name,
         error = %err.chain(),
-        held_back,
         "an attempt could not reach the store; the bounded wait asks again until its deadline (one warning every 5 s; held_back counts the failures not warned of since the last)"
     );
 }
@@ -145,17 +139,11 @@ pub(crate) fn hold_lost(lock: &LockRef, reason: LostReason) {
 /// A release nobody awaits failed: a dropped guard's, or that of a grant whose caller
 /// went away. The lock stays held until its lease runs out.
 pub(crate) fn release_failed(lock: &LockRef, of: &'static str, err: &Error) {
-    static THROTTLE: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
-    let Some(held_back) = THROTTLE.admit() else {
-        return;
-    };
-    tracing::warn!(
-        target: TRACING_TARGET,
+    warn_repeated!(
         kind = %lock.kind,
         name = %lock.name,
         of,
         error = %err.chain(),
-        held_back,
         "releasing a lock failed; it stays held until its lease ends (one warning every 5 s; held_back counts the failed releases not warned of since the last)"
     );
 }

@@ -3,7 +3,9 @@
 //! their leases.
 
 pub(crate) mod acquire;
+mod attempt;
 pub(crate) mod guard;
+pub(crate) mod handed;
 pub(crate) mod handle;
 pub(crate) mod hold;
 pub(crate) mod holder;

@@ -239,7 +239,7 @@ impl Store {
     /// first answer is given again, a handed grant's as any other's from now on.
     /// [`Acquire::Ended`] when the grant is gone (released, its place or lease lapsed, or
     /// force-released): an acquisition is granted at most once, so its id is over.
-    pub(super) fn take_up(
+    pub(super) fn found_again(
         &mut self,
         lock: &LockRef,
         request: AcquireRequest,

@@ -66,7 +66,7 @@ impl Backend for MemoryBackend {
             // an earlier one was granted): the grant back, with its lease re-armed, if
             // it lives; nothing if it ended (the protocol's rules).
             Some(Answer::Granted(grant) | Answer::Handed(grant)) => {
-                return Ok(store.take_up(lock, request, grant, now));
+                return Ok(store.found_again(lock, request, grant, now));
             }
             // A copy of a request whose grant already ended (or was undone before it
             // came, or whose acquisition was cancelled) grants nothing: nobody would

@@ -1,7 +1,7 @@
 -- A waiter of the fair lock gives up: it leaves the queue (the Redisson scores of those
 -- behind it move one slot closer, as Redisson does), a hold handed over to this
 -- acquisition and not taken up, or granted to a late copy of one of its attempts, ends
--- (see give_back_handed), and if the lock is then free the next waiter is handed it or
+-- (see end_acquisition), and if the lock is then free the next waiter is handed it or
 -- woken.
 -- Only its own: when the owner's place in the queue is a later acquisition's (the
 -- cancellation came late, after the owner asked again), the place stays.
@@ -17,7 +17,7 @@ local removed = 0
 if not placed or placed == ARGV[6] then
     removed = leave_queue(KEYS[2], KEYS[3], KEYS[4], ARGV[1], tonumber(ARGV[4]))
 end
-give_back_handed(KEYS[1], ARGV[1], ARGV[6], ARGV[7])
+end_acquisition(KEYS[1], ARGV[1], ARGV[6], ARGV[7])
 -- A lock free after the cancellation goes to the next waiter (the protocol's rules).
 if redis.call('exists', KEYS[1]) == 0 then
     hand_fair_lock({

@@ -26,7 +26,7 @@ local reserved = redis.call('get', KEYS[3])
 if reserved and string.sub(reserved, -#ARGV[1]) == ARGV[1] then
     redis.call('del', KEYS[3])
 end
-give_back_handed(KEYS[1], ARGV[8], ARGV[7], ARGV[9])
+end_acquisition(KEYS[1], ARGV[8], ARGV[7], ARGV[9])
 if redis.call('exists', KEYS[1]) == 0 then
     local m = {
         lock = KEYS[1], waiting = KEYS[2], reservation = KEYS[3], requests = KEYS[4],

@@ -651,7 +651,7 @@ end
 -- joined the hold since, and keep theirs), and its latch answers a late copy of one of
 -- its attempts with nothing for `latch_ms` (a cancelled acquisition's late attempt must
 -- not take the lock for nobody; review 3, R2). Returns whether a grant ended.
-local function give_back_handed(lock, owner, request, latch_ms)
+local function end_acquisition(lock, owner, request, latch_ms)
     local latch = latch_of(lock, request)
     local before = redis.call('get', latch)
     redis.call('set', latch, 'r-1', 'px', latch_ms)
