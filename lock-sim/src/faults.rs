@@ -8,6 +8,7 @@
 //! their latches are long over. A lost or failed request is a connection error, as a
 //! network gives; the client cannot tell which happened.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -82,9 +83,107 @@ pub(crate) struct Network {
     /// Set once the workload is over: requests then go through untouched, so that what
     /// is left settles.
     pub(crate) calm: std::sync::atomic::AtomicBool,
+    /// The ends of acquisitions their clients heard of, and grants made after them.
+    pub(crate) ends: Ends,
+}
+
+/// The rule "an acquisition is granted at most once, never after it ended", seen from
+/// the wire:
+/// - once the store ran an acquisition's cancellation or its grant's release, no attempt
+///   under its id may be granted while the store keeps its end (twice the retry window):
+///   a late copy of a cancelled acquisition's attempt that takes the lock for nobody
+///   (third review, R2) breaks it;
+/// - every answer that grants an acquisition, and the notice of a hand-over to it, carry
+///   one fencing token: a take-up granted afresh after its handed hold was revoked
+///   (third review, R1) breaks it.
+#[derive(Debug, Default)]
+pub(crate) struct Ends {
+    ended: Mutex<HashMap<RequestId, Instant>>,
+    /// The token each acquisition was first granted (or handed) with, and when.
+    tokens: Mutex<HashMap<RequestId, (Option<u64>, Instant)>>,
+    broken: Mutex<Option<String>>,
+}
+
+impl Ends {
+    /// Acquisition `id` was granted (or handed) the lock with `token`; the store keeps
+    /// its grant's answer for `kept` (a copy that comes later, once the grant's hold
+    /// lapsed, is a request the store no longer knows: a known limit, bounded by one
+    /// lease, see the crate's README).
+    pub(crate) fn granted_token(
+        &self,
+        id: RequestId,
+        token: Option<u64>,
+        kept: Duration,
+        trace: &Trace,
+    ) {
+        let now = Instant::now();
+        let first = {
+            let mut tokens = self.tokens.lock().unwrap_or_else(PoisonError::into_inner);
+            let (first, at) = *tokens.entry(id).or_insert((token, now));
+            if now.duration_since(at) >= kept {
+                tokens.insert(id, (token, now));
+                return;
+            }
+            first
+        };
+        if first != token {
+            self.broken_by(
+                format!(
+                    "TWO GRANTS FOR ONE ACQUISITION: acquisition {id} was granted with token \
+                     {token:?} after it had been granted {first:?}"
+                ),
+                trace,
+            );
+        }
+    }
+
+    fn broken_by(&self, what: String, trace: &Trace) {
+        trace.note(&what);
+        let mut broken = self.broken.lock().unwrap_or_else(PoisonError::into_inner);
+        broken.get_or_insert(what);
+    }
+
+    /// The store ran the end of acquisition `id` (the first time counts).
+    fn ended(&self, id: RequestId) {
+        let mut ended = self.ended.lock().unwrap_or_else(PoisonError::into_inner);
+        ended.entry(id).or_insert_with(Instant::now);
+    }
+
+    /// The store granted an attempt of acquisition `id`; the store keeps an end for
+    /// `kept`.
+    fn granted(&self, id: RequestId, kept: Duration, trace: &Trace) {
+        let since = {
+            let ended = self.ended.lock().unwrap_or_else(PoisonError::into_inner);
+            let Some(ended) = ended.get(&id) else {
+                return;
+            };
+            Instant::now().duration_since(*ended)
+        };
+        if since < kept {
+            let what = format!(
+                "GRANT AFTER ITS END: acquisition {id} was granted {} ms after the store \
+                 ended it",
+                since.as_millis()
+            );
+            self.broken_by(what, trace);
+        }
+    }
+
+    /// The first grant after an end, if any.
+    pub(crate) fn violation(&self) -> Option<String> {
+        self.broken
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 impl Network {
+    /// Draws from the run's generator.
+    pub(crate) fn draw<T>(&self, draw: impl FnOnce(&mut Rng) -> T) -> T {
+        draw(&mut self.rng.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
     fn fate(&self) -> Fate {
         if self.calm.load(std::sync::atomic::Ordering::Relaxed) {
             return Fate::default();
@@ -262,19 +361,43 @@ impl Backend for FaultyLink {
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
-        let lock = lock.clone();
+        let (lock, network) = (lock.clone(), Arc::clone(&self.network));
         self.through("acquire", move |inner| {
-            let lock = lock.clone();
-            async move { inner.acquire(&lock, request).await }
+            let (lock, network) = (lock.clone(), Arc::clone(&network));
+            async move {
+                let reply = inner.acquire(&lock, request).await;
+                if let Ok(Acquire::Acquired { token, .. }) = reply {
+                    // A grant's answer is kept one retry window; an end, two.
+                    network.ends.granted_token(
+                        request.id,
+                        token,
+                        request.retry_window,
+                        &network.trace,
+                    );
+                    network.ends.granted(
+                        request.id,
+                        request.retry_window.saturating_mul(2),
+                        &network.trace,
+                    );
+                }
+                reply
+            }
         })
         .await
     }
 
     async fn cancel_wait(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
         let (lock, acquisition) = (lock.clone(), *acquisition);
+        let network = Arc::clone(&self.network);
         self.through("cancel", move |inner| {
-            let lock = lock.clone();
-            async move { inner.cancel_wait(&lock, &acquisition).await }
+            let (lock, network) = (lock.clone(), Arc::clone(&network));
+            async move {
+                let cancelled = inner.cancel_wait(&lock, &acquisition).await;
+                if cancelled.is_ok() {
+                    network.ends.ended(acquisition.id);
+                }
+                cancelled
+            }
         })
         .await
     }
@@ -284,10 +407,16 @@ impl Backend for FaultyLink {
     }
 
     async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
-        let lock = lock.clone();
+        let (lock, network) = (lock.clone(), Arc::clone(&self.network));
         self.through("release", move |inner| {
-            let lock = lock.clone();
-            async move { Backend::release(&*inner, &lock, request).await }
+            let (lock, network) = (lock.clone(), Arc::clone(&network));
+            async move {
+                let released = Backend::release(&*inner, &lock, request).await;
+                if released.is_ok() {
+                    network.ends.ended(request.grant);
+                }
+                released
+            }
         })
         .await
     }

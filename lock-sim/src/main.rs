@@ -13,11 +13,18 @@
 //! lock-sim [--seeds N] [--first S]    run seeds S..S+N (default 0 and 300)
 //! lock-sim --minutes M                run seeds from a clock-chosen start for M minutes
 //! lock-sim --seed S                   replay seed S, printing every event
-//! ... [--only OP,OP] [--faults all|delays|none]
-//!                                     only these operations; fewer faults
+//! lock-sim --mutants                  plant each known defect back in turn; fail
+//!                                     unless every one is caught
+//! ... [--only OP,OP] [--faults all|delays|none] [--mutant NAME]
+//!                                     only these operations; fewer faults; a defect
 //! ```
+//!
+//! A check that has never been seen to fail proves little: `--mutants` plants back, one
+//! at a time, defects that reviews found in the store (see `mutants::MUTANTS`), runs seeds
+//! until the invariants catch each, and prints how many seeds each took.
 
 mod faults;
+mod mutants;
 mod rng;
 mod trace;
 mod world;
@@ -36,15 +43,19 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use lock_core::memory::HandOvers;
 
 const USAGE: &str = "\
-usage: lock-sim [--seeds N] [--first S] | --minutes M | --seed S  [--only OPS] [--faults F]
+usage: lock-sim [--seeds N] [--first S] | --minutes M | --seed S | --mutants
+                [--only OPS] [--faults F] [--mutant NAME]
   --seeds N     how many seeds to run (default 300)
   --first S     the first seed (default 0)
   --minutes M   run consecutive seeds, from a start chosen by the clock, for M minutes
   --seed S      replay one seed, printing every event, and check that it replays exactly
+  --mutants     plant each known defect back in turn (r1, r2, n2, n3, handed-place); fails
+                unless the invariants catch every one within its seed budget
   --only OPS    only these operations, comma-separated: mutex, fair, read, write,
                 reenter (a fair and a plain guard of one holder), reenter-same, permits,
                 leased (same seed and options: same run)
-  --faults F    all (default), delays (nothing lost, copied, paused or cancelled), none";
+  --faults F    all (default), delays (nothing lost, copied, paused or cancelled), none
+  --mutant NAME plant one known defect back in the store (as --mutants names them)";
 
 /// What to run.
 #[derive(Debug, PartialEq, Eq)]
@@ -52,6 +63,7 @@ enum Plan {
     Seeds { first: u64, count: u64 },
     For(Duration),
     Replay(u64),
+    Mutants,
 }
 
 fn parse(args: &[String]) -> Result<(Plan, world::Workload), String> {
@@ -69,6 +81,16 @@ fn parse(args: &[String]) -> Result<(Plan, world::Workload), String> {
                     .split(',')
                     .map(|name| world::Op::named(name).ok_or(format!("no operation {name:?}")))
                     .collect::<Result<_, _>>()?;
+                continue;
+            }
+            "--mutant" => {
+                let name = args.next().ok_or("--mutant needs a name")?;
+                let mutant = mutants::named(name).ok_or(format!("no mutant {name:?}"))?;
+                workload.defect = Some(mutant.defect);
+                continue;
+            }
+            "--mutants" => {
+                plan = Plan::Mutants;
                 continue;
             }
             "--faults" => {
@@ -125,6 +147,7 @@ fn main() -> ExitCode {
     let started = Instant::now();
     match plan {
         Plan::Replay(seed) => replay(seed, &workload),
+        Plan::Mutants => mutants::run_all(&workload),
         Plan::Seeds { first, count } => {
             let mut handed = HandOvers::default();
             let failed = (first..first.saturating_add(count))
@@ -266,6 +289,13 @@ mod tests {
         assert!(parse(&args(&["--seeds"])).is_err());
         assert!(parse(&args(&["--seeds", "x"])).is_err());
         assert!(parse(&args(&["--bogus"])).is_err());
+        assert_eq!(plan(&["--mutants"]), Ok(Plan::Mutants));
+        let (_, workload) = parse(&args(&["--mutant", "r1"])).expect("valid");
+        assert_eq!(
+            workload.defect,
+            Some(lock_core::protocol::Defect::R1TakeUpGrantsAfresh)
+        );
+        assert!(parse(&args(&["--mutant", "r9"])).is_err());
     }
 
     /// A seed replays exactly: the same events at the same simulated times.

@@ -14,6 +14,7 @@ use super::kinds::{granted, writer_field};
 use super::{Answer, Entry, Grant, Mode, Store, channel};
 use crate::backend::{Acquire, AcquireRequest, LockKind, LockRef, Release, RequestId};
 use crate::notify::{Handed, Wake};
+use crate::protocol::Defect;
 use crate::{LockName, Owner};
 
 /// An acquisition that waits to be handed the lock, as its latest attempt left it.
@@ -61,6 +62,8 @@ pub(super) struct Notice {
     pub(super) handed: Handed,
     /// The owner handed the lock (the notice goes to its client).
     pub(super) owner: Owner,
+    /// The lock's name.
+    pub(super) name: String,
 }
 
 /// How a free lock's next waiter learns of it.
@@ -73,7 +76,10 @@ pub(super) enum Served {
 
 /// How long a hand-over's notice takes to reach the client of the owner handed the
 /// lock (see [`MemoryBackend::delay_hand_over_notices`](super::MemoryBackend::delay_hand_over_notices)).
-pub type NoticeDelay = std::sync::Arc<dyn Fn(&Owner) -> std::time::Duration + Send + Sync>;
+/// It is called with the lock's name, the owner and the notice, when the hand-over is
+/// made.
+pub type NoticeDelay =
+    std::sync::Arc<dyn Fn(&str, &Owner, &Handed) -> std::time::Duration + Send + Sync>;
 
 /// How many hand-overs a store made, and what became of them (for the simulation's
 /// report and for tests).
@@ -216,7 +222,12 @@ impl Store {
         }
         // The place, or the waiter's lease if shorter: a holder that dies is replaced
         // within its own lease, handed or not.
-        entry.arm(now, place.min(request.lease));
+        let lasts = if self.planted(Defect::HandedHoldLastsThePlace) {
+            place
+        } else {
+            place.min(request.lease)
+        };
+        entry.arm(now, lasts);
         self.locks.insert(key.to_owned(), entry);
         let token = self.token(key, true, request.fencing);
         let reply = granted(1, token, request.id);
@@ -231,6 +242,7 @@ impl Store {
             wake,
             handed: Handed::new(request.id, attempt, token),
             owner: waiter.owner,
+            name: key.to_owned(),
         })
     }
 
@@ -239,13 +251,14 @@ impl Store {
     /// first answer is given again, a handed grant's as any other's from now on.
     /// [`Acquire::Ended`] when the grant is gone (released, its place or lease lapsed, or
     /// force-released): an acquisition is granted at most once, so its id is over.
+    /// `None` only with the defect R1 planted back: the attempt is to ask afresh.
     pub(super) fn found_again(
         &mut self,
         lock: &LockRef,
         request: AcquireRequest,
         grant: Acquire,
         now: Instant,
-    ) -> Acquire {
+    ) -> Option<Acquire> {
         let name = lock.name.as_str();
         let field = field_of(lock);
         let alive = self.live(name, now).is_some_and(|entry| {
@@ -256,9 +269,15 @@ impl Store {
             })
         });
         if !alive {
+            if self.planted(Defect::R1TakeUpGrantsAfresh)
+                && let Some(Answer::Handed(_)) = self.answered(name, request.id, now)
+            {
+                self.answers.remove(&(name.to_owned(), request.id));
+                return None;
+            }
             let ended = (now, request.retry_window.saturating_mul(2));
             self.remember(name, request.id, Answer::Ended(Release::NotHeld), ended);
-            return Acquire::Ended;
+            return Some(Acquire::Ended);
         }
         if let Some(entry) = self.live(name, now) {
             entry.arm(now, request.lease);
@@ -268,7 +287,7 @@ impl Store {
         }
         let kept = (now, request.retry_window);
         self.remember(name, request.id, Answer::Granted(grant), kept);
-        grant
+        Some(grant)
     }
 
     /// Whether the mutex `name` is held by a hold handed over and not yet taken up.
@@ -295,6 +314,10 @@ impl Store {
         let name = lock.name.as_str();
         self.unregister_waiter(name, request.id);
         let answered = self.answered(name, request.id, now);
+        if self.planted(Defect::R2CancelLeavesNoEnd) && !matches!(answered, Some(Answer::Handed(_)))
+        {
+            return self.live(name, now).is_none();
+        }
         if let Some(Answer::Handed(_) | Answer::Granted(_)) = answered {
             // Its own grant ends: the owner's other acquisitions may have joined the
             // hold since, and keep theirs.

@@ -10,6 +10,7 @@ use crate::backend::{
     Acquire, AcquireRequest, LockKind, LockRef, Release, ReleaseRequest, RequestId,
 };
 use crate::notify::Wake;
+use crate::protocol::Defect;
 use crate::{Error, Owner};
 
 pub(super) fn writer_field(owner: &Owner) -> String {
@@ -265,10 +266,20 @@ pub(super) fn release_exclusive(
     now: Instant,
 ) -> (Release, Wakeup) {
     let name = lock.name.as_str();
+    let release_ends_any_grant = store.planted(Defect::N3ReleaseEndsAnyGrant);
+    let counts_down = store.planted(Defect::N2ReleaseCountsDown);
     let Some(entry) = store.live(name, now) else {
         return (Release::NotHeld, None);
     };
-    let Some(left) = entry.end(lock.owner.as_str(), request.grant, now) else {
+    let ended = if counts_down {
+        entry.end_latest(lock.owner.as_str())
+    } else {
+        match entry.end(lock.owner.as_str(), request.grant, now) {
+            None if release_ends_any_grant => entry.end_latest(lock.owner.as_str()),
+            ended => ended,
+        }
+    };
+    let Some(left) = ended else {
         return (Release::NotHeld, None);
     };
     if left > 0 {

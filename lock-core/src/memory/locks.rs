@@ -66,7 +66,9 @@ impl Backend for MemoryBackend {
             // an earlier one was granted): the grant back, with its lease re-armed, if
             // it lives; nothing if it ended (the protocol's rules).
             Some(Answer::Granted(grant) | Answer::Handed(grant)) => {
-                return Ok(store.found_again(lock, request, grant, now));
+                if let Some(reply) = store.found_again(lock, request, grant, now) {
+                    return Ok(reply);
+                }
             }
             // A copy of a request whose grant already ended (or was undone before it
             // came, or whose acquisition was cancelled) grants nothing: nobody would
@@ -144,8 +146,9 @@ impl Backend for MemoryBackend {
         let (outcome, wakeup) = {
             let mut store = self.store();
             let name = lock.name.as_str();
+            let counts_down = store.planted(crate::protocol::Defect::N2ReleaseCountsDown);
             match store.answered(name, request.grant, now) {
-                Some(Answer::Ended(answer)) => return Ok(answer),
+                Some(Answer::Ended(answer)) if !counts_down => return Ok(answer),
                 Some(Answer::Handed(_)) => store.hand_overs.released_before_taken_up += 1,
                 _ => {}
             }

@@ -104,6 +104,18 @@ impl Entry {
         (holds, held.origin)
     }
 
+    /// Ends `field`'s latest grant, whichever it is (the defect N3 of the second review,
+    /// planted back); returns the holds left.
+    fn end_latest(&mut self, field: &str) -> Option<u32> {
+        let held = self.fields.get_mut(field)?;
+        held.grants.pop()?;
+        let left = u32::try_from(held.grants.len()).unwrap_or(u32::MAX);
+        if left == 0 {
+            self.fields.remove(field);
+        }
+        Some(left)
+    }
+
     /// Drops `owner`'s read grants whose leases ended; returns how many are live.
     fn live_reads(&mut self, owner: &str, now: Instant) -> u32 {
         let Some(held) = self.fields.get_mut(owner) else {
@@ -223,11 +235,19 @@ struct Store {
     /// last went down (see [`PermitAnswer::BeyondPeak`]).
     peaks: HashMap<String, i64>,
     remembered: u64,
+    /// A defect of the past planted back (the simulation's mutation check).
+    defect: Option<crate::protocol::Defect>,
     /// What clients said about themselves, by client id, until when (introspection).
     clients: HashMap<String, (crate::ClientInfo, Instant)>,
 }
 
 impl Store {
+    /// Whether `defect` is planted back in this store (never, without the `mutants`
+    /// feature, which alone can plant one).
+    fn planted(&self, defect: crate::protocol::Defect) -> bool {
+        self.defect == Some(defect)
+    }
+
     /// Forgets expired answers now and then, so that they take no memory for long.
     fn forget_expired(&mut self, now: Instant) {
         self.remembered += 1;
@@ -447,6 +467,14 @@ impl MemoryBackend {
             .unwrap_or_else(PoisonError::into_inner) = Some(delay);
     }
 
+    /// Plants `defect` back: from now on the store breaks the rule it names, as it once
+    /// did, so that a check can show it catches the defect. For the simulation's
+    /// mutation check only.
+    #[cfg(feature = "mutants")]
+    pub fn plant_defect(&self, defect: crate::protocol::Defect) {
+        self.store().defect = Some(defect);
+    }
+
     /// Gives a hand-over's notice, now or as late as the notice delay says.
     fn tell(&self, notice: handover::Notice) {
         let delay = self
@@ -454,7 +482,9 @@ impl MemoryBackend {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
-            .map_or(Duration::ZERO, |delay| delay(&notice.owner));
+            .map_or(Duration::ZERO, |delay| {
+                delay(&notice.name, &notice.owner, &notice.handed)
+            });
         let handover::Notice {
             channel,
             wake,

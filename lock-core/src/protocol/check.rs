@@ -429,6 +429,7 @@ mod tests {
             Defect::R4QuarantineOfKnownLeases,
             Defect::HandedHoldLastsThePlace,
             Defect::N3ReleaseEndsAnyGrant,
+            Defect::N2ReleaseCountsDown,
         ] {
             let bound = Bound {
                 depth: 7,

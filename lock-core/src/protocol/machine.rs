@@ -111,6 +111,10 @@ pub enum Defect {
     /// N3 (second review): a release of a grant that is not alive ends the owner's
     /// latest grant instead.
     N3ReleaseEndsAnyGrant,
+    /// N2 (second review), as it stands without adoption: a release counts the owner's
+    /// hold down whatever grant it names, and a copy of it runs again (a release
+    /// delayed or retried past its holder's next hold ends that hold).
+    N2ReleaseCountsDown,
 }
 
 /// The owner's hold of the lock.
@@ -408,7 +412,14 @@ impl Name {
             .as_ref()
             .filter(|hold| hold.owner == owner)
             .and_then(|hold| hold.grants.iter().position(|g| *g == id));
+        let counts_down = self.planted(Defect::N2ReleaseCountsDown);
         let at = match named {
+            Some(_) | None if counts_down => {
+                match self.hold.as_ref().filter(|hold| hold.owner == owner) {
+                    Some(hold) => hold.grants.len() - 1,
+                    None => return Reply::NotHeld,
+                }
+            }
             Some(at) => at,
             None if self.planted(Defect::N3ReleaseEndsAnyGrant) => {
                 match self.hold.as_ref().filter(|hold| hold.owner == owner) {

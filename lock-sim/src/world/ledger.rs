@@ -9,7 +9,7 @@ use lock_core::memory::MemoryBackend;
 use lock_core::{Guard, LeasedPermits, Permits};
 use tokio::time::Instant;
 
-use super::{LIVENESS_BOUND, MUTEX_NAMES, PERMITS, RW_NAME, SEMAPHORE};
+use super::{LIVENESS_BOUND, LONGEST_LEASE, MUTEX_NAMES, PERMITS, RW_NAME, SEMAPHORE};
 
 /// What a task holds, as the checker sees it.
 pub(super) enum Held {
@@ -32,6 +32,12 @@ pub(super) struct Ledger {
     waiting: Mutex<BTreeMap<usize, (&'static str, Instant)>>,
     /// Since when each name has been free in the store, as the checker last saw.
     free_since: Mutex<BTreeMap<&'static str, Instant>>,
+    /// The latest force-release of each name: when, and the fencing token issued last
+    /// before it (every hold with a token up to it was revoked).
+    forced: Mutex<BTreeMap<&'static str, (Instant, u64)>>,
+    /// The owners whose guards (not revoked) held each name since its latest
+    /// force-release.
+    held_since_forced: Mutex<BTreeMap<&'static str, BTreeSet<String>>>,
     violation: Mutex<Option<String>>,
 }
 
@@ -60,6 +66,65 @@ impl Ledger {
         waiting.remove(&task);
     }
 
+    /// An operator force-released `name`, whose latest fencing token was `token`.
+    pub(super) fn forced(&self, name: &'static str, token: u64) {
+        let mut forced = self.forced.lock().unwrap_or_else(PoisonError::into_inner);
+        forced.insert(name, (Instant::now(), token));
+        let mut since = self
+            .held_since_forced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        since.remove(name);
+    }
+
+    /// A guard whose hold a force-release revoked learns it within one lease: its
+    /// renewals find the hold gone, and without an answer its own lease runs out. One
+    /// exception, a gap of the protocol (renewals name the owner, not the hold): when
+    /// its owner was granted the name again and nobody else held it since, its renewals
+    /// renew that new hold, and exclusion holds. A take-up granted afresh after another
+    /// owner held the lock (third review, R1) breaks the rule.
+    pub(super) async fn revocations(&self, store: &MemoryBackend) -> Result<(), String> {
+        let now = Instant::now();
+        let overdue: Vec<(&'static str, String, Instant)> = {
+            let entries = self.entries();
+            let forced = self.forced.lock().unwrap_or_else(PoisonError::into_inner);
+            entries
+                .values()
+                .filter_map(|entry| {
+                    let Held::Guard(guard) = &entry.held else {
+                        return None;
+                    };
+                    let at = revoked_at(&forced, entry)?;
+                    (guard.is_held() && now.duration_since(at) > LONGEST_LEASE)
+                        .then(|| (entry.name, guard.owner().to_owned(), at))
+                })
+                .collect()
+        };
+        for (name, owner, at) in overdue {
+            let Ok(lock_name) = lock_core::LockName::new(name) else {
+                continue;
+            };
+            let info = lock_core::Introspect::describe(store, &lock_name)
+                .await
+                .map_err(|err| format!("the checker could not read {name}: {err}"))?;
+            let owner_holds_again = info.holders.iter().any(|holder| holder.owner == owner);
+            let nobody_else = self
+                .held_since_forced
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(name)
+                .is_none_or(|owners| owners.iter().all(|other| *other == owner));
+            if !(owner_holds_again && nobody_else) {
+                return Err(format!(
+                    "REVOKED GUARD HOLDS ON: {owner}'s guard of {name} still believes it holds \
+                     {} ms after a force-release revoked it",
+                    now.duration_since(at).as_millis()
+                ));
+            }
+        }
+        Ok(())
+    }
+
     pub(super) fn fail(&self, violation: String) {
         let mut first = self
             .violation
@@ -86,15 +151,19 @@ impl Ledger {
     }
 
     /// At most one owner whose guard believes it holds an exclusive lock (a reader only
-    /// beside the writer that is the same owner); never more valid permit holders than
-    /// permits.
+    /// beside the writer that is the same owner), among guards whose hold no
+    /// force-release revoked; a revoked guard learns it within one lease; never more
+    /// valid permit holders than permits.
     pub(super) fn safety(&self) -> Result<(), String> {
         let entries = self.entries();
-        let mut exclusive: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+        let forced = self.forced.lock().unwrap_or_else(PoisonError::into_inner);
+        // Guards whose hold was revoked are left out: they learn at their next request.
+        let mut exclusive: BTreeMap<&'static str, BTreeSet<String>> = BTreeMap::new();
         let mut readers: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
         let (mut permits, mut leased) = (0, 0);
         for entry in entries.values() {
             match &entry.held {
+                Held::Guard(guard) if guard.is_held() && revoked_at(&forced, entry).is_some() => {}
                 Held::Guard(guard) if guard.is_held() => {
                     let owners = if guard.kind() == lock_core::LockKind::Read {
                         &mut readers
@@ -126,6 +195,16 @@ impl Ledger {
                      while a write guard does"
                 ));
             }
+        }
+        let mut since_forced = self
+            .held_since_forced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (name, owners) in &exclusive {
+            since_forced
+                .entry(name)
+                .or_default()
+                .extend(owners.iter().cloned());
         }
         if permits > PERMITS {
             return Err(format!(
@@ -175,4 +254,37 @@ impl Ledger {
         }
         Ok(())
     }
+}
+
+/// No hold in the store lasts longer than the longest lease any task asks for: every
+/// hold is kept by its owner's requests, each arming one lease at most (a handed hold
+/// lasts its waiter's lease, not its place: issue 48's kill -9 finding).
+pub(super) async fn leases(store: &MemoryBackend) -> Result<(), String> {
+    for name in MUTEX_NAMES.iter().chain([&RW_NAME]) {
+        let Ok(lock_name) = lock_core::LockName::new(name) else {
+            continue;
+        };
+        let info = lock_core::Introspect::describe(store, &lock_name)
+            .await
+            .map_err(|err| format!("the checker could not read {name}: {err}"))?;
+        if let Some(left) = info.lease_left.filter(|left| *left > LONGEST_LEASE) {
+            return Err(format!(
+                "HOLD BEYOND ITS LEASE: {name} is held for {} ms more, longer than any lease \
+                 asked for",
+                left.as_millis()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// When the hold `entry`'s guard believes in was revoked by a force-release, if it was:
+/// its fencing token is no later than the name's latest before that force-release.
+fn revoked_at(forced: &BTreeMap<&'static str, (Instant, u64)>, entry: &Entry) -> Option<Instant> {
+    let Held::Guard(guard) = &entry.held else {
+        return None;
+    };
+    let (at, last) = forced.get(entry.name)?;
+    let token = guard.fencing_token()?;
+    (token <= *last).then_some(*at)
 }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_core::memory::MemoryBackend;
+use lock_core::notify::Handed;
 use lock_core::{Backend, LockName, Locks, Owner};
 use tokio::time::{Instant, sleep};
 
@@ -15,6 +16,7 @@ use crate::rng::Rng;
 use crate::trace::Trace;
 
 mod ledger;
+mod operator;
 mod task;
 mod workload;
 
@@ -29,6 +31,10 @@ const TASKS: usize = 9;
 const OPERATIONS: usize = 14;
 
 const LEASE: Duration = Duration::from_millis(300);
+
+/// The longest lease a task asks for (now and then a task asks for a lease of its own,
+/// from a third of the watchdog's up to this): no hold may last longer unrenewed.
+const LONGEST_LEASE: Duration = Duration::from_millis(400);
 
 const WINDOW: Duration = Duration::from_millis(200);
 
@@ -112,8 +118,12 @@ async fn simulate(seed: u64, workload: Arc<Workload>, echo: bool) -> Outcome {
         profile,
         window: WINDOW,
         calm: AtomicBool::new(false),
+        ends: crate::faults::Ends::default(),
     });
     let store = Arc::new(MemoryBackend::new());
+    if let Some(defect) = workload.defect {
+        store.plant_defect(defect);
+    }
     let ledger = Arc::new(Ledger::default());
     let names = (LockName::new(SEMAPHORE), LockName::new(EXPIRABLE));
     let (Ok(plain), Ok(leased)) = names else {
@@ -131,33 +141,29 @@ async fn simulate(seed: u64, workload: Arc<Workload>, echo: bool) -> Outcome {
         ledger.fail("the semaphores could not be set up".to_owned());
         return outcome(&ledger, &trace, &store);
     }
-    let clients: Vec<(Locks, FaultyLink)> = (0..CLIENTS)
-        .map(|client| {
-            let link = FaultyLink::new(client, Arc::clone(&store), Arc::clone(&network));
-            let locks = Locks::builder(Arc::new(link.clone()))
-                .watchdog_lease(LEASE)
-                .retry_window(WINDOW)
-                .fair_waiter_timeout(FAIR_PLACE)
-                .build();
-            locks.map(|locks| (locks, link))
-        })
-        .collect::<Result<_, _>>()
-        .unwrap_or_default();
-    delay_notices(&store, &clients, &network);
+    let clients = connect(&store, &network);
+    let (handed, operator_hears) = tokio::sync::mpsc::unbounded_channel();
+    let forces = workload.faults == Faults::All;
+    delay_notices(&store, &clients, &network, forces.then_some(handed));
     // The checker looks every simulated millisecond.
     let watching = Arc::new(AtomicBool::new(true));
-    let checker = tokio::spawn({
-        let (ledger, store, watching) = (
-            Arc::clone(&ledger),
-            Arc::clone(&store),
-            Arc::clone(&watching),
-        );
-        async move {
-            while watching.load(Ordering::Relaxed) {
-                ledger.check(&store);
-                sleep(Duration::from_millis(1)).await;
+    let checker = tokio::spawn(check(
+        Arc::clone(&ledger),
+        Arc::clone(&store),
+        Arc::clone(&network),
+        Arc::clone(&watching),
+    ));
+    let operator = forces.then(|| {
+        tokio::spawn(
+            operator::Operator {
+                store: Arc::clone(&store),
+                ledger: Arc::clone(&ledger),
+                network: Arc::clone(&network),
+                handed: operator_hears,
+                working: Arc::clone(&watching),
             }
-        }
+            .run(),
+        )
     });
     let tasks: Vec<_> = (0..TASKS)
         .filter_map(|index| {
@@ -183,6 +189,11 @@ async fn simulate(seed: u64, workload: Arc<Workload>, echo: bool) -> Outcome {
     if checker.await.is_err() {
         ledger.fail("the checker panicked".to_owned());
     }
+    if let Some(operator) = operator
+        && operator.await.is_err()
+    {
+        ledger.fail("the operator panicked".to_owned());
+    }
     // Quiet now: what is left settles, every client drains its background work, and
     // everything granted runs out its lease (late copies included).
     network.calm.store(true, Ordering::Relaxed);
@@ -199,23 +210,85 @@ async fn simulate(seed: u64, workload: Arc<Workload>, echo: bool) -> Outcome {
     outcome(&ledger, &trace, &store)
 }
 
+/// The run's clients, each behind its own faulty link to `store`.
+fn connect(store: &Arc<MemoryBackend>, network: &Arc<Network>) -> Vec<(Locks, FaultyLink)> {
+    (0..CLIENTS)
+        .map(|client| {
+            let link = FaultyLink::new(client, Arc::clone(store), Arc::clone(network));
+            let locks = Locks::builder(Arc::new(link.clone()))
+                .watchdog_lease(LEASE)
+                .retry_window(WINDOW)
+                .fair_waiter_timeout(FAIR_PLACE)
+                .fencing(true)
+                .build();
+            locks.map(|locks| (locks, link))
+        })
+        .collect::<Result<_, _>>()
+        .unwrap_or_default()
+}
+
+/// Checks every invariant every simulated millisecond while `watching`.
+async fn check(
+    ledger: Arc<Ledger>,
+    store: Arc<MemoryBackend>,
+    network: Arc<Network>,
+    watching: Arc<AtomicBool>,
+) {
+    while watching.load(Ordering::Relaxed) {
+        ledger.check(&store);
+        if let Err(violation) = ledger::leases(&store).await {
+            ledger.fail(violation);
+        }
+        if let Err(violation) = ledger.revocations(&store).await {
+            ledger.fail(violation);
+        }
+        if let Some(violation) = network.ends.violation() {
+            ledger.fail(violation);
+        }
+        sleep(Duration::from_millis(1)).await;
+    }
+}
+
 /// A hand-over's notice reaches a paused client when it resumes, and now and then late
 /// anyway: a waiter must count its hold from the attempt the hand-over followed, never
 /// from the notice.
-fn delay_notices(store: &MemoryBackend, clients: &[(Locks, FaultyLink)], network: &Arc<Network>) {
+/// With `forces`, a hand-over is now and then followed by a force-release of its lock
+/// (the operator hears of it there).
+fn delay_notices(
+    store: &MemoryBackend,
+    clients: &[(Locks, FaultyLink)],
+    network: &Arc<Network>,
+    forces: Option<tokio::sync::mpsc::UnboundedSender<&'static str>>,
+) {
     let pauses: Vec<(String, Arc<Mutex<Option<Instant>>>)> = clients
         .iter()
         .map(|(locks, link)| (locks.client_id().to_owned(), link.pause_handle()))
         .collect();
     let network = Arc::clone(network);
-    store.delay_hand_over_notices(Arc::new(move |owner: &Owner| {
-        pauses
-            .iter()
-            .find(|(client, _)| owner.as_str().starts_with(client.as_str()))
-            .map_or(Duration::ZERO, |(_, paused)| {
-                FaultyLink::notice_delay(&network, paused)
-            })
-    }));
+    store.delay_hand_over_notices(Arc::new(
+        move |name: &str, owner: &Owner, handed: &Handed| {
+            network.ends.granted_token(
+                handed.acquisition,
+                handed.token,
+                network.window,
+                &network.trace,
+            );
+            if let Some(forces) = &forces
+                && let Some(name) = operator::Operator::follows_hand_over(&network, name)
+                && forces.send(name).is_err()
+            {
+                network
+                    .trace
+                    .note("the operator is gone; a hand-over is not followed up");
+            }
+            pauses
+                .iter()
+                .find(|(client, _)| owner.as_str().starts_with(client.as_str()))
+                .map_or(Duration::ZERO, |(_, paused)| {
+                    FaultyLink::notice_delay(&network, paused)
+                })
+        },
+    ));
 }
 
 fn outcome(ledger: &Ledger, trace: &Trace, store: &MemoryBackend) -> Outcome {

@@ -1,7 +1,7 @@
 //! One simulated task: draws operations and runs them through a client, noting what it
 //! holds in the ledger.
 
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::ledger::{Held, Ledger};
@@ -10,7 +10,10 @@ use lock_core::memory::MemoryBackend;
 use lock_core::{Guard, Holder, Lock, Locks};
 use tokio::time::{Instant, timeout};
 
-use super::{BEYOND_WAIT, EXPIRABLE, LEASE, MUTEX_NAMES, OPERATIONS, PERMITS, RW_NAME, SEMAPHORE};
+use super::{
+    BEYOND_WAIT, EXPIRABLE, LEASE, LONGEST_LEASE, MUTEX_NAMES, OPERATIONS, PERMITS, RW_NAME,
+    SEMAPHORE,
+};
 use crate::faults::{FaultyLink, Network};
 use crate::rng::Rng;
 
@@ -36,12 +39,7 @@ pub(super) struct Task {
 
 impl Task {
     pub(super) fn draw<T>(&self, draw: impl FnOnce(&mut Rng) -> T) -> T {
-        let mut rng = self
-            .network
-            .rng
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        draw(&mut rng)
+        self.network.draw(draw)
     }
 
     pub(super) fn note(&self, event: &str) {
@@ -90,7 +88,12 @@ impl Task {
 
     /// Takes `lock` as `wait` says, with a caller's lease now and then.
     pub(super) async fn take(&self, lock: &Lock, name: &'static str, wait: Wait) -> Option<Guard> {
-        let lease = self.draw(|rng| rng.chance(20).then(|| LEASE / 3 + rng.millis_below(300)));
+        let lease = self.draw(|rng| {
+            rng.chance(20).then(|| {
+                LEASE / 3
+                    + rng.millis_below((LONGEST_LEASE.saturating_sub(LEASE / 3)).as_millis() as u64)
+            })
+        });
         self.ledger.wait(self.index, name);
         let taken = match wait {
             Wait::Try => lock

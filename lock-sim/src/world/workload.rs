@@ -59,6 +59,8 @@ impl Op {
 pub(crate) struct Workload {
     pub(crate) ops: Vec<Op>,
     pub(crate) faults: Faults,
+    /// A defect of the past planted back in the store (the mutation check).
+    pub(crate) defect: Option<lock_core::protocol::Defect>,
 }
 
 /// Which faults the network and the tasks bring.
@@ -98,6 +100,7 @@ impl Default for Workload {
         Self {
             ops: OPS.to_vec(),
             faults: Faults::All,
+            defect: None,
         }
     }
 }
