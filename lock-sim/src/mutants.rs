@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use lock_core::protocol::Defect;
 
-use crate::world;
+use crate::world::{self, Op};
 
 /// A defect planted back, and the seeds the simulation may take to catch it.
 #[derive(Debug, Clone, Copy)]
@@ -17,40 +17,55 @@ pub(crate) struct Mutant {
     what: &'static str,
     /// Seeds run before the check gives up on it (the check then fails).
     budget: u64,
+    /// The operations its runs draw from, when not every one: where the defect lives.
+    ops: Option<&'static [Op]>,
 }
 
 /// Every mutant `--mutants` runs.
-pub(crate) const MUTANTS: [Mutant; 5] = [
+pub(crate) const MUTANTS: [Mutant; 6] = [
     Mutant {
         name: "r1",
         defect: Defect::R1TakeUpGrantsAfresh,
         what: "R1: a take-up that finds its handed hold revoked is granted afresh",
-        budget: 200,
+        budget: 300,
+        ops: None,
     },
     Mutant {
         name: "r2",
         defect: Defect::R2CancelLeavesNoEnd,
         what: "R2: a cancellation leaves no end, so a late copy takes the lock for nobody",
-        budget: 200,
+        budget: 300,
+        ops: None,
+    },
+    Mutant {
+        name: "r4",
+        defect: Defect::R4QuarantineOfKnownLeases,
+        what: "R4: a failover's quarantine lasts the longest lease the replica knows of",
+        budget: 300,
+        ops: None,
     },
     Mutant {
         name: "n2",
         defect: Defect::N2ReleaseCountsDown,
         what: "N2: a release counts its owner's hold down, whatever grant it names, and \
                a copy of it runs again",
-        budget: 200,
+        budget: 300,
+        ops: None,
     },
     Mutant {
         name: "n3",
         defect: Defect::N3ReleaseEndsAnyGrant,
         what: "N3: a release of a grant that is not alive ends the owner's latest grant",
-        budget: 200,
+        budget: 300,
+        // It needs one owner's second grant beside a lapsed one: re-entries.
+        ops: Some(&[Op::Reenter, Op::Mutex, Op::Fair]),
     },
     Mutant {
         name: "handed-place",
         defect: Defect::HandedHoldLastsThePlace,
         what: "issue 48: a handed hold lasts the waiter's place, not its lease",
-        budget: 200,
+        budget: 300,
+        ops: None,
     },
 ];
 
@@ -66,6 +81,9 @@ pub(crate) fn run_all(workload: &world::Workload) -> ExitCode {
     for mutant in MUTANTS {
         let planted = world::Workload {
             defect: Some(mutant.defect),
+            ops: mutant
+                .ops
+                .map_or_else(|| workload.ops.clone(), <[Op]>::to_vec),
             ..workload.clone()
         };
         let caught = (0..mutant.budget).find_map(|seed| {

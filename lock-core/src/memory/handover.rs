@@ -145,6 +145,11 @@ impl Store {
         now: Instant,
     ) -> Option<Notice> {
         let key = name.as_str();
+        if self.quarantined(now).is_some() {
+            // Nothing is granted during a failover's quarantine: the waiters are woken,
+            // and wait it out.
+            return None;
+        }
         if self.live(key, now).is_some() {
             // Still held (a read lock's other readers, a writer's own read holds).
             return None;

@@ -37,6 +37,7 @@ impl Backend for MemoryBackend {
             .ordered_requests(true)
             .hands_over(true)
             .introspection(true)
+            .max_lease(self.store().max_lease)
     }
 
     fn latches(&self) -> Option<&dyn LatchBackend> {
@@ -60,21 +61,29 @@ impl Backend for MemoryBackend {
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
         let now = Instant::now();
         let mut store = self.store_for(&lock.name, Object::Lock)?;
+        store.check_lease(request.lease)?;
         let name = lock.name.as_str();
-        match store.answered(name, request.id, now) {
-            // Found again (a retry, a take-up, or a waiter's attempt after a late copy of
-            // an earlier one was granted): the grant back, with its lease re-armed, if
-            // it lives; nothing if it ended (the protocol's rules).
-            Some(Answer::Granted(grant) | Answer::Handed(grant)) => {
-                if let Some(reply) = store.found_again(lock, request, grant, now) {
-                    return Ok(reply);
-                }
-            }
-            // A copy of a request whose grant already ended (or was undone before it
-            // came, or whose acquisition was cancelled) grants nothing: nobody would
-            // release it.
-            Some(Answer::Ended(_)) => return Ok(Acquire::Ended),
-            None => {}
+        let answered = store.answered(name, request.id, now);
+        // A copy of a request whose grant already ended (or was undone before it came,
+        // or whose acquisition was cancelled) grants nothing: nobody would release it.
+        if let Some(Answer::Ended(_)) = answered {
+            return Ok(Acquire::Ended);
+        }
+        // After a failover, nothing is granted, found again or re-entered until every
+        // hold the failover may have lost has run out its lease.
+        if let Some(left) = store.quarantined(now) {
+            return Ok(Acquire::Busy {
+                ttl: Some(left),
+                reserved: false,
+            });
+        }
+        // Found again (a retry, a take-up, or a waiter's attempt after a late copy of
+        // an earlier one was granted): the grant back, with its lease re-armed, if it
+        // lives; nothing if it ended (the protocol's rules).
+        if let Some(Answer::Granted(grant) | Answer::Handed(grant)) = answered
+            && let Some(reply) = store.found_again(lock, request, grant, now)
+        {
+            return Ok(reply);
         }
         let reply = match lock.kind {
             LockKind::Fair => acquire_fair(&mut store, lock, request, now),

@@ -29,9 +29,11 @@ mod introspect;
 mod kinds;
 mod latch;
 mod locks;
+mod replica;
 mod semaphore;
 
 pub use handover::{HandOvers, NoticeDelay};
+pub use replica::DEFAULT_FAILOVER_QUARANTINE;
 
 /// A read-write lock's mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +52,7 @@ struct Grant {
 
 /// One owner's hold (a field of the entry): its grants, one per acquisition not yet
 /// released, and the grant that began it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Field {
     origin: RequestId,
     grants: Vec<Grant>,
@@ -59,7 +61,7 @@ struct Field {
 }
 
 /// One held lock.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Entry {
     /// `owner` for mutex, fair and read holds, `owner:write` for the writer.
     fields: HashMap<String, Field>,
@@ -157,7 +159,7 @@ impl Entry {
 }
 
 /// A fair lock's waiters, first in line first.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Queue {
     order: VecDeque<Owner>,
     /// Each queued waiter's latest attempt: until when it keeps its place, and the
@@ -237,6 +239,12 @@ struct Store {
     remembered: u64,
     /// A defect of the past planted back (the simulation's mutation check).
     defect: Option<crate::protocol::Defect>,
+    /// The longest lease the store grants (none: any).
+    max_lease: Option<Duration>,
+    /// The state as the replica last caught up with it (see the replica module).
+    replica: Option<Box<Store>>,
+    /// Until when a failover's quarantine lasts: nothing is granted before.
+    quarantine_until: Option<Instant>,
     /// What clients said about themselves, by client id, until when (introspection).
     clients: HashMap<String, (crate::ClientInfo, Instant)>,
 }

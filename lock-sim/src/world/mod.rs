@@ -120,7 +120,7 @@ async fn simulate(seed: u64, workload: Arc<Workload>, echo: bool) -> Outcome {
         calm: AtomicBool::new(false),
         ends: crate::faults::Ends::default(),
     });
-    let store = Arc::new(MemoryBackend::new());
+    let store = Arc::new(MemoryBackend::new().with_max_lease(LONGEST_LEASE));
     if let Some(defect) = workload.defect {
         store.plant_defect(defect);
     }

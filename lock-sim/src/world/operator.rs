@@ -1,7 +1,9 @@
-//! The operator: force-releases mutexes now and then, at random and right after a
-//! hand-over (between the hand-over and its take-up, where the third review's R1 lived).
-//! Each force-release is noted in the ledger: it revokes every guard of the name's holds
-//! so far, and the checker expects them to learn it.
+//! The operator, and the store's replication: force-releases mutexes now and then, at
+//! random and right after a hand-over (between the hand-over and its take-up, where the
+//! third review's R1 lived); lets the store's replica catch up now and then, and now and
+//! then fails the store over to it, losing every lock write since (where R4 lived). Each
+//! force-release is noted in the ledger: it revokes every guard of the name's holds so
+//! far, and the checker expects them to learn it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,7 +21,14 @@ use crate::faults::Network;
 /// How often (in 100) a hand-over of a mutex is followed by a force-release of it.
 const AFTER_HAND_OVER: u64 = 20;
 
-/// How long the operator waits between force-releases at random (at least).
+/// Of 100 turns of the operator at random: below this the replica catches up, below
+/// [`FAIL_OVER`] the store fails over, and the rest force-release a mutex.
+const REPLICATE: u64 = 50;
+
+/// See [`REPLICATE`].
+const FAIL_OVER: u64 = 58;
+
+/// How long the operator waits between its turns at random (at least).
 const BETWEEN: Duration = Duration::from_millis(150);
 
 pub(super) struct Operator {
@@ -50,10 +59,22 @@ impl Operator {
                     self.force(name).await;
                 }
                 Ok(None) => return,
-                Err(_) => {
-                    let name = self.network.draw(|rng| rng.pick(&MUTEX_NAMES));
-                    self.force(name).await;
-                }
+                Err(_) => match self.network.draw(|rng| rng.below(100)) {
+                    0..REPLICATE => {
+                        self.store.replicate();
+                        self.network.trace.note("the store's replica catches up");
+                    }
+                    REPLICATE..FAIL_OVER => {
+                        self.store.fail_over();
+                        self.network
+                            .trace
+                            .note("the store fails over, losing the lock writes since its replica caught up");
+                    }
+                    _ => {
+                        let name = self.network.draw(|rng| rng.pick(&MUTEX_NAMES));
+                        self.force(name).await;
+                    }
+                },
             }
         }
     }
