@@ -46,6 +46,25 @@ impl Script {
             .get_or_init(|| sha1_smol::Sha1::from(self.source()).digest().to_string())
     }
 
+    /// Plants a defect back in the source this process sends: the first `from` in the
+    /// script's source (its helpers included) becomes `to`. The server then runs the
+    /// defect under the source's own SHA1, beside the real script. Only before the
+    /// script's first use in the process; for the test that shows a check catches it.
+    ///
+    /// # Errors
+    ///
+    /// When the script was used already, or its source has no `from`.
+    #[cfg(feature = "mutants")]
+    pub fn plant_defect(&self, from: &str, to: &str) -> Result<(), String> {
+        let source = prelude::with_helpers(self.body);
+        if !source.contains(from) {
+            return Err(format!("{}: no {from:?} to plant a defect in", self.name));
+        }
+        self.source
+            .set(source.replacen(from, to, 1))
+            .map_err(|_| format!("{}: already used in this process", self.name))
+    }
+
     /// The position of this script in [`ALL`].
     #[must_use]
     pub fn index(&self) -> usize {
