@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -14,17 +14,22 @@ use lock_core::backend::{
 };
 use lock_core::notify::Listener;
 use lock_core::{Backend, Error, LockRef, Pauses};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// The first pause after a failed connect; they double up to [`LONGEST_PAUSE`].
 const FIRST_PAUSE: Duration = Duration::from_millis(250);
 /// The longest pause between connect attempts.
 const LONGEST_PAUSE: Duration = Duration::from_secs(5);
+/// How long calls wait for a connect attempt, from its start: a node that answers takes
+/// a few milliseconds; one that does not is down for the calls until the attempt ends.
+const CONNECT_GRACE: Duration = Duration::from_millis(200);
 
 type Connect = Arc<dyn Fn() -> BoxFuture<'static, Result<Arc<dyn Backend>, Error>> + Send + Sync>;
 
 /// A backend that connects on first use and, while it cannot, answers every call with a
-/// connection error at once (trying again after a pause that doubles from 250 ms to 5 s).
+/// connection error at once (trying again after a pause that doubles from 250 ms to 5 s;
+/// a connect that takes longer than 200 ms counts as failing until it ends).
 ///
 /// Give each node of a RedLock as a `LazyNode` and the RedLock is built (and serves
 /// locks, with a majority) even if some nodes are down or paused when it starts; a node
@@ -57,23 +62,37 @@ type Connect = Arc<dyn Fn() -> BoxFuture<'static, Result<Arc<dyn Backend>, Error
 pub struct LazyNode {
     name: String,
     capabilities: Capabilities,
-    connect: Connect,
-    connected: OnceLock<Arc<dyn Backend>>,
-    /// Serializes connect attempts; holds when the next may start and the pause after it.
-    attempts: tokio::sync::Mutex<Backoff>,
+    shared: Arc<Shared>,
 }
 
+/// What the node's calls and its connect attempts share.
+struct Shared {
+    name: String,
+    capabilities: Capabilities,
+    connect: Connect,
+    connected: OnceLock<Arc<dyn Backend>>,
+    attempts: Mutex<Attempts>,
+    /// Told when a connect attempt ends, whichever way.
+    ended: Notify,
+}
+
+/// The node's connect attempts: one at a time, in a task of its own.
 #[derive(Debug)]
-struct Backoff {
+struct Attempts {
+    /// Since when the attempt under way runs, if one does.
+    running_since: Option<Instant>,
+    /// When the next may start, after a failure.
     next_attempt: Option<Instant>,
     pauses: Pauses,
+    /// Why the latest attempt failed.
+    failure: Option<Error>,
 }
 
 impl fmt::Debug for LazyNode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LazyNode")
             .field("name", &self.name)
-            .field("connected", &self.connected.get())
+            .field("connected", &self.shared.connected.get())
             .finish_non_exhaustive()
     }
 }
@@ -87,14 +106,22 @@ impl LazyNode {
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Arc<dyn Backend>, Error>> + Send + 'static,
     {
+        let name = name.into();
         Self {
-            name: name.into(),
+            name: name.clone(),
             capabilities,
-            connect: Arc::new(move || Box::pin(connect())),
-            connected: OnceLock::new(),
-            attempts: tokio::sync::Mutex::new(Backoff {
-                next_attempt: None,
-                pauses: Pauses::doubling(FIRST_PAUSE, LONGEST_PAUSE),
+            shared: Arc::new(Shared {
+                name,
+                capabilities,
+                connect: Arc::new(move || Box::pin(connect())),
+                connected: OnceLock::new(),
+                attempts: Mutex::new(Attempts {
+                    running_since: None,
+                    next_attempt: None,
+                    pauses: Pauses::doubling(FIRST_PAUSE, LONGEST_PAUSE),
+                    failure: None,
+                }),
+                ended: Notify::new(),
             }),
         }
     }
@@ -102,27 +129,82 @@ impl LazyNode {
     /// Whether the node is connected.
     #[must_use]
     pub fn is_connected(&self) -> bool {
-        self.connected.get().is_some()
+        self.shared.connected.get().is_some()
     }
 
-    /// The connected backend, connecting first if the pause since the last failure is over.
+    /// The connected backend. When the node is not connected, a connect attempt starts
+    /// (unless one runs, or the pause after a failed one is not over), in a task of its
+    /// own, and the call waits for it until [`CONNECT_GRACE`] after it began: a node
+    /// that takes longer (a paused server accepts the connection and never answers) is
+    /// down for the calls until the attempt ends, and they fail at once, so that a
+    /// RedLock decides with the other nodes instead of waiting out its node timeout on
+    /// each call (issue 48).
     ///
-    /// Cancel-safe: a connect cancelled half-way is started afresh by the next call.
+    /// Cancel-safe: the attempt runs on whether or not its caller still waits.
     async fn backend(&self) -> Result<Arc<dyn Backend>, Error> {
-        if let Some(backend) = self.connected.get() {
+        let shared = &self.shared;
+        if let Some(backend) = shared.connected.get() {
             return Ok(Arc::clone(backend));
         }
-        let mut backoff = self.attempts.lock().await;
-        if let Some(backend) = self.connected.get() {
-            return Ok(Arc::clone(backend));
+        let ended = shared.ended.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        let began = {
+            let mut attempts = shared
+                .attempts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(backend) = shared.connected.get() {
+                return Ok(Arc::clone(backend));
+            }
+            match attempts.running_since {
+                Some(began) => began,
+                None if attempts.next_attempt.is_some_and(|at| Instant::now() < at) => {
+                    return Err(self.down(attempts.failure.clone()));
+                }
+                None => {
+                    let began = Instant::now();
+                    attempts.running_since = Some(began);
+                    tokio::spawn(Arc::clone(shared).attempt());
+                    began
+                }
+            }
+        };
+        if tokio::time::timeout_at(began + CONNECT_GRACE, ended)
+            .await
+            .is_err()
+        {
+            return Err(self.down(None));
         }
-        if backoff.next_attempt.is_some_and(|at| Instant::now() < at) {
-            return Err(Error::connection(
-                "reaching a node that is down",
+        match shared.connected.get() {
+            Some(backend) => Ok(Arc::clone(backend)),
+            None => {
+                let attempts = shared
+                    .attempts
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                Err(attempts.failure.clone().unwrap_or_else(|| self.down(None)))
+            }
+        }
+    }
+
+    /// The error of a call on a node that is not connected, with why the latest connect
+    /// attempt failed, if it did.
+    fn down(&self, failure: Option<Error>) -> Error {
+        failure.unwrap_or_else(|| {
+            Error::connection(
+                "reaching a node that is not connected",
                 NodeDown(self.name.clone()),
-            ));
-        }
-        match (self.connect)().await {
+            )
+        })
+    }
+}
+
+impl Shared {
+    /// One connect attempt: on success the node is connected for good (its backend
+    /// reconnects by itself); on failure the next waits a pause that doubles.
+    async fn attempt(self: Arc<Self>) {
+        let outcome = match (self.connect)().await {
             Ok(backend) if !covers(backend.capabilities(), self.capabilities) => {
                 Err(Error::invalid_config(
                     format!(
@@ -135,26 +217,33 @@ impl LazyNode {
                     None,
                 ))
             }
-            Ok(backend) => {
-                let backend = Arc::clone(self.connected.get_or_init(|| backend));
-                if backoff.next_attempt.is_some() {
-                    tracing::info!(target: lock_core::TRACING_TARGET, node = %self.name, "a node that was down is connected");
+            connected => connected,
+        };
+        {
+            let mut attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
+            attempts.running_since = None;
+            match outcome {
+                Ok(backend) => {
+                    if self.connected.set(backend).is_ok() && attempts.next_attempt.is_some() {
+                        tracing::info!(target: lock_core::TRACING_TARGET, node = %self.name, "a node that was down is connected");
+                    }
+                    attempts.failure = None;
                 }
-                Ok(backend)
-            }
-            Err(err) => {
-                let pause = backoff.pauses.next().unwrap_or(LONGEST_PAUSE);
-                tracing::warn!(
-                    target: lock_core::TRACING_TARGET,
-                    node = %self.name,
-                    error = %err.chain(),
-                    retry_in_ms = pause.as_millis(),
-                    "connecting to a node failed"
-                );
-                backoff.next_attempt = Some(Instant::now() + pause);
-                Err(err)
+                Err(err) => {
+                    let pause = attempts.pauses.next().unwrap_or(LONGEST_PAUSE);
+                    tracing::warn!(
+                        target: lock_core::TRACING_TARGET,
+                        node = %self.name,
+                        error = %err.chain(),
+                        retry_in_ms = pause.as_millis(),
+                        "connecting to a node failed"
+                    );
+                    attempts.next_attempt = Some(Instant::now() + pause);
+                    attempts.failure = Some(err);
+                }
             }
         }
+        self.ended.notify_waiters();
     }
 }
 
@@ -197,7 +286,7 @@ impl Backend for LazyNode {
 
     async fn cancel_wait(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
         // Never connected: it holds no place of ours to give up.
-        match self.connected.get() {
+        match self.shared.connected.get() {
             Some(backend) => backend.cancel_wait(lock, acquisition).await,
             None => Ok(()),
         }

@@ -15,6 +15,11 @@ use tokio::time::Instant;
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 fn lazy(url: String) -> Arc<dyn Backend> {
+    lazy_with(url, CONNECT_TIMEOUT)
+}
+
+/// A node that connects to `url` with `connect_timeout` (and no other settings changed).
+fn lazy_with(url: String, connect_timeout: Duration) -> Arc<dyn Backend> {
     Arc::new(LazyNode::new(
         url.clone(),
         RedisBackend::CAPABILITIES,
@@ -24,7 +29,7 @@ fn lazy(url: String) -> Arc<dyn Backend> {
                 let node = lock_redis::Connector::new(url)
                     .settings(
                         ConnectorSettings::default()
-                            .connect_timeout(CONNECT_TIMEOUT)
+                            .connect_timeout(connect_timeout)
                             .response_timeout(CONNECT_TIMEOUT),
                     )
                     .connect()
@@ -132,4 +137,62 @@ async fn without_a_majority_a_redlock_answers_a_connection_error_in_time() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+}
+
+/// Issue 48: with two of five nodes paused before the clients start (a connect to them
+/// hangs until its timeout, 10 s by default), four clients contending for one lock each
+/// gets it within a fraction of a second (under a node timeout, which a split vote used
+/// to wait out on the paused nodes); before, a waiting acquisition's next attempt
+/// waited for every node task of its previous one (the paused nodes' connects), and calls
+/// on a node queued behind its hanging connect, so single waits took 4 to 10 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contended_locks_stay_quick_with_two_of_five_nodes_paused() {
+    let mut servers = Vec::new();
+    for _ in 0..5 {
+        servers.push(RedisServer::start().await);
+    }
+    servers[3].pause();
+    servers[4].pause();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let clients: Vec<Locks> = (0..4)
+        .map(|_| {
+            let nodes = urls
+                .iter()
+                .map(|url| lazy_with(url.clone(), Duration::from_secs(10)))
+                .collect();
+            RedLock::builder(nodes)
+                .node_timeout(Duration::from_secs(1))
+                .build()
+                .expect("a RedLock of five nodes")
+                .locks()
+        })
+        .collect();
+    let workers = clients.into_iter().map(|locks| {
+        tokio::spawn(async move {
+            let mut longest = Duration::ZERO;
+            for _ in 0..40 {
+                let asked = Instant::now();
+                let guard = locks
+                    .mutex("startup:contended")
+                    .lock()
+                    .await
+                    .expect("a majority is up");
+                longest = longest.max(asked.elapsed());
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                guard.unlock().await.expect("unlock");
+            }
+            longest
+        })
+    });
+    let longest = futures_util::future::join_all(workers)
+        .await
+        .into_iter()
+        .map(|worker| worker.expect("a worker panicked"))
+        .max()
+        .unwrap_or_default();
+    assert!(
+        longest < Duration::from_millis(1500),
+        "the longest wait for the lock was {longest:?}"
+    );
+    println!("the longest wait for the lock: {longest:?}");
 }

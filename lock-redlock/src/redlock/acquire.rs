@@ -12,7 +12,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use super::RedLock;
-use super::gates::{NodeGates, share};
+use super::gates::{NodeGates, exclusive, share};
 use super::quorum::Granted;
 use crate::error::timed_out;
 use crate::origin::common_origin;
@@ -40,16 +40,18 @@ fn spawn_acquire(
 ) -> oneshot::Receiver<Result<Acquire, Error>> {
     let (reply, answer) = oneshot::channel();
     // Entered before the task starts: a release of this lock on this node, however soon
-    // it comes, waits for this acquisition, and a resend of the request for its end.
+    // it comes, waits for this acquisition, and a resend of the request to this node for
+    // its end.
     let node_key = (index, lock.clone());
     let force_key = (index, lock.name.clone());
     let gate = gates.in_flight.gate(node_key.clone());
-    let this_try = gates.tries.gate(request.id);
+    let try_key = (index, request.id);
+    let this_try = gates.tries.gate(try_key);
     let forced = gates.forcing.gate(force_key.clone());
-    let (entered, in_try, after_force) = (share(&gate), share(&this_try), share(&forced));
+    let (entered, in_try, after_force) = (share(&gate), exclusive(&this_try), share(&forced));
     tokio::spawn(async move {
-        // Not free at once only if a release of an earlier hold, or a force release of
-        // the name, runs on this node: this acquisition goes after it.
+        // Not free at once only if a release of an earlier hold, a force release of the
+        // name, or the request's earlier try runs on this node: this one goes after it.
         let (in_try, entered) = (in_try.await, entered.await);
         // Held until the node answers: a force release sent after this acquisition
         // goes after it too.
@@ -82,7 +84,7 @@ fn spawn_acquire(
         drop(entered);
         gates.in_flight.done(&node_key, gate);
         drop(in_try);
-        gates.tries.done(&request.id, this_try);
+        gates.tries.done(&try_key, this_try);
     });
     answer
 }
@@ -96,8 +98,6 @@ impl RedLock {
         lock: &LockRef,
         request: AcquireRequest,
     ) -> Result<Acquire, Error> {
-        // A resend of this request goes after every node task of its earlier try.
-        self.gates.tries.wait_free(request.id).await;
         let started = Instant::now();
         let timeout = self.node_timeout(request.lease);
         let (decide, decision) = watch::channel(Decision::Pending);

@@ -37,13 +37,6 @@ impl<K: std::hash::Hash + Eq + Clone> Gates<K> {
             gates.remove(key);
         }
     }
-
-    /// Waits until everybody who shares `key`'s gate now has let go.
-    pub(super) async fn wait_free(&self, key: K) {
-        let gate = self.gate(key.clone());
-        drop(gate.write().await);
-        self.done(&key, gate);
-    }
 }
 
 /// A shared hold of `gate`: taken at once where nobody holds or waits for it
@@ -82,13 +75,17 @@ pub(super) fn exclusive(
 /// quorum did not wait for) is released too, instead of holding the node for a lease.
 pub(super) type InFlight = Gates<(usize, LockRef)>;
 
-/// The node tasks of each request's latest try, by request id. A request whose outcome
-/// was unknown is sent again under its id; a node would answer the resend by replaying
-/// the grant of the earlier try, which that try's undo (a node task of its own, perhaps
-/// still on its way) then takes away: the resend would count a grant that is gone. So a
-/// resend starts once every node task of the earlier try has ended: the tasks share the
-/// request's gate, a resend takes it exclusively first.
-pub(super) type Tries = Gates<RequestId>;
+/// The node task of each request's latest try, by node and request id. A request is
+/// sent again under its id (its outcome was unknown, or it is a waiting acquisition's
+/// next attempt); a node would answer the resend by replaying the grant of the earlier
+/// try, which that try's undo (perhaps still on its way) then takes away: the resend
+/// would count a grant that is gone. So on each node a try's task starts once the
+/// earlier try's task there has ended: each holds the gate exclusively for its life.
+/// Per node, not per request: a node that hangs (paused, or not connected yet) holds up
+/// only its own next task, which the caller stops waiting for after the node timeout,
+/// not every node's (issue 48: two paused nodes of five made every lock cycle take the
+/// 10 s a connect to them took to fail).
+pub(super) type Tries = Gates<(usize, RequestId)>;
 
 /// Force releases still running on a node, per name. A force release deletes whatever
 /// holds the name on its node when it lands there; one that the caller stopped waiting
