@@ -23,7 +23,7 @@ pub async fn mixed_fleets_keep_exclusion_and_wake_each_other(connect: &AdapterCo
     let name = "mixed-fleet:m";
     let fleet = Fleet::new(20);
     fleet
-        .join_ours(connect, &server, |ours| ours.mutex(name))
+        .join_ours(connect, &server, 2, |ours| ours.mutex(name))
         .await;
     for (style, who) in [
         (PeerStyle::Redisson, "Redisson"),
@@ -45,9 +45,30 @@ pub async fn mixed_fleets_share_a_fair_lock(connect: &AdapterConnect) {
     let name = "mixed-fleet:f";
     let fleet = Fleet::new(15);
     fleet
-        .join_ours(connect, &server, |ours| ours.fair_mutex(name))
+        .join_ours(connect, &server, 2, |ours| ours.fair_mutex(name))
         .await;
     fleet.join("Redisson", FairPeer::connect(&server, name).await);
+    fleet.finish().await;
+}
+
+/// Three clients of ours and a Redisson process with three workers (one subscription to
+/// the lock's channel for all of them, one worker woken per `0` it hears, every other
+/// message ignored, as Redisson's `LockPubSub` does) take turns on one mutex. Nobody
+/// holds it beside anybody else, and nobody waits a second for one turn: a release that
+/// hands the lock to one of our waiters must not leave the Redisson workers asleep for
+/// the lease they saw (issue 48 saw waits of 1.1-4.1 s and about 5 % of the turns with
+/// the npm `node-redisson` client).
+pub async fn mixed_fleets_share_a_mutex_with_a_redisson_process(connect: &AdapterConnect) {
+    let server = RedisServer::start().await;
+    let name = "mixed-fleet:p";
+    let fleet = Fleet::new(40);
+    fleet
+        .join_ours(connect, &server, 3, |ours| ours.mutex(name))
+        .await;
+    let process = RedissonProcess::connect(&server, name).await;
+    for _ in 0..3 {
+        fleet.join("a Redisson process's worker", process.worker());
+    }
     fleet.finish().await;
 }
 
@@ -61,7 +82,7 @@ pub async fn mixed_fleets_share_a_write_lock(connect: &AdapterConnect) {
     let name = "mixed-fleet:w";
     let fleet = Fleet::new(15);
     fleet
-        .join_ours(connect, &server, |ours| ours.rw_lock(name).writer())
+        .join_ours(connect, &server, 2, |ours| ours.rw_lock(name).writer())
         .await;
     let writer = Peer::connect(&server, name, PeerStyle::RedissonWriter).await;
     fleet.join("Redisson", writer);
@@ -85,15 +106,16 @@ impl Fleet {
         }
     }
 
-    /// Starts the turns of two clients of ours on `server`, each through the handle
-    /// `handle` makes from it.
+    /// Starts the turns of `clients` clients of ours on `server`, each through the
+    /// handle `handle` makes from it.
     async fn join_ours(
         &self,
         connect: &AdapterConnect,
         server: &RedisServer,
+        clients: usize,
         handle: impl Fn(&Locks) -> Lock,
     ) {
-        for _ in 0..2 {
+        for _ in 0..clients {
             let ours = locks(connect, ConnectSpec::new(server.url()))
                 .await
                 .unwrap();
@@ -573,4 +595,111 @@ async fn until_told(messages: &mut redis::aio::PubSubStream, wait_ms: impl TryIn
     use futures_util::StreamExt as _;
     let wait = Duration::from_millis(wait_ms.try_into().unwrap_or(0).max(1));
     let _message = tokio::time::timeout(wait, messages.next()).await;
+}
+
+/// A Redisson client process: its workers share one connection and one subscription to
+/// the lock's channel; each `0` heard there wakes one waiting worker, a `1` all of them,
+/// and any other message none (Redisson's `LockPubSub`). Its workers wait as Redisson's
+/// do: until woken, or the PTTL their attempt saw.
+struct RedissonProcess {
+    name: String,
+    conn: redis::aio::MultiplexedConnection,
+    wake: Arc<tokio::sync::Notify>,
+    _listener: tokio::task::JoinHandle<()>,
+    _subscription: redis::aio::PubSubSink,
+}
+
+impl RedissonProcess {
+    async fn connect(server: &RedisServer, name: &str) -> Self {
+        use futures_util::StreamExt as _;
+        let client = redis::Client::open(server.url()).unwrap();
+        let conn = client.get_multiplexed_async_connection().await.unwrap();
+        let (mut subscription, mut messages) = client.get_async_pubsub().await.unwrap().split();
+        subscription
+            .subscribe(format!("redisson_lock__channel:{{{name}}}"))
+            .await
+            .unwrap();
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let listener = tokio::spawn({
+            let wake = Arc::clone(&wake);
+            async move {
+                while let Some(message) = messages.next().await {
+                    match message.get_payload::<String>().as_deref() {
+                        Ok("0") => wake.notify_one(),
+                        Ok("1") => wake.notify_waiters(),
+                        _ => {}
+                    }
+                }
+            }
+        });
+        Self {
+            name: name.to_owned(),
+            conn,
+            wake,
+            _listener: listener,
+            _subscription: subscription,
+        }
+    }
+
+    /// A worker of the process, with an owner of its own (a Redisson thread).
+    fn worker(&self) -> RedissonWorker {
+        RedissonWorker {
+            name: self.name.clone(),
+            channel: format!("redisson_lock__channel:{{{}}}", self.name),
+            owner: format!("{}:1", lock_core::RequestId::random()),
+            conn: self.conn.clone(),
+            wake: Arc::clone(&self.wake),
+        }
+    }
+}
+
+/// One worker of a [`RedissonProcess`], with Redisson's own lock and unlock scripts.
+struct RedissonWorker {
+    name: String,
+    channel: String,
+    owner: String,
+    conn: redis::aio::MultiplexedConnection,
+    wake: Arc<tokio::sync::Notify>,
+}
+
+impl Contender for RedissonWorker {
+    async fn take(&mut self) {
+        loop {
+            let woken = self.wake.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let ttl: Option<u64> = redis::Script::new(REDISSON_LOCK)
+                .key(&self.name)
+                .arg(Peer::LEASE_MS)
+                .arg(&self.owner)
+                .invoke_async(&mut self.conn)
+                .await
+                .unwrap();
+            let Some(ttl) = ttl else {
+                return;
+            };
+            let _woken = tokio::time::timeout(Duration::from_millis(ttl.max(1)), woken).await;
+        }
+    }
+
+    async fn give_back(&mut self) {
+        let latch = format!(
+            "redisson_unlock_latch:{{{}}}:{}",
+            self.name,
+            lock_core::RequestId::random()
+        );
+        let released: Option<i64> = redis::Script::new(REDISSON_UNLOCK)
+            .key(&self.name)
+            .key(&self.channel)
+            .key(&latch)
+            .arg(0)
+            .arg(Peer::LEASE_MS)
+            .arg(&self.owner)
+            .arg("publish")
+            .arg(20_000)
+            .invoke_async(&mut self.conn)
+            .await
+            .unwrap();
+        assert_eq!(released, Some(1), "the Redisson worker held the lock");
+    }
 }

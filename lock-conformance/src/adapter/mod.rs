@@ -111,6 +111,7 @@ macro_rules! adapter_tests {
             a_handed_writer_is_woken_beside_its_clients_reader,
             nothing_is_handed_over_while_a_redisson_peer_listens,
             mixed_fleets_keep_exclusion_and_wake_each_other,
+            mixed_fleets_share_a_mutex_with_a_redisson_process,
             mixed_fleets_share_a_fair_lock,
             mixed_fleets_share_a_write_lock,
         );
