@@ -15,12 +15,16 @@
 //! would (Redis loses its data, PostgreSQL keeps what it committed), SIGSTOP a node
 //! briefly, lose the reply to a lock operation after it ran, hold a lock operation back
 //! on its connection and deliver it 11 s later (past every answer kept for its retries),
-//! and for RedLock kill two of five nodes for a while. At the end it prints one
-//! JSON line and exits non-zero unless all three invariants are 0:
+//! and for RedLock kill two of five nodes for a while; an operator force-unlocks a name
+//! (not a semaphore's). At the end it prints one JSON line and exits non-zero unless
+//! every invariant is 0:
 //!
 //! - `overlaps_both_valid`: two workers held one name and both guards said `is_held()`;
 //! - `stale_writes_accepted`: the store accepted a write out of token order;
 //! - `stuck_waiters`: a waiter sat through a long free period without being served;
+//! - `revoked_not_learnt`: a worker whose hold a force-unlock revoked still found its
+//!   guard held more than its lease after the force-unlock began (until then it may
+//!   overlap the next holder: revocation with notice, its fencing token the older);
 //! - `over_capacity` (kind `semaphore`, an expirable semaphore of P permits per name,
 //!   default 2): more than P workers overlapped with permits that all said `is_held()`.
 //!

@@ -33,14 +33,17 @@ enum Fault {
     KillMinority,
     /// Needs a standby: PostgreSQL's.
     Failover,
+    /// An operator's force-unlock of a name (not of a semaphore's permits).
+    ForceUnlock,
 }
 
 impl Fault {
-    /// Whether the fault can act on `backend`'s servers.
-    fn applies_to(self, backend: BackendKind) -> bool {
+    /// Whether the fault can act on `backend`'s servers and locks of `kind`.
+    fn applies_to(self, backend: BackendKind, kind: Kind) -> bool {
         match self {
             Fault::KillMinority => backend == BackendKind::Redlock,
             Fault::Failover => backend == BackendKind::Postgres,
+            Fault::ForceUnlock => kind != Kind::Semaphore,
             Fault::KillWorker
             | Fault::PauseWorker
             | Fault::ClientKill
@@ -52,7 +55,7 @@ impl Fault {
     }
 }
 
-const FAULTS: [Fault; 9] = [
+const FAULTS: [Fault; 10] = [
     Fault::KillWorker,
     Fault::PauseWorker,
     Fault::ClientKill,
@@ -62,6 +65,7 @@ const FAULTS: [Fault; 9] = [
     Fault::LateRequest,
     Fault::KillMinority,
     Fault::Failover,
+    Fault::ForceUnlock,
 ];
 
 /// The run's one line of output: the store's analysis and what the run did.
@@ -83,6 +87,10 @@ struct Verdict {
 /// grant), so that the copy delivered then finds nothing remembered of it.
 const LATE_BY: Duration = Duration::from_secs(11);
 
+/// How much longer than its lease a revoked holder may take to learn it: the store
+/// times the force-unlock and the worker's check on its own clock, each a message away.
+const LEARN_SLACK_MS: u64 = 100;
+
 struct Worker {
     id: String,
     child: Child,
@@ -99,6 +107,8 @@ struct Run {
     workers: Vec<Worker>,
     spawned: usize,
     exe: std::path::PathBuf,
+    /// The operator's client (force-unlocks), made on first use.
+    operator: Option<distlock::Locks>,
 }
 
 impl Run {
@@ -142,6 +152,29 @@ impl Run {
             .map_err(|e| format!("spawn worker: {e}"))?;
         self.workers.push(Worker { id, child });
         Ok(())
+    }
+
+    /// The operator's client, through the proxies as the workers' are.
+    async fn operator(&mut self) -> Result<distlock::Locks, String> {
+        if let Some(locks) = &self.operator {
+            return Ok(locks.clone());
+        }
+        let args = crate::args::WorkerArgs {
+            id: "operator".to_owned(),
+            backend: self.args.backend,
+            urls: self.urls().split(',').map(str::to_owned).collect(),
+            kind: self.args.kind,
+            names: self.args.names,
+            store: self.store_addr.clone(),
+            lease_ms: self.args.lease_ms,
+            permits: self.args.permits,
+        };
+        let backend = crate::worker::backend(&args).await?;
+        let locks = distlock::Locks::builder(backend)
+            .build()
+            .map_err(|err| format!("the operator's client: {err}"))?;
+        self.operator = Some(locks.clone());
+        Ok(locks)
     }
 
     async fn tell_store(&self, line: &str) -> Result<Option<String>, String> {
@@ -215,6 +248,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<(String, bool), String> {
         workers: Vec::new(),
         spawned: 0,
         exe,
+        operator: None,
     };
     for _ in 0..args.workers {
         run.spawn_worker()?;
@@ -223,7 +257,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<(String, bool), String> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut faults: BTreeMap<Fault, u64> = FAULTS
         .iter()
-        .filter(|fault| fault.applies_to(args.backend))
+        .filter(|fault| fault.applies_to(args.backend, args.kind))
         .map(|f| (*f, 0))
         .collect();
     let started = Instant::now();
@@ -233,7 +267,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<(String, bool), String> {
     tokio::time::sleep(Duration::from_secs(1)).await;
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(rng.random_range(200..800))).await;
-        let fault = pick(&mut rng, args.backend);
+        let fault = pick(&mut rng, args.backend, args.kind);
         inject(&mut run, &mut rng, fault).await?;
         *faults.entry(fault).or_default() += 1;
         if last_report.elapsed() > Duration::from_secs(10) {
@@ -273,11 +307,11 @@ pub(crate) async fn run(args: RunArgs) -> Result<(String, bool), String> {
     Ok((verdict, ok))
 }
 
-fn pick(rng: &mut ChaCha8Rng, backend: BackendKind) -> Fault {
+fn pick(rng: &mut ChaCha8Rng, backend: BackendKind, kind: Kind) -> Fault {
     let choices: Vec<Fault> = FAULTS
         .iter()
         .copied()
-        .filter(|fault| fault.applies_to(backend))
+        .filter(|fault| fault.applies_to(backend, kind))
         .collect();
     choices[rng.random_range(0..choices.len())]
 }
@@ -344,6 +378,20 @@ async fn inject(run: &mut Run, rng: &mut ChaCha8Rng, fault: Fault) -> Result<(),
                 let upstream = address.parse().map_err(|e| format!("{address}: {e}"))?;
                 run.proxies[i].redirect(upstream);
                 run.nodes[i].replace_standby().await;
+            }
+        }
+        Fault::ForceUnlock => {
+            // An operator deletes a name's lock whoever holds it: its holder is revoked,
+            // and must learn it within its lease (its renewals find the hold gone).
+            let name = format!("chaos:{}", rng.random_range(0..run.args.names));
+            let locks = run.operator().await?;
+            let lock = crate::worker::handle(&locks, run.args.kind, &name, true);
+            run.tell_store(&format!("FORCING {name}")).await?;
+            let forced = lock.force_unlock().await;
+            let learn_ms = run.args.lease_ms + LEARN_SLACK_MS;
+            run.tell_store(&format!("FORCED {name} {learn_ms}")).await?;
+            if let Err(err) = forced {
+                eprintln!("chaos: a force-unlock of {name} failed: {err}");
             }
         }
         Fault::KillMinority => {

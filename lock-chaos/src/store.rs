@@ -14,6 +14,8 @@
 //! | `LEAVE name worker` | the worker released | none |
 //! | `WAIT name worker ms` | the acquisition that just entered waited `ms` | none |
 //! | `DEAD worker` | (from the runner) the worker was killed | none |
+//! | `FORCING name` | (from the runner) an operator's force-unlock of the name begins | none |
+//! | `FORCED name ms` | (from the runner) it ended: every section open now was revoked, and must learn it within `ms` of the force-unlock's start | none |
 //! | `REPORT` | the analysis so far | one JSON line |
 
 use std::collections::HashMap;
@@ -38,6 +40,9 @@ struct Section {
     /// `checking`, once the check said held (the worker wrote).
     valid: Option<u64>,
     leave: Option<u64>,
+    /// When a force-unlock revoked this section (its start), and by when the worker
+    /// must have learnt it.
+    revoked: Option<(u64, u64)>,
 }
 
 #[derive(Debug, Default)]
@@ -49,6 +54,8 @@ struct Name {
     /// The latest `enter` among sections whose write was accepted.
     newest_writer_enter: Option<u64>,
     waits: Vec<(u64, u64)>,
+    /// When the force-unlock under way began.
+    forcing: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -58,6 +65,7 @@ struct State {
     writes_rejected: u64,
     stale_writes_accepted: u64,
     lost_reported: u64,
+    forced: u64,
 }
 
 impl State {
@@ -82,6 +90,7 @@ impl State {
                     checking: None,
                     valid: None,
                     leave: None,
+                    revoked: None,
                 });
                 let index = entry.sections.len() - 1;
                 entry.open.insert((*worker).to_owned(), index);
@@ -116,6 +125,20 @@ impl State {
                 let waited = ms.parse::<u64>().unwrap_or(0) * 1000;
                 let entry = self.names.entry((*name).to_owned()).or_default();
                 entry.waits.push((now.saturating_sub(waited), now));
+                None
+            }
+            ["FORCING", name] => {
+                self.names.entry((*name).to_owned()).or_default().forcing = Some(now);
+                None
+            }
+            ["FORCED", name, ms] => {
+                let entry = self.names.entry((*name).to_owned()).or_default();
+                let began = entry.forcing.take().unwrap_or(now);
+                let learn_by = began + ms.parse::<u64>().unwrap_or(0) * 1000;
+                for &index in entry.open.values() {
+                    entry.sections[index].revoked = Some((began, learn_by));
+                }
+                self.forced += 1;
                 None
             }
             ["DEAD", worker] => {
@@ -164,9 +187,15 @@ impl State {
         let mut stuck = 0u64;
         let mut sections = 0u64;
         let mut over_capacity = 0u64;
+        let mut revoked_not_learnt = 0u64;
         for name in self.names.values() {
             sections += name.sections.len() as u64;
             overlaps += overlaps_both_valid(&name.sections);
+            revoked_not_learnt += name
+                .sections
+                .iter()
+                .filter(|s| matches!((s.revoked, s.valid), (Some((_, by)), Some(v)) if v > by))
+                .count() as u64;
             over_capacity += over_capacity_valid(&name.sections);
             stuck += stuck_waiters(&name.sections, &name.waits, now, stuck_after);
         }
@@ -179,6 +208,8 @@ impl State {
             lost_reported: self.lost_reported,
             stuck_waiters: stuck,
             over_capacity,
+            forced: self.forced,
+            revoked_not_learnt,
         };
         serde_json::to_string(&report).unwrap_or_default()
     }
@@ -202,6 +233,13 @@ pub(crate) struct StoreReport {
     pub(crate) stuck_waiters: u64,
     /// More valid permit holders at once than permits.
     pub(crate) over_capacity: u64,
+    /// Force-unlocks an operator made (not a failure).
+    #[serde(default)]
+    pub(crate) forced: u64,
+    /// A section a force-unlock revoked whose check still said held after the lease
+    /// it had to learn it within.
+    #[serde(default)]
+    pub(crate) revoked_not_learnt: u64,
 }
 
 impl StoreReport {
@@ -210,11 +248,15 @@ impl StoreReport {
             && self.stale_writes_accepted == 0
             && self.stuck_waiters == 0
             && self.over_capacity == 0
+            && self.revoked_not_learnt == 0
     }
 }
 
 /// Pairs of sections of one name whose valid periods (`enter` to the check that said
-/// held) overlap while at least one of them writes (readers may share).
+/// held) overlap while at least one of them writes (readers may share). A section a
+/// force-unlock revoked overlaps those that entered after the force-unlock began by
+/// design (revocation with notice: it learns at its next renewal, and its fencing token
+/// is the older); whether it learnt in time is `revoked_not_learnt`.
 fn overlaps_both_valid(sections: &[Section]) -> u64 {
     let mut valid: Vec<&Section> = sections.iter().filter(|s| s.valid.is_some()).collect();
     valid.sort_by_key(|s| s.enter);
@@ -225,7 +267,8 @@ fn overlaps_both_valid(sections: &[Section]) -> u64 {
             if b.enter >= a_end {
                 break;
             }
-            if b.worker != a.worker && (a.write_mode || b.write_mode) {
+            let revoked_before_b = a.revoked.is_some_and(|(began, _)| b.enter >= began);
+            if b.worker != a.worker && (a.write_mode || b.write_mode) && !revoked_before_b {
                 count += 1;
             }
         }
@@ -371,6 +414,46 @@ mod tests {
         assert_eq!(overlaps_both_valid(&state.names["n"].sections), 1);
     }
 
+    /// A holder revoked by a force-unlock may still say held beside the next holder until
+    /// it learns (within its lease); saying held later is a failure, and so is an overlap
+    /// with a holder that entered before the force-unlock.
+    #[test]
+    fn a_force_unlock_excuses_the_revoked_holder_until_it_must_have_learnt() {
+        let mut state = State::default();
+        run(
+            &mut state,
+            &[
+                (0, "ENTER n a 1 w"),
+                (100, "FORCING n"),
+                (110, "FORCED n 1"),
+                (200, "ENTER n b 2 w"),
+                (300, "VALID n a"),
+                (400, "VALID n b"),
+            ],
+        );
+        assert_eq!(state.write("n", "a", "1"), "OK");
+        assert_eq!(state.write("n", "b", "2"), "OK");
+        run(&mut state, &[(500, "LEAVE n a"), (600, "LEAVE n b")]);
+        assert_eq!(overlaps_both_valid(&state.names["n"].sections), 0);
+        let report: StoreReport = serde_json::from_str(&state.report(700, 1_000_000)).unwrap();
+        assert_eq!((report.forced, report.revoked_not_learnt), (1, 0));
+
+        // Checked 1.2 ms after the force-unlock began, with 1 ms to learn it in.
+        run(
+            &mut state,
+            &[
+                (2_000, "ENTER n c 3 w"),
+                (2_100, "FORCING n"),
+                (2_110, "FORCED n 1"),
+                (3_300, "VALID n c"),
+            ],
+        );
+        assert_eq!(state.write("n", "c", "3"), "OK");
+        let report: StoreReport = serde_json::from_str(&state.report(4_000, 1_000_000)).unwrap();
+        assert_eq!(report.revoked_not_learnt, 1);
+        assert!(!report.invariants_hold());
+    }
+
     #[test]
     fn a_lost_check_or_readers_are_no_overlap() {
         let mut state = State::default();
@@ -448,6 +531,7 @@ mod tests {
             checking: None,
             valid: None,
             leave: Some(100),
+            revoked: None,
         }];
         assert_eq!(stuck_waiters(&sections, &[(50, 150)], 200, 40), 1);
         assert_eq!(stuck_waiters(&sections, &[(50, 120)], 200, 40), 0);

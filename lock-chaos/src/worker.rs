@@ -39,7 +39,7 @@ impl Store {
     }
 }
 
-async fn backend(args: &WorkerArgs) -> Result<Arc<dyn Backend>, String> {
+pub(crate) async fn backend(args: &WorkerArgs) -> Result<Arc<dyn Backend>, String> {
     // Grants wait out a restart of a node that lost its data: the quarantine covers the
     // longest lease in use.
     let quarantine = args.lease() * 2;
@@ -92,7 +92,7 @@ fn shared<B: Backend>(connected: Result<B, distlock::Error>) -> Result<Arc<dyn B
         .map_err(|err| format!("connect: {err}"))
 }
 
-fn handle(locks: &Locks, kind: Kind, name: &str, write: bool) -> Lock {
+pub(crate) fn handle(locks: &Locks, kind: Kind, name: &str, write: bool) -> Lock {
     match kind {
         Kind::Fair => locks.fair_mutex(name),
         Kind::Rw if write => locks.rw_lock(name).writer(),
