@@ -114,7 +114,12 @@ pub async fn an_undo_never_ends_a_later_grant(fx: &dyn Fixture) {
     let tried = lock
         .try_lock_for(Duration::ZERO, Some(Duration::from_millis(200)))
         .await;
-    assert!(tried.is_err(), "the reply was lost: {tried:?}");
+    // The reply was lost: an error, or (when the retry came after the short lease, as on
+    // a loaded machine) the store's answer that the grant is over. Never a guard.
+    assert!(
+        !matches!(tried, Ok(Some(_))),
+        "the reply was lost: {tried:?}"
+    );
     // The undo is on its way (delayed); the short grant expires meanwhile.
     sleep(Duration::from_millis(300)).await;
     faulty.delay_releases(Duration::ZERO);
@@ -140,7 +145,12 @@ pub async fn an_undo_never_ends_a_later_read_grant(fx: &dyn Fixture) {
     let tried = reader
         .try_lock_for(Duration::ZERO, Some(Duration::from_millis(200)))
         .await;
-    assert!(tried.is_err(), "the reply was lost: {tried:?}");
+    // The reply was lost: an error, or (when the retry came after the short lease, as on
+    // a loaded machine) the store's answer that the grant is over. Never a guard.
+    assert!(
+        !matches!(tried, Ok(Some(_))),
+        "the reply was lost: {tried:?}"
+    );
     sleep(Duration::from_millis(300)).await;
     faulty.delay_releases(Duration::ZERO);
     let later = reader.lock().await.unwrap();
