@@ -10,6 +10,7 @@ use lock_core::{Guard, Lock, Locks};
 use lock_testkit::RedisServer;
 use tokio::time::Instant;
 
+use super::redisson_process::RedissonProcess;
 use super::{AdapterConnect, ConnectSpec, locks};
 
 /// Mixed fleets: two clients of ours, a peer that runs Redisson's own lock and unlock
@@ -175,7 +176,7 @@ impl Fleet {
 }
 
 /// One contender of a fleet: it takes the lock, and gives it back, its own way.
-trait Contender: Send + 'static {
+pub(super) trait Contender: Send + 'static {
     fn take(&mut self) -> impl Future<Output = ()> + Send;
     fn give_back(&mut self) -> impl Future<Output = ()> + Send;
 }
@@ -261,7 +262,7 @@ enum PeerStyle {
 }
 
 /// Redisson's lock script (`tryLockInnerAsync`): nil when taken, else the lock's PTTL.
-const REDISSON_LOCK: &str = "\
+pub(super) const REDISSON_LOCK: &str = "\
 if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then \
     redis.call('hincrby', KEYS[1], ARGV[2], 1); \
     redis.call('pexpire', KEYS[1], ARGV[1]); \
@@ -270,7 +271,7 @@ end; \
 return redis.call('pttl', KEYS[1]);";
 
 /// Redisson's unlock script (`unlockInnerAsync`, 3.24 on), with its unlock latch.
-const REDISSON_UNLOCK: &str = "\
+pub(super) const REDISSON_UNLOCK: &str = "\
 local val = redis.call('get', KEYS[3]); \
 if val ~= false then return tonumber(val); end; \
 if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil; end; \
@@ -297,7 +298,7 @@ return redis.call('pttl', KEYS[1]);";
 
 /// A peer of another library on the same server, waiting as Redisson does: subscribed
 /// to the lock's channel, it tries, and sleeps until a message or the PTTL it saw.
-struct Peer {
+pub(super) struct Peer {
     style: PeerStyle,
     name: String,
     channel: String,
@@ -308,7 +309,7 @@ struct Peer {
 }
 
 impl Peer {
-    const LEASE_MS: u64 = 30_000;
+    pub(super) const LEASE_MS: u64 = 30_000;
 
     async fn connect(server: &RedisServer, name: &str, style: PeerStyle) -> Self {
         let client = redis::Client::open(server.url()).unwrap();
@@ -603,111 +604,4 @@ async fn until_told(messages: &mut redis::aio::PubSubStream, wait_ms: impl TryIn
     use futures_util::StreamExt as _;
     let wait = Duration::from_millis(wait_ms.try_into().unwrap_or(0).max(1));
     let _message = tokio::time::timeout(wait, messages.next()).await;
-}
-
-/// A Redisson client process: its workers share one connection and one subscription to
-/// the lock's channel; each `0` heard there wakes one waiting worker, a `1` all of them,
-/// and any other message none (Redisson's `LockPubSub`). Its workers wait as Redisson's
-/// do: until woken, or the PTTL their attempt saw.
-struct RedissonProcess {
-    name: String,
-    conn: redis::aio::MultiplexedConnection,
-    wake: Arc<tokio::sync::Notify>,
-    _listener: tokio::task::JoinHandle<()>,
-    _subscription: redis::aio::PubSubSink,
-}
-
-impl RedissonProcess {
-    async fn connect(server: &RedisServer, name: &str) -> Self {
-        use futures_util::StreamExt as _;
-        let client = redis::Client::open(server.url()).unwrap();
-        let conn = client.get_multiplexed_async_connection().await.unwrap();
-        let (mut subscription, mut messages) = client.get_async_pubsub().await.unwrap().split();
-        subscription
-            .subscribe(format!("redisson_lock__channel:{{{name}}}"))
-            .await
-            .unwrap();
-        let wake = Arc::new(tokio::sync::Notify::new());
-        let listener = tokio::spawn({
-            let wake = Arc::clone(&wake);
-            async move {
-                while let Some(message) = messages.next().await {
-                    match message.get_payload::<String>().as_deref() {
-                        Ok("0") => wake.notify_one(),
-                        Ok("1") => wake.notify_waiters(),
-                        _ => {}
-                    }
-                }
-            }
-        });
-        Self {
-            name: name.to_owned(),
-            conn,
-            wake,
-            _listener: listener,
-            _subscription: subscription,
-        }
-    }
-
-    /// A worker of the process, with an owner of its own (a Redisson thread).
-    fn worker(&self) -> RedissonWorker {
-        RedissonWorker {
-            name: self.name.clone(),
-            channel: format!("redisson_lock__channel:{{{}}}", self.name),
-            owner: format!("{}:1", lock_core::RequestId::random()),
-            conn: self.conn.clone(),
-            wake: Arc::clone(&self.wake),
-        }
-    }
-}
-
-/// One worker of a [`RedissonProcess`], with Redisson's own lock and unlock scripts.
-struct RedissonWorker {
-    name: String,
-    channel: String,
-    owner: String,
-    conn: redis::aio::MultiplexedConnection,
-    wake: Arc<tokio::sync::Notify>,
-}
-
-impl Contender for RedissonWorker {
-    async fn take(&mut self) {
-        loop {
-            let woken = self.wake.notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
-            let ttl: Option<u64> = redis::Script::new(REDISSON_LOCK)
-                .key(&self.name)
-                .arg(Peer::LEASE_MS)
-                .arg(&self.owner)
-                .invoke_async(&mut self.conn)
-                .await
-                .unwrap();
-            let Some(ttl) = ttl else {
-                return;
-            };
-            let _woken = tokio::time::timeout(Duration::from_millis(ttl.max(1)), woken).await;
-        }
-    }
-
-    async fn give_back(&mut self) {
-        let latch = format!(
-            "redisson_unlock_latch:{{{}}}:{}",
-            self.name,
-            lock_core::RequestId::random()
-        );
-        let released: Option<i64> = redis::Script::new(REDISSON_UNLOCK)
-            .key(&self.name)
-            .key(&self.channel)
-            .key(&latch)
-            .arg(0)
-            .arg(Peer::LEASE_MS)
-            .arg(&self.owner)
-            .arg("publish")
-            .arg(20_000)
-            .invoke_async(&mut self.conn)
-            .await
-            .unwrap();
-        assert_eq!(released, Some(1), "the Redisson worker held the lock");
-    }
 }

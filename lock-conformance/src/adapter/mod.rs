@@ -19,6 +19,7 @@ mod connect;
 mod faults;
 mod fleets;
 mod handover;
+mod redisson_process;
 mod replication;
 mod wakes;
 
