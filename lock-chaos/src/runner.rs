@@ -386,8 +386,20 @@ async fn inject(run: &mut Run, rng: &mut ChaCha8Rng, fault: Fault) -> Result<(),
             let name = format!("chaos:{}", rng.random_range(0..run.args.names));
             let locks = run.operator().await?;
             let lock = crate::worker::handle(&locks, run.args.kind, &name, true);
-            run.tell_store(&format!("FORCING {name}")).await?;
-            let forced = lock.force_unlock().await;
+            // The operator's connection shares the workers' faults (killed, restarted
+            // servers): a failed force-unlock is tried again, twice, as an operator would.
+            // The store hears when the last try began.
+            let mut forced = Err(distlock::Error::protocol("not tried"));
+            for attempt in 0..3 {
+                if attempt > 0 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                run.tell_store(&format!("FORCING {name}")).await?;
+                forced = lock.force_unlock().await;
+                if forced.is_ok() {
+                    break;
+                }
+            }
             let learn_ms = run.args.lease_ms + LEARN_SLACK_MS;
             run.tell_store(&format!("FORCED {name} {learn_ms}")).await?;
             if let Err(err) = forced {
