@@ -135,8 +135,12 @@ impl State {
                 let entry = self.names.entry((*name).to_owned()).or_default();
                 let began = entry.forcing.take().unwrap_or(now);
                 let learn_by = began + ms.parse::<u64>().unwrap_or(0) * 1000;
+                // The first revocation counts: a section revoked twice was revoked (and
+                // overlapped by design) from the first.
                 for &index in entry.open.values() {
-                    entry.sections[index].revoked = Some((began, learn_by));
+                    entry.sections[index]
+                        .revoked
+                        .get_or_insert((began, learn_by));
                 }
                 self.forced += 1;
                 None
@@ -452,6 +456,29 @@ mod tests {
         let report: StoreReport = serde_json::from_str(&state.report(4_000, 1_000_000)).unwrap();
         assert_eq!(report.revoked_not_learnt, 1);
         assert!(!report.invariants_hold());
+    }
+
+    /// A holder revoked twice was revoked from the first force-unlock: a holder that
+    /// entered between the two overlaps it by design.
+    #[test]
+    fn the_first_force_unlock_revokes() {
+        let mut state = State::default();
+        run(
+            &mut state,
+            &[
+                (0, "ENTER n a 1 w"),
+                (100, "FORCING n"),
+                (110, "FORCED n 1"),
+                (200, "ENTER n b 2 w"),
+                (300, "FORCING n"),
+                (310, "FORCED n 1"),
+                (400, "VALID n a"),
+                (500, "VALID n b"),
+            ],
+        );
+        assert_eq!(state.write("n", "a", "1"), "OK");
+        assert_eq!(state.write("n", "b", "2"), "OK");
+        assert_eq!(overlaps_both_valid(&state.names["n"].sections), 0);
     }
 
     #[test]
