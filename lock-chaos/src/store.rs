@@ -192,9 +192,12 @@ impl State {
         let mut sections = 0u64;
         let mut over_capacity = 0u64;
         let mut revoked_not_learnt = 0u64;
-        for name in self.names.values() {
+        let mut overlap_examples = Vec::new();
+        for (key, name) in &self.names {
             sections += name.sections.len() as u64;
-            overlaps += overlaps_both_valid(&name.sections);
+            let pairs = overlapping_pairs(&name.sections);
+            overlaps += pairs.len() as u64;
+            overlap_examples.extend(pairs.into_iter().take(3).map(|p| format!("{key}: {p}")));
             revoked_not_learnt += name
                 .sections
                 .iter()
@@ -214,6 +217,7 @@ impl State {
             over_capacity,
             forced: self.forced,
             revoked_not_learnt,
+            overlap_examples,
         };
         serde_json::to_string(&report).unwrap_or_default()
     }
@@ -221,7 +225,7 @@ impl State {
 
 /// The store's analysis: what it counted, and the four invariants, each of which must
 /// be 0.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct StoreReport {
     /// Critical sections entered.
     pub(crate) sections: u64,
@@ -244,6 +248,10 @@ pub(crate) struct StoreReport {
     /// it had to learn it within.
     #[serde(default)]
     pub(crate) revoked_not_learnt: u64,
+    /// The first overlapping pairs of each name, for the post-mortem (times in µs on
+    /// the store's clock).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) overlap_examples: Vec<String>,
 }
 
 impl StoreReport {
@@ -261,10 +269,12 @@ impl StoreReport {
 /// force-unlock revoked overlaps those that entered after the force-unlock began by
 /// design (revocation with notice: it learns at its next renewal, and its fencing token
 /// is the older); whether it learnt in time is `revoked_not_learnt`.
-fn overlaps_both_valid(sections: &[Section]) -> u64 {
+///
+/// Returns the pairs, each as the two sections in words.
+fn overlapping_pairs(sections: &[Section]) -> Vec<String> {
     let mut valid: Vec<&Section> = sections.iter().filter(|s| s.valid.is_some()).collect();
     valid.sort_by_key(|s| s.enter);
-    let mut count = 0;
+    let mut pairs = Vec::new();
     for (i, a) in valid.iter().enumerate() {
         let a_end = a.valid.unwrap_or(a.enter);
         for b in &valid[i + 1..] {
@@ -273,11 +283,11 @@ fn overlaps_both_valid(sections: &[Section]) -> u64 {
             }
             let revoked_before_b = a.revoked.is_some_and(|(began, _)| b.enter >= began);
             if b.worker != a.worker && (a.write_mode || b.write_mode) && !revoked_before_b {
-                count += 1;
+                pairs.push(format!("{a:?} and {b:?}"));
             }
         }
     }
-    count
+    pairs
 }
 
 /// Permit holders that entered while their semaphore's capacity was already taken by
@@ -415,7 +425,7 @@ mod tests {
         assert_eq!(state.write("n", "a", "1"), "OK");
         assert_eq!(state.write("n", "b", "2"), "OK");
         run(&mut state, &[(40, "LEAVE n a"), (50, "LEAVE n b")]);
-        assert_eq!(overlaps_both_valid(&state.names["n"].sections), 1);
+        assert_eq!(overlapping_pairs(&state.names["n"].sections).len(), 1);
     }
 
     /// A holder revoked by a force-unlock may still say held beside the next holder until
@@ -438,7 +448,7 @@ mod tests {
         assert_eq!(state.write("n", "a", "1"), "OK");
         assert_eq!(state.write("n", "b", "2"), "OK");
         run(&mut state, &[(500, "LEAVE n a"), (600, "LEAVE n b")]);
-        assert_eq!(overlaps_both_valid(&state.names["n"].sections), 0);
+        assert_eq!(overlapping_pairs(&state.names["n"].sections).len(), 0);
         let report: StoreReport = serde_json::from_str(&state.report(700, 1_000_000)).unwrap();
         assert_eq!((report.forced, report.revoked_not_learnt), (1, 0));
 
@@ -478,7 +488,7 @@ mod tests {
         );
         assert_eq!(state.write("n", "a", "1"), "OK");
         assert_eq!(state.write("n", "b", "2"), "OK");
-        assert_eq!(overlaps_both_valid(&state.names["n"].sections), 0);
+        assert_eq!(overlapping_pairs(&state.names["n"].sections).len(), 0);
     }
 
     #[test]
@@ -502,7 +512,7 @@ mod tests {
         assert_eq!(state.write("n", "b", "2"), "OK");
         assert_eq!(state.write("n", "c", "3"), "OK");
         assert_eq!(state.write("n", "d", "4"), "OK");
-        assert_eq!(overlaps_both_valid(&state.names["n"].sections), 0);
+        assert_eq!(overlapping_pairs(&state.names["n"].sections).len(), 0);
     }
 
     #[test]
@@ -545,7 +555,7 @@ mod tests {
             state.apply(&format!("READ n {worker}"), 50);
         }
         assert_eq!(over_capacity_valid(&state.names["n"].sections), 1);
-        assert_eq!(overlaps_both_valid(&state.names["n"].sections), 0);
+        assert_eq!(overlapping_pairs(&state.names["n"].sections).len(), 0);
     }
 
     #[test]
