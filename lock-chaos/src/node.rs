@@ -22,11 +22,21 @@ pub(crate) struct Replicated {
 }
 
 impl Node {
-    /// Starts a server for `backend`.
-    pub(crate) async fn start(backend: BackendKind) -> Node {
+    /// Starts a server for `backend`; PostgreSQL's failover quarantine (and so its
+    /// longest lease) is `quarantine`, set before the standby is made, so that every
+    /// server promoted later has it too.
+    pub(crate) async fn start(backend: BackendKind, quarantine: std::time::Duration) -> Node {
         match backend {
             BackendKind::Postgres => {
                 let primary = PostgresServer::start().await;
+                let admin = lock_testkit::postgres_client(&primary.url()).await;
+                admin
+                    .batch_execute(&format!(
+                        "ALTER DATABASE postgres SET distlock.failover_quarantine_ms = {}",
+                        quarantine.as_millis()
+                    ))
+                    .await
+                    .unwrap_or_else(|err| panic!("setting the failover quarantine: {err}"));
                 let standby = PostgresServer::start_standby(&primary).await;
                 Node::Postgres(Replicated { primary, standby })
             }

@@ -171,6 +171,7 @@ impl Run {
         };
         let backend = crate::worker::backend(&args).await?;
         let locks = distlock::Locks::builder(backend)
+            .watchdog_lease(self.args.lease())
             .build()
             .map_err(|err| format!("the operator's client: {err}"))?;
         self.operator = Some(locks.clone());
@@ -229,7 +230,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<(String, bool), String> {
     let mut nodes = Vec::with_capacity(node_count);
     let mut proxies = Vec::with_capacity(node_count);
     for _ in 0..node_count {
-        let node = Node::start(args.backend).await;
+        // As the workers' restart quarantine (two leases): the default (60 s) would
+        // leave the locks quarantined most of a run that fails over every few seconds.
+        let node = Node::start(args.backend, args.lease() * 2).await;
         let address = format!("127.0.0.1:{}", node.port());
         let upstream = address.parse().map_err(|e| format!("{address}: {e}"))?;
         proxies.push(FaultProxy::start(upstream).await);
