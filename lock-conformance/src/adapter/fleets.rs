@@ -271,7 +271,7 @@ end; \
 return redis.call('pttl', KEYS[1]);";
 
 /// Redisson's unlock script (`unlockInnerAsync`, 3.24 on), with its unlock latch.
-pub(super) const REDISSON_UNLOCK: &str = "\
+const REDISSON_UNLOCK: &str = "\
 local val = redis.call('get', KEYS[3]); \
 if val ~= false then return tonumber(val); end; \
 if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil; end; \
@@ -358,23 +358,8 @@ impl Peer {
     async fn unlock(&mut self) {
         match self.style {
             PeerStyle::Redisson => {
-                let latch = format!(
-                    "redisson_unlock_latch:{{{}}}:{}",
-                    self.name,
-                    lock_core::RequestId::random()
-                );
-                let released: Option<i64> = redis::Script::new(REDISSON_UNLOCK)
-                    .key(&self.name)
-                    .key(&self.channel)
-                    .key(&latch)
-                    .arg(0)
-                    .arg(Self::LEASE_MS)
-                    .arg(&self.owner)
-                    .arg("publish")
-                    .arg(20_000)
-                    .invoke_async(&mut self.conn)
-                    .await
-                    .unwrap();
+                let released =
+                    redisson_unlock(&mut self.conn, &self.name, &self.channel, &self.owner).await;
                 assert_eq!(released, Some(1), "the Redisson peer held the lock");
             }
             PeerStyle::RedissonWriter => {
@@ -588,6 +573,32 @@ impl FairPeer {
             .unwrap();
         assert_eq!(released, Some(1), "the Redisson peer held the lock");
     }
+}
+
+/// Redisson's unlock of `name` by `owner`, with its unlock latch, telling `channel`:
+/// 1 released, 0 holds left, nil not held.
+pub(super) async fn redisson_unlock(
+    conn: &mut redis::aio::MultiplexedConnection,
+    name: &str,
+    channel: &str,
+    owner: &str,
+) -> Option<i64> {
+    let latch = format!(
+        "redisson_unlock_latch:{{{name}}}:{}",
+        lock_core::RequestId::random()
+    );
+    redis::Script::new(REDISSON_UNLOCK)
+        .key(name)
+        .key(channel)
+        .key(&latch)
+        .arg(0)
+        .arg(Peer::LEASE_MS)
+        .arg(owner)
+        .arg("publish")
+        .arg(20_000)
+        .invoke_async(conn)
+        .await
+        .unwrap()
 }
 
 /// The wall clock in milliseconds, as a Redisson client sends it.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lock_testkit::RedisServer;
 
-use super::fleets::{Contender, Peer, REDISSON_LOCK, REDISSON_UNLOCK};
+use super::fleets::{Contender, Peer, REDISSON_LOCK, redisson_unlock};
 
 /// A Redisson client process: its workers share one connection and one subscription to
 /// the lock's channel; each `0` heard there wakes one waiting worker, a `1` all of them,
@@ -95,23 +95,8 @@ impl Contender for RedissonWorker {
     }
 
     async fn give_back(&mut self) {
-        let latch = format!(
-            "redisson_unlock_latch:{{{}}}:{}",
-            self.name,
-            lock_core::RequestId::random()
-        );
-        let released: Option<i64> = redis::Script::new(REDISSON_UNLOCK)
-            .key(&self.name)
-            .key(&self.channel)
-            .key(&latch)
-            .arg(0)
-            .arg(Peer::LEASE_MS)
-            .arg(&self.owner)
-            .arg("publish")
-            .arg(20_000)
-            .invoke_async(&mut self.conn)
-            .await
-            .unwrap();
+        let released =
+            redisson_unlock(&mut self.conn, &self.name, &self.channel, &self.owner).await;
         assert_eq!(released, Some(1), "the Redisson worker held the lock");
     }
 }
