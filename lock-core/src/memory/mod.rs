@@ -11,7 +11,7 @@
 //! counter. A release names the grant it ends and ends only that one, only while it is
 //! alive.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -21,8 +21,9 @@ use crate::backend::{
     Acquire, LockKind, LockRef, PermitAnswer, PermitReservation, Release, RequestId,
 };
 use crate::notify::{InProcess, Subscriptions, Wake};
-use crate::{Error, LockName, Owner};
+use crate::{Error, LockName};
 
+mod entry;
 mod expirable;
 mod handover;
 mod introspect;
@@ -32,6 +33,7 @@ mod locks;
 mod replica;
 mod semaphore;
 
+use entry::{Entry, Grant, Queue};
 pub use handover::{HandOvers, NoticeDelay};
 pub use replica::DEFAULT_FAILOVER_QUARANTINE;
 
@@ -40,166 +42,6 @@ pub use replica::DEFAULT_FAILOVER_QUARANTINE;
 enum Mode {
     Read,
     Write,
-}
-
-/// One grant of a hold: the acquire request that got it and, for a read hold, its own
-/// expiry (the grants of any other hold share the entry's).
-#[derive(Debug, Clone, Copy)]
-struct Grant {
-    id: RequestId,
-    expires: Option<Instant>,
-}
-
-/// One owner's hold (a field of the entry): its grants, one per acquisition not yet
-/// released, and the grant that began it.
-#[derive(Debug, Clone)]
-struct Field {
-    origin: RequestId,
-    grants: Vec<Grant>,
-    /// When the hold began, for introspection.
-    since: std::time::SystemTime,
-}
-
-/// One held lock.
-#[derive(Debug, Clone)]
-struct Entry {
-    /// `owner` for mutex, fair and read holds, `owner:write` for the writer.
-    fields: HashMap<String, Field>,
-    /// `None` for mutex and fair locks.
-    mode: Option<Mode>,
-    expires: Instant,
-}
-
-impl Entry {
-    fn new(mode: Option<Mode>, now: Instant) -> Self {
-        Self {
-            fields: HashMap::new(),
-            mode,
-            expires: now,
-        }
-    }
-
-    /// Extends, never shortens, the expiry (as every backend does).
-    fn arm(&mut self, now: Instant, lease: Duration) {
-        self.expires = self.expires.max(now + lease);
-    }
-
-    fn count(&self, field: &str) -> u32 {
-        self.fields.get(field).map_or(0, |held| {
-            u32::try_from(held.grants.len()).unwrap_or(u32::MAX)
-        })
-    }
-
-    /// Adds `grant` to `field`'s hold (beginning it if there is none); returns the
-    /// holds after it and the hold's origin.
-    fn add(&mut self, field: &str, grant: Grant) -> (u32, RequestId) {
-        let held = self
-            .fields
-            .entry(field.to_owned())
-            .or_insert_with(|| Field {
-                origin: grant.id,
-                grants: Vec::new(),
-                since: std::time::SystemTime::now(),
-            });
-        held.grants.push(grant);
-        let holds = u32::try_from(held.grants.len()).unwrap_or(u32::MAX);
-        (holds, held.origin)
-    }
-
-    /// Ends `field`'s latest grant, whichever it is (the defect N3 of the second review,
-    /// planted back); returns the holds left.
-    fn end_latest(&mut self, field: &str) -> Option<u32> {
-        let held = self.fields.get_mut(field)?;
-        held.grants.pop()?;
-        let left = u32::try_from(held.grants.len()).unwrap_or(u32::MAX);
-        if left == 0 {
-            self.fields.remove(field);
-        }
-        Some(left)
-    }
-
-    /// Drops `owner`'s read grants whose leases ended; returns how many are live.
-    fn live_reads(&mut self, owner: &str, now: Instant) -> u32 {
-        let Some(held) = self.fields.get_mut(owner) else {
-            return 0;
-        };
-        held.grants
-            .retain(|grant| grant.expires.is_none_or(|expires| expires > now));
-        let live = u32::try_from(held.grants.len()).unwrap_or(u32::MAX);
-        if live == 0 {
-            self.fields.remove(owner);
-        }
-        live
-    }
-
-    /// The latest expiry of any live read hold.
-    fn longest_read(&self, now: Instant) -> Option<Instant> {
-        self.fields
-            .values()
-            .flat_map(|held| &held.grants)
-            .filter_map(|grant| grant.expires)
-            .filter(|expiry| *expiry > now)
-            .max()
-    }
-
-    /// Ends grant `id` of `field` if it is alive there; returns the holds left, or
-    /// `None` when the grant is not alive (never granted, ended, or its hold expired).
-    fn end(&mut self, field: &str, id: RequestId, now: Instant) -> Option<u32> {
-        let held = self.fields.get_mut(field)?;
-        let at = held.grants.iter().position(|grant| {
-            grant.id == id && grant.expires.is_none_or(|expires| expires > now)
-        })?;
-        held.grants.swap_remove(at);
-        let left = u32::try_from(held.grants.len()).unwrap_or(u32::MAX);
-        if left == 0 {
-            self.fields.remove(field);
-        }
-        Some(left)
-    }
-}
-
-/// A fair lock's waiters, first in line first.
-#[derive(Debug, Default, Clone)]
-struct Queue {
-    order: VecDeque<Owner>,
-    /// Each queued waiter's latest attempt: until when it keeps its place, and the
-    /// acquisition to hand the lock to.
-    waiting: HashMap<Owner, handover::Waiter>,
-}
-
-impl Queue {
-    /// Drops heads whose deadline passed; returns the first live waiter.
-    fn prune(&mut self, now: Instant) -> Option<&Owner> {
-        while let Some(head) = self.order.front() {
-            if self.waiting.get(head).is_some_and(|w| w.deadline() > now) {
-                break;
-            }
-            self.waiting.remove(head);
-            self.order.pop_front();
-        }
-        self.order.front()
-    }
-
-    /// `owner` leaves the queue (it is served).
-    fn leave(&mut self, owner: &Owner) {
-        self.order.retain(|o| o != owner);
-        self.waiting.remove(owner);
-    }
-
-    /// `owner`'s acquisition `acquisition` gives up: the owner leaves the queue, unless
-    /// its place is a later acquisition's (a cancellation ends only its own). Whether
-    /// it left.
-    fn cancel(&mut self, owner: &Owner, acquisition: RequestId) -> bool {
-        if self
-            .waiting
-            .get(owner)
-            .is_some_and(|waiter| !waiter.is(acquisition))
-        {
-            return false;
-        }
-        self.leave(owner);
-        true
-    }
 }
 
 #[derive(Debug, Default)]
