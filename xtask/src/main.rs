@@ -22,10 +22,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, ExitStatus};
 use std::time::Instant;
 
+mod install;
+
+use install::{PGBOUNCER, POSTGRES, find_or_install, find_or_install_redis, succeeds};
+
 use clap::{Parser, Subcommand};
-use lock_testkit::{
-    RedisCluster, RedisServer, pgbouncer_binary, postgres_bin_dir, redis_server_binary,
-};
+use lock_testkit::{RedisCluster, RedisServer, redis_server_binary};
 
 /// Workspace tasks: tests against real servers, the demo, local Redis topologies, fault
 /// injection, the simulation and the benchmark.
@@ -514,121 +516,6 @@ async fn hold_until_ctrl_c() {
     if let Err(e) = tokio::signal::ctrl_c().await {
         eprintln!("xtask: cannot wait for Ctrl-C ({e}); stopping");
     }
-}
-
-/// A server program the tests start, and how to get it.
-struct Needed {
-    /// What it is, in messages.
-    what: &'static str,
-    /// Finds it: the binary, or the directory of its binaries.
-    find: fn() -> Option<PathBuf>,
-    /// Debian's package and Homebrew's formula.
-    apt: &'static str,
-    brew: &'static str,
-    /// What to do when it cannot be installed.
-    not_found: &'static str,
-}
-
-const REDIS: Needed = Needed {
-    what: "redis-server",
-    find: redis_server_binary,
-    apt: "redis-server",
-    brew: "redis",
-    not_found: NOT_FOUND,
-};
-
-const POSTGRES: Needed = Needed {
-    what: "PostgreSQL's server binaries",
-    find: postgres_bin_dir,
-    apt: "postgresql",
-    brew: "postgresql",
-    not_found: "PostgreSQL not found: install it (Debian/Ubuntu: apt-get install postgresql; \
-         macOS: brew install postgresql) or set PG_BIN_DIR to the directory of initdb",
-};
-
-const PGBOUNCER: Needed = Needed {
-    what: "pgbouncer",
-    find: pgbouncer_binary,
-    apt: "pgbouncer",
-    brew: "pgbouncer",
-    not_found: "pgbouncer not found: install it (Debian/Ubuntu: apt-get install pgbouncer; \
-         macOS: brew install pgbouncer) or set PGBOUNCER_BIN to its path",
-};
-
-/// `redis-server`, installed with the system's package manager when missing.
-fn find_or_install_redis() -> Result<PathBuf, String> {
-    find_or_install(&REDIS)
-}
-
-/// What `needed` finds, installed with the system's package manager when missing.
-fn find_or_install(needed: &Needed) -> Result<PathBuf, String> {
-    if let Some(found) = (needed.find)() {
-        return Ok(found);
-    }
-    println!("xtask: {} not found; trying to install it", needed.what);
-    let apt = on_path("apt-get");
-    if apt && is_root() {
-        apt_install(&[], needed)?;
-    } else if apt && succeeds(Command::new("sudo").args(["-n", "true"])) {
-        apt_install(&["sudo", "-n"], needed)?;
-    } else if on_path("brew") {
-        let mut brew = Command::new("brew");
-        brew.args(["install", needed.brew]);
-        let what = format!("brew install {}", needed.brew);
-        check(run_streaming(brew)?, &what, needed)?;
-    }
-    (needed.find)().ok_or_else(|| needed.not_found.to_owned())
-}
-
-/// `apt-get update && apt-get install -y <package>`, behind `prefix` (e.g. `sudo -n`).
-fn apt_install(prefix: &[&str], needed: &Needed) -> Result<(), String> {
-    for args in [&["update"][..], &["install", "-y", needed.apt][..]] {
-        let words: Vec<&str> = prefix
-            .iter()
-            .copied()
-            .chain(["apt-get"])
-            .chain(args.iter().copied())
-            .collect();
-        let mut command = Command::new(words[0]);
-        command
-            .args(&words[1..])
-            .env("DEBIAN_FRONTEND", "noninteractive");
-        check(run_streaming(command)?, &words.join(" "), needed)?;
-    }
-    Ok(())
-}
-
-fn check(status: ExitStatus, what: &str, needed: &Needed) -> Result<(), String> {
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("`{what}` failed ({status}); {}", needed.not_found))
-    }
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "0")
-}
-
-fn succeeds(command: &mut Command) -> bool {
-    command
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
-}
-
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| is_file(&dir.join(program))))
-}
-
-fn is_file(path: &Path) -> bool {
-    path.metadata().is_ok_and(|meta| meta.is_file())
 }
 
 /// `$CARGO`, or `cargo`.
