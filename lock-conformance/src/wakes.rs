@@ -11,7 +11,7 @@ use redis::Value;
 use tokio::time::{sleep, timeout};
 
 use crate::Fixture;
-use crate::faulty::{AcquireFault, FaultyBackend};
+use crate::faulty::FaultyBackend;
 use crate::scenarios::{
     all_served, counted_client, served_then_released, spawn_try_waiter, unique,
 };
@@ -132,27 +132,29 @@ pub async fn a_vanished_clients_registration_does_not_swallow_a_release(fx: &dyn
     .await;
 }
 
-/// A release that must tell everybody (here a listener that is not a registered client
-/// of ours, as a Redisson waiter's would be) still goes to the client of ours that
-/// registered first: the lock is offered to it, so that another client woken by the same
-/// message cannot take it first. The first client's attempts are slowed by 40 ms, so
-/// that without the offer the second client would win; the holder's offers last 2 s,
-/// so that a loaded machine does not let this one lapse before the first client asks.
-pub async fn a_release_told_to_everybody_still_goes_to_the_first_registered_client(
-    fx: &dyn Fixture,
-) {
-    let name = unique("offer-all");
+/// A release beside a waiter of another library (a listener of the lock's channel that
+/// is not a registered client of ours, as a Redisson waiter is) offers it the lock: our
+/// waiting client keeps back while the offer lasts (2 s here, so that a loaded machine
+/// does not let it lapse), the other library's client takes the lock 200 ms after the
+/// release with Redisson's own script, and our client is served after its release.
+/// Before, our client (faster than any peer) won every such race, and a Redisson-protocol
+/// client sharing a lock with ours got a few percent of the turns (issue 48).
+pub async fn a_release_beside_another_librarys_waiter_offers_it_the_lock(fx: &dyn Fixture) {
+    let Some(redis) = fx.redis() else {
+        panic!("the scenario needs RedisControl");
+    };
+    let name = unique("offer-others");
     let long_offers = ProtocolOptions::default().reservation(Duration::from_secs(2));
     let holder = Locks::new(fx.backend_with(long_offers).await);
     let held = holder.mutex(&name).lock().await.unwrap();
-    let slow = FaultyBackend::new(fx.backend().await);
-    let first = spawn_try_waiter(
-        Locks::new(Arc::new(slow.clone())).mutex(&name),
-        Duration::from_secs(10),
-    );
-    slow.listening().await;
-    let (client, counted) = counted_client(fx).await;
-    let second = spawn_try_waiter(client.mutex(&name), Duration::from_secs(10));
+    // A starving waiter of ours would hold the lock's next free moment against everybody
+    // (a reservation of its own, which a release keeps): this one never starves.
+    let counted = FaultyBackend::new(fx.backend().await);
+    let client = Locks::builder(Arc::new(counted.clone()))
+        .starvation_threshold(None)
+        .build()
+        .unwrap();
+    let ours = spawn_try_waiter(client.mutex(&name), Duration::from_secs(10));
     counted.listening().await;
     let outsider = fx.backend().await;
     let lock = LockRef::new(
@@ -160,24 +162,64 @@ pub async fn a_release_told_to_everybody_still_goes_to_the_first_registered_clie
         LockName::new(&name).unwrap(),
         Owner::new("outsider", "1"),
     );
-    let _listening = outsider.listen(&lock).await.unwrap();
-    slow.set(AcquireFault::DelayRequest(Duration::from_millis(40)));
+    let listening = outsider.listen(&lock).await.unwrap();
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    // The release must count the outsider: it has subscribed when both listen.
+    while listeners(redis, &channel).await < 2 {
+        sleep(Duration::from_millis(5)).await;
+    }
     held.unlock().await.unwrap();
-    let Ok(first) = timeout(Duration::from_secs(3), first).await else {
-        panic!(
-            "the lock did not go to the first registered client; {}",
-            waiting_state(fx, &name).await
-        );
-    };
-    let guard = first.unwrap().unwrap().expect("served");
-    assert!(!second.is_finished(), "both clients hold the lock");
-    guard.unlock().await.unwrap();
+    sleep(Duration::from_millis(200)).await;
+    assert!(
+        !ours.is_finished(),
+        "our waiter took the lock offered to the others"
+    );
+    let taken = redis
+        .run(
+            &name,
+            &[
+                "EVAL",
+                crate::adapter::REDISSON_LOCK,
+                "1",
+                &name,
+                "30000",
+                "outsider:1",
+            ],
+        )
+        .await;
+    assert_eq!(
+        taken,
+        Value::Nil,
+        "the other library's client takes the lock; {}",
+        waiting_state(fx, &name).await
+    );
+    drop(listening);
+    redis.run(&name, &["DEL", &name]).await;
+    redis
+        .run(&channel, &[redis.publish_command(), &channel, "0"])
+        .await;
     served_then_released(
-        second,
+        ours,
         Duration::from_secs(3),
-        "the second client is served next",
+        "our client is served after the other library's release",
     )
     .await;
+}
+
+/// How many listen on `channel`, as a release counts them.
+async fn listeners(redis: &dyn crate::fixture::RedisControl, channel: &str) -> i64 {
+    let count = if redis.publish_command() == "spublish" {
+        "SHARDNUMSUB"
+    } else {
+        "NUMSUB"
+    };
+    match redis.run(channel, &["PUBSUB", count, channel]).await {
+        Value::Array(counts) => match counts.get(1) {
+            Some(Value::Int(listening)) => *listening,
+            other => panic!("PUBSUB {count} answered {other:?}"),
+        },
+        other => panic!("PUBSUB {count} answered {other:?}"),
+    }
 }
 
 /// What the store says of a mutex's waiting clients, for a failure message.

@@ -10,6 +10,7 @@ use lock_core::{Guard, Lock, Locks};
 use lock_testkit::RedisServer;
 use tokio::time::Instant;
 
+use super::late_listener::LateListener;
 use super::redisson_process::RedissonProcess;
 use super::{AdapterConnect, ConnectSpec, locks};
 
@@ -77,6 +78,30 @@ pub async fn mixed_fleets_share_a_mutex_with_a_redisson_process(connect: &Adapte
     fleet.finish().await;
 }
 
+/// Three clients of ours and three peers that speak Redisson's protocol the way the npm
+/// `node-redisson` client does (each listens on the lock's channel only while it sleeps
+/// after a failed try; see `late_listener`) take turns on one mutex. Nobody holds it
+/// beside anybody else, and each side gets at least half its fair share of the turns:
+/// a release of ours that finds more listeners than our registered clients offers the
+/// lock to the others first. (Before, our faster clients won every race and a hand-over
+/// skipped a peer between its try and its subscription: the npm client got 3 % of the
+/// turns, and waited up to 30 s.)
+pub async fn mixed_fleets_give_late_listeners_their_share(connect: &AdapterConnect) {
+    let server = RedisServer::start().await;
+    let name = "mixed-fleet:l";
+    let mut fleet = Fleet::new(40);
+    fleet.longest_turn = Duration::from_secs(5);
+    fleet.least_share = Some(0.5);
+    fleet
+        .join_ours(connect, &server, 3, |ours| ours.mutex(name))
+        .await;
+    for _ in 0..3 {
+        let peer = LateListener::connect(&server, name).await;
+        fleet.join("a late listener", peer);
+    }
+    fleet.finish().await;
+}
+
 /// Our writers and a Redisson writer take turns on one read-write lock, each holding it a
 /// few milliseconds at a time. Nobody holds it beside anybody else, and nobody waits a
 /// second for one turn: while the Redisson writer listens on the lock's channel a release
@@ -100,8 +125,19 @@ struct Fleet {
     rounds: usize,
     /// The longest anybody may wait for one turn.
     longest_turn: Duration,
+    /// The least share of the turns each kind of contender must get while all of them
+    /// take turns, as a fraction of its fair share (its contenders' part of all).
+    least_share: Option<f64>,
     section: Arc<Section>,
-    turns: std::sync::Mutex<Vec<(&'static str, tokio::task::JoinHandle<Duration>)>>,
+    turns: std::sync::Mutex<Vec<(&'static str, tokio::task::JoinHandle<Turns>)>>,
+}
+
+/// One contender's turns: the longest wait for one, when each was taken, and when the
+/// last ended.
+struct Turns {
+    longest: Duration,
+    taken: Vec<Instant>,
+    finished: Instant,
 }
 
 impl Fleet {
@@ -109,6 +145,7 @@ impl Fleet {
         Self {
             rounds,
             longest_turn: Duration::from_secs(1),
+            least_share: None,
             section: Arc::new(Section::default()),
             turns: std::sync::Mutex::new(Vec::new()),
         }
@@ -137,15 +174,21 @@ impl Fleet {
         let (rounds, section) = (self.rounds, Arc::clone(&self.section));
         let turns = tokio::spawn(async move {
             let mut longest = Duration::ZERO;
+            let mut taken = Vec::with_capacity(rounds);
             for _ in 0..rounds {
                 let asked = Instant::now();
                 contender.take().await;
+                taken.push(Instant::now());
                 longest = longest.max(asked.elapsed());
                 section.enter_and_leave().await;
                 contender.give_back().await;
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
-            longest
+            Turns {
+                longest,
+                taken,
+                finished: Instant::now(),
+            }
         });
         self.turns.lock().unwrap().push((who, turns));
     }
@@ -155,22 +198,63 @@ impl Fleet {
     /// turn (a missed wake-up would cost a peer the PTTL it saw, and one of ours a third
     /// of its place).
     async fn finish(self) {
-        let turns = std::mem::take(&mut *self.turns.lock().unwrap());
-        for (who, turns) in turns {
-            let longest = tokio::time::timeout(Duration::from_secs(60), turns)
+        let handles = std::mem::take(&mut *self.turns.lock().unwrap());
+        let mut all = Vec::with_capacity(handles.len());
+        for (who, turns) in handles {
+            let turns = tokio::time::timeout(Duration::from_secs(60), turns)
                 .await
                 .expect("every contender finishes its rounds")
                 .unwrap();
             assert!(
-                longest < self.longest_turn,
-                "{who} waited {longest:?} for one turn"
+                turns.longest < self.longest_turn,
+                "{who} waited {:?} for one turn",
+                turns.longest
             );
+            all.push((who, turns));
+        }
+        if let Some(least) = self.least_share {
+            assert_fair_shares(&all, least);
         }
         assert_eq!(
             self.section
                 .overlaps
                 .load(std::sync::atomic::Ordering::SeqCst),
             0
+        );
+    }
+}
+
+/// Asserts that each kind of contender got at least `least` of its fair share of the
+/// turns taken until the first contender had taken all of its own (after that, fewer
+/// contend).
+fn assert_fair_shares(all: &[(&'static str, Turns)], least: f64) {
+    let Some(first_done) = all.iter().map(|(_, turns)| turns.finished).min() else {
+        return;
+    };
+    let mut kinds: Vec<(&str, usize, usize)> = Vec::new();
+    for (who, turns) in all {
+        let taken = turns.taken.iter().filter(|at| **at <= first_done).count();
+        match kinds.iter_mut().find(|(kind, _, _)| kind == who) {
+            Some((_, contenders, turns)) => {
+                *contenders += 1;
+                *turns += taken;
+            }
+            None => kinds.push((who, 1, taken)),
+        }
+    }
+    let contenders: usize = kinds.iter().map(|(_, contenders, _)| contenders).sum();
+    let turns: usize = kinds.iter().map(|(_, _, turns)| turns).sum();
+    for (who, its_contenders, its_turns) in &kinds {
+        #[allow(clippy::cast_precision_loss, reason = "counts of a few hundred")]
+        let (share, fair) = (
+            *its_turns as f64 / turns as f64,
+            *its_contenders as f64 / contenders as f64,
+        );
+        assert!(
+            share >= least * fair,
+            "{who} got {its_turns} of {turns} turns ({:.0} %, its fair share {:.0} %): {kinds:?}",
+            share * 100.0,
+            fair * 100.0
         );
     }
 }
@@ -262,7 +346,7 @@ enum PeerStyle {
 }
 
 /// Redisson's lock script (`tryLockInnerAsync`): nil when taken, else the lock's PTTL.
-pub(super) const REDISSON_LOCK: &str = "\
+pub(crate) const REDISSON_LOCK: &str = "\
 if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then \
     redis.call('hincrby', KEYS[1], ARGV[2], 1); \
     redis.call('pexpire', KEYS[1], ARGV[1]); \

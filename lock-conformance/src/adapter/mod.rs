@@ -19,6 +19,7 @@ mod connect;
 mod faults;
 mod fleets;
 mod handover;
+mod late_listener;
 mod redisson_process;
 mod replication;
 mod wakes;
@@ -113,6 +114,7 @@ macro_rules! adapter_tests {
             nothing_is_handed_over_while_a_redisson_peer_listens,
             mixed_fleets_keep_exclusion_and_wake_each_other,
             mixed_fleets_share_a_mutex_with_a_redisson_process,
+            mixed_fleets_give_late_listeners_their_share,
             mixed_fleets_share_a_fair_lock,
             mixed_fleets_share_a_write_lock,
         );

@@ -63,7 +63,11 @@ end
 
 if redis.call('exists', KEYS[1]) == 0 then
     local _, reserved_for, reserved = reservation()
-    if reserved_for and reserved_for ~= ARGV[2] and reserved_for ~= ARGV[8] then
+    -- A caller that does not register (a try, or a part of a composite lock) is one of
+    -- the listeners a release offers the lock to when it offers it to others.
+    local offered_to_caller = reserved_for == ARGV[2] or reserved_for == ARGV[8]
+        or (reserved_for == others() and ARGV[8] == '')
+    if reserved_for and not offered_to_caller then
         register_waiting(KEYS[5], KEYS[6], ARGV[8], ARGV[9], waiting_request())
         return {2, redis.call('pttl', KEYS[2])}
     end
@@ -100,6 +104,14 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     end
     return granted(holds, token, origin)
 end
+-- Busy. While the lock is offered to the clients of other libraries (see the prelude's
+-- wake_mutex_waiters), one of them has taken it: the offer is used up, and the next
+-- release races as Redisson's always did.
+local reserved_start, reserved_for = reservation()
+if reserved_for == others() then
+    redis.call('del', KEYS[2])
+    reserved_start, reserved_for = nil, nil
+end
 -- Busy. A caller that will wait registers its client (which keeps its place if it is
 -- registered already), so that a release can wake this client alone and in its turn.
 register_waiting(KEYS[5], KEYS[6], ARGV[8], ARGV[9], waiting_request())
@@ -111,7 +123,6 @@ register_waiting(KEYS[5], KEYS[6], ARGV[8], ARGV[9], waiting_request())
 -- reservation must not jump the line it keeps while its waiter sleeps).
 if ARGV[3] == '1' then
     local start = now_ms() - tonumber(ARGV[5])
-    local reserved_start, reserved_for = reservation()
     if (not reserved_for or reserved_for == ARGV[2] or start < reserved_start)
         and registered_first(KEYS[5], ARGV[8]) then
         redis.call('set', KEYS[2], start .. ':' .. ARGV[2], 'px', ARGV[4])

@@ -400,6 +400,12 @@ local function listens_on_own_channel(wake_id)
     return counted and counts[2] > 0
 end
 
+-- The owner a mutex's reservation names while a release offers the lock to the clients
+-- of other libraries (see wake_mutex_waiters): no owner or wake id of ours is this.
+local function others()
+    return 'others'
+end
+
 -- This library's clients with a waiter on a mutex register in the zset `waiting`
 -- (member: the client's wake id; score: when it registered, on the server's clock), and
 -- each listens on the lock's channel once. Returns the wake id of the client that
@@ -415,16 +421,23 @@ end
 -- a live client from one that vanished without a word: a vanished client stays
 -- registered until it comes first; then everybody is told, one release offers it the
 -- lock in vain, and drops it.)
+-- The fourth answer says whether more listen than are registered: then a client of
+-- another library (Redisson's protocol: it waits on the lock's channel and never
+-- registers) surely waits too, and no client of ours is picked (see
+-- wake_mutex_waiters).
 local function next_waiting_client(waiting, channel, numsub)
     local registered = redis.call('zcard', waiting)
     if registered == 0 then
-        return nil, false, false
+        return nil, false, false, false
     end
     local listening = numsub ~= '' and redis.call('pubsub', numsub, channel)[2]
+    if listening and listening > registered then
+        return nil, false, false, true
+    end
     local target = redis.call('zpopmin', waiting)[1]
     local own = numsub == 'numsub' and listens_on_own_channel(target)
     local alone = listening == registered or (listening and listening < registered and own)
-    return target, alone, own
+    return target, alone, own, false
 end
 
 -- Registers the waiting client `wake_id` ('' for a caller that does not wait) behind the
@@ -600,16 +613,24 @@ end
 -- take it from under that client, which keeps our clients in the order they
 -- registered. (Redisson's own script does not look at the reservation; its waiters
 -- compete as they always did, and since any of them may listen whenever a release
--- tells everybody, nothing is handed over then.)
+-- tells everybody, nothing is handed over then.) When more listen than are registered,
+-- a client of another library surely waits, and the lock is offered to the clients of
+-- other libraries instead (the reservation names `others()`): our clients keep back
+-- until one of them takes it (see the mutex acquire script) or the offer lapses. A
+-- Redisson-protocol waiter thus gets the turn after each of our releases, where it
+-- lost every race to our faster clients and got a few percent of the turns (issue 48).
 -- A read-write lock's writers wait the same way (`m.mode` 'write'; no reservation, and
 -- `m.everybody` '1' tells every reader and writer): only when every listener of the
 -- lock's channel is a registered writer's client is one handed the lock.
 local function wake_mutex_waiters(m)
     local target, alone, own = nil, false, false
-    local counted, found, found_alone, found_own =
+    local counted, found, found_alone, found_own, foreign =
         pcall(next_waiting_client, m.waiting, m.channel, m.numsub)
     if counted then
         target, alone, own = found, found_alone, found_own
+    end
+    if counted and foreign and m.reservation then
+        redis.call('set', m.reservation, now_ms() .. ':' .. others(), 'px', m.offer_ms, 'nx')
     end
     local handed = nil
     if target and alone and not (m.reservation and redis.call('exists', m.reservation) == 1) then
