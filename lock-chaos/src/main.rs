@@ -25,6 +25,8 @@
 //! - `revoked_not_learnt`: a worker whose hold a force-unlock revoked still found its
 //!   guard held more than its lease after the force-unlock began (until then it may
 //!   overlap the next holder: revocation with notice, its fencing token the older);
+//! - `orphaned_holds`: once every worker is dead, a name the operator cannot take within
+//!   four leases and two seconds (a hold nobody will release or renew, beyond its lease);
 //! - `over_capacity` (kind `semaphore`, an expirable semaphore of P permits per name,
 //!   default 2): more than P workers overlapped with permits that all said `is_held()`.
 //!
@@ -32,6 +34,7 @@
 
 mod args;
 mod node;
+mod orphans;
 mod runner;
 mod store;
 mod worker;

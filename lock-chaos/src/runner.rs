@@ -75,6 +75,9 @@ struct Verdict {
     report: StoreReport,
     /// The critical sections (the same as the report's `sections`).
     ops: u64,
+    /// Names still held by nobody well past every lease once all workers were dead.
+    orphaned_holds: usize,
+    orphaned: Vec<String>,
     seconds: u64,
     backend: BackendKind,
     kind: Kind,
@@ -293,9 +296,15 @@ pub(crate) async fn run(args: RunArgs) -> Result<(String, bool), String> {
     let report = run.tell_store("REPORT").await?.ok_or("store: no report")?;
     let report: StoreReport =
         serde_json::from_str(&report).map_err(|e| format!("store report {report:?}: {e}"))?;
-    let ok = report.invariants_hold();
+    let locks = run.operator().await?;
+    let orphaned =
+        crate::orphans::orphaned_holds(&locks, args.kind, args.names, args.permits, args.lease())
+            .await;
+    let ok = report.invariants_hold() && orphaned.is_empty();
     let verdict = Verdict {
         ops: report.sections,
+        orphaned_holds: orphaned.len(),
+        orphaned,
         report,
         seconds: started.elapsed().as_secs(),
         backend: args.backend,
