@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::backend::{Acquire, AcquireRequest, Backend};
+use lock_core::backend::{Acquire, AcquireRequest, Backend, ReleaseRequest};
 use lock_core::{Guard, LockKind, LockName, LockRef, Locks, Owner};
 use tokio::time::{Instant, sleep, timeout};
 
@@ -183,6 +183,50 @@ async fn a_late_copy_of_a_cancelled_acquisition_takes_nothing(fx: &dyn Fixture, 
     );
     assert_eq!(waiter.holds().await, 0, "the cancelled acquisition holds");
     free_for_others(fx, kind, &name, "after the late copy").await;
+}
+
+/// A copy of a granted acquisition's request that arrives after its hold lapsed (its
+/// holder died without a release) but within two retry windows of the grant, the
+/// longest a copy is assumed to take, grants nothing. Before, a grant's answer was kept
+/// one retry window (its end's, two): a copy between the two found nothing, and took
+/// the lock afresh, for nobody, for its whole lease.
+pub async fn a_late_copy_of_a_lapsed_grant_takes_nothing(fx: &dyn Fixture) {
+    a_late_copy_of_an_ended_grant_takes_nothing(fx, false).await;
+}
+
+/// The same for a grant that was released: the release's answer is kept two retry
+/// windows. Before, PostgreSQL kept it one.
+pub async fn a_late_copy_of_a_released_grant_takes_nothing(fx: &dyn Fixture) {
+    a_late_copy_of_an_ended_grant_takes_nothing(fx, true).await;
+}
+
+async fn a_late_copy_of_an_ended_grant_takes_nothing(fx: &dyn Fixture, released: bool) {
+    let name = unique("late-ended");
+    let backend = fx.backend().await;
+    let lock = LockRef::new(
+        LockKind::Mutex,
+        LockName::new(&name).unwrap(),
+        Owner::new("00000000-0000-0000-0000-00000000dead", "holder"),
+    );
+    let window = Duration::from_millis(400);
+    let lease = Duration::from_millis(150);
+    let request = AcquireRequest::new(lease)
+        .fencing(true)
+        .retry_window(window);
+    let granted = backend.acquire(&lock, request).await.unwrap();
+    assert!(matches!(granted, Acquire::Acquired { .. }), "{granted:?}");
+    if released {
+        let release = ReleaseRequest::new(lease, request.id).retry_window(window);
+        backend.release(&lock, release).await.unwrap();
+    }
+    // Past the lease and one window, within two.
+    sleep(window + window / 2).await;
+    let late = backend.acquire(&lock, request).await.unwrap();
+    assert!(
+        !matches!(late, Acquire::Acquired { .. }),
+        "a late copy of an ended grant's request was granted again: {late:?}"
+    );
+    free_for_others(fx, LockKind::Mutex, &name, "after the late copy").await;
 }
 
 /// R2 for the mutex.

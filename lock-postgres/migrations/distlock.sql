@@ -175,7 +175,8 @@ BEGIN
 --            over (its grant ended, or it gave up); `acquire` answers the first three;
 --   release: {0, 0} not held (the grant is not alive), {1, holds left} still held,
 --            {2, 0} released.
--- A release's reply is kept in `answers` for its retry window, under the grant it ended
+-- A release's reply is kept in `answers` for the window its client sends (twice its retry
+-- window: the longest a copy of a request is assumed to take), under the grant it ended
 -- (one release per grant: the guard's, or the undo of a grant nobody learnt of), so that
 -- a release sent again answers as the first run, and a copy of the grant's acquire that
 -- arrives after it (queued on an abandoned connection, second review N13) grants
@@ -908,7 +909,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 
         $functions$;
         DELETE FROM distlock.functions;
-        INSERT INTO distlock.functions VALUES (8, '03804ef0227774cac975dbd0d34df1ea222d7929');
+        INSERT INTO distlock.functions VALUES (8, 'bff086c3c491e1dfeeb7a526c13f41d22fff0421');
     END IF;
 END $distlock$;
 COMMIT;

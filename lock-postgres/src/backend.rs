@@ -301,7 +301,9 @@ impl Backend for PostgresBackend {
                     (&lock.kind.as_str(), Type::TEXT),
                     (&millis(request.lease), Type::INT8),
                     (&request.id.to_string(), Type::TEXT),
-                    (&millis(request.retry_window), Type::INT8),
+                    // Kept twice the window: a copy of the grant's acquire that comes
+                    // later than its own retries could must still find the grant ended.
+                    (&millis(request.retry_window.saturating_mul(2)), Type::INT8),
                     (&grant, Type::TEXT),
                     (&self.name_channel(lock), Type::TEXT),
                 ],

@@ -290,7 +290,7 @@ impl Store {
         if let Some(Answer::Handed(_)) = self.answered(name, request.id, now) {
             self.hand_overs.taken_up += 1;
         }
-        let kept = (now, request.retry_window);
+        let kept = (now, request.retry_window.saturating_mul(2));
         self.remember(name, request.id, Answer::Granted(grant), kept);
         Some(grant)
     }

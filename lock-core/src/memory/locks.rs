@@ -103,7 +103,10 @@ impl Backend for MemoryBackend {
             && lock.kind == LockKind::Mutex
             && store.handed_and_waiting(name, now);
         if matches!(reply, Acquire::Acquired { .. }) {
-            let kept = (now, request.retry_window);
+            // Twice the window, as an end: a copy that comes after the grant lapsed
+            // (later than the request's own retries could) must find it, not take the
+            // lock afresh for nobody.
+            let kept = (now, request.retry_window.saturating_mul(2));
             store.remember(name, request.id, Answer::Granted(reply), kept);
         }
         drop(store);

@@ -36,8 +36,9 @@
 //!   no lease is longer (third review, R4).
 //!
 //! Time is a number of milliseconds; ids and owners are small numbers. The machine keeps
-//! every ended id for good, where a store keeps it for twice the retry window: a copy of
-//! a request is assumed to arrive within that.
+//! every id it granted or ended for good, where a store keeps each for twice the retry
+//! window from its grant or its end: a copy of a request is assumed to arrive within
+//! that.
 
 pub mod check;
 mod machine;

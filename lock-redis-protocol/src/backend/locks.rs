@@ -423,9 +423,12 @@ impl Backend for RedisBackend {
         request.id.push_hex(&mut grant);
         let epoch = self.epoch_key(name);
         let wait = request.wait.unwrap_or_default();
+        // The grant's answer is kept twice the window, as its end is: a copy of this
+        // request that comes later than its own retries could, after the grant lapsed,
+        // must find it, not take the lock afresh for nobody.
         let numbers = Decimals::new([
             millis(request.lease),
-            millis(request.retry_window),
+            millis(request.retry_window.saturating_mul(2)),
             self.quarantine_ms(),
             millis(wait.place_kept_for),
         ]);

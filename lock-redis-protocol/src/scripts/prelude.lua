@@ -258,7 +258,8 @@ end
 -- latch as its last two KEYS, and the grant's id and the latch lifetime (ms) as its last
 -- two ARGV. The latch remembers the grant as '<holds>:<token>:<origin>' for retries of
 -- the acquire request, then the release's answer as 'r<answer>' for retries of the
--- release (and so that a late copy of the acquire request grants nothing).
+-- release (and so that a late copy of the acquire request grants nothing). Its lifetime
+-- is twice the retry window, the longest a copy of a request is assumed to take.
 
 -- The grant this acquire request got before, or {5, 0} (ended) when that grant already
 -- ended or its acquisition gave up: an acquisition is granted at most once, and never
@@ -509,9 +510,9 @@ end
 -- token when `fencing` is '1'), with a lease of the waiter's place (`place_ms`) or its
 -- lease (`lease_ms`), whichever is shorter: a holder that dies before its take-up (or
 -- after it) is replaced within its own lease. The latch says 'h<holds>:<token>:<origin>'
--- (handed, not taken up; see find_grant) and outlives the hold by two latch
--- lifetimes (`latch_ms`), so that a take-up that comes after the hold lapsed finds it
--- ended. Returns the token (0 without fencing).
+-- (handed, not taken up; see find_grant) and outlives the hold by a latch lifetime
+-- (`latch_ms`, two retry windows), so that a take-up that comes after the hold lapsed
+-- finds it ended. Returns the token (0 without fencing).
 local function grant_handed(lock, field, request, fencing, place_ms, lease_ms, latch_ms,
                             token_key, mode)
     local hold_ms = math.min(tonumber(place_ms), tonumber(lease_ms))
@@ -530,7 +531,7 @@ local function grant_handed(lock, field, request, fencing, place_ms, lease_ms, l
         token = next_token(token_key)
     end
     redis.call('set', latch_of(lock, request), string.format('h1:%d:', token) .. request,
-        'px', hold_ms + 2 * tonumber(latch_ms))
+        'px', hold_ms + tonumber(latch_ms))
     return token
 end
 
@@ -580,7 +581,7 @@ end
 local function find_grant(key, field, lease_ms)
     local latch = KEYS[#KEYS]
     if not (grant_alive(0) and redis.call('hexists', key, field) == 1) then
-        redis.call('set', latch, 'r-1', 'px', 2 * tonumber(ARGV[#ARGV]))
+        redis.call('set', latch, 'r-1', 'px', ARGV[#ARGV])
         return {5, 0}
     end
     if lease_left(key) < tonumber(lease_ms) then
