@@ -274,6 +274,8 @@ pub(crate) async fn run(args: RunArgs) -> Result<(String, bool), String> {
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(rng.random_range(200..800))).await;
         let fault = pick(&mut rng, args.backend, args.kind);
+        // For the post-mortem of a stuck waiter: which faults came before.
+        run.tell_store(&format!("FAULT {fault:?}")).await?;
         inject(&mut run, &mut rng, fault).await?;
         *faults.entry(fault).or_default() += 1;
         if last_report.elapsed() > Duration::from_secs(10) {

@@ -66,6 +66,8 @@ struct State {
     stale_writes_accepted: u64,
     lost_reported: u64,
     forced: u64,
+    /// The faults injected so far, when each began (µs on the store's clock).
+    faults: Vec<(u64, String)>,
 }
 
 impl State {
@@ -145,6 +147,10 @@ impl State {
                 self.forced += 1;
                 None
             }
+            ["FAULT", fault] => {
+                self.faults.push((now, (*fault).to_owned()));
+                None
+            }
             ["DEAD", worker] => {
                 for entry in self.names.values_mut() {
                     Self::close_open(entry, worker, now);
@@ -193,6 +199,7 @@ impl State {
         let mut over_capacity = 0u64;
         let mut revoked_not_learnt = 0u64;
         let mut overlap_examples = Vec::new();
+        let mut stuck_examples = Vec::new();
         for (key, name) in &self.names {
             sections += name.sections.len() as u64;
             let pairs = overlapping_pairs(&name.sections);
@@ -204,7 +211,16 @@ impl State {
                 .filter(|s| matches!((s.revoked, s.valid), (Some((_, by)), Some(v)) if v > by))
                 .count() as u64;
             over_capacity += over_capacity_valid(&name.sections);
-            stuck += stuck_waiters(&name.sections, &name.waits, now, stuck_after);
+            let gaps = stuck_waiters(&name.sections, &name.waits, now, stuck_after);
+            stuck += gaps.len() as u64;
+            stuck_examples.extend(gaps.into_iter().take(3).map(|(from, to)| {
+                format!(
+                    "{key}: free {} ms to {} ms; faults from 2 s before: {:?}",
+                    from / 1000,
+                    to / 1000,
+                    self.faults_between(from.saturating_sub(2_000_000), to)
+                )
+            }));
         }
         let report = StoreReport {
             sections,
@@ -218,8 +234,18 @@ impl State {
             forced: self.forced,
             revoked_not_learnt,
             overlap_examples,
+            stuck_examples,
         };
         serde_json::to_string(&report).unwrap_or_default()
+    }
+
+    /// The faults that began between `from` and `to`, each with its time in ms.
+    fn faults_between(&self, from: u64, to: u64) -> Vec<String> {
+        self.faults
+            .iter()
+            .filter(|(at, _)| (from..=to).contains(at))
+            .map(|(at, fault)| format!("{} ms {fault}", at / 1000))
+            .collect()
     }
 }
 
@@ -252,6 +278,10 @@ pub(crate) struct StoreReport {
     /// the store's clock).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) overlap_examples: Vec<String>,
+    /// The free periods stuck waiters sat through, with the faults around them (times in
+    /// ms on the store's clock).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) stuck_examples: Vec<String>,
 }
 
 impl StoreReport {
@@ -316,8 +346,14 @@ fn over_capacity_valid(sections: &[Section]) -> u64 {
 }
 
 /// Acquisitions whose wait spanned a period of more than `stuck_after` in which nobody
-/// held the name: a waiter that should have been served and was not.
-fn stuck_waiters(sections: &[Section], waits: &[(u64, u64)], now: u64, stuck_after: u64) -> u64 {
+/// held the name (a waiter that should have been served and was not): the longest such
+/// period of each.
+fn stuck_waiters(
+    sections: &[Section],
+    waits: &[(u64, u64)],
+    now: u64,
+    stuck_after: u64,
+) -> Vec<(u64, u64)> {
     let mut busy: Vec<(u64, u64)> = sections
         .iter()
         .map(|s| (s.enter, s.leave.unwrap_or(now)))
@@ -330,11 +366,16 @@ fn stuck_waiters(sections: &[Section], waits: &[(u64, u64)], now: u64, stuck_aft
             _ => merged.push((start, end)),
         }
     }
-    let mut stuck = 0;
+    let mut stuck = Vec::new();
     for &(from, to) in waits {
         // Free gaps inside [from, to].
         let mut cursor = from;
-        let mut longest = 0;
+        let mut longest = (0, 0);
+        let mut widen = |gap: (u64, u64)| {
+            if gap.1.saturating_sub(gap.0) > longest.1 - longest.0 {
+                longest = gap;
+            }
+        };
         for &(start, end) in &merged {
             if end <= cursor {
                 continue;
@@ -342,12 +383,12 @@ fn stuck_waiters(sections: &[Section], waits: &[(u64, u64)], now: u64, stuck_aft
             if start >= to {
                 break;
             }
-            longest = longest.max(start.saturating_sub(cursor));
+            widen((cursor, start.max(cursor)));
             cursor = cursor.max(end);
         }
-        longest = longest.max(to.saturating_sub(cursor));
-        if longest > stuck_after {
-            stuck += 1;
+        widen((cursor, to.max(cursor)));
+        if longest.1 - longest.0 > stuck_after {
+            stuck.push(longest);
         }
     }
     stuck
@@ -570,7 +611,7 @@ mod tests {
             leave: Some(100),
             revoked: None,
         }];
-        assert_eq!(stuck_waiters(&sections, &[(50, 150)], 200, 40), 1);
-        assert_eq!(stuck_waiters(&sections, &[(50, 120)], 200, 40), 0);
+        assert_eq!(stuck_waiters(&sections, &[(50, 150)], 200, 40).len(), 1);
+        assert_eq!(stuck_waiters(&sections, &[(50, 120)], 200, 40).len(), 0);
     }
 }
