@@ -32,6 +32,7 @@
 //!
 //! `worker` and `store` are the other two roles; `run` starts them.
 
+mod analysis;
 mod args;
 mod node;
 mod orphans;

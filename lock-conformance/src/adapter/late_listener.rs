@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use lock_testkit::RedisServer;
 
-use super::fleets::{Contender, Peer, REDISSON_LOCK, redisson_unlock};
+use super::fleets::Contender;
+use super::peers::{Peer, REDISSON_LOCK, redisson_unlock};
 
 /// A worker with Redisson's lock and unlock scripts and a subscription of its own, held
 /// only while it waits.

@@ -20,6 +20,7 @@ mod faults;
 mod fleets;
 mod handover;
 mod late_listener;
+mod peers;
 mod redisson_process;
 mod replication;
 mod wakes;
@@ -29,6 +30,7 @@ pub use connect::*;
 pub use faults::*;
 pub use fleets::*;
 pub use handover::*;
+pub(crate) use peers::REDISSON_LOCK;
 pub use replication::*;
 pub use wakes::*;
 

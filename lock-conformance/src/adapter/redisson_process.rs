@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use lock_testkit::RedisServer;
 
-use super::fleets::{Contender, Peer, REDISSON_LOCK, redisson_unlock};
+use super::fleets::Contender;
+use super::peers::{Peer, REDISSON_LOCK, redisson_unlock};
 
 /// A Redisson client process: its workers share one connection and one subscription to
 /// the lock's channel; each `0` heard there wakes one waiting worker, a `1` all of them,
