@@ -9,7 +9,7 @@ use std::time::Duration;
 use lock_testkit::RedisServer;
 
 use super::fleets::Contender;
-use super::peers::{Peer, REDISSON_LOCK, redisson_unlock};
+use super::peers::{REDISSON_LOCK, redisson_unlock, try_take};
 
 /// A worker with Redisson's lock and unlock scripts and a subscription of its own, held
 /// only while it waits.
@@ -42,14 +42,8 @@ impl Contender for LateListener {
     async fn take(&mut self) {
         use futures_util::StreamExt as _;
         loop {
-            let ttl: Option<u64> = redis::Script::new(REDISSON_LOCK)
-                .key(&self.name)
-                .arg(Peer::LEASE_MS)
-                .arg(&self.owner)
-                .invoke_async(&mut self.conn)
-                .await
-                .unwrap();
-            let Some(ttl) = ttl else {
+            let taken = try_take(&mut self.conn, REDISSON_LOCK, &self.name, &self.owner);
+            let Some(ttl) = taken.await else {
                 return;
             };
             self.subscription.subscribe(&self.channel).await.unwrap();

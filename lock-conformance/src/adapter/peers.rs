@@ -99,14 +99,7 @@ impl Peer {
             PeerStyle::RedissonWriter => REDISSON_WRITE_LOCK,
         };
         loop {
-            let ttl: Option<u64> = redis::Script::new(script)
-                .key(&self.name)
-                .arg(Self::LEASE_MS)
-                .arg(&self.owner)
-                .invoke_async(&mut self.conn)
-                .await
-                .unwrap();
-            let Some(ttl) = ttl else {
+            let Some(ttl) = try_take(&mut self.conn, script, &self.name, &self.owner).await else {
                 return;
             };
             // A message (ours `0`, or another peer's) or the PTTL, whichever first.
@@ -332,6 +325,23 @@ impl FairPeer {
             .unwrap();
         assert_eq!(released, Some(1), "the Redisson peer held the lock");
     }
+}
+
+/// One attempt of a take script (`REDISSON_LOCK` or one of its kind) on `name` for
+/// `owner` with a peer's lease: `None` when taken, else the lock's PTTL (ms).
+pub(super) async fn try_take(
+    conn: &mut redis::aio::MultiplexedConnection,
+    script: &str,
+    name: &str,
+    owner: &str,
+) -> Option<u64> {
+    redis::Script::new(script)
+        .key(name)
+        .arg(Peer::LEASE_MS)
+        .arg(owner)
+        .invoke_async(conn)
+        .await
+        .unwrap()
 }
 
 /// Redisson's unlock of `name` by `owner`, with its unlock latch, telling `channel`:

@@ -8,7 +8,7 @@ use std::time::Duration;
 use lock_testkit::RedisServer;
 
 use super::fleets::Contender;
-use super::peers::{Peer, REDISSON_LOCK, redisson_unlock};
+use super::peers::{REDISSON_LOCK, redisson_unlock, try_take};
 
 /// A Redisson client process: its workers share one connection and one subscription to
 /// the lock's channel; each `0` heard there wakes one waiting worker, a `1` all of them,
@@ -81,14 +81,8 @@ impl Contender for RedissonWorker {
             let woken = self.wake.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            let ttl: Option<u64> = redis::Script::new(REDISSON_LOCK)
-                .key(&self.name)
-                .arg(Peer::LEASE_MS)
-                .arg(&self.owner)
-                .invoke_async(&mut self.conn)
-                .await
-                .unwrap();
-            let Some(ttl) = ttl else {
+            let taken = try_take(&mut self.conn, REDISSON_LOCK, &self.name, &self.owner);
+            let Some(ttl) = taken.await else {
                 return;
             };
             let _woken = tokio::time::timeout(Duration::from_millis(ttl.max(1)), woken).await;
