@@ -189,7 +189,12 @@ impl Sequence {
                 let grant = acquisition.request.id;
                 let release = ReleaseRequest::new(Duration::from_millis(LEASE_MS), grant);
                 let reply = backend.release(lock, release).await.unwrap();
-                (Event::Release { id, owner }, released(reply), "release")
+                let event = Event::Release {
+                    id,
+                    owner,
+                    lease: LEASE_MS,
+                };
+                (event, released(reply), "release")
             }
             // A waiter that gives up: it never learnt of a grant (it would hold).
             8 | 9
@@ -247,8 +252,8 @@ async fn run(fx: &dyn Fixture, kind: LockKind, seed: u64) -> Result<(), String> 
         if let (Event::Attempt { id, .. }, Reply::Acquired { .. }) = (event, expected.reply) {
             granted.insert(id);
         }
-        if let Some((handed, _)) = expected.handed {
-            granted.insert(handed);
+        if let Some(hand_over) = expected.handed {
+            granted.insert(hand_over.id);
         }
         trace.push(format!(
             "{what} of {}: store {reply:?}, rules {:?}",
@@ -259,7 +264,7 @@ async fn run(fx: &dyn Fixture, kind: LockKind, seed: u64) -> Result<(), String> 
             let held = holder(&sequence.clients[&1]).await;
             let rules = machine
                 .holder()
-                .map(|(owner, grants, _)| (owner, grants.len()));
+                .map(|holder| (*holder.owner, holder.grants.len()));
             (held != rules)
                 .then(|| format!("the store's holder {held:?} differs from the rules' {rules:?}"))
         } else {
@@ -294,6 +299,7 @@ fn attempt(i: usize, owner: u32) -> Event {
         owner,
         lease: LEASE_MS,
         place: place(i),
+        ask: (),
     }
 }
 

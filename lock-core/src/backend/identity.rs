@@ -137,7 +137,7 @@ impl LockRef {
 /// ran with that run's answer (within [`AcquireRequest::retry_window`](super::AcquireRequest::retry_window)), so a request
 /// whose reply was lost can be sent again without counting twice. Shown as 32 lowercase
 /// hex digits.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RequestId(u128);
 
 impl RequestId {

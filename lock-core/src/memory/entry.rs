@@ -1,13 +1,12 @@
-//! One held lock's entry (its owners' holds and their grants) and a fair lock's queue of
-//! waiters: the memory store's records, and the small rules each keeps.
+//! One held read-write lock's entry (its owners' holds and their grants): the memory
+//! store's records, and the small rules they keep.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Mode, handover};
-use crate::Owner;
+use super::Mode;
 use crate::backend::RequestId;
 
 /// One grant of a hold: the acquire request that got it and, for a read hold, its own
@@ -74,18 +73,6 @@ impl Entry {
         (holds, held.origin)
     }
 
-    /// Ends `field`'s latest grant, whichever it is (the defect N3 of the second review,
-    /// planted back); returns the holds left.
-    pub(super) fn end_latest(&mut self, field: &str) -> Option<u32> {
-        let held = self.fields.get_mut(field)?;
-        held.grants.pop()?;
-        let left = u32::try_from(held.grants.len()).unwrap_or(u32::MAX);
-        if left == 0 {
-            self.fields.remove(field);
-        }
-        Some(left)
-    }
-
     /// Drops `owner`'s read grants whose leases ended; returns how many are live.
     pub(super) fn live_reads(&mut self, owner: &str, now: Instant) -> u32 {
         let Some(held) = self.fields.get_mut(owner) else {
@@ -123,49 +110,5 @@ impl Entry {
             self.fields.remove(field);
         }
         Some(left)
-    }
-}
-
-/// A fair lock's waiters, first in line first.
-#[derive(Debug, Default, Clone)]
-pub(super) struct Queue {
-    pub(super) order: VecDeque<Owner>,
-    /// Each queued waiter's latest attempt: until when it keeps its place, and the
-    /// acquisition to hand the lock to.
-    pub(super) waiting: HashMap<Owner, handover::Waiter>,
-}
-
-impl Queue {
-    /// Drops heads whose deadline passed; returns the first live waiter.
-    pub(super) fn prune(&mut self, now: Instant) -> Option<&Owner> {
-        while let Some(head) = self.order.front() {
-            if self.waiting.get(head).is_some_and(|w| w.deadline() > now) {
-                break;
-            }
-            self.waiting.remove(head);
-            self.order.pop_front();
-        }
-        self.order.front()
-    }
-
-    /// `owner` leaves the queue (it is served).
-    pub(super) fn leave(&mut self, owner: &Owner) {
-        self.order.retain(|o| o != owner);
-        self.waiting.remove(owner);
-    }
-
-    /// `owner`'s acquisition `acquisition` gives up: the owner leaves the queue, unless
-    /// its place is a later acquisition's (a cancellation ends only its own). Whether
-    /// it left.
-    pub(super) fn cancel(&mut self, owner: &Owner, acquisition: RequestId) -> bool {
-        if self
-            .waiting
-            .get(owner)
-            .is_some_and(|waiter| !waiter.is(acquisition))
-        {
-            return false;
-        }
-        self.leave(owner);
-        true
     }
 }

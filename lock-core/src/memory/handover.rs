@@ -1,10 +1,11 @@
-//! Hand-over of a mutex or a fair lock on release, as the networked backends make it: a
-//! release that frees the lock makes the first waiting acquisition that still keeps its
-//! place the holder, with a hold that lasts that place, and tells it with the grant
-//! ([`Handed`]); the acquisition's next attempt, under its id, takes the hold up with
-//! its full lease. A waiter that gave up gives the hold back at once, and one that
-//! stopped asking loses it when its place lapses. This is the model the simulation
-//! checks the client's side of the hand-over against.
+//! Hand-over of a read-write lock to its next writer on release, as the networked
+//! backends make it (mutexes and fair locks hand over by the protocol's machine, see
+//! the exclusive module): a release that frees the lock makes the first waiting writer
+//! that still keeps its place the holder, with a hold that lasts that place or its
+//! lease, whichever is shorter, and tells it with the grant ([`Handed`]); the
+//! acquisition's next attempt, under its id, takes the hold up with its full lease. A
+//! waiter that gave up gives the hold back at once, and one that stopped asking loses it
+//! when its place lapses.
 
 use std::collections::VecDeque;
 
@@ -17,11 +18,9 @@ use crate::notify::{Handed, Wake};
 use crate::protocol::Defect;
 use crate::{LockName, Owner};
 
-/// An acquisition that waits to be handed the lock, as its latest attempt left it.
+/// A writer that waits to be handed the lock, as its latest attempt left it.
 #[derive(Debug, Clone)]
 pub(super) struct Waiter {
-    /// A mutex's, a fair lock's, or a read-write lock's writer.
-    kind: LockKind,
     owner: Owner,
     request: AcquireRequest,
     /// When its latest attempt ran: it keeps its place a place's time from then.
@@ -32,16 +31,10 @@ impl Waiter {
     /// The acquisition `request` of `lock`, whose latest attempt ran `asked`.
     pub(super) fn new(lock: &LockRef, request: AcquireRequest, asked: Instant) -> Self {
         Self {
-            kind: lock.kind,
             owner: lock.owner.clone(),
             request,
             asked,
         }
-    }
-
-    /// Whether it is acquisition `id`.
-    pub(super) fn is(&self, id: RequestId) -> bool {
-        self.request.id == id
     }
 
     /// Until when it keeps its place: a place's time from its latest attempt.
@@ -50,7 +43,7 @@ impl Waiter {
     }
 }
 
-/// A mutex's waiting acquisitions, first come first.
+/// A read-write lock's waiting writers, first come first.
 pub(super) type Waiters = VecDeque<Waiter>;
 
 /// What a hand-over tells, and whom.
@@ -134,16 +127,11 @@ impl Store {
         removed
     }
 
-    /// Hands the free lock `name` (a mutex or a fair lock) to its first waiting
-    /// acquisition that still keeps its place (a fair lock's: the first in its queue);
-    /// returns the notice to give, or `None` when nobody is handed it (then a plain
-    /// wake-up goes out).
-    pub(super) fn hand_over(
-        &mut self,
-        kind: LockKind,
-        name: &LockName,
-        now: Instant,
-    ) -> Option<Notice> {
+    /// Hands the free read-write lock `name` (released by a writer or by the last
+    /// reader) to its first waiting writer that still keeps its place; returns the
+    /// notice to give, or `None` when nobody is handed it (then a plain wake-up goes
+    /// out).
+    pub(super) fn hand_over(&mut self, name: &LockName, now: Instant) -> Option<Notice> {
         let key = name.as_str();
         if self.quarantined(now).is_some() {
             // Nothing is granted during a failover's quarantine: the waiters are woken,
@@ -154,44 +142,18 @@ impl Store {
             // Still held (a read lock's other readers, a writer's own read holds).
             return None;
         }
-        let waiter = match kind {
-            // A mutex's waiters, or a read-write lock's writers (released by a writer or
-            // by the last reader).
-            LockKind::Mutex | LockKind::Read | LockKind::Write => loop {
-                let waiters = self.waiters.get_mut(key)?;
-                let Some(waiter) = waiters.pop_front() else {
-                    self.waiters.remove(key);
-                    return None;
-                };
-                if self.keeps_its_place(key, &waiter, now) {
-                    break waiter;
-                }
-            },
-            LockKind::Fair => {
-                let queue = self.queues.get_mut(key)?;
-                let head = queue.prune(now)?.clone();
-                let waiter = queue.waiting.get(&head)?.clone();
-                if !self.keeps_its_place(key, &waiter, now) {
-                    return None;
-                }
-                if let Some(queue) = self.queues.get_mut(key) {
-                    queue.leave(&waiter.owner);
-                }
-                waiter
+        let waiter = loop {
+            let waiters = self.waiters.get_mut(key)?;
+            let Some(waiter) = waiters.pop_front() else {
+                self.waiters.remove(key);
+                return None;
+            };
+            if self.keeps_its_place(key, &waiter, now) {
+                break waiter;
             }
         };
-        let (channel, wake) = match waiter.kind {
-            LockKind::Fair => {
-                self.hand_overs.made_of_fair_locks += 1;
-                (channel::fair_waiter(name, &waiter.owner), Wake::One)
-            }
-            LockKind::Read | LockKind::Write => {
-                self.hand_overs.made_of_write_locks += 1;
-                (channel::read_write(name), Wake::All)
-            }
-            LockKind::Mutex => (channel::mutex(name), Wake::One),
-        };
-        self.hand_to(key, (channel, wake), waiter, now)
+        self.hand_overs.made_of_write_locks += 1;
+        self.hand_to(key, channel::read_write(name), waiter, now)
     }
 
     /// Whether `waiter` of lock `key` still keeps its place and waits (no attempt of its
@@ -202,12 +164,13 @@ impl Store {
             && self.answered(key, waiter.request.id, now).is_none()
     }
 
-    /// Makes `waiter` the holder of the free lock `key`, with a hold that lasts its
-    /// place, and returns the notice for its client on `channel`.
+    /// Makes `waiter` the writer of the free lock `key`, with a hold that lasts its
+    /// place or its lease, and returns the notice for the readers' and writers' channel
+    /// (every waiter listens there: each is woken, and the one handed the lock holds).
     fn hand_to(
         &mut self,
         key: &str,
-        (channel, wake): (String, Wake),
+        channel: String,
         waiter: Waiter,
         now: Instant,
     ) -> Option<Notice> {
@@ -217,14 +180,8 @@ impl Store {
             id: request.id,
             expires: None,
         };
-        let mut entry;
-        if waiter.kind == LockKind::Write {
-            entry = Entry::new(Some(Mode::Write), now);
-            entry.add(&writer_field(&waiter.owner), grant);
-        } else {
-            entry = Entry::new(None, now);
-            entry.add(waiter.owner.as_str(), grant);
-        }
+        let mut entry = Entry::new(Some(Mode::Write), now);
+        entry.add(&writer_field(&waiter.owner), grant);
         // The place, or the waiter's lease if shorter: a holder that dies is replaced
         // within its own lease, handed or not.
         let lasts = if self.planted(Defect::HandedHoldLastsThePlace) {
@@ -244,7 +201,7 @@ impl Store {
         self.hand_overs.made += 1;
         Some(Notice {
             channel,
-            wake,
+            wake: Wake::All,
             handed: Handed::new(request.id, attempt, token),
             owner: waiter.owner,
             name: key.to_owned(),
@@ -295,21 +252,10 @@ impl Store {
         Some(grant)
     }
 
-    /// Whether the mutex `name` is held by a hold handed over and not yet taken up.
-    pub(super) fn handed_and_waiting(&mut self, name: &str, now: Instant) -> bool {
-        let Some(origin) = self
-            .live(name, now)
-            .and_then(|entry| entry.fields.values().next().map(|field| field.origin))
-        else {
-            return false;
-        };
-        matches!(self.answered(name, origin, now), Some(Answer::Handed(_)))
-    }
-
     /// A waiting acquisition gives up, so its client holds nothing of it: it leaves the
     /// waiters, a grant it never learnt of (handed to it, or granted to a late copy of
     /// one of its attempts) ends, and so does its id: a late copy of one of its attempts
-    /// grants nothing (review 3, R2). Returns whether the mutex is now free.
+    /// grants nothing (review 3, R2). Returns whether the lock is now free.
     pub(super) fn give_up(
         &mut self,
         lock: &LockRef,

@@ -17,12 +17,11 @@ impl Introspect for MemoryBackend {
         let key = name.as_str();
         let mut info = LockInfo::free(key);
         info.fencing_token = store.tokens.get(key).copied().filter(|token| *token > 0);
-        info.waiting = store.queues.get_mut(key).map_or(0, |queue| {
-            queue.prune(now);
-            queue.order.len()
-        });
+        if store.describe_exclusive(key, now, &mut info) {
+            return Ok(Self::with_clients(&store, info, now));
+        }
         let Some(entry) = store.live(key, now) else {
-            return Ok(info);
+            return Ok(Self::with_clients(&store, info, now));
         };
         info.held_as = match entry.mode {
             None => HeldAs::Exclusive,
@@ -51,28 +50,23 @@ impl Introspect for MemoryBackend {
                 .map(|expires| expires.saturating_duration_since(now));
             info.holders.push(holder);
         }
-        // Only the holders' own clients are looked up, once the entry is read.
-        for holder in &mut info.holders {
-            holder.client = store
-                .clients
-                .get(client_id_of(&holder.owner))
-                .filter(|(_, until)| *until > now)
-                .map(|(client, _)| client.clone());
-        }
-        info.holders.sort_by(|a, b| a.owner.cmp(&b.owner));
-        Ok(info)
+        Ok(Self::with_clients(&store, info, now))
     }
 
     async fn held_names(&self, prefix: &str, limit: usize) -> Result<Vec<String>, Error> {
         let now = Instant::now();
-        let store = self.store();
-        Ok(store
-            .locks
-            .iter()
-            .filter(|(name, entry)| name.starts_with(prefix) && entry.expires > now)
-            .map(|(name, _)| name.clone())
-            .take(limit)
-            .collect())
+        let mut store = self.store();
+        let mut names = store.exclusive_names(now);
+        names.extend(
+            store
+                .locks
+                .iter()
+                .filter(|(_, entry)| entry.expires > now)
+                .map(|(name, _)| name.clone()),
+        );
+        names.retain(|name| name.starts_with(prefix));
+        names.truncate(limit);
+        Ok(names)
     }
 
     async fn announce(
@@ -86,5 +80,21 @@ impl Introspect for MemoryBackend {
             .clients
             .insert(client_id.to_owned(), (client.clone(), until));
         Ok(())
+    }
+}
+
+impl MemoryBackend {
+    /// `info` with each holder's client, as it announced itself; holders sorted.
+    fn with_clients(store: &super::Store, mut info: LockInfo, now: Instant) -> LockInfo {
+        // Only the holders' own clients are looked up, once the holders are read.
+        for holder in &mut info.holders {
+            holder.client = store
+                .clients
+                .get(client_id_of(&holder.owner))
+                .filter(|(_, until)| *until > now)
+                .map(|(client, _)| client.clone());
+        }
+        info.holders.sort_by(|a, b| a.owner.cmp(&b.owner));
+        info
     }
 }

@@ -1,16 +1,11 @@
-//! Acquiring and releasing each lock kind on a name's entry: the rules, apart from the
-//! store's locking and the wake-ups.
-
-use std::time::Duration;
+//! Acquiring and releasing a read-write lock's two sides on a name's entry: the rules,
+//! apart from the store's locking and the wake-ups.
 
 use tokio::time::Instant;
 
-use super::{Entry, Grant, MemoryBackend, Mode, Store, Wakeup, channel};
-use crate::backend::{
-    Acquire, AcquireRequest, LockKind, LockRef, Release, ReleaseRequest, RequestId,
-};
+use super::{Entry, Grant, Mode, Store, Wakeup, channel};
+use crate::backend::{Acquire, AcquireRequest, LockRef, Release, ReleaseRequest, RequestId};
 use crate::notify::Wake;
-use crate::protocol::Defect;
 use crate::{Error, Owner};
 
 pub(super) fn writer_field(owner: &Owner) -> String {
@@ -24,35 +19,13 @@ pub(super) fn busy(entry: &Entry, now: Instant) -> Acquire {
     }
 }
 
-pub(super) fn acquire_exclusive(
-    store: &mut Store,
-    lock: &LockRef,
-    request: AcquireRequest,
-    now: Instant,
-) -> Acquire {
-    let name = lock.name.as_str();
-    let owner = lock.owner.as_str();
-    let grant = Grant {
-        id: request.id,
-        expires: None,
-    };
-    match store.live(name, now) {
-        Some(entry) if entry.fields.contains_key(owner) => {
-            let (holds, origin) = entry.add(owner, grant);
-            entry.arm(now, request.lease);
-            let token = store.token(name, false, request.fencing);
-            granted(holds, token, origin)
-        }
-        Some(entry) => busy(entry, now),
-        None => {
-            let mut entry = Entry::new(None, now);
-            let (holds, origin) = entry.add(owner, grant);
-            entry.arm(now, request.lease);
-            store.locks.insert(name.to_owned(), entry);
-            let token = store.token(name, true, request.fencing);
-            granted(holds, token, origin)
-        }
-    }
+/// Busy while a mutex or a fair lock holds the name, as one key does on a server.
+fn held_exclusively(store: &mut Store, name: &str, now: Instant) -> Option<Acquire> {
+    let left = store.exclusively_held(name, now)?;
+    Some(Acquire::Busy {
+        ttl: Some(left),
+        reserved: false,
+    })
 }
 
 pub(super) fn granted(holds: u32, token: Option<u64>, origin: RequestId) -> Acquire {
@@ -60,60 +33,6 @@ pub(super) fn granted(holds: u32, token: Option<u64>, origin: RequestId) -> Acqu
         holds,
         token,
         origin: Some(origin),
-    }
-}
-
-/// The fair lock: first in the queue goes first; a waiter that stops asking lapses.
-pub(super) fn acquire_fair(
-    store: &mut Store,
-    lock: &LockRef,
-    request: AcquireRequest,
-    now: Instant,
-) -> Acquire {
-    let name = lock.name.as_str();
-    let free = store.live(name, now).is_none();
-    let head = store
-        .queues
-        .get_mut(name)
-        .and_then(|q| q.prune(now).cloned());
-    if free && head.as_ref().is_none_or(|h| *h == lock.owner) {
-        if let Some(queue) = store.queues.get_mut(name) {
-            queue.leave(&lock.owner);
-        }
-        return acquire_exclusive(store, lock, request, now);
-    }
-    if !free
-        && store
-            .live(name, now)
-            .is_some_and(|e| e.fields.contains_key(lock.owner.as_str()))
-    {
-        return acquire_exclusive(store, lock, request, now);
-    }
-    let queue = store.queues.entry(name.to_owned()).or_default();
-    let queued = queue.waiting.contains_key(&lock.owner);
-    let place_kept_for = request.wait.unwrap_or_default().place_kept_for;
-    if queued || request.waits() {
-        if !queued {
-            queue.order.push_back(lock.owner.clone());
-        }
-        let waiter = super::handover::Waiter::new(lock, request, now);
-        queue.waiting.insert(lock.owner.clone(), waiter);
-    }
-    let first_deadline = queue
-        .order
-        .front()
-        .and_then(|h| queue.waiting.get(h))
-        .map(super::handover::Waiter::deadline);
-    let mut sleep = match store.live(name, now) {
-        Some(entry) => entry.expires - now,
-        None => first_deadline.map_or(place_kept_for, |d| d.saturating_duration_since(now)),
-    };
-    if queued || request.waits() {
-        sleep = sleep.min(place_kept_for / 3);
-    }
-    Acquire::Busy {
-        ttl: Some(sleep.max(Duration::from_millis(1))),
-        reserved: false,
     }
 }
 
@@ -126,6 +45,9 @@ pub(super) fn acquire_read(
     let name = lock.name.as_str();
     let owner = lock.owner.as_str();
     let writer = writer_field(&lock.owner);
+    if let Some(busy) = held_exclusively(store, name, now) {
+        return busy;
+    }
     let entry = match store.live(name, now) {
         None => store
             .locks
@@ -159,6 +81,9 @@ pub(super) fn acquire_write(
 ) -> Result<Acquire, Error> {
     let name = lock.name.as_str();
     let writer = writer_field(&lock.owner);
+    if let Some(busy) = held_exclusively(store, name, now) {
+        return Ok(busy);
+    }
     let grant = Grant {
         id: request.id,
         expires: None,
@@ -257,41 +182,4 @@ pub(super) fn release_write(
         Release::Released,
         Some((channel::read_write(&lock.name), Wake::All)),
     )
-}
-
-pub(super) fn release_exclusive(
-    store: &mut Store,
-    lock: &LockRef,
-    request: &ReleaseRequest,
-    now: Instant,
-) -> (Release, Wakeup) {
-    let name = lock.name.as_str();
-    let release_ends_any_grant = store.planted(Defect::N3ReleaseEndsAnyGrant);
-    let counts_down = store.planted(Defect::N2ReleaseCountsDown);
-    let Some(entry) = store.live(name, now) else {
-        return (Release::NotHeld, None);
-    };
-    let ended = if counts_down {
-        entry.end_latest(lock.owner.as_str())
-    } else {
-        match entry.end(lock.owner.as_str(), request.grant, now) {
-            None if release_ends_any_grant => entry.end_latest(lock.owner.as_str()),
-            ended => ended,
-        }
-    };
-    let Some(left) = ended else {
-        return (Release::NotHeld, None);
-    };
-    if left > 0 {
-        entry.arm(now, request.lease);
-        return (Release::StillHeld { holds: left }, None);
-    }
-    store.locks.remove(name);
-    let wakeup = match lock.kind {
-        LockKind::Fair => MemoryBackend::next_fair_waiter(store, &lock.name, now),
-        LockKind::Mutex | LockKind::Read | LockKind::Write => {
-            Some((channel::mutex(&lock.name), Wake::One))
-        }
-    };
-    (Release::Released, wakeup)
 }

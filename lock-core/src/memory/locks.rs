@@ -7,10 +7,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::handover::Served;
-use super::kinds::{
-    acquire_exclusive, acquire_fair, acquire_read, acquire_write, release_exclusive, release_read,
-    release_write, writer_field,
-};
+use super::kinds::{acquire_read, acquire_write, release_read, release_write, writer_field};
 use super::{Answer, MemoryBackend, Mode, Object, channel};
 use crate::Error;
 use crate::backend::{
@@ -62,6 +59,12 @@ impl Backend for MemoryBackend {
         let now = Instant::now();
         let mut store = self.store_for(&lock.name, Object::Lock)?;
         store.check_lease(request.lease)?;
+        if matches!(lock.kind, LockKind::Mutex | LockKind::Fair) {
+            let (reply, pass_on) = store.acquire_exclusive(lock, request, now);
+            drop(store);
+            self.wake(pass_on);
+            return Ok(reply);
+        }
         let name = lock.name.as_str();
         let answered = store.answered(name, request.id, now);
         // A copy of a request whose grant already ended (or was undone before it came,
@@ -85,23 +88,12 @@ impl Backend for MemoryBackend {
         {
             return Ok(reply);
         }
-        let reply = match lock.kind {
-            LockKind::Fair => acquire_fair(&mut store, lock, request, now),
-            LockKind::Read => acquire_read(&mut store, lock, request, now),
-            LockKind::Write => acquire_write(&mut store, lock, request, now)?,
-            LockKind::Mutex => acquire_exclusive(&mut store, lock, request, now),
-        };
-        let reply = if matches!(lock.kind, LockKind::Mutex | LockKind::Write) {
-            waiting_to_be_handed(&mut store, lock, request, reply, now)
+        let reply = if lock.kind == LockKind::Read {
+            acquire_read(&mut store, lock, request, now)
         } else {
-            reply
+            let reply = acquire_write(&mut store, lock, request, now)?;
+            waiting_to_be_handed(&mut store, lock, request, reply, now)
         };
-        // The one wake-up of a hand-over may have reached another waiter of the lock than
-        // the one it was handed to (the clients of this store share one registry): that
-        // waiter asks, and passes the wake-up on, until the hold is taken up.
-        let pass_on = matches!(reply, Acquire::Busy { .. })
-            && lock.kind == LockKind::Mutex
-            && store.handed_and_waiting(name, now);
         if matches!(reply, Acquire::Acquired { .. }) {
             // Twice the window, as an end: a copy that comes after the grant lapsed
             // (later than the request's own retries could) must find it, not take the
@@ -109,33 +101,27 @@ impl Backend for MemoryBackend {
             let kept = (now, request.retry_window.saturating_mul(2));
             store.remember(name, request.id, Answer::Granted(reply), kept);
         }
-        drop(store);
-        if pass_on {
-            self.wake(Some((channel::mutex(&lock.name), Wake::One)));
-        }
         Ok(reply)
     }
 
     async fn cancel_wait(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
         let now = Instant::now();
-        let name = lock.name.as_str();
         let served = {
             let mut store = self.store();
-            // A fair waiter leaves its queue (its own place only); a lock free after
-            // the cancellation goes to the next waiter, as the protocol's rules say.
-            let serves_next = match lock.kind {
-                LockKind::Mutex | LockKind::Write => true,
-                LockKind::Fair => {
-                    if let Some(queue) = store.queues.get_mut(name) {
-                        queue.cancel(&lock.owner, acquisition.id);
-                    }
-                    true
+            match lock.kind {
+                LockKind::Mutex | LockKind::Fair => {
+                    Some(store.cancel_exclusive(lock, acquisition.id, now))
                 }
+                // A writer's lock, free after the cancellation, goes to the next writer.
+                LockKind::Write => store
+                    .give_up(lock, acquisition, now)
+                    .then(|| Self::serve(&mut store, lock, now)),
                 // A reader has no place to give up; its id still ends.
-                LockKind::Read => false,
-            };
-            let free = store.give_up(lock, acquisition, now);
-            (serves_next && free).then(|| Self::serve(&mut store, lock, now))
+                LockKind::Read => {
+                    store.give_up(lock, acquisition, now);
+                    None
+                }
+            }
         };
         if let Some(served) = served {
             self.announce(served);
@@ -144,12 +130,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
-        let mut store = self.store();
-        let counter = store
-            .tokens
-            .entry(lock.name.as_str().to_owned())
-            .or_insert(0);
-        *counter = (*counter).max(token);
+        self.store().raise_token(&lock.name, token);
         Ok(())
     }
 
@@ -164,26 +145,33 @@ impl Backend for MemoryBackend {
                 Some(Answer::Handed(_)) => store.hand_overs.released_before_taken_up += 1,
                 _ => {}
             }
-            let (outcome, wakeup) = match lock.kind {
-                LockKind::Read => release_read(&mut store, lock, request.grant, now),
-                LockKind::Write => release_write(&mut store, lock, &request, now),
+            let (outcome, served) = match lock.kind {
                 LockKind::Mutex | LockKind::Fair => {
-                    release_exclusive(&mut store, lock, &request, now)
+                    store.release_exclusive(lock, (request.grant, request.lease), now)
+                }
+                LockKind::Read | LockKind::Write => {
+                    let (outcome, wakeup) = if lock.kind == LockKind::Read {
+                        release_read(&mut store, lock, request.grant, now)
+                    } else {
+                        release_write(&mut store, lock, &request, now)
+                    };
+                    let handed = if outcome == Release::Released {
+                        store.hand_over(&lock.name, now)
+                    } else {
+                        None
+                    };
+                    (
+                        outcome,
+                        handed.map_or(Served::Woken(wakeup), Served::Handed),
+                    )
                 }
             };
-            // Kept for twice the window: a copy of the grant's acquire request that
-            // comes later than its own retries could must still find the grant ended.
+            // Kept for twice the window: a retry of the release gets its first answer,
+            // and a copy of the grant's acquire request that comes later than its own
+            // retries could still finds the grant ended.
             let kept = (now, request.retry_window.saturating_mul(2));
             store.remember(name, request.grant, Answer::Ended(outcome), kept);
-            let handed = if outcome == Release::Released {
-                store.hand_over(lock.kind, &lock.name, now)
-            } else {
-                None
-            };
-            (
-                outcome,
-                handed.map_or(Served::Woken(wakeup), Served::Handed),
-            )
+            (outcome, served)
         };
         self.announce(wakeup);
         Ok(outcome)
@@ -195,14 +183,21 @@ impl Backend for MemoryBackend {
         locks
             .iter()
             .map(|lock| {
+                if matches!(lock.kind, LockKind::Mutex | LockKind::Fair) {
+                    return if store.renew_exclusive(lock, lease, now) {
+                        Renewal::Renewed
+                    } else {
+                        Renewal::Gone
+                    };
+                }
                 let owner = lock.owner.as_str();
                 let Some(entry) = store.live(lock.name.as_str(), now) else {
                     return Renewal::Gone;
                 };
-                let holds = match lock.kind {
-                    LockKind::Write => entry.count(&writer_field(&lock.owner)),
-                    LockKind::Read => entry.live_reads(owner, now),
-                    LockKind::Mutex | LockKind::Fair => entry.count(owner),
+                let holds = if lock.kind == LockKind::Write {
+                    entry.count(&writer_field(&lock.owner))
+                } else {
+                    entry.live_reads(owner, now)
                 };
                 if holds == 0 {
                     return Renewal::Gone;
@@ -224,14 +219,21 @@ impl Backend for MemoryBackend {
     async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error> {
         let now = Instant::now();
         let mut store = self.store_for(&lock.name, Object::Lock)?;
+        if matches!(lock.kind, LockKind::Mutex | LockKind::Fair) {
+            return Ok(store
+                .inspect_exclusive(lock, now)
+                .map_or_else(LockState::default, |(holds, left)| {
+                    LockState::new(true, holds, Some(left))
+                }));
+        }
         Ok(match store.live(lock.name.as_str(), now) {
             Some(entry) => {
-                let (field, mode) = match lock.kind {
-                    LockKind::Read => (lock.owner.as_str().to_owned(), Some(Mode::Read)),
-                    LockKind::Write => (writer_field(&lock.owner), Some(Mode::Write)),
-                    LockKind::Mutex | LockKind::Fair => (lock.owner.as_str().to_owned(), None),
+                let (field, mode) = if lock.kind == LockKind::Read {
+                    (lock.owner.as_str().to_owned(), Mode::Read)
+                } else {
+                    (writer_field(&lock.owner), Mode::Write)
                 };
-                let locked = mode.is_none() || entry.mode == mode;
+                let locked = entry.mode == Some(mode);
                 LockState::new(locked, entry.count(&field), Some(entry.expires - now))
             }
             None => LockState::default(),
@@ -243,26 +245,20 @@ impl Backend for MemoryBackend {
         let name = lock.name.as_str();
         let (released, wakeup) = {
             let mut store = self.store_for(&lock.name, Object::Lock)?;
-            let wanted = match lock.kind {
-                LockKind::Read => Some(Mode::Read),
-                LockKind::Write => Some(Mode::Write),
-                LockKind::Mutex | LockKind::Fair => None,
-            };
-            let matches = store
-                .live(name, now)
-                .is_some_and(|e| wanted.is_none() || e.mode == wanted);
-            if matches {
-                store.locks.remove(name);
-                let wakeup = match lock.kind {
-                    LockKind::Fair => Self::next_fair_waiter(&mut store, &lock.name, now),
-                    LockKind::Read | LockKind::Write => {
-                        Some((channel::read_write(&lock.name), Wake::All))
-                    }
-                    LockKind::Mutex => Some((channel::mutex(&lock.name), Wake::One)),
-                };
-                (true, wakeup)
+            if matches!(lock.kind, LockKind::Mutex | LockKind::Fair) {
+                store.force_release_exclusive(lock, now)
             } else {
-                (false, None)
+                let wanted = Some(if lock.kind == LockKind::Read {
+                    Mode::Read
+                } else {
+                    Mode::Write
+                });
+                if store.live(name, now).is_some_and(|e| e.mode == wanted) {
+                    store.locks.remove(name);
+                    (true, Some((channel::read_write(&lock.name), Wake::All)))
+                } else {
+                    (false, None)
+                }
             }
         };
         self.wake(wakeup);
@@ -274,8 +270,8 @@ impl Backend for MemoryBackend {
     }
 }
 
-/// A mutex (or write) acquisition that finds the lock busy and waits to be woken alone is
-/// registered to be handed it on release, and told to ask again within a third of its
+/// A writer that finds the lock busy and waits to be woken alone is registered to be
+/// handed it on release, and told to ask again within a third of its
 /// place (a hold handed to a waiter that stopped asking is free again after one place);
 /// one that got the lock leaves the waiters.
 fn waiting_to_be_handed(

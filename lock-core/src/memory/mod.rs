@@ -5,11 +5,13 @@
 //! for someone writing a new one. Use it for tests, for single-process services, and as
 //! the demo's fallback when no server is at hand. Locks are not shared between processes.
 //!
-//! The state is one entry per name whose fields are owners (or `owner:write` for a writer)
-//! with their grants (one per acquisition not yet released, each a read hold with its own
-//! expiry), an optional read-write `mode`, a fair lock's waiter queue and a fencing
-//! counter. A release names the grant it ends and ends only that one, only while it is
-//! alive.
+//! Mutexes and fair locks are the protocol's state machine ([`crate::protocol::Name`]),
+//! one per name, executed as it is written: the store adds its clock, the sleeps it
+//! suggests, the channels it tells and forgetting (see the exclusive module). A
+//! read-write lock is one entry per name whose fields are owners (or `owner:write` for
+//! a writer) with their grants (one per acquisition not yet released, each a read hold
+//! with its own expiry), its `mode` and its writers waiting to be handed it. A release
+//! names the grant it ends and ends only that one, only while it is alive.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -24,6 +26,7 @@ use crate::notify::{InProcess, Subscriptions, Wake};
 use crate::{Error, LockName};
 
 mod entry;
+mod exclusive;
 mod expirable;
 mod handover;
 mod introspect;
@@ -33,7 +36,7 @@ mod locks;
 mod replica;
 mod semaphore;
 
-use entry::{Entry, Grant, Queue};
+use entry::{Entry, Grant};
 pub use handover::{HandOvers, NoticeDelay};
 pub use replica::DEFAULT_FAILOVER_QUARANTINE;
 
@@ -46,9 +49,18 @@ enum Mode {
 
 #[derive(Debug, Default)]
 struct Store {
+    /// Mutexes and fair locks: the protocol's machine of each name that holds anything.
+    names: HashMap<String, exclusive::Exclusive>,
+    /// When the machines' time began (the store's first request).
+    epoch: Option<Instant>,
+    /// How long the machines keep an id: twice the longest retry window asked for.
+    retention: Duration,
+    /// Steps of the machines so far: every 256th sweeps them all (see the exclusive
+    /// module).
+    steps: u64,
+    /// Read-write locks: each held name's entry.
     locks: HashMap<String, Entry>,
-    queues: HashMap<String, Queue>,
-    /// Mutexes: the acquisitions waiting to be handed each one on release.
+    /// Read-write locks: the writers waiting to be handed each one on release.
     waiters: HashMap<String, handover::Waiters>,
     hand_overs: HandOvers,
     tokens: HashMap<String, u64>,
@@ -322,7 +334,7 @@ impl MemoryBackend {
     /// mutation check only.
     #[cfg(feature = "mutants")]
     pub fn plant_defect(&self, defect: crate::protocol::Defect) {
-        self.store().defect = Some(defect);
+        self.store().plant(Some(defect));
     }
 
     /// Gives a hand-over's notice, now or as late as the notice delay says.
@@ -367,13 +379,14 @@ impl MemoryBackend {
     #[must_use]
     pub fn held_locks(&self) -> Vec<String> {
         let now = Instant::now();
-        let mut names: Vec<String> = self
-            .store()
+        let mut store = self.store();
+        let mut names: Vec<String> = store
             .locks
             .iter()
             .filter(|(_, e)| e.expires > now)
             .map(|(name, _)| name.clone())
             .collect();
+        names.extend(store.exclusive_names(now));
         names.sort();
         names
     }
@@ -410,17 +423,13 @@ impl MemoryBackend {
         }
     }
 
-    /// Serves the waiters of `lock`, which just became free: hands it over, or wakes
-    /// the waiter that may take it.
+    /// Serves the waiters of the read-write lock `lock`, which just became free: hands
+    /// it to a writer, or wakes every waiter.
     fn serve(store: &mut Store, lock: &LockRef, now: Instant) -> handover::Served {
-        if let Some(notice) = store.hand_over(lock.kind, &lock.name, now) {
+        if let Some(notice) = store.hand_over(&lock.name, now) {
             return handover::Served::Handed(notice);
         }
-        handover::Served::Woken(match lock.kind {
-            LockKind::Fair => Self::next_fair_waiter(store, &lock.name, now),
-            LockKind::Read | LockKind::Write => Some((channel::read_write(&lock.name), Wake::All)),
-            LockKind::Mutex => Some((channel::mutex(&lock.name), Wake::One)),
-        })
+        handover::Served::Woken(Some((channel::read_write(&lock.name), Wake::All)))
     }
 
     /// Tells a free lock's next waiter (see [`MemoryBackend::serve`]).
@@ -429,12 +438,6 @@ impl MemoryBackend {
             handover::Served::Handed(notice) => self.tell(notice),
             handover::Served::Woken(wakeup) => self.wake(wakeup),
         }
-    }
-
-    /// Wakes the first live waiter of a fair lock that just became free.
-    fn next_fair_waiter(store: &mut Store, name: &LockName, now: Instant) -> Wakeup {
-        let head = store.queues.get_mut(name.as_str())?.prune(now)?;
-        Some((channel::fair_waiter(name, head), Wake::One))
     }
 }
 
@@ -445,7 +448,9 @@ impl MemoryBackend {
     fn store_for(&self, name: &LockName, own: Object) -> Result<MutexGuard<'_, Store>, Error> {
         let mut store = self.store();
         let name = name.as_str();
-        let taken = (own != Object::Lock && store.live(name, Instant::now()).is_some())
+        let now = Instant::now();
+        let held = store.live(name, now).is_some() || store.exclusively_held(name, now).is_some();
+        let taken = (own != Object::Lock && held)
             || (own != Object::Latch && store.latches.contains_key(name))
             || (own != Object::Semaphore && store.semaphores.contains_key(name));
         if taken {

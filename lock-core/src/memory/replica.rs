@@ -32,13 +32,13 @@ impl MemoryBackend {
         let mut store = self.store();
         let copy = Store {
             locks: store.locks.clone(),
-            queues: store.queues.clone(),
             waiters: store.waiters.clone(),
             answers: store.answers.clone(),
             tokens: store.tokens.clone(),
             ..Store::default()
         };
         store.replica = Some(Box::new(copy));
+        store.replicate_exclusive();
     }
 
     /// Fails over to the replica: every lock write since it last caught up is lost (all
@@ -60,10 +60,10 @@ impl MemoryBackend {
             *highest = (*highest).max(token);
         }
         store.locks = replica.locks;
-        store.queues = replica.queues;
         store.waiters = replica.waiters;
         store.answers = replica.answers;
         store.quarantine_until = Some(now + quarantine);
+        store.fail_over_exclusive(now);
     }
 }
 

@@ -246,10 +246,12 @@ impl World {
                 owner: owner(i),
                 lease: LEASE,
                 place: Some(PLACE),
+                ask: (),
             },
             Action::Release(i) => Event::Release {
                 id: id(i),
                 owner: owner(i),
+                lease: LEASE,
             },
             Action::GiveUp(i) => Event::Cancel {
                 id: id(i),
@@ -286,7 +288,7 @@ impl World {
                 }
             }
         }
-        let Some((handed, _)) = step.handed else {
+        let Some(handed) = step.handed.map(|hand_over| hand_over.id) else {
             return shown;
         };
         let i = index(handed);
@@ -294,7 +296,7 @@ impl World {
         if self
             .store
             .holder()
-            .is_some_and(|(_, _, expires)| expires > self.store.now() + LEASE)
+            .is_some_and(|holder| holder.expires > self.store.now() + LEASE)
         {
             self.broken = Some(format!(
                 "a hold handed to {handed} lasts longer than its lease of {LEASE} ms"
@@ -356,7 +358,7 @@ impl World {
     /// over (a late copy of an attempt of one that gave up or released), or one left
     /// behind by an acquisition that gave up.
     fn orphaned(&self, action: Action, fresh: bool) -> Option<String> {
-        let (_, grants, _) = self.store.holder()?;
+        let grants = self.store.holder()?.grants;
         match action {
             Action::LateCopy(i) if fresh && self.beliefs[i] == Belief::Over => Some(format!(
                 "a grant for nobody: a late copy of acquisition {}'s attempt took the lock \

@@ -1,6 +1,5 @@
 //! The grant rules of one lock name, written once: a pure state machine of what a store
-//! holds for an exclusive lock (a mutex, a fair lock, or a read-write lock's write side),
-//! the events that change it and the replies it gives.
+//! holds for an exclusive lock (a mutex or a fair lock), the events that change it and the replies it gives.
 //!
 //! Every store (the memory store here, and each backend's server-side code) is held to
 //! these rules: the exhaustive check in [`check`] enumerates every sequence of events
@@ -20,7 +19,9 @@
 //! - **Releases name their grant.** A release ends exactly the grant it names, only while
 //!   it lives; anything else is [`Reply::NotHeld`] (second review, N3).
 //! - **Hand-over.** A release (or a cancellation) that frees the lock makes the first
-//!   waiter that still keeps its place and waits the holder, with a hold that lasts its
+//!   waiter that still keeps its place and waits (one whose id the store knows nothing
+//!   of: not granted, as by a reentry into its owner's hold, nor handed, nor ended) the
+//!   holder, with a hold that lasts its
 //!   place or its lease, whichever is shorter (issue 48), and tells it
 //!   ([`Step::handed`]). Its next attempt takes the hold up with its full lease, if the
 //!   hold is still its own; a waiter that gave up gives it back. A force-release and an
@@ -35,12 +36,19 @@
 //!   promoted store then grants nothing for the longest lease any hold may have, and
 //!   no lease is longer (third review, R4).
 //!
-//! Time is a number of milliseconds; ids and owners are small numbers. The machine keeps
-//! every id it granted or ended for good, where a store keeps each for twice the retry
-//! window from its grant or its end: a copy of a request is assumed to arrive within
-//! that.
+//! Time is a count of a store's unit (the checks count milliseconds, the memory store
+//! microseconds); ids and owners are any types (the checks use small numbers). The
+//! checks keep every id granted or ended for good; a store keeps each for twice the
+//! retry window from its grant or its end ([`Name::forgetting_after`]): a copy of a
+//! request is assumed to arrive within that.
+//!
+//! The memory store executes this machine for its mutexes and fair locks. A read-write
+//! lock's two sides are their own code there, as on the servers: the machine has no
+//! readers.
 
 pub mod check;
+mod events;
 mod machine;
 
-pub use machine::{Defect, Event, Name, Reply, Step};
+pub use events::{Defect, Event, HandOver, Holder, Reply, Step};
+pub use machine::Name;

@@ -1,0 +1,461 @@
+//! Mutexes and fair locks: the memory store executes the protocol's state machine
+//! ([`crate::protocol::Name`]), one per name, and adds only what a store adds around it:
+//! its clock, the sleep it suggests to a busy caller, the channels it tells, its
+//! statistics, and forgetting a name that holds nothing.
+
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use super::handover::{Notice, Served};
+use super::{Store, channel};
+use crate::backend::{Acquire, AcquireRequest, LockKind, LockRef, Release, RequestId};
+use crate::notify::{Handed, Wake};
+use crate::protocol::{Event, HandOver, Name, Reply};
+use crate::{HeldAs, HolderInfo, LockInfo, LockName, Owner};
+
+/// One mutex's (or fair lock's) state: the protocol's machine over the store's ids and
+/// owners, keeping each waiting attempt for its hand-over's notice. Time counts
+/// microseconds from the store's first request.
+pub(super) type Exclusive = Name<RequestId, Owner, AcquireRequest>;
+
+/// The machine's time for `duration`.
+fn ticks(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The duration of `ticks`.
+fn span(ticks: u64) -> Duration {
+    Duration::from_micros(ticks)
+}
+
+impl Store {
+    /// The store's clock in the machine's time.
+    fn clock(&mut self, now: Instant) -> u64 {
+        let epoch = *self.epoch.get_or_insert(now);
+        ticks(now.saturating_duration_since(epoch))
+    }
+
+    /// Applies `event` to `name`'s machine at `now` (a machine for a fair lock or a
+    /// mutex, as `kind` says, when the name has none), then forgets the machine if it
+    /// holds nothing.
+    fn step(
+        &mut self,
+        name: &str,
+        kind: LockKind,
+        event: Event<RequestId, Owner, AcquireRequest>,
+        now: Instant,
+    ) -> crate::protocol::Step<RequestId, Owner, AcquireRequest> {
+        let machine = self.machine(name, kind, now);
+        let step = machine.step(event);
+        self.settle(name);
+        self.steps += 1;
+        if self.steps.is_multiple_of(256) {
+            self.sweep(now);
+        }
+        step
+    }
+
+    /// Brings every machine to `now` and forgets those that hold nothing: a name nobody
+    /// asks for again would otherwise keep its machine for good.
+    fn sweep(&mut self, now: Instant) {
+        let names: Vec<String> = self.names.keys().cloned().collect();
+        for name in names {
+            self.machine(&name, LockKind::Mutex, now);
+            self.settle(&name);
+        }
+    }
+
+    /// `name`'s machine, brought to `now`; a new one when the name has none.
+    fn machine(&mut self, name: &str, kind: LockKind, now: Instant) -> &mut Exclusive {
+        let clock = self.clock(now);
+        let longest = self.max_lease.map_or(u64::MAX, ticks);
+        let quarantine = self.max_lease.unwrap_or(super::DEFAULT_FAILOVER_QUARANTINE);
+        let until = self.quarantine_until.map_or(0, |until| {
+            clock.saturating_add(ticks(until.saturating_duration_since(now)))
+        });
+        let token = self.tokens.get(name).copied().unwrap_or(0);
+        let (retention, defect) = (ticks(self.retention), self.defect);
+        let machine = self.names.entry(name.to_owned()).or_insert_with(|| {
+            Exclusive::new(kind == LockKind::Fair, longest)
+                .quarantining_for(ticks(quarantine))
+                .with_defect(defect)
+                .starting(clock, token, until)
+        });
+        machine.forget_after(retention);
+        let elapsed = clock.saturating_sub(machine.now());
+        machine.step(Event::Elapse(elapsed));
+        machine
+    }
+
+    /// Forgets `name`'s machine once it holds nothing but its last token.
+    fn settle(&mut self, name: &str) {
+        if let Some(machine) = self.names.get(name).filter(|m| m.at_rest()) {
+            let token = machine.last_token();
+            self.names.remove(name);
+            let kept = self.tokens.entry(name.to_owned()).or_insert(0);
+            *kept = (*kept).max(token);
+        }
+    }
+
+    /// Whether a mutex or fair lock holds `name` now, and for how long.
+    pub(super) fn exclusively_held(&mut self, name: &str, now: Instant) -> Option<Duration> {
+        let clock = self.clock(now);
+        let holder = self.names.get(name)?.holder()?;
+        (holder.expires > clock).then(|| span(holder.expires - clock))
+    }
+
+    /// Names held as a mutex or fair lock now.
+    pub(super) fn exclusive_names(&mut self, now: Instant) -> Vec<String> {
+        let clock = self.clock(now);
+        self.names
+            .iter()
+            .filter(|(_, m)| m.holder().is_some_and(|h| h.expires > clock))
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// An attempt of `request` on the mutex or fair lock `lock`.
+    pub(super) fn acquire_exclusive(
+        &mut self,
+        lock: &LockRef,
+        request: AcquireRequest,
+        now: Instant,
+    ) -> (Acquire, Option<(String, Wake)>) {
+        let name = lock.name.as_str();
+        self.retention = self.retention.max(request.retry_window.saturating_mul(2));
+        // A read-write lock of the same name excludes it, as one key does on a server.
+        if let Some(entry) = self.live(name, now) {
+            return (super::kinds::busy(entry, now), None);
+        }
+        let place = request.wait.map(|wait| ticks(wait.place_kept_for));
+        let waits = match lock.kind {
+            LockKind::Fair => request.waits(),
+            _ => request.waits_to_be_woken_alone(),
+        };
+        let taking_up = self
+            .names
+            .get(name)
+            .is_some_and(|m| m.handed_to(request.id));
+        let event = Event::Attempt {
+            id: request.id,
+            owner: lock.owner.clone(),
+            lease: ticks(request.lease),
+            place: place.filter(|_| waits),
+            ask: request,
+        };
+        let reply = self.step(name, lock.kind, event, now).reply;
+        let answer = match reply {
+            Reply::Acquired {
+                holds,
+                token,
+                origin,
+            } => {
+                self.hand_overs.taken_up += u64::from(taking_up);
+                Acquire::Acquired {
+                    holds,
+                    token: request.fencing.then_some(token),
+                    origin: Some(origin),
+                }
+            }
+            Reply::Busy => Acquire::Busy {
+                ttl: Some(self.sleep_when_busy(lock, request, now)),
+                reserved: false,
+            },
+            _ => Acquire::Ended,
+        };
+        // The one wake-up of a hand-over may have reached another waiter of the mutex
+        // than the one it was handed to (the clients of this store share one registry):
+        // that waiter asks, and passes the wake-up on, until the hold is taken up.
+        let pass_on = matches!(answer, Acquire::Busy { .. })
+            && lock.kind == LockKind::Mutex
+            && self
+                .names
+                .get(name)
+                .and_then(Name::holder)
+                .is_some_and(|holder| holder.handed);
+        (
+            answer,
+            pass_on.then(|| (channel::mutex(&lock.name), Wake::One)),
+        )
+    }
+
+    /// How long a busy caller may sleep before asking again: until the hold's lease
+    /// ends, the quarantine ends, or the first waiter's place lapses, and within a
+    /// third of its own place when it waits.
+    fn sleep_when_busy(
+        &mut self,
+        lock: &LockRef,
+        request: AcquireRequest,
+        now: Instant,
+    ) -> Duration {
+        let clock = self.clock(now);
+        let place = request.wait.unwrap_or_default().place_kept_for;
+        let until =
+            self.names
+                .get(lock.name.as_str())
+                .map_or(0, |machine| match machine.holder() {
+                    Some(holder) => holder.expires,
+                    None => machine
+                        .quarantined_until()
+                        .max(machine.first_waiter().map_or(0, |(_, until)| until)),
+                });
+        let mut sleep = if until > clock {
+            span(until - clock)
+        } else {
+            place
+        };
+        if request.waits() {
+            sleep = sleep.min(place / 3);
+        }
+        sleep.max(Duration::from_millis(1))
+    }
+
+    /// The release of grant `grant` of `lock` (a mutex or a fair lock), with the lease a
+    /// hold other grants keep gets.
+    pub(super) fn release_exclusive(
+        &mut self,
+        lock: &LockRef,
+        (grant, lease): (RequestId, Duration),
+        now: Instant,
+    ) -> (Release, Served) {
+        let name = lock.name.as_str();
+        if self.names.get(name).is_some_and(|m| m.handed_to(grant)) {
+            self.hand_overs.released_before_taken_up += 1;
+        }
+        let event = Event::Release {
+            id: grant,
+            owner: lock.owner.clone(),
+            lease: ticks(lease),
+        };
+        let step = self.step(name, lock.kind, event, now);
+        let outcome = match step.reply {
+            Reply::Released => Release::Released,
+            Reply::StillHeld(holds) => Release::StillHeld { holds },
+            _ => Release::NotHeld,
+        };
+        let served = match step.handed {
+            Some(hand_over) => Served::Handed(self.notice(lock, hand_over)),
+            None if outcome == Release::Released => Served::Woken(self.wake_next(lock)),
+            None => Served::Woken(None),
+        };
+        (outcome, served)
+    }
+
+    /// Acquisition `id` of `lock` gives up: the lock it frees goes to the next waiter.
+    pub(super) fn cancel_exclusive(
+        &mut self,
+        lock: &LockRef,
+        id: RequestId,
+        now: Instant,
+    ) -> Served {
+        let name = lock.name.as_str();
+        let held_before = self.exclusively_held(name, now).is_some();
+        if self.names.get(name).is_some_and(|m| m.handed_to(id)) {
+            self.hand_overs.given_back += 1;
+        }
+        let event = Event::Cancel {
+            id,
+            owner: lock.owner.clone(),
+        };
+        let step = self.step(name, lock.kind, event, now);
+        match step.handed {
+            Some(hand_over) => Served::Handed(self.notice(lock, hand_over)),
+            None if held_before && self.exclusively_held(name, now).is_none() => {
+                Served::Woken(self.wake_next(lock))
+            }
+            None => Served::Woken(None),
+        }
+    }
+
+    /// Renews `lock`'s hold with `lease`: whether there was one.
+    pub(super) fn renew_exclusive(
+        &mut self,
+        lock: &LockRef,
+        lease: Duration,
+        now: Instant,
+    ) -> bool {
+        if !self.names.contains_key(lock.name.as_str()) {
+            return false;
+        }
+        let event = Event::Renew {
+            owner: lock.owner.clone(),
+            lease: ticks(lease),
+        };
+        self.step(lock.name.as_str(), lock.kind, event, now).reply == Reply::Renewed
+    }
+
+    /// Deletes `lock` whoever holds it: whether it was held, and who to wake.
+    pub(super) fn force_release_exclusive(
+        &mut self,
+        lock: &LockRef,
+        now: Instant,
+    ) -> (bool, Option<(String, Wake)>) {
+        if !self.names.contains_key(lock.name.as_str()) {
+            return (false, None);
+        }
+        let reply = self
+            .step(lock.name.as_str(), lock.kind, Event::ForceRelease, now)
+            .reply;
+        if reply == Reply::Forced(true) {
+            (true, self.wake_next(lock))
+        } else {
+            (false, None)
+        }
+    }
+
+    /// `lock`'s holder as the caller sees it: whether it is held, its owner's holds, and
+    /// the lease left.
+    pub(super) fn inspect_exclusive(
+        &mut self,
+        lock: &LockRef,
+        now: Instant,
+    ) -> Option<(u32, Duration)> {
+        let left = self.exclusively_held(lock.name.as_str(), now)?;
+        let holder = self.names.get(lock.name.as_str())?.holder()?;
+        let holds = if *holder.owner == lock.owner {
+            u32::try_from(holder.grants.len()).unwrap_or(u32::MAX)
+        } else {
+            0
+        };
+        Some((holds, left))
+    }
+
+    /// Adds what the machine of `name` knows to `info`: its holder, how many wait, and
+    /// the last token. Whether a mutex or fair lock of that name is held.
+    pub(super) fn describe_exclusive(
+        &mut self,
+        name: &str,
+        now: Instant,
+        info: &mut LockInfo,
+    ) -> bool {
+        let clock = self.clock(now);
+        let Some(machine) = self.names.get(name) else {
+            return false;
+        };
+        info.fencing_token = Some(machine.last_token()).filter(|token| *token > 0);
+        info.waiting = machine.waiting();
+        let Some(holder) = machine.holder().filter(|holder| holder.expires > clock) else {
+            return false;
+        };
+        info.held_as = HeldAs::Exclusive;
+        info.lease_left = Some(span(holder.expires - clock));
+        let holds = u32::try_from(holder.grants.len()).unwrap_or(u32::MAX);
+        let mut shown = HolderInfo::new(holder.owner.as_str(), holds);
+        let held_for = span(clock.saturating_sub(holder.since));
+        shown.since = SystemTime::now().checked_sub(held_for);
+        info.holders.push(shown);
+        true
+    }
+
+    /// The notice of a hand-over of `lock`, for the waiter's client.
+    fn notice(
+        &mut self,
+        lock: &LockRef,
+        hand_over: HandOver<RequestId, Owner, AcquireRequest>,
+    ) -> Notice {
+        self.hand_overs.made += 1;
+        let (channel, wake) = if lock.kind == LockKind::Fair {
+            self.hand_overs.made_of_fair_locks += 1;
+            (
+                channel::fair_waiter(&lock.name, &hand_over.owner),
+                Wake::One,
+            )
+        } else {
+            (channel::mutex(&lock.name), Wake::One)
+        };
+        let attempt = hand_over.ask.wait.map_or(0, |wait| wait.attempt);
+        let token = hand_over.ask.fencing.then_some(hand_over.token);
+        Notice {
+            channel,
+            wake,
+            handed: Handed::new(hand_over.id, attempt, token),
+            owner: hand_over.owner,
+            name: lock.name.as_str().to_owned(),
+        }
+    }
+
+    /// Who to wake when `lock` is free and nobody was handed it: a fair lock's first
+    /// waiter, or one waiter of a mutex.
+    fn wake_next(&self, lock: &LockRef) -> Option<(String, Wake)> {
+        if lock.kind != LockKind::Fair {
+            return Some((channel::mutex(&lock.name), Wake::One));
+        }
+        let (owner, _) = self.names.get(lock.name.as_str())?.first_waiter()?;
+        Some((channel::fair_waiter(&lock.name, owner), Wake::One))
+    }
+
+    /// Raises the token `name`'s next grant goes on from.
+    pub(super) fn raise_token(&mut self, name: &LockName, token: u64) {
+        if let Some(machine) = self.names.get_mut(name.as_str()) {
+            machine.raise_token(token);
+        }
+        let counter = self.tokens.entry(name.as_str().to_owned()).or_insert(0);
+        *counter = (*counter).max(token);
+    }
+
+    /// Plants `defect` back in every machine, and in those to come.
+    #[cfg(feature = "mutants")]
+    pub(super) fn plant(&mut self, defect: Option<crate::protocol::Defect>) {
+        self.defect = defect;
+        for machine in self.names.values_mut() {
+            machine.plant(defect);
+        }
+    }
+
+    /// Every machine's replica catches up.
+    pub(super) fn replicate_exclusive(&mut self) {
+        for machine in self.names.values_mut() {
+            machine.step(Event::Replicate);
+        }
+    }
+
+    /// Every machine fails over to its replica, at `now`.
+    pub(super) fn fail_over_exclusive(&mut self, now: Instant) {
+        let names: Vec<String> = self.names.keys().cloned().collect();
+        for name in names {
+            let kind = LockKind::Mutex;
+            self.machine(&name, kind, now).step(Event::Failover);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::{Acquire, AcquireRequest, Backend, LockKind, LockRef, ReleaseRequest};
+    use crate::memory::MemoryBackend;
+    use crate::{LockName, Owner};
+
+    async fn lock_and_release(store: &MemoryBackend, name: &str) {
+        let lock = LockRef::new(
+            LockKind::Mutex,
+            LockName::new(name).expect("a valid name"),
+            Owner::new("client", "holder"),
+        );
+        let request = AcquireRequest::new(std::time::Duration::from_millis(300));
+        let reply = store.acquire(&lock, request).await.expect("answered");
+        assert!(matches!(reply, Acquire::Acquired { .. }), "{reply:?}");
+        let release = ReleaseRequest::new(request.lease, request.id);
+        store.release(&lock, release).await.expect("released");
+    }
+
+    /// A name released and never asked for again keeps its machine only while its ids
+    /// must be kept (two retry windows): the sweep forgets it, so that a service that
+    /// locks ever new names does not grow without bound.
+    #[tokio::test(start_paused = true)]
+    async fn a_machine_that_holds_nothing_is_forgotten() {
+        let store = MemoryBackend::new();
+        lock_and_release(&store, "once").await;
+        assert!(store.store().names.contains_key("once"), "its ids are kept");
+        let window = AcquireRequest::new(std::time::Duration::ZERO).retry_window;
+        tokio::time::sleep(window * 2 + std::time::Duration::from_millis(1)).await;
+        for _ in 0..200 {
+            lock_and_release(&store, "busy").await;
+        }
+        let names = store.store().names.len();
+        assert!(
+            !store.store().names.contains_key("once"),
+            "{names} machines kept"
+        );
+    }
+}

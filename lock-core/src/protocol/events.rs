@@ -1,0 +1,157 @@
+//! What happens to a lock name, what the store answers, and the defects of the past the
+//! checks plant back: the vocabulary of the protocol's machine ([`super::Name`]).
+
+/// Something that happens to a lock name. `I` names acquisitions, `O` owners, and `A`
+/// is what a store keeps of a waiting attempt to tell it of a hand-over (the checks
+/// keep nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Event<I = u32, O = u32, A = ()> {
+    /// An attempt of acquisition `id` of `owner` with `lease`; `place` is how long it
+    /// keeps its place when it waits (`None`: a try, which never waits).
+    Attempt {
+        /// The acquisition.
+        id: I,
+        /// Its owner (reentry is per owner).
+        owner: O,
+        /// The lease it asks for.
+        lease: u64,
+        /// How long it keeps its place between attempts when it waits.
+        place: Option<u64>,
+        /// What the store keeps of the attempt while it waits, for a hand-over.
+        ask: A,
+    },
+    /// The release of grant `id` by `owner`; a hold that other grants keep gets `lease`
+    /// (never shortened).
+    Release {
+        /// The grant (the id of the acquisition that got it).
+        id: I,
+        /// Its owner.
+        owner: O,
+        /// The lease the hold keeps when other grants remain.
+        lease: u64,
+    },
+    /// Acquisition `id` of `owner` gives up waiting.
+    Cancel {
+        /// The acquisition.
+        id: I,
+        /// Its owner.
+        owner: O,
+    },
+    /// `owner` renews its hold with `lease`.
+    Renew {
+        /// The owner.
+        owner: O,
+        /// The lease to re-arm.
+        lease: u64,
+    },
+    /// An operator deletes the lock whoever holds it.
+    ForceRelease,
+    /// Time passes.
+    Elapse(u64),
+    /// The store's replica catches up with every write so far.
+    Replicate,
+    /// The store fails over to its replica, losing every write since it last caught up.
+    Failover,
+}
+
+/// What the store answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Reply<I = u32> {
+    /// The owner holds the lock: `holds` grants in its hold, begun by grant `origin`,
+    /// whose fencing token is `token`.
+    Acquired {
+        /// Grants in the owner's hold.
+        holds: u32,
+        /// The hold's fencing token.
+        token: u64,
+        /// The grant that began the hold.
+        origin: I,
+    },
+    /// Someone else holds it (or the failover quarantine lasts): ask again later.
+    Busy,
+    /// The acquisition is over: nothing was granted, and nothing will be under its id.
+    Ended,
+    /// A lease longer than the store grants.
+    Refused,
+    /// The last grant was released.
+    Released,
+    /// One grant was released and this many remain.
+    StillHeld(u32),
+    /// The named grant is not alive: nothing changed.
+    NotHeld,
+    /// The hold's lease was re-armed.
+    Renewed,
+    /// The owner holds nothing to renew.
+    Gone,
+    /// Whether a force-release found the lock held.
+    Forced(bool),
+    /// The event needs no answer.
+    Done,
+}
+
+/// A hand-over: the freed lock is held by the waiting acquisition `id` of `owner`, with
+/// fencing token `token`; `ask` is what the store kept of its latest attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HandOver<I = u32, O = u32, A = ()> {
+    /// The acquisition handed the lock.
+    pub id: I,
+    /// Its owner.
+    pub owner: O,
+    /// The hold's fencing token.
+    pub token: u64,
+    /// What the store kept of the acquisition's latest attempt.
+    pub ask: A,
+}
+
+/// What one event did: the reply, and the hand-over it made, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Step<I = u32, O = u32, A = ()> {
+    /// The reply to the event.
+    pub reply: Reply<I>,
+    /// The waiter the freed lock was handed to.
+    pub handed: Option<HandOver<I, O, A>>,
+}
+
+/// The lock's holder, as [`Name::holder`](super::Name::holder) shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder<'a, I, O> {
+    /// The owner.
+    pub owner: &'a O,
+    /// Its live grants, in the order granted.
+    pub grants: &'a [I],
+    /// When its lease ends.
+    pub expires: u64,
+    /// When the hold began (0 unless the store forgets, see [`Name::forgetting_after`](super::Name::forgetting_after)).
+    pub since: u64,
+    /// The hold's fencing token.
+    pub token: u64,
+    /// Whether it was handed over and not taken up yet.
+    pub handed: bool,
+}
+
+/// A defect of the past, planted back for the checks to catch (see
+/// [`check`](super::check)): each is a rule above written as it once was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Defect {
+    /// R1: a take-up that finds its handed hold gone is granted afresh.
+    R1TakeUpGrantsAfresh,
+    /// R2: a cancellation ends only an acquisition it had handed the lock to.
+    R2CancelLeavesNoEnd,
+    /// R4: the failover quarantine lasts the longest lease the replica knew of.
+    R4QuarantineOfKnownLeases,
+    /// Issue 48: a handed hold lasts the waiter's place, whatever its lease.
+    HandedHoldLastsThePlace,
+    /// N3 (second review): a release of a grant that is not alive ends the owner's
+    /// latest grant instead.
+    N3ReleaseEndsAnyGrant,
+    /// N2 (second review), as it stands without adoption: a release counts the owner's
+    /// hold down whatever grant it names, and a copy of it runs again (a release
+    /// delayed or retried past its holder's next hold ends that hold).
+    N2ReleaseCountsDown,
+}
