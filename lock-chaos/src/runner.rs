@@ -189,7 +189,9 @@ impl Run {
             .write_all(format!("{line}\n").as_bytes())
             .await
             .map_err(|e| format!("store: {e}"))?;
-        if line != "REPORT" {
+        // A report, and the start of a force-unlock (recorded before the force-unlock
+        // is sent), are answered; the rest is told.
+        if line != "REPORT" && !line.starts_with("FORCING ") {
             return Ok(None);
         }
         let mut lines = BufReader::new(socket).lines();

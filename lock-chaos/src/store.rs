@@ -15,7 +15,7 @@
 //! | `WAIT name worker ms` | the acquisition that just entered waited `ms` | none |
 //! | `DEAD worker` | (from the runner) the worker was killed | none |
 //! | `FAULT kind` | (from the runner) a fault begins, for the report's examples | none |
-//! | `FORCING name` | (from the runner) an operator's force-unlock of the name begins | none |
+//! | `FORCING name` | (from the runner) an operator's force-unlock of the name begins | `OK` |
 //! | `FORCED name ms` | (from the runner) it ended: every section open now was revoked, and must learn it within `ms` of the force-unlock's start | none |
 //! | `REPORT` | the analysis so far | one JSON line |
 
@@ -134,7 +134,9 @@ impl State {
             }
             ["FORCING", name] => {
                 self.names.entry((*name).to_owned()).or_default().forcing = Some(now);
-                None
+                // Answered, so that the force-unlock is sent only once its start is
+                // recorded: a section it lets in must not enter "before" it began.
+                Some("OK".to_owned())
             }
             ["FORCED", name, ms] => {
                 let entry = self.names.entry((*name).to_owned()).or_default();
