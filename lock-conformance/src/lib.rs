@@ -90,6 +90,7 @@ macro_rules! conformance_suite {
             cancelled_acquires_leave_no_hold: [],
             force_unlock_frees_and_marks_lost: [],
             a_revoked_holder_learns_it_within_one_renewal_interval: [],
+            a_revoked_holder_learns_it_though_its_owner_holds_again: [],
             who_holds_a_lock_is_told: [Introspection],
             a_redisson_peers_hold_is_described: [Introspection, RedisControl],
             bad_arguments_are_typed_errors: [],

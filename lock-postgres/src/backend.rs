@@ -325,7 +325,7 @@ impl Backend for PostgresBackend {
         let kinds: Vec<&str> = locks.iter().map(|lock| stored_kind(lock.kind)).collect();
         // One statement for the whole batch.
         let statement = format!(
-            "SELECT * FROM {}.renew($1::text[], $2::text[], $3::text[], $4::bigint)",
+            "SELECT * FROM {}.renew_holds($1::text[], $2::text[], $3::text[], $4::bigint)",
             self.schema
         );
         let params: [Param<'_>; 4] = [
@@ -338,14 +338,16 @@ impl Backend for PostgresBackend {
             Ok(rows) => rows,
             Err(err) => return locks.iter().map(|_| Renewal::Failed(err.clone())).collect(),
         };
-        let renewed: Vec<(&str, &str, &str)> = rows
+        let renewed: Vec<((&str, &str, &str), Option<RequestId>)> = rows
             .iter()
             .filter_map(|row| {
-                Some((
+                let origin: Option<&str> = row.try_get(3).ok()?;
+                let key = (
                     row.try_get(0).ok()?,
                     row.try_get(1).ok()?,
                     row.try_get(2).ok()?,
-                ))
+                );
+                Some((key, origin.and_then(RequestId::from_hex)))
             })
             .collect();
         locks
@@ -356,11 +358,12 @@ impl Backend for PostgresBackend {
                     lock.owner.as_str(),
                     stored_kind(lock.kind),
                 );
-                if renewed.contains(&key) {
-                    Renewal::Renewed
-                } else {
-                    Renewal::Gone
-                }
+                renewed
+                    .iter()
+                    .find(|(renewed, _)| *renewed == key)
+                    .map_or(Renewal::Gone, |(_, origin)| Renewal::Renewed {
+                        origin: *origin,
+                    })
             })
             .collect()
     }

@@ -398,15 +398,17 @@ impl Backend for MultiLock {
                 }
             }))
             .await;
-            let mut failed = None;
+            let (mut failed, mut origins) = (None, Vec::new());
             for renewal in parts.into_iter().flatten() {
                 match renewal {
-                    Renewal::Renewed => {}
+                    Renewal::Renewed { origin } => origins.push(origin),
                     Renewal::Failed(err) => failed = Some(Renewal::Failed(err)),
                     _ => return Renewal::Gone,
                 }
             }
-            failed.unwrap_or(Renewal::Renewed)
+            failed.unwrap_or(Renewal::Renewed {
+                origin: common_origin(origins.into_iter()),
+            })
         }))
         .await
     }

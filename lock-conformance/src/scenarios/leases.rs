@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use lock_core::ErrorKind;
+use lock_core::backend::Acquire;
+use lock_core::{AcquireRequest, ErrorKind, LockKind, LockName, LockRef, Owner, ReleaseRequest};
 use tokio::time::{Instant, sleep, timeout};
 
 use super::{WATCHDOG_LEASE, counted_client, eventually, kind, unique};
@@ -176,6 +177,43 @@ pub async fn a_revoked_holder_learns_it_within_one_renewal_interval(fx: &dyn Fix
     if let Some(next) = next {
         next.unlock().await.unwrap();
     }
+}
+
+/// A revoked holder learns it at its next renewal even when its owner holds the lock
+/// again by then: an attempt of the same owner, sent before the revocation and run
+/// after it (its answer not read yet), took the free lock afresh. The renewals name the
+/// owner, whose new hold they renew; the store's answer says which hold that is, and the
+/// old guard, whose hold began with another grant, is lost.
+pub async fn a_revoked_holder_learns_it_though_its_owner_holds_again(fx: &dyn Fixture) {
+    let holder = fx.client_with_lease(WATCHDOG_LEASE).await;
+    let operator = fx.client().await;
+    let name = unique("revoked-again");
+    let guard = holder.mutex(&name).lock().await.unwrap();
+    assert!(operator.mutex(&name).force_unlock().await.unwrap());
+    let revoked_at = Instant::now();
+    // The owner's attempt whose answer the holder's client never reads.
+    let backend = fx.backend().await;
+    let (client_id, holder_name) = guard.owner().split_once(':').unwrap();
+    let same_owner = LockRef::new(
+        LockKind::Mutex,
+        LockName::new(&name).unwrap(),
+        Owner::new(client_id, holder_name),
+    );
+    let request = AcquireRequest::new(WATCHDOG_LEASE);
+    let late = backend.acquire(&same_owner, request).await.unwrap();
+    assert!(matches!(late, Acquire::Acquired { .. }), "{late:?}");
+    let interval = WATCHDOG_LEASE / 3;
+    let lost = timeout(interval + Duration::from_millis(400), guard.lost())
+        .await
+        .expect("lost() within one renewal interval of the revocation");
+    assert!(lost.is_lost(), "{lost}");
+    assert!(
+        revoked_at.elapsed() < interval + Duration::from_millis(400),
+        "told after {:?}",
+        revoked_at.elapsed()
+    );
+    let release = ReleaseRequest::new(WATCHDOG_LEASE, request.id);
+    backend.release(&same_owner, release).await.unwrap();
 }
 
 /// `force_unlock` frees a held lock, wakes its waiter and makes the old guard lost; on a

@@ -264,8 +264,14 @@ pub enum Release {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Renewal {
-    /// The lease was re-armed.
-    Renewed,
+    /// The lease was re-armed, of the store's hold begun by grant `origin` (when the
+    /// store tells): a hold of the same owner begun by another grant means the one the
+    /// client renews ended there (force-released, or expired) and another began, by an
+    /// attempt whose answer the client has not read yet.
+    Renewed {
+        /// The grant that began the hold renewed, when the store tells.
+        origin: Option<RequestId>,
+    },
     /// The owner no longer holds the lock: the hold is lost.
     Gone,
     /// The renewal could not be performed; the caller retries while the lease lasts.

@@ -247,7 +247,13 @@ async fn renew_locks(
     let outcomes = backend.renew(&locks, lease).await;
     for ((hold, epoch), outcome) in due.iter().zip(outcomes) {
         match outcome {
-            Renewal::Renewed => {
+            // The owner's hold renewed is another than this one: this one was revoked
+            // (or lapsed) and a new grant began the owner's hold since.
+            Renewal::Renewed { origin } if !hold.includes(origin, 2) => {
+                tally.gone += 1;
+                hold.mark_lost(LostReason::OwnerGone);
+            }
+            Renewal::Renewed { .. } => {
                 tally.renewed += 1;
                 hold.lease.extend_in(*epoch, sent, valid_for);
             }

@@ -268,21 +268,24 @@ impl Store {
         }
     }
 
-    /// Renews `lock`'s hold with `lease`: whether there was one.
+    /// Renews `lock`'s hold with `lease`: the grant that began the hold renewed, if
+    /// there was one.
     pub(super) fn renew_exclusive(
         &mut self,
         lock: &LockRef,
         lease: Duration,
         now: Instant,
-    ) -> bool {
-        if !self.names.contains_key(lock.name.as_str()) {
-            return false;
-        }
+    ) -> Option<RequestId> {
+        let name = lock.name.as_str();
+        self.names.get(name)?;
         let event = Event::Renew {
             owner: lock.owner.clone(),
             lease: ticks(lease),
         };
-        self.step(lock.name.as_str(), lock.kind, event, now).reply == Reply::Renewed
+        if self.step(name, lock.kind, event, now).reply != Reply::Renewed {
+            return None;
+        }
+        Some(self.names.get(name)?.holder()?.origin)
     }
 
     /// Deletes `lock` whoever holds it: whether it was held, and who to wake.

@@ -184,24 +184,26 @@ impl Backend for MemoryBackend {
             .iter()
             .map(|lock| {
                 if matches!(lock.kind, LockKind::Mutex | LockKind::Fair) {
-                    return if store.renew_exclusive(lock, lease, now) {
-                        Renewal::Renewed
-                    } else {
-                        Renewal::Gone
-                    };
+                    return store.renew_exclusive(lock, lease, now).map_or(
+                        Renewal::Gone,
+                        |origin| Renewal::Renewed {
+                            origin: Some(origin),
+                        },
+                    );
                 }
                 let owner = lock.owner.as_str();
                 let Some(entry) = store.live(lock.name.as_str(), now) else {
                     return Renewal::Gone;
                 };
-                let holds = if lock.kind == LockKind::Write {
-                    entry.count(&writer_field(&lock.owner))
+                let field = if lock.kind == LockKind::Write {
+                    writer_field(&lock.owner)
                 } else {
-                    entry.live_reads(owner, now)
+                    entry.live_reads(owner, now);
+                    owner.to_owned()
                 };
-                if holds == 0 {
+                let Some(origin) = entry.fields.get(&field).map(|held| held.origin) else {
                     return Renewal::Gone;
-                }
+                };
                 if let Some(held) = entry.fields.get_mut(owner)
                     && lock.kind == LockKind::Read
                 {
@@ -211,7 +213,9 @@ impl Backend for MemoryBackend {
                     }
                 }
                 entry.arm(now, lease);
-                Renewal::Renewed
+                Renewal::Renewed {
+                    origin: Some(origin),
+                }
             })
             .collect()
     }

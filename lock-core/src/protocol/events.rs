@@ -124,6 +124,8 @@ pub struct Holder<'a, I, O> {
     pub owner: &'a O,
     /// Its live grants, in the order granted.
     pub grants: &'a [I],
+    /// The grant that began it.
+    pub origin: I,
     /// When its lease ends.
     pub expires: u64,
     /// When the hold began (0 unless the store forgets, see [`Name::forgetting_after`](super::Name::forgetting_after)).

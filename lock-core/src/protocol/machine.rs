@@ -182,6 +182,7 @@ where
         self.hold.as_ref().map(|hold| Holder {
             owner: &hold.owner,
             grants: &hold.grants,
+            origin: hold.origin,
             expires: hold.expires,
             since: hold.since,
             token: hold.token,

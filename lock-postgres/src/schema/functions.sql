@@ -714,11 +714,13 @@ BEGIN
 END $$;
 
 -- Re-arms the lease of every listed hold still valid (never shortening it; a reader's
--- holds each get the lease) and returns those renewed.
-CREATE OR REPLACE FUNCTION {schema}.renew(
+-- holds each get the lease) and returns those renewed, each with the grant that began
+-- it (32 hex digits, as a request id is shown): a client whose hold began with another
+-- grant learns that its own hold ended there and the owner's next one began.
+CREATE OR REPLACE FUNCTION {schema}.renew_holds(
     p_names text[], p_owners text[], p_kinds text[], p_lease_ms bigint
-) RETURNS TABLE (renewed_name text, renewed_owner text, renewed_kind text) LANGUAGE plpgsql
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+) RETURNS TABLE (renewed_name text, renewed_owner text, renewed_kind text, renewed_origin text)
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
     v_end timestamptz := v_now + p_lease_ms * interval '1 millisecond';
@@ -740,8 +742,17 @@ BEGIN
                ELSE h.holds END
       FROM unnest(p_names, p_owners, p_kinds) AS r(name, owner, kind)
      WHERE h.name = r.name AND h.owner = r.owner AND h.kind = r.kind AND h.expires_at > v_now
- RETURNING h.name, h.owner, h.kind;
+ RETURNING h.name, h.owner, h.kind, replace(h.origin::text, '-', '');
 END $$;
+
+-- `renew_holds` without the origins, for clients of functions revision 8 and before.
+CREATE OR REPLACE FUNCTION {schema}.renew(
+    p_names text[], p_owners text[], p_kinds text[], p_lease_ms bigint
+) RETURNS TABLE (renewed_name text, renewed_owner text, renewed_kind text) LANGUAGE sql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT renewed_name, renewed_owner, renewed_kind
+      FROM {schema}.renew_holds(p_names, p_owners, p_kinds, p_lease_ms)
+$$;
 
 -- Raises the fencing counter of `p_name` to at least `p_token`.
 CREATE OR REPLACE FUNCTION {schema}.raise_fencing(p_name text, p_token bigint)

@@ -203,11 +203,11 @@ const STEPS: [&str; 5] = [
 /// older client never puts its functions back under a newer one. A function's
 /// parameters therefore never change: a new signature is a new function, and old ones
 /// stay for older clients.
-pub const FUNCTIONS_REVISION: i32 = 8;
+pub const FUNCTIONS_REVISION: i32 = 9;
 
 /// The functions a client calls, each with a pinned `search_path` and its owner's
 /// rights; a service's role gets EXECUTE on these alone (see [`grants_sql`]).
-pub const ENTRY_POINTS: [&str; 12] = [
+pub const ENTRY_POINTS: [&str; 13] = [
     "acquire_handover",
     "acquire_grant",
     "acquire",
@@ -217,6 +217,7 @@ pub const ENTRY_POINTS: [&str; 12] = [
     "cancel_acquisition",
     "force_release",
     "renew",
+    "renew_holds",
     "raise_fencing",
     "announce_client",
     "lease_limit",

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use lock_core::Error;
 use lock_core::backend::{
     Acquire, AcquireRequest, Backend, Capabilities, LatchBackend, LockRef, LockState, Release,
-    ReleaseRequest, Renewal, SemaphoreBackend,
+    ReleaseRequest, Renewal, RequestId, SemaphoreBackend,
 };
 use lock_core::notify::Listener;
 
@@ -112,7 +112,12 @@ impl RedisBackend {
             Ok((Reply::Array(items), _)) if items.len() == locks.len() => items
                 .iter()
                 .map(|item| match item {
-                    Reply::Int(1) => Renewal::Renewed,
+                    Reply::Int(1) => Renewal::Renewed { origin: None },
+                    Reply::Bytes(origin) => Renewal::Renewed {
+                        origin: std::str::from_utf8(origin)
+                            .ok()
+                            .and_then(RequestId::from_hex),
+                    },
                     _ => Renewal::Gone,
                 })
                 .collect(),

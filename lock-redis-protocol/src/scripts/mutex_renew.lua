@@ -1,7 +1,10 @@
 -- Re-arms the lease of every lock its owner still holds, and of the hold's grants.
 -- KEYS[2i - 1] lock hash; KEYS[2i] its owner's grants hash; ARGV[1] lease (ms);
 -- ARGV[i + 1] owner of KEYS[2i - 1].
--- Reply: one integer per lock, 1 renewed, 0 not held (including a key of another type).
+-- Reply per lock: the grant that began the owner's hold when renewed (its grants hash
+-- names it; 1 when it does not, as for a hold another library took), 0 not held
+-- (including a key of another type). A client whose hold began with another grant
+-- learns that its own hold ended and the owner's next one began.
 local lease = tonumber(ARGV[1])
 local renewed = {}
 for i = 1, #KEYS / 2 do
@@ -12,7 +15,7 @@ for i = 1, #KEYS / 2 do
             redis.call('pexpire', key, lease)
             redis.call('pexpire', KEYS[2 * i], lease)
         end
-        renewed[i] = 1
+        renewed[i] = redis.call('hget', KEYS[2 * i], 'o') or 1
     else
         renewed[i] = 0
     end

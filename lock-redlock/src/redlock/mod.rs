@@ -401,11 +401,11 @@ impl Backend for RedLock {
             .map(|(lock, verdict)| match verdict {
                 // The majority holds it: give it back to nodes that lost it (a restart
                 // without persistence), so that the majority stays robust.
-                RenewalVerdict::Renewed { repair } => {
+                RenewalVerdict::Renewed { repair, origin } => {
                     for i in repair {
                         self.repair(i, lock, lease);
                     }
-                    Renewal::Renewed
+                    Renewal::Renewed { origin }
                 }
                 RenewalVerdict::Gone => Renewal::Gone,
                 RenewalVerdict::Failed(err) => Renewal::Failed(err),

@@ -45,8 +45,12 @@ impl Granted {
 /// What a renewal of one lock on every node comes to.
 #[derive(Debug)]
 pub(super) enum RenewalVerdict {
-    /// A majority renewed it; the nodes listed had lost it and get it back.
-    Renewed { repair: Vec<usize> },
+    /// A majority renewed it; the nodes listed had lost it and get it back. `origin`:
+    /// the grant that began the hold on every node that renewed, when they agree.
+    Renewed {
+        repair: Vec<usize>,
+        origin: Option<RequestId>,
+    },
     /// A majority no longer has it.
     Gone,
     /// Too many nodes failed to tell.
@@ -180,19 +184,26 @@ impl Quorum {
         timeout: Duration,
     ) -> RenewalVerdict {
         let (mut renewed, mut gone, mut failed) = (0, Vec::new(), Vec::new());
+        let mut origins = Vec::new();
         for (i, outcome) in per_node.iter().enumerate() {
             match outcome
                 .as_ref()
                 .map(|answer| answer.as_ref().map(|all| all.get(k)))
             {
-                Some(Ok(Some(Renewal::Renewed))) => renewed += 1,
+                Some(Ok(Some(Renewal::Renewed { origin }))) => {
+                    renewed += 1;
+                    origins.push(*origin);
+                }
                 Some(Ok(Some(Renewal::Failed(err))) | Err(err)) => failed.push((i, err.clone())),
                 Some(Ok(_)) => gone.push(i),
                 None => failed.push((i, timed_out(timeout))),
             }
         }
         if renewed >= self.majority {
-            RenewalVerdict::Renewed { repair: gone }
+            RenewalVerdict::Renewed {
+                repair: gone,
+                origin: crate::origin::common_origin(origins.into_iter()),
+            }
         } else if gone.len() > self.spare() {
             RenewalVerdict::Gone
         } else {
@@ -405,23 +416,23 @@ mod tests {
 
     #[test]
     fn a_renewal_counts_on_a_majority_and_repairs_the_nodes_that_lost_it() {
-        let answer = |renewal: Renewal| Some(Ok(vec![Renewal::Renewed, renewal]));
+        let answer = |renewal: Renewal| Some(Ok(vec![Renewal::Renewed { origin: None }, renewal]));
         let per_node = vec![
-            answer(Renewal::Renewed),
-            answer(Renewal::Renewed),
+            answer(Renewal::Renewed { origin: None }),
+            answer(Renewal::Renewed { origin: None }),
             answer(Renewal::Gone),
-            answer(Renewal::Renewed),
+            answer(Renewal::Renewed { origin: None }),
             None,
         ];
         match FIVE.renewal(1, &per_node, TIMEOUT) {
-            RenewalVerdict::Renewed { repair } => assert_eq!(repair, [2]),
+            RenewalVerdict::Renewed { repair, .. } => assert_eq!(repair, [2]),
             other => panic!("renewed on three of five, got {other:?}"),
         }
         let per_node = vec![
             answer(Renewal::Gone),
             answer(Renewal::Gone),
             answer(Renewal::Gone),
-            answer(Renewal::Renewed),
+            answer(Renewal::Renewed { origin: None }),
             Some(Err(failure())),
         ];
         assert!(matches!(
@@ -429,8 +440,8 @@ mod tests {
             RenewalVerdict::Gone
         ));
         let per_node = vec![
-            answer(Renewal::Renewed),
-            answer(Renewal::Renewed),
+            answer(Renewal::Renewed { origin: None }),
+            answer(Renewal::Renewed { origin: None }),
             answer(Renewal::Gone),
             answer(Renewal::Gone),
             None,
