@@ -75,6 +75,7 @@ macro_rules! conformance_suite {
             watchdog_keeps_the_lock: [],
             dropped_guard_is_released: [],
             try_lock_for_gives_up_after_its_wait: [],
+            a_zero_wait_try_waits_for_its_slow_answer: [],
             an_acquisition_reports_its_timeout_and_keeps_its_lease: [],
             waiter_wakes_on_release: [],
             one_client_asks_once_for_its_mutex_waiters: [],

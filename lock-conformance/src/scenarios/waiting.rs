@@ -9,7 +9,7 @@ use tokio::time::{Instant, sleep, timeout};
 
 use super::{all_served, counted_client, eventually, handover_gap, spawn_waiter, unique};
 use crate::Fixture;
-use crate::faulty::FaultyBackend;
+use crate::faulty::{AcquireFault, FaultyBackend};
 
 /// `try_lock_for` gives up after its wait, not much later.
 pub async fn try_lock_for_gives_up_after_its_wait(fx: &dyn Fixture) {
@@ -27,6 +27,25 @@ pub async fn try_lock_for_gives_up_after_its_wait(fx: &dyn Fixture) {
         "gave up late: {took:?}"
     );
     g.unlock().await.unwrap();
+}
+
+/// A try that waits for nothing (`try_lock_for(Duration::ZERO, lease)`) still waits for
+/// its one answer: a free lock on a store that answers in 300 ms is granted. Before, the
+/// attempt was given up 100 ms past its zero wait and the caller told the lock was busy
+/// (seen under load through PgBouncer).
+pub async fn a_zero_wait_try_waits_for_its_slow_answer(fx: &dyn Fixture) {
+    let slow = FaultyBackend::new(fx.backend().await);
+    let client = Locks::new(Arc::new(slow.clone()));
+    slow.set(AcquireFault::DelayRequest(Duration::from_millis(300)));
+    let name = unique("zero-wait");
+    let guard = client
+        .mutex(&name)
+        .try_lock_for(Duration::ZERO, Some(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("the lock is free");
+    slow.set(AcquireFault::None);
+    guard.unlock().await.unwrap();
 }
 
 /// A waiter wakes within a few ms of the release (the holder's lease is 30 s, so ttl

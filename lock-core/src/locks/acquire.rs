@@ -45,6 +45,19 @@ pub(crate) enum Wait {
     Forever,
 }
 
+impl Wait {
+    /// A wait of at most `wait` from now. A zero wait is one attempt whose answer is
+    /// awaited, however long the store takes (within its response timeout): a wait for
+    /// nothing must not turn a slow answer into "busy", nor register a waiter.
+    pub(crate) fn at_most(wait: Duration) -> Self {
+        if wait.is_zero() {
+            Self::Never
+        } else {
+            Self::Until(Instant::now() + wait)
+        }
+    }
+}
+
 /// The lease of a new hold.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Lease {

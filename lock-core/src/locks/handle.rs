@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use tokio::time::Instant;
 
 use crate::client::named::Named;
 use crate::client::shared::Inner;
@@ -172,7 +171,9 @@ impl Lock {
     /// `Some(lease)`, the lock is never renewed and expires after `lease`; with `None`,
     /// the watchdog renews it. `Ok(None)` when the wait ran out, where Java answers
     /// `false`; [`Lock::acquire`] with [`Acquisition::wait`] reports the same outcome as
-    /// an [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) error instead.
+    /// an [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) error instead. A zero wait
+    /// makes one attempt and waits for its answer, however slow, as
+    /// [`Lock::try_lock`] does: only a busy lock answers `Ok(None)`.
     ///
     /// # Cancel safety
     ///
@@ -192,8 +193,7 @@ impl Lock {
             }
             None => Lease::Watchdog,
         };
-        let deadline = Instant::now() + wait;
-        self.acquire_with(lease, Wait::Until(deadline)).await
+        self.acquire_with(lease, Wait::at_most(wait)).await
     }
 
     /// The acquisition every waiting method shares. The lock's owner is read when the
@@ -390,7 +390,7 @@ impl Acquisition<'_> {
         let wait = match self.wait {
             Some(wait) => {
                 check_bound("wait", wait)?;
-                Wait::Until(Instant::now() + wait)
+                Wait::at_most(wait)
             }
             None => Wait::Forever,
         };
