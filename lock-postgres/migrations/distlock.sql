@@ -154,7 +154,7 @@ BEGIN
 --
 -- The entry points, the functions a client calls (acquire_handover, acquire_grant,
 -- acquire, release_grant, release, cancel_acquisition, cancel_wait, force_release, renew,
--- raise_fencing, announce_client, lease_limit), run with `search_path`
+-- renew_holds, raise_fencing, announce_client, lease_limit), run with `search_path`
 -- pinned to pg_catalog (then pg_temp, which only a session's own temporary objects live
 -- in): a function or operator planted in a schema on the caller's path, even one whose
 -- argument types match a call better than PostgreSQL's own, is never called on lock
@@ -920,7 +920,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 
         $functions$;
         DELETE FROM distlock.functions;
-        INSERT INTO distlock.functions VALUES (9, '3a25fa60908f61957e9d3cd8010a85ae2ae9b60d');
+        INSERT INTO distlock.functions VALUES (9, '9fdd72f9fc9cb7673f67419b187c319183178a49');
     END IF;
 END $distlock$;
 COMMIT;

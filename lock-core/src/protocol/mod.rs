@@ -21,15 +21,19 @@
 //! - **Hand-over.** A release (or a cancellation) that frees the lock makes the first
 //!   waiter that still keeps its place and waits (one whose id the store knows nothing
 //!   of: not granted, as by a reentry into its owner's hold, nor handed, nor ended) the
-//!   holder, with a hold that lasts its
-//!   place or its lease, whichever is shorter (issue 48), and tells it
-//!   ([`Step::handed`]). Its next attempt takes the hold up with its full lease, if the
+//!   holder, with a hold that lasts its place or its lease, whichever is shorter (issue
+//!   48), and tells it ([`Step::handed`]). Its next attempt takes the hold up with its full lease, if the
 //!   hold is still its own; a waiter that gave up gives it back. A force-release and an
 //!   expiry hand nothing over: waiters are woken, or ask when their wait says.
 //! - **Found again.** An attempt that finds its acquisition's grant alive gets the
 //!   first answer again and re-arms the lease (never shortening it): its client counts
 //!   the lease from this attempt. A cancellation ends a grant its acquisition never
 //!   learnt of (its client holds nothing of a waiting acquisition).
+//! - **Renewals name the owner and say which hold.** A renewal re-arms the owner's hold
+//!   (never shortening it) and the store answers with the grant that began it
+//!   ([`Holder::origin`]): a client whose hold began with another grant learns that its
+//!   hold was revoked (or lapsed) and the owner's next one began, by an attempt whose
+//!   answer it has not read (a revoked guard learns within one renewal interval).
 //! - **Expiry.** A hold ends when its lease does, and its grants with it; a waiter loses
 //!   its place when it has not asked for its place's time.
 //! - **Failover.** A failover may lose every write since the last replication; the

@@ -20,7 +20,7 @@
 --
 -- The entry points, the functions a client calls (acquire_handover, acquire_grant,
 -- acquire, release_grant, release, cancel_acquisition, cancel_wait, force_release, renew,
--- raise_fencing, announce_client, lease_limit), run with `search_path`
+-- renew_holds, raise_fencing, announce_client, lease_limit), run with `search_path`
 -- pinned to pg_catalog (then pg_temp, which only a session's own temporary objects live
 -- in): a function or operator planted in a schema on the caller's path, even one whose
 -- argument types match a call better than PostgreSQL's own, is never called on lock
