@@ -48,8 +48,10 @@ pub async fn a_zero_wait_try_waits_for_its_slow_answer(fx: &dyn Fixture) {
     guard.unlock().await.unwrap();
 }
 
-/// A waiter wakes within a few ms of the release (the holder's lease is 30 s, so ttl
-/// polling would take that long).
+/// A waiter is woken by the release, not by its own clock: it is served well before it
+/// would ask again on its own (a third of its 5 s place, 1.7 s) or find the holder's
+/// 30 s lease run out. The bound leaves a loaded machine room: the release, the
+/// notification and the take-up through PgBouncer took 110 ms under the whole suite.
 pub async fn waiter_wakes_on_release(fx: &dyn Fixture) {
     let (c1, (c2, counted)) = (fx.client().await, counted_client(fx).await);
     let name = unique("wake");
@@ -58,7 +60,7 @@ pub async fn waiter_wakes_on_release(fx: &dyn Fixture) {
     counted.listening().await;
     let gap = handover_gap(g, waiter, Duration::from_secs(5)).await;
     assert!(
-        gap < Duration::from_millis(100),
+        gap < Duration::from_millis(500),
         "the waiter took {gap:?} to wake"
     );
 }
