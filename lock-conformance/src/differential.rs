@@ -7,7 +7,7 @@
 //! three acquisitions ask, re-ask, take up a handed hold, release, give up (two wait;
 //! the third, of the first's owner, only tries: it re-enters, and a client's waiters for
 //! one lock ask one at a time anyway); a late copy of any earlier attempt arrives; an
-//! operator force-releases. Each owner is a client of its own (a backend with its own
+//! operator force-releases; an owner's watchdog renews (the store says which hold). Each owner is a client of its own (a backend with its own
 //! connections), which listens on the lock once it waits, as a waiter of ours does, so
 //! that a release may hand the lock to it. Leases are long: time and failovers are the
 //! exhaustive check's and the simulation's.
@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::backend::{Acquire, Release};
+use lock_core::backend::{Acquire, Release, Renewal};
 use lock_core::notify::Listener;
 use lock_core::protocol::{Event, Name, Reply};
 use lock_core::{
@@ -213,6 +213,23 @@ impl Sequence {
             10 => {
                 let held = backend.force_release(lock).await.unwrap();
                 (Event::ForceRelease, Reply::Forced(held), "force-release")
+            }
+            // The owner's watchdog renews its hold, and learns which hold it renewed.
+            11 => {
+                let lease = Duration::from_millis(LEASE_MS);
+                let renewal = backend.renew(std::slice::from_ref(lock), lease).await;
+                let reply = match renewal.first() {
+                    Some(Renewal::Renewed { origin }) => Reply::Renewed {
+                        origin: origin.and_then(|o| self.ids.get(&o).copied()).unwrap_or(0),
+                    },
+                    Some(Renewal::Gone) => Reply::Gone,
+                    other => panic!("a renewal failed: {other:?}"),
+                };
+                let event = Event::Renew {
+                    owner,
+                    lease: LEASE_MS,
+                };
+                (event, reply, "renewal")
             }
             _ => return None,
         })

@@ -282,10 +282,10 @@ impl Store {
             owner: lock.owner.clone(),
             lease: ticks(lease),
         };
-        if self.step(name, lock.kind, event, now).reply != Reply::Renewed {
-            return None;
+        match self.step(name, lock.kind, event, now).reply {
+            Reply::Renewed { origin } => Some(origin),
+            _ => None,
         }
-        Some(self.names.get(name)?.holder()?.origin)
     }
 
     /// Deletes `lock` whoever holds it: whether it was held, and who to wake.

@@ -82,7 +82,11 @@ pub enum Reply<I = u32> {
     /// The named grant is not alive: nothing changed.
     NotHeld,
     /// The hold's lease was re-armed.
-    Renewed,
+    Renewed {
+        /// The grant that began the hold renewed: a client whose hold began with
+        /// another grant learns that its own ended and the owner's next one began.
+        origin: I,
+    },
     /// The owner holds nothing to renew.
     Gone,
     /// Whether a force-release found the lock held.

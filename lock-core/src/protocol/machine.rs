@@ -487,7 +487,9 @@ where
         match self.hold.as_mut() {
             Some(hold) if hold.owner == *owner => {
                 hold.expires = hold.expires.max(self.now.saturating_add(lease));
-                Reply::Renewed
+                Reply::Renewed {
+                    origin: hold.origin,
+                }
             }
             _ => Reply::Gone,
         }

@@ -31,7 +31,7 @@
 //!   learnt of (its client holds nothing of a waiting acquisition).
 //! - **Renewals name the owner and say which hold.** A renewal re-arms the owner's hold
 //!   (never shortening it) and the store answers with the grant that began it
-//!   ([`Holder::origin`]): a client whose hold began with another grant learns that its
+//!   ([`Reply::Renewed`]): a client whose hold began with another grant learns that its
 //!   hold was revoked (or lapsed) and the owner's next one began, by an attempt whose
 //!   answer it has not read (a revoked guard learns within one renewal interval).
 //! - **Expiry.** A hold ends when its lease does, and its grants with it; a waiter loses
