@@ -19,6 +19,10 @@ use crate::{HeldAs, HolderInfo, LockInfo, LockName, Owner};
 /// microseconds from the store's first request.
 pub(super) type Exclusive = Name<RequestId, Owner, AcquireRequest>;
 
+/// How long a release offers a mutex to the clients of other libraries waiting for it
+/// (Redis's default for its offers).
+const OFFER: Duration = Duration::from_millis(100);
+
 /// The machine's time for `duration`.
 fn ticks(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
@@ -79,6 +83,7 @@ impl Store {
         let machine = self.names.entry(name.to_owned()).or_insert_with(|| {
             Exclusive::new(kind == LockKind::Fair, longest)
                 .quarantining_for(ticks(quarantine))
+                .offering_for(ticks(OFFER))
                 .with_defect(defect)
                 .starting(clock, token, until)
         });
@@ -96,6 +101,20 @@ impl Store {
             let kept = self.tokens.entry(name.to_owned()).or_insert(0);
             *kept = (*kept).max(token);
         }
+    }
+
+    /// Tells the machine of the mutex `lock` how many clients of other libraries wait
+    /// for it: the listeners of its channel (`listening`) beyond its registered waiters
+    /// (a client of ours listens once per lock, and one of its waiters registers at a
+    /// time; one that is between its busy answer and its subscription is counted short,
+    /// which only hands over where an offer was due, as on Redis).
+    pub(super) fn count_others(&mut self, lock: &LockRef, listening: usize, now: Instant) {
+        if lock.kind != LockKind::Mutex || !self.names.contains_key(lock.name.as_str()) {
+            return;
+        }
+        let machine = self.machine(lock.name.as_str(), lock.kind, now);
+        let others = listening.saturating_sub(machine.waiting());
+        machine.step(Event::Others(u32::try_from(others).unwrap_or(u32::MAX)));
     }
 
     /// Whether a mutex or fair lock holds `name` now, and for how long.
@@ -196,9 +215,11 @@ impl Store {
                 .get(lock.name.as_str())
                 .map_or(0, |machine| match machine.holder() {
                     Some(holder) => holder.expires,
-                    None => machine
-                        .quarantined_until()
-                        .max(machine.first_waiter().map_or(0, |(_, until)| until)),
+                    None => machine.offered_until().unwrap_or_else(|| {
+                        machine
+                            .quarantined_until()
+                            .max(machine.first_waiter().map_or(0, |(_, until)| until))
+                    }),
                 });
         let mut sleep = if until > clock {
             span(until - clock)
@@ -236,7 +257,7 @@ impl Store {
         };
         let served = match step.handed {
             Some(hand_over) => Served::Handed(self.notice(lock, hand_over)),
-            None if outcome == Release::Released => Served::Woken(self.wake_next(lock)),
+            None if outcome == Release::Released => Served::Woken(self.wake_next(lock, now)),
             None => Served::Woken(None),
         };
         (outcome, served)
@@ -261,8 +282,9 @@ impl Store {
         let step = self.step(name, lock.kind, event, now);
         match step.handed {
             Some(hand_over) => Served::Handed(self.notice(lock, hand_over)),
+            None if self.offered(name, now) => Served::Woken(self.wake_next(lock, now)),
             None if held_before && self.exclusively_held(name, now).is_none() => {
-                Served::Woken(self.wake_next(lock))
+                Served::Woken(self.wake_next(lock, now))
             }
             None => Served::Woken(None),
         }
@@ -301,7 +323,7 @@ impl Store {
             .step(lock.name.as_str(), lock.kind, Event::ForceRelease, now)
             .reply;
         if reply == Reply::Forced(true) {
-            (true, self.wake_next(lock))
+            (true, self.wake_next(lock, now))
         } else {
             (false, None)
         }
@@ -378,11 +400,26 @@ impl Store {
         }
     }
 
+    /// Whether the mutex `name` is offered to the clients of other libraries now.
+    fn offered(&mut self, name: &str, now: Instant) -> bool {
+        let clock = self.clock(now);
+        self.names
+            .get(name)
+            .and_then(Name::offered_until)
+            .is_some_and(|until| until > clock)
+    }
+
     /// Who to wake when `lock` is free and nobody was handed it: a fair lock's first
-    /// waiter, or one waiter of a mutex.
-    fn wake_next(&self, lock: &LockRef) -> Option<(String, Wake)> {
+    /// waiter; one waiter of a mutex, or every listener while the mutex is offered to
+    /// the clients of other libraries (each may be one of them).
+    fn wake_next(&mut self, lock: &LockRef, now: Instant) -> Option<(String, Wake)> {
         if lock.kind != LockKind::Fair {
-            return Some((channel::mutex(&lock.name), Wake::One));
+            let wake = if self.offered(lock.name.as_str(), now) {
+                Wake::All
+            } else {
+                Wake::One
+            };
+            return Some((channel::mutex(&lock.name), wake));
         }
         let (owner, _) = self.names.get(lock.name.as_str())?.first_waiter()?;
         Some((channel::fair_waiter(&lock.name, owner), Wake::One))
@@ -460,5 +497,40 @@ mod tests {
             !store.store().names.contains_key("once"),
             "{names} machines kept"
         );
+    }
+
+    fn mutex(owner: &str) -> LockRef {
+        let name = LockName::new("offered").expect("a valid name");
+        LockRef::new(LockKind::Mutex, name, Owner::new(owner, "holder"))
+    }
+
+    /// A client of another library listens on a mutex's channel and never registers (as
+    /// Redisson's do): a release offers it the lock instead of handing it to our
+    /// registered waiter, whose attempt keeps back while the offer lasts; its try takes
+    /// the lock. Without it, our waiter is handed the lock and the other waits on.
+    #[tokio::test(start_paused = true)]
+    async fn a_release_offers_the_lock_to_a_client_of_another_library() {
+        let store = MemoryBackend::new();
+        let lease = std::time::Duration::from_millis(300);
+        let (holder, ours, theirs) = (mutex("a"), mutex("b"), mutex("c"));
+        let held = AcquireRequest::new(lease);
+        let reply = store.acquire(&holder, held).await.expect("answered");
+        assert!(matches!(reply, Acquire::Acquired { .. }), "{reply:?}");
+        let waiting = AcquireRequest::new(lease).enqueue(std::time::Duration::from_secs(5));
+        let reply = store.acquire(&ours, waiting).await.expect("answered");
+        assert!(matches!(reply, Acquire::Busy { .. }), "{reply:?}");
+        let _our_listener = store.listen(&ours).await.expect("listening");
+        let _their_listener = store.listen(&theirs).await.expect("listening");
+        let release = ReleaseRequest::new(lease, held.id);
+        store.release(&holder, release).await.expect("released");
+        assert_eq!(store.hand_overs().made, 0, "offered, not handed over");
+        let reply = store.acquire(&ours, waiting).await.expect("answered");
+        assert!(
+            matches!(reply, Acquire::Busy { .. }),
+            "ours keep back: {reply:?}"
+        );
+        let reply = store.acquire(&theirs, AcquireRequest::new(lease)).await;
+        let reply = reply.expect("answered");
+        assert!(matches!(reply, Acquire::Acquired { .. }), "{reply:?}");
     }
 }

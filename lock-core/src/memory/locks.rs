@@ -106,10 +106,12 @@ impl Backend for MemoryBackend {
 
     async fn cancel_wait(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
         let now = Instant::now();
+        let listening = self.listening(lock);
         let served = {
             let mut store = self.store();
             match lock.kind {
                 LockKind::Mutex | LockKind::Fair => {
+                    store.count_others(lock, listening, now);
                     Some(store.cancel_exclusive(lock, acquisition.id, now))
                 }
                 // A writer's lock, free after the cancellation, goes to the next writer.
@@ -136,6 +138,7 @@ impl Backend for MemoryBackend {
 
     async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
         let now = Instant::now();
+        let listening = self.listening(lock);
         let (outcome, wakeup) = {
             let mut store = self.store();
             let name = lock.name.as_str();
@@ -147,6 +150,7 @@ impl Backend for MemoryBackend {
             }
             let (outcome, served) = match lock.kind {
                 LockKind::Mutex | LockKind::Fair => {
+                    store.count_others(lock, listening, now);
                     store.release_exclusive(lock, (request.grant, request.lease), now)
                 }
                 LockKind::Read | LockKind::Write => {
@@ -271,6 +275,13 @@ impl Backend for MemoryBackend {
 
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
         self.subscriptions.listen(&Self::channel(lock)).await
+    }
+}
+
+impl MemoryBackend {
+    /// How many listen on `lock`'s channel now (see `Store::count_others`).
+    fn listening(&self, lock: &LockRef) -> usize {
+        self.subscriptions.listeners(&Self::channel(lock))
     }
 }
 

@@ -264,6 +264,15 @@ impl Subscriptions {
         }
     }
 
+    /// How many listeners `channel` has now.
+    #[must_use]
+    pub fn listeners(&self, channel: &str) -> usize {
+        self.shared
+            .channels()
+            .get(channel)
+            .map_or(0, |(_, count)| *count)
+    }
+
     /// The channels that currently have listeners, sorted.
     #[must_use]
     pub fn channels(&self) -> Vec<String> {

@@ -45,6 +45,9 @@ pub enum Event<I = u32, O = u32, A = ()> {
         /// The lease to re-arm.
         lease: u64,
     },
+    /// The store counts this many clients of other libraries (Redisson's protocol: they
+    /// wait on the lock's channel and never register) waiting for a mutex now.
+    Others(u32),
     /// An operator deletes the lock whoever holds it.
     ForceRelease,
     /// Time passes.
@@ -156,6 +159,9 @@ pub enum Defect {
     /// N3 (second review): a release of a grant that is not alive ends the owner's
     /// latest grant instead.
     N3ReleaseEndsAnyGrant,
+    /// Issue 48: a release hands a mutex to a waiter of ours while clients of other
+    /// libraries wait too, so that they lose every turn.
+    NoOfferToOthers,
     /// N2 (second review), as it stands without adoption: a release counts the owner's
     /// hold down whatever grant it names, and a copy of it runs again (a release
     /// delayed or retried past its holder's next hold ends that hold).

@@ -63,6 +63,12 @@ pub struct Name<I = u32, O = u32, A = ()> {
     /// The longest lease granted so far (what the defect R4 trusted).
     longest_granted: u64,
     quarantine_until: u64,
+    /// How many clients of other libraries wait for the mutex (they never register).
+    others: u32,
+    /// How long a release offers the mutex to them.
+    offer: u64,
+    /// Until when the mutex is offered to them (0: it is not).
+    offered_until: u64,
     /// The state as the replica last caught up with it.
     replica: Option<Box<Self>>,
     defect: Option<Defect>,
@@ -74,7 +80,8 @@ where
     O: Clone + PartialEq,
     A: Clone,
 {
-    /// A free lock at time 0 whose leases are at most `longest_lease`.
+    /// A free lock at time 0 whose leases are at most `longest_lease`, offered to the
+    /// clients of other libraries for a tenth of that (see [`Name::offering_for`]).
     #[must_use]
     pub fn new(fair: bool, longest_lease: u64) -> Self {
         Self {
@@ -89,9 +96,20 @@ where
             token: 0,
             longest_granted: 0,
             quarantine_until: 0,
+            others: 0,
+            offer: (longest_lease / 10).max(1),
+            offered_until: 0,
             replica: None,
             defect: None,
         }
+    }
+
+    /// The same machine offering a freed mutex to the clients of other libraries for
+    /// `offer` (Redis offers it for its reservation's lifetime, 100 ms by default).
+    #[must_use]
+    pub fn offering_for(mut self, offer: u64) -> Self {
+        self.offer = offer.max(1);
+        self
     }
 
     /// The same machine with `defect` planted back.
@@ -146,83 +164,10 @@ where
         self.defect == Some(defect)
     }
 
-    /// The time now.
-    #[must_use]
-    pub fn now(&self) -> u64 {
-        self.now
-    }
-
-    /// The fencing token issued last.
-    #[must_use]
-    pub fn last_token(&self) -> u64 {
-        self.token
-    }
-
     /// Makes the next token greater than `token` (a composite lock's parts agree on
     /// one).
     pub fn raise_token(&mut self, token: u64) {
         self.token = self.token.max(token);
-    }
-
-    /// Whether the store has a record of acquisition `id` (granted, handed or ended).
-    #[must_use]
-    pub fn knows(&self, id: I) -> bool {
-        self.records.contains_key(&id)
-    }
-
-    /// Whether acquisition `id` was handed the lock and has not taken it up.
-    #[must_use]
-    pub fn handed_to(&self, id: I) -> bool {
-        matches!(self.records.get(&id), Some((Record::Handed(_), _)))
-    }
-
-    /// The holder, if the lock is held.
-    #[must_use]
-    pub fn holder(&self) -> Option<Holder<'_, I, O>> {
-        self.hold.as_ref().map(|hold| Holder {
-            owner: &hold.owner,
-            grants: &hold.grants,
-            origin: hold.origin,
-            expires: hold.expires,
-            since: hold.since,
-            token: hold.token,
-            handed: hold.handed,
-        })
-    }
-
-    /// The first waiter that keeps its place, and until when it keeps it.
-    #[must_use]
-    pub fn first_waiter(&self) -> Option<(&O, u64)> {
-        self.waiters
-            .iter()
-            .find(|w| w.keeps_until > self.now)
-            .map(|w| (&w.owner, w.keeps_until))
-    }
-
-    /// How many waiters keep their places.
-    #[must_use]
-    pub fn waiting(&self) -> usize {
-        self.waiters
-            .iter()
-            .filter(|w| w.keeps_until > self.now)
-            .count()
-    }
-
-    /// When a failover's quarantine ends (0: there was none).
-    #[must_use]
-    pub fn quarantined_until(&self) -> u64 {
-        self.quarantine_until
-    }
-
-    /// Whether the name holds nothing a store must keep: no hold, no waiter, no record,
-    /// no quarantine and no replica (only its last token).
-    #[must_use]
-    pub fn at_rest(&self) -> bool {
-        self.hold.is_none()
-            && self.records.is_empty()
-            && self.waiting() == 0
-            && self.quarantine_until <= self.now
-            && self.replica.is_none()
     }
 
     /// Applies `event` and answers it.
@@ -240,6 +185,10 @@ where
             Event::Release { id, owner, lease } => self.release(id, &owner, lease, &mut handed),
             Event::Cancel { id, owner } => self.cancel(id, &owner, &mut handed),
             Event::Renew { owner, lease } => self.renew(&owner, lease),
+            Event::Others(listening) => {
+                self.others = listening;
+                Reply::Done
+            }
             // Waiters are woken to ask, not handed the lock: an operator's revocation
             // runs no hand-over.
             Event::ForceRelease => Reply::Forced(self.hold.take().is_some()),
@@ -339,6 +288,8 @@ where
         let now = self.now;
         if let Some(hold) = self.hold.as_mut() {
             if hold.owner != owner {
+                // Someone took the offered lock: the offer is used up.
+                self.offered_until = 0;
                 return self.wait(id, owner, lease, waits);
             }
             // Reentry joins the owner's hold, never shortening its lease.
@@ -351,6 +302,12 @@ where
         if self.fair && self.head_other_than(&owner) {
             return self.wait(id, owner, lease, waits);
         }
+        // While the lock is offered to the clients of other libraries, ours that would
+        // register keep back; one that would not (a try) is one of those offered it.
+        if self.offered_until > now && waits.is_some() {
+            return self.wait(id, owner, lease, waits);
+        }
+        self.offered_until = 0;
         let fair = self.fair;
         self.waiters
             .retain(|w| w.id != id && !(fair && w.owner == owner));
@@ -507,6 +464,19 @@ where
         if self.quarantine_until > now || self.waiters.is_empty() {
             return None;
         }
+        // Clients of other libraries wait too (they never register, so a hand-over to
+        // ours would pass them over every time): the lock is offered to them instead,
+        // until one takes it or the offer lapses; an offer made stands. With none left,
+        // an offer ends.
+        if !self.fair && !self.planted(Defect::NoOfferToOthers) {
+            if self.others > 0 {
+                if self.offered_until <= now {
+                    self.offered_until = now.saturating_add(self.offer);
+                }
+                return None;
+            }
+            self.offered_until = 0;
+        }
         let waiter = self.waiters.remove(0);
         let lasts = if self.planted(Defect::HandedHoldLastsThePlace) {
             waiter.place
@@ -531,7 +501,12 @@ where
     /// a lost hold may have had.
     fn fail_over(&mut self) {
         let (fair, longest_lease, quarantine) = (self.fair, self.longest_lease, self.quarantine);
-        let fresh = || Self::new(fair, longest_lease).quarantining_for(quarantine);
+        let (offer, others) = (self.offer, self.others);
+        let fresh = || {
+            Self::new(fair, longest_lease)
+                .quarantining_for(quarantine)
+                .offering_for(offer)
+        };
         let replica = self.replica.take().map_or_else(fresh, |r| *r);
         let quarantine = if self.planted(Defect::R4QuarantineOfKnownLeases) {
             replica.longest_granted
@@ -543,6 +518,8 @@ where
         self.now = now;
         self.defect = defect;
         self.retention = retention;
+        // Who listens is no write: the promoted store counts its listeners anew.
+        self.others = others;
         // Tokens never go backwards: a store seeds them from a clock; the machine keeps
         // the highest it issued.
         self.token = self.token.max(token);
@@ -551,46 +528,5 @@ where
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn attempt(id: u32, owner: u32) -> Event {
-        Event::Attempt {
-            id,
-            owner,
-            lease: 30,
-            place: Some(50),
-            ask: (),
-        }
-    }
-
-    /// A waiter that re-entered its owner's hold (handed to the owner's other waiter)
-    /// waits no more: when the lock is free again it is not handed it a second time.
-    /// Found by the simulation once the memory store executed this machine; the
-    /// exhaustive check's bound is two events short of it.
-    #[test]
-    fn a_waiter_that_reentered_is_not_handed_the_lock_again() {
-        let mut name: Name = Name::new(false, 100);
-        assert!(matches!(
-            name.step(attempt(2, 2)).reply,
-            Reply::Acquired { .. }
-        ));
-        assert_eq!(name.step(attempt(1, 1)).reply, Reply::Busy);
-        assert_eq!(name.step(attempt(3, 1)).reply, Reply::Busy);
-        let release = Event::Release {
-            id: 2,
-            owner: 2,
-            lease: 30,
-        };
-        let handed = name.step(release).handed.map(|hand_over| hand_over.id);
-        assert_eq!(handed, Some(1));
-        let reentry = name.step(attempt(3, 1)).reply;
-        assert!(
-            matches!(reentry, Reply::Acquired { holds: 2, .. }),
-            "{reentry:?}"
-        );
-        assert_eq!(name.step(Event::ForceRelease).reply, Reply::Forced(true));
-        let step = name.step(Event::Cancel { id: 1, owner: 1 });
-        assert_eq!(step.handed, None, "acquisition 3 was granted once already");
-    }
-}
+mod tests;
+mod views;

@@ -1,0 +1,91 @@
+//! What a store reads of a name's machine: its clock, its holder and waiters, its
+//! records, and whether it holds anything at all.
+
+use super::{Holder, Name, Record};
+
+impl<I, O, A> Name<I, O, A>
+where
+    I: Copy + Ord,
+    O: Clone + PartialEq,
+    A: Clone,
+{
+    /// The time now.
+    #[must_use]
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// The fencing token issued last.
+    #[must_use]
+    pub fn last_token(&self) -> u64 {
+        self.token
+    }
+
+    /// Whether the store has a record of acquisition `id` (granted, handed or ended).
+    #[must_use]
+    pub fn knows(&self, id: I) -> bool {
+        self.records.contains_key(&id)
+    }
+
+    /// Whether acquisition `id` was handed the lock and has not taken it up.
+    #[must_use]
+    pub fn handed_to(&self, id: I) -> bool {
+        matches!(self.records.get(&id), Some((Record::Handed(_), _)))
+    }
+
+    /// The holder, if the lock is held.
+    #[must_use]
+    pub fn holder(&self) -> Option<Holder<'_, I, O>> {
+        self.hold.as_ref().map(|hold| Holder {
+            owner: &hold.owner,
+            grants: &hold.grants,
+            origin: hold.origin,
+            expires: hold.expires,
+            since: hold.since,
+            token: hold.token,
+            handed: hold.handed,
+        })
+    }
+
+    /// The first waiter that keeps its place, and until when it keeps it.
+    #[must_use]
+    pub fn first_waiter(&self) -> Option<(&O, u64)> {
+        self.waiters
+            .iter()
+            .find(|w| w.keeps_until > self.now)
+            .map(|w| (&w.owner, w.keeps_until))
+    }
+
+    /// How many waiters keep their places.
+    #[must_use]
+    pub fn waiting(&self) -> usize {
+        self.waiters
+            .iter()
+            .filter(|w| w.keeps_until > self.now)
+            .count()
+    }
+
+    /// Until when the mutex is offered to the clients of other libraries, if it is now.
+    #[must_use]
+    pub fn offered_until(&self) -> Option<u64> {
+        (self.offered_until > self.now).then_some(self.offered_until)
+    }
+
+    /// When a failover's quarantine ends (0: there was none).
+    #[must_use]
+    pub fn quarantined_until(&self) -> u64 {
+        self.quarantine_until
+    }
+
+    /// Whether the name holds nothing a store must keep: no hold, no waiter, no record,
+    /// no quarantine and no replica (only its last token).
+    #[must_use]
+    pub fn at_rest(&self) -> bool {
+        self.hold.is_none()
+            && self.records.is_empty()
+            && self.waiting() == 0
+            && self.quarantine_until <= self.now
+            && self.offered_until <= self.now
+            && self.replica.is_none()
+    }
+}
