@@ -280,3 +280,40 @@ pub async fn a_release_of_an_unknown_grant_ends_nothing(fx: &dyn Fixture) {
         Release::Released
     );
 }
+
+/// A waiter that cannot reach the store for its retry window goes on under a fresh id,
+/// and its old id is undone in the background. A release that hands the lock to the old
+/// id while the undo is on its way must not give the waiter a guard: the undo ends that
+/// grant, and another client would get the lock while the guard believes it holds.
+/// Found by the simulation (seed 633, once a client of another library and two busy
+/// contenders shared a mutex with ours); the waiter took the hand-over by the id its
+/// last attempt had carried.
+pub async fn a_hand_over_to_an_undone_id_gives_no_guard(fx: &dyn Fixture) {
+    let name = unique("undone-hand-over");
+    let holder = fx.client().await;
+    let held = holder.mutex(&name).lock().await.unwrap();
+    let faulty = FaultyBackend::new(fx.backend().await);
+    let waiting_client = Locks::builder(Arc::new(faulty.clone()))
+        .retry_window(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    // The first attempt is answered busy and registers the acquisition; every attempt
+    // after it fails for the whole retry window, and the undo of its id lags.
+    faulty.delay_listens(Duration::from_millis(200));
+    let lock = waiting_client.mutex(&name);
+    let waiting =
+        tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(4), None).await });
+    faulty.asked(1).await;
+    faulty.set(AcquireFault::FailBeforeSending);
+    faulty.delay_releases(Duration::from_secs(1));
+    sleep(Duration::from_millis(650)).await;
+    faulty.set(AcquireFault::None);
+    // The release hands the lock to the old id, whose undo is still on its way.
+    held.unlock().await.unwrap();
+    // The undo lands; the waiter's fresh id is served then.
+    sleep(Duration::from_millis(1200)).await;
+    let guard = waiting.await.unwrap().unwrap();
+    let guard = guard.expect("the waiter is served once the undo freed the lock");
+    nobody_else_gets(fx, &name, &guard, "a guard of a hand-over to an undone id").await;
+    guard.unlock().await.unwrap();
+}

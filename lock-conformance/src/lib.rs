@@ -106,6 +106,7 @@ macro_rules! conformance_suite {
             a_lost_guard_beside_concurrent_grants_leaves_nothing_held: [],
             a_late_copy_of_a_released_grant_grants_nothing: [RetrySafe],
             a_release_of_an_unknown_grant_ends_nothing: [],
+            a_hand_over_to_an_undone_id_gives_no_guard: [HandsOver, RetrySafe],
             a_revoked_handed_mutex_is_not_granted_again: [HandsOver],
             a_revoked_handed_fair_lock_is_not_granted_again: [HandsOver, Fair],
             a_revoked_handed_write_lock_is_not_granted_again: [HandsOver, ReadWrite],

@@ -273,11 +273,14 @@ async fn ask(
         // notification is taken (a notified future dropped unconsumed would pass the
         // wake-up on to another waiter), and the outcome does not rest on the runtime's
         // random choice of branch (a simulated run replays exactly).
+        // A hand-over is made to the id the attempt carried; after an unreached attempt,
+        // whose id is being undone in the background, a hand-over to it is no grant.
+        let handed_to = (numbered.id == request.id).then_some(numbered);
         let handed = tokio::select! {
             biased;
-            () = &mut notified => {
+            () = &mut notified => handed_to.and_then(|numbered| {
                 woken(client, (&lock, listener), &asked, numbered, (lease_duration, renew))
-            }
+            }),
             () = tokio::time::sleep(sleep_for.max(Duration::from_millis(1))) => None,
         };
         if let Some(guard) = handed {
