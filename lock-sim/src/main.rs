@@ -1,7 +1,8 @@
 //! `lock-sim`: the deterministic simulation of the lock client (`cargo xtask simulate`).
 //!
 //! Each seed is one run of the real lock-core client (three clients, nine tasks, every
-//! lock kind and both semaphores) over the memory backend, on a single-threaded runtime
+//! lock kind and both semaphores, and on one mutex a client of another library and
+//! three busy contenders) over the memory backend, on a single-threaded runtime
 //! whose clock is simulated (it jumps to the next timer when every task waits), behind a
 //! fault layer that delays, loses and duplicates requests and replies and pauses clients
 //! past their leases. The tasks cancel their futures at random points. Invariants are
@@ -49,8 +50,9 @@ usage: lock-sim [--seeds N] [--first S] | --minutes M | --seed S | --mutants
   --first S     the first seed (default 0)
   --minutes M   run consecutive seeds, from a start chosen by the clock, for M minutes
   --seed S      replay one seed, printing every event, and check that it replays exactly
-  --mutants     plant each known defect back in turn (r1, r2, n2, n3, handed-place); fails
-                unless the invariants catch every one within its seed budget
+  --mutants     plant each known defect back in turn (r1, r2, r4, n2, n3, handed-place,
+                no-offer); fails unless the invariants catch every one within its
+                seed budget
   --only OPS    only these operations, comma-separated: mutex, fair, read, write,
                 reenter (a fair and a plain guard of one holder), reenter-same, permits,
                 leased (same seed and options: same run)

@@ -22,7 +22,7 @@ pub(crate) struct Mutant {
 }
 
 /// Every mutant `--mutants` runs.
-pub(crate) const MUTANTS: [Mutant; 6] = [
+pub(crate) const MUTANTS: [Mutant; 7] = [
     Mutant {
         name: "r1",
         defect: Defect::R1TakeUpGrantsAfresh,
@@ -64,6 +64,14 @@ pub(crate) const MUTANTS: [Mutant; 6] = [
         name: "handed-place",
         defect: Defect::HandedHoldLastsThePlace,
         what: "issue 48: a handed hold lasts the waiter's place, not its lease",
+        budget: 300,
+        ops: None,
+    },
+    Mutant {
+        name: "no-offer",
+        defect: Defect::NoOfferToOthers,
+        what: "issue 48: a release hands a mutex to our waiter while a client of another \
+               library waits, which then starves",
         budget: 300,
         ops: None,
     },

@@ -282,8 +282,11 @@ impl Store {
         let step = self.step(name, lock.kind, event, now);
         match step.handed {
             Some(hand_over) => Served::Handed(self.notice(lock, hand_over)),
-            None if self.offered(name, now) => Served::Woken(self.wake_next(lock, now)),
-            None if held_before && self.exclusively_held(name, now).is_none() => {
+            // Freed by the cancellation, or free while clients of other libraries wait
+            // (the cancelled waiter may have been the one a release woke).
+            None if self.exclusively_held(name, now).is_none()
+                && (held_before || self.offered(name, now)) =>
+            {
                 Served::Woken(self.wake_next(lock, now))
             }
             None => Served::Woken(None),
@@ -400,18 +403,19 @@ impl Store {
         }
     }
 
-    /// Whether the mutex `name` is offered to the clients of other libraries now.
+    /// Whether clients of other libraries wait for the mutex `name` (as last counted),
+    /// or it is offered to them now.
     fn offered(&mut self, name: &str, now: Instant) -> bool {
         let clock = self.clock(now);
-        self.names
-            .get(name)
-            .and_then(Name::offered_until)
-            .is_some_and(|until| until > clock)
+        self.names.get(name).is_some_and(|machine| {
+            machine.others() > 0 || machine.offered_until().is_some_and(|until| until > clock)
+        })
     }
 
     /// Who to wake when `lock` is free and nobody was handed it: a fair lock's first
-    /// waiter; one waiter of a mutex, or every listener while the mutex is offered to
-    /// the clients of other libraries (each may be one of them).
+    /// waiter; one waiter of a mutex, or every listener while clients of other
+    /// libraries wait (each listener may be one of them; on a server every client
+    /// hears the release).
     fn wake_next(&mut self, lock: &LockRef, now: Instant) -> Option<(String, Wake)> {
         if lock.kind != LockKind::Fair {
             let wake = if self.offered(lock.name.as_str(), now) {

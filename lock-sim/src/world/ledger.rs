@@ -16,6 +16,37 @@ pub(super) enum Held {
     Guard(Guard),
     Permits(Permits),
     Leased(LeasedPermits),
+    /// A mutex held by a client of another library (see the foreign module): it
+    /// believes it holds until it releases, or until `until` (its lease; nothing
+    /// renews it).
+    Foreign {
+        owner: String,
+        token: Option<u64>,
+        until: Instant,
+    },
+}
+
+impl Held {
+    /// The owner of an exclusive hold its holder believes in now, and whether it is a
+    /// reader's.
+    fn believed(&self, now: Instant) -> Option<(&str, bool)> {
+        match self {
+            Self::Guard(guard) if guard.is_held() => {
+                Some((guard.owner(), guard.kind() == lock_core::LockKind::Read))
+            }
+            Self::Foreign { owner, until, .. } if *until > now => Some((owner, false)),
+            _ => None,
+        }
+    }
+
+    /// The fencing token of an exclusive hold.
+    fn token(&self) -> Option<u64> {
+        match self {
+            Self::Guard(guard) => guard.fencing_token(),
+            Self::Foreign { token, .. } => *token,
+            Self::Permits(_) | Self::Leased(_) => None,
+        }
+    }
 }
 
 pub(super) struct Entry {
@@ -30,6 +61,9 @@ pub(super) struct Ledger {
     next: AtomicU64,
     /// Tasks waiting for an exclusive lock: the name and since when.
     waiting: Mutex<BTreeMap<usize, (&'static str, Instant)>>,
+    /// How many times each name changed hands: a hold begun by an owner that held none
+    /// of it.
+    turns: Mutex<BTreeMap<&'static str, u64>>,
     /// Since when each name has been free in the store, as the checker last saw.
     free_since: Mutex<BTreeMap<&'static str, Instant>>,
     /// The latest force-release of each name: when, and the fencing token issued last
@@ -48,8 +82,29 @@ impl Ledger {
 
     pub(super) fn insert(&self, name: &'static str, held: Held) -> u64 {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        self.entries().insert(id, Entry { name, held });
+        let now = Instant::now();
+        let mut entries = self.entries();
+        if let Some((owner, _)) = held.believed(now) {
+            let reentry = entries.values().any(|entry| {
+                entry.name == name
+                    && entry
+                        .held
+                        .believed(now)
+                        .is_some_and(|(other, _)| other == owner)
+            });
+            if !reentry {
+                let mut turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
+                *turns.entry(name).or_default() += 1;
+            }
+        }
+        entries.insert(id, Entry { name, held });
         id
+    }
+
+    /// How many times `name` changed hands so far.
+    pub(super) fn turns(&self, name: &'static str) -> u64 {
+        let turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
+        turns.get(name).copied().unwrap_or(0)
     }
 
     pub(super) fn take(&self, id: u64) -> Option<Held> {
@@ -161,23 +216,24 @@ impl Ledger {
         let mut exclusive: BTreeMap<&'static str, BTreeSet<String>> = BTreeMap::new();
         let mut readers: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
         let (mut permits, mut leased) = (0, 0);
+        let now = Instant::now();
         for entry in entries.values() {
             match &entry.held {
-                Held::Guard(guard) if guard.is_held() && revoked_at(&forced, entry).is_some() => {}
-                Held::Guard(guard) if guard.is_held() => {
-                    let owners = if guard.kind() == lock_core::LockKind::Read {
-                        &mut readers
-                    } else {
-                        &mut exclusive
+                Held::Permits(held) => permits += held.count(),
+                Held::Leased(held) if held.is_held() => leased += held.count() as u64,
+                held => {
+                    let Some((owner, reads)) = held.believed(now) else {
+                        continue;
                     };
+                    if revoked_at(&forced, entry).is_some() {
+                        continue;
+                    }
+                    let owners = if reads { &mut readers } else { &mut exclusive };
                     owners
                         .entry(entry.name)
                         .or_default()
-                        .insert(guard.owner().to_owned());
+                        .insert(owner.to_owned());
                 }
-                Held::Permits(held) => permits += held.count(),
-                Held::Leased(held) if held.is_held() => leased += held.count() as u64,
-                Held::Guard(_) | Held::Leased(_) => {}
             }
         }
         for (name, owners) in &exclusive {
@@ -281,10 +337,7 @@ pub(super) async fn leases(store: &MemoryBackend) -> Result<(), String> {
 /// When the hold `entry`'s guard believes in was revoked by a force-release, if it was:
 /// its fencing token is no later than the name's latest before that force-release.
 fn revoked_at(forced: &BTreeMap<&'static str, (Instant, u64)>, entry: &Entry) -> Option<Instant> {
-    let Held::Guard(guard) = &entry.held else {
-        return None;
-    };
     let (at, last) = forced.get(entry.name)?;
-    let token = guard.fencing_token()?;
+    let token = entry.held.token()?;
     (token <= *last).then_some(*at)
 }

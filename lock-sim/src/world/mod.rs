@@ -15,6 +15,7 @@ use crate::faults::{FaultyLink, Network, Profile};
 use crate::rng::Rng;
 use crate::trace::Trace;
 
+mod foreign;
 mod ledger;
 mod operator;
 mod task;
@@ -46,11 +47,34 @@ const PERMITS: u64 = 2;
 /// The longest a waiter may wait while its lock is free in the store.
 const LIVENESS_BOUND: Duration = Duration::from_secs(3);
 
+/// How many times a mutex may change hands while one waits for it.
+const STARVATION_TURNS: u64 = 8;
+
 /// How long a waiter for more permits than exist waits, and how long the waiter for one
 /// beside it waits: both longer than the liveness bound.
 const BEYOND_WAIT: Duration = Duration::from_secs(4);
 
-const MUTEX_NAMES: [&str; 2] = ["m0", "m1"];
+/// The exclusive locks' names. The first two serve mutexes, fair locks and re-entries
+/// through both (one name's first use decides which rules it keeps, as one key serves
+/// both on a server); the last, [`SHARED_NAME`], only mutexes.
+const MUTEX_NAMES: [&str; 3] = ["m0", "m1", SHARED_NAME];
+
+/// The names fair locks and re-entries use.
+const MIXED_NAMES: [&str; 2] = ["m0", "m1"];
+
+/// The names a mutex is drawn from: the shared one as often as the other two together.
+const MUTEX_PICKS: [&str; 4] = ["m0", "m1", SHARED_NAME, SHARED_NAME];
+
+/// The mutex our clients share with a client of another library (see the foreign
+/// module): only a mutex, since that client never registers, as a fair lock's waiters
+/// must.
+const SHARED_NAME: &str = "mx";
+
+/// Tasks of ours that contend for the shared mutex beside the client of another library.
+const CONTENDERS: usize = 3;
+
+/// How long a contender waits for the shared mutex.
+const CONTENDED: Duration = Duration::from_secs(2);
 
 const RW_NAME: &str = "rw";
 
@@ -165,21 +189,7 @@ async fn simulate(seed: u64, workload: Arc<Workload>, echo: bool) -> Outcome {
             .run(),
         )
     });
-    let tasks: Vec<_> = (0..TASKS)
-        .filter_map(|index| {
-            let (locks, link) = clients.get(index % CLIENTS)?.clone();
-            let task = Task {
-                index,
-                workload: Arc::clone(&workload),
-                locks,
-                link,
-                network: Arc::clone(&network),
-                ledger: Arc::clone(&ledger),
-                store: Arc::clone(&store),
-            };
-            Some(tokio::spawn(task.run()))
-        })
-        .collect();
+    let tasks = spawn_tasks(&workload, &clients, &store, &network, &ledger);
     for task in tasks {
         if task.await.is_err() {
             ledger.fail("a task panicked".to_owned());
@@ -208,6 +218,45 @@ async fn simulate(seed: u64, workload: Arc<Workload>, echo: bool) -> Outcome {
         ledger.fail(violation);
     }
     outcome(&ledger, &trace, &store)
+}
+
+/// Starts the run's tasks: each of ours on its client, and where mutexes are locked the
+/// client of another library and our contenders for the mutex it shares.
+fn spawn_tasks(
+    workload: &Arc<Workload>,
+    clients: &[(Locks, FaultyLink)],
+    store: &Arc<MemoryBackend>,
+    network: &Arc<Network>,
+    ledger: &Arc<Ledger>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let task = |index: usize| {
+        let (locks, link) = clients.get(index % CLIENTS)?.clone();
+        Some(Task {
+            index,
+            workload: Arc::clone(workload),
+            locks,
+            link,
+            network: Arc::clone(network),
+            ledger: Arc::clone(ledger),
+            store: Arc::clone(store),
+        })
+    };
+    let mut tasks: Vec<_> = (0..TASKS)
+        .filter_map(task)
+        .map(|task| tokio::spawn(task.run()))
+        .collect();
+    if foreign::Foreign::joins(workload) {
+        let foreign = foreign::Foreign {
+            index: TASKS,
+            link: FaultyLink::new(CLIENTS, Arc::clone(store), Arc::clone(network)),
+            network: Arc::clone(network),
+            ledger: Arc::clone(ledger),
+        };
+        tasks.push(tokio::spawn(foreign.run()));
+        let contenders = (TASKS + 1..=TASKS + CONTENDERS).filter_map(task);
+        tasks.extend(contenders.map(|task| tokio::spawn(task.contend())));
+    }
+    tasks
 }
 
 /// The run's clients, each behind its own faulty link to `store`.
@@ -239,8 +288,14 @@ async fn check(
     watching: Arc<AtomicBool>,
 ) {
     let mut ticks = 0u64;
+    let mut noted = false;
     while watching.load(Ordering::Relaxed) {
         ledger.check(&store);
+        // The first violation goes into the trace where it happened.
+        if !noted && let Some(violation) = ledger.violation() {
+            network.trace.note(&violation);
+            noted = true;
+        }
         // The store's holds and the revoked guards every few milliseconds: their bounds
         // are hundreds of milliseconds, and each look reads the store.
         if ticks.is_multiple_of(STORE_LOOKS_EVERY) {

@@ -11,8 +11,8 @@ use lock_core::{Guard, Holder, Lock, Locks};
 use tokio::time::{Instant, timeout};
 
 use super::{
-    BEYOND_WAIT, EXPIRABLE, LEASE, LONGEST_LEASE, MUTEX_NAMES, OPERATIONS, PERMITS, RW_NAME,
-    SEMAPHORE,
+    BEYOND_WAIT, CONTENDED, EXPIRABLE, LEASE, LONGEST_LEASE, MIXED_NAMES, MUTEX_PICKS, OPERATIONS,
+    PERMITS, RW_NAME, SEMAPHORE, SHARED_NAME,
 };
 use crate::faults::{FaultyLink, Network};
 use crate::rng::Rng;
@@ -117,7 +117,8 @@ impl Task {
     pub(super) async fn lock_once(&self, op: Op, wait: Wait) {
         let name = match op {
             Op::Read | Op::Write => RW_NAME,
-            _ => self.draw(|rng| rng.pick(&MUTEX_NAMES)),
+            Op::Fair => self.draw(|rng| rng.pick(&MIXED_NAMES)),
+            _ => self.draw(|rng| rng.pick(&MUTEX_PICKS)),
         };
         let lock = self.handle(op, name, None);
         let Some(guard) = self.take(&lock, name, wait).await else {
@@ -131,11 +132,33 @@ impl Task {
         self.give_back(id, name).await;
     }
 
+    /// Locks the shared mutex again and again, as a service's workers do, beside the
+    /// client of another library (see the foreign module): a release nearly always
+    /// finds a waiter of ours registered.
+    pub(super) async fn contend(self) {
+        for _ in 0..OPERATIONS * 3 {
+            let lock = self.locks.mutex(SHARED_NAME);
+            if let Some(guard) = self
+                .take(&lock, SHARED_NAME, Wait::Bounded(CONTENDED))
+                .await
+            {
+                self.note(&format!("{SHARED_NAME}: taken"));
+                let id = self.ledger.insert(SHARED_NAME, Held::Guard(guard));
+                self.ledger.check(&self.store);
+                let held_for = self.draw(|rng| rng.millis_below(20));
+                crate::nap(held_for).await;
+                self.give_back(id, SHARED_NAME).await;
+            }
+            let pause = self.draw(|rng| rng.millis_below(10));
+            crate::nap(pause).await;
+        }
+    }
+
     /// A holder locks one name through the fair and the plain handle (in either order),
     /// or twice through one of them (`same`), then releases the two guards in either
     /// order.
     pub(super) async fn reenter(&self, wait: Wait, same: bool) {
-        let name = self.draw(|rng| rng.pick(&MUTEX_NAMES));
+        let name = self.draw(|rng| rng.pick(&MIXED_NAMES));
         let holder = Holder::new(&format!("t{}", self.index)).ok();
         let (first, second) = self.draw(|rng| match (same, rng.chance(50)) {
             (false, true) => (Op::Fair, Op::Mutex),

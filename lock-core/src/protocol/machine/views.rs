@@ -65,6 +65,12 @@ where
             .count()
     }
 
+    /// How many clients of other libraries the store last counted waiting.
+    #[must_use]
+    pub fn others(&self) -> u32 {
+        self.others
+    }
+
     /// Until when the mutex is offered to the clients of other libraries, if it is now.
     #[must_use]
     pub fn offered_until(&self) -> Option<u64> {
