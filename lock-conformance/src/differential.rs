@@ -7,10 +7,15 @@
 //! three acquisitions ask, re-ask, take up a handed hold, release, give up (two wait;
 //! the third, of the first's owner, only tries: it re-enters, and a client's waiters for
 //! one lock ask one at a time anyway); a late copy of any earlier attempt arrives; an
-//! operator force-releases; an owner's watchdog renews (the store says which hold). Each owner is a client of its own (a backend with its own
-//! connections), which listens on the lock once it waits, as a waiter of ours does, so
-//! that a release may hand the lock to it. Leases are long: time and failovers are the
-//! exhaustive check's and the simulation's.
+//! operator force-releases; an owner's watchdog renews (the store says which hold); a
+//! client of another library starts or stops listening on the lock's channel (it never
+//! registers, as Redisson's do: a release offers it the mutex). Each owner is a client of
+//! its own (a backend with its own connections), which listens on the lock once it
+//! waits, as a waiter of ours does, so that a release may hand the lock to it. A store
+//! counts the listeners beyond its registered waiters as other libraries' (it cannot
+//! tell them apart), and so does the sequence for the rules before each release and
+//! cancellation ([`Event::Others`]). Leases and offers are long: time and failovers are
+//! the exhaustive check's and the simulation's.
 //!
 //! Fencing tokens are compared by order (a store's are clock-seeded), and replies that
 //! carry no more than "busy" are compared as such.
@@ -25,6 +30,7 @@ use lock_core::protocol::{Event, Name, Reply};
 use lock_core::{
     AcquireRequest, Backend, LockKind, LockName, LockRef, Owner, ReleaseRequest, RequestId,
 };
+use lock_redis_protocol::ProtocolOptions;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -89,9 +95,11 @@ pub async fn first_disagreement(fx: &dyn Fixture, kind: LockKind) -> Option<Stri
     None
 }
 
-/// One sequence's store side: a client per owner, and the acquisitions.
+/// One sequence's store side: a client per owner, the acquisitions, and the client of
+/// another library while it listens.
 struct Sequence {
     clients: HashMap<u32, Client>,
+    outsider: (Arc<dyn Backend>, Option<Listener>),
     owners: [u32; 3],
     acquisitions: Vec<Acquisition>,
     ids: HashMap<RequestId, u32>,
@@ -100,6 +108,8 @@ struct Sequence {
 impl Sequence {
     async fn new(fx: &dyn Fixture, kind: LockKind, fair: bool) -> Self {
         let name = LockName::new(&unique("differential")).unwrap();
+        // Offers to other libraries outlast a sequence, as in the rules (whose time stands).
+        let options = ProtocolOptions::default().reservation(Duration::from_secs(60));
         let mut clients = HashMap::new();
         for owner in [1, 2, 3] {
             let holder = Owner::new(
@@ -107,7 +117,7 @@ impl Sequence {
                 "seq",
             );
             let client = Client {
-                backend: fx.backend().await,
+                backend: fx.backend_with(options).await,
                 lock: LockRef::new(kind, name.clone(), holder),
                 listening: None,
             };
@@ -137,6 +147,7 @@ impl Sequence {
             .collect();
         Self {
             clients,
+            outsider: (fx.backend().await, None),
             owners: owners(fair),
             acquisitions,
             ids,
@@ -148,6 +159,49 @@ impl Sequence {
         for client in self.clients.values() {
             client.backend.force_release(&client.lock).await.unwrap();
         }
+    }
+
+    /// How many listen on the lock's channel: our clients that waited, and the client of
+    /// another library.
+    fn listening(&self) -> u32 {
+        let ours = self
+            .clients
+            .values()
+            .filter(|c| c.listening.is_some())
+            .count();
+        u32::try_from(ours).unwrap() + u32::from(self.outsider.1.is_some())
+    }
+
+    /// Waits until a Redis server counts the mutex's listeners as the sequence does: a
+    /// subscription is made (or dropped) on a connection of its own, which the server
+    /// may reach after the next release, and a release counts the listeners.
+    async fn settle_listeners(&self, fx: &dyn Fixture) {
+        let (Some(redis), lock) = (fx.redis(), &self.clients[&1].lock) else {
+            return;
+        };
+        if lock.kind != LockKind::Mutex {
+            return;
+        }
+        let channel = format!("redisson_lock__channel:{{{}}}", lock.name.as_str());
+        let expected = i64::from(self.listening());
+        for _ in 0..400 {
+            if crate::wakes::listeners(redis, &channel).await == expected {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("the server never counted {expected} listeners of {channel}");
+    }
+
+    /// The client of another library starts listening, or stops.
+    async fn outsider_turns(&mut self) -> &'static str {
+        if self.outsider.1.take().is_some() {
+            return "the other library's client stops listening";
+        }
+        let lock = &self.clients[&1].lock;
+        let outsider = LockRef::new(lock.kind, lock.name.clone(), Owner::new("outsider", "1"));
+        self.outsider.1 = Some(self.outsider.0.listen(&outsider).await.unwrap());
+        "the other library's client listens"
     }
 
     /// Does `choice` to acquisition `i` on the store, if it may: the event for the
@@ -245,11 +299,30 @@ async fn run(fx: &dyn Fixture, kind: LockKind, seed: u64) -> Result<(), String> 
     let mut trace = Vec::new();
     // The acquisitions the rules granted (or handed the lock) so far.
     let mut granted = HashSet::new();
+    // Every other sequence begins with the client of another library listening.
+    if seed % 2 == 1 {
+        trace.push(sequence.outsider_turns().await.to_owned());
+        sequence.settle_listeners(fx).await;
+    }
     for _ in 0..EVENTS {
         let i = rng.random_range(0..3);
-        let Some((event, reply, what)) = sequence.act(i, rng.random_range(0..12)).await else {
+        let choice = rng.random_range(0..13);
+        if choice == 12 {
+            trace.push(sequence.outsider_turns().await.to_owned());
+            sequence.settle_listeners(fx).await;
+            continue;
+        }
+        let Some((event, reply, what)) = sequence.act(i, choice).await else {
             continue;
         };
+        sequence.settle_listeners(fx).await;
+        if matches!(event, Event::Release { .. } | Event::Cancel { .. }) {
+            // As the store counts them as the release runs.
+            let registered = u32::try_from(machine.waiting()).unwrap();
+            machine.step(Event::Others(
+                sequence.listening().saturating_sub(registered),
+            ));
+        }
         let expected = machine.step(event);
         // A store may count the holds of a grant found again (a late copy, a take-up) as
         // it first did, or as they are now.

@@ -207,7 +207,7 @@ pub async fn a_release_beside_another_librarys_waiter_offers_it_the_lock(fx: &dy
 }
 
 /// How many listen on `channel`, as a release counts them.
-async fn listeners(redis: &dyn crate::fixture::RedisControl, channel: &str) -> i64 {
+pub(crate) async fn listeners(redis: &dyn crate::fixture::RedisControl, channel: &str) -> i64 {
     let count = if redis.publish_command() == "spublish" {
         "SHARDNUMSUB"
     } else {

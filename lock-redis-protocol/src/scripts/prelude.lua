@@ -407,6 +407,12 @@ local function others()
     return 'others'
 end
 
+-- Who the reservation value `value` ('<ms>:<owner or wake id>') names; nil when malformed.
+local function reserved_for(value)
+    local sep = string.find(value, ':', 1, true)
+    return sep and string.sub(value, sep + 1)
+end
+
 -- This library's clients with a waiter on a mutex register in the zset `waiting`
 -- (member: the client's wake id; score: when it registered, on the server's clock), and
 -- each listens on the lock's channel once. Returns the wake id of the client that
@@ -617,7 +623,8 @@ end
 -- tells everybody, nothing is handed over then.) When more listen than are registered,
 -- a client of another library surely waits, and the lock is offered to the clients of
 -- other libraries instead (the reservation names `others()`): our clients keep back
--- until one of them takes it (see the mutex acquire script) or the offer lapses. A
+-- until one of them takes it (see the mutex acquire script), the offer lapses, or a
+-- release finds none of them listening any more. A
 -- Redisson-protocol waiter thus gets the turn after each of our releases, where it
 -- lost every race to our faster clients and got a few percent of the turns (issue 48).
 -- A read-write lock's writers wait the same way (`m.mode` 'write'; no reservation, and
@@ -633,8 +640,15 @@ local function wake_mutex_waiters(m)
     if counted and foreign and m.reservation then
         redis.call('set', m.reservation, now_ms() .. ':' .. others(), 'px', m.offer_ms, 'nx')
     end
+    -- A target means none of the other libraries' clients listens any more: an offer to
+    -- them ends (the protocol's rules), and the lock goes to our client.
+    local reserved = target and m.reservation and redis.call('get', m.reservation)
+    if reserved and reserved_for(reserved) == others() then
+        redis.call('del', m.reservation)
+        reserved = false
+    end
     local handed = nil
-    if target and alone and not (m.reservation and redis.call('exists', m.reservation) == 1) then
+    if target and alone and not reserved then
         handed = hand_over(target, m)
     end
     if target and not handed then
