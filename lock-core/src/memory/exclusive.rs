@@ -20,7 +20,7 @@ use crate::{HeldAs, HolderInfo, LockInfo, LockName, Owner};
 pub(super) type Exclusive = Name<RequestId, Owner, AcquireRequest>;
 
 /// How long a release offers a mutex to the clients of other libraries waiting for it
-/// (Redis's default for its offers).
+/// (the servers' stores' default for their offers).
 const OFFER: Duration = Duration::from_millis(100);
 
 /// The machine's time for `duration`.
@@ -107,7 +107,7 @@ impl Store {
     /// for it: the listeners of its channel (`listening`) beyond its registered waiters
     /// (a client of ours listens once per lock, and one of its waiters registers at a
     /// time; one that is between its busy answer and its subscription is counted short,
-    /// which only hands over where an offer was due, as on Redis).
+    /// which only hands over where an offer was due, as on a server).
     pub(super) fn count_others(&mut self, lock: &LockRef, listening: usize, now: Instant) {
         if lock.kind != LockKind::Mutex || !self.names.contains_key(lock.name.as_str()) {
             return;
@@ -509,7 +509,7 @@ mod tests {
     }
 
     /// A client of another library listens on a mutex's channel and never registers (as
-    /// Redisson's do): a release offers it the lock instead of handing it to our
+    /// the older protocol's clients do): a release offers it the lock instead of handing it to our
     /// registered waiter, whose attempt keeps back while the offer lasts; its try takes
     /// the lock. Without it, our waiter is handed the lock and the other waits on.
     #[tokio::test(start_paused = true)]

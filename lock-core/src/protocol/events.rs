@@ -45,7 +45,7 @@ pub enum Event<I = u32, O = u32, A = ()> {
         /// The lease to re-arm.
         lease: u64,
     },
-    /// The store counts this many clients of other libraries (Redisson's protocol: they
+    /// The store counts this many clients of other libraries (the older protocol: they
     /// wait on the lock's channel and never register) waiting for a mutex now.
     Others(u32),
     /// An operator deletes the lock whoever holds it.

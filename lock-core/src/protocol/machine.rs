@@ -105,7 +105,8 @@ where
     }
 
     /// The same machine offering a freed mutex to the clients of other libraries for
-    /// `offer` (Redis offers it for its reservation's lifetime, 100 ms by default).
+    /// `offer` (the servers' stores offer it for their reservation's lifetime, 100 ms by
+    /// default).
     #[must_use]
     pub fn offering_for(mut self, offer: u64) -> Self {
         self.offer = offer.max(1);

@@ -34,14 +34,14 @@
 //!   ([`Reply::Renewed`]): a client whose hold began with another grant learns that its
 //!   hold was revoked (or lapsed) and the owner's next one began, by an attempt whose
 //!   answer it has not read (a revoked guard learns within one renewal interval).
-//! - **Offers to other libraries.** Clients of other libraries (Redisson's protocol)
-//!   wait on the lock's channel and never register; a store counts them
+//! - **Offers to other libraries.** Clients of other libraries (of the older protocol
+//!   this one extends) wait on the lock's channel and never register; a store counts them
 //!   ([`Event::Others`]). While any wait, a release (or cancellation) that frees a mutex
 //!   with waiters of ours registered hands nothing over: it offers the lock to them
 //!   for the offer's time ([`Name::offering_for`]). Meanwhile our attempts that would
 //!   register keep back (busy, keeping their places), one that would not (a try) may
 //!   take the lock, and an attempt that finds it held ends the offer: one of them took
-//!   it. Without offers a Redisson waiter lost every release to our registered waiters
+//!   it. Without offers such a waiter lost every release to our registered waiters
 //!   and starved (issue 48). A fair lock offers nothing: every waiter registers.
 //! - **Expiry.** A hold ends when its lease does, and its grants with it; a waiter loses
 //!   its place when it has not asked for its place's time.

@@ -110,7 +110,7 @@ fn an_offer_nobody_takes_lapses() {
     ));
 }
 
-/// A fair lock's waiters are all registered (Redisson's too): it offers nothing.
+/// A fair lock's waiters all register, whatever their library: it offers nothing.
 #[test]
 fn a_fair_lock_offers_nothing() {
     let mut name: Name = Name::new(true, 100);
