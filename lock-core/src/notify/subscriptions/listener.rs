@@ -1,0 +1,182 @@
+//! The waiter's side of the registry: a [`Listener`] (one waiter's share of a channel's
+//! subscription), the [`Handed`] news a hand-over's message brings, and the handles that
+//! deliver or wake without keeping the registry alive.
+
+use std::fmt;
+use std::sync::{Arc, PoisonError};
+
+use super::{Command, Entry, Shared, Subscriptions};
+use crate::backend::RequestId;
+use crate::notify::Wake;
+
+/// A hand-over announced to a waiter: a release made the waiting acquisition
+/// `acquisition` the holder, with a hold that lasts the waiter's place
+/// ([`Waiting::place_kept_for`]) from the time the release ran, which came after the
+/// store ran the acquisition's attempt number `after_attempt`
+/// ([`Waiting::attempt`]). The waiter may hold the lock from then on, for a place's time
+/// counted from when it sent that attempt, while it takes the hold up with its next
+/// attempt.
+///
+/// [`Waiting::place_kept_for`]: crate::backend::Waiting::place_kept_for
+/// [`Waiting::attempt`]: crate::backend::Waiting::attempt
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Handed {
+    /// The acquisition (the id its attempts carry).
+    pub acquisition: RequestId,
+    /// The attempt of the acquisition the store ran last before the hand-over.
+    pub after_attempt: u32,
+    /// The hold's fencing token, when the acquisition asked for one.
+    pub token: Option<u64>,
+}
+
+impl Handed {
+    /// A hand-over to `acquisition`, made after its attempt `after_attempt`.
+    #[must_use]
+    pub fn new(acquisition: RequestId, after_attempt: u32, token: Option<u64>) -> Self {
+        Self {
+            acquisition,
+            after_attempt,
+            token,
+        }
+    }
+}
+
+/// A [`Subscriptions`] handle that does not keep the registry alive.
+#[derive(Clone)]
+pub struct WeakSubscriptions(pub(super) std::sync::Weak<Shared>);
+
+impl fmt::Debug for WeakSubscriptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WeakSubscriptions")
+            .field("alive", &(self.0.strong_count() > 0))
+            .finish()
+    }
+}
+
+impl WeakSubscriptions {
+    /// Whether `channel` currently has listeners.
+    #[must_use]
+    pub fn is_listened(&self, channel: &str) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|shared| shared.channels().contains_key(channel))
+    }
+
+    /// Delivers a hand-over on `channel` (see [`Subscriptions::deliver_handed`]); false
+    /// once the registry is gone.
+    #[must_use = "a false return means nobody will ever listen again"]
+    pub fn deliver_handed(&self, channel: &str, handed: Handed, wake: Wake) -> bool {
+        match self.0.upgrade() {
+            Some(shared) => {
+                Subscriptions { shared }.deliver_handed(channel, handed, wake);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Delivers a message on `channel`; false once the registry is gone.
+    #[must_use = "a false return means nobody will ever listen again"]
+    pub fn deliver(&self, channel: &str, wake: Wake) -> bool {
+        match self.0.upgrade() {
+            Some(shared) => {
+                Subscriptions { shared }.deliver(channel, wake);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// One waiter's share of a channel subscription. Dropping it releases the share; the last
+/// one to go unsubscribes the channel.
+pub struct Listener {
+    pub(super) entry: Arc<Entry>,
+    pub(super) shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Listener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Listener")
+            .field("channel", &self.entry.channel)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Listener {
+    /// A future that completes at the next notification for this channel.
+    ///
+    /// To not miss a notification that arrives while the lock is re-tried, create and
+    /// [`enable`](tokio::sync::futures::Notified::enable) it *before* the retry.
+    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.entry.notify.notified()
+    }
+
+    /// The channel listened to.
+    #[must_use]
+    pub fn channel(&self) -> &str {
+        &self.entry.channel
+    }
+
+    /// The hand-over announced on this channel to `acquisition`, if one came and no
+    /// waiter took it yet.
+    #[must_use]
+    pub fn take_handed(&self, acquisition: RequestId) -> Option<Handed> {
+        let mut handed = self
+            .entry
+            .handed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if handed.is_some_and(|h| h.acquisition == acquisition) {
+            return handed.take();
+        }
+        None
+    }
+
+    /// Wakes every listener of this channel in this client that is currently waiting.
+    pub fn wake_all(&self) {
+        self.entry.notify.notify_waiters();
+    }
+
+    /// A handle that wakes this channel's waiting listeners, without keeping the
+    /// subscription.
+    pub(crate) fn wake_handle(&self) -> WakeHandle {
+        WakeHandle(Arc::downgrade(&self.entry))
+    }
+}
+
+/// Wakes the listeners of one channel that are waiting, while the channel is listened to.
+#[derive(Debug, Clone)]
+pub(crate) struct WakeHandle(std::sync::Weak<Entry>);
+
+impl WakeHandle {
+    /// Wakes every listener of the channel that is currently waiting (none stores the
+    /// wake-up for later).
+    pub(crate) fn wake_all(&self) {
+        if let Some(entry) = self.0.upgrade() {
+            entry.notify.notify_waiters();
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let mut channels = self.shared.channels();
+        let last = match channels.get_mut(&*self.entry.channel) {
+            Some((entry, count)) if Arc::ptr_eq(entry, &self.entry) => {
+                *count -= 1;
+                *count == 0
+            }
+            _ => false,
+        };
+        if last {
+            channels.remove(&*self.entry.channel);
+            // Cannot fail while the registry lives (see `reconnected`).
+            let _ = self
+                .shared
+                .commands
+                .send(Command::Unsubscribe(Arc::clone(&self.entry.channel)));
+        }
+    }
+}
