@@ -41,23 +41,64 @@ async fn nap(duration: Duration) {
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use clap::Parser;
 use lock_core::memory::HandOvers;
 
-const USAGE: &str = "\
-usage: lock-sim [--seeds N] [--first S] | --minutes M | --seed S | --mutants
-                [--only OPS] [--faults F] [--mutant NAME]
-  --seeds N     how many seeds to run (default 300)
-  --first S     the first seed (default 0)
-  --minutes M   run consecutive seeds, from a start chosen by the clock, for M minutes
-  --seed S      replay one seed, printing every event, and check that it replays exactly
-  --mutants     plant each known defect back in turn (r1, r2, r4, n2, n3, handed-place,
-                no-offer); fails unless the invariants catch every one within its
-                seed budget
-  --only OPS    only these operations, comma-separated: mutex, fair, read, write,
-                reenter (a fair and a plain guard of one holder), reenter-same, permits,
-                leased (same seed and options: same run)
-  --faults F    all (default), delays (nothing lost, copied, paused or cancelled), none
-  --mutant NAME plant one known defect back in the store (as --mutants names them)";
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "lock-sim",
+    about = "The deterministic simulation of the lock client: seeded, replayable runs \
+             with every invariant checked after every step"
+)]
+struct Args {
+    /// How many seeds to run
+    #[arg(long, default_value_t = 300, value_name = "N")]
+    seeds: u64,
+    /// The first seed
+    #[arg(long, default_value_t = 0, value_name = "S")]
+    first: u64,
+    /// Run consecutive seeds, from a start chosen by the clock, for M minutes
+    #[arg(long, value_name = "M", conflicts_with_all = ["seed", "mutants"])]
+    minutes: Option<u64>,
+    /// Replay one seed, printing every event, and check that it replays exactly
+    #[arg(long, value_name = "S", conflicts_with = "mutants")]
+    seed: Option<u64>,
+    /// Plant each known defect back in turn (r1, r2, r4, n2, n3, handed-place,
+    /// no-offer); fails unless the invariants catch every one within its seed budget
+    #[arg(long)]
+    mutants: bool,
+    /// Only these operations, comma-separated: mutex, fair, read, write, reenter (a fair
+    /// and a plain guard of one holder), reenter-same, permits, leased, beyond (same
+    /// seed and options: same run)
+    #[arg(long, value_name = "OPS", value_delimiter = ',', value_parser = operation)]
+    only: Vec<world::Op>,
+    /// The faults: all, delays (nothing lost, copied, paused or cancelled), none
+    #[arg(long, value_name = "F", default_value = "all", value_parser = faults)]
+    faults: world::Faults,
+    /// Plant one known defect back in the store (as --mutants names them)
+    #[arg(long, value_name = "NAME", value_parser = mutant)]
+    mutant: Option<lock_core::protocol::Defect>,
+}
+
+fn operation(name: &str) -> Result<world::Op, String> {
+    world::Op::named(name).ok_or(format!("no operation {name:?}"))
+}
+
+fn faults(name: &str) -> Result<world::Faults, String> {
+    match name {
+        "all" => Ok(world::Faults::All),
+        "delays" => Ok(world::Faults::Delays),
+        "none" => Ok(world::Faults::None),
+        other => Err(format!("all, delays or none, not {other:?}")),
+    }
+}
+
+fn mutant(name: &str) -> Result<lock_core::protocol::Defect, String> {
+    mutants::named(name)
+        .map(|mutant| mutant.defect)
+        .ok_or(format!("no mutant {name:?}"))
+}
 
 /// What to run.
 #[derive(Debug, PartialEq, Eq)]
@@ -68,84 +109,32 @@ enum Plan {
     Mutants,
 }
 
-fn parse(args: &[String]) -> Result<(Plan, world::Workload), String> {
-    let mut plan = Plan::Seeds {
-        first: 0,
-        count: 300,
-    };
-    let mut workload = world::Workload::default();
-    let mut args = args.iter();
-    while let Some(flag) = args.next() {
-        match flag.as_str() {
-            "--only" => {
-                let list = args.next().ok_or("--only needs operations")?;
-                workload.ops = list
-                    .split(',')
-                    .map(|name| world::Op::named(name).ok_or(format!("no operation {name:?}")))
-                    .collect::<Result<_, _>>()?;
-                continue;
-            }
-            "--mutant" => {
-                let name = args.next().ok_or("--mutant needs a name")?;
-                let mutant = mutants::named(name).ok_or(format!("no mutant {name:?}"))?;
-                workload.defect = Some(mutant.defect);
-                continue;
-            }
-            "--mutants" => {
-                plan = Plan::Mutants;
-                continue;
-            }
-            "--faults" => {
-                workload.faults = match args.next().map(String::as_str) {
-                    Some("all") => world::Faults::All,
-                    Some("delays") => world::Faults::Delays,
-                    Some("none") => world::Faults::None,
-                    other => {
-                        return Err(format!("--faults takes all, delays or none, not {other:?}"));
-                    }
-                };
-                continue;
-            }
-            _ => {}
+impl Args {
+    /// What the command line asks to run, over which workload.
+    fn plan(&self) -> (Plan, world::Workload) {
+        let plan = match (self.minutes, self.seed) {
+            _ if self.mutants => Plan::Mutants,
+            (Some(minutes), _) => Plan::For(Duration::from_secs(minutes.saturating_mul(60))),
+            (None, Some(seed)) => Plan::Replay(seed),
+            (None, None) => Plan::Seeds {
+                first: self.first,
+                count: self.seeds,
+            },
+        };
+        let mut workload = world::Workload {
+            faults: self.faults,
+            defect: self.mutant,
+            ..world::Workload::default()
+        };
+        if !self.only.is_empty() {
+            workload.ops.clone_from(&self.only);
         }
-        let mut value = || -> Result<u64, String> {
-            let value = args
-                .next()
-                .ok_or_else(|| format!("{flag} needs a number"))?;
-            value
-                .parse()
-                .map_err(|_| format!("{flag} takes a number, not {value:?}"))
-        };
-        plan = match (flag.as_str(), plan) {
-            ("--seeds", Plan::Seeds { first, .. }) => Plan::Seeds {
-                first,
-                count: value()?,
-            },
-            ("--first", Plan::Seeds { count, .. }) => Plan::Seeds {
-                first: value()?,
-                count,
-            },
-            ("--minutes", _) => Plan::For(Duration::from_secs(value()?.saturating_mul(60))),
-            ("--seed", _) => Plan::Replay(value()?),
-            ("--help" | "-h", _) => return Err(String::new()),
-            (other, _) => return Err(format!("unknown argument {other:?}")),
-        };
+        (plan, workload)
     }
-    Ok((plan, workload))
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let (plan, workload) = match parse(&args) {
-        Ok(parsed) => parsed,
-        Err(message) => {
-            if !message.is_empty() {
-                eprintln!("lock-sim: {message}");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let (plan, workload) = Args::parse().plan();
     let started = Instant::now();
     match plan {
         Plan::Replay(seed) => replay(seed, &workload),
@@ -264,40 +253,39 @@ mod tests {
 
     #[test]
     fn arguments_choose_the_plan() {
-        let args = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-        let plan = |list: &[&str]| parse(&args(list)).map(|(plan, _)| plan);
-        assert_eq!(
-            plan(&[]),
-            Ok(Plan::Seeds {
-                first: 0,
-                count: 300
-            })
-        );
-        assert_eq!(
-            plan(&["--seeds", "5", "--first", "9"]),
-            Ok(Plan::Seeds { first: 9, count: 5 })
-        );
+        let parse = |list: &[&str]| {
+            let args = std::iter::once("lock-sim").chain(list.iter().copied());
+            Args::try_parse_from(args).map(|args| args.plan())
+        };
+        let plan = |list: &[&str]| parse(list).map(|(plan, _)| plan).ok();
+        let seeds = |first, count| Some(Plan::Seeds { first, count });
+        assert_eq!(plan(&[]), seeds(0, 300));
+        assert_eq!(plan(&["--seeds", "5", "--first", "9"]), seeds(9, 5));
         assert_eq!(
             plan(&["--minutes", "2"]),
-            Ok(Plan::For(Duration::from_secs(120)))
+            Some(Plan::For(Duration::from_secs(120)))
         );
-        assert_eq!(plan(&["--seed", "7"]), Ok(Plan::Replay(7)));
-        let (_, workload) =
-            parse(&args(&["--only", "mutex,leased", "--faults", "none"])).expect("valid");
+        assert_eq!(plan(&["--seed", "7"]), Some(Plan::Replay(7)));
+        let (_, workload) = parse(&["--only", "mutex,leased", "--faults", "none"]).expect("valid");
         assert_eq!(workload.ops, [world::Op::Mutex, world::Op::Leased]);
         assert_eq!(workload.faults, world::Faults::None);
-        assert!(parse(&args(&["--only", "mutex,bogus"])).is_err());
-        assert!(parse(&args(&["--faults", "some"])).is_err());
-        assert!(parse(&args(&["--seeds"])).is_err());
-        assert!(parse(&args(&["--seeds", "x"])).is_err());
-        assert!(parse(&args(&["--bogus"])).is_err());
-        assert_eq!(plan(&["--mutants"]), Ok(Plan::Mutants));
-        let (_, workload) = parse(&args(&["--mutant", "r1"])).expect("valid");
+        for refused in [
+            &["--only", "mutex,bogus"][..],
+            &["--faults", "some"],
+            &["--seeds"],
+            &["--seeds", "x"],
+            &["--bogus"],
+            &["--seed", "1", "--mutants"],
+            &["--mutant", "r9"],
+        ] {
+            assert!(parse(refused).is_err(), "{refused:?}");
+        }
+        assert_eq!(plan(&["--mutants"]), Some(Plan::Mutants));
+        let (_, workload) = parse(&["--mutant", "r1"]).expect("valid");
         assert_eq!(
             workload.defect,
             Some(lock_core::protocol::Defect::R1TakeUpGrantsAfresh)
         );
-        assert!(parse(&args(&["--mutant", "r9"])).is_err());
     }
 
     /// A seed replays exactly: the same events at the same simulated times.
