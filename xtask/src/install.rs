@@ -7,7 +7,11 @@ use std::process::{Command, ExitStatus};
 
 use lock_testkit::{pgbouncer_binary, postgres_bin_dir, redis_server_binary};
 
-use crate::{NOT_FOUND, run_streaming};
+use crate::run_streaming;
+
+/// What to do when no redis-server is found.
+pub(crate) const NOT_FOUND: &str = "redis-server not found: install it (Debian/Ubuntu: apt-get install \
+     redis-server; macOS: brew install redis) or set REDIS_SERVER_BIN";
 
 /// A server program the tests start, and how to get it.
 pub(crate) struct Needed {
