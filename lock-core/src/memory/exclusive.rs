@@ -285,7 +285,7 @@ impl Store {
             // Freed by the cancellation, or free while clients of other libraries wait
             // (the cancelled waiter may have been the one a release woke).
             None if self.exclusively_held(name, now).is_none()
-                && (held_before || self.offered(name, now)) =>
+                && (held_before || self.others_wait(name, now)) =>
             {
                 Served::Woken(self.wake_next(lock, now))
             }
@@ -405,7 +405,7 @@ impl Store {
 
     /// Whether clients of other libraries wait for the mutex `name` (as last counted),
     /// or it is offered to them now.
-    fn offered(&mut self, name: &str, now: Instant) -> bool {
+    fn others_wait(&mut self, name: &str, now: Instant) -> bool {
         let clock = self.clock(now);
         self.names.get(name).is_some_and(|machine| {
             machine.others() > 0 || machine.offered_until().is_some_and(|until| until > clock)
@@ -418,7 +418,7 @@ impl Store {
     /// hears the release).
     fn wake_next(&mut self, lock: &LockRef, now: Instant) -> Option<(String, Wake)> {
         if lock.kind != LockKind::Fair {
-            let wake = if self.offered(lock.name.as_str(), now) {
+            let wake = if self.others_wait(lock.name.as_str(), now) {
                 Wake::All
             } else {
                 Wake::One

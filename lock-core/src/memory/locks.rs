@@ -279,9 +279,13 @@ impl Backend for MemoryBackend {
 }
 
 impl MemoryBackend {
-    /// How many listen on `lock`'s channel now (see `Store::count_others`).
+    /// How many listen on a mutex's channel now (see `Store::count_others`); other kinds
+    /// count none, and build no channel name on their release path.
     fn listening(&self, lock: &LockRef) -> usize {
-        self.subscriptions.listeners(&Self::channel(lock))
+        if lock.kind != LockKind::Mutex {
+            return 0;
+        }
+        self.subscriptions.listeners(&channel::mutex(&lock.name))
     }
 }
 
