@@ -217,7 +217,7 @@ impl Backend for PostgresBackend {
         let reply: Vec<i64> = self
             .call(
                 "acquiring",
-                "acquire_handover($1::text, $2::text, $3::text, $4::bigint, $5::boolean, \
+                "acquire($1::text, $2::text, $3::text, $4::bigint, $5::boolean, \
                  $6::text::uuid, $7::bigint, $8::boolean, $9::bigint, $10::text, $11::boolean)",
                 &[
                     (&lock.name.as_str(), Type::TEXT),
@@ -293,14 +293,13 @@ impl Backend for PostgresBackend {
         let reply: Vec<i64> = self
             .call(
                 "releasing",
-                "release_grant($1::text, $2::text, $3::text, $4::bigint, $5::text::uuid, \
-                 $6::bigint, $7::text::uuid, $8::text)",
+                "release($1::text, $2::text, $3::text, $4::bigint, $5::bigint, $6::text::uuid, \
+                 $7::text)",
                 &[
                     (&lock.name.as_str(), Type::TEXT),
                     (&lock.owner.as_str(), Type::TEXT),
                     (&lock.kind.as_str(), Type::TEXT),
                     (&millis(request.lease), Type::INT8),
-                    (&request.id.to_string(), Type::TEXT),
                     // Kept twice the window: a copy of the grant's acquire that comes
                     // later than its own retries could must still find the grant ended.
                     (&millis(request.retry_window.saturating_mul(2)), Type::INT8),
@@ -325,7 +324,7 @@ impl Backend for PostgresBackend {
         let kinds: Vec<&str> = locks.iter().map(|lock| stored_kind(lock.kind)).collect();
         // One statement for the whole batch.
         let statement = format!(
-            "SELECT * FROM {}.renew_holds($1::text[], $2::text[], $3::text[], $4::bigint)",
+            "SELECT * FROM {}.renew($1::text[], $2::text[], $3::text[], $4::bigint)",
             self.schema
         );
         let params: [Param<'_>; 4] = [

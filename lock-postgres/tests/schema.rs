@@ -30,6 +30,39 @@ async fn version(client: &Client, schema: &str) -> i32 {
         .get(0)
 }
 
+/// A client whose server notices are collected: every NOTICE the server sends it.
+async fn noticed_client(url: &str) -> (Client, Arc<std::sync::Mutex<Vec<String>>>) {
+    let (client, mut connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let notices = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&notices);
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            if let tokio_postgres::AsyncMessage::Notice(notice) = message {
+                seen.lock().unwrap().push(notice.message().to_owned());
+            }
+        }
+    });
+    (client, notices)
+}
+
+/// The first migration of a fresh database, by the client and by the printed script,
+/// speaks only of what it creates: no NOTICE (an earlier revision dropped functions of
+/// older revisions, one NOTICE each where none existed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_migration_of_a_fresh_database_prints_no_notice() {
+    let server = PostgresServer::start().await;
+    let (mut client, notices) = noticed_client(&server.url()).await;
+    migrate(&mut client, &SchemaName::default()).await.unwrap();
+    let script = lock_postgres::schema::migration_sql(&SchemaName::new("printed").unwrap());
+    client.batch_execute(&script).await.unwrap();
+    // A round trip after both: every notice they caused has arrived.
+    client.simple_query("SELECT 1").await.unwrap();
+    assert_eq!(*notices.lock().unwrap(), Vec::<String>::new());
+    assert_eq!(version(&client, "printed").await, VERSION);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_migrations_create_the_tables_once() {
     let server = PostgresServer::start().await;
@@ -314,8 +347,8 @@ async fn a_lock_operation_commits_durably_in_a_session_that_does_not() {
             .unwrap();
         transaction
             .execute(
-                "SELECT distlock.acquire_grant('durable', 'owner', 'mutex', 30000, false,
-                        gen_random_uuid(), 1000, false, 0, '')",
+                "SELECT distlock.acquire('durable', 'owner', 'mutex', 30000, false,
+                        gen_random_uuid(), 1000, false, 0, '', false)",
                 &[],
             )
             .await

@@ -18,9 +18,8 @@
 -- its grant alive in the list and answers as the first run did; one whose grant is gone
 -- (its lease ended) runs again, as nobody learnt of the first grant.
 --
--- The entry points, the functions a client calls (acquire_handover, acquire_grant,
--- acquire, release_grant, release, cancel_acquisition, cancel_wait, force_release, renew,
--- renew_holds, raise_fencing, announce_client, lease_limit), run with `search_path`
+-- The entry points, the functions a client calls (acquire, release, cancel_acquisition,
+-- force_release, renew, raise_fencing, announce_client, lease_limit), run with `search_path`
 -- pinned to pg_catalog (then pg_temp, which only a session's own temporary objects live
 -- in): a function or operator planted in a schema on the caller's path, even one whose
 -- argument types match a call better than PostgreSQL's own, is never called on lock
@@ -35,10 +34,10 @@
 -- keeps a SQL function from being inlined), and no EXECUTE for anyone but the owner.
 --
 -- Replies are arrays of bigint:
---   acquire_grant: {1, holds, token, origin high 64 bits, origin low 64 bits} granted,
+--   acquire: {1, holds, token, origin high 64 bits, origin low 64 bits} granted,
 --            {0, ms the lock stays busy at most, 0} busy, {3, 0, 0} a reader asking for
 --            the write lock (it would wait for itself), {5, 0, 0} the acquisition is
---            over (its grant ended, or it gave up); `acquire` answers the first three;
+--            over (its grant ended, or it gave up);
 --   release: {0, 0} not held (the grant is not alive), {1, holds left} still held,
 --            {2, 0} released.
 -- A release's reply is kept in `answers` for the window its client sends (twice its retry
@@ -49,14 +48,6 @@
 -- nothing. An acquire needs no kept answer of its own (see Grants above): one row is
 -- written per operation, where three were, and the uncontended pair is bounded by the
 -- writes of its rows.
-
--- A helper of an earlier revision whose signature changed (revision 5: grants live in
--- the hold's row), removed so that nothing can call it on tables it no longer matches.
-DROP FUNCTION IF EXISTS {schema}.grant_hold(text, text, text, bigint, boolean, uuid, bigint,
-                                            timestamptz);
-DROP FUNCTION IF EXISTS {schema}.acquire_fair(text, text, bigint, boolean, uuid, bigint, boolean,
-                                              bigint, text, timestamptz);
-DROP FUNCTION IF EXISTS {schema}.wake_fair_head(text, timestamptz);
 
 -- Makes the calling transaction's commit durable even where the server or the session
 -- set synchronous_commit to off or local: a grant, renewal or fencing token lost in a
@@ -450,7 +441,7 @@ END $$;
 -- asks under `p_request` for its whole acquisition, and a waiting mutex or fair lock is
 -- handed over to it on release (see hand_over); its next attempt takes the handed hold
 -- up.
-CREATE OR REPLACE FUNCTION {schema}.acquire_handover(
+CREATE OR REPLACE FUNCTION {schema}.acquire(
     p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_fencing boolean,
     p_request uuid, p_window_ms bigint, p_waits boolean, p_place_ms bigint, p_channel text,
     p_handover boolean
@@ -533,34 +524,12 @@ BEGIN
     RETURN v_reply;
 END $$;
 
--- `acquire_handover` for clients of revisions 2 to 5, which ask under a new id every
--- attempt.
-CREATE OR REPLACE FUNCTION {schema}.acquire_grant(
-    p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_fencing boolean,
-    p_request uuid, p_window_ms bigint, p_waits boolean, p_place_ms bigint, p_channel text
-) RETURNS bigint[] LANGUAGE sql
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT {schema}.acquire_handover(p_name, p_owner, p_kind, p_lease_ms, p_fencing, p_request,
-                                     p_window_ms, p_waits, p_place_ms, p_channel, false)
-$$;
-
--- `acquire_grant` for clients of the first revision, which read three numbers.
-CREATE OR REPLACE FUNCTION {schema}.acquire(
-    p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_fencing boolean,
-    p_request uuid, p_window_ms bigint, p_waits boolean, p_place_ms bigint, p_channel text
-) RETURNS bigint[] LANGUAGE sql
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT ({schema}.acquire_grant(p_name, p_owner, p_kind, p_lease_ms, p_fencing, p_request,
-                                   p_window_ms, p_waits, p_place_ms, p_channel))[1:3]
-$$;
-
--- Ends grant `p_grant` of `p_owner`'s hold of kind `p_kind` if it is alive (without a
--- grant, as clients of the first revision ask, one hold of the owner). The last hold's
+-- Ends grant `p_grant` of `p_owner`'s hold of kind `p_kind` if it is alive. The last hold's
 -- release of a mutex or a fair lock hands it over to the first waiter; a writer's wakes
 -- every waiter on `p_channel`, the last reader's one.
-CREATE OR REPLACE FUNCTION {schema}.release_grant(
-    p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_request uuid,
-    p_window_ms bigint, p_grant uuid, p_channel text
+CREATE OR REPLACE FUNCTION {schema}.release(
+    p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_window_ms bigint,
+    p_grant uuid, p_channel text
 ) RETURNS bigint[] LANGUAGE plpgsql
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -570,22 +539,16 @@ DECLARE
     v_hold {schema}.holds%ROWTYPE;
     v_at integer;
     v_ends timestamptz[];
-    -- What the answer is kept under (clients of the first revision name no grant).
-    v_key uuid := coalesce(p_grant, p_request);
 BEGIN
     PERFORM {schema}.check_lease(p_lease_ms);
-    v_reply := {schema}.begin_op(p_name, v_key, v_now);
+    v_reply := {schema}.begin_op(p_name, p_grant, v_now);
     IF v_reply IS NOT NULL THEN
         RETURN v_reply;
     END IF;
     SELECT * INTO v_hold FROM {schema}.holds
      WHERE name = p_name AND kind = v_stored AND owner = p_owner;
-    -- The grant's place in its hold's list; without a grant (clients of the first
-    -- revision), a reader's earliest, anyone else's latest.
-    v_at := CASE WHEN p_grant IS NOT NULL THEN array_position(v_hold.grants, p_grant)
-                 WHEN v_stored = 'read' THEN 1
-                 ELSE cardinality(v_hold.grants) END;
-    IF v_at IS NULL OR v_at = 0 THEN
+    v_at := array_position(v_hold.grants, p_grant);
+    IF v_at IS NULL THEN
         v_reply := ARRAY[0, 0];
     ELSIF v_hold.holds > 1 AND v_stored = 'read' THEN
         -- The reader's row lasts as long as its latest grant left.
@@ -616,19 +579,8 @@ BEGIN
         END IF;
         v_reply := ARRAY[2, 0];
     END IF;
-    RETURN {schema}.remember(v_key, p_name, v_reply, v_now, p_window_ms);
+    RETURN {schema}.remember(p_grant, p_name, v_reply, v_now, p_window_ms);
 END $$;
-
--- `release_grant` for clients of the first revision, whose undo names the grant
--- (`p_undoes`) and whose other releases name none.
-CREATE OR REPLACE FUNCTION {schema}.release(
-    p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_request uuid,
-    p_window_ms bigint, p_undoes uuid, p_channel text
-) RETURNS bigint[] LANGUAGE sql
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT {schema}.release_grant(p_name, p_owner, p_kind, p_lease_ms, p_request, p_window_ms,
-                                  p_undoes, p_channel)
-$$;
 
 -- A waiting acquisition `p_request` of `p_owner` gives up on a mutex or a fair lock: its
 -- place in the queue goes, and a hold handed over to it and not taken up goes to the
@@ -637,8 +589,7 @@ $$;
 -- retrying under its own identity) took its place in the queue or was handed the lock,
 -- and those are the later acquisition's. A waiter that does not name its acquisition
 -- (`request` NULL: asked under a new id every attempt) is known by its owner alone and
--- is never handed a lock. `p_request` NULL: every acquisition of the owner, as older
--- clients cancel (cancel_wait).
+-- is never handed a lock.
 CREATE OR REPLACE FUNCTION {schema}.cancel_acquisition(p_name text, p_owner text, p_request uuid)
 RETURNS void LANGUAGE plpgsql
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -651,10 +602,7 @@ BEGIN
     -- attempts), its own grant alone.
     PERFORM {schema}.end_acquisitions(p_name, ARRAY[p_request], v_now);
     DELETE FROM {schema}.waiters
-     WHERE name = p_name AND owner = p_owner
-       AND (p_request IS NULL OR request IS NULL OR request = p_request);
-    DELETE FROM {schema}.holds
-     WHERE name = p_name AND owner = p_owner AND handed AND p_request IS NULL;
+     WHERE name = p_name AND owner = p_owner AND (request IS NULL OR request = p_request);
     DELETE FROM {schema}.holds
      WHERE name = p_name AND owner = p_owner AND grants = ARRAY[p_request];
     UPDATE {schema}.holds
@@ -664,14 +612,6 @@ BEGIN
         PERFORM {schema}.hand_over(p_name, v_now);
     END IF;
 END $$;
-
--- The cancellation of the first revisions, by owner: every acquisition of `p_owner`
--- gives up (see cancel_acquisition). Kept for older clients.
-CREATE OR REPLACE FUNCTION {schema}.cancel_wait(p_name text, p_owner text)
-RETURNS void LANGUAGE sql
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT {schema}.cancel_acquisition(p_name, p_owner, NULL)
-$$;
 
 -- Deletes every hold of `p_name` when a hold of kind `p_kind` is among them (for 'read',
 -- when readers hold it and no writer); whether it did. A mutex or a fair lock is handed
@@ -717,7 +657,7 @@ END $$;
 -- holds each get the lease) and returns those renewed, each with the grant that began
 -- it (32 hex digits, as a request id is shown): a client whose hold began with another
 -- grant learns that its own hold ended there and the owner's next one began.
-CREATE OR REPLACE FUNCTION {schema}.renew_holds(
+CREATE OR REPLACE FUNCTION {schema}.renew(
     p_names text[], p_owners text[], p_kinds text[], p_lease_ms bigint
 ) RETURNS TABLE (renewed_name text, renewed_owner text, renewed_kind text, renewed_origin text)
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -744,15 +684,6 @@ BEGIN
      WHERE h.name = r.name AND h.owner = r.owner AND h.kind = r.kind AND h.expires_at > v_now
  RETURNING h.name, h.owner, h.kind, replace(h.origin::text, '-', '');
 END $$;
-
--- `renew_holds` without the origins, for clients of functions revision 8 and before.
-CREATE OR REPLACE FUNCTION {schema}.renew(
-    p_names text[], p_owners text[], p_kinds text[], p_lease_ms bigint
-) RETURNS TABLE (renewed_name text, renewed_owner text, renewed_kind text) LANGUAGE sql
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT renewed_name, renewed_owner, renewed_kind
-      FROM {schema}.renew_holds(p_names, p_owners, p_kinds, p_lease_ms)
-$$;
 
 -- Raises the fencing counter of `p_name` to at least `p_token`.
 CREATE OR REPLACE FUNCTION {schema}.raise_fencing(p_name text, p_token bigint)

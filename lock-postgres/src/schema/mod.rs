@@ -5,6 +5,24 @@
 //! migrate one after the other, and running it again changes nothing. A schema of a
 //! newer version than this library knows, or tables changed by hand, are refused with a
 //! typed error before anything is written.
+//!
+//! # Compatibility, from 0.1 on
+//!
+//! The tables are at version 1 and the functions at revision 1 in the first release;
+//! everything before it was never released and is not migrated (drop a schema a
+//! development build left: `DROP SCHEMA distlock CASCADE`).
+//!
+//! - Within one minor release (0.1.x) the tables and the entry points' signatures and
+//!   answers do not change; a patch release may change function bodies, under a higher
+//!   [`FUNCTIONS_REVISION`]. Clients of any 0.1.x work together, and the newest
+//!   revision installed stays installed whichever client connects later.
+//! - A minor release may append a step (a higher [`VERSION`]; a released step is never
+//!   edited) and add entry points. Its functions keep every entry point of the previous
+//!   minor release, with the same signature and answers, so that clients of that release
+//!   still running keep working after the migration; they go in the minor release after.
+//! - A client refuses tables newer than its own ([`SchemaError::Newer`]): instances of
+//!   the previous minor release that restart after a newer one migrated do not start,
+//!   so roll a minor release out by replacing instances, not by restarting old ones.
 
 use std::fmt;
 
@@ -20,7 +38,7 @@ pub use script::{grants_sql, migration_sql, operator_grants_sql};
 pub const OLDEST_SERVER: i32 = 130_000;
 
 /// The schema version this library creates and understands.
-pub const VERSION: i32 = 5;
+pub const VERSION: i32 = 1;
 
 /// The default schema name.
 pub const DEFAULT_SCHEMA: &str = "distlock";
@@ -81,10 +99,31 @@ impl fmt::Display for SchemaName {
 }
 
 /// The statements of each version, in order; `{schema}` stands for the schema name.
-const STEPS: [&str; 5] = [
-    // Version 1: the holds of every lock kind (a reader's row keeps each of its holds'
-    // lease ends), the fencing counters, the fair queue (with each waiter's wake-up
-    // channel) and the replies remembered for retried requests.
+///
+/// Version 1 is the baseline of the first release. From then on a step is only ever
+/// appended, never edited: a database at any released version reaches the newest by
+/// running the steps after its own.
+const STEPS: [&str; 1] = [
+    // Version 1.
+    //
+    // `holds`: a row per owner and kind holding a name (kind 'mutex' for the mutex and
+    // the fair lock, which share their holds as in Java's layout, 'read' or 'write'):
+    // how often it holds it, until when, its live grants (`grants`, the request ids that
+    // got them; a reader's `lease_ends` has each one's own lease end in the same order),
+    // the grant that began it (`origin`) with its fencing token, whether it was handed
+    // over and not yet taken up (`handed`), and since when it is held.
+    // `tokens`: the fencing counter of each name.
+    // `waiters`: the queue of a mutex or a fair lock, each waiter with its wake-up
+    // channel, how long its place lasts, and what a hold handed over to it is made of
+    // (its acquisition's id, lease and fencing).
+    // `answers`: the replies kept for requests sent again.
+    // `listening`: until when someone waits on a name's channel (a release notifies only
+    // then).
+    // `epoch`: the server the holds were granted on (its system identifier and WAL
+    // timeline, which a promotion or a restore changes), the end of the quarantine such a
+    // change starts, and the longest lease granted, which the quarantine lasts at least.
+    // `clients`: what each client said about itself (its name, host and process), until
+    // when. `functions`: the revision of the installed functions.
     "CREATE TABLE {schema}.holds (
         name text NOT NULL,
         owner text NOT NULL,
@@ -92,6 +131,11 @@ const STEPS: [&str; 5] = [
         holds integer NOT NULL CHECK (holds > 0),
         expires_at timestamptz NOT NULL,
         lease_ends timestamptz[],
+        origin uuid,
+        grants uuid[] NOT NULL DEFAULT '{}',
+        token bigint NOT NULL DEFAULT 0,
+        handed boolean NOT NULL DEFAULT false,
+        since timestamptz NOT NULL DEFAULT now(),
         PRIMARY KEY (name, kind, owner)
     );
     CREATE TABLE {schema}.tokens (
@@ -104,6 +148,9 @@ const STEPS: [&str; 5] = [
         channel text NOT NULL,
         arrived bigserial NOT NULL,
         alive_until timestamptz NOT NULL,
+        request uuid,
+        lease_ms bigint,
+        fencing boolean,
         PRIMARY KEY (name, owner)
     );
     CREATE INDEX waiters_in_order ON {schema}.waiters (name, arrived);
@@ -114,28 +161,7 @@ const STEPS: [&str; 5] = [
         expires_at timestamptz NOT NULL
     );
     CREATE INDEX answers_by_expiry ON {schema}.answers (expires_at);
-    CREATE TABLE {schema}.functions (
-        revision integer NOT NULL,
-        digest text NOT NULL
-    );",
-    // Version 2: grants, one row per live grant, naming its hold and the hold's origin
-    // (the grant that began it), so that a release ends exactly its own grant.
-    "ALTER TABLE {schema}.holds ADD COLUMN origin uuid;
-    CREATE TABLE {schema}.grants (
-        request uuid PRIMARY KEY,
-        name text NOT NULL,
-        kind text NOT NULL,
-        owner text NOT NULL,
-        origin uuid NOT NULL,
-        lease_end timestamptz
-    );
-    CREATE INDEX grants_of_hold ON {schema}.grants (name, kind, owner);",
-    // Version 3: the server the holds were granted on (second review, N10): its system
-    // identifier and WAL timeline, which a promotion or a restore changes; the end of
-    // the quarantine such a change starts, and the longest lease granted, which the
-    // quarantine lasts at least. And until when someone waits on a name's channel (a
-    // release notifies only then).
-    "CREATE TABLE {schema}.listening (
+    CREATE TABLE {schema}.listening (
         name text PRIMARY KEY,
         until timestamptz NOT NULL
     );
@@ -150,74 +176,37 @@ const STEPS: [&str; 5] = [
     SELECT true, (SELECT system_identifier FROM pg_catalog.pg_control_system()),
            ('x' || substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))
                ::bit(32)::integer,
-           pg_catalog.clock_timestamp(), 0;",
-    // Version 4: a hold's live grants move into its row (`grants`, and for a reader its
-    // `lease_ends` in the same order), with its fencing token: one row written per
-    // operation, and a grant alive exactly while its hold's row lists it. A grant whose
-    // lease ended is not carried over, nor a hold left without one (only holds of the
-    // first version, whose leases ended long ago, have none); a hold's token is the
-    // name's counter, the last token issued. A mutex or a fair lock is handed over to
-    // its first waiter on release: the hold is marked `handed` until the waiter takes it
-    // up, and a waiter keeps what the hold is made of (its acquisition's id, lease and
-    // fencing).
-    "ALTER TABLE {schema}.holds ADD COLUMN grants uuid[] NOT NULL DEFAULT '{}',
-                               ADD COLUMN token bigint NOT NULL DEFAULT 0;
-    UPDATE {schema}.holds AS h
-       SET grants = coalesce((SELECT array_agg(g.request ORDER BY g.lease_end, g.request)
-                                FROM {schema}.grants g
-                               WHERE g.name = h.name AND g.kind = h.kind AND g.owner = h.owner
-                                 AND g.origin = h.origin
-                                 AND (g.lease_end IS NULL OR g.lease_end > now())), '{}'),
-           lease_ends = CASE WHEN h.kind = 'read' THEN
-                            (SELECT array_agg(g.lease_end ORDER BY g.lease_end, g.request)
-                               FROM {schema}.grants g
-                              WHERE g.name = h.name AND g.kind = h.kind AND g.owner = h.owner
-                                AND g.origin = h.origin AND g.lease_end > now())
-                        END,
-           token = coalesce((SELECT t.token FROM {schema}.tokens t WHERE t.name = h.name), 0);
-    DELETE FROM {schema}.holds WHERE cardinality(grants) = 0;
-    UPDATE {schema}.holds
-       SET holds = cardinality(grants),
-           expires_at = CASE WHEN kind = 'read' THEN lease_ends[cardinality(lease_ends)]
-                             ELSE expires_at END;
-    DROP TABLE {schema}.grants;
-    ALTER TABLE {schema}.holds ADD COLUMN handed boolean NOT NULL DEFAULT false;
-    ALTER TABLE {schema}.waiters ADD COLUMN request uuid, ADD COLUMN lease_ms bigint,
-                                 ADD COLUMN fencing boolean;",
-    // Version 5, introspection: when each hold began (holds from before get the
-    // migration's time), and what each client said about itself (its name, host and
-    // process), until when.
-    "ALTER TABLE {schema}.holds ADD COLUMN since timestamptz NOT NULL DEFAULT now();
+           pg_catalog.clock_timestamp(), 0;
     CREATE TABLE {schema}.clients (
         id text PRIMARY KEY,
         name text NOT NULL,
         host text NOT NULL,
         pid integer NOT NULL,
         until timestamptz NOT NULL
+    );
+    CREATE TABLE {schema}.functions (
+        revision integer NOT NULL,
+        digest text NOT NULL
     );",
 ];
 
 /// The revision of the lock functions (`functions.sql`), raised with every change to
 /// them. A client replaces the installed functions only with a newer revision (or the
 /// same revision changed, as while developing), so that during a rolling upgrade an
-/// older client never puts its functions back under a newer one. A function's
-/// parameters therefore never change: a new signature is a new function, and old ones
-/// stay for older clients.
-pub const FUNCTIONS_REVISION: i32 = 9;
+/// older client never puts its functions back under a newer one. An entry point's
+/// parameters and answers therefore never change: a new signature is a new function,
+/// and the old one stays for the clients of the previous minor release (see the module
+/// documentation).
+pub const FUNCTIONS_REVISION: i32 = 1;
 
 /// The functions a client calls, each with a pinned `search_path` and its owner's
 /// rights; a service's role gets EXECUTE on these alone (see [`grants_sql`]).
-pub const ENTRY_POINTS: [&str; 13] = [
-    "acquire_handover",
-    "acquire_grant",
+pub const ENTRY_POINTS: [&str; 8] = [
     "acquire",
-    "release_grant",
     "release",
-    "cancel_wait",
     "cancel_acquisition",
     "force_release",
     "renew",
-    "renew_holds",
     "raise_fencing",
     "announce_client",
     "lease_limit",
@@ -234,7 +223,7 @@ pub const OPERATOR_ENTRY_POINTS: [&str; 1] = ["force_release"];
 const FUNCTIONS: &str = include_str!("functions.sql");
 
 /// What the tables must look like after migrating: table, column, type.
-const EXPECTED: [(&str, &str, &str); 34] = [
+const EXPECTED: [(&str, &str, &str); 40] = [
     ("listening", "name", "text"),
     ("listening", "until", "timestamp with time zone"),
     ("epoch", "one", "boolean"),
@@ -252,6 +241,7 @@ const EXPECTED: [(&str, &str, &str); 34] = [
     ("holds", "grants", "ARRAY"),
     ("holds", "token", "bigint"),
     ("holds", "handed", "boolean"),
+    ("holds", "since", "timestamp with time zone"),
     ("tokens", "name", "text"),
     ("tokens", "token", "bigint"),
     ("waiters", "name", "text"),
@@ -266,6 +256,11 @@ const EXPECTED: [(&str, &str, &str); 34] = [
     ("answers", "name", "text"),
     ("answers", "reply", "ARRAY"),
     ("answers", "expires_at", "timestamp with time zone"),
+    ("clients", "id", "text"),
+    ("clients", "name", "text"),
+    ("clients", "host", "text"),
+    ("clients", "pid", "integer"),
+    ("clients", "until", "timestamp with time zone"),
     ("version", "version", "integer"),
     ("functions", "revision", "integer"),
     ("functions", "digest", "text"),
