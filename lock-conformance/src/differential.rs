@@ -461,7 +461,10 @@ fn same(store: Reply, rules: Reply, tokens: &mut Tokens) -> bool {
 
 /// Who holds the lock, as the store describes it: the owner and its hold count.
 async fn holder(client: &Client) -> Option<(u32, usize)> {
-    let introspection = client.backend.introspection()?;
+    if !client.backend.capabilities().introspection {
+        return None;
+    }
+    let introspection = client.backend.introspection();
     let info = introspection.describe(&client.lock.name).await.unwrap();
     let holder = info.holders.first()?;
     let owner = holder.owner.chars().nth(7)?.to_digit(10)?;

@@ -260,9 +260,7 @@ pub async fn expirable_operations_and_bad_input(fx: &dyn Fixture) {
 /// (their replies were lost) answer as the first time and count once.
 pub async fn an_expirable_permit_request_sent_twice_counts_once(fx: &dyn Fixture) {
     let backend = fx.backend().await;
-    let semaphores = backend
-        .expirable_semaphores()
-        .expect("the fixture declares expirable semaphores");
+    let semaphores = backend.expirable_semaphores();
     let name = LockName::new(&unique("xsem-retry")).unwrap();
     assert!(semaphores.try_set_permits(&name, 3).await.unwrap());
     let issue = IssueRequest::new(2, Duration::from_secs(30));

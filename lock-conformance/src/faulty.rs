@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use lock_core::backend::{Acquire, Capabilities, LockState, Release, Renewal};
 use lock_core::notify::Listener;
 use lock_core::{
-    AcquireRequest, Backend, Error, ExpirableSemaphoreBackend, Issue, IssueRequest, LockName,
-    LockRef, PermitAnswer, PermitId, PermitRequest, ReleaseRequest, RequestId, ReturnRequest,
+    AcquireRequest, Backend, Error, ExpirableSemaphoreBackend, LockName, LockRef, PermitAnswer,
+    PermitId, PermitRequest, ReleaseRequest, ReturnRequest,
 };
 
 /// What the wrapper does to an acquisition.
@@ -256,24 +256,17 @@ impl Backend for FaultyBackend {
         self.inner.capabilities()
     }
 
-    fn latches(&self) -> Option<&dyn lock_core::LatchBackend> {
-        self.inner.latches()
+    /// Every optional operation not overridden here goes to the wrapped backend.
+    fn inner(&self) -> Option<&dyn Backend> {
+        Some(&*self.inner)
     }
 
-    fn introspection(&self) -> Option<&dyn lock_core::Introspect> {
-        self.inner.introspection()
+    fn semaphores(&self) -> &dyn lock_core::SemaphoreBackend {
+        self
     }
 
-    fn semaphores(&self) -> Option<&dyn lock_core::SemaphoreBackend> {
-        self.inner
-            .semaphores()
-            .map(|_| self as &dyn lock_core::SemaphoreBackend)
-    }
-
-    fn expirable_semaphores(&self) -> Option<&dyn ExpirableSemaphoreBackend> {
-        self.inner
-            .expirable_semaphores()
-            .map(|_| self as &dyn ExpirableSemaphoreBackend)
+    fn expirable_semaphores(&self) -> &dyn ExpirableSemaphoreBackend {
+        self
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
@@ -302,14 +295,6 @@ impl Backend for FaultyBackend {
                 reply
             }
         }
-    }
-
-    async fn cancel_wait(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
-        self.inner.cancel_wait(lock, acquisition).await
-    }
-
-    async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
-        self.inner.raise_fencing(lock, token).await
     }
 
     async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
@@ -380,17 +365,12 @@ impl Backend for FaultyBackend {
     }
 }
 
-/// The wrapped backend's semaphores, with grants answered late when told.
+/// The wrapped backend's semaphores, with requests sent late and grants answered late
+/// when told.
 #[async_trait]
 impl lock_core::SemaphoreBackend for FaultyBackend {
-    async fn try_set_permits(&self, name: &LockName, permits: u64) -> Result<bool, Error> {
-        self.inner_semaphores()?
-            .try_set_permits(name, permits)
-            .await
-    }
-
-    async fn add_permits(&self, name: &LockName, delta: i64) -> Result<i64, Error> {
-        self.inner_semaphores()?.add_permits(name, delta).await
+    fn below(&self) -> &dyn lock_core::SemaphoreBackend {
+        self.inner.semaphores()
     }
 
     async fn try_acquire(
@@ -403,7 +383,7 @@ impl lock_core::SemaphoreBackend for FaultyBackend {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         tokio::time::sleep(before).await;
-        let granted = self.inner_semaphores()?.try_acquire(name, request).await;
+        let granted = self.inner.semaphores().try_acquire(name, request).await;
         let delay = *self
             .permit_grant_delay
             .lock()
@@ -411,59 +391,24 @@ impl lock_core::SemaphoreBackend for FaultyBackend {
         tokio::time::sleep(delay).await;
         granted
     }
-
-    async fn release(&self, name: &LockName, request: PermitRequest) -> Result<i64, Error> {
-        self.inner_semaphores()?.release(name, request).await
-    }
-
-    async fn available(&self, name: &LockName) -> Result<i64, Error> {
-        self.inner_semaphores()?.available(name).await
-    }
-
-    async fn drain(&self, name: &LockName) -> Result<i64, Error> {
-        self.inner_semaphores()?.drain(name).await
-    }
-
-    async fn cancel_reservation(&self, name: &LockName, waiter: RequestId) -> Result<(), Error> {
-        self.inner_semaphores()?
-            .cancel_reservation(name, waiter)
-            .await
-    }
-
-    async fn listen(&self, name: &LockName) -> Result<Listener, Error> {
-        self.inner_semaphores()?.listen(name).await
-    }
-}
-
-impl FaultyBackend {
-    fn inner_semaphores(&self) -> Result<&dyn lock_core::SemaphoreBackend, Error> {
-        self.inner
-            .semaphores()
-            .ok_or_else(|| Error::unsupported("semaphores"))
-    }
 }
 
 /// The wrapped backend's expirable semaphores, whose renewals and releases fail with
 /// the locks' when told (a holder cut off from the store).
 #[async_trait]
 impl ExpirableSemaphoreBackend for FaultyBackend {
-    async fn try_set_permits(&self, name: &LockName, permits: u64) -> Result<bool, Error> {
-        self.inner_expirable()?.try_set_permits(name, permits).await
-    }
-
-    async fn add_permits(&self, name: &LockName, delta: i64) -> Result<i64, Error> {
-        self.inner_expirable()?.add_permits(name, delta).await
-    }
-
-    async fn try_issue(&self, name: &LockName, request: &IssueRequest) -> Result<Issue, Error> {
-        self.inner_expirable()?.try_issue(name, request).await
+    fn below(&self) -> &dyn ExpirableSemaphoreBackend {
+        self.inner.expirable_semaphores()
     }
 
     async fn release(&self, name: &LockName, request: &ReturnRequest) -> Result<bool, Error> {
         if self.failing_releases.load(Ordering::SeqCst) {
             return Err(injected("injected: release not sent"));
         }
-        self.inner_expirable()?.release(name, request).await
+        self.inner
+            .expirable_semaphores()
+            .release(name, request)
+            .await
     }
 
     async fn renew(
@@ -484,7 +429,10 @@ impl ExpirableSemaphoreBackend for FaultyBackend {
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
-        self.inner_expirable()?.renew(name, ids, lease).await
+        self.inner
+            .expirable_semaphores()
+            .renew(name, ids, lease)
+            .await
     }
 
     async fn set_lease(
@@ -496,28 +444,9 @@ impl ExpirableSemaphoreBackend for FaultyBackend {
         if self.failing_renewals.load(Ordering::SeqCst) {
             return Err(injected("injected: renewal not sent"));
         }
-        self.inner_expirable()?.set_lease(name, ids, lease).await
-    }
-
-    async fn cancel_reservation(&self, name: &LockName, waiter: RequestId) -> Result<(), Error> {
-        self.inner_expirable()?
-            .cancel_reservation(name, waiter)
-            .await
-    }
-
-    async fn permits(&self, name: &LockName) -> Result<(i64, u64), Error> {
-        self.inner_expirable()?.permits(name).await
-    }
-
-    async fn listen(&self, name: &LockName) -> Result<Listener, Error> {
-        self.inner_expirable()?.listen(name).await
-    }
-}
-
-impl FaultyBackend {
-    fn inner_expirable(&self) -> Result<&dyn ExpirableSemaphoreBackend, Error> {
         self.inner
             .expirable_semaphores()
-            .ok_or_else(|| Error::unsupported("expirable semaphores"))
+            .set_lease(name, ids, lease)
+            .await
     }
 }

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use lock_core::{Capabilities, ErrorKind, LockKind, Locks};
+use lock_core::{Capabilities, ErrorKind, LockKind, LockName, Locks};
 
 use crate::Fixture;
 
@@ -186,6 +186,42 @@ pub async fn assert_lacking(
     );
 }
 
+/// A family of operations (latches, introspection, semaphores) answers through the
+/// client and through the backend alike when it is declared, and is refused with
+/// [`ErrorKind::Unsupported`] when it is not: the capabilities are the only word on it.
+async fn families_answer_as_declared(fx: &dyn Fixture, locks: &Locks, name: &str) {
+    let backend = fx.backend().await;
+    let capabilities = backend.capabilities();
+    let lock_name = LockName::new(name).expect("a valid name");
+    let latches = [
+        locks.count_down_latch(name).count().await.map(drop),
+        backend.latches().count(&lock_name).await.map(drop),
+    ];
+    let introspection = [
+        locks.describe(name).await.map(drop),
+        backend.introspection().describe(&lock_name).await.map(drop),
+    ];
+    let semaphores = [
+        locks.semaphore(name).available().await.map(drop),
+        backend.semaphores().available(&lock_name).await.map(drop),
+    ];
+    for (family, declared, answers) in [
+        ("count-down latches", capabilities.count_down_latch, latches),
+        ("introspection", capabilities.introspection, introspection),
+        ("semaphores", capabilities.semaphore, semaphores),
+    ] {
+        for (through, answer) in ["the client", "the backend"].into_iter().zip(answers) {
+            match answer {
+                Ok(()) => assert!(declared, "{family}: undeclared, but {through} answered"),
+                Err(err) => {
+                    assert!(!declared, "{family}: declared, but {through} failed: {err}");
+                    assert_eq!(err.kind(), ErrorKind::Unsupported, "{family}: {err}");
+                }
+            }
+        }
+    }
+}
+
 /// What a backend does not declare is refused with [`ErrorKind::Unsupported`], and what
 /// it declares works: every lock kind is tried through a client of the fixture.
 pub async fn declared_capabilities_hold(fx: &dyn Fixture) {
@@ -216,53 +252,7 @@ pub async fn declared_capabilities_hold(fx: &dyn Fixture) {
             assert_eq!(err.kind(), ErrorKind::Unsupported, "{kind}: {err}");
         }
     }
-    let latch = locks.count_down_latch(&name);
-    let counted = latch.count().await;
-    assert_eq!(
-        fx.backend().await.latches().is_some(),
-        capabilities.count_down_latch,
-        "count-down latches declared but not handed out, or the reverse"
-    );
-    if capabilities.count_down_latch {
-        assert_eq!(counted.expect("a declared latch"), 0);
-    } else {
-        let err = counted.expect_err("an undeclared latch must be refused");
-        assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
-    }
-    assert_eq!(
-        fx.backend().await.introspection().is_some(),
-        capabilities.introspection,
-        "introspection declared but not handed out, or the reverse"
-    );
-    match locks.describe(&name).await {
-        Ok(info) => assert!(
-            capabilities.introspection,
-            "undeclared introspection: {info:?}"
-        ),
-        Err(err) => {
-            assert!(
-                !capabilities.introspection,
-                "declared introspection failed: {err}"
-            );
-            assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
-        }
-    }
-    let available = locks.semaphore(&name).available().await;
-    assert_eq!(
-        fx.backend().await.semaphores().is_some(),
-        capabilities.semaphore,
-        "semaphores declared but not handed out, or the reverse"
-    );
-    match available {
-        Ok(_) => assert!(capabilities.semaphore, "an undeclared semaphore answered"),
-        Err(err) => {
-            assert!(
-                !capabilities.semaphore,
-                "a declared semaphore failed: {err}"
-            );
-            assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
-        }
-    }
+    families_answer_as_declared(fx, &locks, &name).await;
     let fenced = Locks::builder(fx.backend().await).fencing(true).build();
     match fenced {
         Ok(fenced) => {

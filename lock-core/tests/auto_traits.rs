@@ -9,7 +9,7 @@ use std::time::Duration;
 use lock_core::backend::{
     Acquire, AcquireRequest, Capabilities, HoldModel, Issue, IssueRequest, LatchRequest, LockKind,
     LockRef, LockState, Owner, PermitAnswer, PermitId, PermitRequest, PermitReservation, Release,
-    ReleaseRequest, Renewal, RequestId, ReturnRequest, Waiting,
+    ReleaseRequest, Renewal, RequestId, ReturnRequest, Unsupported, Waiting,
 };
 use lock_core::memory::MemoryBackend;
 use lock_core::notify::{Listener, ReaderTask, Subscriptions, WeakSubscriptions};
@@ -50,6 +50,7 @@ fn public_types_are_send_and_sync() {
     send_sync::<LostReason>();
     // The backend contract and its messages.
     send_sync::<MemoryBackend>();
+    send_sync::<Unsupported>();
     send_sync::<Capabilities>();
     send_sync::<HoldModel>();
     send_sync::<LockKind>();

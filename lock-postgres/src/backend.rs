@@ -438,7 +438,7 @@ impl Backend for PostgresBackend {
         self.notifications.listen(&self.channel(lock)).await
     }
 
-    fn introspection(&self) -> Option<&dyn lock_core::Introspect> {
-        Some(self)
+    fn introspection(&self) -> &dyn lock_core::Introspect {
+        self
     }
 }

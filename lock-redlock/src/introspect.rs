@@ -78,8 +78,12 @@ pub(crate) fn listed_by(parts: Vec<Vec<String>>, needed: usize, limit: usize) ->
 
 /// A part's introspection; an error for a part that cannot say who holds its locks.
 pub(crate) fn of_part(part: &dyn Backend) -> Result<&dyn Introspect, Error> {
-    part.introspection()
-        .ok_or_else(|| Error::unsupported("introspection on a part that does not offer it"))
+    if !part.capabilities().introspection {
+        return Err(Error::unsupported(
+            "introspection on a part that does not offer it",
+        ));
+    }
+    Ok(part.introspection())
 }
 
 #[cfg(test)]

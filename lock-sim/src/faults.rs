@@ -360,6 +360,12 @@ impl Backend for FaultyLink {
         self.inner.capabilities().introspection(false)
     }
 
+    /// Raising a fencing counter, and what else is not overridden here, goes to the store
+    /// untouched.
+    fn inner(&self) -> Option<&dyn Backend> {
+        Some(&*self.inner)
+    }
+
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
         let (lock, network) = (lock.clone(), Arc::clone(&self.network));
         self.through("acquire", move |inner| {
@@ -400,10 +406,6 @@ impl Backend for FaultyLink {
             }
         })
         .await
-    }
-
-    async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
-        self.inner.raise_fencing(lock, token).await
     }
 
     async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
@@ -447,24 +449,20 @@ impl Backend for FaultyLink {
         Backend::listen(&*self.inner, lock).await
     }
 
-    fn semaphores(&self) -> Option<&dyn SemaphoreBackend> {
-        Some(self)
+    fn semaphores(&self) -> &dyn SemaphoreBackend {
+        self
     }
 
-    fn expirable_semaphores(&self) -> Option<&dyn ExpirableSemaphoreBackend> {
-        Some(self)
+    fn expirable_semaphores(&self) -> &dyn ExpirableSemaphoreBackend {
+        self
     }
 }
 
 /// The plain semaphore, through the same faults.
 #[async_trait]
 impl SemaphoreBackend for FaultyLink {
-    async fn try_set_permits(&self, name: &LockName, permits: u64) -> Result<bool, Error> {
-        SemaphoreBackend::try_set_permits(&*self.inner, name, permits).await
-    }
-
-    async fn add_permits(&self, name: &LockName, delta: i64) -> Result<i64, Error> {
-        SemaphoreBackend::add_permits(&*self.inner, name, delta).await
+    fn below(&self) -> &dyn SemaphoreBackend {
+        &*self.inner
     }
 
     async fn try_acquire(
@@ -491,33 +489,13 @@ impl SemaphoreBackend for FaultyLink {
         })
         .await
     }
-
-    async fn available(&self, name: &LockName) -> Result<i64, Error> {
-        SemaphoreBackend::available(&*self.inner, name).await
-    }
-
-    async fn drain(&self, name: &LockName) -> Result<i64, Error> {
-        SemaphoreBackend::drain(&*self.inner, name).await
-    }
-
-    async fn cancel_reservation(&self, name: &LockName, waiter: RequestId) -> Result<(), Error> {
-        SemaphoreBackend::cancel_reservation(&*self.inner, name, waiter).await
-    }
-
-    async fn listen(&self, name: &LockName) -> Result<Listener, Error> {
-        SemaphoreBackend::listen(&*self.inner, name).await
-    }
 }
 
 /// The expirable semaphore, through the same faults.
 #[async_trait]
 impl ExpirableSemaphoreBackend for FaultyLink {
-    async fn try_set_permits(&self, name: &LockName, permits: u64) -> Result<bool, Error> {
-        ExpirableSemaphoreBackend::try_set_permits(&*self.inner, name, permits).await
-    }
-
-    async fn add_permits(&self, name: &LockName, delta: i64) -> Result<i64, Error> {
-        ExpirableSemaphoreBackend::add_permits(&*self.inner, name, delta).await
+    fn below(&self) -> &dyn ExpirableSemaphoreBackend {
+        &*self.inner
     }
 
     async fn try_issue(&self, name: &LockName, request: &IssueRequest) -> Result<Issue, Error> {
@@ -564,17 +542,5 @@ impl ExpirableSemaphoreBackend for FaultyLink {
             async move { inner.set_lease(&name, &ids, lease).await }
         })
         .await
-    }
-
-    async fn cancel_reservation(&self, name: &LockName, waiter: RequestId) -> Result<(), Error> {
-        ExpirableSemaphoreBackend::cancel_reservation(&*self.inner, name, waiter).await
-    }
-
-    async fn permits(&self, name: &LockName) -> Result<(i64, u64), Error> {
-        self.inner.permits(name).await
-    }
-
-    async fn listen(&self, name: &LockName) -> Result<Listener, Error> {
-        ExpirableSemaphoreBackend::listen(&*self.inner, name).await
     }
 }

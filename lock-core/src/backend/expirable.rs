@@ -152,24 +152,40 @@ impl ReturnRequest {
 /// [`ErrorKind::Incompatible`](crate::ErrorKind::Incompatible).
 #[async_trait]
 pub trait ExpirableSemaphoreBackend: fmt::Debug + Send + Sync {
+    /// For a layer that takes this family over (see [Layers](super::Backend#layers)):
+    /// the wrapped backend's, which answers every operation the layer does not override.
+    /// A store that implements the family overrides every operation and keeps the
+    /// default, whose operations answer [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
+    fn below(&self) -> &dyn ExpirableSemaphoreBackend {
+        &super::Unsupported
+    }
+
     /// Sets the available permits to `permits` if the semaphore has none set (absent);
     /// whether it did. Listeners are told.
-    async fn try_set_permits(&self, name: &LockName, permits: u64) -> Result<bool, Error>;
+    async fn try_set_permits(&self, name: &LockName, permits: u64) -> Result<bool, Error> {
+        self.below().try_set_permits(name, permits).await
+    }
 
     /// Adds `delta` (possibly negative) to the available permits and returns the new
     /// count. Listeners are told when permits were added.
-    async fn add_permits(&self, name: &LockName, delta: i64) -> Result<i64, Error>;
+    async fn add_permits(&self, name: &LockName, delta: i64) -> Result<i64, Error> {
+        self.below().add_permits(name, delta).await
+    }
 
     /// Issues `request.ids` if that many permits are available and another waiter's
     /// reservation does not hold them back ([`PermitReservation`], shared with the plain
     /// semaphore of the name). Ids already issued (a request sent again) answer
     /// [`Issue::Issued`] and take nothing more.
-    async fn try_issue(&self, name: &LockName, request: &IssueRequest) -> Result<Issue, Error>;
+    async fn try_issue(&self, name: &LockName, request: &IssueRequest) -> Result<Issue, Error> {
+        self.below().try_issue(name, request).await
+    }
 
     /// Gives back every permit of `request.ids` if all of them are issued; whether they
     /// were (when one is not, nothing changes). The same request sent again answers as the
     /// first time. Listeners are told.
-    async fn release(&self, name: &LockName, request: &ReturnRequest) -> Result<bool, Error>;
+    async fn release(&self, name: &LockName, request: &ReturnRequest) -> Result<bool, Error> {
+        self.below().release(name, request).await
+    }
 
     /// Extends the expiry of each of `ids` that is still issued to at least `lease` from
     /// now, never shortening it (the watchdog's renewal: one that lands late must not
@@ -179,7 +195,9 @@ pub trait ExpirableSemaphoreBackend: fmt::Debug + Send + Sync {
         name: &LockName,
         ids: &[PermitId],
         lease: Duration,
-    ) -> Result<Vec<bool>, Error>;
+    ) -> Result<Vec<bool>, Error> {
+        self.below().renew(name, ids, lease).await
+    }
 
     /// Sets the expiry of each of `ids` that is still issued to `lease` from now, longer
     /// or shorter (Java's `updateLeaseTime`); for each id in order, whether it was issued.
@@ -188,18 +206,26 @@ pub trait ExpirableSemaphoreBackend: fmt::Debug + Send + Sync {
         name: &LockName,
         ids: &[PermitId],
         lease: Duration,
-    ) -> Result<Vec<bool>, Error>;
+    ) -> Result<Vec<bool>, Error> {
+        self.below().set_lease(name, ids, lease).await
+    }
 
     /// Ends `waiter`'s reservation of permits of `name`, if it holds it (a waiter that
     /// gave up).
-    async fn cancel_reservation(&self, name: &LockName, waiter: RequestId) -> Result<(), Error>;
+    async fn cancel_reservation(&self, name: &LockName, waiter: RequestId) -> Result<(), Error> {
+        self.below().cancel_reservation(name, waiter).await
+    }
 
     /// The available permits (0 for a semaphore never set) and the issued ones.
-    async fn permits(&self, name: &LockName) -> Result<(i64, u64), Error>;
+    async fn permits(&self, name: &LockName) -> Result<(i64, u64), Error> {
+        self.below().permits(name).await
+    }
 
     /// Starts listening for the semaphore's notifications (permits added, given back or
     /// reclaimed). Subscribed when this returns.
-    async fn listen(&self, name: &LockName) -> Result<Listener, Error>;
+    async fn listen(&self, name: &LockName) -> Result<Listener, Error> {
+        self.below().listen(name).await
+    }
 }
 
 #[cfg(test)]

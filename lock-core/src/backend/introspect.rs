@@ -166,12 +166,24 @@ impl LockInfo {
 /// A store that can say who holds its locks.
 #[async_trait]
 pub trait Introspect: Send + Sync {
+    /// For a layer that takes this family over (see [Layers](super::Backend#layers)):
+    /// the wrapped backend's, which answers every operation the layer does not override.
+    /// A store that implements the family overrides every operation and keeps the
+    /// default, whose operations answer [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
+    fn below(&self) -> &dyn Introspect {
+        &super::Unsupported
+    }
+
     /// What `name` holds now.
-    async fn describe(&self, name: &LockName) -> Result<LockInfo, Error>;
+    async fn describe(&self, name: &LockName) -> Result<LockInfo, Error> {
+        self.below().describe(name).await
+    }
 
     /// The names of held locks that start with `prefix`, at most `limit`, in no
     /// particular order. Walks the store in steps; never blocks it.
-    async fn held_names(&self, prefix: &str, limit: usize) -> Result<Vec<String>, Error>;
+    async fn held_names(&self, prefix: &str, limit: usize) -> Result<Vec<String>, Error> {
+        self.below().held_names(prefix, limit).await
+    }
 
     /// Records `client`'s description under `client_id` for `ttl`, for
     /// [`Introspect::describe`] to show with its holds.
@@ -180,5 +192,7 @@ pub trait Introspect: Send + Sync {
         client_id: &str,
         client: &ClientInfo,
         ttl: Duration,
-    ) -> Result<(), Error>;
+    ) -> Result<(), Error> {
+        self.below().announce(client_id, client, ttl).await
+    }
 }

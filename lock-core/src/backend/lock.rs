@@ -6,7 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    Capabilities, ExpirableSemaphoreBackend, LatchBackend, LockRef, RequestId, SemaphoreBackend,
+    Capabilities, ExpirableSemaphoreBackend, Introspect, LatchBackend, LockRef, RequestId,
+    SemaphoreBackend, Unsupported,
 };
 use crate::Error;
 use crate::notify::Listener;
@@ -308,9 +309,12 @@ impl LockState {
 /// bookkeeping) is lock-core's. [`MemoryBackend`](crate::memory::MemoryBackend) is the
 /// worked example: read it side by side with this trait. In short:
 ///
-/// - declare what you support in [`Backend::capabilities`]; lock-core never asks for more,
-///   and optional operations you do not override answer
-///   [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported);
+/// - declare what you support in [`Backend::capabilities`], the only word on it:
+///   lock-core never asks for more, and optional operations you do not override answer
+///   [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported) (the semaphores, the
+///   expirable semaphores, the latches and introspection are each one trait, reached
+///   through [`Backend::semaphores`] and its siblings: return `self` from those you
+///   implement);
 /// - make each operation atomic against every other client of the store, and refuse a
 ///   release or renewal by anyone but the recorded owner;
 /// - when a lock becomes free, notify its listeners (see [`Backend::listen`] and
@@ -320,6 +324,17 @@ impl LockState {
 ///   [`RequestId`] with its first answer;
 /// - run the conformance suite (`lock-conformance`) on a fixture of your backend: it
 ///   selects the scenarios your capabilities call for.
+///
+/// # Layers
+///
+/// A layer wraps a backend to change some of what it does (inject faults, connect on
+/// first use), as opendal's layers do: it returns the wrapped backend from
+/// [`Backend::inner`], writes the lock operations every backend must (passing on those
+/// it leaves alone), and overrides only what it changes otherwise. The optional lock
+/// operations it does not override, and the families it does not take over, go to the
+/// wrapped backend. To change one semaphore operation, return `self` from
+/// [`Backend::semaphores`], the wrapped backend's semaphores from
+/// [`SemaphoreBackend::below`], and override that operation alone.
 ///
 /// # Cancel safety
 ///
@@ -338,6 +353,14 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// What this backend supports. It must not change over the backend's life.
     fn capabilities(&self) -> Capabilities;
 
+    /// For a layer (a backend that wraps another to change some of its operations: fault
+    /// injection, a lazily connected node), the backend it wraps: every optional
+    /// operation the layer does not override goes to it (see [Layers](Backend#layers)).
+    /// A store keeps the default, `None`.
+    fn inner(&self) -> Option<&dyn Backend> {
+        None
+    }
+
     /// Takes the lock (or one more hold of it) for `lock.owner` as `request` says. A
     /// request sent again with the same id (within its retry window) after it was
     /// granted answers with that grant and takes nothing more.
@@ -352,18 +375,24 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// answered, so implementations with nothing to undo must return at once.
     ///
     /// [`Capabilities::hands_over`]: super::Capabilities::hands_over
+    /// A store with nothing to undo keeps the default (nothing to do); a layer's default
+    /// passes the call on.
     async fn cancel_wait(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
-        let _ = (lock, acquisition);
-        Ok(())
+        match self.inner() {
+            Some(inner) => inner.cancel_wait(lock, acquisition).await,
+            None => Ok(()),
+        }
     }
 
     /// Raises the fencing counter of `lock`'s name to at least `token`, so that every
     /// later token exceeds it. Composite locks whose parts count separately use it to
-    /// keep one order across parts. Backends without [`Capabilities::fencing`] keep the
+    /// keep one order across parts. Stores without [`Capabilities::fencing`] keep the
     /// default, which refuses.
     async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
-        let _ = (lock, token);
-        Err(Error::unsupported("fencing tokens"))
+        match self.inner() {
+            Some(inner) => inner.raise_fencing(lock, token).await,
+            None => Err(Error::unsupported("fencing tokens")),
+        }
     }
 
     /// Releases one hold. When holds remain, the lease is re-armed to the request's
@@ -394,27 +423,32 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// one's listener on to the next (only a fair lock may wake each waiter on its own).
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error>;
 
-    /// The count-down latches of this store, when it declares
-    /// [`Capabilities::count_down_latch`].
-    fn latches(&self) -> Option<&dyn LatchBackend> {
-        None
+    /// The count-down latches of this store. A store that declares
+    /// [`Capabilities::count_down_latch`] returns itself; the default is the inner
+    /// backend's for a layer, and for a store latches that answer
+    /// [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
+    fn latches(&self) -> &dyn LatchBackend {
+        self.inner().map_or(&Unsupported, |inner| inner.latches())
     }
 
-    /// The semaphores of this store, when it declares [`Capabilities::semaphore`].
-    fn semaphores(&self) -> Option<&dyn SemaphoreBackend> {
-        None
+    /// The semaphores of this store: as [`Backend::latches`], for
+    /// [`Capabilities::semaphore`].
+    fn semaphores(&self) -> &dyn SemaphoreBackend {
+        self.inner()
+            .map_or(&Unsupported, |inner| inner.semaphores())
     }
 
-    /// The expirable semaphores of this store, when it declares
+    /// The expirable semaphores of this store: as [`Backend::latches`], for
     /// [`Capabilities::expirable_semaphore`].
-    fn expirable_semaphores(&self) -> Option<&dyn ExpirableSemaphoreBackend> {
-        None
+    fn expirable_semaphores(&self) -> &dyn ExpirableSemaphoreBackend {
+        self.inner()
+            .map_or(&Unsupported, |inner| inner.expirable_semaphores())
     }
 
-    /// Who holds this store's locks, when it can say ([`Introspect`]).
-    ///
-    /// [`Introspect`]: super::Introspect
-    fn introspection(&self) -> Option<&dyn super::Introspect> {
-        None
+    /// Who holds this store's locks: as [`Backend::latches`], for
+    /// [`Capabilities::introspection`].
+    fn introspection(&self) -> &dyn Introspect {
+        self.inner()
+            .map_or(&Unsupported, |inner| inner.introspection())
     }
 }

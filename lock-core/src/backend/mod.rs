@@ -12,6 +12,7 @@ mod introspect;
 mod latch;
 mod lock;
 mod semaphore;
+mod unsupported;
 
 pub use capabilities::{Capabilities, HoldModel};
 pub use expirable::{ExpirableSemaphoreBackend, Issue, IssueRequest, PermitId, ReturnRequest};
@@ -24,3 +25,4 @@ pub use lock::{
     Release, ReleaseRequest, Renewal, Waiting,
 };
 pub use semaphore::{PermitAnswer, PermitRequest, PermitReservation, SemaphoreBackend};
+pub use unsupported::Unsupported;

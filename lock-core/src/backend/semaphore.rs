@@ -120,13 +120,25 @@ impl PermitReservation {
 /// kind answers [`ErrorKind::Incompatible`](crate::ErrorKind::Incompatible).
 #[async_trait]
 pub trait SemaphoreBackend: fmt::Debug + Send + Sync {
+    /// For a layer that takes this family over (see [Layers](super::Backend#layers)):
+    /// the wrapped backend's, which answers every operation the layer does not override.
+    /// A store that implements the family overrides every operation and keeps the
+    /// default, whose operations answer [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
+    fn below(&self) -> &dyn SemaphoreBackend {
+        &super::Unsupported
+    }
+
     /// Sets the available permits to `permits` if the semaphore has none set (absent);
     /// whether it did. Listeners are told.
-    async fn try_set_permits(&self, name: &LockName, permits: u64) -> Result<bool, Error>;
+    async fn try_set_permits(&self, name: &LockName, permits: u64) -> Result<bool, Error> {
+        self.below().try_set_permits(name, permits).await
+    }
 
     /// Adds `delta` (possibly negative) to the available permits and returns the new
     /// count. Listeners are told.
-    async fn add_permits(&self, name: &LockName, delta: i64) -> Result<i64, Error>;
+    async fn add_permits(&self, name: &LockName, delta: i64) -> Result<i64, Error> {
+        self.below().add_permits(name, delta).await
+    }
 
     /// Takes `request.permits` if that many are available and another waiter's
     /// reservation does not hold them back ([`PermitReservation`]). A grant is kept
@@ -143,7 +155,9 @@ pub trait SemaphoreBackend: fmt::Debug + Send + Sync {
         &self,
         name: &LockName,
         request: PermitRequest,
-    ) -> Result<PermitAnswer, Error>;
+    ) -> Result<PermitAnswer, Error> {
+        self.below().try_acquire(name, request).await
+    }
 
     /// Gives back the permits of the grant of acquisition `request.id` (see
     /// [`PermitRequest::of_grant`]) if it holds them, ending it, and returns the
@@ -153,19 +167,29 @@ pub trait SemaphoreBackend: fmt::Debug + Send + Sync {
     /// time, and it can be sent again for as long as it takes: it ends one grant at most
     /// once. The undo of an acquisition whose answer never came is the same request.
     /// Listeners are told.
-    async fn release(&self, name: &LockName, request: PermitRequest) -> Result<i64, Error>;
+    async fn release(&self, name: &LockName, request: PermitRequest) -> Result<i64, Error> {
+        self.below().release(name, request).await
+    }
 
     /// The available permits (0 for a semaphore never set).
-    async fn available(&self, name: &LockName) -> Result<i64, Error>;
+    async fn available(&self, name: &LockName) -> Result<i64, Error> {
+        self.below().available(name).await
+    }
 
     /// Takes every available permit and returns how many there were.
-    async fn drain(&self, name: &LockName) -> Result<i64, Error>;
+    async fn drain(&self, name: &LockName) -> Result<i64, Error> {
+        self.below().drain(name).await
+    }
 
     /// Ends `waiter`'s reservation of permits of `name`, if it holds it (a waiter that
     /// gave up).
-    async fn cancel_reservation(&self, name: &LockName, waiter: RequestId) -> Result<(), Error>;
+    async fn cancel_reservation(&self, name: &LockName, waiter: RequestId) -> Result<(), Error> {
+        self.below().cancel_reservation(name, waiter).await
+    }
 
     /// Starts listening for the semaphore's notifications (permits added or released).
     /// Subscribed when this returns.
-    async fn listen(&self, name: &LockName) -> Result<Listener, Error>;
+    async fn listen(&self, name: &LockName) -> Result<Listener, Error> {
+        self.below().listen(name).await
+    }
 }

@@ -281,9 +281,7 @@ async fn renew_permits(
     valid_for: Duration,
     tally: &mut Tally,
 ) {
-    let Some(semaphores) = backend.expirable_semaphores() else {
-        return;
-    };
+    let semaphores = backend.expirable_semaphores();
     let ids: Vec<PermitId> = due.iter().flat_map(|(held, _)| held.ids.clone()).collect();
     let sent = Instant::now();
     match semaphores.renew(name, &ids, lease).await {

@@ -113,10 +113,10 @@ impl Locks {
     }
 
     fn introspection(&self) -> Result<&dyn Introspect, Error> {
-        self.inner
-            .backend
-            .introspection()
-            .ok_or_else(|| Error::unsupported("introspection (who holds a lock)"))
+        if !self.inner.capabilities.introspection {
+            return Err(Error::unsupported("introspection (who holds a lock)"));
+        }
+        Ok(self.inner.backend.introspection())
     }
 
     /// A handle on the reentrant mutex `name`. No I/O; an invalid name is reported by the

@@ -32,19 +32,18 @@ impl Named {
     }
 
     /// The store of this kind of object and the checked name: refused when the name
-    /// is, or when the backend does not declare `what` (`declared`) or hand it out
-    /// (`store`).
+    /// is, or when the backend does not declare `what` (`declared`): its capabilities
+    /// are the only word on it.
     pub(crate) fn store<'a, T: ?Sized>(
         &'a self,
         declared: fn(&Capabilities) -> bool,
-        store: fn(&'a dyn Backend) -> Option<&'a T>,
+        store: fn(&'a dyn Backend) -> &'a T,
         what: &'static str,
     ) -> Result<(&'a T, &'a LockName), Error> {
         let name = self.checked()?;
         let inner = &self.client;
         let store = declared(&inner.capabilities)
             .then(|| store(&*inner.backend))
-            .flatten()
             .ok_or_else(|| Error::unsupported(what))?;
         Ok((store, name))
     }

@@ -102,10 +102,8 @@ impl Inner {
         let backend = Arc::clone(&self.backend);
         let (client_id, info) = (self.client_id.clone(), self.client_info.clone());
         let announcing = self.supervisor.spawn_job(async move {
-            let Some(introspection) = backend.introspection() else {
-                return;
-            };
-            if let Err(err) = introspection
+            if let Err(err) = backend
+                .introspection()
                 .announce(&client_id, &info, ANNOUNCED_FOR)
                 .await
             {

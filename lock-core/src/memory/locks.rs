@@ -37,20 +37,20 @@ impl Backend for MemoryBackend {
             .max_lease(self.store().max_lease)
     }
 
-    fn latches(&self) -> Option<&dyn LatchBackend> {
-        Some(self)
+    fn latches(&self) -> &dyn LatchBackend {
+        self
     }
 
-    fn semaphores(&self) -> Option<&dyn SemaphoreBackend> {
-        Some(self)
+    fn semaphores(&self) -> &dyn SemaphoreBackend {
+        self
     }
 
-    fn expirable_semaphores(&self) -> Option<&dyn crate::backend::ExpirableSemaphoreBackend> {
-        Some(self)
+    fn expirable_semaphores(&self) -> &dyn crate::backend::ExpirableSemaphoreBackend {
+        self
     }
 
-    fn introspection(&self) -> Option<&dyn crate::Introspect> {
-        Some(self)
+    fn introspection(&self) -> &dyn crate::Introspect {
+        self
     }
 
     /// Wake-ups here are first-come-first-served already (one waiter per release, in

@@ -330,10 +330,7 @@ async fn attempt(
     let task_request = request.clone();
     let job = async move {
         let _ticket = ticket;
-        let semaphores = task_client
-            .backend
-            .expirable_semaphores()
-            .ok_or_else(|| Error::unsupported("expirable semaphores"))?;
+        let semaphores = task_client.backend.expirable_semaphores();
         // The same ids each time: permits issued by a run whose reply was lost are
         // found issued, not taken again.
         let until = Instant::now() + task_client.config.retry_window;
@@ -383,10 +380,7 @@ fn release_unawaited(client: &Arc<Inner>, name: &LockName, ids: Vec<PermitId>, o
 
 /// Gives `ids` back; whether they were all still issued.
 async fn give_back(client: &Inner, name: &LockName, ids: Vec<PermitId>) -> Result<bool, Error> {
-    let semaphores = client
-        .backend
-        .expirable_semaphores()
-        .ok_or_else(|| Error::unsupported("expirable semaphores"))?;
+    let semaphores = client.backend.expirable_semaphores();
     let window = client.config.retry_window;
     let request = ReturnRequest::new(ids, window);
     let until = Instant::now() + window;
@@ -583,11 +577,7 @@ impl LeasedPermits {
     /// store; the guard then assumes the shorter.
     pub async fn update_lease(&mut self, lease: Duration) -> Result<(), Error> {
         self.client.config.check_lease("lease", lease)?;
-        let semaphores = self
-            .client
-            .backend
-            .expirable_semaphores()
-            .ok_or_else(|| Error::unsupported("expirable semaphores"))?;
+        let semaphores = self.client.backend.expirable_semaphores();
         if let Some(reason) = self.held.lease.lost_reason() {
             return Err(self.lost_error(reason));
         }

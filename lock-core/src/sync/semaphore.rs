@@ -265,10 +265,7 @@ async fn attempt(
     let request = PermitRequest::new(permits, window).reserving(reserve);
     let job = async move {
         let _ticket = ticket;
-        let semaphores = task_client
-            .backend
-            .semaphores()
-            .ok_or_else(|| Error::unsupported("semaphores"))?;
+        let semaphores = task_client.backend.semaphores();
         let until = Instant::now() + window;
         let taken =
             retry::until_answered(until, || semaphores.try_acquire(&task_name, request)).await;
@@ -397,18 +394,12 @@ impl Drop for Starvation {
                 let _ = attempt_done.await;
             }
             let backend = &client.backend;
-            let cancelled = match (
-                expirable,
-                backend.expirable_semaphores(),
-                backend.semaphores(),
-            ) {
-                (true, Some(semaphores), _) => {
-                    semaphores.cancel_reservation(&task_name, waiter).await
-                }
-                (false, _, Some(semaphores)) => {
-                    semaphores.cancel_reservation(&task_name, waiter).await
-                }
-                _ => Ok(()),
+            let cancelled = if expirable {
+                let semaphores = backend.expirable_semaphores();
+                semaphores.cancel_reservation(&task_name, waiter).await
+            } else {
+                let semaphores = backend.semaphores();
+                semaphores.cancel_reservation(&task_name, waiter).await
             };
             if let Err(err) = cancelled {
                 crate::events::reservation_not_cancelled(&task_name, &err);
@@ -520,10 +511,7 @@ async fn release(
     grant: RequestId,
     persistence: Duration,
 ) -> Result<i64, Error> {
-    let semaphores = client
-        .backend
-        .semaphores()
-        .ok_or_else(|| Error::unsupported("semaphores"))?;
+    let semaphores = client.backend.semaphores();
     let request = PermitRequest::of_grant(grant, client.config.retry_window);
     let until = Instant::now() + persistence;
     retry::until_answered(until, || semaphores.release(name, request)).await

@@ -760,19 +760,19 @@ impl Backend for RedisBackend {
         shared
     }
 
-    fn latches(&self) -> Option<&dyn LatchBackend> {
-        Some(self)
+    fn latches(&self) -> &dyn LatchBackend {
+        self
     }
 
-    fn semaphores(&self) -> Option<&dyn SemaphoreBackend> {
-        Some(self)
+    fn semaphores(&self) -> &dyn SemaphoreBackend {
+        self
     }
 
-    fn expirable_semaphores(&self) -> Option<&dyn lock_core::backend::ExpirableSemaphoreBackend> {
-        Some(self)
+    fn expirable_semaphores(&self) -> &dyn lock_core::backend::ExpirableSemaphoreBackend {
+        self
     }
 
-    fn introspection(&self) -> Option<&dyn lock_core::Introspect> {
-        Some(self)
+    fn introspection(&self) -> &dyn lock_core::Introspect {
+        self
     }
 }

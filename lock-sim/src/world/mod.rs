@@ -154,13 +154,16 @@ async fn simulate(seed: u64, workload: Arc<Workload>, echo: bool) -> Outcome {
         ledger.fail("the semaphores' names are refused".to_owned());
         return outcome(&ledger, &trace, &store);
     };
-    let set_up = match (store.semaphores(), store.expirable_semaphores()) {
-        (Some(semaphores), Some(expirable)) => {
-            semaphores.try_set_permits(&plain, PERMITS).await.is_ok()
-                && expirable.try_set_permits(&leased, PERMITS).await.is_ok()
-        }
-        _ => false,
-    };
+    let set_up = store
+        .semaphores()
+        .try_set_permits(&plain, PERMITS)
+        .await
+        .is_ok()
+        && store
+            .expirable_semaphores()
+            .try_set_permits(&leased, PERMITS)
+            .await
+            .is_ok();
     if !set_up {
         ledger.fail("the semaphores could not be set up".to_owned());
         return outcome(&ledger, &trace, &store);
@@ -374,22 +377,19 @@ async fn settled(store: &MemoryBackend, plain: &LockName, leased: &LockName) -> 
             "LEFT HELD: {held:?} outlived their leases with nobody holding them"
         ));
     }
-    if let Some(semaphores) = store.semaphores() {
-        let available = semaphores.available(plain).await.unwrap_or(-1);
-        if available != PERMITS.cast_signed() {
-            return Err(format!(
-                "PERMITS LOST: {available} of {PERMITS} plain permits available at the end"
-            ));
-        }
+    let available = store.semaphores().available(plain).await.unwrap_or(-1);
+    if available != PERMITS.cast_signed() {
+        return Err(format!(
+            "PERMITS LOST: {available} of {PERMITS} plain permits available at the end"
+        ));
     }
-    if let Some(semaphores) = store.expirable_semaphores() {
-        let (available, issued) = semaphores.permits(leased).await.unwrap_or((-1, 0));
-        if available != PERMITS.cast_signed() || issued != 0 {
-            return Err(format!(
-                "PERMITS NOT BACK: {available} of {PERMITS} expirable permits available, \
-                 {issued} issued, at the end"
-            ));
-        }
+    let expirable = store.expirable_semaphores();
+    let (available, issued) = expirable.permits(leased).await.unwrap_or((-1, 0));
+    if available != PERMITS.cast_signed() || issued != 0 {
+        return Err(format!(
+            "PERMITS NOT BACK: {available} of {PERMITS} expirable permits available, \
+             {issued} issued, at the end"
+        ));
     }
     Ok(())
 }
