@@ -3,17 +3,12 @@
 //! locks, cancellation, replies of one owner answered out of order).
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::backend::{Acquire, Capabilities, LockState, Release, Renewal};
-use lock_core::notify::Listener;
-use lock_core::{
-    AcquireRequest, Backend, Error, ExpirableSemaphoreBackend, LockName, LockRef, PermitAnswer,
-    PermitId, PermitRequest, ReleaseRequest, ReturnRequest,
-};
+use lock_core::faults::{Answer, Fate, FateSource, FaultLayer, Operation};
 
 /// What the wrapper does to an acquisition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -37,38 +32,40 @@ pub enum AcquireFault {
     DelayFreshGrant(Duration),
 }
 
-/// A backend whose acquisitions misbehave as told, and whose releases and renewals can
-/// be made to fail; every other operation is forwarded. Clones share the switches.
-#[derive(Clone)]
-pub struct FaultyBackend {
-    inner: Arc<dyn Backend>,
-    fault: Arc<Mutex<AcquireFault>>,
-    failing_releases: Arc<AtomicBool>,
-    failing_renewals: Arc<AtomicBool>,
-    losing_renewal_replies: Arc<AtomicBool>,
-    losing_release_reply: Arc<AtomicBool>,
-    listen_delay: Arc<Mutex<Duration>>,
-    failing_listens: Arc<std::sync::atomic::AtomicUsize>,
-    permit_grant_delay: Arc<Mutex<Duration>>,
+/// A backend whose operations misbehave as its [`Script`] is told: a
+/// [`FaultLayer`](lock_core::faults::FaultLayer) driven by switches a test turns on the
+/// layer itself. Clones share the switches.
+pub type FaultyBackend = FaultLayer<Script>;
+
+/// The switches of a [`FaultyBackend`]: every operation is passed on untouched until one
+/// is set.
+#[derive(Default)]
+pub struct Script {
+    fault: Mutex<AcquireFault>,
+    failing_releases: AtomicBool,
+    failing_renewals: AtomicBool,
+    losing_renewal_replies: AtomicBool,
+    losing_release_reply: AtomicBool,
+    listen_delay: Mutex<Duration>,
+    failing_listens: AtomicUsize,
+    permit_grant_delay: Mutex<Duration>,
     /// How long the next expirable-permit renewal waits before it is forwarded.
-    permit_renewal_delay: Arc<Mutex<Duration>>,
+    permit_renewal_delay: Mutex<Duration>,
     /// How long plain permit requests wait before they are forwarded.
-    permit_request_delay: Arc<Mutex<Duration>>,
-    release_delay: Arc<Mutex<Duration>>,
-    force_release_delay: Arc<Mutex<Duration>>,
+    permit_request_delay: Mutex<Duration>,
+    release_delay: Mutex<Duration>,
+    force_release_delay: Mutex<Duration>,
     /// While `true`, release answers wait for it to turn `false`.
-    release_answers_held: Arc<tokio::sync::watch::Sender<bool>>,
-    /// How many lock acquisitions were asked so far; watched by [`Self::asked`].
-    acquisitions: Arc<tokio::sync::watch::Sender<usize>>,
-    /// While set, listeners subscribe here, where no message ever arrives.
-    deaf: Arc<AtomicBool>,
-    silence: lock_core::notify::Subscriptions,
+    release_answers_held: tokio::sync::watch::Sender<bool>,
+    /// How many lock acquisitions were asked so far; watched by [`Script::asked`].
+    acquisitions: tokio::sync::watch::Sender<usize>,
+    /// While set, listeners subscribe where no message ever arrives.
+    deaf: AtomicBool,
 }
 
-impl fmt::Debug for FaultyBackend {
+impl fmt::Debug for Script {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FaultyBackend")
-            .field("inner", &self.inner)
+        f.debug_struct("Script")
             .field("fault", &self.fault())
             .field("failing_releases", &self.failing_releases)
             .field("failing_renewals", &self.failing_renewals)
@@ -84,35 +81,11 @@ impl fmt::Debug for FaultyBackend {
             .field("release_answers_held", &*self.release_answers_held.borrow())
             .field("acquisitions", &*self.acquisitions.borrow())
             .field("deaf", &self.deaf)
-            .finish_non_exhaustive()
+            .finish()
     }
 }
 
-impl FaultyBackend {
-    /// Wraps `inner`, forwarding everything until a fault is set.
-    #[must_use]
-    pub fn new(inner: Arc<dyn Backend>) -> Self {
-        Self {
-            inner,
-            fault: Arc::new(Mutex::new(AcquireFault::None)),
-            failing_releases: Arc::new(AtomicBool::new(false)),
-            failing_renewals: Arc::new(AtomicBool::new(false)),
-            losing_renewal_replies: Arc::new(AtomicBool::new(false)),
-            losing_release_reply: Arc::new(AtomicBool::new(false)),
-            listen_delay: Arc::new(Mutex::new(Duration::ZERO)),
-            failing_listens: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
-            permit_grant_delay: Arc::new(Mutex::new(Duration::ZERO)),
-            permit_renewal_delay: Arc::new(Mutex::new(Duration::ZERO)),
-            permit_request_delay: Arc::new(Mutex::new(Duration::ZERO)),
-            release_delay: Arc::new(Mutex::new(Duration::ZERO)),
-            force_release_delay: Arc::new(Mutex::new(Duration::ZERO)),
-            release_answers_held: Arc::new(tokio::sync::watch::Sender::new(false)),
-            acquisitions: Arc::new(tokio::sync::watch::Sender::new(0)),
-            deaf: Arc::new(AtomicBool::new(false)),
-            silence: lock_core::notify::Subscriptions::new(Arc::new(lock_core::notify::InProcess)),
-        }
-    }
-
+impl Script {
     /// Makes new listeners hear nothing from the wrapped backend (or hear it again): a
     /// waiter then learns of a release only from its own client, or by its lease.
     pub fn deafen_listens(&self, deaf: bool) {
@@ -246,207 +219,94 @@ impl FaultyBackend {
     }
 }
 
-fn injected(what: &'static str) -> Error {
-    Error::connection("reaching the backend", std::io::Error::other(what))
+fn delay(switch: &Mutex<Duration>) -> Duration {
+    *switch.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[async_trait]
-impl Backend for FaultyBackend {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    /// Every optional operation not overridden here goes to the wrapped backend.
-    fn inner(&self) -> Option<&dyn Backend> {
-        Some(&*self.inner)
-    }
-
-    fn semaphores(&self) -> &dyn lock_core::SemaphoreBackend {
-        self
-    }
-
-    fn expirable_semaphores(&self) -> &dyn ExpirableSemaphoreBackend {
-        self
-    }
-
-    async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
-        self.acquisitions.send_modify(|asked| *asked += 1);
-        match self.fault() {
-            AcquireFault::None => self.inner.acquire(lock, request).await,
-            AcquireFault::FailBeforeSending => Err(injected("injected: not sent")),
-            AcquireFault::LoseReply => {
-                self.set(AcquireFault::None);
-                self.inner.acquire(lock, request).await?;
-                Err(injected("injected: reply lost"))
+impl FateSource for Script {
+    fn fate(&self, operation: Operation) -> Fate {
+        let (failing_releases, failing_renewals) = (
+            self.failing_releases.load(Ordering::SeqCst),
+            self.failing_renewals.load(Ordering::SeqCst),
+        );
+        match operation {
+            Operation::Acquire => {
+                self.acquisitions.send_modify(|asked| *asked += 1);
+                match self.fault() {
+                    AcquireFault::FailBeforeSending => Fate::none().failed(),
+                    AcquireFault::LoseReply => {
+                        self.set(AcquireFault::None);
+                        Fate::none().reply_lost()
+                    }
+                    AcquireFault::DelayRequest(delay) => Fate::none().delayed(delay),
+                    AcquireFault::FailAfter(delay) => Fate::none().delayed(delay).failed(),
+                    AcquireFault::None | AcquireFault::DelayFreshGrant(_) => Fate::none(),
+                }
             }
-            AcquireFault::DelayRequest(delay) => {
-                tokio::time::sleep(delay).await;
-                self.inner.acquire(lock, request).await
+            Operation::Release | Operation::ReturnPermits if failing_releases => {
+                Fate::none().failed()
             }
-            AcquireFault::FailAfter(delay) => {
-                tokio::time::sleep(delay).await;
-                Err(injected("injected: unreachable"))
+            Operation::Release => {
+                let lost = self.losing_release_reply.swap(false, Ordering::SeqCst);
+                let fate = Fate::none().delayed(delay(&self.release_delay));
+                if lost { fate.reply_lost() } else { fate }
             }
-            AcquireFault::DelayFreshGrant(delay) => {
-                let reply = self.inner.acquire(lock, request).await;
-                if let Ok(Acquire::Acquired { holds: 1, .. }) = reply {
+            Operation::Renew if failing_renewals => Fate::none().failed(),
+            Operation::Renew if self.losing_renewal_replies.load(Ordering::SeqCst) => {
+                Fate::none().reply_lost()
+            }
+            Operation::ForceRelease => Fate::none().delayed(delay(&self.force_release_delay)),
+            Operation::Listen => {
+                let fate = Fate::none().delayed(delay(&self.listen_delay));
+                let failing =
+                    self.failing_listens
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+                if failing.is_ok() {
+                    fate.failed()
+                } else if self.deaf.load(Ordering::SeqCst) {
+                    fate.deaf()
+                } else {
+                    fate
+                }
+            }
+            Operation::TakePermits => Fate::none()
+                .delayed(delay(&self.permit_request_delay))
+                .reply_delayed(delay(&self.permit_grant_delay)),
+            Operation::RenewPermits | Operation::SetPermitLease if failing_renewals => {
+                Fate::none().failed()
+            }
+            Operation::RenewPermits => {
+                let once = std::mem::take(
+                    &mut *self
+                        .permit_renewal_delay
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner),
+                );
+                Fate::none().delayed(once)
+            }
+            _ => Fate::none(),
+        }
+    }
+
+    async fn answered(&self, operation: Operation, answer: Answer) {
+        match operation {
+            Operation::Acquire => {
+                if let (AcquireFault::DelayFreshGrant(delay), Answer::Granted { fresh: true }) =
+                    (self.fault(), answer)
+                {
                     tokio::time::sleep(delay).await;
                 }
-                reply
             }
+            Operation::Release => {
+                // The sender lives as long as this script: the wait ends only when the
+                // answers are let go.
+                let mut answers = self.release_answers_held.subscribe();
+                if answers.wait_for(|held| !held).await.is_err() {
+                    tracing::warn!("a held release answer's switch is gone");
+                }
+            }
+            _ => {}
         }
-    }
-
-    async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
-        if self.failing_releases.load(Ordering::SeqCst) {
-            return Err(injected("injected: release not sent"));
-        }
-        let delay = *self
-            .release_delay
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
-        }
-        let outcome = self.inner.release(lock, request).await;
-        // The sender lives as long as this wrapper, so the wait cannot fail.
-        let mut answers = self.release_answers_held.subscribe();
-        if let Err(closed) = answers.wait_for(|held| !held).await {
-            return Err(Error::connection("waiting to answer a release", closed));
-        }
-        if self.losing_release_reply.swap(false, Ordering::SeqCst) {
-            return Err(injected("injected: reply lost"));
-        }
-        outcome
-    }
-
-    async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal> {
-        if self.failing_renewals.load(Ordering::SeqCst) {
-            let err = injected("injected: renewal not sent");
-            return locks.iter().map(|_| Renewal::Failed(err.clone())).collect();
-        }
-        let renewals = self.inner.renew(locks, lease).await;
-        if self.losing_renewal_replies.load(Ordering::SeqCst) {
-            let err = injected("injected: renewal reply lost");
-            return locks.iter().map(|_| Renewal::Failed(err.clone())).collect();
-        }
-        renewals
-    }
-
-    async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error> {
-        self.inner.inspect(lock).await
-    }
-
-    async fn force_release(&self, lock: &LockRef) -> Result<bool, Error> {
-        let delay = *self
-            .force_release_delay
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        tokio::time::sleep(delay).await;
-        self.inner.force_release(lock).await
-    }
-
-    async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
-        let delay = *self
-            .listen_delay
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        tokio::time::sleep(delay).await;
-        let failing = self
-            .failing_listens
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
-        if failing.is_ok() {
-            return Err(injected("injected: subscription not confirmed"));
-        }
-        if self.deaf.load(Ordering::SeqCst) {
-            return self.silence.listen(lock.name.as_str()).await;
-        }
-        self.inner.listen(lock).await
-    }
-}
-
-/// The wrapped backend's semaphores, with requests sent late and grants answered late
-/// when told.
-#[async_trait]
-impl lock_core::SemaphoreBackend for FaultyBackend {
-    fn below(&self) -> &dyn lock_core::SemaphoreBackend {
-        self.inner.semaphores()
-    }
-
-    async fn try_acquire(
-        &self,
-        name: &LockName,
-        request: PermitRequest,
-    ) -> Result<PermitAnswer, Error> {
-        let before = *self
-            .permit_request_delay
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        tokio::time::sleep(before).await;
-        let granted = self.inner.semaphores().try_acquire(name, request).await;
-        let delay = *self
-            .permit_grant_delay
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        tokio::time::sleep(delay).await;
-        granted
-    }
-}
-
-/// The wrapped backend's expirable semaphores, whose renewals and releases fail with
-/// the locks' when told (a holder cut off from the store).
-#[async_trait]
-impl ExpirableSemaphoreBackend for FaultyBackend {
-    fn below(&self) -> &dyn ExpirableSemaphoreBackend {
-        self.inner.expirable_semaphores()
-    }
-
-    async fn release(&self, name: &LockName, request: &ReturnRequest) -> Result<bool, Error> {
-        if self.failing_releases.load(Ordering::SeqCst) {
-            return Err(injected("injected: release not sent"));
-        }
-        self.inner
-            .expirable_semaphores()
-            .release(name, request)
-            .await
-    }
-
-    async fn renew(
-        &self,
-        name: &LockName,
-        ids: &[PermitId],
-        lease: Duration,
-    ) -> Result<Vec<bool>, Error> {
-        if self.failing_renewals.load(Ordering::SeqCst) {
-            return Err(injected("injected: renewal not sent"));
-        }
-        let delay = std::mem::take(
-            &mut *self
-                .permit_renewal_delay
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
-        }
-        self.inner
-            .expirable_semaphores()
-            .renew(name, ids, lease)
-            .await
-    }
-
-    async fn set_lease(
-        &self,
-        name: &LockName,
-        ids: &[PermitId],
-        lease: Duration,
-    ) -> Result<Vec<bool>, Error> {
-        if self.failing_renewals.load(Ordering::SeqCst) {
-            return Err(injected("injected: renewal not sent"));
-        }
-        self.inner
-            .expirable_semaphores()
-            .set_lease(name, ids, lease)
-            .await
     }
 }

@@ -49,7 +49,7 @@ pub async fn a_release_wakes_one_waiting_client(fx: &dyn Fixture) {
     let attempts = || {
         counters
             .iter()
-            .map(FaultyBackend::acquisitions)
+            .map(|counter| counter.acquisitions())
             .sum::<usize>()
     };
     // Every client has asked (once, and again once subscribed).

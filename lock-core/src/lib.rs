@@ -76,6 +76,8 @@ mod config;
 mod connect;
 mod error;
 mod events;
+#[cfg(feature = "faults")]
+pub mod faults;
 mod locks;
 pub mod memory;
 pub mod metrics;

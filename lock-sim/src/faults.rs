@@ -14,12 +14,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::backend::{Acquire, Capabilities, LockState, Release, Renewal};
+use lock_core::faults::{Fate, FateSource, FaultLayer, Happened, Operation};
+use lock_core::memory::MemoryBackend;
 use lock_core::notify::Listener;
-use lock_core::{
-    AcquireRequest, Backend, Error, ExpirableSemaphoreBackend, Issue, IssueRequest, LockName,
-    LockRef, PermitAnswer, PermitId, PermitRequest, ReleaseRequest, RequestId, ReturnRequest,
-    SemaphoreBackend,
-};
+use lock_core::{AcquireRequest, Backend, Error, LockRef, ReleaseRequest, RequestId};
 use tokio::time::Instant;
 
 use crate::rng::Rng;
@@ -40,37 +38,25 @@ pub(crate) struct Profile {
     pub(crate) late_copy_windows: u32,
 }
 
-/// What befalls one request.
-#[derive(Debug, Clone, Copy, Default)]
-struct Fate {
-    before: Duration,
-    fail_before: bool,
-    lose_reply: bool,
-    after: Duration,
-    late_copy: Option<Duration>,
-}
-
-impl Fate {
-    /// What befalls the request, in words; `None` when nothing does.
-    fn describe(&self) -> Option<String> {
-        let mut faults = Vec::new();
-        if !self.before.is_zero() {
-            faults.push(format!("delayed {} ms", self.before.as_millis()));
-        }
-        if self.fail_before {
-            faults.push("to be lost on its way".to_owned());
-        }
-        if self.lose_reply {
-            faults.push("its reply to be lost".to_owned());
-        }
-        if !self.after.is_zero() {
-            faults.push(format!("reply delayed {} ms", self.after.as_millis()));
-        }
-        if let Some(late) = self.late_copy {
-            faults.push(format!("a copy to come {} ms later", late.as_millis()));
-        }
-        (!faults.is_empty()).then(|| faults.join(", "))
+/// What befalls a request, in words; `None` when nothing does.
+fn describe(fate: &Fate) -> Option<String> {
+    let mut faults = Vec::new();
+    if !fate.before.is_zero() {
+        faults.push(format!("delayed {} ms", fate.before.as_millis()));
     }
+    if fate.fail_before {
+        faults.push("to be lost on its way".to_owned());
+    }
+    if fate.lose_reply {
+        faults.push("its reply to be lost".to_owned());
+    }
+    if !fate.after.is_zero() {
+        faults.push(format!("reply delayed {} ms", fate.after.as_millis()));
+    }
+    if let Some(late) = fate.late_copy {
+        faults.push(format!("a copy to come {} ms later", late.as_millis()));
+    }
+    (!faults.is_empty()).then(|| faults.join(", "))
 }
 
 /// The state the clients' fault layers share: the generator, the trace, the profile.
@@ -205,44 +191,57 @@ impl Network {
         let after = delay(&mut rng);
         let late_copy = (!fail_before && rng.chance(p.late_copy))
             .then(|| self.window * p.late_copy_windows + rng.millis_below(500));
-        Fate {
-            before,
-            fail_before,
-            lose_reply,
-            after,
-            late_copy,
+        let mut fate = Fate::none().delayed(before).reply_delayed(after);
+        if fail_before {
+            fate = fate.failed();
+        }
+        if lose_reply {
+            fate = fate.reply_lost();
+        }
+        match late_copy {
+            Some(late) => fate.copied_after(late),
+            None => fate,
         }
     }
 }
 
-/// One client's way to the store.
-#[derive(Debug, Clone)]
-pub(crate) struct FaultyLink {
+/// One client's way to the store: the memory store, observed, behind a fault layer
+/// whose fates are drawn from the run's generator.
+pub(crate) type FaultyLink = FaultLayer<Seeded>;
+
+/// Client `client`'s link to `store`.
+pub(crate) fn link(client: usize, store: Arc<MemoryBackend>, network: Arc<Network>) -> FaultyLink {
+    let observed = Observed {
+        store,
+        network: Arc::clone(&network),
+    };
+    FaultLayer::with_source(
+        Arc::new(observed),
+        Seeded {
+            client,
+            network,
+            paused_until: Arc::new(Mutex::new(None)),
+        },
+    )
+}
+
+/// The fates of one client's requests, drawn from the run's generator, and the pause
+/// that holds them back.
+#[derive(Debug)]
+pub(crate) struct Seeded {
     pub(crate) client: usize,
-    inner: Arc<lock_core::memory::MemoryBackend>,
     network: Arc<Network>,
     /// While in the future, the client's requests wait (a paused process).
     paused_until: Arc<Mutex<Option<Instant>>>,
 }
 
-fn injected(what: &'static str) -> Error {
-    Error::connection(what, "injected by the simulation")
+/// The requests the network delays, loses and copies; the others (subscriptions,
+/// inspections, force-releases) reach the store untouched and draw nothing.
+fn faulted(operation: Operation) -> bool {
+    !matches!(operation, Operation::Listen | Operation::ForceRelease)
 }
 
-impl FaultyLink {
-    pub(crate) fn new(
-        client: usize,
-        inner: Arc<lock_core::memory::MemoryBackend>,
-        network: Arc<Network>,
-    ) -> Self {
-        Self {
-            client,
-            inner,
-            network,
-            paused_until: Arc::new(Mutex::new(None)),
-        }
-    }
-
+impl Seeded {
     /// How late a hand-over's notice reaches a client paused until `paused_until`: when
     /// the pause is over, and now and then (one in ten) up to 400 ms late anyway, as a
     /// message on a busy connection may be. Nothing late once the workload is over.
@@ -278,38 +277,36 @@ impl FaultyLink {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(until);
     }
+}
 
-    /// Runs `request` (made afresh by `make` for a late copy) through its fate.
-    async fn through<T, F, Fut>(&self, what: &'static str, make: F) -> Result<T, Error>
-    where
-        T: Send + 'static,
-        F: Fn(Arc<lock_core::memory::MemoryBackend>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<T, Error>> + Send + 'static,
-    {
-        self.through_copied(what, true, make).await
-    }
-
-    /// As [`FaultyLink::through`]; late copies only when `copies` says so.
-    async fn through_copied<T, F, Fut>(
-        &self,
-        what: &'static str,
-        copies: bool,
-        make: F,
-    ) -> Result<T, Error>
-    where
-        T: Send + 'static,
-        F: Fn(Arc<lock_core::memory::MemoryBackend>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<T, Error>> + Send + 'static,
-    {
+#[async_trait]
+impl FateSource for Seeded {
+    fn fate(&self, operation: Operation) -> Fate {
+        if !faulted(operation) {
+            return Fate::none();
+        }
         let mut fate = self.network.fate();
-        if let Some(faults) = fate.describe() {
+        if let Some(faults) = describe(&fate) {
             let client = self.client;
             self.network
                 .trace
-                .note(&format!("client {client}: {what}: {faults}"));
+                .note(&format!("client {client}: {operation}: {faults}"));
         }
-        if !copies {
+        // No late copies of plain permit requests: their answers are kept for twice the
+        // retry window only, and plain permits have no lease to bound what a copy run
+        // after that takes or gives back (a known gap, see the crate's README).
+        if matches!(
+            operation,
+            Operation::TakePermits | Operation::GivePermitsBack
+        ) {
             fate.late_copy = None;
+        }
+        fate
+    }
+
+    async fn hold(&self, operation: Operation) {
+        if !faulted(operation) {
+            return;
         }
         let paused = *self
             .paused_until
@@ -318,229 +315,84 @@ impl FaultyLink {
         if let Some(until) = paused {
             tokio::time::sleep_until(until).await;
         }
-        crate::nap(fate.before).await;
-        if fate.fail_before {
-            self.network
-                .trace
-                .note(&format!("client {}: {what} lost on its way", self.client));
-            return Err(injected(what));
-        }
-        let make = Arc::new(make);
-        let outcome = make(Arc::clone(&self.inner)).await;
-        if let Some(late) = fate.late_copy {
-            let (inner, make, trace) = (
-                Arc::clone(&self.inner),
-                Arc::clone(&make),
-                Arc::clone(&self.network.trace),
-            );
-            let client = self.client;
-            tokio::spawn(async move {
-                crate::nap(late).await;
-                trace.note(&format!("client {client}: a late copy of {what} delivered"));
-                // Nobody hears the copy's answer.
-                drop(make(inner).await);
-            });
-        }
-        crate::nap(fate.after).await;
-        if fate.lose_reply {
-            self.network.trace.note(&format!(
-                "client {}: {what} ran, its reply lost",
-                self.client
-            ));
-            return Err(injected(what));
-        }
-        outcome
+    }
+
+    fn happened(&self, operation: Operation, what: Happened) {
+        let client = self.client;
+        let said = match what {
+            Happened::LostOnItsWay => format!("client {client}: {operation} lost on its way"),
+            Happened::ReplyLost => format!("client {client}: {operation} ran, its reply lost"),
+            _ => format!("client {client}: a late copy of {operation} delivered"),
+        };
+        self.network.trace.note(&said);
     }
 }
 
+/// The memory store as the network sees it: every grant and every end it runs (late
+/// copies included) is checked against the rule of [`Ends`].
+#[derive(Debug)]
+struct Observed {
+    store: Arc<MemoryBackend>,
+    network: Arc<Network>,
+}
+
 #[async_trait]
-impl Backend for FaultyLink {
-    /// The inner store's, but no introspection: nothing here reads who holds a lock.
+impl Backend for Observed {
+    /// The store's, but no introspection: nothing here reads who holds a lock.
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities().introspection(false)
+        self.store.capabilities().introspection(false)
     }
 
-    /// Raising a fencing counter, and what else is not overridden here, goes to the store
-    /// untouched.
     fn inner(&self) -> Option<&dyn Backend> {
-        Some(&*self.inner)
+        Some(&*self.store)
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
-        let (lock, network) = (lock.clone(), Arc::clone(&self.network));
-        self.through("acquire", move |inner| {
-            let (lock, network) = (lock.clone(), Arc::clone(&network));
-            async move {
-                let reply = inner.acquire(&lock, request).await;
-                if let Ok(Acquire::Acquired { token, .. }) = reply {
-                    // A grant's answer is kept one retry window; an end, two.
-                    network.ends.granted_token(
-                        request.id,
-                        token,
-                        request.retry_window,
-                        &network.trace,
-                    );
-                    network.ends.granted(
-                        request.id,
-                        request.retry_window.saturating_mul(2),
-                        &network.trace,
-                    );
-                }
-                reply
-            }
-        })
-        .await
+        let reply = self.store.acquire(lock, request).await;
+        if let Ok(Acquire::Acquired { token, .. }) = reply {
+            let network = &self.network;
+            // A grant's answer is kept one retry window; an end, two.
+            network
+                .ends
+                .granted_token(request.id, token, request.retry_window, &network.trace);
+            network.ends.granted(
+                request.id,
+                request.retry_window.saturating_mul(2),
+                &network.trace,
+            );
+        }
+        reply
     }
 
     async fn cancel_wait(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
-        let (lock, acquisition) = (lock.clone(), *acquisition);
-        let network = Arc::clone(&self.network);
-        self.through("cancel", move |inner| {
-            let (lock, network) = (lock.clone(), Arc::clone(&network));
-            async move {
-                let cancelled = inner.cancel_wait(&lock, &acquisition).await;
-                if cancelled.is_ok() {
-                    network.ends.ended(acquisition.id);
-                }
-                cancelled
-            }
-        })
-        .await
+        let cancelled = self.store.cancel_wait(lock, acquisition).await;
+        if cancelled.is_ok() {
+            self.network.ends.ended(acquisition.id);
+        }
+        cancelled
     }
 
     async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
-        let (lock, network) = (lock.clone(), Arc::clone(&self.network));
-        self.through("release", move |inner| {
-            let (lock, network) = (lock.clone(), Arc::clone(&network));
-            async move {
-                let released = Backend::release(&*inner, &lock, request).await;
-                if released.is_ok() {
-                    network.ends.ended(request.grant);
-                }
-                released
-            }
-        })
-        .await
+        let released = Backend::release(&*self.store, lock, request).await;
+        if released.is_ok() {
+            self.network.ends.ended(request.grant);
+        }
+        released
     }
 
     async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal> {
-        let batch: Arc<[LockRef]> = locks.into();
-        let renewed = self
-            .through("renew", move |inner| {
-                let batch = Arc::clone(&batch);
-                async move { Ok(Backend::renew(&*inner, &batch, lease).await) }
-            })
-            .await;
-        match renewed {
-            Ok(renewals) => renewals,
-            Err(err) => locks.iter().map(|_| Renewal::Failed(err.clone())).collect(),
-        }
+        Backend::renew(&*self.store, locks, lease).await
     }
 
     async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error> {
-        self.inner.inspect(lock).await
+        self.store.inspect(lock).await
     }
 
     async fn force_release(&self, lock: &LockRef) -> Result<bool, Error> {
-        self.inner.force_release(lock).await
+        self.store.force_release(lock).await
     }
 
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
-        Backend::listen(&*self.inner, lock).await
-    }
-
-    fn semaphores(&self) -> &dyn SemaphoreBackend {
-        self
-    }
-
-    fn expirable_semaphores(&self) -> &dyn ExpirableSemaphoreBackend {
-        self
-    }
-}
-
-/// The plain semaphore, through the same faults.
-#[async_trait]
-impl SemaphoreBackend for FaultyLink {
-    fn below(&self) -> &dyn SemaphoreBackend {
-        &*self.inner
-    }
-
-    async fn try_acquire(
-        &self,
-        name: &LockName,
-        request: PermitRequest,
-    ) -> Result<PermitAnswer, Error> {
-        let name = name.clone();
-        // No late copies of plain permit requests: their answers are kept for twice the
-        // retry window only, and plain permits have no lease to bound what a copy run
-        // after that takes or gives back (a known gap, see the crate's README).
-        self.through_copied("take permits", false, move |inner| {
-            let name = name.clone();
-            async move { SemaphoreBackend::try_acquire(&*inner, &name, request).await }
-        })
-        .await
-    }
-
-    async fn release(&self, name: &LockName, request: PermitRequest) -> Result<i64, Error> {
-        let name = name.clone();
-        self.through_copied("give permits back", false, move |inner| {
-            let name = name.clone();
-            async move { SemaphoreBackend::release(&*inner, &name, request).await }
-        })
-        .await
-    }
-}
-
-/// The expirable semaphore, through the same faults.
-#[async_trait]
-impl ExpirableSemaphoreBackend for FaultyLink {
-    fn below(&self) -> &dyn ExpirableSemaphoreBackend {
-        &*self.inner
-    }
-
-    async fn try_issue(&self, name: &LockName, request: &IssueRequest) -> Result<Issue, Error> {
-        let (name, request) = (name.clone(), request.clone());
-        self.through("issue permits", move |inner| {
-            let (name, request) = (name.clone(), request.clone());
-            async move { inner.try_issue(&name, &request).await }
-        })
-        .await
-    }
-
-    async fn release(&self, name: &LockName, request: &ReturnRequest) -> Result<bool, Error> {
-        let (name, request) = (name.clone(), request.clone());
-        self.through("return permits", move |inner| {
-            let (name, request) = (name.clone(), request.clone());
-            async move { ExpirableSemaphoreBackend::release(&*inner, &name, &request).await }
-        })
-        .await
-    }
-
-    async fn renew(
-        &self,
-        name: &LockName,
-        ids: &[PermitId],
-        lease: Duration,
-    ) -> Result<Vec<bool>, Error> {
-        let (name, ids) = (name.clone(), ids.to_vec());
-        self.through("renew permits", move |inner| {
-            let (name, ids) = (name.clone(), ids.clone());
-            async move { ExpirableSemaphoreBackend::renew(&*inner, &name, &ids, lease).await }
-        })
-        .await
-    }
-
-    async fn set_lease(
-        &self,
-        name: &LockName,
-        ids: &[PermitId],
-        lease: Duration,
-    ) -> Result<Vec<bool>, Error> {
-        let (name, ids) = (name.clone(), ids.to_vec());
-        self.through("set a permit lease", move |inner| {
-            let (name, ids) = (name.clone(), ids.clone());
-            async move { inner.set_lease(&name, &ids, lease).await }
-        })
-        .await
+        Backend::listen(&*self.store, lock).await
     }
 }

@@ -251,7 +251,7 @@ fn spawn_tasks(
     if foreign::Foreign::joins(workload) {
         let foreign = foreign::Foreign {
             index: TASKS,
-            link: FaultyLink::new(CLIENTS, Arc::clone(store), Arc::clone(network)),
+            link: crate::faults::link(CLIENTS, Arc::clone(store), Arc::clone(network)),
             network: Arc::clone(network),
             ledger: Arc::clone(ledger),
         };
@@ -266,7 +266,7 @@ fn spawn_tasks(
 fn connect(store: &Arc<MemoryBackend>, network: &Arc<Network>) -> Vec<(Locks, FaultyLink)> {
     (0..CLIENTS)
         .map(|client| {
-            let link = FaultyLink::new(client, Arc::clone(store), Arc::clone(network));
+            let link = crate::faults::link(client, Arc::clone(store), Arc::clone(network));
             let locks = Locks::builder(Arc::new(link.clone()))
                 .watchdog_lease(LEASE)
                 .retry_window(WINDOW)
@@ -353,7 +353,7 @@ fn delay_notices(
                 .iter()
                 .find(|(client, _)| owner.as_str().starts_with(client.as_str()))
                 .map_or(Duration::ZERO, |(_, paused)| {
-                    FaultyLink::notice_delay(&network, paused)
+                    crate::faults::Seeded::notice_delay(&network, paused)
                 })
         },
     ));
