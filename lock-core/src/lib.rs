@@ -89,6 +89,7 @@ mod sync;
 pub mod throttle;
 #[cfg(feature = "tls")]
 pub mod tls;
+mod wait;
 
 pub use backend::{
     AcquireRequest, Backend, Capabilities, HoldModel, LockKind, LockRef, Owner, ReleaseRequest,
@@ -113,8 +114,7 @@ pub use locks::handle::{Acquisition, Lock, RwLock};
 pub use locks::holder::Holder;
 pub use name::{LockName, MAX_NAME_LEN};
 pub use retry::Pauses;
-pub use sync::expirable::{
-    ExpirableSemaphore, LeasedPermits, MAX_PERMITS_PER_ACQUISITION, PermitAcquisition,
-};
+pub use sync::expirable::{ExpirableSemaphore, MAX_PERMITS_PER_ACQUISITION, PermitAcquisition};
 pub use sync::latch::CountDownLatch;
+pub use sync::leased_permits::LeasedPermits;
 pub use sync::semaphore::{Permits, Semaphore};

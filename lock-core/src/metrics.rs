@@ -165,10 +165,9 @@ pub(crate) struct PermitAcquisition {
 }
 
 impl PermitAcquisition {
-    /// An acquisition that may wait until `deadline` (`None`: as long as it takes).
-    pub(crate) fn start(kind: PermitKind, deadline: Option<Instant>) -> Self {
+    /// An acquisition that waits, or a try (`is_try`).
+    pub(crate) fn start(kind: PermitKind, is_try: bool) -> Self {
         let started = Instant::now();
-        let is_try = deadline.is_some_and(|deadline| deadline <= started);
         let waiting = (!is_try).then(|| {
             Counted::new(match kind {
                 PermitKind::Plain => metrics::gauge!("semaphore_waiters", "kind" => "plain"),
@@ -206,14 +205,14 @@ impl PermitAcquisition {
     }
 }
 
-/// Runs a permit acquisition that may wait until `deadline`, measured (see
+/// Runs a permit acquisition that waits, or a try (`is_try`), measured (see
 /// [`PermitAcquisition`]).
 pub(crate) async fn measured_permits<T, E>(
     kind: PermitKind,
-    deadline: Option<Instant>,
+    is_try: bool,
     acquiring: impl Future<Output = Result<Option<T>, E>>,
 ) -> Result<Option<T>, E> {
-    let measured = PermitAcquisition::start(kind, deadline);
+    let measured = PermitAcquisition::start(kind, is_try);
     let outcome = acquiring.await;
     measured.end(outcome.as_ref().map(Option::is_some).map_err(drop));
     outcome
@@ -378,8 +377,8 @@ mod tests {
             drop(lock_waiting(LockKind::Fair));
             for kind in [PermitKind::Plain, PermitKind::Expirable] {
                 // A try is no waiter.
-                PermitAcquisition::start(kind, Some(Instant::now())).end(Ok(false));
-                PermitAcquisition::start(kind, None).end(Err(()));
+                PermitAcquisition::start(kind, true).end(Ok(false));
+                PermitAcquisition::start(kind, false).end(Err(()));
                 permits_held(kind, 1.0);
             }
             drop(latch_waiting());

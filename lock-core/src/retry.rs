@@ -48,7 +48,13 @@ impl Iterator for Pauses {
 
 /// Whether `result` leaves it unknown whether the request ran.
 pub(crate) fn unanswered<T>(result: &Result<T, Error>) -> bool {
-    matches!(result, Err(err) if err.kind() == ErrorKind::Connection)
+    matches!(result, Err(err) if is_unanswered(err))
+}
+
+/// Whether a request that failed with `err` may have run: a connection error says
+/// nothing of what the store did.
+pub(crate) fn is_unanswered(err: &Error) -> bool {
+    err.kind() == ErrorKind::Connection
 }
 
 /// Sends a request (`send` makes the same one each time) until it is answered or no

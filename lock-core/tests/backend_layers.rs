@@ -2,6 +2,9 @@
 //! ([`Backend::inner`], [`SemaphoreBackend::below`]); a store that implements a family
 //! of operations not at all answers `Unsupported` for every one of them.
 
+// reason: a test panics on unexpected errors.
+#![allow(clippy::unwrap_used)]
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

@@ -1,20 +1,15 @@
-//! The waiting state machine shared by every lock kind.
-//!
-//! Try; if busy and the caller may wait, subscribe to the lock's channel and try again
-//! (a release between the first try and the subscription would otherwise be missed);
-//! then sleep until a notification arrives or the lock's ttl (or the caller's wait) runs
-//! out, and repeat. The notification future is armed before every retry, so a release
-//! that lands during the retry still wakes the waiter.
+//! Acquiring a lock: the lock kinds' [driver](crate::wait::Driver) of the wait engine.
 //!
 //! A client's waiters for one mutex (or write lock) ask the backend one at a time, in
-//! arrival order (see
-//! [`crate::locks::turns`]): the first in line tries and listens, the others wait in the
-//! process, and a release wakes the one that asks rather than all of them.
+//! arrival order (see [`crate::locks::turns`]): the first in line tries and listens, the
+//! others wait in the process, and a release wakes the one that asks rather than all of
+//! them.
 //!
 //! Each attempt is polled by its caller; if the caller's future is dropped while a grant
 //! is on its way, the rest of the attempt runs in the background and releases what it
 //! was granted instead of leaking a hold (see [`super::attempt`]). A waiter told it was
-//! handed the lock holds from the notice (see [`super::handed`]).
+//! handed the lock holds from the notice (see [`super::handed`]). A bounded wait rides
+//! out a store it cannot reach (see [`rides_out`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,36 +22,12 @@ use super::handed::{Asked, woken};
 use crate::backend::AcquireRequest;
 use crate::client::shared::Inner;
 use crate::locks::guard::Guard;
-use crate::locks::turns::Bell;
-use crate::locks::turns::Turn;
+use crate::locks::turns::{Bell, Turn};
 use crate::metrics::{self, AcquireOutcome};
 use crate::notify::Listener;
+use crate::wait::{self, Driver, Step, Wait};
 use crate::{Error, LockName, LockRef};
 use crate::{events, retry};
-
-/// How long a caller is prepared to wait.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Wait {
-    /// One attempt.
-    Never,
-    /// Until this instant.
-    Until(Instant),
-    /// Until acquired.
-    Forever,
-}
-
-impl Wait {
-    /// A wait of at most `wait` from now. A zero wait is one attempt whose answer is
-    /// awaited, however long the store takes (within its response timeout): a wait for
-    /// nothing must not turn a slow answer into "busy", nor register a waiter.
-    pub(crate) fn at_most(wait: Duration) -> Self {
-        if wait.is_zero() {
-            Self::Never
-        } else {
-            Self::Until(Instant::now() + wait)
-        }
-    }
-}
 
 /// The lease of a new hold.
 #[derive(Debug, Clone, Copy)]
@@ -149,11 +120,7 @@ fn within_the_stores_longest_lease(client: &Inner, lease: Lease) -> Result<(), E
     ))
 }
 
-/// The head's part of an acquisition: try, listen, and try again on every release.
-#[allow(
-    clippy::too_many_lines,
-    reason = "one wait loop read top to bottom; issue 49's wait engine splits it into drivers"
-)]
+/// The head's part of an acquisition: the wait engine, driven by [`Asking`].
 async fn ask(
     client: &Arc<Inner>,
     lock: LockRef,
@@ -177,29 +144,6 @@ async fn ask(
         request = request.enqueue(client.config.fair_waiter_timeout);
         queued = Some(QueuedWaiter::new(client, &lock, request));
     }
-    // Attempts are boxed: a waiter spends its life between attempts, and its resident
-    // state should not reserve room for one (thousands of waiters add up).
-    // Bounded by the caller's wait as every later attempt is: a server that does not
-    // answer (paused, or a connection being re-established) must not hold a bounded
-    // wait past its deadline for a response timeout or two. A try is never cut short.
-    let mut asked = Asked::default();
-    let numbered = asked.next(request);
-    let first = attempt(client, &lock, numbered, renew, wait, queued.as_mut());
-    let Some(first) = Box::pin(within(wait, ATTEMPT_SLACK, first)).await else {
-        return Ok(None);
-    };
-    let mut unreached = None; // the store's error while it cannot be reached
-    match rides_out(wait, first, &lock, &mut unreached)? {
-        Attempt::Acquired(guard) => return Ok(Some(at_once(&mut queued, turn.as_ref(), guard))),
-        Attempt::Ended | Attempt::Unreached => request = request.fresh_id(),
-        Attempt::Busy { .. } => {}
-    }
-    if matches!(wait, Wait::Never) || expired(wait) {
-        return ran_out(unreached);
-    }
-    // Subscribing and every attempt end with the caller's wait: a slow subscription (a
-    // connection being re-established) must not hold a bounded wait past its deadline.
-    // Both are cancel-safe. A subscription that was not confirmed is tried again.
     // A line's heads share one listener, passed on with the turn, and hang it on the
     // line's bell, which this client's own releases ring.
     let mut own_listener = None;
@@ -210,87 +154,127 @@ async fn ask(
         }
         None => (&mut own_listener, None),
     };
-    let Some(listener) = listen(client, &lock, wait, slot).await else {
-        return ran_out(unreached);
+    let mut asking = Asking {
+        client,
+        lock: &lock,
+        wait,
+        started,
+        lease: (lease_duration, renew),
+        request,
+        latest: None,
+        asked: Asked::default(),
+        queued,
+        unreached: None,
+        bell,
     };
-    let listener = listener?;
-    if let Some(bell) = &bell {
-        bell.hang(listener.wake_handle());
+    let Some(served) = wait::run(&mut asking, wait, slot).await? else {
+        return Ok(None);
+    };
+    let guard = served.held;
+    QueuedWaiter::served(&mut asking.queued);
+    if let Some(bell) = &asking.bell {
+        bell.served();
     }
-    loop {
-        let notified = listener.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        // The first retry closes the race with a release that happened before the
-        // subscription; later ones follow a notification or a ttl.
-        let waited = started.elapsed();
-        let starving = client
-            .config
-            .starvation_threshold
-            .is_some_and(|threshold| waited >= threshold);
-        let numbered = asked.next(request.waiting(waited, starving));
-        let retry = attempt(client, &lock, numbered, renew, wait, queued.as_mut());
-        // An attempt begun before the deadline (the last one begins right at it, after
-        // the sleep) may take a round trip's slack to be answered.
-        let Some(outcome) = Box::pin(within(wait, ATTEMPT_SLACK, retry)).await else {
-            return ran_out(unreached);
+    if served.waited {
+        metrics::waited(lock.kind, started.elapsed());
+        events::acquired_after_waiting(&lock, started.elapsed(), guard.fencing_token());
+    } else {
+        events::acquired_at_once(&guard.hold().lock, guard.fencing_token());
+    }
+    Ok(Some(guard))
+}
+
+/// One lock acquisition's part in the wait engine: what it asks under which id, what its
+/// wake-ups bring (a hand-over), and the store it could not reach.
+struct Asking<'a> {
+    client: &'a Arc<Inner>,
+    lock: &'a LockRef,
+    wait: Wait,
+    started: Instant,
+    /// The lease asked for, and whether the watchdog renews it.
+    lease: (Duration, bool),
+    /// What the next attempt asks: its id is the acquisition's until that is over
+    /// (ended, or perhaps undone after an unreached attempt).
+    request: AcquireRequest,
+    /// The latest attempt, as sent.
+    latest: Option<AcquireRequest>,
+    asked: Asked,
+    queued: Option<QueuedWaiter>,
+    /// The store's error while it cannot be reached.
+    unreached: Option<Error>,
+    bell: Option<Bell<'a>>,
+}
+
+impl Driver for Asking<'_> {
+    type Held = Guard;
+
+    async fn attempt(&mut self) -> Result<Step<Guard>, Error> {
+        let request = if self.latest.is_some() {
+            let waited = self.started.elapsed();
+            let starving = self
+                .client
+                .config
+                .starvation_threshold
+                .is_some_and(|threshold| waited >= threshold);
+            self.request.waiting(waited, starving)
+        } else {
+            self.request
         };
-        let ttl = match rides_out(wait, outcome, &lock, &mut unreached)? {
-            Attempt::Acquired(guard) => {
-                return Ok(Some(served(
-                    &mut queued,
-                    bell.as_ref(),
-                    (&lock, started),
-                    guard,
-                )));
-            }
-            Attempt::Busy { ttl, reserved } => {
-                if reserved {
-                    // The lock is free but reserved for a starving waiter, who may be
-                    // waiting in this client behind us: let every local waiter look,
-                    // then listen afresh so that this wake-up does not wake us again.
-                    listener.wake_all();
-                    notified.set(listener.notified());
-                    notified.as_mut().enable();
-                }
-                ttl
-            }
+        let numbered = self.asked.next(request);
+        self.latest = Some(numbered);
+        let renew = self.lease.1;
+        let (client, lock, wait) = (self.client, self.lock, self.wait);
+        let outcome = attempt(client, lock, numbered, renew, wait, self.queued.as_mut()).await;
+        Ok(match rides_out(wait, outcome, lock, &mut self.unreached)? {
+            Attempt::Acquired(guard) => Step::Held(guard),
+            // Reserved: the lock is free but kept for a starving waiter, who may be
+            // waiting in this client behind us: every local waiter looks.
+            Attempt::Busy { ttl, reserved } => Step::Busy {
+                retry_in: Some(ttl.unwrap_or(client.config.watchdog_lease)),
+                wake_others: reserved,
+            },
             // Its id is over (a handed hold lapsed or revoked): it asks at once anew.
             Attempt::Ended => {
-                request = request.fresh_id();
-                continue;
+                self.request = self.request.fresh_id();
+                Step::Again
             }
             // Its id may be undone (see `rides_out`): a pause, then a fresh id.
             Attempt::Unreached => {
-                request = request.fresh_id();
-                Some(OUTAGE_PAUSE)
+                self.request = self.request.fresh_id();
+                Step::busy(Some(OUTAGE_PAUSE))
             }
-        };
-        let Some(sleep_for) = next_sleep(wait, ttl, client.config.watchdog_lease) else {
-            return ran_out(unreached);
-        };
-        // Biased, the notification first: when it and the timer are both ready, the
-        // notification is taken (a notified future dropped unconsumed would pass the
-        // wake-up on to another waiter), and the outcome does not rest on the runtime's
-        // random choice of branch (a simulated run replays exactly).
-        // A hand-over is made to the id the attempt carried; after an unreached attempt,
-        // whose id is being undone in the background, a hand-over to it is no grant.
-        let handed_to = (numbered.id == request.id).then_some(numbered);
-        let handed = tokio::select! {
-            biased;
-            () = &mut notified => handed_to.and_then(|numbered| {
-                woken(client, (&lock, listener), &asked, numbered, (lease_duration, renew))
-            }),
-            () = tokio::time::sleep(sleep_for.max(Duration::from_millis(1))) => None,
-        };
-        if let Some(guard) = handed {
-            return Ok(Some(served(
-                &mut queued,
-                bell.as_ref(),
-                (&lock, started),
-                guard,
-            )));
+        })
+    }
+
+    fn subscribe(&self) -> impl Future<Output = Result<Listener, Error>> + Send + 'static {
+        let (backend, lock) = (Arc::clone(&self.client.backend), self.lock.clone());
+        // A subscription that was not confirmed is tried again.
+        let retry_until = Instant::now() + self.client.config.retry_window;
+        async move { retry::until_answered(retry_until, || backend.listen(&lock)).await }
+    }
+
+    fn listening(&mut self, listener: &Listener) {
+        if let Some(bell) = &self.bell {
+            bell.hang(listener.wake_handle());
         }
+    }
+
+    /// A hand-over is made to the id the attempt carried; after an unreached attempt,
+    /// whose id is being undone in the background, a hand-over to it is no grant.
+    fn woken(&mut self, listener: &Listener) -> Option<Guard> {
+        let latest = self.latest.filter(|latest| latest.id == self.request.id)?;
+        woken(
+            self.client,
+            (self.lock, listener),
+            &self.asked,
+            latest,
+            self.lease,
+        )
+    }
+
+    /// The error of the store it could not reach, if that is why, else no guard.
+    fn ran_out(&mut self) -> Result<Option<Guard>, Error> {
+        self.unreached.take().map_or(Ok(None), Err)
     }
 }
 
@@ -298,11 +282,11 @@ async fn ask(
 /// (after its retry window) counts as busy, and the waiter asks again after a pause, or
 /// at a notification, until its deadline, under a fresh id (the unanswered attempt's
 /// grant, if it got one, is undone under the old id: a later grant under that id would
-/// be undone with it; the simulation's seed 519 found that). An unbounded wait fails instead, so that an
-/// outage does not hang its caller unseen; so does a try, and a wait whose deadline has
-/// passed (its grant's fate is unknown: busy would not be the truth).
+/// be undone with it; the simulation's seed 519 found that). An unbounded wait fails
+/// instead, so that an outage does not hang its caller unseen; so does a try, and a wait
+/// whose deadline has passed (its grant's fate is unknown: busy would not be the truth).
 /// The error is kept in `unreached` (and cleared by an answer): a wait that runs out
-/// while the store is unreachable reports it rather than a timeout ([`ran_out`]).
+/// while the store is unreachable reports it rather than a timeout.
 fn rides_out(
     wait: Wait,
     outcome: Result<Attempt, Error>,
@@ -325,75 +309,8 @@ fn rides_out(
     }
 }
 
-/// The end of a wait that ran out: the error of the store it could not reach, if that is
-/// why, else no guard.
-fn ran_out(unreached: Option<Error>) -> Result<Option<Guard>, Error> {
-    unreached.map_or(Ok(None), Err)
-}
-
 /// How long a bounded wait pauses after an attempt that could not reach the store.
 const OUTAGE_PAUSE: Duration = Duration::from_millis(500);
-
-/// How long a waiter sleeps before it asks again (see [`sleep_for`]); `None` when the
-/// caller's wait is over (or the caller does not wait).
-fn next_sleep(wait: Wait, ttl: Option<Duration>, cap: Duration) -> Option<Duration> {
-    let remaining = match wait {
-        Wait::Never => return None,
-        Wait::Until(deadline) => {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return None;
-            }
-            Some(left)
-        }
-        Wait::Forever => None,
-    };
-    Some(sleep_for(ttl, remaining, cap))
-}
-
-/// The caller got the lock at its first attempt: a place it took in the backend's
-/// queue is its own no more, and its line's next waiter may ask.
-fn at_once(
-    queued: &mut Option<QueuedWaiter>,
-    turn: Option<&Turn<LockName, Option<Listener>>>,
-    guard: Guard,
-) -> Guard {
-    events::acquired_at_once(&guard.hold().lock, guard.fencing_token());
-    QueuedWaiter::served(queued);
-    if let Some(turn) = turn {
-        turn.served();
-    }
-    guard
-}
-
-/// A waiter got the lock after waiting: the backend took it off its queue, the line's
-/// bell is passed on, and the wait is reported.
-fn served(
-    queued: &mut Option<QueuedWaiter>,
-    bell: Option<&Bell<'_>>,
-    (lock, started): (&LockRef, Instant),
-    guard: Guard,
-) -> Guard {
-    QueuedWaiter::served(queued);
-    if let Some(bell) = bell {
-        bell.served();
-    }
-    metrics::waited(lock.kind, started.elapsed());
-    events::acquired_after_waiting(lock, started.elapsed(), guard.fencing_token());
-    guard
-}
-
-/// How long a waiter sleeps without a notification: until the holder's lease (`ttl`)
-/// could have run out, since a lost message must not strand it, or until the caller's
-/// wait is over (`remaining`); without either, at most the watchdog's lease (`cap`).
-fn sleep_for(ttl: Option<Duration>, remaining: Option<Duration>, cap: Duration) -> Duration {
-    match (ttl, remaining) {
-        (Some(t), Some(r)) => t.min(r),
-        (Some(t), None) => t,
-        (None, Some(r)) => r.min(cap),
-        (None, None) => cap,
-    }
-}
 
 /// Where a waiter stands in its client's line for a mutex or a write lock.
 enum Line {
@@ -424,75 +341,5 @@ async fn wait_in_line(client: &Inner, lock: &LockRef, wait: Wait) -> Line {
     match Box::pin(turns.wait(&lock.name, deadline)).await {
         Some(turn) => Line::Head(turn),
         None => Line::WaitRanOut,
-    }
-}
-
-/// The listener in `slot`, or a new subscription put there (`None` when the caller's
-/// wait ran out first). A subscription that was not confirmed is tried again.
-async fn listen<'a>(
-    client: &Inner,
-    lock: &LockRef,
-    wait: Wait,
-    slot: &'a mut Option<Listener>,
-) -> Option<Result<&'a Listener, Error>> {
-    if let Some(listener) = slot.take() {
-        return Some(Ok(slot.insert(listener)));
-    }
-    let retry_until = Instant::now() + client.config.retry_window;
-    let subscribing = retry::until_answered(retry_until, || client.backend.listen(lock));
-    match Box::pin(within(wait, Duration::ZERO, subscribing)).await? {
-        Ok(listener) => Some(Ok(slot.insert(listener))),
-        Err(err) => Some(Err(err)),
-    }
-}
-
-/// How long past the caller's deadline an attempt begun before it may take.
-const ATTEMPT_SLACK: Duration = Duration::from_millis(100);
-
-/// Runs `step` within the caller's wait plus `slack`; `None` when that ran out first.
-async fn within<T>(wait: Wait, slack: Duration, step: impl Future<Output = T>) -> Option<T> {
-    match wait {
-        Wait::Until(deadline) => tokio::time::timeout_at(deadline + slack, step).await.ok(),
-        Wait::Never | Wait::Forever => Some(step.await),
-    }
-}
-
-fn expired(wait: Wait) -> bool {
-    matches!(wait, Wait::Until(deadline) if Instant::now() >= deadline)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_waiter_sleeps_until_the_lease_could_end_or_its_wait_does() {
-        let (ms, cap) = (Duration::from_millis, Duration::from_secs(30));
-        assert_eq!(
-            sleep_for(Some(ms(200)), Some(ms(500)), cap),
-            ms(200),
-            "the lease first"
-        );
-        assert_eq!(
-            sleep_for(Some(ms(900)), Some(ms(500)), cap),
-            ms(500),
-            "the wait first"
-        );
-        assert_eq!(
-            sleep_for(Some(ms(40_000)), None, cap),
-            ms(40_000),
-            "a long lease"
-        );
-        assert_eq!(
-            sleep_for(None, Some(ms(500)), cap),
-            ms(500),
-            "no lease known"
-        );
-        assert_eq!(
-            sleep_for(None, Some(ms(60_000)), cap),
-            cap,
-            "capped by the watchdog"
-        );
-        assert_eq!(sleep_for(None, None, cap), cap, "neither known");
     }
 }

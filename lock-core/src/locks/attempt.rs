@@ -1,21 +1,18 @@
-//! One acquire request on its way, cancel-safe: it is polled by its caller, and if the
-//! caller goes away (or the answer leaves it unknown whether the store granted it) what
-//! is left of it runs in a job of the client's supervisor, which undoes a grant the
-//! caller will never learn of. A waiter's standing with the store (its place in a fair
-//! queue) is given up the same way when the wait ends without the lock.
+//! One acquire attempt, cancel-safe: an [`InFlight`] request whose grant, if its caller
+//! never learns of it, is undone in the background. A waiter's standing with the store
+//! (its place in a fair queue) is given up the same way when the wait ends without the
+//! lock.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::acquire::Wait;
 use crate::backend::{Acquire, AcquireRequest, Backend, ReleaseRequest, RequestId};
 use crate::client::shared::{Granted, Inner};
 use crate::locks::guard::Guard;
+use crate::wait::{InFlight, Settle, Wait};
 use crate::{Error, LockRef};
 use crate::{events, retry};
 
@@ -68,25 +65,24 @@ pub(super) async fn attempt(
         queued.request = request;
         done
     });
-    let backend = Arc::clone(&client.backend);
-    let lock_ref = lock.clone();
+    let (backend, lock_ref) = (Arc::clone(&client.backend), lock.clone());
     let sent = Instant::now();
     let answer_by = match wait {
         Wait::Never => sent,
         Wait::Until(deadline) => deadline.min(sent + request.retry_window),
         Wait::Forever => sent + request.retry_window,
     };
+    let undo = UndoGrant {
+        backend: Arc::clone(&backend),
+        lock: lock.clone(),
+        request,
+    };
     let call = Box::pin(async move {
         retry::until_answered(answer_by, || backend.acquire(&lock_ref, request)).await
     });
-    let reply = RequestInFlight {
-        call: Some(call),
-        client: Arc::clone(client),
-        lock: lock.clone(),
-        request,
-        done,
-    }
-    .await?;
+    let reply = InFlight::new(call, undo, &client.supervisor)
+        .keeping(done)
+        .await?;
     match reply {
         Acquire::Acquired {
             holds,
@@ -121,90 +117,37 @@ pub(super) async fn attempt(
     }
 }
 
-/// Ends the grant `request` may have got, if it is alive: the caller never learnt of
-/// it. Nobody awaits this: a failure can only be logged, and the lease bounds the hold.
-async fn undo_grant(backend: &dyn Backend, lock: &LockRef, request: AcquireRequest) {
-    let undo = ReleaseRequest::new(request.lease, request.id).retry_window(request.retry_window);
-    let until = Instant::now() + request.retry_window;
-    if let Err(err) = retry::until_answered(until, || backend.release(lock, undo)).await {
-        events::release_failed(lock, "a grant its caller never learnt of", &err);
-    }
-}
-
-/// The backend's answer to an acquire request, still to come.
-type Call = Pin<Box<dyn Future<Output = Result<Acquire, Error>> + Send>>;
-
-/// One acquire request on its way, polled by the caller itself (no task per attempt).
-/// If the caller goes away before the answer came, what is left of the request goes to
-/// a job of the client's supervisor, which awaits the answer and undoes a grant the
-/// caller will never learn of. An answer that leaves it unknown whether the request
-/// ran (a connection error) is undone in a job as well.
-struct RequestInFlight {
-    /// `None` once answered.
-    call: Option<Call>,
-    client: Arc<Inner>,
+/// Ends the grant an acquire request may have got, if it is alive: its caller never
+/// learnt of it. Nobody awaits this: a failure can only be logged, and the lease bounds
+/// the hold.
+#[derive(Clone)]
+struct UndoGrant {
+    backend: Arc<dyn Backend>,
     lock: LockRef,
     request: AcquireRequest,
-    /// Dropped once the request is over, so that a waiter that gave up sends its
-    /// cancellation only then (it could otherwise reach the backend first and be
-    /// undone by the request).
-    done: Option<oneshot::Sender<()>>,
 }
 
-impl Future for RequestInFlight {
-    type Output = Result<Acquire, Error>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        let Some(call) = this.call.as_mut() else {
-            return Poll::Ready(Err(Error::protocol(
-                "an acquire request polled after it was answered",
-            )));
-        };
-        let reply = std::task::ready!(call.as_mut().poll(cx));
-        this.call = None;
-        if retry::unanswered(&reply) {
-            this.settle_in_background(None);
-        } else {
-            this.done = None;
-        }
-        Poll::Ready(reply)
-    }
-}
-
-impl RequestInFlight {
-    /// Finishes the request in a job: awaits `call`'s answer, if any is still to come,
-    /// and undoes a grant it may hold (with no call left, the grant is unknown).
-    fn settle_in_background(&mut self, call: Option<Call>) {
-        let backend = Arc::clone(&self.client.backend);
-        let lock = self.lock.clone();
-        let request = self.request;
-        let done = self.done.take();
-        let settled = self.client.supervisor.spawn_job(async move {
-            let undo = match call {
-                Some(call) => {
-                    let reply = call.await;
-                    matches!(reply, Ok(Acquire::Acquired { .. })) || retry::unanswered(&reply)
-                }
-                None => true,
-            };
-            if undo {
-                undo_grant(&*backend, &lock, request).await;
+impl Settle<Acquire> for UndoGrant {
+    async fn settle(self, answer: Option<Acquire>) {
+        if matches!(answer, None | Some(Acquire::Acquired { .. })) {
+            let Self {
+                backend,
+                lock,
+                request,
+            } = self;
+            let undo =
+                ReleaseRequest::new(request.lease, request.id).retry_window(request.retry_window);
+            let until = Instant::now() + request.retry_window;
+            let undone = retry::until_answered(until, || backend.release(&lock, undo)).await;
+            if let Err(err) = undone {
+                events::release_failed(&lock, "a grant its caller never learnt of", &err);
             }
-            drop(done);
-        });
-        if let Err(err) = settled {
-            // The lease bounds the hold.
-            events::release_failed(&self.lock, "a grant its caller never learnt of", &err);
         }
     }
-}
 
-impl Drop for RequestInFlight {
-    fn drop(&mut self) {
-        if let Some(call) = self.call.take() {
-            self.settle_in_background(Some(call));
-        }
+    fn unsettled(&self, err: &Error) {
+        // The lease bounds the hold.
+        events::release_failed(&self.lock, "a grant its caller never learnt of", err);
     }
 }
 
@@ -292,6 +235,9 @@ pub(super) fn guard(
 
 #[cfg(test)]
 mod tests {
+    use std::pin::Pin;
+    use std::task::Poll;
+
     use super::*;
     use crate::memory::MemoryBackend;
     use crate::{LockKind, LockName, Owner};
@@ -312,20 +258,19 @@ mod tests {
         let (answer, answer_comes) = oneshot::channel::<()>();
         let (backend, lock_ref) = (Arc::clone(&client.backend), lock.clone());
         // The grant is made at once; its answer waits for the test.
-        let call: Call = Box::pin(async move {
+        let call = Box::pin(async move {
             let reply = backend.acquire(&lock_ref, request).await;
             answer_comes.await.expect("the test sends the answer");
             reply
         });
-        let mut in_flight = RequestInFlight {
-            call: Some(call),
-            client: Arc::clone(&client),
+        let undo = UndoGrant {
+            backend: Arc::clone(&client.backend),
             lock: lock.clone(),
             request,
-            done: None,
         };
+        let mut in_flight = InFlight::new(call, undo, &client.supervisor);
         assert!(
-            futures_poll_once(&mut in_flight).await.is_pending(),
+            poll_once(&mut in_flight).await.is_pending(),
             "the answer is held back"
         );
         assert_eq!(
@@ -347,7 +292,7 @@ mod tests {
     }
 
     /// Polls `future` once.
-    async fn futures_poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
+    async fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
         std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *future).poll(cx))).await
     }
 }

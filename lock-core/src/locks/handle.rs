@@ -12,8 +12,9 @@ use futures_util::FutureExt;
 use crate::client::named::Named;
 use crate::client::shared::Inner;
 use crate::config::check_bound;
-use crate::locks::acquire::{self, Lease, Wait};
+use crate::locks::acquire::{self, Lease};
 use crate::locks::holder;
+use crate::wait::Wait;
 use crate::{Error, Guard, Holder, LockKind, LockRef, Owner};
 
 /// A handle on one lock. Cheap to create and clone; does no I/O by itself.

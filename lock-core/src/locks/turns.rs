@@ -206,11 +206,6 @@ impl<K: Hash + Eq, S> Turn<K, S> {
     pub(crate) fn parts(&mut self) -> (&mut S, Bell<'_>) {
         (&mut self.head, Bell(&self.place.line.bell))
     }
-
-    /// Counts this head as served (it got what it waited for).
-    pub(crate) fn served(&self) {
-        Bell(&self.place.line.bell).served();
-    }
 }
 
 /// A line's bell, as its head sees it.

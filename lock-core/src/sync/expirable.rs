@@ -1,12 +1,11 @@
 //! [`ExpirableSemaphore`]: a semaphore whose permits have ids and leases (Java's
-//! `PermitExpirableSemaphore`, shared), and [`LeasedPermits`], the guard of issued
-//! permits.
+//! `PermitExpirableSemaphore`, shared), and the wait for them; their guard is
+//! [`LeasedPermits`].
 
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -15,14 +14,15 @@ use crate::backend::{
     Capabilities, ExpirableSemaphoreBackend, Issue, IssueRequest, PermitId, PermitReservation,
     ReturnRequest,
 };
-use crate::background::watchdog::Renewed;
 use crate::client::named::Named;
 use crate::client::shared::Inner;
 use crate::config::check_bound;
-use crate::locks::lease::LeaseClock;
 use crate::metrics::{self, PermitKind};
-use crate::sync::leased::PermitHold;
-use crate::sync::semaphore::{AttemptTicket, Starvation, check_count, detached, in_background};
+use crate::notify::Listener;
+use crate::sync::leased_permits::{LeasedPermits, Terms, give_back, not_issued};
+use crate::sync::semaphore::check_count;
+use crate::sync::starvation::{AttemptTicket, Starvation};
+use crate::wait::{self, Driver, InFlight, Settle, Step, Wait};
 use crate::{Error, LockName, LostReason, events, retry};
 
 /// The most permits one acquisition may ask for: each is an id sent to the store.
@@ -152,8 +152,7 @@ impl ExpirableSemaphore {
     ///
     /// Cancel-safe: dropping the future never keeps a permit.
     pub async fn try_acquire(&self, permits: u64) -> Result<Option<LeasedPermits>, Error> {
-        self.acquire_until(permits, Some(Instant::now()), None)
-            .await
+        self.acquire_within(permits, Wait::Never, None).await
     }
 
     /// Gives back the issued permit `id`, whoever holds it (Java's `release(id)`): for
@@ -208,23 +207,24 @@ impl ExpirableSemaphore {
         }
     }
 
-    async fn acquire_until(
+    async fn acquire_within(
         &self,
         permits: u64,
-        deadline: Option<Instant>,
+        wait: Wait,
         lease: Option<Duration>,
     ) -> Result<Option<LeasedPermits>, Error> {
-        let acquiring = self.take_until(permits, deadline, lease);
-        metrics::measured_permits(PermitKind::Expirable, deadline, acquiring).await
+        let is_try = matches!(wait, Wait::Never);
+        let acquiring = self.take(permits, wait, lease);
+        metrics::measured_permits(PermitKind::Expirable, is_try, acquiring).await
     }
 
-    async fn take_until(
+    async fn take(
         &self,
         permits: u64,
-        deadline: Option<Instant>,
+        wait: Wait,
         lease: Option<Duration>,
     ) -> Result<Option<LeasedPermits>, Error> {
-        let (semaphores, name) = self.parts()?;
+        let (_, name) = self.parts()?;
         if permits == 0 || permits > MAX_PERMITS_PER_ACQUISITION {
             return Err(Error::invalid_argument(
                 "permits",
@@ -239,7 +239,7 @@ impl ExpirableSemaphore {
             return Err(Error::ShutDown);
         }
         let starvation = Starvation::new(client, name, true);
-        let Some(_head) = client.semaphore_turns.wait(name, deadline).await else {
+        let Some(_head) = client.semaphore_turns.wait(name, wait.deadline()).await else {
             return Ok(None);
         };
         let terms = Terms {
@@ -247,65 +247,55 @@ impl ExpirableSemaphore {
             lease: lease.unwrap_or(client.config.watchdog_lease),
             renew: lease.is_none(),
         };
-        // The first attempt is never cut short by the deadline: a try makes exactly one.
-        if let Attempt::Issued(leased) = attempt(client, name, terms, None, None).await? {
-            return Ok(Some(leased));
-        }
-        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-            return Ok(None);
-        }
-        let waiting = async {
-            let listener = semaphores.listen(name).await?;
-            loop {
-                let notified = listener.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                // Also closes the race with a release between the first attempt and the
-                // subscription.
-                let reserve = starvation.reserve();
-                let ticket = starvation.attempt_ticket();
-                let next_expiry = match attempt(client, name, terms, reserve, Some(ticket)).await? {
-                    Attempt::Issued(leased) => {
-                        starvation.granted();
-                        return Ok(Some(leased));
-                    }
-                    Attempt::Busy(next_expiry) => next_expiry,
-                };
-                // Expired permits come back without a notification until some operation
-                // reclaims them: the earliest expiry is a wake-up of its own.
-                let expiry =
-                    next_expiry.map_or(crate::MAX_DURATION, |d| d + Duration::from_millis(1));
-                // Biased, the notification first: see `acquire::ask`.
-                tokio::select! {
-                    biased;
-                    () = notified => {}
-                    () = tokio::time::sleep(expiry) => {}
-                    () = starvation.refresh(reserve) => {}
-                }
-            }
+        let mut issuing = Issuing {
+            client,
+            name,
+            terms,
+            starvation,
         };
-        match deadline {
-            None => waiting.await,
-            Some(deadline) => tokio::time::timeout_at(deadline, waiting)
-                .await
-                .unwrap_or(Ok(None)),
+        let served = wait::run(&mut issuing, wait, &mut None).await?;
+        Ok(served.map(|served| served.held))
+    }
+}
+
+/// One wait for expirable permits, in the wait engine.
+struct Issuing<'a> {
+    client: &'a Arc<Inner>,
+    name: &'a LockName,
+    terms: Terms,
+    starvation: Starvation,
+}
+
+impl Driver for Issuing<'_> {
+    type Held = LeasedPermits;
+
+    async fn attempt(&mut self) -> Result<Step<LeasedPermits>, Error> {
+        let (reserve, ticket) = self.starvation.next_attempt();
+        match attempt(self.client, self.name, self.terms, reserve, ticket).await? {
+            Attempt::Issued(leased) => {
+                self.starvation.granted();
+                Ok(Step::Held(leased))
+            }
+            // Expired permits come back without a notification until some operation
+            // reclaims them: the earliest expiry is a wake-up of its own.
+            Attempt::Busy(next_expiry) => Ok(Step::busy(
+                next_expiry.map(|expiry| expiry + Duration::from_millis(1)),
+            )),
         }
     }
-}
 
-fn not_issued(name: &LockName, id: PermitId) -> Error {
-    Error::PermitNotIssued {
-        name: name.as_str().to_owned(),
-        id: id.to_string(),
+    fn subscribe(&self) -> impl Future<Output = Result<Listener, Error>> + Send + 'static {
+        let (backend, name) = (Arc::clone(&self.client.backend), self.name.clone());
+        let retry_until = Instant::now() + self.client.config.retry_window;
+        async move {
+            let semaphores = backend.expirable_semaphores();
+            retry::until_answered(retry_until, || semaphores.listen(&name)).await
+        }
     }
-}
 
-/// What one acquisition asks for.
-#[derive(Debug, Clone, Copy)]
-struct Terms {
-    permits: u64,
-    lease: Duration,
-    renew: bool,
+    fn also_wake(&self) -> impl Future<Output = ()> + Send {
+        self.starvation.refresh()
+    }
 }
 
 enum Attempt {
@@ -313,8 +303,9 @@ enum Attempt {
     Busy(Option<Duration>),
 }
 
-/// One attempt, run in a task of its own: permits issued after the caller went away are
-/// given back. The task keeps `ticket` until the attempt is over.
+/// One attempt, an [`InFlight`] request: permits issued after the caller went away,
+/// or by an attempt whose answer never came, are given back. It keeps `ticket` until it
+/// is over.
 async fn attempt(
     client: &Arc<Inner>,
     name: &LockName,
@@ -325,31 +316,23 @@ async fn attempt(
     let count = usize::try_from(terms.permits).unwrap_or(usize::MAX);
     let request = IssueRequest::new(count, terms.lease).reserving(reserve);
     let sent = Instant::now();
-    let task_client = Arc::clone(client);
-    let task_name = name.clone();
-    let task_request = request.clone();
-    let job = async move {
-        let _ticket = ticket;
-        let semaphores = task_client.backend.expirable_semaphores();
-        // The same ids each time: permits issued by a run whose reply was lost are
-        // found issued, not taken again.
-        let until = Instant::now() + task_client.config.retry_window;
+    let (backend, task_name, task_request) =
+        (Arc::clone(&client.backend), name.clone(), request.clone());
+    // The same ids each time: permits issued by a run whose reply was lost are found
+    // issued, not taken again.
+    let until = Instant::now() + client.config.retry_window;
+    let call = Box::pin(async move {
+        let semaphores = backend.expirable_semaphores();
         retry::until_answered(until, || semaphores.try_issue(&task_name, &task_request)).await
+    });
+    let give_back = GiveBack {
+        client: Arc::clone(client),
+        name: name.clone(),
+        ids: request.ids.clone(),
     };
-    let orphan_client = Arc::clone(client);
-    let orphan_name = name.clone();
-    let orphan_ids = request.ids.clone();
-    let issue = detached(client, job, move |issue| {
-        if issue == Issue::Issued {
-            release_unawaited(
-                &orphan_client,
-                &orphan_name,
-                orphan_ids,
-                "permits issued to nobody",
-            );
-        }
-    })
-    .await?;
+    let issue = InFlight::new(call, give_back, &client.supervisor)
+        .keeping(ticket)
+        .await?;
     match issue {
         Issue::Issued => Ok(Attempt::Issued(LeasedPermits::new(
             client,
@@ -369,22 +352,31 @@ async fn attempt(
     }
 }
 
-/// Gives permits back in the background, reporting a failure through `tracing`.
-fn release_unawaited(client: &Arc<Inner>, name: &LockName, ids: Vec<PermitId>, of: &'static str) {
-    let count = u64::try_from(ids.len()).unwrap_or(u64::MAX);
-    let task_client = Arc::clone(client);
-    let task_name = name.clone();
-    let give_back = async move { give_back(&task_client, &task_name, ids).await };
-    in_background(client, name, count, of, give_back);
+/// Gives back permits issued to nobody: their caller went away, or their answer never
+/// came (their lease would bring them back, later).
+#[derive(Clone)]
+struct GiveBack {
+    client: Arc<Inner>,
+    name: LockName,
+    ids: Vec<PermitId>,
 }
 
-/// Gives `ids` back; whether they were all still issued.
-async fn give_back(client: &Inner, name: &LockName, ids: Vec<PermitId>) -> Result<bool, Error> {
-    let semaphores = client.backend.expirable_semaphores();
-    let window = client.config.retry_window;
-    let request = ReturnRequest::new(ids, window);
-    let until = Instant::now() + window;
-    retry::until_answered(until, || semaphores.release(name, &request)).await
+const ISSUED_TO_NOBODY: &str = "permits issued to nobody";
+
+impl Settle<Issue> for GiveBack {
+    async fn settle(self, answer: Option<Issue>) {
+        if matches!(answer, None | Some(Issue::Issued)) {
+            let count = u64::try_from(self.ids.len()).unwrap_or(u64::MAX);
+            if let Err(err) = give_back(&self.client, &self.name, self.ids).await {
+                events::permits_not_released(&self.name, count, ISSUED_TO_NOBODY, &err);
+            }
+        }
+    }
+
+    fn unsettled(&self, err: &Error) {
+        let count = u64::try_from(self.ids.len()).unwrap_or(u64::MAX);
+        events::permits_not_released(&self.name, count, ISSUED_TO_NOBODY, err);
+    }
 }
 
 /// An acquisition of expirable permits being configured: [`ExpirableSemaphore::acquire`].
@@ -430,16 +422,16 @@ impl PermitAcquisition<'_> {
     }
 
     async fn run(self) -> Result<LeasedPermits, Error> {
-        let deadline = match self.wait {
+        let wait = match self.wait {
             Some(wait) => {
                 check_bound("wait", wait)?;
-                Some(Instant::now() + wait)
+                Wait::at_most(wait)
             }
-            None => None,
+            None => Wait::Forever,
         };
         let semaphore = self.semaphore;
         match semaphore
-            .acquire_until(self.permits, deadline, self.lease)
+            .acquire_within(self.permits, wait, self.lease)
             .await?
         {
             Some(leased) => Ok(leased),
@@ -458,213 +450,5 @@ impl<'a> IntoFuture for PermitAcquisition<'a> {
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(self.run())
-    }
-}
-
-/// Permits issued by an [`ExpirableSemaphore`], each with its id. Give them back with
-/// [`LeasedPermits::release`]; dropping them gives them back in the background.
-///
-/// Taken without a lease, they are renewed by the client's watchdog while this guard
-/// lives; with one, they come back when it ends. As with a lock's guard, check
-/// [`LeasedPermits::is_held`] before acting on what they protect, or race the work
-/// against [`LeasedPermits::lost`].
-#[must_use = "dropping permits gives them back at once"]
-#[clippy::has_significant_drop]
-pub struct LeasedPermits {
-    client: Arc<Inner>,
-    held: Arc<PermitHold>,
-    lease: Duration,
-    released: bool,
-}
-
-impl fmt::Debug for LeasedPermits {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LeasedPermits")
-            .field("name", &self.held.name)
-            .field("ids", &self.held.ids)
-            .field("lease", &self.lease)
-            .field("watchdog", &self.held.renewing.load(Ordering::Relaxed))
-            .field("held", &self.is_held())
-            .finish_non_exhaustive()
-    }
-}
-
-impl LeasedPermits {
-    fn new(
-        client: &Arc<Inner>,
-        name: &LockName,
-        ids: Vec<PermitId>,
-        terms: Terms,
-        sent: Instant,
-    ) -> Self {
-        let lost_name = name.clone();
-        let count = ids.len();
-        metrics::permits_held(PermitKind::Expirable, count as f64);
-        let on_lost = Box::new(move |reason| events::permits_lost(&lost_name, count, reason));
-        let held = Arc::new(PermitHold {
-            name: name.clone(),
-            ids,
-            lease: LeaseClock::new(sent, client.valid_for(terms.lease), on_lost),
-            renewing: AtomicBool::new(terms.renew),
-        });
-        client.leased.insert(&held);
-        if terms.renew {
-            client
-                .watchdog
-                .register(&client.watchdog_host(), Renewed::Permits(Arc::clone(&held)));
-        }
-        Self {
-            client: Arc::clone(client),
-            held,
-            lease: terms.lease,
-            released: false,
-        }
-    }
-
-    /// The semaphore's name.
-    #[must_use]
-    pub fn name(&self) -> &str {
-        self.held.name.as_str()
-    }
-
-    /// The permits' ids, one per permit.
-    #[must_use]
-    pub fn ids(&self) -> &[PermitId] {
-        &self.held.ids
-    }
-
-    /// How many permits these are.
-    #[must_use]
-    pub fn count(&self) -> usize {
-        self.held.ids.len()
-    }
-
-    /// Whether the permits are still issued by the local clock: not lost, and the last
-    /// renewal (or the acquisition) was sent less than a lease (minus drift) ago. No
-    /// I/O; it turns false at the deadline even if nothing was heard.
-    #[must_use]
-    pub fn is_held(&self) -> bool {
-        self.held.lease.lost_reason().is_none()
-    }
-
-    /// How long the permits stay valid without another renewal; `None` once lost.
-    #[must_use]
-    pub fn valid_for(&self) -> Option<Duration> {
-        self.held.lease.valid_for()
-    }
-
-    /// Resolves when the permits are lost: a renewal found one of them no longer issued
-    /// (released through the handle, or expired), or the lease ran out. Returns the
-    /// [`Error::Lost`] to hand to the caller.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe: it only watches; use it in `tokio::select!` against the work.
-    pub async fn lost(&self) -> Error {
-        let reason = self.held.lease.lost().await;
-        Error::Lost {
-            name: self.name().to_owned(),
-            reason,
-        }
-    }
-
-    /// Sets the permits' lease to `lease` from now; the watchdog stops renewing them.
-    /// [`Error::Lost`] when one of them is no longer issued.
-    ///
-    /// # Cancel safety
-    ///
-    /// Not cancel-safe: a dropped future may leave the old lease or the new one on the
-    /// store; the guard then assumes the shorter.
-    pub async fn update_lease(&mut self, lease: Duration) -> Result<(), Error> {
-        self.client.config.check_lease("lease", lease)?;
-        let semaphores = self.client.backend.expirable_semaphores();
-        if let Some(reason) = self.held.lease.lost_reason() {
-            return Err(self.lost_error(reason));
-        }
-        self.stop_renewing();
-        let sent = Instant::now();
-        let valid_for = self.client.valid_for(lease);
-        self.held.lease.shorten(sent, valid_for);
-        let until = sent + self.client.config.retry_window;
-        let issued = retry::until_answered(until, || {
-            semaphores.set_lease(&self.held.name, &self.held.ids, lease)
-        })
-        .await?;
-        if issued.iter().all(|&issued| issued) {
-            self.held.lease.rearm(sent, valid_for);
-            self.lease = lease;
-            Ok(())
-        } else {
-            self.held.lease.mark_lost(LostReason::OwnerGone);
-            Err(self.lost_error(LostReason::OwnerGone))
-        }
-    }
-
-    /// Gives the permits back. [`Error::NotHeld`](crate::ErrorKind::NotHeld) (as
-    /// [`Error::PermitNotIssued`]) when one of them was no longer issued: nothing is
-    /// changed then, and the others come back when their lease ends.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe: the release runs in its own task and completes if this future is
-    /// dropped ([`Locks::shutdown`](crate::Locks::shutdown) waits for it).
-    pub async fn release(mut self) -> Result<(), Error> {
-        self.finish();
-        let client = Arc::clone(&self.client);
-        let name = self.held.name.clone();
-        let ids = self.held.ids.clone();
-        let task = self
-            .client
-            .supervisor
-            .spawn_job(async move { give_back(&client, &name, ids).await })?;
-        let released = task
-            .await
-            .map_err(|_| Error::protocol("the release task was cancelled"))??;
-        if released {
-            Ok(())
-        } else {
-            self.held.lease.mark_lost(LostReason::OwnerGone);
-            Err(not_issued(&self.held.name, self.held.ids[0]))
-        }
-    }
-
-    fn lost_error(&self, reason: LostReason) -> Error {
-        Error::Lost {
-            name: self.name().to_owned(),
-            reason,
-        }
-    }
-
-    fn stop_renewing(&self) {
-        if self.held.renewing.swap(false, Ordering::AcqRel) {
-            self.client
-                .watchdog
-                .forget(&Renewed::Permits(Arc::clone(&self.held)));
-        }
-    }
-
-    /// Synchronous bookkeeping shared by `release` and `Drop`.
-    fn finish(&mut self) {
-        self.released = true;
-        metrics::permits_held(PermitKind::Expirable, -(self.held.ids.len() as f64));
-        self.stop_renewing();
-        self.client.leased.remove(&self.held);
-    }
-}
-
-impl Drop for LeasedPermits {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        self.finish();
-        if self.held.lease.lost_reason().is_none() {
-            release_unawaited(
-                &self.client,
-                &self.held.name,
-                self.held.ids.clone(),
-                "dropped permits",
-            );
-        }
     }
 }

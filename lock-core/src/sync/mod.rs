@@ -5,4 +5,6 @@
 pub(crate) mod expirable;
 pub(crate) mod latch;
 pub(crate) mod leased;
+pub(crate) mod leased_permits;
 pub(crate) mod semaphore;
+pub(crate) mod starvation;

@@ -4,10 +4,8 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::backend::{
@@ -16,7 +14,11 @@ use crate::backend::{
 use crate::client::named::Named;
 use crate::client::shared::Inner;
 use crate::config::check_bound;
+use crate::locks::turns::Turn;
 use crate::metrics::{self, PermitKind};
+use crate::notify::Listener;
+use crate::sync::starvation::{AttemptTicket, Starvation};
+use crate::wait::{self, Driver, InFlight, Settle, Step, Wait};
 use crate::{Error, LockName, events, retry};
 
 /// A handle on one semaphore: a count of available permits shared by every client of the
@@ -124,7 +126,7 @@ impl Semaphore {
     /// Cancel-safe: dropping the future never keeps a permit; permits granted after the
     /// drop are given back in the background.
     pub async fn acquire(&self, permits: u64) -> Result<Permits, Error> {
-        self.acquire_until(permits, None)
+        self.acquire_within(permits, Wait::Forever)
             .await?
             .ok_or_else(|| Error::protocol("an unbounded wait ended without the permits"))
     }
@@ -136,7 +138,7 @@ impl Semaphore {
     ///
     /// Cancel-safe: dropping the future never keeps a permit.
     pub async fn try_acquire(&self, permits: u64) -> Result<Option<Permits>, Error> {
-        self.acquire_until(permits, Some(Instant::now())).await
+        self.acquire_within(permits, Wait::Never).await
     }
 
     /// Waits at most `wait` for `permits` (Java's `tryAcquire(n, wait)`). `Ok(None)` when
@@ -151,25 +153,17 @@ impl Semaphore {
         wait: Duration,
     ) -> Result<Option<Permits>, Error> {
         check_bound("wait", wait)?;
-        self.acquire_until(permits, Some(Instant::now() + wait))
-            .await
+        self.acquire_within(permits, Wait::at_most(wait)).await
     }
 
-    async fn acquire_until(
-        &self,
-        permits: u64,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Permits>, Error> {
-        let acquiring = self.take_until(permits, deadline);
-        metrics::measured_permits(PermitKind::Plain, deadline, acquiring).await
+    async fn acquire_within(&self, permits: u64, wait: Wait) -> Result<Option<Permits>, Error> {
+        let is_try = matches!(wait, Wait::Never);
+        let acquiring = self.take(permits, wait);
+        metrics::measured_permits(PermitKind::Plain, is_try, acquiring).await
     }
 
-    async fn take_until(
-        &self,
-        permits: u64,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Permits>, Error> {
-        let (semaphores, name) = self.parts()?;
+    async fn take(&self, permits: u64, wait: Wait) -> Result<Option<Permits>, Error> {
+        let (_, name) = self.parts()?;
         check_count("permits", permits)?;
         let client = &self.named.client;
         if client.supervisor.is_closed() {
@@ -178,62 +172,71 @@ impl Semaphore {
         if permits == 0 {
             return Ok(Some(Permits::new(client, name, 0, RequestId::random())));
         }
-        let expired = || deadline.is_some_and(|deadline| Instant::now() >= deadline);
         let starvation = Starvation::new(client, name, false);
-        let Some(head) = client.semaphore_turns.wait(name, deadline).await else {
+        let Some(head) = client.semaphore_turns.wait(name, wait.deadline()).await else {
             return Ok(None);
         };
-        // This client's turn, held while this waiter may be served: a request beyond
-        // the semaphore's peak gives it up to the waiters behind (second review, N6).
-        let mut head = Some(head);
-        // The first attempt is never cut short by the deadline: a try makes exactly one.
-        let mut beyond_peak = false;
-        match attempt(client, name, permits, None, None).await? {
+        let mut taking = Taking {
+            client,
+            name,
+            permits,
+            starvation,
+            head: Some(head),
+            beyond_peak: false,
+        };
+        let served = wait::run(&mut taking, wait, &mut None).await?;
+        Ok(served.map(|served| served.held))
+    }
+}
+
+/// One wait for plain permits, in the wait engine.
+struct Taking<'a> {
+    client: &'a Arc<Inner>,
+    name: &'a LockName,
+    permits: u64,
+    starvation: Starvation,
+    /// This client's turn, held while this waiter may be served: a request beyond the
+    /// semaphore's peak gives it up to the waiters behind (second review, N6).
+    head: Option<Turn<LockName, ()>>,
+    /// The first attempt asked for more than the semaphore ever had at once.
+    beyond_peak: bool,
+}
+
+impl Driver for Taking<'_> {
+    type Held = Permits;
+
+    async fn attempt(&mut self) -> Result<Step<Permits>, Error> {
+        let (reserve, ticket) = self.starvation.next_attempt();
+        match attempt(self.client, self.name, self.permits, reserve, ticket).await? {
             (PermitAnswer::Taken, grant) => {
-                return Ok(Some(Permits::new(client, name, permits, grant)));
+                self.starvation.granted();
+                let permits = Permits::new(self.client, self.name, self.permits, grant);
+                Ok(Step::Held(permits))
             }
-            (PermitAnswer::BeyondPeak, _) => (head, beyond_peak) = (None, true),
-            _ => {}
+            (PermitAnswer::BeyondPeak, _) => {
+                self.head = None;
+                self.beyond_peak = true;
+                Ok(Step::busy(None))
+            }
+            _ => Ok(Step::busy(None)),
         }
-        if expired() {
-            return Ok(None);
-        }
+    }
+
+    fn subscribe(&self) -> impl Future<Output = Result<Listener, Error>> + Send + 'static {
+        let (backend, name) = (Arc::clone(&self.client.backend), self.name.clone());
+        let retry_until = Instant::now() + self.client.config.retry_window;
+        async move { retry::until_answered(retry_until, || backend.semaphores().listen(&name)).await }
+    }
+
+    fn listening(&mut self, _: &Listener) {
         // Said once per wait: nothing else would tell a caller why it never gets them.
-        if beyond_peak {
-            events::waiting_beyond_peak(name, permits);
+        if self.beyond_peak {
+            events::waiting_beyond_peak(self.name, self.permits);
         }
-        let waiting = async {
-            let listener = semaphores.listen(name).await?;
-            loop {
-                let notified = listener.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                // Also closes the race with a release between the first attempt and
-                // the subscription.
-                let reserve = starvation.reserve();
-                let ticket = starvation.attempt_ticket();
-                match attempt(client, name, permits, reserve, Some(ticket)).await? {
-                    (PermitAnswer::Taken, grant) => {
-                        starvation.granted();
-                        return Ok(Some(Permits::new(client, name, permits, grant)));
-                    }
-                    (PermitAnswer::BeyondPeak, _) => head = None,
-                    _ => {}
-                }
-                // Biased, the notification first: see `acquire::ask`.
-                tokio::select! {
-                    biased;
-                    () = notified => {}
-                    () = starvation.refresh(reserve) => {}
-                }
-            }
-        };
-        match deadline {
-            None => waiting.await,
-            Some(deadline) => tokio::time::timeout_at(deadline, waiting)
-                .await
-                .unwrap_or(Ok(None)),
-        }
+    }
+
+    fn also_wake(&self) -> impl Future<Output = ()> + Send {
+        self.starvation.refresh()
     }
 }
 
@@ -247,11 +250,10 @@ pub(crate) fn check_count(argument: &'static str, count: u64) -> Result<(), Erro
     Ok(())
 }
 
-/// One attempt, run in a task of its own: the store's answer, and the id of the grant it
-/// made when the permits were taken. If the caller goes away before the answer, a grant
-/// is given back instead of being kept by nobody, and so is one whose answer never came.
-/// The task keeps `ticket` (see [`Starvation::attempt_ticket`]) until the attempt is
-/// over.
+/// One attempt: the store's answer, and the id of the grant it made when the permits
+/// were taken. An [`InFlight`] request: if the caller goes away before the answer, a
+/// grant is given back instead of being kept by nobody, and so is one whose answer
+/// never came. It keeps `ticket` (see [`Starvation::next_attempt`]) until it is over.
 async fn attempt(
     client: &Arc<Inner>,
     name: &LockName,
@@ -259,206 +261,53 @@ async fn attempt(
     reserve: Option<PermitReservation>,
     ticket: Option<AttemptTicket>,
 ) -> Result<(PermitAnswer, RequestId), Error> {
-    let task_client = Arc::clone(client);
-    let task_name = name.clone();
     let window = client.config.retry_window;
     let request = PermitRequest::new(permits, window).reserving(reserve);
-    let job = async move {
-        let _ticket = ticket;
-        let semaphores = task_client.backend.semaphores();
-        let until = Instant::now() + window;
-        let taken =
-            retry::until_answered(until, || semaphores.try_acquire(&task_name, request)).await;
-        if retry::unanswered(&taken) {
-            // Plain permits have no lease: a grant nobody learnt of would be lost for
-            // good. Its end gives it back if it was made.
-            let of = "a grant whose answer never came";
-            release_unawaited(&task_client, &task_name, (permits, request.id), of);
-        }
-        taken.map(|answer| (answer, request.id))
+    let (backend, task_name) = (Arc::clone(&client.backend), name.clone());
+    let until = Instant::now() + window;
+    let call = Box::pin(async move {
+        retry::until_answered(until, || {
+            backend.semaphores().try_acquire(&task_name, request)
+        })
+        .await
+    });
+    let give_back = GiveBack {
+        client: Arc::clone(client),
+        name: name.clone(),
+        permits,
+        grant: request.id,
     };
-    let orphan_client = Arc::clone(client);
-    let orphan_name = name.clone();
-    detached(
-        client,
-        job,
-        move |(answer, grant): (PermitAnswer, RequestId)| {
-            if answer.taken() {
-                // Nobody is waiting for these permits any more.
-                let of = "permits granted to nobody";
-                release_unawaited(&orphan_client, &orphan_name, (permits, grant), of);
-            }
-        },
-    )
-    .await
+    let answer = InFlight::new(call, give_back, &client.supervisor)
+        .keeping(ticket)
+        .await?;
+    Ok((answer, request.id))
 }
 
-/// How long a starving waiter's reservation lasts without another attempt: what a
-/// waiter that died holds back from the others at most. A waiter attempts again a
-/// third of this after its last attempt, released permits or not.
-const RESERVATION_KEPT_FOR: Duration = Duration::from_secs(3);
-
-/// One waiting acquisition's starvation: once it has waited past the client's
-/// threshold, its attempts reserve the permits it asks for ([`PermitReservation`]), and
-/// it attempts again before its reservation lapses even if nothing is released. A wait
-/// that ends without the permits (its deadline, or its future dropped) takes its
-/// reservation back in the background, so that it holds nothing back from the others.
-pub(crate) struct Starvation {
+/// Gives back the permits of a grant nobody will hold: its caller went away, or its
+/// answer never came. Plain permits have no lease: a grant nobody learnt of would be
+/// lost for good.
+#[derive(Clone)]
+struct GiveBack {
     client: Arc<Inner>,
     name: LockName,
-    expirable: bool,
-    waiter: RequestId,
-    since: Instant,
-    threshold: Option<Duration>,
-    reserved: AtomicBool,
-    granted: AtomicBool,
-    /// Closed once the latest attempt is over: a cancellation sent before would reach
-    /// the store first, and the attempt would then reserve again, for a waiter gone.
-    attempt_done: std::sync::Mutex<Option<oneshot::Receiver<()>>>,
+    permits: u64,
+    grant: RequestId,
 }
 
-/// Kept by an attempt's task until the attempt is over (see
-/// [`Starvation::attempt_ticket`]).
-pub(crate) type AttemptTicket = oneshot::Sender<()>;
+const GRANTED_TO_NOBODY: &str = "permits granted to nobody";
 
-impl Starvation {
-    /// The starvation of a wait for permits of `name`, of the expirable kind or not.
-    pub(crate) fn new(client: &Arc<Inner>, name: &LockName, expirable: bool) -> Self {
-        Self {
-            client: Arc::clone(client),
-            name: name.clone(),
-            expirable,
-            waiter: RequestId::random(),
-            since: Instant::now(),
-            threshold: client.config.starvation_threshold,
-            reserved: AtomicBool::new(false),
-            granted: AtomicBool::new(false),
-            attempt_done: std::sync::Mutex::new(None),
-        }
-    }
-
-    /// A ticket for the attempt about to be sent: if the wait ends without the permits,
-    /// its reservation is cancelled only once the attempt's task dropped the ticket.
-    pub(crate) fn attempt_ticket(&self) -> AttemptTicket {
-        let (ticket, done) = oneshot::channel();
-        *self
-            .attempt_done
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(done);
-        ticket
-    }
-
-    /// The reservation to send with the next attempt, once the threshold passed.
-    pub(crate) fn reserve(&self) -> Option<PermitReservation> {
-        let waited = self.since.elapsed();
-        let starving = self.threshold.is_some_and(|threshold| waited >= threshold);
-        if starving {
-            self.reserved.store(true, Ordering::Relaxed);
-        }
-        starving.then(|| PermitReservation::new(self.waiter, waited, RESERVATION_KEPT_FOR))
-    }
-
-    /// Records that the permits were granted: the grant ended any reservation.
-    pub(crate) fn granted(&self) {
-        self.granted.store(true, Ordering::Relaxed);
-    }
-
-    /// Resolves when the waiter must attempt again even if nothing was released: to
-    /// keep the reservation it sent (`reserve`), or to make one once the threshold
-    /// passes; never when reservations are off.
-    pub(crate) async fn refresh(&self, reserve: Option<PermitReservation>) {
-        match (reserve, self.threshold) {
-            (Some(reserve), _) => tokio::time::sleep(reserve.kept_for / 3).await,
-            (None, Some(threshold)) => tokio::time::sleep_until(self.since + threshold).await,
-            (None, None) => std::future::pending().await,
-        }
-    }
-}
-
-impl Drop for Starvation {
-    fn drop(&mut self) {
-        if !self.reserved.load(Ordering::Relaxed) || self.granted.load(Ordering::Relaxed) {
-            return;
-        }
-        let client = Arc::clone(&self.client);
-        let (name, waiter, expirable) = (self.name.clone(), self.waiter, self.expirable);
-        let task_name = name.clone();
-        let attempt_done = self
-            .attempt_done
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        let cancelled = self.client.supervisor.spawn_job(async move {
-            if let Some(attempt_done) = attempt_done {
-                // Only "the attempt ended" matters, not how: a closed channel says it.
-                let _ = attempt_done.await;
+impl Settle<PermitAnswer> for GiveBack {
+    async fn settle(self, answer: Option<PermitAnswer>) {
+        if answer.is_none_or(PermitAnswer::taken) {
+            let released = release(&self.client, &self.name, self.grant, RELEASE_PERSISTENCE);
+            if let Err(err) = released.await {
+                events::permits_not_released(&self.name, self.permits, GRANTED_TO_NOBODY, &err);
             }
-            let backend = &client.backend;
-            let cancelled = if expirable {
-                let semaphores = backend.expirable_semaphores();
-                semaphores.cancel_reservation(&task_name, waiter).await
-            } else {
-                let semaphores = backend.semaphores();
-                semaphores.cancel_reservation(&task_name, waiter).await
-            };
-            if let Err(err) = cancelled {
-                crate::events::reservation_not_cancelled(&task_name, &err);
-            }
-        });
-        if let Err(err) = cancelled {
-            crate::events::reservation_not_cancelled(&name, &err);
-        }
-    }
-}
-
-/// Runs `job` in a task of its own and returns its answer; when the caller goes away
-/// before it took the answer, `orphaned` gets the answer instead (to give back what it
-/// granted). That includes a caller cancelled after the answer was sent but before it
-/// was read: the answer travels in an [`Unclaimed`], which hands itself to `orphaned`
-/// when it is dropped unread.
-pub(crate) async fn detached<T, J, O>(client: &Inner, job: J, orphaned: O) -> Result<T, Error>
-where
-    T: Send + 'static,
-    J: Future<Output = Result<T, Error>> + Send + 'static,
-    O: FnOnce(T) + Send + 'static,
-{
-    let (reply, answer) = oneshot::channel::<Result<Unclaimed<T, O>, Error>>();
-    client.supervisor.spawn_job(async move {
-        // A send that fails drops the answer, which gives it to `orphaned`.
-        let _unread = reply.send(job.await.map(|value| Unclaimed::new(value, orphaned)));
-    })?;
-    answer
-        .await
-        .map_err(|_| Error::protocol("the attempt was cancelled"))??
-        .claim()
-        .ok_or_else(|| Error::protocol("an answer claimed twice"))
-}
-
-/// An answer on its way to its caller: dropped without being claimed (the caller went
-/// away, before or after it was sent), it goes to its orphan handler instead.
-struct Unclaimed<T, O: FnOnce(T)> {
-    value: Option<(T, O)>,
-}
-
-impl<T, O: FnOnce(T)> Unclaimed<T, O> {
-    fn new(value: T, orphaned: O) -> Self {
-        Self {
-            value: Some((value, orphaned)),
         }
     }
 
-    /// The answer, taken by its caller (`None` cannot happen: only this and drop take
-    /// it, each once).
-    fn claim(mut self) -> Option<T> {
-        self.value.take().map(|(value, _)| value)
-    }
-}
-
-impl<T, O: FnOnce(T)> Drop for Unclaimed<T, O> {
-    fn drop(&mut self) {
-        if let Some((value, orphaned)) = self.value.take() {
-            orphaned(value);
-        }
+    fn unsettled(&self, err: &Error) {
+        events::permits_not_released(&self.name, self.permits, GRANTED_TO_NOBODY, err);
     }
 }
 
@@ -612,48 +461,5 @@ impl Drop for Permits {
             let grant = (self.count, self.grant);
             release_unawaited(&self.client, &self.name, grant, "dropped permits");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::pin::Pin;
-    use std::sync::Arc;
-    use std::task::Poll;
-
-    use super::detached;
-    use crate::Error;
-    use crate::memory::MemoryBackend;
-
-    /// An attempt whose answer was sent but never read (its caller was cancelled in the
-    /// wake-up that brought the answer) hands the answer to its orphan handler: a grant
-    /// nobody will use is given back, never lost.
-    #[tokio::test(flavor = "current_thread")]
-    async fn an_answer_sent_but_never_read_goes_to_its_orphan_handler() {
-        let client = Arc::clone(&crate::Locks::new(Arc::new(MemoryBackend::new())).inner);
-        let (orphaned, orphans) = std::sync::mpsc::channel();
-        let job = async { Ok::<_, Error>(7) };
-        let mut call = Box::pin(detached(&client, job, move |value| {
-            orphaned.send(value).expect("the test listens");
-        }));
-        assert!(poll_once(call.as_mut()).await.is_pending(), "no answer yet");
-        // The job runs (one thread: it runs now) and sends its answer.
-        tokio::task::yield_now().await;
-        drop(call);
-        assert_eq!(orphans.try_recv(), Ok(7), "an unread answer was dropped");
-
-        // An answer read by its caller is not orphaned.
-        let (orphaned, orphans) = std::sync::mpsc::channel();
-        let job = async { Ok::<_, Error>(8) };
-        let answer = detached(&client, job, move |value| {
-            orphaned.send(value).expect("the test listens");
-        })
-        .await;
-        assert_eq!(answer.expect("answered"), 8);
-        assert!(orphans.try_recv().is_err(), "a claimed answer was orphaned");
-    }
-
-    async fn poll_once<F: Future>(mut future: Pin<&mut F>) -> Poll<F::Output> {
-        std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await
     }
 }
