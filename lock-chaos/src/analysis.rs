@@ -1,7 +1,23 @@
 //! The store's analysis of what workers reported: overlapping valid sections, more
 //! valid permit holders than permits, and waiters that sat through long free periods.
 
-use crate::store::Section;
+/// One critical section, on the store's clock (microseconds since the store started).
+#[derive(Debug, Clone)]
+pub(crate) struct Section {
+    pub(crate) worker: String,
+    pub(crate) write_mode: bool,
+    /// A permit holder's: how many may hold at once.
+    pub(crate) capacity: Option<u64>,
+    pub(crate) enter: u64,
+    /// When the worker was about to check `is_held()`.
+    pub(crate) checking: Option<u64>,
+    /// `checking`, once the check said held (the worker wrote).
+    pub(crate) valid: Option<u64>,
+    pub(crate) leave: Option<u64>,
+    /// When a force-unlock revoked this section (its start), and by when the worker
+    /// must have learnt it.
+    pub(crate) revoked: Option<(u64, u64)>,
+}
 
 /// Pairs of sections of one name whose valid periods (`enter` to the check that said
 /// held) overlap while at least one of them writes (readers may share). A section a

@@ -28,25 +28,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
-use crate::analysis::{over_capacity_valid, overlapping_pairs, stuck_waiters};
-
-/// One critical section, on the store's clock (microseconds since the store started).
-#[derive(Debug, Clone)]
-pub(crate) struct Section {
-    pub(crate) worker: String,
-    pub(crate) write_mode: bool,
-    /// A permit holder's: how many may hold at once.
-    pub(crate) capacity: Option<u64>,
-    pub(crate) enter: u64,
-    /// When the worker was about to check `is_held()`.
-    pub(crate) checking: Option<u64>,
-    /// `checking`, once the check said held (the worker wrote).
-    pub(crate) valid: Option<u64>,
-    pub(crate) leave: Option<u64>,
-    /// When a force-unlock revoked this section (its start), and by when the worker
-    /// must have learnt it.
-    pub(crate) revoked: Option<(u64, u64)>,
-}
+use crate::analysis::{Section, over_capacity_valid, overlapping_pairs, stuck_waiters};
 
 #[derive(Debug, Default)]
 struct Name {

@@ -4,8 +4,10 @@
 //!
 //! - the [`Backend`] trait: the atomic operations a lock store provides, and the
 //!   capabilities it declares;
-//! - the state machines shared by every backend: waiting for a release by notification
-//!   ([`notify`]), lease renewal (the watchdog) and the guard lifecycle;
+//! - the state machines shared by every backend: the grant rules ([`protocol`]), one
+//!   wait engine for every synchronizer (`wait/`: try, listen, re-arm, deadlines,
+//!   requests in flight and their undo), release notifications ([`notify`]), lease
+//!   renewal (the watchdog) and the guard lifecycle;
 //! - the public lock API: [`Locks`], [`Lock`], [`Guard`], [`Holder`]; and the other
 //!   synchronizers: [`Semaphore`], [`ExpirableSemaphore`] (permits with ids and leases,
 //!   renewed by the same watchdog), [`CountDownLatch`];
@@ -15,13 +17,14 @@
 //! The source tree follows that split: `backend/` (the contract), `memory/`,
 //! `background/` (the supervisor that runs a client's background work, the watch on its
 //! runtime, the watchdog), `client/` (the state a client shares, and [`Locks`]),
-//! `locks/` and `sync/` (the semaphores and the latch). Its modules form layers, none
-//! using one above it:
+//! `wait/` (the wait engine), `locks/` and `sync/` (the semaphores and the latch, each a
+//! driver of the wait engine, as the lock is). Its modules form layers, none using one
+//! above it:
 //!
 //! 1. the contract and its plain types: `backend`, `notify`, `name`, `error`, `config`;
 //! 2. what a client keeps and runs: lease clocks, holds, waiting lines, leased permits,
 //!    the supervisor and the watchdog (lent what it needs of its client at each call,
-//!    never holding the client that owns it);
+//!    never holding the client that owns it), and the wait engine;
 //! 3. the client's shared state (`client::shared`);
 //! 4. what works through it: acquisitions, guards, the lock handles, the semaphores and
 //!    the latch;

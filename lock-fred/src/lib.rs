@@ -1,8 +1,9 @@
 //! The adapter between distlock and the [`fred`] Redis client.
 //!
-//! It is transport only: lock-core owns the scripts, the key layout (Redisson's) and the
-//! state machines; this crate runs those scripts over fred clients (by SHA, loading them
-//! again on `NOSCRIPT`) and carries release notifications over a dedicated
+//! It is transport only: `lock-redis-protocol` owns the scripts and the key layout
+//! (Redisson's), lock-core the state machines; this crate runs those scripts over fred
+//! clients (by SHA, loading them again on `NOSCRIPT`) and carries release notifications
+//! over a dedicated
 //! [`SubscriberClient`](fred::clients::SubscriberClient), resubscribing after every
 //! reconnect and whenever its message buffer overflowed.
 //!

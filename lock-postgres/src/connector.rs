@@ -12,19 +12,13 @@ use crate::backend::PostgresBackend;
 use crate::error::pool_failed;
 use crate::notify::Notifications;
 use crate::schema::{self, SchemaName};
+use crate::timeouts::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
 use crate::tls::{MakeTls, Trust, another};
 
 /// The `application_name` of the query connections, unless the URL sets one: what
 /// `pg_stat_activity` shows for them (the notification connection's is
 /// [`crate::notify::APPLICATION_NAME`]).
 pub const QUERIES_APPLICATION_NAME: &str = "distlock-queries";
-
-/// How long a statement may take by default (see [`ConnectorSettings::response_timeout`]).
-pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// How long connecting may take by default (see [`ConnectorSettings::connect_timeout`]),
-/// as the Redis adapters.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many query connections a backend keeps at most by default.
 const DEFAULT_POOL_SIZE: usize = 16;

@@ -4,7 +4,7 @@
 use lock_core::Error;
 use tokio_postgres::error::{DbError, Severity, SqlState};
 
-use crate::schema::SchemaName;
+use crate::schema::name::SchemaName;
 
 /// Why the lock tables cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

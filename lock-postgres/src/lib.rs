@@ -19,14 +19,13 @@ pub mod error;
 mod introspect;
 pub mod notify;
 pub mod schema;
+mod timeouts;
 mod tls;
 
 pub use backend::{MAX_NAME_BYTES, MAX_OWNER_BYTES, PostgresBackend};
-pub use connector::{
-    Connector, ConnectorSettings, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
-    QUERIES_APPLICATION_NAME,
-};
+pub use connector::{Connector, ConnectorSettings, QUERIES_APPLICATION_NAME};
 pub use error::{SchemaError, ServerMessage};
+pub use timeouts::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
 
 use std::sync::Arc;
 

@@ -296,7 +296,7 @@ async fn connect_within(config: &Config, tls: &MakeTls) -> Result<(Client, Conne
     let bound = config
         .get_connect_timeout()
         .copied()
-        .unwrap_or(crate::connector::DEFAULT_CONNECT_TIMEOUT);
+        .unwrap_or(crate::timeouts::DEFAULT_CONNECT_TIMEOUT);
     match tokio::time::timeout(bound, config.connect(another(tls))).await {
         Ok(Ok(connected)) => Ok(connected),
         Ok(Err(err)) if err.as_db_error().is_some_and(refuses_the_login) => {

@@ -1,8 +1,9 @@
 //! The adapter between distlock and the [`redis`] crate.
 //!
-//! It is transport only: lock-core owns the scripts, the key layout (Redisson's) and the
-//! state machines; this crate runs those scripts over a connection and carries release
-//! notifications over a dedicated pub/sub connection that reconnects by itself.
+//! It is transport only: `lock-redis-protocol` owns the scripts and the key layout
+//! (Redisson's), lock-core the state machines; this crate runs those scripts over a
+//! connection and carries release notifications over a dedicated pub/sub connection that
+//! reconnects by itself.
 //!
 //! Deployments: a single server (`redis://`, `rediss://`, `unix://`), Redis Cluster
 //! (`redis+cluster://host:port,host:port`) and Sentinel

@@ -10,6 +10,7 @@ use lock_core::{Guard, Lock, Locks};
 use lock_testkit::RedisServer;
 use tokio::time::Instant;
 
+use super::contender::Contender;
 use super::late_listener::LateListener;
 use super::peers::{FairPeer, Peer, PeerStyle};
 use super::redisson_process::RedissonProcess;
@@ -258,12 +259,6 @@ fn assert_fair_shares(all: &[(&'static str, Turns)], least: f64) {
             fair * 100.0
         );
     }
-}
-
-/// One contender of a fleet: it takes the lock, and gives it back, its own way.
-pub(super) trait Contender: Send + 'static {
-    fn take(&mut self) -> impl Future<Output = ()> + Send;
-    fn give_back(&mut self) -> impl Future<Output = ()> + Send;
 }
 
 /// A client of ours, through one of its lock handles.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lock_testkit::RedisServer;
 
-use super::fleets::Contender;
+use super::contender::Contender;
 use super::peers::{REDISSON_LOCK, redisson_unlock, try_take};
 
 /// A worker with Redisson's lock and unlock scripts and a subscription of its own, held

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 mod acl;
 mod connect;
+mod contender;
 mod faults;
 mod fleets;
 mod handover;

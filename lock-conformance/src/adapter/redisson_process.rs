@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lock_testkit::RedisServer;
 
-use super::fleets::Contender;
+use super::contender::Contender;
 use super::peers::{REDISSON_LOCK, redisson_unlock, try_take};
 
 /// A Redisson client process: its workers share one connection and one subscription to
