@@ -3,38 +3,88 @@
 
 use distlock::{Error, Locks};
 
+/// Every URL form the command takes, as its errors list them.
+const FORMS: &str = "redis://, rediss://, redis+cluster://host:port,host:port, \
+                     redis+sentinel://host:port,host:port/MASTER, unix:///path/to/redis.sock \
+                     (Redis); postgres://, postgresql:// or a key-value string such as \
+                     `host=h dbname=d` (PostgreSQL)";
+
 /// The client of the store `url` names: PostgreSQL for `postgres://` and
-/// `postgresql://` (and key-value strings, which start with a key), Redis otherwise.
+/// `postgresql://` (and key-value strings, which start with a key), Redis for the Redis
+/// forms. Anything else is refused, naming the scheme it has and every form there is.
 pub(crate) async fn locks(url: &str) -> Result<Locks, Error> {
-    let backend = if is_postgres(url) {
-        distlock::postgres::connect_backend(url).await?
-    } else {
-        distlock::redis::connect_backend(url).await?
+    let backend = match store(url)? {
+        Store::Postgres => distlock::postgres::connect_backend(url).await?,
+        Store::Redis => distlock::redis::connect_backend(url).await?,
     };
     Locks::builder(backend).client_name("distlock-cli").build()
 }
 
-fn is_postgres(url: &str) -> bool {
+#[derive(Debug, PartialEq, Eq)]
+enum Store {
+    Redis,
+    Postgres,
+}
+
+fn store(url: &str) -> Result<Store, Error> {
     let scheme = url
         .split_once("://")
         .map(|(scheme, _)| scheme.to_ascii_lowercase());
     match scheme.as_deref() {
-        Some("postgres" | "postgresql") => true,
-        Some(_) => false,
+        Some("postgres" | "postgresql") => Ok(Store::Postgres),
+        Some(
+            "redis" | "rediss" | "redis+cluster" | "rediss+cluster" | "redis+sentinel" | "unix"
+            | "redis+unix",
+        ) => Ok(Store::Redis),
+        // Only a scheme made of a scheme's characters is echoed: what comes before `://`
+        // in a mistyped URL may be a password.
+        Some(scheme)
+            if scheme
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b)) =>
+        {
+            Err(unknown(&format!(
+                "the URL scheme `{scheme}://` is none of this command's"
+            )))
+        }
+        Some(_) => Err(unknown("the URL's scheme is none of this command's")),
         // A key-value connection string: `host=... dbname=...`.
-        None => url.contains('='),
+        None if url.contains('=') => Ok(Store::Postgres),
+        None => Err(unknown(
+            "the URL has no scheme (`redis://...`, `postgres://...`)",
+        )),
     }
+}
+
+fn unknown(what: &str) -> Error {
+    Error::invalid_config(format!("{what}; use one of {FORMS}"), None)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::{Store, store};
+
     #[test]
     fn the_scheme_picks_the_store() {
-        assert!(super::is_postgres("postgres://u@h/db"));
-        assert!(super::is_postgres("POSTGRESQL://h"));
-        assert!(super::is_postgres("host=h dbname=d"));
-        assert!(!super::is_postgres("redis://h:1"));
-        assert!(!super::is_postgres("redis+cluster://a:1,b:2"));
-        assert!(!super::is_postgres("nonsense"));
+        assert_eq!(store("postgres://u@h/db").ok(), Some(Store::Postgres));
+        assert_eq!(store("POSTGRESQL://h").ok(), Some(Store::Postgres));
+        assert_eq!(store("host=h dbname=d").ok(), Some(Store::Postgres));
+        assert_eq!(store("redis://h:1").ok(), Some(Store::Redis));
+        assert_eq!(store("redis+cluster://a:1,b:2").ok(), Some(Store::Redis));
+    }
+
+    #[test]
+    fn an_unknown_form_is_named_and_every_form_listed() {
+        let said = |url: &str| store(url).expect_err(url).to_string();
+        let psql = said("psql://x@127.0.0.1:5/orders");
+        assert!(psql.contains("`psql://`"), "{psql}");
+        assert!(
+            psql.contains("postgres://") && psql.contains("redis+sentinel://"),
+            "{psql}"
+        );
+        assert!(said("nonsense").contains("no scheme"));
+        assert!(said("redis:/host").contains("no scheme"));
+        let secret = said("u:s3cret@h://x");
+        assert!(!secret.contains("s3cret"), "{secret}");
     }
 }

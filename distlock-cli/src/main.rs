@@ -66,12 +66,13 @@ enum Command {
         count: Option<u64>,
     },
     /// Deletes NAME whoever holds it and wakes its waiters. Prints who held it. The
-    /// holder learns at its next renewal; read the README's "Force-unlocking a lock"
-    /// before you do this to a live holder.
+    /// holder learns at its next renewal; read "Force-unlocking a lock" in the
+    /// operations guide (docs/operations.md) before you do this to a live holder.
     ForceUnlock {
         /// The lock's name.
         name: String,
-        /// Do not ask for confirmation.
+        /// Do not ask for confirmation (for scripts: with nothing to read on stdin, the
+        /// command refuses unless this is given).
         #[arg(long)]
         yes: bool,
     },
@@ -108,7 +109,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
     let code = match cli.command {
         Command::Ls { prefix, limit } => {
             let names = locks.held_names(&prefix, limit).await?;
-            println!("{}", render::names(&names, json));
+            println!("{}", render::names(&names, &prefix, json));
             ExitCode::SUCCESS
         }
         Command::Show { name } => {
@@ -162,26 +163,50 @@ async fn watch(
 /// Asks unless `yes`, deletes the lock, and prints who held it before.
 async fn force_unlock(locks: &Locks, name: &str, yes: bool, json: bool) -> Result<ExitCode, Error> {
     let before = locks.describe(name).await?;
-    if !yes && !confirmed(&before)? {
-        eprintln!("distlock: not unlocked");
-        return Ok(ExitCode::from(3));
+    if !yes {
+        let refusal = match confirmed(&before)? {
+            Answer::Confirmed => None,
+            Answer::Other => Some("the name typed was not the lock's (--yes skips the question)"),
+            Answer::Nothing => Some(
+                "no answer came (stdin is closed or not a terminal); pass --yes to \
+                 force-unlock without asking",
+            ),
+        };
+        if let Some(refusal) = refusal {
+            eprintln!("distlock: not unlocked: {refusal}");
+            return Ok(ExitCode::from(3));
+        }
     }
     let released = locks.mutex(name).force_unlock().await?;
     println!("{}", render::forced(&before, released, json));
     Ok(ExitCode::SUCCESS)
 }
 
+/// What the operator answered when asked to type the lock's name back.
+enum Answer {
+    Confirmed,
+    Other,
+    /// Stdin ended before a line (closed, or `/dev/null`).
+    Nothing,
+}
+
 /// Shows who holds the lock and asks for its name to be typed back.
-fn confirmed(before: &LockInfo) -> Result<bool, Error> {
+fn confirmed(before: &LockInfo) -> Result<Answer, Error> {
     eprintln!("{}", render::lock(before, false));
     eprint!("type the lock's name to force-unlock it: ");
     std::io::stderr()
         .flush()
         .map_err(|err| Error::protocol(format!("writing the prompt: {err}")))?;
     let mut answer = String::new();
-    std::io::stdin()
+    let read = std::io::stdin()
         .lock()
         .read_line(&mut answer)
         .map_err(|err| Error::protocol(format!("reading the answer: {err}")))?;
-    Ok(answer.trim_end_matches(['\r', '\n']) == before.name)
+    Ok(if read == 0 {
+        Answer::Nothing
+    } else if answer.trim_end_matches(['\r', '\n']) == before.name {
+        Answer::Confirmed
+    } else {
+        Answer::Other
+    })
 }

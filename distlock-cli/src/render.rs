@@ -35,14 +35,18 @@ fn holder_json(holder: &HolderInfo) -> Value {
         Value::Null,
         |client| json!({"name": client.name, "host": client.host, "pid": client.pid}),
     );
-    json!({
+    let mut holder_json = json!({
         "owner": holder.owner,
         "client_id": holder.client_id(),
         "holds": holder.holds,
         "client": client,
-        "since_ms": epoch_millis(holder.since),
-        "lease_left_ms": millis(holder.lease_left),
-    })
+        "since_epoch_ms": epoch_millis(holder.since),
+    });
+    // A holder's own lease only where it has one apart from the lock's (a reader's).
+    if let Some(left) = holder.lease_left {
+        holder_json["lease_left_ms"] = millis(Some(left));
+    }
+    holder_json
 }
 
 /// A lock's description.
@@ -84,10 +88,17 @@ pub(crate) fn lock(info: &LockInfo, json: bool) -> String {
     text
 }
 
-/// Held names.
-pub(crate) fn names(names: &[String], json: bool) -> String {
+/// Held names (`prefix`: what they were asked to start with).
+pub(crate) fn names(names: &[String], prefix: &str, json: bool) -> String {
     if json {
         return json!(names).to_string();
+    }
+    if names.is_empty() {
+        return if prefix.is_empty() {
+            "no lock is held".to_owned()
+        } else {
+            format!("no lock whose name starts with {prefix:?} is held")
+        };
     }
     names.join("\n")
 }
@@ -138,5 +149,20 @@ mod tests {
         assert_eq!(json["holders"][0]["client"]["name"], "orders-7");
         assert_eq!(json["holders"][0]["client_id"], "c0ffee");
         assert_eq!(json["fencing_token"], 9);
+        // A holder without a lease of its own has no `lease_left_ms`, and its start is
+        // named as an epoch time.
+        assert!(json["holders"][0].get("lease_left_ms").is_none(), "{json}");
+        assert!(json["holders"][0].get("since_epoch_ms").is_some(), "{json}");
+    }
+
+    #[test]
+    fn no_held_lock_is_said_in_words() {
+        assert_eq!(super::names(&[], "", false), "no lock is held");
+        assert_eq!(
+            super::names(&[], "order:", false),
+            "no lock whose name starts with \"order:\" is held"
+        );
+        assert_eq!(super::names(&[], "", true), "[]");
+        assert_eq!(super::names(&["a".to_owned()], "", false), "a");
     }
 }

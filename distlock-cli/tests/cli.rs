@@ -112,6 +112,15 @@ async fn show_ls_watch_and_force_unlock_on_redis() {
         "the prompt says who holds it"
     );
     assert!(guard.is_held());
+    // Nothing to read (a script without --yes): refused, and told of --yes.
+    let unasked = distlock(&["--url", &url, "force-unlock", name], "", None).await;
+    assert_eq!(unasked.status.code(), Some(3), "{}", text(&unasked.stderr));
+    assert!(
+        text(&unasked.stderr).contains("--yes"),
+        "{}",
+        text(&unasked.stderr)
+    );
+    assert!(guard.is_held());
     let forced = distlock(
         &["--url", &url, "force-unlock", name],
         "cli:order:42\n",
@@ -168,7 +177,7 @@ async fn show_on_postgres() {
         "{shown}"
     );
     assert!(
-        shown["holders"][0]["since_ms"].as_u64().is_some(),
+        shown["holders"][0]["since_epoch_ms"].as_u64().is_some(),
         "{shown}"
     );
     let listed = json(&distlock(&["--url", &url, "--json", "ls", "cli:"], "", None).await);
@@ -191,7 +200,10 @@ async fn errors_say_what_to_do() {
     assert_eq!(bad.status.code(), Some(1));
     let said = text(&bad.stderr);
     assert!(
-        said.contains("redis+cluster://") && !said.contains("s3cret"),
+        said.contains("`http://`")
+            && said.contains("redis+cluster://")
+            && said.contains("postgres://")
+            && !said.contains("s3cret"),
         "{said}"
     );
 

@@ -1,7 +1,7 @@
-//! The README's Rust snippets are complete programs a user can paste into a new project:
-//! this test compiles each one (`cargo check`, warnings denied), unchanged, in a new crate outside the
-//! repository whose `[dependencies]` are the README's own, with `distlock` pointed at this
-//! checkout.
+//! The Rust snippets of the README and of the guides under `docs/` are complete programs a
+//! user can paste into a new project: this test compiles each one (`cargo check`, warnings
+//! denied), unchanged, in a new crate outside the repository whose `[dependencies]` are
+//! the README's own, with `distlock` pointed at this checkout.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,6 +31,22 @@ fn fenced(readme: &str, lang: &str) -> Vec<String> {
         }
     }
     blocks
+}
+
+/// The Markdown files under `dir`, in a stable order.
+fn guides(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let entries = std::fs::read_dir(dir).expect("the docs folder");
+    for entry in entries {
+        let path = entry.expect("a docs entry").path();
+        if path.is_dir() {
+            found.extend(guides(&path));
+        } else if path.extension().is_some_and(|ext| ext == "md") {
+            found.push(path);
+        }
+    }
+    found.sort();
+    found
 }
 
 /// The README's `[dependencies]` block, with `distlock` taken from this checkout.
@@ -64,10 +80,19 @@ fn manifest(readme: &str, root: &Path) -> String {
 fn every_readme_snippet_compiles_unchanged_in_a_new_crate() {
     let root = workspace_root();
     let readme = std::fs::read_to_string(root.join("README.md")).expect("the README");
-    let snippets = fenced(&readme, "rust");
+    let mut snippets = fenced(&readme, "rust");
     assert!(
-        snippets.len() >= 4,
-        "found {} Rust snippets",
+        snippets.len() >= 3,
+        "found {} Rust snippets in the README",
+        snippets.len()
+    );
+    for guide in guides(&root.join("docs")) {
+        let text = std::fs::read_to_string(&guide).expect("a guide");
+        snippets.extend(fenced(&text, "rust"));
+    }
+    assert!(
+        snippets.len() >= 10,
+        "found {} Rust snippets in the README and the guides",
         snippets.len()
     );
     for (i, snippet) in snippets.iter().enumerate() {

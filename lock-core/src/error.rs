@@ -124,8 +124,9 @@ pub enum Error {
         #[source]
         source: Option<Cause>,
     },
-    /// The wait for a lock, permits or a latch's opening ran out first.
-    #[error("timed out after {waited:?} waiting for {what} `{name}`")]
+    /// The wait for a lock, permits or a latch's opening ran out first (with no wait at
+    /// all: the one attempt found it busy).
+    #[error("{}", timed_out(what, name, *waited))]
     #[non_exhaustive]
     Timeout {
         /// What was waited for: `lock`, `semaphore` or `count-down latch`.
@@ -166,9 +167,10 @@ pub enum Error {
         /// What was observed.
         reason: LostReason,
     },
-    /// The data stored under the lock's name is not a lock of this kind; nothing was
-    /// changed.
-    #[error("the data stored for lock `{name}` is not a lock of this kind")]
+    /// The data stored under the name is another kind of object than the one asked for
+    /// (another kind of lock, a semaphore, a latch, or data that is no lock at all);
+    /// nothing was changed.
+    #[error("the data stored under `{name}` is not the kind of object asked for")]
     #[non_exhaustive]
     Incompatible {
         /// The lock's name.
@@ -212,8 +214,12 @@ pub enum Error {
     #[error("no tokio runtime is running")]
     #[non_exhaustive]
     NoRuntime,
-    /// The client was shut down and takes no new locks.
-    #[error("the lock client was shut down: it takes no new locks")]
+    /// The client was shut down and starts nothing new on the store: no acquisition, no
+    /// setting, adding, draining or counting down, no force-unlock (releases of what it
+    /// holds still go, and reads).
+    #[error(
+        "the lock client was shut down: it starts nothing new (releases of what it holds still go)"
+    )]
     #[non_exhaustive]
     ShutDown,
     /// The backend does not support what was asked; nothing was sent.
@@ -251,6 +257,15 @@ impl fmt::Display for LostReason {
             Self::LeaseExpired => "its lease expired before it was renewed",
             Self::OwnerGone => "the server no longer lists this holder as its owner",
         })
+    }
+}
+
+/// A timeout in words: a wait of zero is a try, and says the thing was busy.
+fn timed_out(what: &str, name: &str, waited: Duration) -> String {
+    if waited.is_zero() {
+        format!("{what} `{name}` is busy (one attempt, no wait)")
+    } else {
+        format!("timed out after {waited:?} waiting for {what} `{name}`")
     }
 }
 
@@ -443,6 +458,28 @@ impl fmt::Display for Chain<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_try_that_found_it_busy_says_busy() {
+        let tried = Error::Timeout {
+            what: "lock",
+            name: "job:3".to_owned(),
+            waited: Duration::ZERO,
+        };
+        assert_eq!(
+            tried.to_string(),
+            "lock `job:3` is busy (one attempt, no wait)"
+        );
+        let waited = Error::Timeout {
+            what: "lock",
+            name: "job:3".to_owned(),
+            waited: Duration::from_secs(5),
+        };
+        assert_eq!(
+            waited.to_string(),
+            "timed out after 5s waiting for lock `job:3`"
+        );
+    }
 
     #[test]
     fn cause_is_a_source_and_not_repeated_in_the_message() {

@@ -138,3 +138,41 @@ fn a_shut_down_client_takes_no_new_locks() {
         assert!(!locks.mutex("alive").is_locked().await.expect("inspect"));
     });
 }
+
+/// After `shutdown` nothing new reaches the store, whatever the kind of object: no
+/// permits set, added, drained or taken, no latch set or counted down, no force-unlock
+/// (newcomer review 4, item 14: the semaphores still wrote). Reads still go.
+#[test]
+fn a_shut_down_client_starts_nothing_new_on_any_kind() {
+    let main = runtime();
+    main.block_on(async {
+        let locks = Locks::new(Arc::new(MemoryBackend::new()));
+        let set = locks.semaphore("pool").try_set_permits(2).await;
+        assert!(set.expect("before shutdown"));
+        locks.shutdown().await;
+        let refused = |outcome: Result<(), lock_core::Error>, what: &str| {
+            let err = outcome.expect_err(what);
+            assert_eq!(err.kind(), ErrorKind::ShutDown, "{what}: {err}");
+        };
+        let pool = locks.semaphore("pool");
+        refused(pool.try_set_permits(3).await.map(drop), "set permits");
+        refused(pool.add_permits(1).await, "add permits");
+        refused(pool.drain().await.map(drop), "drain");
+        refused(pool.try_acquire(1).await.map(drop), "take permits");
+        let slots = locks.expirable_semaphore("slots");
+        refused(
+            slots.try_set_permits(1).await.map(drop),
+            "set expirable permits",
+        );
+        let latch = locks.count_down_latch("ready");
+        refused(latch.try_set_count(1).await.map(drop), "set a count");
+        refused(latch.count_down().await, "count down");
+        refused(latch.delete().await.map(drop), "delete a latch");
+        refused(
+            locks.mutex("x").force_unlock().await.map(drop),
+            "force-unlock",
+        );
+        assert_eq!(pool.available().await.expect("reads still go"), 2);
+        assert_eq!(latch.count().await.expect("reads still go"), 0);
+    });
+}

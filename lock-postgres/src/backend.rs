@@ -16,6 +16,7 @@ use tokio_postgres::types::{FromSql, ToSql, Type};
 use crate::error::{failed, pool_failed};
 use crate::notify::Notifications;
 use crate::schema::SchemaName;
+use crate::timeouts::silent;
 
 /// Locks in PostgreSQL tables.
 ///
@@ -116,19 +117,21 @@ impl PostgresBackend {
         params: &[Param<'_>],
     ) -> Result<Vec<tokio_postgres::Row>, Error> {
         let deadline = tokio::time::Instant::now() + self.response_timeout;
+        let silent =
+            || Error::connection(during, silent("response timeout", self.response_timeout));
         let client = tokio::time::timeout_at(deadline, self.pool.get())
             .await
-            .map_err(|elapsed| Error::connection(during, elapsed))?
+            .map_err(|_| silent())?
             .map_err(|err| pool_failed(err, during, &self.schema))?;
         let outcome =
             tokio::time::timeout_at(deadline, client.query_typed(statement, params)).await;
         match outcome {
             Ok(result) => result.map_err(|err| failed(err, during, &self.schema)),
-            Err(elapsed) => {
+            Err(_) => {
                 // The statement may still be on its way: its connection leaves the pool
                 // (closed when dropped), so that no later statement queues behind it.
                 drop(deadpool_postgres::Object::take(client));
-                Err(Error::connection(during, elapsed))
+                Err(silent())
             }
         }
     }

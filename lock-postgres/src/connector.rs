@@ -12,7 +12,7 @@ use crate::backend::PostgresBackend;
 use crate::error::pool_failed;
 use crate::notify::Notifications;
 use crate::schema::{self, SchemaName};
-use crate::timeouts::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
+use crate::timeouts::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, silent};
 use crate::tls::{MakeTls, Trust, another};
 
 /// The `application_name` of the query connections, unless the URL sets one: what
@@ -203,12 +203,10 @@ impl Connector {
         let during = "connecting to PostgreSQL";
         // The driver bounds only the TCP connection; a server that accepts it and then
         // says nothing (paused, or a silent network) is bounded here.
-        tokio::time::timeout(
-            settings.connect_timeout,
-            open(config, listen_config, tls, settings),
-        )
-        .await
-        .map_err(|elapsed| Error::connection(during, elapsed))?
+        let bound = settings.connect_timeout;
+        tokio::time::timeout(bound, open(config, listen_config, tls, settings))
+            .await
+            .map_err(|_| Error::connection(during, silent("connect timeout", bound)))?
     }
 }
 

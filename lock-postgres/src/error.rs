@@ -127,7 +127,7 @@ fn missing_privilege(db: &DbError, schema: &SchemaName) -> Error {
     Error::invalid_config(
         format!(
             "the database user may not create or migrate the lock tables in schema {schema}: \
-             a role that may runs the migration once (see lock_postgres::schema::migration_sql)"
+             a role that may runs the migration once (see distlock::postgres::schema::migration_sql)"
         ),
         Some(
             SchemaError::MissingPrivilege {

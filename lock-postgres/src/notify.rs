@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use tokio_postgres::{AsyncMessage, Client, Config};
 
 use crate::error::{refused_login, refuses_the_login};
+use crate::timeouts::{DEFAULT_CONNECT_TIMEOUT, silent};
 use crate::tls::{MakeTls, TlsStream, Trust, another};
 
 /// The application name of the notification connection, as `pg_stat_activity` shows it.
@@ -126,7 +127,9 @@ impl Notifications {
             match failure {
                 Failure::Refused(err) => err,
                 Failure::Driver(err) => Error::connection(during, err),
-                Failure::Silent(elapsed) => Error::connection(during, elapsed),
+                Failure::Silent(bound) => {
+                    Error::connection(during, silent("connect timeout", bound))
+                }
             }
         })?;
         let listening = Arc::new(Listening::default());
@@ -287,7 +290,8 @@ enum Failure {
     Driver(tokio_postgres::Error),
     /// The server said nothing within the connect timeout.
     #[error("no answer within the connect timeout")]
-    Silent(tokio::time::error::Elapsed),
+    /// No answer within the connect timeout, this long.
+    Silent(Duration),
 }
 
 /// Connects within the config's connect timeout (the driver bounds only the TCP
@@ -296,13 +300,13 @@ async fn connect_within(config: &Config, tls: &MakeTls) -> Result<(Client, Conne
     let bound = config
         .get_connect_timeout()
         .copied()
-        .unwrap_or(crate::timeouts::DEFAULT_CONNECT_TIMEOUT);
+        .unwrap_or(DEFAULT_CONNECT_TIMEOUT);
     match tokio::time::timeout(bound, config.connect(another(tls))).await {
         Ok(Ok(connected)) => Ok(connected),
         Ok(Err(err)) if err.as_db_error().is_some_and(refuses_the_login) => {
             Err(Failure::Refused(refused_login(err)))
         }
         Ok(Err(err)) => Err(Failure::Driver(err)),
-        Err(elapsed) => Err(Failure::Silent(elapsed)),
+        Err(_) => Err(Failure::Silent(bound)),
     }
 }

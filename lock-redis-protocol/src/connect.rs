@@ -27,7 +27,8 @@ pub fn connect_failed(
 ) -> Error {
     if configuration {
         Error::invalid_config(
-            "the Redis connection settings were refused",
+            "the Redis server refused the connection settings (check the URL's user, \
+             password and database number)",
             Some(err.into()),
         )
     } else {

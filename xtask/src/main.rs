@@ -48,9 +48,10 @@ enum Task {
     /// them if missing.
     ///
     /// ARGS go to nextest: `-p CRATE` runs one crate's tests and doctests, a FILTER after
-    /// it only those whose names contain it (`cargo xtask test -p lock-postgres
-    /// handover`); `--test TARGET` or `-E EXPR` pick test targets or tests by nextest's
-    /// filter expressions, and then no doctests run. After `--`, arguments go to
+    /// it only the tests whose names contain it (`cargo xtask test -p lock-postgres
+    /// failover`; a test's name, not its file's); `--test TARGET` (a file: `--test
+    /// handover`) or `-E EXPR` pick test targets or tests by nextest's filter expressions,
+    /// and then no doctests run. After `--`, arguments go to
     /// `cargo test` instead of nextest.
     Test {
         #[arg(
@@ -60,7 +61,7 @@ enum Task {
         )]
         args: Vec<String>,
     },
-    /// Runs the demo: against $`REDIS_URL`, else a throwaway local redis-server, else the
+    /// Runs the demo: against `$REDIS_URL`, else a throwaway local redis-server, else the
     /// in-memory backend.
     Demo {
         #[arg(

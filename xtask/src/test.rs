@@ -7,6 +7,9 @@ use std::time::Instant;
 use crate::install::{PGBOUNCER, POSTGRES, find_or_install, find_or_install_redis, succeeds};
 use crate::{cargo, exit_code, run_streaming};
 
+/// nextest's exit code when its filters matched no test.
+const NEXTEST_NO_TESTS_RUN: i32 = 4;
+
 /// nextest's options that take a value (so that the value is not read as a filter).
 const VALUED: &[&str] = &[
     "-p",
@@ -67,7 +70,8 @@ pub(crate) fn test(extra: &[String]) -> Result<ExitCode, String> {
     // binary side by side (`.config/nextest.toml`), takes a fraction of the time of
     // `cargo test`, which runs one binary after another. Arguments for libtest (after
     // `--`) need `cargo test`.
-    let status = if !extra.iter().any(|arg| arg == "--") && has_nextest() {
+    let nextest = !extra.iter().any(|arg| arg == "--") && has_nextest();
+    let status = if nextest {
         // The `dev` profile, which the doctests below build with: under nextest's
         // default (`test`) every dependency would be compiled a second time for them.
         let profile: &[&str] = if extra.iter().any(|arg| arg.starts_with("--cargo-profile")) {
@@ -98,9 +102,16 @@ pub(crate) fn test(extra: &[String]) -> Result<ExitCode, String> {
         run.envs(servers);
         run_streaming(run)?
     };
+    let verdict = match status.code() {
+        _ if status.success() => "tests passed",
+        Some(NEXTEST_NO_TESTS_RUN) if nextest => {
+            "no test matched the filters (a name matches test names, not file names: name a \
+             file with --test NAME)"
+        }
+        _ => "tests failed",
+    };
     println!(
-        "xtask: tests {} in {:.1} s",
-        if status.success() { "passed" } else { "failed" },
+        "xtask: {verdict} in {:.1} s",
         started.elapsed().as_secs_f64()
     );
     Ok(exit_code(status))

@@ -182,8 +182,11 @@ impl Locks {
         &self.inner.config
     }
 
-    /// Shuts the client down: it takes no new locks (acquisitions fail with
-    /// [`ErrorKind::ShutDown`](crate::ErrorKind::ShutDown)), and this returns once every
+    /// Shuts the client down: it starts nothing new on the store (acquisitions of locks
+    /// and permits, setting, adding and draining permits, a latch's count and
+    /// count-downs, force-unlocks all fail with
+    /// [`ErrorKind::ShutDown`](crate::ErrorKind::ShutDown); reads, and releases of what
+    /// it holds, still go), and this returns once every
     /// release already started has finished: those of guards dropped or unlocked, of
     /// grants whose caller went away, and the cancellations of abandoned waits.
     ///

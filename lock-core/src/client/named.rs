@@ -48,6 +48,16 @@ impl Named {
         Ok((store, name))
     }
 
+    /// Refuses new work on the store once the client is shut down (see
+    /// [`Locks::shutdown`](crate::Locks::shutdown)): what sets, adds, takes, counts down
+    /// or deletes. Releases of what the client holds, and reads, still go.
+    pub(crate) fn open(&self) -> Result<(), Error> {
+        if self.client.supervisor.is_closed() {
+            return Err(Error::ShutDown);
+        }
+        Ok(())
+    }
+
     /// The checked name, or why it was refused.
     pub(crate) fn checked(&self) -> Result<&LockName, Error> {
         self.name

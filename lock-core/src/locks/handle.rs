@@ -38,6 +38,16 @@ use crate::{Error, Guard, Holder, LockKind, LockRef, Owner};
 /// the second argument of `try_lock_for`): the hold ends after it, renewed by nobody.
 /// Prefer the watchdog (no lease) unless the work must stop holding at a known time.
 ///
+/// # Cancel safety
+///
+/// Every acquisition is cancel-safe: dropping its future (a `select!` that took another
+/// branch, a timeout, a task aborted) never leaves a hold behind. A grant that arrives
+/// after the drop is released in the background, and so is one whose answer never came;
+/// a fair-lock waiter leaves the queue at once. Every synchronizer waits through the same
+/// engine, so the semaphores promise the same of their permits.
+///
+/// # Examples
+///
 /// ```no_run
 /// # async fn demo(locks: lock_core::Locks) -> Result<(), lock_core::Error> {
 /// let order = locks.mutex("order:42");
@@ -109,6 +119,8 @@ impl Lock {
     /// Starts an acquisition to configure: how long to wait, which lease. Awaiting it
     /// takes the lock.
     ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn demo(orders: lock_core::Lock) -> Result<(), lock_core::Error> {
     /// use std::time::Duration;
@@ -133,11 +145,22 @@ impl Lock {
     /// Waits until the lock is acquired; the watchdog renews it while the guard lives.
     /// The same as `self.acquire().await`.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_core::Locks) -> Result<(), lock_core::Error> {
+    /// let guard = locks.mutex("report:daily").lock().await?;
+    /// tokio::select! {
+    ///     () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {} // the work
+    ///     lost = guard.lost() => return Err(lost), // renewal failed: stop working
+    /// }
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Cancel safety
     ///
-    /// Cancel-safe: dropping the future never leaves a hold behind. A grant that arrives
-    /// after the drop is given back in the background, and a fair-lock waiter leaves the
-    /// queue.
+    /// Cancel-safe: see [the lock's](Lock#cancel-safety).
     pub fn lock(&self) -> impl Future<Output = Result<Guard, Error>> + Send + '_ {
         self.acquire_with(Lease::Watchdog, Wait::Forever)
             .map(unbounded)
@@ -148,9 +171,7 @@ impl Lock {
     ///
     /// # Cancel safety
     ///
-    /// Cancel-safe: dropping the future never leaves a hold behind. A grant that arrives
-    /// after the drop is given back in the background, and a fair-lock waiter leaves the
-    /// queue.
+    /// Cancel-safe: see [the lock's](Lock#cancel-safety).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<Guard, Error> {
         self.named.client.config.check_lease("lease", lease)?;
         unbounded(self.acquire_with(Lease::Fixed(lease), Wait::Forever).await)
@@ -161,9 +182,7 @@ impl Lock {
     ///
     /// # Cancel safety
     ///
-    /// Cancel-safe: dropping the future never leaves a hold behind. A grant that arrives
-    /// after the drop is given back in the background, and a fair-lock waiter leaves the
-    /// queue.
+    /// Cancel-safe: see [the lock's](Lock#cancel-safety).
     pub fn try_lock(&self) -> impl Future<Output = Result<Option<Guard>, Error>> + Send + '_ {
         self.acquire_with(Lease::Watchdog, Wait::Never)
     }
@@ -176,11 +195,23 @@ impl Lock {
     /// makes one attempt and waits for its answer, however slow, as
     /// [`Lock::try_lock`] does: only a busy lock answers `Ok(None)`.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_core::Locks) -> Result<(), lock_core::Error> {
+    /// use std::time::Duration;
+    ///
+    /// let report = locks.mutex("report:daily");
+    /// match report.try_lock_for(Duration::from_secs(2), None).await? {
+    ///     Some(guard) => guard.unlock().await?, // ours: do the work, then release
+    ///     None => println!("another instance runs the report"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Cancel safety
     ///
-    /// Cancel-safe: dropping the future never leaves a hold behind. A grant that arrives
-    /// after the drop is given back in the background, and a fair-lock waiter leaves the
-    /// queue.
+    /// Cancel-safe: see [the lock's](Lock#cancel-safety).
     pub async fn try_lock_for(
         &self,
         wait: Duration,
@@ -270,6 +301,7 @@ impl Lock {
     /// is dropped, and this client's guards on the lock then learn of it only at their
     /// next renewal.
     pub async fn force_unlock(&self) -> Result<bool, Error> {
+        self.named.open()?;
         let lock = self.lock_ref()?;
         let released = self.named.client.backend.force_release(&lock).await?;
         if released {
@@ -285,6 +317,8 @@ impl Lock {
 /// reading). A reader asking for the write lock gets [`Error::WouldDeadlock`] instead of
 /// waiting for itself. Each read hold has its own lease, so a crashed reader's hold
 /// expires on its own and does not keep writers out.
+///
+/// # Examples
 ///
 /// ```no_run
 /// # async fn demo(locks: lock_core::Locks) -> Result<(), lock_core::Error> {
@@ -344,9 +378,7 @@ fn unbounded(acquired: Result<Option<Guard>, Error>) -> Result<Guard, Error> {
 ///
 /// # Cancel safety
 ///
-/// Cancel-safe: dropping the future never leaves a hold behind. A grant that arrives
-/// after the drop is given back in the background, and a fair-lock waiter leaves the
-/// queue.
+/// Cancel-safe: see [the lock's](Lock#cancel-safety).
 #[must_use = "an acquisition does nothing until it is awaited"]
 pub struct Acquisition<'a> {
     lock: &'a Lock,

@@ -98,6 +98,7 @@ impl ExpirableSemaphore {
     ///
     /// Cancel-safe in the sense that the permits are either set or not.
     pub async fn try_set_permits(&self, permits: u64) -> Result<bool, Error> {
+        self.named.open()?;
         let (semaphores, name) = self.parts()?;
         check_count("permits", permits)?;
         semaphores.try_set_permits(name, permits).await
@@ -109,6 +110,7 @@ impl ExpirableSemaphore {
     ///
     /// Not cancel-safe: a dropped future may or may not have changed the count.
     pub async fn add_permits(&self, delta: i64) -> Result<(), Error> {
+        self.named.open()?;
         let (semaphores, name) = self.parts()?;
         semaphores.add_permits(name, delta).await.map(drop)
     }

@@ -71,6 +71,7 @@ impl CountDownLatch {
     /// Cancel-safe in the sense that the count is either set or not; dropping the future
     /// leaves no way to learn which but [`count`](CountDownLatch::count).
     pub async fn try_set_count(&self, count: u64) -> Result<bool, Error> {
+        self.named.open()?;
         let (latches, name) = self.parts()?;
         if count == 0 {
             return Err(Error::invalid_argument(
@@ -95,6 +96,7 @@ impl CountDownLatch {
     ///
     /// Not cancel-safe: a dropped future may or may not have counted down.
     pub async fn count_down(&self) -> Result<(), Error> {
+        self.named.open()?;
         let (latches, name) = self.parts()?;
         let window = self.named.client.config.retry_window;
         let request = LatchRequest::new(window);
@@ -121,6 +123,7 @@ impl CountDownLatch {
     ///
     /// Cancel-safe in the sense that the latch is either deleted or not.
     pub async fn delete(&self) -> Result<bool, Error> {
+        self.named.open()?;
         let (latches, name) = self.parts()?;
         latches.delete(name).await
     }

@@ -82,6 +82,7 @@ impl Semaphore {
     ///
     /// Cancel-safe in the sense that the permits are either set or not.
     pub async fn try_set_permits(&self, permits: u64) -> Result<bool, Error> {
+        self.named.open()?;
         let (semaphores, name) = self.parts()?;
         check_count("permits", permits)?;
         semaphores.try_set_permits(name, permits).await
@@ -94,6 +95,7 @@ impl Semaphore {
     ///
     /// Not cancel-safe: a dropped future may or may not have changed the count.
     pub async fn add_permits(&self, delta: i64) -> Result<(), Error> {
+        self.named.open()?;
         let (semaphores, name) = self.parts()?;
         semaphores.add_permits(name, delta).await.map(drop)
     }
@@ -115,16 +117,29 @@ impl Semaphore {
     ///
     /// Not cancel-safe: a dropped future may have drained them.
     pub async fn drain(&self) -> Result<i64, Error> {
+        self.named.open()?;
         let (semaphores, name) = self.parts()?;
         semaphores.drain(name).await
     }
 
     /// Waits until `permits` are taken, as long as it takes.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_core::Locks) -> Result<(), lock_core::Error> {
+    /// let pool = locks.semaphore("db-connections");
+    /// let permits = pool.acquire(2).await?; // two of the pool's permits
+    /// // ... use two connections ...
+    /// permits.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Cancel safety
     ///
     /// Cancel-safe: dropping the future never keeps a permit; permits granted after the
-    /// drop are given back in the background.
+    /// drop are given back in the background (as a lock's, see
+    /// [`Lock`](crate::Lock#cancel-safety)).
     pub async fn acquire(&self, permits: u64) -> Result<Permits, Error> {
         self.acquire_within(permits, Wait::Forever)
             .await?

@@ -169,10 +169,21 @@ fn classify(err: TransportError, during: &'static str, key: &str) -> Error {
         TransportError::Server(server)
             if server.code == "WRONGTYPE" || server.message.contains("WRONGTYPE") =>
         {
+            let said = server.message.as_str();
+            let found = said
+                .split_once("WRONGTYPE")
+                .map_or(said, |(_, rest)| rest)
+                .trim();
+            let found = if found.is_empty() {
+                "it holds another Redis type than expected"
+            } else {
+                found
+            };
             Error::incompatible(
                 key,
                 WrongType {
                     key: key.to_owned(),
+                    found: found.to_owned(),
                 },
             )
         }
