@@ -88,6 +88,8 @@
 //! [`LeasedPermits`] live, as Redisson's `RPermitExpirableSemaphore`: a crashed holder's
 //! permit comes back after its lease; use it to bound concurrent work across processes.
 
+// Every public item of a library crate says what it is.
+#![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use lock_core::{

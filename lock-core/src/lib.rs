@@ -72,6 +72,9 @@
 //! the new id (and its earlier grant ended), and a part that lost its hold is given each
 //! live grant back under that grant's id.
 
+// Every public item of a library crate says what it is.
+#![warn(missing_docs)]
+
 pub mod backend;
 mod background;
 mod client;

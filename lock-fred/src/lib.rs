@@ -22,6 +22,9 @@
 //! # Ok(()) }
 //! ```
 
+// Every public item of a library crate says what it is.
+#![warn(missing_docs)]
+
 mod config;
 mod connector;
 mod error;

@@ -5,6 +5,9 @@
 //! re-exports the attribute under its default feature `macros`. See the facade's
 //! documentation of `distributed_lock` for the options and the guarantees.
 
+// Every public item of a library crate says what it is.
+#![warn(missing_docs)]
+
 mod args;
 mod expand;
 mod template;

@@ -13,6 +13,9 @@
 //!
 //! This crate follows the facade's version and is not a stable API of its own.
 
+// Every public item of a library crate says what it is.
+#![warn(missing_docs)]
+
 mod backend;
 mod connector;
 pub mod error;

@@ -16,6 +16,9 @@
 //! else. This crate follows the facade's version and is not a stable API of its own:
 //! depend on it only to write a Redis adapter.
 
+// Every public item of a library crate says what it is.
+#![warn(missing_docs)]
+
 mod backend;
 pub mod connect;
 mod decimals;

@@ -21,6 +21,9 @@
 //! # Ok(()) }
 //! ```
 
+// Every public item of a library crate says what it is.
+#![warn(missing_docs)]
+
 mod cluster;
 mod connector;
 mod error;

@@ -32,6 +32,9 @@
 //! acknowledgement plus fencing tokens: it is simpler, faster, and the fencing token,
 //! not the lock, is what makes a late writer harmless.
 
+// Every public item of a library crate says what it is.
+#![warn(missing_docs)]
+
 mod error;
 mod introspect;
 mod lazy;

@@ -1,14 +1,14 @@
 //! The locks: [`Backend`] for the mutex, the fair lock and both sides of the read-write
-//! lock.
+//! lock. Acquiring, cancelling a wait, inspecting and force-releasing are here; releases
+//! are in `release.rs`, renewals in `renew.rs`.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::Error;
 use lock_core::backend::{
     Acquire, AcquireRequest, Backend, Capabilities, LatchBackend, LockRef, LockState, Release,
-    ReleaseRequest, Renewal, RequestId, SemaphoreBackend,
+    ReleaseRequest, Renewal, SemaphoreBackend,
 };
 use lock_core::notify::Listener;
 
@@ -18,8 +18,7 @@ use super::{Family, RedisBackend, count, flag, millis, pttl, unexpected};
 use crate::decimals::Decimals;
 use crate::error::NotReplicated;
 use crate::script;
-use crate::slot::key_slot;
-use crate::transport::{Reply, Topology};
+use crate::transport::Reply;
 use crate::{events, layout};
 
 impl RedisBackend {
@@ -50,92 +49,6 @@ impl RedisBackend {
             },
         ))
     }
-
-    /// Renews one batch of locks of one kind family in one slot.
-    async fn renew_chunk(&self, locks: &[(&LockRef, Family)], lease_ms: &str) -> Vec<Renewal> {
-        // Per lock: the lock and its owner's grants hash.
-        let grants: Vec<String> = locks
-            .iter()
-            .map(|(l, family)| {
-                layout::grants_key(&l.name, l.owner.as_str(), *family == Family::Write)
-            })
-            .collect();
-        let keys: Vec<&str> = locks
-            .iter()
-            .zip(&grants)
-            .flat_map(|((l, _), grants)| [layout::lock_key(&l.name), grants.as_str()])
-            .collect();
-        let reads = locks
-            .first()
-            .is_some_and(|(_, family)| *family == Family::Read);
-        // Per lock: the owner's field, and for read holds the prefix of its hold keys.
-        let per_lock: Vec<String> = locks
-            .iter()
-            .flat_map(|(l, family)| match family {
-                Family::Read => vec![
-                    l.owner.as_str().to_owned(),
-                    layout::read_hold_prefix(&l.name, l.owner.as_str()),
-                ],
-                Family::Write => vec![format!("{}:write", l.owner)],
-                Family::Mutex | Family::Fair => vec![l.owner.as_str().to_owned()],
-            })
-            .collect();
-        let mut args: Vec<&str> = Vec::with_capacity(per_lock.len() + 1);
-        args.push(lease_ms);
-        args.extend(per_lock.iter().map(String::as_str));
-        let script = if reads {
-            &script::RW_READ_RENEW
-        } else {
-            &script::MUTEX_RENEW
-        };
-        match self.eval_write("renewing", script, &keys, &args).await {
-            Ok((_, Some(acknowledged)))
-                if self
-                    .options
-                    .replica_ack
-                    .is_some_and(|(wanted, _)| acknowledged < wanted) =>
-            {
-                let wanted = self.options.replica_ack.map_or(0, |(wanted, _)| wanted);
-                locks
-                    .iter()
-                    .map(|_| {
-                        Renewal::Failed(Error::backend_retryable(
-                            "renewing",
-                            NotReplicated {
-                                wanted,
-                                acknowledged,
-                            },
-                        ))
-                    })
-                    .collect()
-            }
-            Ok((Reply::Array(items), _)) if items.len() == locks.len() => items
-                .iter()
-                .map(|item| match item {
-                    Reply::Int(1) => Renewal::Renewed { origin: None },
-                    Reply::Bytes(origin) => Renewal::Renewed {
-                        origin: std::str::from_utf8(origin)
-                            .ok()
-                            .and_then(RequestId::from_hex),
-                    },
-                    _ => Renewal::Gone,
-                })
-                .collect(),
-            Ok((other, _)) => {
-                let err = unexpected("renew", &other);
-                locks.iter().map(|_| Renewal::Failed(err.clone())).collect()
-            }
-            Err(err) => locks.iter().map(|_| Renewal::Failed(err.clone())).collect(),
-        }
-    }
-}
-
-/// A mutex release's rendered numbers and grant id.
-struct MutexRelease<'a> {
-    lease_ms: &'a str,
-    offer_ms: &'a str,
-    latch_ms: &'a str,
-    grant: &'a str,
 }
 
 impl RedisBackend {
@@ -149,53 +62,6 @@ impl RedisBackend {
         self.registered_a_waiter
             .store(true, std::sync::atomic::Ordering::Relaxed);
         &self.wake_id
-    }
-
-    /// Runs a mutex's release script, which hands the lock over when it frees it.
-    async fn release_mutex(
-        &self,
-        lock: &LockRef,
-        built: &mut layout::Keys<'_>,
-        grants_at: layout::KeyAt,
-        latch_at: layout::KeyAt,
-        numbers: MutexRelease<'_>,
-    ) -> Result<Reply, Error> {
-        let MutexRelease {
-            lease_ms,
-            offer_ms,
-            latch_ms,
-            grant,
-        } = numbers;
-        let channel_at = built.mutex_channel();
-        let (waiting_at, reservation_at) = (built.waiting_clients(), built.reservation());
-        let (requests_at, token_at) = (built.waiting_requests(), built.token());
-        let count = self.listener_count_command();
-        let channel = built.get(channel_at);
-        let epoch = self.epoch_key(&lock.name);
-        let quarantine = self.quarantine_ms().to_string();
-        let args = [
-            lease_ms,
-            lock.owner.as_str(),
-            channel,
-            self.options.publish.command(),
-            count,
-            offer_ms,
-            &quarantine,
-            grant,
-            latch_ms,
-        ];
-        let keys = [
-            layout::lock_key(&lock.name),
-            built.get(waiting_at),
-            built.get(reservation_at),
-            built.get(requests_at),
-            built.get(token_at),
-            &epoch,
-            built.get(grants_at),
-            built.get(latch_at),
-        ];
-        self.eval("releasing", &script::MUTEX_RELEASE, &keys, &args)
-            .await
     }
 }
 
@@ -224,79 +90,6 @@ impl RedisBackend {
         }
         let origin = answer.as_ref().and_then(|answer| answer.origin);
         decode_acquire(items, origin, &reply, &lock.name, request.fencing)
-    }
-}
-
-/// A read or write release's rendered numbers and grant id.
-struct ReadWriteRelease<'a> {
-    lease_ms: &'a str,
-    latch_ms: &'a str,
-    grant: &'a str,
-}
-
-impl RedisBackend {
-    /// Runs a read or write release's script; the one that frees the lock hands it to the
-    /// waiting writer registered first (see the prelude's `wake_mutex_waiters`).
-    async fn release_read_write(
-        &self,
-        lock: &LockRef,
-        family: Family,
-        built: &mut layout::Keys<'_>,
-        (grants_at, latch_at): (layout::KeyAt, layout::KeyAt),
-        numbers: ReadWriteRelease<'_>,
-    ) -> Result<Reply, Error> {
-        let ReadWriteRelease {
-            lease_ms,
-            latch_ms,
-            grant,
-        } = numbers;
-        let name = &lock.name;
-        let (waiting_at, requests_at) = (built.waiting_clients(), built.waiting_requests());
-        let token_at = built.token();
-        let (channel, epoch) = (layout::rw_channel(name), self.epoch_key(name));
-        let quarantine = self.quarantine_ms().to_string();
-        let (publish, count) = (
-            self.options.publish.command(),
-            self.listener_count_command(),
-        );
-        let keys = [
-            layout::lock_key(name),
-            built.get(waiting_at),
-            built.get(requests_at),
-            built.get(token_at),
-            &epoch,
-            built.get(grants_at),
-            built.get(latch_at),
-        ];
-        let owner = lock.owner.as_str();
-        if family == Family::Read {
-            let tagged = layout::tagged(name);
-            let args = [
-                owner,
-                &channel,
-                publish,
-                &tagged,
-                count,
-                &quarantine,
-                grant,
-                latch_ms,
-            ];
-            return self
-                .eval("releasing", &script::RW_READ_RELEASE, &keys, &args)
-                .await;
-        }
-        let args = [
-            lease_ms,
-            owner,
-            &channel,
-            publish,
-            count,
-            &quarantine,
-            grant,
-            latch_ms,
-        ];
-        self.eval("releasing", &script::RW_WRITE_RELEASE, &keys, &args)
-            .await
     }
 }
 
@@ -399,11 +192,6 @@ impl RedisBackend {
             .await
             .map(drop)
     }
-}
-
-/// Renewal scripts take one family of kinds at a time: read holds have their own script.
-fn renew_script(family: Family) -> u8 {
-    u8::from(family == Family::Read)
 }
 
 #[async_trait]
@@ -524,129 +312,11 @@ impl Backend for RedisBackend {
     }
 
     async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
-        let family = Family::of(lock.kind)?;
-        let name = &lock.name;
-        let owner = lock.owner.as_str();
-        let key = layout::lock_key(name);
-        let publish = self.options.publish.command();
-        // Every release script ends its keys with the owner's grants hash and the
-        // grant's latch, and its arguments with the grant's id and the latch lifetime.
-        let mut built = layout::Keys::new(name);
-        let grants_at = built.grants(owner, family == Family::Write);
-        let latch_at = built.grant_latch(request.grant);
-        let mut grant = String::with_capacity(32);
-        request.grant.push_hex(&mut grant);
-        // Kept twice the window: a copy of the grant's acquire request that comes later
-        // than its own retries could must still find the grant ended.
-        let numbers = Decimals::new([
-            millis(request.lease),
-            millis(request.retry_window.saturating_mul(2)),
-            millis(self.options.reservation),
-        ]);
-        let [lease_ms, latch_ms, offer_ms] = numbers.get();
-        let reply = match family {
-            Family::Fair => {
-                let [queue, deadlines, alive] = layout::fair_queue_keys(name);
-                let prefix = layout::mutex_channel(name);
-                let (token, epoch) = (layout::token_key(name), self.epoch_key(name));
-                let quarantine = self.quarantine_ms().to_string();
-                let args = [
-                    lease_ms,
-                    owner,
-                    &prefix,
-                    publish,
-                    &quarantine,
-                    layout::REDISSON_WAIT_SLOT_TEXT,
-                    &grant,
-                    latch_ms,
-                ];
-                let (grants, latch) = (built.get(grants_at), built.get(latch_at));
-                let keys = [
-                    key, &queue, &deadlines, &alive, &token, &epoch, grants, latch,
-                ];
-                self.eval("releasing", &script::FAIR_RELEASE, &keys, &args)
-                    .await?
-            }
-            Family::Read | Family::Write => {
-                let numbers = ReadWriteRelease {
-                    lease_ms,
-                    latch_ms,
-                    grant: &grant,
-                };
-                self.release_read_write(lock, family, &mut built, (grants_at, latch_at), numbers)
-                    .await?
-            }
-            Family::Mutex => {
-                let mutex = MutexRelease {
-                    lease_ms,
-                    offer_ms,
-                    latch_ms,
-                    grant: &grant,
-                };
-                self.release_mutex(lock, &mut built, grants_at, latch_at, mutex)
-                    .await?
-            }
-        };
-        match reply {
-            Reply::Int(-1) => Ok(Release::NotHeld),
-            Reply::Int(0) => Ok(Release::Released),
-            Reply::Int(n) if n > 0 => Ok(Release::StillHeld {
-                holds: count(n, &reply)?,
-            }),
-            other => Err(unexpected("release", &other)),
-        }
+        self.release_grant(lock, request).await
     }
 
     async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal> {
-        let lease_ms = millis(lease).to_string();
-        // Group by slot in a cluster (one script's keys must share a slot; on a single
-        // master every lock fits one group) and by script. Order inside a group follows
-        // the input.
-        let mut groups: BTreeMap<(u16, u8), Vec<(usize, Family)>> = BTreeMap::new();
-        let mut out: Vec<Option<Renewal>> = vec![None; locks.len()];
-        for (i, lock) in locks.iter().enumerate() {
-            let family = match Family::of(lock.kind) {
-                Ok(family) => family,
-                Err(err) => {
-                    out[i] = Some(Renewal::Failed(err));
-                    continue;
-                }
-            };
-            let slot = match self.transport.topology() {
-                Topology::Cluster => key_slot(layout::lock_key(&lock.name)),
-                _ => 0,
-            };
-            groups
-                .entry((slot, renew_script(family)))
-                .or_default()
-                .push((i, family));
-        }
-        let chunks: Vec<Vec<(usize, Family)>> = groups
-            .into_values()
-            .flat_map(|group| {
-                group
-                    .chunks(self.options.renew_batch)
-                    .map(<[(usize, Family)]>::to_vec)
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        let calls = chunks.iter().map(|chunk| {
-            let refs: Vec<(&LockRef, Family)> = chunk
-                .iter()
-                .map(|&(i, family)| (&locks[i], family))
-                .collect();
-            let lease_ms = &lease_ms;
-            async move { self.renew_chunk(&refs, lease_ms).await }
-        });
-        let results = futures_util::future::join_all(calls).await;
-        for (chunk, outcomes) in chunks.iter().zip(results) {
-            for (&(i, _), outcome) in chunk.iter().zip(outcomes) {
-                out[i] = Some(outcome);
-            }
-        }
-        out.into_iter()
-            .map(|o| o.unwrap_or_else(|| Renewal::Failed(Error::protocol("renewal lost"))))
-            .collect()
+        self.renew_all(locks, lease).await
     }
 
     async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error> {

@@ -27,6 +27,8 @@ mod introspect;
 mod latch;
 mod locks;
 mod options;
+mod release;
+mod renew;
 mod semaphore;
 
 pub use options::{ProtocolOptions, PublishMode};
