@@ -481,7 +481,7 @@ mod tests {
         let wake_id = format!("{WAKE_ID_PREFIX}1234");
         let own = own_channel(&wake_id);
         assert_eq!(own, format!("redisson_lock__channel:{wake_id}"));
-        let prelude = include_str!("scripts/prelude.lua");
+        let prelude = include_str!("scripts/prelude/waiting.lua");
         assert!(prelude.contains("return 'redisson_lock__channel:' .. wake_id"));
         // Never a lock's channel: those always hold the name's hash tag.
         assert!(!own.contains('{'));

@@ -6,8 +6,27 @@
 //! 0.85 us of the server's time per call, measured with `EVALSHA` of the prelude and
 //! `return 1`, against 0.5 us for the script `return 1` alone.
 
-/// Every helper, each a `local function` with the comments above it.
-const PRELUDE: &str = include_str!("../scripts/prelude.lua");
+/// Every helper, each a `local function` with the comments above it: the files of
+/// `scripts/prelude/`, one concern each, in an order where a helper comes after every
+/// helper it calls.
+const PRELUDE: &str = concat!(
+    // The server's clock, fencing tokens, the restart quarantine.
+    include_str!("../scripts/prelude/time.lua"),
+    // The fair lock's queue, in Redisson's layout.
+    include_str!("../scripts/prelude/queue.lua"),
+    // Reading a lock: whether it exists, its lease, a reader's holds.
+    include_str!("../scripts/prelude/reads.lua"),
+    // Grants: recording them, finding them again, ending them.
+    include_str!("../scripts/prelude/grants.lua"),
+    // Waiting clients: their channels, their registration, the offer to other libraries.
+    include_str!("../scripts/prelude/waiting.lua"),
+    // Hand-over on release: to the waiting acquisition, else a wake-up.
+    include_str!("../scripts/prelude/handover.lua"),
+    // The permits of both semaphores: expired ones reclaimed, reservations.
+    include_str!("../scripts/prelude/permits.lua"),
+    // Latches, and the kind marker a semaphore and a latch sharing a name need.
+    include_str!("../scripts/prelude/latch.lua"),
+);
 
 /// `body` after the prelude's helpers it calls, directly or through one another, in the
 /// prelude's order (a helper is defined before the helpers that call it).

@@ -1,0 +1,143 @@
+
+-- Grants. Each grant is known by the id of the acquire request that got it. The grants
+-- of one owner's hold live in that hold's grants hash (layout::grants_key, beside the
+-- lock where Redisson peers ignore it, with the lock's expiry): field 'o' names the grant
+-- that began the hold, and each live grant is a field whose value is that origin (for a
+-- read grant, '<origin>:<expiry ms>': read holds each end on their own). A grant is alive
+-- while its field is there, its origin is the hold's, and (reads) its expiry has not
+-- passed: a hold that ended and began again has a new origin, so no grant of the old one
+-- is alive in it. A release or an undo ends exactly the grant it names, only while it is
+-- alive.
+-- Every lock script that grants or releases takes the owner's grants hash and the grant's
+-- latch as its last two KEYS, and the grant's id and the latch lifetime (ms) as its last
+-- two ARGV. The latch remembers the grant as '<holds>:<token>:<origin>' for retries of
+-- the acquire request, then the release's answer as 'r<answer>' for retries of the
+-- release (and so that a late copy of the acquire request grants nothing). Its lifetime
+-- is twice the retry window, the longest a copy of a request is assumed to take.
+
+-- The grant this acquire request got before, or {5, 0} (ended) when that grant already
+-- ended or its acquisition gave up: an acquisition is granted at most once, and never
+-- after it ended. False when the request is new.
+local function grant_replayed()
+    local before = redis.call('get', KEYS[#KEYS])
+    if before and string.sub(before, 1, 1) == 'r' then
+        return {5, 0}
+    end
+    return before
+end
+
+-- Records the grant in the owner's grants hash, with `lease_ms` on it. A `fresh` grant
+-- begins the hold (it is its origin); any other joins the hold's origin. `expiry` is a
+-- read grant's own expiry (server ms), nil for other grants. Returns the origin.
+local function record_grant(fresh, lease_ms, expiry)
+    local grants, id = KEYS[#KEYS - 1], ARGV[#ARGV - 1]
+    local origin = id
+    if not fresh then
+        origin = redis.call('hget', grants, 'o')
+    end
+    if not origin then
+        -- A hold begun without a record (before grants were recorded): this grant
+        -- begins its record; earlier grants of the hold cannot be named.
+        origin = id
+        fresh = true
+    end
+    local value = origin
+    if expiry then
+        value = origin .. ':' .. expiry
+    end
+    if fresh then
+        -- 's': when the hold began (server ms), for introspection.
+        redis.call('hset', grants, 'o', origin, id, value, 's', now_ms())
+    else
+        redis.call('hset', grants, id, value)
+    end
+    if fresh or lease_left(grants) < tonumber(lease_ms) then
+        redis.call('pexpire', grants, lease_ms)
+    end
+    return origin
+end
+
+-- Remembers a grant and answers with it: '<holds>:<token>:<origin>', the same string a
+-- request sent again gets back (one bulk string is cheaper for the server to write and
+-- for a client to read than an array). '%d', not concatenation: Lua writes numbers with
+-- 14 significant digits, and a fencing token has 16 or more.
+local function granted(holds, token, origin)
+    local grant = string.format('%d:%d:', holds, token) .. origin
+    redis.call('set', KEYS[#KEYS], grant, 'px', ARGV[#ARGV])
+    return grant
+end
+
+-- Remembers and returns a release's answer.
+local function released(answer)
+    redis.call('set', KEYS[#KEYS], 'r' .. answer, 'px', ARGV[#ARGV])
+    return answer
+end
+
+-- The answer of this grant's release sent before; nil when the release is to run.
+local function release_replayed()
+    local before = redis.call('get', KEYS[#KEYS])
+    if before and string.sub(before, 1, 1) == 'r' then
+        return tonumber(string.sub(before, 2))
+    end
+    return nil
+end
+
+-- Whether the named grant is alive in its grants hash (`now` in server ms, for a read
+-- grant's own expiry).
+-- (Two HGETs, not one HMGET: the documented minimal ACL allows HGET already.)
+local function grant_alive(now)
+    local grant = redis.call('hget', KEYS[#KEYS - 1], ARGV[#ARGV - 1])
+    if not grant then
+        return false
+    end
+    local origin, expiry = string.match(grant, '^(%x+):?(%d*)$')
+    if origin ~= redis.call('hget', KEYS[#KEYS - 1], 'o') then
+        return false
+    end
+    return expiry == '' or tonumber(expiry) > now
+end
+
+-- Ends the named grant of the exclusive hold `field` on lock `key` if it is alive, and
+-- returns the holds left; nil when it is not alive. While holds are left, the lease is
+-- extended to `lease_ms` (never shortened), on the grants hash too; the hold's last grant
+-- is left to the caller, which deletes the field and the grants hash.
+local function end_exclusive_grant(key, field, lease_ms)
+    local grants = KEYS[#KEYS - 1]
+    if not grant_alive(0) then
+        return nil
+    end
+    local held = redis.call('hget', key, field)
+    if not held then
+        return nil
+    end
+    if held == '1' then
+        return 0
+    end
+    redis.call('hdel', grants, ARGV[#ARGV - 1])
+    local holds = redis.call('hincrby', key, field, -1)
+    if redis.call('pttl', key) < tonumber(lease_ms) then
+        redis.call('pexpire', key, lease_ms)
+        redis.call('pexpire', grants, lease_ms)
+    end
+    return holds
+end
+
+-- Ends the named grant of owner ARGV[2] on the exclusive lock KEYS[1], re-arming lease
+-- ARGV[1] on the holds left. Returns the script's answer when it is settled (a replayed
+-- request, not alive, holds left); nil when the last hold went and the lock was deleted,
+-- so that the caller wakes its waiters and answers released(0).
+local function release_exclusive()
+    local before = release_replayed()
+    if before then
+        return before
+    end
+    local holds = end_exclusive_grant(KEYS[1], ARGV[2], ARGV[1])
+    if not holds then
+        return released(-1)
+    end
+    if holds > 0 then
+        return released(holds)
+    end
+    redis.call('del', KEYS[1], KEYS[#KEYS - 1])
+    return nil
+end
