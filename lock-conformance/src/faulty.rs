@@ -33,7 +33,7 @@ pub enum AcquireFault {
 }
 
 /// A backend whose operations misbehave as its [`Script`] is told: a
-/// [`FaultLayer`](lock_core::faults::FaultLayer) driven by switches a test turns on the
+/// [`FaultLayer`] driven by switches a test turns on the
 /// layer itself. Clones share the switches.
 pub type FaultyBackend = FaultLayer<Script>;
 
@@ -156,7 +156,9 @@ impl Script {
     /// Makes releases reach the wrapped backend this long after they were sent (a slow
     /// connection), so that a caller may give up while its release is on its way. A
     /// request sent after a delayed release may then overtake it, whatever the wrapped
-    /// backend's [`Capabilities::ordered_requests`] says.
+    /// backend's
+    /// [`Capabilities::ordered_requests`](lock_core::backend::Capabilities::ordered_requests)
+    /// says.
     pub fn delay_releases(&self, delay: Duration) {
         *self
             .release_delay

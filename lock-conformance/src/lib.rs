@@ -16,6 +16,7 @@
 pub mod adapter;
 mod differential;
 mod expirable;
+mod fair;
 mod family;
 pub mod faulty;
 pub mod fixture;

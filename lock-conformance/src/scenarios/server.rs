@@ -296,6 +296,7 @@ pub async fn replica_ack_keeps_the_lock_across_a_failover(fx: &dyn Fixture) {
 
 pub use crate::differential::*;
 pub use crate::expirable::*;
+pub use crate::fair::*;
 pub use crate::family::*;
 pub use crate::grant_rules::*;
 pub use crate::grants::*;

@@ -58,8 +58,9 @@ pub(crate) async fn give_back(
     retry::until_answered(until, || semaphores.release(name, &request)).await
 }
 
-/// Permits issued by an [`ExpirableSemaphore`], each with its id. Give them back with
-/// [`LeasedPermits::release`]; dropping them gives them back in the background.
+/// Permits issued by an [`ExpirableSemaphore`](crate::ExpirableSemaphore), each with
+/// its id. Give them back with [`LeasedPermits::release`]; dropping them gives them back
+/// in the background.
 ///
 /// Taken without a lease, they are renewed by the client's watchdog while this guard
 /// lives; with one, they come back when it ends. As with a lock's guard, check
