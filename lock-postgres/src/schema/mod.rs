@@ -132,7 +132,7 @@ const STEPS: [&str; 1] = [
     );",
 ];
 
-/// The revision of the lock functions (`functions.sql`), raised with every change to
+/// The revision of the lock functions (`functions/*.sql`), raised with every change to
 /// them. A client replaces the installed functions only with a newer revision (or the
 /// same revision changed, as while developing), so that during a rolling upgrade an
 /// older client never puts its functions back under a newer one. An entry point's
@@ -162,7 +162,17 @@ pub const OPERATOR_ENTRY_POINTS: [&str; 1] = ["force_release"];
 /// state: usable through a transaction-mode pooler). Code rather than data: replaced
 /// when a migration brings a newer revision ([`FUNCTIONS_REVISION`]). `{schema}` stands
 /// for the schema name.
-const FUNCTIONS: &str = include_str!("functions.sql");
+const FUNCTIONS: &str = concat!(
+    // What every operation starts with: the name's advisory lock, expiries, kept
+    // answers, durable commits, notifications, leases and the failover quarantine.
+    include_str!("functions/common.sql"),
+    // Grants: a hold's row, its grants and its fencing token.
+    include_str!("functions/grants.sql"),
+    // The queue of a mutex or a fair lock, and the hand-over to its first waiter.
+    include_str!("functions/queue.sql"),
+    // The entry points: acquire, release, cancel, force-release, renew, fencing, clients.
+    include_str!("functions/operations.sql"),
+);
 
 /// What the tables must look like after migrating: table, column, type.
 const EXPECTED: [(&str, &str, &str); 40] = [
