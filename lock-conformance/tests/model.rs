@@ -1,5 +1,5 @@
 //! Model-based test: random sequences of lock operations give the same observable results
-//! on the in-memory backend (the reference model) and on Redis.
+//! on the in-memory backend (the reference model), on Redis and on PostgreSQL.
 //!
 //! Each case draws operations (acquire, release, inspect, force-release) for a few owners
 //! on a few names, across the mutex, fair and read-write kinds, from a seeded generator,
@@ -13,7 +13,7 @@ use std::time::Duration;
 use lock_core::backend::{Acquire, Release};
 use lock_core::memory::MemoryBackend;
 use lock_core::{AcquireRequest, Backend, LockKind, LockName, LockRef, Owner, RequestId};
-use lock_testkit::RedisServer;
+use lock_testkit::{PostgresServer, RedisServer};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -76,9 +76,22 @@ async fn apply(backend: &dyn Backend, op: Op, lock: &LockRef, grant: RequestId) 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_and_redis_agree_on_random_operation_sequences() {
-    let server = RedisServer::start().await;
-    let redis = lock_redis::connect_backend(&server.url()).await.unwrap();
+async fn every_store_agrees_with_the_memory_model_on_random_operation_sequences() {
+    let (redis_server, postgres_server) =
+        tokio::join!(RedisServer::start(), PostgresServer::start());
+    let postgres = lock_postgres::Connector::new(postgres_server.url())
+        .connect()
+        .await
+        .unwrap();
+    let under_test: [(&str, Arc<dyn Backend>); 2] = [
+        (
+            "Redis",
+            lock_redis::connect_backend(&redis_server.url())
+                .await
+                .unwrap(),
+        ),
+        ("PostgreSQL", Arc::new(postgres)),
+    ];
     let kinds = [
         LockKind::Mutex,
         LockKind::Fair,
@@ -140,7 +153,6 @@ async fn memory_and_redis_agree_on_random_operation_sequences() {
                 _ => RequestId::random(),
             };
             let expected = apply(&*memory, op, &lock, grant).await;
-            let actual = apply(&*redis, op, &lock, grant).await;
             if matches!(op, Op::Acquire) {
                 grants.push((hold, grant));
             }
@@ -148,12 +160,15 @@ async fn memory_and_redis_agree_on_random_operation_sequences() {
                 "{step}: {op:?} {kind:?} {name} {} {grant}",
                 lock.owner
             ));
-            assert_eq!(
-                actual,
-                expected,
-                "seed {seed:#x}: Redis and the model disagree after\n{}",
-                history.join("\n")
-            );
+            for (store, backend) in &under_test {
+                let actual = apply(&**backend, op, &lock, grant).await;
+                assert_eq!(
+                    actual,
+                    expected,
+                    "seed {seed:#x}: {store} and the model disagree after\n{}",
+                    history.join("\n")
+                );
+            }
         }
     }
 }
