@@ -267,6 +267,19 @@ impl<S: FateSource> FaultLayer<S> {
         &self.source
     }
 
+    /// The way of `operation` to the store: its fate drawn, its hold, its wait; the
+    /// error it meets when the fate loses it on the way (`lost`, in words).
+    async fn on_its_way(&self, operation: Operation, lost: &'static str) -> Result<Fate, Error> {
+        let fate = self.source.fate(operation);
+        self.source.hold(operation).await;
+        nap(fate.before).await;
+        if fate.fail_before {
+            self.source.happened(operation, Happened::LostOnItsWay);
+            return Err(injected(operation, lost));
+        }
+        Ok(fate)
+    }
+
     /// Runs `operation` (made afresh by `make` for a late copy) through its fate.
     async fn through<T, F, Fut>(&self, operation: Operation, make: F) -> Result<T, Error>
     where
@@ -275,13 +288,7 @@ impl<S: FateSource> FaultLayer<S> {
         Fut: Future<Output = Result<T, Error>> + Send + 'static,
         for<'a> &'a T: Into<Answer>,
     {
-        let fate = self.source.fate(operation);
-        self.source.hold(operation).await;
-        nap(fate.before).await;
-        if fate.fail_before {
-            self.source.happened(operation, Happened::LostOnItsWay);
-            return Err(injected(operation, "not sent"));
-        }
+        let fate = self.on_its_way(operation, "not sent").await?;
         let make = Arc::new(make);
         let outcome = make(Arc::clone(&self.inner)).await;
         if let Some(late) = fate.late_copy {
@@ -425,14 +432,7 @@ impl<S: FateSource> Backend for FaultLayer<S> {
     }
 
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
-        let fate = self.source.fate(Operation::Listen);
-        self.source.hold(Operation::Listen).await;
-        nap(fate.before).await;
-        if fate.fail_before {
-            self.source
-                .happened(Operation::Listen, Happened::LostOnItsWay);
-            return Err(injected(Operation::Listen, "not confirmed"));
-        }
+        let fate = self.on_its_way(Operation::Listen, "not confirmed").await?;
         if fate.deaf {
             return self.silence.listen(lock.name.as_str()).await;
         }
