@@ -328,9 +328,27 @@ async fn decide_publish_mode(
 }
 
 fn close_in_background(commands: Commands) {
+    quit_in_background("the command connections", async move {
+        commands.quit().await;
+        Ok::<(), std::convert::Infallible>(())
+    });
+}
+
+/// Closes a connection that a failed connect opened, without making the caller wait.
+///
+/// A task of its own, not a client's job: there is no client yet whose shutdown could
+/// wait for it, `connect` is awaited on a runtime (so one is there to run it), the quit
+/// is bounded, and nothing of anyone's locks depends on it: a runtime that stops first
+/// drops the connection, which the server then closes.
+fn quit_in_background<E: std::fmt::Display + Send + 'static>(
+    what: &'static str,
+    quit: impl Future<Output = Result<(), E>> + Send + 'static,
+) {
     tokio::spawn(async move {
-        if let Err(elapsed) = tokio::time::timeout(Duration::from_secs(5), commands.quit()).await {
-            quit_failed("the command connections", &elapsed);
+        match tokio::time::timeout(Duration::from_secs(5), quit).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => quit_failed(what, &err),
+            Err(elapsed) => quit_failed(what, &elapsed),
         }
     });
 }
@@ -373,12 +391,8 @@ async fn subscribe_client(
         Ok(Ok(_)) => Ok(subscriber),
         Ok(Err(err)) => Err(crate::error::connection("connecting", err)),
         Err(elapsed) => {
-            tokio::spawn(async move {
-                match tokio::time::timeout(Duration::from_secs(5), subscriber.quit()).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(err)) => quit_failed("the subscriber connection", &err),
-                    Err(elapsed) => quit_failed("the subscriber connection", &elapsed),
-                }
+            quit_in_background("the subscriber connection", async move {
+                subscriber.quit().await
             });
             Err(Error::connection("connecting", elapsed))
         }

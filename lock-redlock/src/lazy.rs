@@ -203,7 +203,11 @@ impl LazyNode {
 impl Shared {
     /// One connect attempt: on success the node is connected for good (its backend
     /// reconnects by itself); on failure the next waits a pause that doubles.
+    ///
+    /// An attempt dropped before it ends (its runtime shut down) ends as a failure, so
+    /// that a caller on another runtime starts the next one instead of waiting for it.
     async fn attempt(self: Arc<Self>) {
+        let mut unfinished = Unfinished(Some(Arc::clone(&self)));
         let outcome = match (self.connect)().await {
             Ok(backend) if !covers(backend.capabilities(), self.capabilities) => {
                 Err(Error::invalid_config(
@@ -243,7 +247,31 @@ impl Shared {
                 }
             }
         }
+        unfinished.0 = None;
         self.ended.notify_waiters();
+    }
+}
+
+/// Ends a connect attempt that was dropped half-way: no attempt runs any more, and its
+/// waiters are told. Emptied when the attempt ends.
+struct Unfinished(Option<Arc<Shared>>);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        let Some(shared) = self.0.take() else {
+            return;
+        };
+        shared
+            .attempts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .running_since = None;
+        tracing::debug!(
+            target: lock_core::TRACING_TARGET,
+            node = %shared.name,
+            "a node's connect attempt was dropped with its runtime; the next call tries again"
+        );
+        shared.ended.notify_waiters();
     }
 }
 
@@ -317,5 +345,12 @@ impl Backend for LazyNode {
 
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
         self.backend().await?.listen(lock).await
+    }
+
+    async fn settle(&self) {
+        // Never connected: it started nothing.
+        if let Some(backend) = self.shared.connected.get() {
+            backend.settle().await;
+        }
     }
 }

@@ -457,6 +457,13 @@ impl Backend for MultiLock {
             .collect();
         self.relay.listen(&channel, parts).await
     }
+
+    async fn settle(&self) {
+        // A backend that carries several parts is asked once per part: waiting is
+        // idempotent.
+        futures_util::future::join_all(self.parts.iter().map(|(backend, _)| backend.settle()))
+            .await;
+    }
 }
 
 impl MultiLock {

@@ -86,7 +86,9 @@ impl PubSub for Forwarder {
             .map(|(backend, part)| tokio::time::timeout(self.listen_timeout, backend.listen(part)));
         let listeners = futures_util::future::join_all(listens).await;
         // A part that cannot be subscribed is left out: its waiters still re-check at the
-        // lock's ttl, and the other parts' releases still wake them.
+        // lock's ttl, and the other parts' releases still wake them. Each forwarder is a
+        // task of the subscribing caller's runtime, owned here (aborted on unsubscribe),
+        // not a job to drain: it lives as long as the subscription.
         let tasks: Vec<JoinHandle<()>> = listeners
             .into_iter()
             .filter_map(|listener| listener.ok()?.ok())

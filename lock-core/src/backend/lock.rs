@@ -423,6 +423,19 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// one's listener on to the next (only a fair lock may wake each waiter on its own).
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error>;
 
+    /// Waits for the work this backend started in the background on its own (a composite
+    /// lock giving back a grant that came too late, or finishing a release it answered
+    /// before every node did). [`Locks::shutdown`](crate::Locks::shutdown) awaits it after
+    /// the client's own jobs. A store with no such work keeps the default, which returns
+    /// at once; a layer's default passes the call on.
+    ///
+    /// Must be cancel-safe: it only waits, and the work goes on.
+    async fn settle(&self) {
+        if let Some(inner) = self.inner() {
+            inner.settle().await;
+        }
+    }
+
     /// The count-down latches of this store. A store that declares
     /// [`Capabilities::count_down_latch`] returns itself; the default is the inner
     /// backend's for a layer, and for a store latches that answer

@@ -4,13 +4,18 @@
 //! down (a test's runtime, a `block_on` at start-up). Tasks spawned in the first died
 //! with it: a connection's driver, a reader. Whoever owns such a task keeps a
 //! [`RuntimeWatch`] beside it and makes the task again, on the caller's runtime, once
-//! the watch says its runtime is gone.
+//! the watch says its runtime is gone. [`BackgroundJobs`] does both for one-shot work that
+//! must finish before its owner shuts down.
 
+use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use tokio::runtime::Handle;
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+
+use crate::Error;
 
 /// Watches one runtime: [`RuntimeWatch::is_running`] turns false once it shut down.
 #[derive(Debug)]
@@ -66,4 +71,118 @@ impl Drop for RuntimeWatch {
     fn drop(&mut self) {
         self.sentinel.abort();
     }
+}
+
+/// Runs and counts background jobs; [`BackgroundJobs::drained`] waits for them.
+///
+/// A client keeps one for its releases; a backend that starts work of its own in the
+/// background (a composite lock giving a late grant back) keeps one too, and waits for it
+/// in [`Backend::settle`](crate::backend::Backend::settle), which
+/// [`Locks::shutdown`](crate::Locks::shutdown) awaits.
+#[derive(Debug)]
+pub struct BackgroundJobs {
+    /// The runtime the owner was built in.
+    home: Option<RuntimeWatch>,
+    count: Arc<Count>,
+}
+
+#[derive(Debug, Default)]
+struct Count {
+    running: AtomicUsize,
+    idle: Notify,
+}
+
+/// Counts one running job; dropped when the job ends, however it ends.
+pub(crate) struct JobTicket(Arc<Count>);
+
+impl Drop for JobTicket {
+    fn drop(&mut self) {
+        if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+impl Default for BackgroundJobs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl BackgroundJobs {
+    /// Jobs whose home is the current runtime, if any.
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            home: RuntimeWatch::current(),
+            count: Arc::default(),
+        }
+    }
+
+    /// The runtime work goes to now.
+    pub(crate) fn runtime(&self) -> Result<Handle, Error> {
+        if let Ok(current) = Handle::try_current() {
+            return Ok(current);
+        }
+        match &self.home {
+            Some(home) if home.is_running() => Ok(home.handle().clone()),
+            _ => Err(Error::NoRuntime),
+        }
+    }
+
+    /// Starts a job that [`BackgroundJobs::drained`] waits for.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::NoRuntime`](crate::ErrorKind::NoRuntime) when called outside a
+    /// runtime after the owner's home runtime shut down; the job is dropped.
+    pub fn spawn<F>(&self, job: F) -> Result<JoinHandle<F::Output>, Error>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        Ok(spawn_counted(&self.runtime()?, self.ticket(), job))
+    }
+
+    /// Counts one job as running until the ticket is dropped.
+    pub(crate) fn ticket(&self) -> JobTicket {
+        self.count.running.fetch_add(1, Ordering::AcqRel);
+        JobTicket(Arc::clone(&self.count))
+    }
+
+    /// How many jobs are running.
+    #[must_use]
+    pub fn running(&self) -> usize {
+        self.count.running.load(Ordering::Acquire)
+    }
+
+    /// Waits until no job is running, including jobs started while waiting.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only waits, and the jobs go on.
+    pub async fn drained(&self) {
+        loop {
+            let idle = self.count.idle.notified();
+            tokio::pin!(idle);
+            // Registered before the count is read: an end in between is not missed.
+            idle.as_mut().enable();
+            if self.running() == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+/// Runs `job` on `runtime`, counted as running until it ends.
+pub(crate) fn spawn_counted<F>(runtime: &Handle, ticket: JobTicket, job: F) -> JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    runtime.spawn(async move {
+        let _ticket = ticket;
+        job.await
+    })
 }

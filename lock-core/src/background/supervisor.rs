@@ -15,61 +15,27 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
-use tokio::runtime::Handle;
-use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::Error;
-use crate::background::runtime::RuntimeWatch;
+use crate::background::runtime::{BackgroundJobs, JobTicket, spawn_counted};
 
 /// Owns where and how a client's background work runs.
 #[derive(Debug)]
 pub(crate) struct Supervisor {
-    /// The runtime the client was built in.
-    home: Option<RuntimeWatch>,
-    jobs: Arc<Jobs>,
+    jobs: BackgroundJobs,
     closed: AtomicBool,
-}
-
-#[derive(Debug, Default)]
-struct Jobs {
-    running: AtomicUsize,
-    idle: Notify,
-}
-
-/// Counts one running job; dropped when the job ends, however it ends.
-struct JobTicket(Arc<Jobs>);
-
-impl Drop for JobTicket {
-    fn drop(&mut self) {
-        if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.idle.notify_waiters();
-        }
-    }
 }
 
 impl Supervisor {
     /// A supervisor whose home is the current runtime, if any.
     pub(crate) fn new() -> Self {
-        let home = RuntimeWatch::current();
         Self {
-            home,
-            jobs: Arc::default(),
+            jobs: BackgroundJobs::new(),
             closed: AtomicBool::new(false),
-        }
-    }
-
-    /// The runtime background work goes to now.
-    fn runtime(&self) -> Result<Handle, Error> {
-        if let Ok(current) = Handle::try_current() {
-            return Ok(current);
-        }
-        match &self.home {
-            Some(home) if home.is_running() => Ok(home.handle().clone()),
-            _ => Err(Error::NoRuntime),
         }
     }
 
@@ -78,7 +44,7 @@ impl Supervisor {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        Ok(self.runtime()?.spawn(service))
+        Ok(self.jobs.runtime()?.spawn(service))
     }
 
     /// Starts a job that [`Supervisor::drain`] waits for.
@@ -87,7 +53,7 @@ impl Supervisor {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        Ok(spawn_counted(&self.runtime()?, self.ticket(), job))
+        self.jobs.spawn(job)
     }
 
     /// A job its caller polls while it awaits the outcome: no task is spawned unless the
@@ -99,15 +65,9 @@ impl Supervisor {
         F::Output: Send + 'static,
     {
         AwaitedJob {
-            job: Some((Box::pin(job), self.ticket())),
+            job: Some((Box::pin(job), self.jobs.ticket())),
             supervisor: Arc::clone(self),
         }
-    }
-
-    /// Counts one job as running until the ticket is dropped.
-    fn ticket(&self) -> JobTicket {
-        self.jobs.running.fetch_add(1, Ordering::AcqRel);
-        JobTicket(Arc::clone(&self.jobs))
     }
 
     /// Refuses new acquisitions from now on.
@@ -122,34 +82,13 @@ impl Supervisor {
 
     /// How many jobs are running.
     pub(crate) fn running_jobs(&self) -> usize {
-        self.jobs.running.load(Ordering::Acquire)
+        self.jobs.running()
     }
 
     /// Waits until no job is running, including jobs started while waiting.
     pub(crate) async fn drain(&self) {
-        loop {
-            let idle = self.jobs.idle.notified();
-            tokio::pin!(idle);
-            // Registered before the count is read: an end in between is not missed.
-            idle.as_mut().enable();
-            if self.running_jobs() == 0 {
-                return;
-            }
-            idle.await;
-        }
+        self.jobs.drained().await;
     }
-}
-
-/// Runs `job` on `runtime`, counted as running until it ends.
-fn spawn_counted<F>(runtime: &Handle, ticket: JobTicket, job: F) -> JoinHandle<F::Output>
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    runtime.spawn(async move {
-        let _ticket = ticket;
-        job.await
-    })
 }
 
 /// See [`Supervisor::awaited_job`].
@@ -190,7 +129,7 @@ where
         let Some((job, ticket)) = self.job.take() else {
             return;
         };
-        match self.supervisor.runtime() {
+        match self.supervisor.jobs.runtime() {
             Ok(runtime) => drop(spawn_counted(&runtime, ticket, job)),
             Err(err) => crate::events::job_dropped(&err),
         }

@@ -188,7 +188,8 @@ impl Locks {
     /// [`ErrorKind::ShutDown`](crate::ErrorKind::ShutDown); reads, and releases of what
     /// it holds, still go), and this returns once every
     /// release already started has finished: those of guards dropped or unlocked, of
-    /// grants whose caller went away, and the cancellations of abandoned waits.
+    /// grants whose caller went away, the cancellations of abandoned waits, and the
+    /// backend's own background work ([`Backend::settle`](crate::backend::Backend::settle)).
     ///
     /// Call it before the runtime stops (at the end of `main`): a runtime that stops drops
     /// its tasks, and a release dropped with them leaves its lock held until the lease
@@ -205,6 +206,9 @@ impl Locks {
     pub async fn shutdown(&self) {
         self.inner.supervisor.close();
         self.inner.supervisor.drain().await;
+        // A backend's own background work (a composite lock giving back a grant that
+        // came late) may hold a lock on a store just as a release job does.
+        self.inner.backend.settle().await;
         let live = self.inner.held_count();
         if live > 0 {
             events::shut_down_with_holds(live);

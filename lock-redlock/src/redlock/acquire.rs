@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use lock_core::backend::Acquire;
+use lock_core::runtime::BackgroundJobs;
 use lock_core::{AcquireRequest, Backend, Error, LockRef, ReleaseRequest};
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
@@ -36,7 +37,7 @@ fn spawn_acquire(
     lock: LockRef,
     request: AcquireRequest,
     mut decision: watch::Receiver<Decision>,
-    gates: Arc<NodeGates>,
+    (gates, background): (Arc<NodeGates>, &BackgroundJobs),
 ) -> oneshot::Receiver<Result<Acquire, Error>> {
     let (reply, answer) = oneshot::channel();
     // Entered before the task starts: a release of this lock on this node, however soon
@@ -49,7 +50,7 @@ fn spawn_acquire(
     let this_try = gates.tries.gate(try_key);
     let forced = gates.forcing.gate(force_key.clone());
     let (entered, in_try, after_force) = (share(&gate), exclusive(&this_try), share(&forced));
-    tokio::spawn(async move {
+    let call = async move {
         // Not free at once only if a release of an earlier hold, a force release of the
         // name, or the request's earlier try runs on this node: this one goes after it.
         let (in_try, entered) = (in_try.await, entered.await);
@@ -85,7 +86,12 @@ fn spawn_acquire(
         gates.in_flight.done(&node_key, gate);
         drop(in_try);
         gates.tries.done(&try_key, this_try);
-    });
+    };
+    // Not started (no runtime): the reply is dropped with the call, and the caller
+    // counts the node as failed.
+    if let Err(err) = background.spawn(call) {
+        super::fan_out::not_started("an acquire on a node", &err);
+    }
     answer
 }
 
@@ -113,7 +119,7 @@ impl RedLock {
                     lock.clone(),
                     request,
                     decision.clone(),
-                    Arc::clone(&self.gates),
+                    (Arc::clone(&self.gates), &self.background),
                 );
                 async move {
                     let outcome = match tokio::time::timeout(timeout, answer).await {
@@ -183,10 +189,10 @@ impl RedLock {
                 lock.clone(),
                 request,
                 decision,
-                Arc::clone(&self.gates),
+                (Arc::clone(&self.gates), &self.background),
             );
             let name = lock.name.clone();
-            tokio::spawn(async move {
+            let reported = self.background.spawn(async move {
                 let repaired = match answer.await {
                     Ok(result) => result,
                     Err(_) => Err(Error::protocol("a node's task ended without a reply")),
@@ -201,6 +207,9 @@ impl RedLock {
                     );
                 }
             });
+            if let Err(err) = reported {
+                super::fan_out::not_started("giving a lost lock back to a node", &err);
+            }
         }
     }
 

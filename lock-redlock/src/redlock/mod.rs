@@ -2,25 +2,24 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use lock_core::backend::{Acquire, Capabilities, LockState, Release, Renewal};
 use lock_core::notify::Listener;
+use lock_core::runtime::BackgroundJobs;
 use lock_core::{
     AcquireRequest, Backend, ClientInfo, Error, Introspect, LockInfo, LockKind, LockName, LockRef,
     Locks, ReleaseRequest, RequestId,
 };
 
-use crate::error::timed_out;
 use crate::introspect::{composed, listed_by, of_part};
 use crate::relay::Relay;
 
 mod acquire;
+mod fan_out;
 mod gates;
 mod quorum;
 
@@ -39,10 +38,6 @@ pub enum NodeRelease {
 
 /// The lock a release was of, and what each node said to it.
 type LastRelease = (LockRef, Vec<NodeRelease>);
-
-/// One node's answer to a request sent to every node: the node's index and its outcome.
-/// Boxed, so that answers still due can be collected by a task of their own.
-type NodeCall<T> = Pin<Box<dyn Future<Output = (usize, Result<T, Error>)> + Send>>;
 
 /// The default node timeout's upper bound, and the default of requests without a lease.
 const LONGEST_DEFAULT_NODE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -101,6 +96,7 @@ impl RedLockBuilder {
             relay: Relay::new(listen_timeout),
             last_release: Arc::default(),
             gates: Arc::default(),
+            background: Arc::new(BackgroundJobs::new()),
             granted: Arc::default(),
         })
     }
@@ -151,6 +147,9 @@ pub struct RedLock {
     last_release: Arc<Mutex<Option<LastRelease>>>,
     /// What orders this client's requests on each node.
     gates: Arc<NodeGates>,
+    /// The node calls that go on after their request has its answer (late grants given
+    /// back, the rest of a release); [`Backend::settle`] waits for them.
+    background: Arc<BackgroundJobs>,
     /// The grants this client holds, by lock: a node that lost them (a restart without
     /// persistence) while the majority keeps them gets them back under the same ids, so
     /// that their releases end them there too.
@@ -235,43 +234,6 @@ impl RedLock {
 
     fn drift(&self, lease: Duration) -> Duration {
         lease.mul_f64(self.drift_factor) + self.drift_floor
-    }
-
-    /// Runs `call` on every node at once, each bounded by `timeout`.
-    fn on_all<T, F, Fut>(&self, timeout: Duration, call: F) -> FuturesUnordered<NodeCall<T>>
-    where
-        F: Fn(Arc<dyn Backend>) -> Fut,
-        Fut: Future<Output = Result<T, Error>> + Send + 'static,
-        T: Send + 'static,
-    {
-        self.on_all_indexed(timeout, move |_, node| call(node))
-    }
-
-    /// [`RedLock::on_all`], telling `call` which node it runs on.
-    fn on_all_indexed<T, F, Fut>(&self, timeout: Duration, call: F) -> FuturesUnordered<NodeCall<T>>
-    where
-        F: Fn(usize, Arc<dyn Backend>) -> Fut,
-        Fut: Future<Output = Result<T, Error>> + Send + 'static,
-        T: Send + 'static,
-    {
-        self.nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| {
-                // Each call runs in its own task: it finishes even if this request is
-                // dropped, so a late grant is still known to the node for release.
-                let task = tokio::spawn(call(i, Arc::clone(node)));
-                let answer: NodeCall<T> = Box::pin(async move {
-                    let outcome = match tokio::time::timeout(timeout, task).await {
-                        Ok(Ok(result)) => result,
-                        Ok(Err(join)) => Err(Error::protocol(format!("node task failed: {join}"))),
-                        Err(_) => Err(timed_out(timeout)),
-                    };
-                    (i, outcome)
-                });
-                answer
-            })
-            .collect()
     }
 }
 
@@ -372,7 +334,9 @@ impl Backend for RedLock {
         };
         match decided {
             Some(decided) if answers_due => {
-                tokio::spawn(reported);
+                if let Err(err) = self.background.spawn(reported) {
+                    fan_out::not_started("the rest of a release", &err);
+                }
                 Ok(decided)
             }
             Some(decided) => {
@@ -382,6 +346,11 @@ impl Backend for RedLock {
             None => self.quorum.release_settled(&reported.await),
         }
     }
+    async fn settle(&self) {
+        self.background.drained().await;
+        futures_util::future::join_all(self.nodes.iter().map(|node| node.settle())).await;
+    }
+
     async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal> {
         let timeout = self.node_timeout(lease);
         let batch: Arc<[LockRef]> = locks.into();
