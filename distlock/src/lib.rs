@@ -133,7 +133,11 @@ pub use macro_support::{__private, current_guard, current_permits, default_clien
 ///   (`{order.id}`), formatted with `Display`; `{{`/`}}` are literal braces.
 /// - `wait = "5s"`: give up after 5 s with `Err(distlock::Error::Timeout)` converted by
 ///   `From` (absent: wait as long as it takes; `"0s"`: try once).
-/// - `lease = "10s"`: an explicit lease (absent: the watchdog renews while the body runs).
+/// - `lease = "10s"`: an explicit lease, never renewed (absent: the watchdog renews the
+///   client's watchdog lease while the body runs).
+/// - `watchdog_lease = "5s"`: renewed while the body runs, each renewal for 5 s instead
+///   of the client's watchdog lease, so that a process that dies frees the lock within
+///   5 s (Redisson's `lockWatchdogTimeout`, for this function alone).
 /// - `kind = fair | read | write` (default: the mutex), or `kind = semaphore(permits = N)`:
 ///   the body holds one permit of the expirable semaphore named by the template, set to
 ///   N permits if it was never set, so that at most N calls run at once across every

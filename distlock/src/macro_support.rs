@@ -99,7 +99,7 @@ pub mod __private {
         kind: Kind,
         name: String,
         wait: Option<Duration>,
-        lease: Option<Duration>,
+        lease: (Option<Duration>, bool),
         body: F,
     ) -> Result<T, E>
     where
@@ -130,9 +130,11 @@ pub mod __private {
             if let Some(wait) = wait {
                 acquisition = acquisition.wait(wait);
             }
-            if let Some(lease) = lease {
-                acquisition = acquisition.lease(lease);
-            }
+            acquisition = match lease {
+                (Some(lease), true) => acquisition.watchdog_lease(lease),
+                (Some(lease), false) => acquisition.lease(lease),
+                (None, _) => acquisition,
+            };
             let guard = Arc::new(acquisition.await.map_err(E::from)?);
             let result = CURRENT.scope(Arc::clone(&guard), body).await;
             give_back(guard).await;
@@ -154,7 +156,7 @@ pub mod __private {
         permits: u64,
         name: String,
         wait: Option<Duration>,
-        lease: Option<Duration>,
+        lease: (Option<Duration>, bool),
         body: F,
     ) -> Result<T, E>
     where
@@ -167,9 +169,11 @@ pub mod __private {
         if let Some(wait) = wait {
             acquisition = acquisition.wait(wait);
         }
-        if let Some(lease) = lease {
-            acquisition = acquisition.lease(lease);
-        }
+        acquisition = match lease {
+            (Some(lease), true) => acquisition.watchdog_lease(lease),
+            (Some(lease), false) => acquisition.lease(lease),
+            (None, _) => acquisition,
+        };
         let permit = Arc::new(acquisition.await.map_err(E::from)?);
         let result = CURRENT_PERMITS.scope(Arc::clone(&permit), body).await;
         give_back(permit).await;

@@ -363,3 +363,35 @@ async fn async_trait_methods_run_under_the_lock() {
         "two calls of one name ran at once"
     );
 }
+
+/// Runs past three of its 600 ms leases while the lock stays held with at most one lease
+/// left in Redis; returns the longest remaining lease it saw.
+#[distributed_lock("short-watchdog", client = locks, watchdog_lease = "600ms")]
+async fn on_a_short_watchdog(locks: &Locks) -> Result<Duration, AppError> {
+    let guard = distlock::current_guard().expect("runs under its guard");
+    let mut longest = Duration::ZERO;
+    for _ in 0..10 {
+        sleep(Duration::from_millis(200)).await;
+        assert!(guard.is_held(), "the watchdog let the lock go");
+        let ttl = locks
+            .mutex("short-watchdog")
+            .remaining_lease()
+            .await?
+            .expect("a lease");
+        longest = longest.max(ttl);
+    }
+    Ok(longest)
+}
+
+/// `watchdog_lease` renews for its own lease, not the client's 30 s: fails if the
+/// option is dropped on the way to the acquisition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watchdog_lease_renews_the_body_for_that_lease() {
+    let (_server, locks) = server_and_client().await;
+    let longest = on_a_short_watchdog(&locks).await.unwrap();
+    assert!(
+        longest <= Duration::from_millis(600),
+        "a remaining lease of {longest:?}"
+    );
+    assert!(!locks.mutex("short-watchdog").is_locked().await.unwrap());
+}

@@ -74,6 +74,7 @@ macro_rules! conformance_suite {
             non_holder_cannot_release: [],
             expired_lease_is_not_held: [],
             watchdog_keeps_the_lock: [],
+            an_acquisition_renews_for_its_own_watchdog_lease: [],
             dropped_guard_is_released: [],
             try_lock_for_gives_up_after_its_wait: [],
             a_zero_wait_try_waits_for_its_slow_answer: [],

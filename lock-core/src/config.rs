@@ -119,19 +119,36 @@ impl Config {
                  longest window, so that a late copy of one of its requests grants nothing",
             ));
         }
-        // A renewal must have time to arrive before the lease (minus drift) runs out.
-        let usable = self
-            .watchdog_lease
-            .saturating_sub(self.drift(self.watchdog_lease));
-        if self.renew_interval >= usable {
+        self.check_renewable("watchdog_lease", self.watchdog_lease)
+    }
+
+    /// How often the watchdog renews a hold whose renewals are for `lease`: the client's
+    /// [`renew_interval`](Config::renew_interval) for its own watchdog lease, else a
+    /// third of `lease`.
+    pub(crate) fn renew_interval_for(&self, lease: Duration) -> Duration {
+        if lease == self.watchdog_lease {
+            self.renew_interval
+        } else {
+            lease / 3
+        }
+    }
+
+    /// Rejects a watchdog lease that a renewal could not re-arm in time: one must arrive
+    /// before the lease, less the drift margin, runs out.
+    pub(crate) fn check_renewable(
+        &self,
+        argument: &'static str,
+        lease: Duration,
+    ) -> Result<(), Error> {
+        self.check_lease(argument, lease)?;
+        let interval = self.renew_interval_for(lease);
+        if interval >= lease.saturating_sub(self.drift(lease)) {
             return Err(Error::invalid_argument(
-                "watchdog_lease",
+                argument,
                 format!(
-                    "a lease of {:?} is too short for renewals every {:?}: it must exceed the \
-                     renewal interval plus the drift margin of {:?}",
-                    self.watchdog_lease,
-                    self.renew_interval,
-                    self.drift(self.watchdog_lease)
+                    "a lease of {lease:?} is too short for renewals every {interval:?}: it must \
+                     exceed the renewal interval plus the drift margin of {:?}",
+                    self.drift(lease)
                 ),
             ));
         }

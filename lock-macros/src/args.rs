@@ -1,5 +1,6 @@
-//! The attribute's arguments: `"name template", wait = "5s", lease = "10s",
-//! kind = fair | semaphore(permits = N), client = <expr>, crate = "path"`.
+//! The attribute's arguments: `"name template", wait = "5s", lease = "10s" (or
+//! watchdog_lease = "10s"), kind = fair | semaphore(permits = N), client = <expr>,
+//! crate = "path"`.
 
 use std::time::Duration;
 
@@ -23,6 +24,8 @@ pub(crate) struct Args {
     pub(crate) template: LitStr,
     pub(crate) wait: Option<Duration>,
     pub(crate) lease: Option<Duration>,
+    /// Whether `lease` came as `watchdog_lease`: renewed while the body runs.
+    pub(crate) renewed: bool,
     pub(crate) kind: Kind,
     pub(crate) client: Option<Expr>,
     pub(crate) krate: Option<Path>,
@@ -46,6 +49,7 @@ impl Parse for Args {
             template,
             wait: None,
             lease: None,
+            renewed: false,
             kind: Kind::Mutex,
             client: None,
             krate: None,
@@ -73,7 +77,19 @@ impl Parse for Args {
             input.parse::<Token![=]>()?;
             match key.as_str() {
                 "wait" => args.wait = Some(duration(&input.parse()?)?),
-                "lease" => {
+                "lease" | "watchdog_lease" => {
+                    let other = if key == "lease" {
+                        "watchdog_lease"
+                    } else {
+                        "lease"
+                    };
+                    if seen.iter().any(|given| given == other) {
+                        return Err(syn::Error::new(
+                            name.span(),
+                            "`lease` and `watchdog_lease` exclude each other: a `lease` is \
+                             never renewed, a `watchdog_lease` is renewed while the body runs",
+                        ));
+                    }
                     let literal: LitStr = input.parse()?;
                     let lease = duration(&literal)?;
                     if lease.is_zero() {
@@ -83,6 +99,7 @@ impl Parse for Args {
                         ));
                     }
                     args.lease = Some(lease);
+                    args.renewed = key == "watchdog_lease";
                 }
                 "kind" => args.kind = kind(input)?,
                 "client" => args.client = Some(input.parse()?),
@@ -94,7 +111,8 @@ impl Parse for Args {
                     return Err(syn::Error::new(
                         name.span(),
                         format!(
-                            "unknown option `{key}`: expected wait, lease, kind, client or crate"
+                            "unknown option `{key}`: expected wait, lease, watchdog_lease, kind, client \
+                             or crate"
                         ),
                     ));
                 }

@@ -161,12 +161,12 @@ fn expand_fn(attr: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
         Kind::Write => quote!(#krate::__private::Kind::Write),
         Kind::Semaphore(permits) => quote!(#krate::__private::Kind::Semaphore(#permits)),
     };
-    let (wait, lease) = (millis(args.wait), millis(args.lease));
+    let (wait, lease, renewed) = (millis(args.wait), millis(args.lease), args.renewed);
     let run = |body: TokenStream| {
         quote! {
             let __lock_name: ::std::string::String = #name;
             let __lock_client = #client;
-            #krate::__private::run(__lock_client, #kind, __lock_name, #wait, #lease, #body)
+            #krate::__private::run(__lock_client, #kind, __lock_name, #wait, (#lease, #renewed), #body)
                 .await
         }
     };

@@ -30,6 +30,16 @@ async fn with_options(order: &Order) -> Result<u64, AppError> {
     Ok(order.id)
 }
 
+#[distributed_lock("renewed:{id}", watchdog_lease = "5s")]
+async fn with_a_watchdog_lease(id: u64) -> Result<u64, AppError> {
+    Ok(id)
+}
+
+#[distributed_lock("renewed-pool", kind = semaphore(permits = 2), watchdog_lease = "5s")]
+async fn with_a_renewed_permit() -> Result<usize, AppError> {
+    Ok(distlock::current_permits().map_or(0, |permits| permits.count()))
+}
+
 #[distributed_lock("fixed", client = locks, kind = read, wait = "0s")]
 async fn with_client(locks: &Locks) -> Result<bool, AppError> {
     Ok(distlock::current_guard().is_some())
@@ -70,11 +80,13 @@ async fn every_accepted_form_compiles_and_runs_under_its_lock() {
     distlock::set_default(locks.clone()).expect("the first default client");
     assert_eq!(by_default_client(42).await, Ok(42));
     assert_eq!(with_options(&Order { id: 7 }).await, Ok(7));
+    assert_eq!(with_a_watchdog_lease(9).await, Ok(9));
+    assert_eq!(with_a_renewed_permit().await, Ok(1));
     assert_eq!(with_client(&locks).await, Ok(true), "runs under its guard");
     assert_eq!(generic(5u8).await, Ok("5".to_owned()));
     assert_eq!(Service.method(3).await, Ok(3));
     assert_eq!(at_most_four("db").await, Ok(1));
-    for name in ["order:42", "order:7", "g:5", "svc:3"] {
+    for name in ["order:42", "order:7", "renewed:9", "g:5", "svc:3"] {
         assert!(
             !locks
                 .mutex(name)

@@ -63,6 +63,52 @@ pub async fn watchdog_keeps_the_lock(fx: &dyn Fixture) {
     assert!(!other.mutex(&name).is_locked().await.unwrap());
 }
 
+/// An acquisition that names its own watchdog lease, on a client whose watchdog lease is
+/// 30 s, is renewed for that lease: held past three of them, and never with more than
+/// one left in the store. Fails if the watchdog renews it for the client's lease (the
+/// store's ttl), or only at the client's interval (10 s: the lock expires first).
+pub async fn an_acquisition_renews_for_its_own_watchdog_lease(fx: &dyn Fixture) {
+    let lease = WATCHDOG_LEASE;
+    let locks = fx.client().await;
+    let other = fx.client().await;
+    let name = unique("own-watchdog");
+    // Another hold first, on the client's lease: the watchdog task already pauses for
+    // 10 s when the shorter one arrives.
+    let long = locks
+        .mutex(&unique("client-watchdog"))
+        .lock()
+        .await
+        .unwrap();
+    let g = locks
+        .mutex(&name)
+        .acquire()
+        .watchdog_lease(lease)
+        .await
+        .unwrap();
+    tokio::select! {
+        err = g.lost() => panic!("the watchdog let the lock go: {err}"),
+        () = sleep(lease * 3 + lease / 2) => {}
+    }
+    assert!(g.is_held());
+    assert!(other.mutex(&name).try_lock().await.unwrap().is_none());
+    let ttl = locks
+        .mutex(&name)
+        .remaining_lease()
+        .await
+        .unwrap()
+        .expect("a lease");
+    assert!(ttl <= lease, "ttl {ttl:?} above the acquisition's lease");
+    g.unlock().await.unwrap();
+    long.unlock().await.unwrap();
+    let refused = locks
+        .mutex(&name)
+        .acquire()
+        .watchdog_lease(Duration::from_millis(3))
+        .await
+        .expect_err("a lease renewals cannot keep");
+    assert_eq!(refused.kind(), ErrorKind::InvalidArgument, "{refused}");
+}
+
 /// A guard dropped without unlock is released at once, not at the end of its lease.
 pub async fn dropped_guard_is_released(fx: &dyn Fixture) {
     let locks = fx.client().await;

@@ -1,12 +1,16 @@
 //! The watchdog: one task per client renews the leases of all its watchdog guards, those
 //! of locks and those of expirable permits.
 //!
-//! Every round (a third of the watchdog lease by default) it renews, in one batched call
-//! to the backend (and one per semaphore name for permits), every hold that needs renewal
-//! and is due: armed more than half an interval ago, or valid for less than one and a half
-//! intervals (so that a hold taken just after a round, with an interval close to the
-//! lease, is never left to expire before the next one). A renewal that finds the owner gone marks the hold lost at once;
-//! a failed renewal is retried sooner, and the hold is lost when its local deadline passes.
+//! Each hold is renewed for its own lease (the client's watchdog lease unless its
+//! acquisition named another) every renewal interval of that lease (a third of it by
+//! default). A round comes every shortest interval of the holds it renews, sooner when a
+//! hold with a shorter one arrives; it renews, in one batched call to the backend per
+//! lease (and one per semaphore name and lease for permits), every hold that is due:
+//! armed more than half its interval ago, or valid for less than one and a half intervals
+//! (so that a hold taken just after a round, with an interval close to the lease, is
+//! never left to expire before the next one). A renewal that finds the owner gone marks
+//! the hold lost at once; a failed renewal is retried sooner, and the hold is lost when
+//! its local deadline passes.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +18,7 @@ use foldhash::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -31,6 +36,8 @@ const MIN_RETRY: Duration = Duration::from_millis(10);
 #[derive(Debug, Default)]
 pub(crate) struct Watchdog {
     state: Mutex<State>,
+    /// Ends the task's pause early: a hold arrived whose renewals are due sooner.
+    hasten: Arc<Notify>,
 }
 
 /// What the watchdog's task needs of its client: where it runs, what it renews through,
@@ -79,6 +86,9 @@ struct State {
     /// simulation replays runs exactly), whatever the hash map's order.
     holds: HashMap<usize, (u64, Renewed)>,
     registered: u64,
+    /// How long the task pauses between rounds now: the shortest renewal interval of
+    /// the holds it renewed last (`None` before its first round).
+    pause: Option<Duration>,
     /// The renewal task, kept to notice its end: it ends by itself when nothing is left
     /// to renew, and dies with its runtime, or by a panic, while holds still need it.
     task: Option<JoinHandle<()>>,
@@ -93,8 +103,11 @@ impl State {
         if self.task.take().is_some() {
             events::watchdog_restarted(self.holds.len());
         }
+        // The new task's first round sets its pause.
+        self.pause = None;
         let task = run(
             Arc::downgrade(watchdog),
+            Arc::clone(&watchdog.hasten),
             Arc::downgrade(host.backend),
             host.config.clone(),
         );
@@ -110,11 +123,16 @@ impl State {
 impl Watchdog {
     /// Starts renewing `hold` (and the task, if it is not running).
     pub(crate) fn register(self: &Arc<Self>, host: &Host<'_>, hold: Renewed) {
+        let interval = host.config.renew_interval_for(hold.lease().renewal());
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.registered += 1;
         let order = state.registered;
         state.holds.entry(hold.key()).or_insert((order, hold));
         state.ensure_running(self, host);
+        if state.pause.is_none_or(|pause| interval < pause) {
+            // Kept as a permit if the task is not pausing yet: it does not miss it.
+            self.hasten.notify_one();
+        }
     }
 
     /// Stops renewing `hold` if no guard of it needs renewal any more. Checked under the
@@ -144,9 +162,10 @@ impl Watchdog {
         state.ensure_running(self, host);
     }
 
-    /// The holds due for renewal; forgets those that no longer need it. Stops (returns
-    /// `None`) when nothing is left to renew.
-    fn due(&self, older_than: Instant, expiring_before: Instant) -> Option<Vec<Renewed>> {
+    /// The holds due for renewal at `now`, each with the lease it is renewed for, and the
+    /// pause until the next round; forgets the holds that no longer need renewal. Stops
+    /// (returns `None`) when nothing is left to renew.
+    fn due(&self, now: Instant, config: &Config) -> Option<Round> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.holds.retain(|_, (_, hold)| hold.needs_renewal());
         if state.holds.is_empty() {
@@ -154,35 +173,56 @@ impl Watchdog {
             state.task = None;
             return None;
         }
-        let mut due: Vec<(u64, Renewed)> = state
-            .holds
-            .values()
-            .filter(|(_, hold)| {
-                let lease = hold.lease();
-                lease.last_sent() <= older_than || lease.deadline() <= expiring_before
-            })
-            .cloned()
+        let mut pause = config.renew_interval;
+        let mut due: Vec<(u64, Renewed, Duration)> = Vec::new();
+        for (order, hold) in state.holds.values() {
+            let clock = hold.lease();
+            let lease = clock.renewal();
+            let interval = config.renew_interval_for(lease);
+            pause = pause.min(interval);
+            // Armed before the boot of the clock's epoch would be long ago anyway.
+            let armed_long_ago = now
+                .checked_sub(interval / 2)
+                .is_none_or(|older_than| clock.last_sent() <= older_than);
+            if armed_long_ago || clock.deadline() <= now + interval + interval / 2 {
+                due.push((*order, hold.clone(), lease));
+            }
+        }
+        state.pause = Some(pause);
+        due.sort_unstable_by_key(|(order, ..)| *order);
+        let due = due
+            .into_iter()
+            .map(|(_, hold, lease)| (hold, lease))
             .collect();
-        due.sort_unstable_by_key(|(order, _)| *order);
-        Some(due.into_iter().map(|(_, hold)| hold).collect())
+        Some(Round { due, pause })
     }
+}
+
+/// What one round renews, and how long the task pauses after it.
+struct Round {
+    due: Vec<(Renewed, Duration)>,
+    pause: Duration,
 }
 
 /// Renews what is due every round, until the client is gone (its watchdog or its
 /// backend dropped) or nothing is left to renew. Holds nothing of the client between
 /// rounds.
-async fn run(watchdog: Weak<Watchdog>, backend: Weak<dyn Backend>, config: Config) {
-    let interval = config.renew_interval;
-    let lease = config.watchdog_lease;
-    let valid_for = lease.saturating_sub(config.drift(lease));
-    let mut pause = interval;
+async fn run(
+    watchdog: Weak<Watchdog>,
+    hasten: Arc<Notify>,
+    backend: Weak<dyn Backend>,
+    config: Config,
+) {
+    let mut pause = config.renew_interval;
     loop {
-        tokio::time::sleep(pause).await;
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = hasten.notified() => {}
+        }
         let Some(renewing) = watchdog.upgrade() else {
             return;
         };
-        let now = Instant::now();
-        let Some(due) = renewing.due(now - interval / 2, now + interval + interval / 2) else {
+        let Some(round) = renewing.due(Instant::now(), &config) else {
             return;
         };
         // Do not keep the client's parts alive across the round trip.
@@ -190,37 +230,53 @@ async fn run(watchdog: Weak<Watchdog>, backend: Weak<dyn Backend>, config: Confi
         let Some(backend) = backend.upgrade() else {
             return;
         };
-        pause = interval;
-        if due.is_empty() {
+        pause = round.pause;
+        if round.due.is_empty() {
             continue;
         }
-        let mut holds = Vec::new();
-        // By name, in the names' order: the same from one run to the next.
-        let mut permits: BTreeMap<LockName, Vec<(Arc<PermitHold>, u64)>> = BTreeMap::new();
-        for entry in due {
-            let epoch = entry.lease().epoch();
-            match entry {
-                Renewed::Lock(hold) => holds.push((hold, epoch)),
-                Renewed::Permits(held) => {
-                    permits
-                        .entry(held.name.clone())
-                        .or_default()
-                        .push((held, epoch));
-                }
-            }
-        }
-        let mut tally = Tally::default();
-        renew_locks(&*backend, &holds, lease, valid_for, &mut tally).await;
-        for (name, held) in &permits {
-            renew_permits(&*backend, name, held, lease, valid_for, &mut tally).await;
-        }
+        let tally = renew_round(&*backend, round.due, &config).await;
         metrics::renewals("renewed", tally.renewed);
         metrics::renewals("gone", tally.gone);
         metrics::renewals("failed", tally.failed);
         if tally.failed > 0 {
-            pause = (interval / 4).max(MIN_RETRY);
+            pause = (pause / 4).max(MIN_RETRY);
         }
     }
+}
+
+/// Renewals of one round's permits, by semaphore name and lease.
+type PermitsDue = BTreeMap<(LockName, Duration), Vec<(Arc<PermitHold>, u64)>>;
+
+/// Renews what a round found due: the locks in one call per lease, the permits in one
+/// call per semaphore name and lease, in that order (the same from one run to the next).
+async fn renew_round(
+    backend: &dyn Backend,
+    due: Vec<(Renewed, Duration)>,
+    config: &Config,
+) -> Tally {
+    let mut holds: BTreeMap<Duration, Vec<(Arc<Hold>, u64)>> = BTreeMap::new();
+    let mut permits = PermitsDue::new();
+    for (entry, lease) in due {
+        let epoch = entry.lease().epoch();
+        match entry {
+            Renewed::Lock(hold) => holds.entry(lease).or_default().push((hold, epoch)),
+            Renewed::Permits(held) => {
+                permits
+                    .entry((held.name.clone(), lease))
+                    .or_default()
+                    .push((held, epoch));
+            }
+        }
+    }
+    let valid_for = |lease: Duration| lease.saturating_sub(config.drift(lease));
+    let mut tally = Tally::default();
+    for (&lease, held) in &holds {
+        renew_locks(backend, held, lease, valid_for(lease), &mut tally).await;
+    }
+    for ((name, lease), held) in &permits {
+        renew_permits(backend, name, held, *lease, valid_for(*lease), &mut tally).await;
+    }
+    tally
 }
 
 /// How a round went, for metrics and the next pause.

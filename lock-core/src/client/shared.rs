@@ -177,7 +177,11 @@ impl Inner {
                 }
             }
         };
-        if hold.add_guard(renew) {
+        hold.add_guard(renew);
+        if renew {
+            // The latest renewing acquisition's lease, as the store's lease is the
+            // latest grant's; registered again, so that a shorter one is renewed in time.
+            hold.lease.renew_with(lease);
             self.watchdog
                 .register(&self.watchdog_host(), Renewed::Lock(Arc::clone(&hold)));
         }

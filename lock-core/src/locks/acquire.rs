@@ -22,21 +22,13 @@ use super::handed::{Asked, woken};
 use crate::backend::AcquireRequest;
 use crate::client::shared::Inner;
 use crate::locks::guard::Guard;
+use crate::locks::lease::Lease;
 use crate::locks::turns::{Bell, Turn};
 use crate::metrics::{self, AcquireOutcome};
 use crate::notify::Listener;
 use crate::wait::{self, Driver, Step, Wait};
 use crate::{Error, LockName, LockRef};
 use crate::{events, retry};
-
-/// The lease of a new hold.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Lease {
-    /// The client's watchdog lease, renewed while the guard lives.
-    Watchdog,
-    /// A caller's lease, never renewed.
-    Fixed(Duration),
-}
 
 /// Acquires `lock`, waiting as allowed. `Ok(None)` means the wait ran out.
 ///
@@ -104,10 +96,11 @@ fn within_the_stores_longest_lease(client: &Inner, lease: Lease) -> Result<(), E
     let Some(longest) = client.capabilities.max_lease else {
         return Ok(());
     };
-    let (argument, lease) = match lease {
-        Lease::Watchdog => ("watchdog_lease", client.config.watchdog_lease),
-        Lease::Fixed(lease) => ("lease", lease),
+    let argument = match lease {
+        Lease::Watchdog | Lease::Renewed(_) => "watchdog_lease",
+        Lease::Fixed(_) => "lease",
     };
+    let (lease, _) = lease.terms(&client.config);
     if lease <= longest {
         return Ok(());
     }
@@ -129,10 +122,7 @@ async fn ask(
     started: Instant,
     mut turn: Option<Turn<LockName, Option<Listener>>>,
 ) -> Result<Option<Guard>, Error> {
-    let (lease_duration, renew) = match lease {
-        Lease::Watchdog => (client.config.watchdog_lease, true),
-        Lease::Fixed(d) => (d, false),
-    };
+    let (lease_duration, renew) = lease.terms(&client.config);
     let mut request = AcquireRequest::new(lease_duration)
         .fencing(client.config.fencing)
         .retry_window(client.config.retry_window);

@@ -12,8 +12,9 @@ use futures_util::FutureExt;
 use crate::client::named::Named;
 use crate::client::shared::Inner;
 use crate::config::check_bound;
-use crate::locks::acquire::{self, Lease};
+use crate::locks::acquire;
 use crate::locks::holder;
+use crate::locks::lease::Lease;
 use crate::wait::Wait;
 use crate::{Error, Guard, Holder, LockKind, LockRef, Owner};
 
@@ -139,6 +140,7 @@ impl Lock {
             lock: self,
             wait: None,
             lease: None,
+            renewed: false,
         }
     }
 
@@ -218,13 +220,7 @@ impl Lock {
         lease: Option<Duration>,
     ) -> Result<Option<Guard>, Error> {
         check_bound("wait", wait)?;
-        let lease = match lease {
-            Some(lease) => {
-                self.named.client.config.check_lease("lease", lease)?;
-                Lease::Fixed(lease)
-            }
-            None => Lease::Watchdog,
-        };
+        let lease = Lease::asked(lease, false, &self.named.client.config)?;
         self.acquire_with(lease, Wait::at_most(wait)).await
     }
 
@@ -384,6 +380,8 @@ pub struct Acquisition<'a> {
     lock: &'a Lock,
     wait: Option<Duration>,
     lease: Option<Duration>,
+    /// Whether the watchdog renews `lease` (set) or the client's watchdog lease (unset).
+    renewed: bool,
 }
 
 impl fmt::Debug for Acquisition<'_> {
@@ -392,6 +390,7 @@ impl fmt::Debug for Acquisition<'_> {
             .field("lock", &self.lock)
             .field("wait", &self.wait)
             .field("lease", &self.lease)
+            .field("renewed", &self.renewed)
             .finish()
     }
 }
@@ -406,20 +405,43 @@ impl Acquisition<'_> {
     }
 
     /// Holds the lock for `lease`, never renewed: it is released after `lease` even if
-    /// the guard is still alive.
+    /// the guard is still alive. Replaces an earlier
+    /// [`watchdog_lease`](Acquisition::watchdog_lease).
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
+        self.renewed = false;
+        self
+    }
+
+    /// Renews the lock while the guard lives, as without a lease, but each renewal for
+    /// `lease` (every third of it) instead of the client's
+    /// [`watchdog_lease`](crate::LocksBuilder::watchdog_lease): a process that dies
+    /// holding it frees it after `lease` at most: the client's watchdog lease, for one
+    /// acquisition. A reentry keeps renewing the hold with the lease of the latest
+    /// acquisition that asked for renewals. Replaces an earlier
+    /// [`lease`](Acquisition::lease).
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_core::Locks) -> Result<(), lock_core::Error> {
+    /// use std::time::Duration;
+    ///
+    /// // Freed within 5 s if this process dies; held as long as the guard lives.
+    /// let guard = locks
+    ///     .mutex("ledger")
+    ///     .acquire()
+    ///     .watchdog_lease(Duration::from_secs(5))
+    ///     .await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self.renewed = true;
         self
     }
 
     async fn run(self) -> Result<Guard, Error> {
-        let lease = match self.lease {
-            Some(lease) => {
-                self.lock.named.client.config.check_lease("lease", lease)?;
-                Lease::Fixed(lease)
-            }
-            None => Lease::Watchdog,
-        };
+        let lease = Lease::asked(self.lease, self.renewed, &self.lock.named.client.config)?;
         let wait = match self.wait {
             Some(wait) => {
                 check_bound("wait", wait)?;

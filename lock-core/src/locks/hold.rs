@@ -98,15 +98,12 @@ impl Hold {
         self.counts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Adds a guard; returns whether the hold now needs renewal and did not before.
-    pub(crate) fn add_guard(&self, renew: bool) -> bool {
+    /// Adds a guard, one the watchdog renews when `renew`.
+    pub(crate) fn add_guard(&self, renew: bool) {
         let mut c = self.counts();
         c.guards += 1;
         if renew {
             c.renewing += 1;
-            c.renewing == 1
-        } else {
-            false
         }
     }
 

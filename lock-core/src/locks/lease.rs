@@ -4,6 +4,7 @@
 //! lease on the server and succeeded, where `sent` is when the request was *sent*: the
 //! server's expiry is never earlier, so a holder that stops hearing from the server, or
 //! is paused, gives the lease up first. Locks and expirable permits both keep one.
+//! [`Lease`] is the lease an acquisition asks for.
 
 use std::fmt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -12,7 +13,50 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::LostReason;
+use crate::config::Config;
+use crate::{Error, LostReason};
+
+/// The lease of a new hold.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Lease {
+    /// The client's watchdog lease, renewed while the guard lives.
+    Watchdog,
+    /// A lease of the caller's, renewed while the guard lives, every third of it.
+    Renewed(Duration),
+    /// A caller's lease, never renewed.
+    Fixed(Duration),
+}
+
+impl Lease {
+    /// The lease a caller asked for: `lease`, renewed by the watchdog when `renewed`,
+    /// else the client's watchdog lease; checked against the client's settings.
+    pub(crate) fn asked(
+        lease: Option<Duration>,
+        renewed: bool,
+        config: &Config,
+    ) -> Result<Self, Error> {
+        match lease {
+            Some(lease) if renewed => {
+                config.check_renewable("watchdog_lease", lease)?;
+                Ok(Self::Renewed(lease))
+            }
+            Some(lease) => {
+                config.check_lease("lease", lease)?;
+                Ok(Self::Fixed(lease))
+            }
+            None => Ok(Self::Watchdog),
+        }
+    }
+
+    /// The lease a grant asks the store for, and whether the watchdog renews it.
+    pub(crate) fn terms(self, config: &Config) -> (Duration, bool) {
+        match self {
+            Self::Watchdog => (config.watchdog_lease, true),
+            Self::Renewed(lease) => (lease, true),
+            Self::Fixed(lease) => (lease, false),
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 struct Status {
@@ -21,6 +65,8 @@ struct Status {
     last_sent: Instant,
     /// Counts re-arms: a renewal sent before one must not extend what it set.
     epoch: u64,
+    /// The lease the watchdog's renewals ask for (zero until a renewing guard sets it).
+    renewal: Duration,
 }
 
 /// Reports a lease newly lost (events and metrics of what the lease is for).
@@ -53,6 +99,7 @@ impl LeaseClock {
                 lost: None,
                 last_sent: sent,
                 epoch: 0,
+                renewal: Duration::ZERO,
             }),
             changed: Notify::new(),
             on_lost,
@@ -134,6 +181,16 @@ impl LeaseClock {
     }
 
     /// The number of re-arms so far.
+    /// From now on, the watchdog renews this lease for `lease` at a time.
+    pub(crate) fn renew_with(&self, lease: Duration) {
+        self.locked().renewal = lease;
+    }
+
+    /// The lease the watchdog's renewals ask for.
+    pub(crate) fn renewal(&self) -> Duration {
+        self.locked().renewal
+    }
+
     pub(crate) fn epoch(&self) -> u64 {
         self.status().epoch
     }

@@ -17,6 +17,7 @@ use crate::backend::{
 use crate::client::named::Named;
 use crate::client::shared::Inner;
 use crate::config::check_bound;
+use crate::locks::lease::Lease;
 use crate::metrics::{self, PermitKind};
 use crate::notify::Listener;
 use crate::sync::leased_permits::{LeasedPermits, Terms, give_back, not_issued};
@@ -144,6 +145,7 @@ impl ExpirableSemaphore {
             permits,
             wait: None,
             lease: None,
+            renewed: false,
         }
     }
 
@@ -154,7 +156,8 @@ impl ExpirableSemaphore {
     ///
     /// Cancel-safe: dropping the future never keeps a permit.
     pub async fn try_acquire(&self, permits: u64) -> Result<Option<LeasedPermits>, Error> {
-        self.acquire_within(permits, Wait::Never, None).await
+        self.acquire_within(permits, Wait::Never, Lease::Watchdog)
+            .await
     }
 
     /// Gives back the issued permit `id`, whoever holds it (Java's `release(id)`): for
@@ -213,7 +216,7 @@ impl ExpirableSemaphore {
         &self,
         permits: u64,
         wait: Wait,
-        lease: Option<Duration>,
+        lease: Lease,
     ) -> Result<Option<LeasedPermits>, Error> {
         let is_try = matches!(wait, Wait::Never);
         let acquiring = self.take(permits, wait, lease);
@@ -224,7 +227,7 @@ impl ExpirableSemaphore {
         &self,
         permits: u64,
         wait: Wait,
-        lease: Option<Duration>,
+        lease: Lease,
     ) -> Result<Option<LeasedPermits>, Error> {
         let (_, name) = self.parts()?;
         if permits == 0 || permits > MAX_PERMITS_PER_ACQUISITION {
@@ -232,9 +235,6 @@ impl ExpirableSemaphore {
                 "permits",
                 format!("must be between 1 and {MAX_PERMITS_PER_ACQUISITION}"),
             ));
-        }
-        if let Some(lease) = lease {
-            self.client().config.check_lease("lease", lease)?;
         }
         let client = self.client();
         if client.supervisor.is_closed() {
@@ -244,10 +244,11 @@ impl ExpirableSemaphore {
         let Some(_head) = client.semaphore_turns.wait(name, wait.deadline()).await else {
             return Ok(None);
         };
+        let (lease, renew) = lease.terms(&client.config);
         let terms = Terms {
             permits,
-            lease: lease.unwrap_or(client.config.watchdog_lease),
-            renew: lease.is_none(),
+            lease,
+            renew,
         };
         let mut issuing = Issuing {
             client,
@@ -394,6 +395,8 @@ pub struct PermitAcquisition<'a> {
     permits: u64,
     wait: Option<Duration>,
     lease: Option<Duration>,
+    /// Whether the watchdog renews `lease` (set) or the client's watchdog lease (unset).
+    renewed: bool,
 }
 
 impl fmt::Debug for PermitAcquisition<'_> {
@@ -403,6 +406,7 @@ impl fmt::Debug for PermitAcquisition<'_> {
             .field("permits", &self.permits)
             .field("wait", &self.wait)
             .field("lease", &self.lease)
+            .field("renewed", &self.renewed)
             .finish()
     }
 }
@@ -417,9 +421,21 @@ impl PermitAcquisition<'_> {
     }
 
     /// Issues the permits for `lease`, never renewed: they come back after `lease` even
-    /// if the guard is still alive.
+    /// if the guard is still alive. Replaces an earlier
+    /// [`watchdog_lease`](PermitAcquisition::watchdog_lease).
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
+        self.renewed = false;
+        self
+    }
+
+    /// Renews the permits while the guard lives, each renewal for `lease` (every third
+    /// of it) instead of the client's watchdog lease: a process that dies holding them
+    /// gives them back after `lease` at most. Replaces an earlier
+    /// [`lease`](PermitAcquisition::lease).
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self.renewed = true;
         self
     }
 
@@ -432,10 +448,8 @@ impl PermitAcquisition<'_> {
             None => Wait::Forever,
         };
         let semaphore = self.semaphore;
-        match semaphore
-            .acquire_within(self.permits, wait, self.lease)
-            .await?
-        {
+        let lease = Lease::asked(self.lease, self.renewed, &semaphore.client().config)?;
+        match semaphore.acquire_within(self.permits, wait, lease).await? {
             Some(leased) => Ok(leased),
             None => Err(Error::Timeout {
                 what: "semaphore",

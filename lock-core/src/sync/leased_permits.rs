@@ -107,6 +107,7 @@ impl LeasedPermits {
         });
         client.leased.insert(&held);
         if terms.renew {
+            held.lease.renew_with(terms.lease);
             client
                 .watchdog
                 .register(&client.watchdog_host(), Renewed::Permits(Arc::clone(&held)));
