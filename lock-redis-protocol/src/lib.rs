@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 mod backend;
+pub mod calls;
 pub mod connect;
 mod decimals;
 mod error;

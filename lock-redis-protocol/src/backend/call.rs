@@ -4,6 +4,7 @@
 use lock_core::Error;
 
 use super::{RedisBackend, unexpected};
+use crate::calls::FixedCall;
 use crate::error::WrongType;
 use crate::script::{Script, ScriptCall, ScriptForm};
 use crate::transport::{ReplicaWait, Reply, ServerError, Topology, TransportError};
@@ -44,6 +45,19 @@ impl RedisBackend {
                 }
             }
         }
+    }
+
+    /// Runs a declared call.
+    pub(super) async fn run<'a, C, const K: usize, const A: usize>(
+        &self,
+        during: &'static str,
+        call: &C,
+    ) -> Result<Reply, Error>
+    where
+        C: FixedCall<'a, K, A>,
+    {
+        self.eval(during, C::SCRIPT, &call.keys(), &call.args())
+            .await
     }
 
     /// Runs a script.

@@ -14,34 +14,23 @@ use lock_core::{Error, LockName, MAX_DURATION, RequestId};
 use super::semaphore::reservation_args;
 use super::{RedisBackend, integer, millis, unexpected};
 use crate::decimals::Decimals;
-use crate::script::{self, Script};
 use crate::transport::Reply;
-use crate::{events, layout};
+use crate::{calls, events, layout};
+
+/// The semaphore's issued permits and its channel, which every script takes.
+fn issued_and_channel(name: &LockName) -> (String, String) {
+    (
+        layout::permit_timeouts_key(name),
+        layout::semaphore_channel(name),
+    )
+}
+
+/// The permits' ids as the scripts take them (hex).
+fn id_texts(ids: &[PermitId]) -> Vec<String> {
+    ids.iter().map(PermitId::to_string).collect()
+}
 
 impl RedisBackend {
-    /// Runs an expirable-semaphore script: the semaphore and its issued permits (then
-    /// `extra` keys) as keys; the channel, the publish command and `args` (then the ids)
-    /// as arguments.
-    async fn eval_expirable(
-        &self,
-        during: &'static str,
-        script: &'static Script,
-        name: &LockName,
-        extra: &[&str],
-        args: &[&str],
-        ids: &[PermitId],
-    ) -> Result<Reply, Error> {
-        let timeouts = layout::permit_timeouts_key(name);
-        let mut keys = vec![layout::lock_key(name), &timeouts];
-        keys.extend(extra);
-        let channel = layout::semaphore_channel(name);
-        let ids: Vec<String> = ids.iter().map(PermitId::to_string).collect();
-        let mut all = vec![&*channel, self.options.publish.command()];
-        all.extend(args);
-        all.extend(ids.iter().map(String::as_str));
-        self.eval(during, script, &keys, &all).await
-    }
-
     /// Extends the expiries of `ids` still issued to `lease` from now, or sets them
     /// `exactly`; for each id, whether it was issued.
     async fn update_expiries(
@@ -54,16 +43,28 @@ impl RedisBackend {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let lease = millis(lease).to_string();
-        let exactly = if exactly { "1" } else { "0" };
+        let lease_ms = millis(lease).to_string();
+        let (issued, channel) = issued_and_channel(name);
+        let texts = id_texts(ids);
+        let items: Vec<calls::ExpirableRenewed<'_>> = texts
+            .iter()
+            .map(|id| calls::ExpirableRenewed { id })
+            .collect();
+        let call = calls::ExpirableRenew {
+            semaphore: layout::lock_key(name),
+            issued: &issued,
+            channel: &channel,
+            publish: self.options.publish.command(),
+            lease_ms: &lease_ms,
+            exact: if exactly { "1" } else { "0" },
+        };
+        let (keys, args) = (call.keys_with(&items), call.args_with(&items));
         let reply = self
-            .eval_expirable(
+            .eval(
                 "renewing permits",
-                &script::EXPIRABLE_RENEW,
-                name,
-                &[],
-                &[&lease, exactly],
-                ids,
+                calls::ExpirableRenew::SCRIPT,
+                &keys,
+                &args,
             )
             .await?;
         match &reply {
@@ -97,19 +98,39 @@ impl ExpirableSemaphoreBackend for RedisBackend {
             return Err(Error::invalid_argument("permits", "must be at least 1"));
         }
         let numbers = Decimals::new([millis(request.lease), self.quarantine_ms()]);
-        let [lease, quarantine] = numbers.get();
+        let [lease_ms, quarantine_ms] = numbers.get();
         let epoch = self.epoch_key(name);
-        let reserved = layout::permit_reservation_key(name);
+        let reservation = layout::permit_reservation_key(name);
         let (marker, peak) = (layout::kind_marker_key(name), layout::permit_peak_key(name));
-        let [reserving, so_far_ms, kept_ms] = reservation_args(request.reserve);
+        let (issued, channel) = issued_and_channel(name);
+        let [waiter, waited_ms, reservation_ms] = reservation_args(request.reserve);
+        let texts = id_texts(&request.ids);
+        let items: Vec<calls::ExpirableIssued<'_>> = texts
+            .iter()
+            .map(|id| calls::ExpirableIssued { id })
+            .collect();
+        let call = calls::ExpirableIssue {
+            semaphore: layout::lock_key(name),
+            issued: &issued,
+            epoch: &epoch,
+            reservation: &reservation,
+            marker: &marker,
+            peak: &peak,
+            channel: &channel,
+            publish: self.options.publish.command(),
+            lease_ms,
+            quarantine_ms,
+            waiter: &waiter,
+            waited_ms: &waited_ms,
+            reservation_ms: &reservation_ms,
+        };
+        let (keys, args) = (call.keys_with(&items), call.args_with(&items));
         let reply = self
-            .eval_expirable(
+            .eval(
                 "issuing permits",
-                &script::EXPIRABLE_ISSUE,
-                name,
-                &[&epoch, &reserved, &marker, &peak],
-                &[lease, quarantine, &reserving, &so_far_ms, &kept_ms],
-                &request.ids,
+                calls::ExpirableIssue::SCRIPT,
+                &keys,
+                &args,
             )
             .await?;
         let Reply::Array(items) = &reply else {
@@ -139,15 +160,28 @@ impl ExpirableSemaphoreBackend for RedisBackend {
 
     async fn release(&self, name: &LockName, request: &ReturnRequest) -> Result<bool, Error> {
         let answer = layout::permit_answer_key(name, request.id);
-        let remembered = millis(request.retry_window).to_string();
+        let answer_ms = millis(request.retry_window).to_string();
+        let (issued, channel) = issued_and_channel(name);
+        let texts = id_texts(&request.ids);
+        let items: Vec<calls::ExpirableReleased<'_>> = texts
+            .iter()
+            .map(|id| calls::ExpirableReleased { id })
+            .collect();
+        let call = calls::ExpirableRelease {
+            semaphore: layout::lock_key(name),
+            issued: &issued,
+            answer: &answer,
+            channel: &channel,
+            publish: self.options.publish.command(),
+            answer_ms: &answer_ms,
+        };
+        let (keys, args) = (call.keys_with(&items), call.args_with(&items));
         let reply = self
-            .eval_expirable(
+            .eval(
                 "giving permits back",
-                &script::EXPIRABLE_RELEASE,
-                name,
-                &[&answer],
-                &[&remembered],
-                &request.ids,
+                calls::ExpirableRelease::SCRIPT,
+                &keys,
+                &args,
             )
             .await?;
         integer("expirable release", reply).map(|released| released == 1)
@@ -177,16 +211,14 @@ impl ExpirableSemaphoreBackend for RedisBackend {
     }
 
     async fn permits(&self, name: &LockName) -> Result<(i64, u64), Error> {
-        let reply = self
-            .eval_expirable(
-                "reading permits",
-                &script::EXPIRABLE_READ,
-                name,
-                &[],
-                &[],
-                &[],
-            )
-            .await?;
+        let (issued, channel) = issued_and_channel(name);
+        let call = calls::ExpirableRead {
+            semaphore: layout::lock_key(name),
+            issued: &issued,
+            channel: &channel,
+            publish: self.options.publish.command(),
+        };
+        let reply = self.run("reading permits", &call).await?;
         match &reply {
             Reply::Array(items) => match items.as_slice() {
                 [Reply::Int(available), Reply::Int(issued)] => {

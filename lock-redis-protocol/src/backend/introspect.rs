@@ -8,10 +8,9 @@ use async_trait::async_trait;
 use lock_core::{ClientInfo, Error, HeldAs, HolderInfo, Introspect, LockInfo, LockName};
 
 use super::{RedisBackend, pttl, unexpected};
-use crate::layout;
-use crate::script;
 use crate::slot::key_slot;
 use crate::transport::{Reply, Topology};
+use crate::{calls, layout};
 
 /// How many keys one step of the walk looks at.
 const SCAN_STEP: &str = "200";
@@ -19,23 +18,22 @@ const SCAN_STEP: &str = "200";
 #[async_trait]
 impl Introspect for RedisBackend {
     async fn describe(&self, name: &LockName) -> Result<LockInfo, Error> {
-        let keys = [
-            layout::lock_key(name).to_owned(),
+        let (queue, waiting) = (
             layout::fair_queue_key(name),
             layout::waiting_clients_key(name),
-            layout::token_key(name),
-        ];
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        );
+        let token = layout::token_key(name);
         let grants_prefix = layout::grants_key(name, "", false);
-        let reads_prefix = format!("{}:", layout::tagged(name));
-        let reply = self
-            .eval(
-                "describing a lock",
-                &script::LOCK_DESCRIBE,
-                &keys,
-                &[&grants_prefix, &reads_prefix],
-            )
-            .await?;
+        let holds_prefix = format!("{}:", layout::tagged(name));
+        let call = calls::LockDescribe {
+            lock: layout::lock_key(name),
+            queue: &queue,
+            waiting: &waiting,
+            token: &token,
+            grants_prefix: &grants_prefix,
+            holds_prefix: &holds_prefix,
+        };
+        let reply = self.run("describing a lock", &call).await?;
         let mut info = described(name, &reply)?;
         // One read per client: a client's readers share its description.
         let mut clients: std::collections::HashMap<String, Option<ClientInfo>> =
@@ -61,14 +59,13 @@ impl Introspect for RedisBackend {
         for route in self.one_key_per_master().await? {
             let mut cursor = "0".to_owned();
             loop {
-                let reply = self
-                    .eval(
-                        "listing held locks",
-                        &script::LOCKS_SCAN,
-                        &[&route],
-                        &[&cursor, &pattern, SCAN_STEP],
-                    )
-                    .await?;
+                let call = calls::LocksScan {
+                    route: &route,
+                    cursor: &cursor,
+                    pattern: &pattern,
+                    step: SCAN_STEP,
+                };
+                let reply = self.run("listing held locks", &call).await?;
                 let (next, found) = scanned(&reply)?;
                 names.extend(found);
                 if next == "0" || names.len() >= limit {
@@ -95,14 +92,12 @@ impl Introspect for RedisBackend {
         let ttl_ms = u64::try_from(ttl.as_millis())
             .unwrap_or(u64::MAX)
             .to_string();
-        self.eval(
-            "describing this client",
-            &script::CLIENT_ANNOUNCE,
-            &[&key],
-            &[&description, &ttl_ms],
-        )
-        .await
-        .map(drop)
+        let call = calls::ClientAnnounce {
+            client: &key,
+            description: &description,
+            lives_ms: &ttl_ms,
+        };
+        self.run("describing this client", &call).await.map(drop)
     }
 }
 
@@ -110,9 +105,8 @@ impl RedisBackend {
     /// What the client `client_id` said about itself, if it did (and lately).
     async fn client(&self, client_id: &str) -> Result<Option<ClientInfo>, Error> {
         let key = layout::client_key(client_id);
-        let reply = self
-            .eval("reading a client", &script::CLIENT_READ, &[&key], &[])
-            .await?;
+        let call = calls::ClientRead { client: &key };
+        let reply = self.run("reading a client", &call).await?;
         Ok(match reply {
             Reply::Bytes(bytes) => {
                 let text = String::from_utf8_lossy(&bytes);
@@ -134,14 +128,10 @@ impl RedisBackend {
         if self.transport.topology() != Topology::Cluster {
             return Ok(vec!["redisson_lock_scan".to_owned()]);
         }
-        let reply = self
-            .eval(
-                "reading the cluster's slots",
-                &script::CLUSTER_SLOTS,
-                &["redisson_lock_scan"],
-                &[],
-            )
-            .await?;
+        let call = calls::ClusterSlots {
+            route: "redisson_lock_scan",
+        };
+        let reply = self.run("reading the cluster's slots", &call).await?;
         let Reply::Array(ranges) = &reply else {
             return Err(unexpected("cluster slots", &reply));
         };

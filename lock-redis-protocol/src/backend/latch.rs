@@ -6,9 +6,8 @@ use lock_core::notify::Listener;
 use lock_core::{Error, LockName};
 
 use super::{PublishMode, RedisBackend, millis, unexpected};
-use crate::layout;
-use crate::script;
 use crate::transport::Reply;
+use crate::{calls, layout};
 
 /// Redisson's `RCountDownLatch`: the count in the string `name`, messages on
 /// `redisson_countdownlatch__channel__{name}` (`0` opened, `1` closed again).
@@ -17,13 +16,16 @@ impl LatchBackend for RedisBackend {
     async fn try_set_count(&self, name: &LockName, count: u64) -> Result<bool, Error> {
         let count = count.to_string();
         let [channel, java] = self.latch_channels(name);
-        let args = [&*count, &channel, self.options.publish.command(), &java];
         let marker = layout::kind_marker_key(name);
-        let keys = [layout::lock_key(name), &marker];
-        match self
-            .eval("setting a latch", &script::LATCH_SET, &keys, &args)
-            .await?
-        {
+        let call = calls::LatchSet {
+            latch: layout::lock_key(name),
+            marker: &marker,
+            count: &count,
+            channel: &channel,
+            publish: self.options.publish.command(),
+            java_channel: &java,
+        };
+        match self.run("setting a latch", &call).await? {
             Reply::Int(set) => Ok(set == 1),
             other => Err(unexpected("latch set", &other)),
         }
@@ -32,20 +34,18 @@ impl LatchBackend for RedisBackend {
     async fn count_down(&self, name: &LockName, request: LatchRequest) -> Result<u64, Error> {
         let answer = layout::count_down_answer_key(name, request.id);
         let [channel, java] = self.latch_channels(name);
-        let remembered = millis(request.retry_window).to_string();
-        let args = [
-            &*channel,
-            self.options.publish.command(),
-            &remembered,
-            &java,
-        ];
+        let answer_ms = millis(request.retry_window).to_string();
         let marker = layout::kind_marker_key(name);
-        let keys = [layout::lock_key(name), &answer, &marker];
-        let script = &script::LATCH_COUNT_DOWN;
-        match self
-            .eval("counting a latch down", script, &keys, &args)
-            .await?
-        {
+        let call = calls::LatchCountDown {
+            latch: layout::lock_key(name),
+            answer: &answer,
+            marker: &marker,
+            channel: &channel,
+            publish: self.options.publish.command(),
+            answer_ms: &answer_ms,
+            java_channel: &java,
+        };
+        match self.run("counting a latch down", &call).await? {
             Reply::Int(left) => Ok(u64::try_from(left).unwrap_or(0)),
             other => Err(unexpected("latch count-down", &other)),
         }
@@ -53,11 +53,11 @@ impl LatchBackend for RedisBackend {
 
     async fn count(&self, name: &LockName) -> Result<u64, Error> {
         let marker = layout::kind_marker_key(name);
-        let keys = [layout::lock_key(name), &marker];
-        match self
-            .eval("reading a latch", &script::LATCH_COUNT, &keys, &[])
-            .await?
-        {
+        let call = calls::LatchCount {
+            latch: layout::lock_key(name),
+            marker: &marker,
+        };
+        match self.run("reading a latch", &call).await? {
             Reply::Int(count) => Ok(u64::try_from(count).unwrap_or(0)),
             other => Err(unexpected("latch count", &other)),
         }
@@ -65,13 +65,15 @@ impl LatchBackend for RedisBackend {
 
     async fn delete(&self, name: &LockName) -> Result<bool, Error> {
         let [channel, java] = self.latch_channels(name);
-        let args = [&*channel, self.options.publish.command(), &java];
         let marker = layout::kind_marker_key(name);
-        let keys = [layout::lock_key(name), &marker];
-        match self
-            .eval("deleting a latch", &script::LATCH_DELETE, &keys, &args)
-            .await?
-        {
+        let call = calls::LatchDelete {
+            latch: layout::lock_key(name),
+            marker: &marker,
+            channel: &channel,
+            publish: self.options.publish.command(),
+            java_channel: &java,
+        };
+        match self.run("deleting a latch", &call).await? {
             Reply::Int(deleted) => Ok(deleted == 1),
             other => Err(unexpected("latch delete", &other)),
         }

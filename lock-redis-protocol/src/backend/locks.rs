@@ -12,12 +12,14 @@ use lock_core::backend::{
 };
 use lock_core::notify::Listener;
 
-use super::acquire_call::{AcquireCall, Common, Particular, acquire_call};
 use super::answer::{AcquireAnswer, decode_acquire};
 use super::{Family, RedisBackend, count, flag, millis, pttl, unexpected};
+use crate::calls::{
+    FairAcquire, FairCancel, FairForceRelease, FencingRaise, FixedCall, MutexAcquire, MutexCancel,
+    MutexForceRelease, MutexInspect, RwForceRelease, RwReadAcquire, RwWriteAcquire,
+};
 use crate::decimals::Decimals;
 use crate::error::NotReplicated;
-use crate::script;
 use crate::transport::Reply;
 use crate::{events, layout};
 
@@ -68,19 +70,17 @@ impl RedisBackend {
 impl RedisBackend {
     /// Sends an acquire's call and reads its answer; a grant too few replicas confirmed
     /// is given back.
-    async fn run_acquire(
+    async fn run_acquire<'a, C, const K: usize, const A: usize>(
         &self,
         lock: &LockRef,
         request: &AcquireRequest,
-        call: &AcquireCall<'_>,
-    ) -> Result<Acquire, Error> {
+        call: &C,
+    ) -> Result<Acquire, Error>
+    where
+        C: FixedCall<'a, K, A>,
+    {
         let (reply, acknowledged) = self
-            .eval_write(
-                "acquiring",
-                call.script,
-                call.keys.as_slice(),
-                call.args.as_slice(),
-            )
+            .eval_write("acquiring", C::SCRIPT, &call.keys(), &call.args())
             .await?;
         let answer = AcquireAnswer::of(&reply);
         let items = answer.as_ref().map(AcquireAnswer::items);
@@ -136,31 +136,27 @@ impl RedisBackend {
         let reservation = layout::reservation_key(name);
         let requests = layout::waiting_requests_key(name);
         let (token, epoch) = (layout::token_key(name), self.epoch_key(name));
-        let keys = [
-            layout::lock_key(name),
-            &waiting,
-            &reservation,
-            &requests,
-            &token,
-            &epoch,
-        ];
         let cancel = Cancellation::new(self, millis(self.options.reservation), acquisition);
-        let [offer_ms, quarantine, latch_ms] = cancel.numbers.get();
-        let args = [
-            &*self.wake_id,
-            &channel,
-            self.options.publish.command(),
-            self.listener_count_command(),
+        let [offer_ms, quarantine_ms, latch_ms] = cancel.numbers.get();
+        let call = MutexCancel {
+            lock: layout::lock_key(name),
+            waiting: &waiting,
+            reservation: &reservation,
+            requests: &requests,
+            token: &token,
+            epoch: &epoch,
+            wake_id: &self.wake_id,
+            channel: &channel,
+            publish: self.options.publish.command(),
+            numsub: self.listener_count_command(),
             offer_ms,
-            quarantine,
-            &cancel.request,
-            &field,
+            quarantine_ms,
+            acquisition: &cancel.request,
+            field: &field,
             latch_ms,
             mode,
-        ];
-        self.eval("leaving the waiters", &script::MUTEX_CANCEL, &keys, &args)
-            .await
-            .map(drop)
+        };
+        self.run("leaving the waiters", &call).await.map(drop)
     }
 
     /// A fair lock's waiter gives up (see the `fair_cancel` script).
@@ -169,28 +165,24 @@ impl RedisBackend {
         let [queue, deadlines, alive] = layout::fair_queue_keys(name);
         let prefix = layout::mutex_channel(name);
         let (token, epoch) = (layout::token_key(name), self.epoch_key(name));
-        let keys = [
-            layout::lock_key(name),
-            &queue,
-            &deadlines,
-            &alive,
-            &token,
-            &epoch,
-        ];
         let cancel = Cancellation::new(self, layout::REDISSON_WAIT_SLOT_MS, acquisition);
-        let [slot, quarantine, latch_ms] = cancel.numbers.get();
-        let args = [
-            lock.owner.as_str(),
-            &prefix,
-            self.options.publish.command(),
-            slot,
-            quarantine,
-            &cancel.request,
+        let [slot_ms, quarantine_ms, latch_ms] = cancel.numbers.get();
+        let call = FairCancel {
+            lock: layout::lock_key(name),
+            queue: &queue,
+            deadlines: &deadlines,
+            alive: &alive,
+            token: &token,
+            epoch: &epoch,
+            owner: lock.owner.as_str(),
+            channel_prefix: &prefix,
+            publish: self.options.publish.command(),
+            slot_ms,
+            quarantine_ms,
+            acquisition: &cancel.request,
             latch_ms,
-        ];
-        self.eval("leaving the queue", &script::FAIR_CANCEL, &keys, &args)
-            .await
-            .map(drop)
+        };
+        self.run("leaving the queue", &call).await.map(drop)
     }
 }
 
@@ -200,6 +192,10 @@ impl Backend for RedisBackend {
         Self::CAPABILITIES.ordered_requests(self.transport.keeps_order())
     }
 
+    #[allow(
+        clippy::too_many_lines,
+        reason = "one call per family, each naming every input its script reads"
+    )]
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
         let family = Family::of(lock.kind)?;
         let name = &lock.name;
@@ -227,30 +223,20 @@ impl Backend for RedisBackend {
         ]);
         let [lease_ms, latch_ms, quarantine, place_ms] = numbers.get();
         let attempt = Decimals::new([u64::from(wait.attempt)]);
-        let common = Common {
-            lock: key,
-            token: built.get(token_at),
-            epoch: &epoch,
-            grants: built.get(grants_at),
-            latch: built.get(latch_at),
-            lease_ms,
-            owner,
-            fencing: flag(request.fencing),
-            quarantine,
-            grant: &grant,
-            latch_ms,
-            place_ms,
-            attempt: attempt.get()[0],
-        };
-        // What only one family takes is rendered for that family alone; the text lives
-        // here, for the call to borrow.
-        let (queue, prefix, rendered);
-        let particular = match family {
+        let attempt = attempt.get()[0];
+        let (lock_key, epoch) = (key, &*epoch);
+        let (token, grants, latch) = (
+            built.get(token_at),
+            built.get(grants_at),
+            built.get(latch_at),
+        );
+        let (fencing, grant, quarantine_ms) = (flag(request.fencing), grant.as_str(), quarantine);
+        match family {
             Family::Mutex | Family::Write => {
                 let wake_id = self.wake_id_for(&request);
                 // A live waiter asks again within the holder's lease (its own, as a
                 // rule): a set of waiting clients none of which asked that long is gone.
-                rendered = Decimals::new([
+                let rendered = Decimals::new([
                     millis(self.options.reservation),
                     millis(wait.waited),
                     millis(request.lease.saturating_add(wait.place_kept_for)),
@@ -258,57 +244,110 @@ impl Backend for RedisBackend {
                 let [reservation_ms, waited_ms, registered_ms] = rendered.get();
                 let (waiting, requests) = (built.get(waiting_at), built.get(requests_at));
                 if family == Family::Write {
-                    prefix = layout::read_hold_prefix(name, owner);
-                    let prefix = &prefix;
-                    Particular::Write {
-                        prefix,
+                    let hold_prefix = layout::read_hold_prefix(name, owner);
+                    let call = RwWriteAcquire {
+                        lock: lock_key,
+                        token,
+                        epoch,
                         waiting,
                         requests,
+                        grants,
+                        latch,
+                        lease_ms,
+                        owner,
+                        fencing,
+                        quarantine_ms,
+                        hold_prefix: &hold_prefix,
                         wake_id,
                         registered_ms,
-                    }
+                        place_ms,
+                        attempt,
+                        grant,
+                        latch_ms,
+                    };
+                    self.run_acquire(lock, &request, &call).await
                 } else {
-                    Particular::Mutex {
+                    let call = MutexAcquire {
+                        lock: lock_key,
                         reservation: built.get(reservation_at),
+                        token,
+                        epoch,
                         waiting,
                         requests,
+                        grants,
+                        latch,
+                        lease_ms,
+                        owner,
                         starving: flag(wait.starving),
                         reservation_ms,
                         waited_ms,
+                        fencing,
+                        quarantine_ms,
                         wake_id,
                         registered_ms,
-                    }
+                        place_ms,
+                        attempt,
+                        grant,
+                        latch_ms,
+                    };
+                    self.run_acquire(lock, &request, &call).await
                 }
             }
             Family::Fair => {
-                queue = layout::fair_queue_keys(name);
-                let [waiters, deadlines, alive] = &queue;
-                Particular::Fair {
-                    queue: [waiters, deadlines, alive],
+                let [queue, deadlines, alive] = layout::fair_queue_keys(name);
+                let call = FairAcquire {
+                    lock: lock_key,
+                    queue: &queue,
+                    deadlines: &deadlines,
+                    alive: &alive,
+                    token,
+                    epoch,
+                    grants,
+                    latch,
+                    lease_ms,
+                    owner,
                     joins: flag(request.waits()),
-                    slot: layout::REDISSON_WAIT_SLOT_TEXT,
-                }
+                    place_ms,
+                    fencing,
+                    quarantine_ms,
+                    slot_ms: layout::REDISSON_WAIT_SLOT_TEXT,
+                    attempt,
+                    grant,
+                    latch_ms,
+                };
+                self.run_acquire(lock, &request, &call).await
             }
             Family::Read => {
-                prefix = layout::read_hold_prefix(name, owner);
-                Particular::Read { prefix: &prefix }
+                let hold_prefix = layout::read_hold_prefix(name, owner);
+                let call = RwReadAcquire {
+                    lock: lock_key,
+                    token,
+                    epoch,
+                    grants,
+                    latch,
+                    lease_ms,
+                    owner,
+                    hold_prefix: &hold_prefix,
+                    fencing,
+                    quarantine_ms,
+                    grant,
+                    latch_ms,
+                };
+                self.run_acquire(lock, &request, &call).await
             }
-        };
-        self.run_acquire(lock, &request, &acquire_call(&common, &particular))
-            .await
+        }
     }
 
     async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
         let key = layout::token_key(&lock.name);
         let token = token.to_string();
-        self.eval(
-            "raising the fencing counter",
-            &script::FENCING_RAISE,
-            &[&key],
-            &[&token],
-        )
-        .await
-        .map(drop)
+        let call = FencingRaise {
+            token: &key,
+            value: &token,
+        };
+        self.run("raising the fencing counter", &call)
+            .await
+            .map(drop)
     }
 
     async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
@@ -325,14 +364,12 @@ impl Backend for RedisBackend {
             Family::Write => (format!("{}:write", lock.owner), "write"),
             Family::Mutex | Family::Fair => (lock.owner.as_str().to_owned(), ""),
         };
-        let reply = self
-            .eval(
-                "inspecting",
-                &script::MUTEX_INSPECT,
-                &[layout::lock_key(&lock.name)],
-                &[&field, mode],
-            )
-            .await?;
+        let call = MutexInspect {
+            lock: layout::lock_key(&lock.name),
+            field: &field,
+            mode,
+        };
+        let reply = self.run("inspecting", &call).await?;
         match &reply {
             Reply::Array(items) => match items.as_slice() {
                 [Reply::Int(locked), Reply::Int(holds), Reply::Int(ttl)] => Ok(LockState::new(
@@ -355,14 +392,15 @@ impl Backend for RedisBackend {
             Family::Fair => {
                 let [queue, deadlines, alive] = layout::fair_queue_keys(name);
                 let prefix = layout::mutex_channel(name);
-                let keys = [key, &queue, &deadlines, &alive];
-                self.eval(
-                    "force-releasing",
-                    &script::FAIR_FORCE_RELEASE,
-                    &keys,
-                    &[&prefix, publish],
-                )
-                .await?
+                let call = FairForceRelease {
+                    lock: key,
+                    queue: &queue,
+                    deadlines: &deadlines,
+                    alive: &alive,
+                    channel_prefix: &prefix,
+                    publish,
+                };
+                self.run("force-releasing", &call).await?
             }
             Family::Read | Family::Write => {
                 let mode = if family == Family::Read {
@@ -371,23 +409,22 @@ impl Backend for RedisBackend {
                     "write"
                 };
                 let channel = layout::rw_channel(name);
-                self.eval(
-                    "force-releasing",
-                    &script::RW_FORCE_RELEASE,
-                    &[key],
-                    &[mode, &channel, publish],
-                )
-                .await?
+                let call = RwForceRelease {
+                    lock: key,
+                    mode,
+                    channel: &channel,
+                    publish,
+                };
+                self.run("force-releasing", &call).await?
             }
             Family::Mutex => {
                 let channel = layout::mutex_channel(name);
-                self.eval(
-                    "force-releasing",
-                    &script::MUTEX_FORCE_RELEASE,
-                    &[key],
-                    &[&channel, publish],
-                )
-                .await?
+                let call = MutexForceRelease {
+                    lock: key,
+                    channel: &channel,
+                    publish,
+                };
+                self.run("force-releasing", &call).await?
             }
         };
         match reply {

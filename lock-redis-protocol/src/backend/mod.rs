@@ -19,7 +19,6 @@ use crate::layout;
 use crate::slot::key_slot;
 use crate::transport::{NotificationSink, Reply, Topology, Transport};
 
-mod acquire_call;
 mod answer;
 mod call;
 mod expirable;

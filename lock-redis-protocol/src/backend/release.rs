@@ -5,9 +5,9 @@ use lock_core::Error;
 use lock_core::backend::{LockRef, Release, ReleaseRequest};
 
 use super::{Family, RedisBackend, count, millis, unexpected};
+use crate::calls;
 use crate::decimals::Decimals;
 use crate::layout;
-use crate::script;
 use crate::transport::Reply;
 
 /// A mutex release's rendered numbers and grant id.
@@ -51,22 +51,25 @@ impl RedisBackend {
                 let prefix = layout::mutex_channel(name);
                 let (token, epoch) = (layout::token_key(name), self.epoch_key(name));
                 let quarantine = self.quarantine_ms().to_string();
-                let args = [
+                let call = calls::FairRelease {
+                    lock: key,
+                    queue: &queue,
+                    deadlines: &deadlines,
+                    alive: &alive,
+                    token: &token,
+                    epoch: &epoch,
+                    grants: built.get(grants_at),
+                    latch: built.get(latch_at),
                     lease_ms,
                     owner,
-                    &prefix,
+                    channel_prefix: &prefix,
                     publish,
-                    &quarantine,
-                    layout::REDISSON_WAIT_SLOT_TEXT,
-                    &grant,
+                    quarantine_ms: &quarantine,
+                    slot_ms: layout::REDISSON_WAIT_SLOT_TEXT,
+                    grant: &grant,
                     latch_ms,
-                ];
-                let (grants, latch) = (built.get(grants_at), built.get(latch_at));
-                let keys = [
-                    key, &queue, &deadlines, &alive, &token, &epoch, grants, latch,
-                ];
-                self.eval("releasing", &script::FAIR_RELEASE, &keys, &args)
-                    .await?
+                };
+                self.run("releasing", &call).await?
             }
             Family::Read | Family::Write => {
                 let numbers = ReadWriteRelease {
@@ -120,29 +123,26 @@ impl RedisBackend {
         let channel = built.get(channel_at);
         let epoch = self.epoch_key(&lock.name);
         let quarantine = self.quarantine_ms().to_string();
-        let args = [
+        let call = calls::MutexRelease {
+            lock: layout::lock_key(&lock.name),
+            waiting: built.get(waiting_at),
+            reservation: built.get(reservation_at),
+            requests: built.get(requests_at),
+            token: built.get(token_at),
+            epoch: &epoch,
+            grants: built.get(grants_at),
+            latch: built.get(latch_at),
             lease_ms,
-            lock.owner.as_str(),
+            owner: lock.owner.as_str(),
             channel,
-            self.options.publish.command(),
-            count,
+            publish: self.options.publish.command(),
+            numsub: count,
             offer_ms,
-            &quarantine,
+            quarantine_ms: &quarantine,
             grant,
             latch_ms,
-        ];
-        let keys = [
-            layout::lock_key(&lock.name),
-            built.get(waiting_at),
-            built.get(reservation_at),
-            built.get(requests_at),
-            built.get(token_at),
-            &epoch,
-            built.get(grants_at),
-            built.get(latch_at),
-        ];
-        self.eval("releasing", &script::MUTEX_RELEASE, &keys, &args)
-            .await
+        };
+        self.run("releasing", &call).await
     }
 }
 
@@ -178,43 +178,53 @@ impl RedisBackend {
             self.options.publish.command(),
             self.listener_count_command(),
         );
-        let keys = [
+        let (lock_key, waiting, requests, token, grants, latch) = (
             layout::lock_key(name),
             built.get(waiting_at),
             built.get(requests_at),
             built.get(token_at),
-            &epoch,
             built.get(grants_at),
             built.get(latch_at),
-        ];
+        );
         let owner = lock.owner.as_str();
         if family == Family::Read {
             let tagged = layout::tagged(name);
-            let args = [
+            let call = calls::RwReadRelease {
+                lock: lock_key,
+                waiting,
+                requests,
+                token,
+                epoch: &epoch,
+                grants,
+                latch,
                 owner,
-                &channel,
+                channel: &channel,
                 publish,
-                &tagged,
-                count,
-                &quarantine,
+                tagged_name: &tagged,
+                numsub: count,
+                quarantine_ms: &quarantine,
                 grant,
                 latch_ms,
-            ];
-            return self
-                .eval("releasing", &script::RW_READ_RELEASE, &keys, &args)
-                .await;
+            };
+            return self.run("releasing", &call).await;
         }
-        let args = [
+        let call = calls::RwWriteRelease {
+            lock: lock_key,
+            waiting,
+            requests,
+            token,
+            epoch: &epoch,
+            grants,
+            latch,
             lease_ms,
             owner,
-            &channel,
+            channel: &channel,
             publish,
-            count,
-            &quarantine,
+            numsub: count,
+            quarantine_ms: &quarantine,
             grant,
             latch_ms,
-        ];
-        self.eval("releasing", &script::RW_WRITE_RELEASE, &keys, &args)
-            .await
+        };
+        self.run("releasing", &call).await
     }
 }

@@ -7,10 +7,11 @@ use lock_core::Error;
 use lock_core::backend::{LockRef, Renewal, RequestId};
 
 use super::{Family, RedisBackend, millis, unexpected};
+use crate::calls;
 use crate::error::NotReplicated;
+use crate::layout;
 use crate::slot::key_slot;
 use crate::transport::{Reply, Topology};
-use crate::{layout, script};
 
 /// Renewal scripts take one family of kinds at a time: read holds have their own script.
 fn renew_script(family: Family) -> u8 {
@@ -74,40 +75,67 @@ impl RedisBackend {
 
     /// Renews one batch of locks of one kind family in one slot.
     async fn renew_chunk(&self, locks: &[(&LockRef, Family)], lease_ms: &str) -> Vec<Renewal> {
-        // Per lock: the lock and its owner's grants hash.
+        // Per lock: the lock, its owner's grants hash and the owner's field, and for read
+        // holds the prefix of the owner's hold keys.
         let grants: Vec<String> = locks
             .iter()
             .map(|(l, family)| {
                 layout::grants_key(&l.name, l.owner.as_str(), *family == Family::Write)
             })
             .collect();
-        let keys: Vec<&str> = locks
+        let fields: Vec<String> = locks
             .iter()
-            .zip(&grants)
-            .flat_map(|((l, _), grants)| [layout::lock_key(&l.name), grants.as_str()])
+            .map(|(l, family)| match family {
+                Family::Write => format!("{}:write", l.owner),
+                Family::Read | Family::Mutex | Family::Fair => l.owner.as_str().to_owned(),
+            })
             .collect();
         let reads = locks
             .first()
             .is_some_and(|(_, family)| *family == Family::Read);
-        // Per lock: the owner's field, and for read holds the prefix of its hold keys.
-        let per_lock: Vec<String> = locks
-            .iter()
-            .flat_map(|(l, family)| match family {
-                Family::Read => vec![
-                    l.owner.as_str().to_owned(),
-                    layout::read_hold_prefix(&l.name, l.owner.as_str()),
-                ],
-                Family::Write => vec![format!("{}:write", l.owner)],
-                Family::Mutex | Family::Fair => vec![l.owner.as_str().to_owned()],
-            })
-            .collect();
-        let mut args: Vec<&str> = Vec::with_capacity(per_lock.len() + 1);
-        args.push(lease_ms);
-        args.extend(per_lock.iter().map(String::as_str));
-        let script = if reads {
-            &script::RW_READ_RENEW
+        let prefixes: Vec<String> = if reads {
+            locks
+                .iter()
+                .map(|(l, _)| layout::read_hold_prefix(&l.name, l.owner.as_str()))
+                .collect()
         } else {
-            &script::MUTEX_RENEW
+            Vec::new()
+        };
+        let (script, keys, args) = if reads {
+            let items: Vec<calls::RwReadRenewed<'_>> = locks
+                .iter()
+                .zip(grants.iter().zip(&fields).zip(&prefixes))
+                .map(
+                    |((l, _), ((grants, owner), hold_prefix))| calls::RwReadRenewed {
+                        lock: layout::lock_key(&l.name),
+                        grants,
+                        owner,
+                        hold_prefix,
+                    },
+                )
+                .collect();
+            let call = calls::RwReadRenew { lease_ms };
+            (
+                calls::RwReadRenew::SCRIPT,
+                call.keys_with(&items),
+                call.args_with(&items),
+            )
+        } else {
+            let items: Vec<calls::MutexRenewed<'_>> = locks
+                .iter()
+                .zip(grants.iter().zip(&fields))
+                .map(|((l, _), (grants, owner))| calls::MutexRenewed {
+                    lock: layout::lock_key(&l.name),
+                    grants,
+                    owner,
+                })
+                .collect();
+            let call = calls::MutexRenew { lease_ms };
+            (
+                calls::MutexRenew::SCRIPT,
+                call.keys_with(&items),
+                call.args_with(&items),
+            )
         };
         match self.eval_write("renewing", script, &keys, &args).await {
             Ok((_, Some(acknowledged)))

@@ -6,9 +6,8 @@ use lock_core::notify::Listener;
 use lock_core::{Error, LockName, RequestId};
 
 use super::{RedisBackend, integer, millis, unexpected};
-use crate::layout;
-use crate::script;
 use crate::transport::Reply;
+use crate::{calls, layout};
 
 /// Redisson's `RSemaphore`: the available count in the string `name`, the new count
 /// published on `redisson_sc:{name}`.
@@ -17,28 +16,31 @@ impl SemaphoreBackend for RedisBackend {
     async fn try_set_permits(&self, name: &LockName, permits: u64) -> Result<bool, Error> {
         let permits = permits.to_string();
         let channel = layout::semaphore_channel(name);
-        let args = [&*permits, &channel, self.options.publish.command()];
         let (marker, peak) = (layout::kind_marker_key(name), layout::permit_peak_key(name));
-        let keys = [layout::lock_key(name), &marker, &peak];
-        let script = &script::SEMAPHORE_SET;
-        integer(
-            "semaphore set",
-            self.eval("setting permits", script, &keys, &args).await?,
-        )
-        .map(|set| set == 1)
+        let call = calls::SemaphoreSet {
+            semaphore: layout::lock_key(name),
+            marker: &marker,
+            peak: &peak,
+            permits: &permits,
+            channel: &channel,
+            publish: self.options.publish.command(),
+        };
+        integer("semaphore set", self.run("setting permits", &call).await?).map(|set| set == 1)
     }
 
     async fn add_permits(&self, name: &LockName, delta: i64) -> Result<i64, Error> {
         let delta = delta.to_string();
         let channel = layout::semaphore_channel(name);
-        let args = [&*delta, &channel, self.options.publish.command()];
         let (marker, peak) = (layout::kind_marker_key(name), layout::permit_peak_key(name));
-        let keys = [layout::lock_key(name), &marker, &peak];
-        let script = &script::SEMAPHORE_ADD;
-        integer(
-            "semaphore add",
-            self.eval("adding permits", script, &keys, &args).await?,
-        )
+        let call = calls::SemaphoreAdd {
+            semaphore: layout::lock_key(name),
+            marker: &marker,
+            peak: &peak,
+            delta: &delta,
+            channel: &channel,
+            publish: self.options.publish.command(),
+        };
+        integer("semaphore add", self.run("adding permits", &call).await?)
     }
 
     async fn try_acquire(
@@ -47,14 +49,22 @@ impl SemaphoreBackend for RedisBackend {
         request: PermitRequest,
     ) -> Result<PermitAnswer, Error> {
         let grant = layout::permit_answer_key(name, request.id);
-        let reserved = layout::permit_reservation_key(name);
+        let reservation = layout::permit_reservation_key(name);
         let permits = request.permits.to_string();
-        let [reserving, so_far_ms, kept_ms] = reservation_args(request.reserve);
+        let [waiter, waited_ms, reservation_ms] = reservation_args(request.reserve);
         let (marker, peak) = (layout::kind_marker_key(name), layout::permit_peak_key(name));
-        let keys = [layout::lock_key(name), &grant, &reserved, &marker, &peak];
-        let args = [&*permits, &reserving, &so_far_ms, &kept_ms];
-        let script = &script::SEMAPHORE_ACQUIRE;
-        let reply = self.eval("taking permits", script, &keys, &args).await?;
+        let call = calls::SemaphoreAcquire {
+            semaphore: layout::lock_key(name),
+            grant: &grant,
+            reservation: &reservation,
+            marker: &marker,
+            peak: &peak,
+            permits: &permits,
+            waiter: &waiter,
+            waited_ms: &waited_ms,
+            reservation_ms: &reservation_ms,
+        };
+        let reply = self.run("taking permits", &call).await?;
         match integer("semaphore acquire", reply)? {
             1 => Ok(PermitAnswer::Taken),
             0 => Ok(PermitAnswer::Unavailable),
@@ -66,48 +76,37 @@ impl SemaphoreBackend for RedisBackend {
     async fn release(&self, name: &LockName, request: PermitRequest) -> Result<i64, Error> {
         let grant = layout::permit_answer_key(name, request.id);
         let channel = layout::semaphore_channel(name);
-        let remembered = millis(request.retry_window).to_string();
-        let publish = self.options.publish.command();
-        let args = [&*channel, publish, &remembered];
+        let answer_ms = millis(request.retry_window).to_string();
         let marker = layout::kind_marker_key(name);
-        let keys = [layout::lock_key(name), &grant, &marker];
-        let script = &script::SEMAPHORE_RELEASE;
+        let call = calls::SemaphoreRelease {
+            semaphore: layout::lock_key(name),
+            grant: &grant,
+            marker: &marker,
+            channel: &channel,
+            publish: self.options.publish.command(),
+            answer_ms: &answer_ms,
+        };
         integer(
             "semaphore release",
-            self.eval("giving permits back", script, &keys, &args)
-                .await?,
+            self.run("giving permits back", &call).await?,
         )
     }
 
     async fn available(&self, name: &LockName) -> Result<i64, Error> {
-        let (marker, peak) = (layout::kind_marker_key(name), layout::permit_peak_key(name));
-        let keys = [layout::lock_key(name), &marker, &peak];
-        let script = &script::SEMAPHORE_READ;
-        integer(
-            "semaphore read",
-            self.eval("reading permits", script, &keys, &["read"])
-                .await?,
-        )
+        self.read_permits(name, "read").await
     }
 
     async fn cancel_reservation(&self, name: &LockName, waiter: RequestId) -> Result<(), Error> {
-        let keys = [&*layout::permit_reservation_key(name)];
         let waiter = waiter.to_string();
-        let script = &script::SEMAPHORE_UNRESERVE;
-        self.eval("taking a reservation back", script, &keys, &[&waiter])
-            .await
-            .map(drop)
+        let call = calls::SemaphoreUnreserve {
+            reservation: &layout::permit_reservation_key(name),
+            waiter: &waiter,
+        };
+        self.run("taking a reservation back", &call).await.map(drop)
     }
 
     async fn drain(&self, name: &LockName) -> Result<i64, Error> {
-        let (marker, peak) = (layout::kind_marker_key(name), layout::permit_peak_key(name));
-        let keys = [layout::lock_key(name), &marker, &peak];
-        let script = &script::SEMAPHORE_READ;
-        integer(
-            "semaphore drain",
-            self.eval("draining permits", script, &keys, &["drain"])
-                .await?,
-        )
+        self.read_permits(name, "drain").await
     }
 
     async fn listen(&self, name: &LockName) -> Result<Listener, Error> {
@@ -128,5 +127,24 @@ pub(super) fn reservation_args(
             millis(reserve.kept_for).to_string(),
         ],
         None => [String::new(), "0".to_owned(), "1".to_owned()],
+    }
+}
+
+impl RedisBackend {
+    /// Reads a semaphore's available permits (`"read"`) or takes them all (`"drain"`).
+    async fn read_permits(&self, name: &LockName, action: &'static str) -> Result<i64, Error> {
+        let (marker, peak) = (layout::kind_marker_key(name), layout::permit_peak_key(name));
+        let call = calls::SemaphoreRead {
+            semaphore: layout::lock_key(name),
+            marker: &marker,
+            peak: &peak,
+            action,
+        };
+        let during = if action == "drain" {
+            "draining permits"
+        } else {
+            "reading permits"
+        };
+        integer("semaphore read", self.run(during, &call).await?)
     }
 }

@@ -3,12 +3,14 @@
 -- Nothing is issued during the restart quarantine, as no lock is granted: a server that
 -- lost its data must not hand out permits that holders from before still believe theirs.
 -- A starving waiter's reservation holds permits back as for the plain semaphore.
--- KEYS[1] the semaphore; KEYS[2] its issued permits (zset id -> expiry ms); KEYS[3] the
--- restart epoch; KEYS[4] the reservation; KEYS[5] the count's kind marker;
--- KEYS[6] its peak; ARGV[1] channel; ARGV[2] publish; ARGV[3]
--- lease (ms); ARGV[4] restart quarantine (ms, '0' off); ARGV[5] the waiter ('' when not
--- starving); ARGV[6] how long it has waited (ms); ARGV[7] how long a reservation is kept
--- (ms); ARGV[8..] the ids (hex).
+-- KEYS[1] semaphore: the semaphore; KEYS[2] issued: its issued permits (zset id -> expiry
+-- ms); KEYS[3] epoch: the restart epoch; KEYS[4] reservation: the reservation; KEYS[5]
+-- marker: the count's kind marker; KEYS[6] peak: its peak; ARGV[1] channel: channel;
+-- ARGV[2] publish: publish; ARGV[3] lease_ms: lease (ms); ARGV[4] quarantine_ms: restart
+-- quarantine (ms, '0' off); ARGV[5] waiter: the waiter ('' when not starving); ARGV[6]
+-- waited_ms: how long it has waited (ms); ARGV[7] reservation_ms: how long a reservation
+-- is kept
+-- (ms); ARGV[8..] id: the ids (hex).
 -- Reply: {1} issued; {2, total} more asked than available and issued together;
 -- {0, ms until the first issued permit expires} or {0} too few available; {3, ms} the
 -- quarantine's time left.

@@ -1,6 +1,7 @@
 -- The available and issued permits of an expirable semaphore (Redisson's
 -- availablePermits), after reclaiming expired ones.
--- KEYS[1] the semaphore; KEYS[2] its issued permits; ARGV[1] channel; ARGV[2] publish.
+-- KEYS[1] semaphore: the semaphore; KEYS[2] issued: its issued permits; ARGV[1] channel:
+-- channel; ARGV[2] publish: publish.
 -- Reply: {available, issued}.
 reclaim_permits(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 local count = tonumber(redis.call('get', KEYS[1]) or '0')

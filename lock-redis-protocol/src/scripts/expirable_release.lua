@@ -1,8 +1,9 @@
 -- Gives issued permits back (Redisson's release(ids)): all of them, or none when one is
 -- not issued; remembers the answer for retries of the same request.
--- KEYS[1] the semaphore; KEYS[2] its issued permits; KEYS[3] this request's answer;
--- ARGV[1] channel; ARGV[2] publish; ARGV[3] how long the answer is remembered (ms);
--- ARGV[4..] the ids (hex). Reply: 1 given back (listeners told the new count), 0 not.
+-- KEYS[1] semaphore: the semaphore; KEYS[2] issued: its issued permits; KEYS[3] answer:
+-- this request's answer; ARGV[1] channel: channel; ARGV[2] publish: publish; ARGV[3]
+-- answer_ms: how long the answer is remembered (ms);
+-- ARGV[4..] id: the ids (hex). Reply: 1 given back (listeners told the new count), 0 not.
 local before = redis.call('get', KEYS[3])
 if before then
     return tonumber(before)

@@ -1,15 +1,16 @@
 -- Takes the fair lock, or one more hold of it, in queue order.
--- KEYS[1] lock hash; KEYS[2] waiter queue (list of owners); KEYS[3] Redisson's waiter
--- scores (zset owner -> ms); KEYS[4] our waiters' liveness (hash owner -> server ms);
--- KEYS[5] fencing counter; KEYS[6] restart epoch; KEYS[7] the owner's grants hash;
--- KEYS[8] grant latch.
--- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] '1' to join the queue when busy;
--- ARGV[4] waiter timeout (ms): a queued waiter that has not asked again for this long is
--- skipped; ARGV[5] '1' to return a fencing token; ARGV[6] restart quarantine (ms);
--- ARGV[7] Redisson's wait slot (ms); ARGV[8] which attempt of its acquisition this is
--- (named to the waiter when the lock is handed over to it; see hand_fair_lock);
--- ARGV[9] this request's id, the grant's, the same for every attempt of one acquisition;
--- ARGV[10] grant latch lifetime (ms): a retry of this request gets the same grant back.
+-- KEYS[1] lock: lock hash; KEYS[2] queue: waiter queue (list of owners); KEYS[3]
+-- deadlines: Redisson's waiter scores (zset owner -> ms); KEYS[4] alive: our waiters'
+-- liveness (hash owner -> server ms); KEYS[5] token: fencing counter; KEYS[6] epoch:
+-- restart epoch; KEYS[7] grants: the owner's grants hash; KEYS[8] latch: grant latch.
+-- ARGV[1] lease_ms: lease (ms); ARGV[2] owner: owner; ARGV[3] joins: '1' to join the
+-- queue when busy; ARGV[4] place_ms: waiter timeout (ms): a queued waiter that has not
+-- asked again for this long is skipped; ARGV[5] fencing: '1' to return a fencing token;
+-- ARGV[6] quarantine_ms: restart quarantine (ms); ARGV[7] slot_ms: Redisson's wait slot
+-- (ms); ARGV[8] attempt: which attempt of its acquisition this is (named to the waiter
+-- when the lock is handed over to it; see hand_fair_lock); ARGV[9] grant: this request's
+-- id, the grant's, the same for every attempt of one acquisition; ARGV[10] latch_ms:
+-- grant latch lifetime (ms): a retry of this request gets the same grant back.
 -- Deadlines come from the server's clock, so clients need no synchronised clocks.
 -- Reply: '<holds>:<token>:<origin>' when held; {0, ms} when not: ms is the longest the caller
 -- should wait for a message before asking again; {4, ms} while the restart quarantine

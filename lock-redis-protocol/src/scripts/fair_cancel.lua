@@ -5,11 +5,12 @@
 -- woken.
 -- Only its own: when the owner's place in the queue is a later acquisition's (the
 -- cancellation came late, after the owner asked again), the place stays.
--- KEYS[1] lock hash; KEYS[2] waiter queue; KEYS[3] Redisson's waiter scores; KEYS[4] our
--- waiters' liveness; KEYS[5] fencing counter; KEYS[6] restart epoch.
--- ARGV[1] owner; ARGV[2] channel prefix; ARGV[3] publish command; ARGV[4] Redisson's
--- wait slot (ms); ARGV[5] restart quarantine (ms, '0' off); ARGV[6] the acquisition's
--- request id; ARGV[7] how long an ended grant's latch lives (ms).
+-- KEYS[1] lock: lock hash; KEYS[2] queue: waiter queue; KEYS[3] deadlines: Redisson's
+-- waiter scores; KEYS[4] alive: our waiters' liveness; KEYS[5] token: fencing counter;
+-- KEYS[6] epoch: restart epoch. ARGV[1] owner: owner; ARGV[2] channel_prefix: channel
+-- prefix; ARGV[3] publish: publish command; ARGV[4] slot_ms: Redisson's wait slot (ms);
+-- ARGV[5] quarantine_ms: restart quarantine (ms, '0' off); ARGV[6] acquisition: the
+-- acquisition's request id; ARGV[7] latch_ms: how long an ended grant's latch lives (ms).
 -- Reply: 1 if the acquisition left the queue, else 0.
 
 local placed = placed_by(redis.call('hget', KEYS[4], ARGV[1]))

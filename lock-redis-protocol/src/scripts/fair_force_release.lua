@@ -1,7 +1,7 @@
 -- Deletes the fair lock whoever holds it and wakes the first waiter.
--- KEYS[1] lock hash; KEYS[2] waiter queue; KEYS[3] Redisson's waiter scores; KEYS[4] our
--- waiters' liveness.
--- ARGV[1] channel prefix; ARGV[2] publish command.
+-- KEYS[1] lock: lock hash; KEYS[2] queue: waiter queue; KEYS[3] deadlines: Redisson's
+-- waiter scores; KEYS[4] alive: our waiters' liveness. ARGV[1] channel_prefix: channel
+-- prefix; ARGV[2] publish: publish command.
 -- Reply: 1 when a lock was deleted, 0 when it was free.
 
 if not lock_exists(KEYS[1]) then

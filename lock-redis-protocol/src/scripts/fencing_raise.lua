@@ -1,5 +1,5 @@
 -- Raises a fencing counter to at least a value (never lowers it).
--- KEYS[1] fencing counter; ARGV[1] the value.
+-- KEYS[1] token: fencing counter; ARGV[1] value: the value.
 -- Reply: the counter afterwards.
 local current = tonumber(redis.call('get', KEYS[1]) or 0)
 local wanted = tonumber(ARGV[1])

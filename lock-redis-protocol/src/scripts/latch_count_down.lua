@@ -1,6 +1,8 @@
 -- Counts a latch down once (Redisson's countDown), remembering the answer for retries.
--- KEYS[1] the latch; KEYS[2] this request's answer; KEYS[3] its kind marker; ARGV[1] channel; ARGV[2] publish
--- command; ARGV[3] how long the answer is remembered (ms); ARGV[4] Java's channel when
+-- KEYS[1] latch: the latch; KEYS[2] answer: this request's answer; KEYS[3] marker: its
+-- kind marker; ARGV[1] channel: channel; ARGV[2] publish: publish command; ARGV[3]
+-- answer_ms: how long the answer is remembered (ms); ARGV[4] java_channel: Java's channel
+-- when
 -- it is another one, else ''.
 -- Reply: the count left; reaching exactly 0 deletes the latch and publishes '0'.
 local before = redis.call('get', KEYS[2])

@@ -1,5 +1,6 @@
--- Deletes a latch (Redisson's delete). KEYS[1] the latch; KEYS[2] its kind marker; ARGV[1] channel; ARGV[2]
--- publish command; ARGV[3] Java's channel when it is another one, else ''.
+-- Deletes a latch (Redisson's delete). KEYS[1] latch: the latch; KEYS[2] marker: its kind
+-- marker; ARGV[1] channel: channel; ARGV[2] publish: publish command; ARGV[3]
+-- java_channel: Java's channel when it is another one, else ''.
 -- Reply: 1 deleted (listeners told '1', as Redisson does), 0 none.
 -- GET first: a key of another type (a lock's hash) is a WRONGTYPE error, never deleted.
 check_kind(KEYS[1], KEYS[2], 'latch')

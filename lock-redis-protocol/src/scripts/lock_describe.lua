@@ -1,7 +1,8 @@
 -- Describes a lock for introspection; reads only.
--- KEYS[1] lock hash; KEYS[2] fair queue; KEYS[3] waiting clients (see wake_mutex_waiters);
--- KEYS[4] fencing counter. ARGV[1] what comes before a field in its grants hash's key
--- (`redisson_lock_grants:{name}:`); ARGV[2] what comes before an owner in its read holds'
+-- KEYS[1] lock: lock hash; KEYS[2] queue: fair queue; KEYS[3] waiting: waiting clients
+-- (see wake_mutex_waiters); KEYS[4] token: fencing counter. ARGV[1] grants_prefix: what
+-- comes before a field in its grants hash's key (`redisson_lock_grants:{name}:`); ARGV[2]
+-- holds_prefix: what comes before an owner in its read holds'
 -- keys (`{name}:`).
 -- Reply: {type of KEYS[1], mode, pttl, waiting, last token, {field, holds, since ms
 -- ('' unknown), longest read hold's pttl (-1 none), ...}}.

@@ -1,7 +1,7 @@
 -- One step of a walk over this server's lock hashes whose names match a pattern; never
 -- blocks the server for long (SCAN, a step at a time).
--- KEYS[1] routes the call to a server of a cluster and is not read. ARGV[1] cursor;
--- ARGV[2] pattern; ARGV[3] how many keys a step looks at.
+-- KEYS[1] route: routes the call to a server of a cluster and is not read. ARGV[1]
+-- cursor: cursor; ARGV[2] pattern: pattern; ARGV[3] step: how many keys a step looks at.
 -- Reply: {next cursor ('0' when done), {name, ...}}: hashes with a lease (a lock always
 -- has one), not this library's or Redisson's own keys.
 local step = redis.call('scan', ARGV[1], 'match', ARGV[2], 'count', ARGV[3], 'type', 'hash')

@@ -1,19 +1,21 @@
 -- Takes the lock, or one more hold of it, for an owner.
--- KEYS[1] lock hash; KEYS[2] reservation string '<wait start ms>:<owner>', or
--- '<ms>:<wake id>' while a release offers the lock to one client (see wake_mutex_waiters);
--- KEYS[3] fencing counter; KEYS[4] restart epoch; KEYS[5] waiting clients (see
--- wake_mutex_waiters); KEYS[6] the waiting clients' acquisitions (see hand_over);
--- KEYS[7] the owner's grants hash; KEYS[8] grant latch.
--- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] '1' if the caller is a starving waiter;
--- ARGV[4] how long a reservation lasts (ms); ARGV[5] how long the caller has waited (ms);
--- ARGV[6] '1' to return a fencing token; ARGV[7] restart quarantine (ms, '0' off);
--- ARGV[8] the caller's client wake id when the caller waits if busy, else '';
--- ARGV[9] how long the waiting clients' zset outlives a registration (ms);
--- ARGV[10] how long the caller keeps its place without asking again (ms): a lock handed
--- over to it lasts that long (or its lease, if shorter) until it takes it up; ARGV[11] which attempt of its
--- acquisition this is (named to the waiter when the lock is handed over to it);
--- ARGV[12] this request's id, the grant's, the same for every attempt of one
--- acquisition; ARGV[13] grant latch lifetime (ms): a retry of this request gets the same
+-- KEYS[1] lock: lock hash; KEYS[2] reservation: reservation string '<wait start
+-- ms>:<owner>', or '<ms>:<wake id>' while a release offers the lock to one client (see
+-- wake_mutex_waiters); KEYS[3] token: fencing counter; KEYS[4] epoch: restart epoch;
+-- KEYS[5] waiting: waiting clients (see wake_mutex_waiters); KEYS[6] requests: the
+-- waiting clients' acquisitions (see hand_over); KEYS[7] grants: the owner's grants hash;
+-- KEYS[8] latch: grant latch. ARGV[1] lease_ms: lease (ms); ARGV[2] owner: owner; ARGV[3]
+-- starving: '1' if the caller is a starving waiter; ARGV[4] reservation_ms: how long a
+-- reservation lasts (ms); ARGV[5] waited_ms: how long the caller has waited (ms); ARGV[6]
+-- fencing: '1' to return a fencing token; ARGV[7] quarantine_ms: restart quarantine (ms,
+-- '0' off); ARGV[8] wake_id: the caller's client wake id when the caller waits if busy,
+-- else ''; ARGV[9] registered_ms: how long the waiting clients' zset outlives a
+-- registration (ms); ARGV[10] place_ms: how long the caller keeps its place without
+-- asking again (ms): a lock handed over to it lasts that long (or its lease, if shorter)
+-- until it takes it up; ARGV[11] attempt: which attempt of its acquisition this is (named
+-- to the waiter when the lock is handed over to it); ARGV[12] grant: this request's id,
+-- the grant's, the same for every attempt of one acquisition; ARGV[13] latch_ms: grant
+-- latch lifetime (ms): a retry of this request gets the same
 -- grant back.
 -- The expiry is only ever extended, never shortened, so that a client's local view of
 -- its lease (the latest request it sent plus that request's lease) stays on the safe side.

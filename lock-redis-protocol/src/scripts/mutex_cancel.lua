@@ -3,14 +3,16 @@
 -- to this acquisition and not taken up (see hand_over) ends; if the lock is then free,
 -- the next waiter is handed it or woken (this client may have been the one a release
 -- told, and that wake-up must not be lost with it).
--- KEYS[1] lock hash; KEYS[2] waiting clients and KEYS[3] reservation (see
--- wake_mutex_waiters); KEYS[4] the waiting clients' acquisitions (see hand_over);
--- KEYS[5] fencing counter; KEYS[6] restart epoch.
--- ARGV[1] the client's wake id; ARGV[2] channel; ARGV[3] publish command; ARGV[4]
--- listener count subcommand of PUBSUB ('' to tell every listener); ARGV[5] how long the
--- lock is offered to a client woken alone (ms); ARGV[6] restart quarantine (ms, '0'
--- off); ARGV[7] the acquisition's request id; ARGV[8] its owner's field; ARGV[9] how
--- long an ended grant's latch lives (ms); ARGV[10] 'write' for a writer of a read-write
+-- KEYS[1] lock: lock hash; KEYS[2] waiting: waiting clients and KEYS[3] reservation:
+-- reservation (see wake_mutex_waiters); KEYS[4] requests: the waiting clients'
+-- acquisitions (see hand_over); KEYS[5] token: fencing counter; KEYS[6] epoch: restart
+-- epoch. ARGV[1] wake_id: the client's wake id; ARGV[2] channel: channel; ARGV[3]
+-- publish: publish command; ARGV[4] numsub: listener count subcommand of PUBSUB ('' to
+-- tell every listener); ARGV[5] offer_ms: how long the lock is offered to a client woken
+-- alone (ms); ARGV[6] quarantine_ms: restart quarantine (ms, '0' off); ARGV[7]
+-- acquisition: the acquisition's request id; ARGV[8] field: its owner's field; ARGV[9]
+-- latch_ms: how long an ended grant's latch lives (ms); ARGV[10] mode: 'write' for a
+-- writer of a read-write
 -- lock (its field is '<owner>:write'; writers wait as a mutex's waiters do, without
 -- reservations), else ''.
 -- Reply: 1 if the client was registered for this acquisition, else 0.

@@ -1,6 +1,7 @@
 -- Reads a lock as one owner sees it.
--- KEYS[1] lock hash; ARGV[1] the owner's field (`owner`, or `owner:write` for a writer);
--- ARGV[2] the mode a read-write lock must be in to count as locked ('' for other kinds).
+-- KEYS[1] lock: lock hash; ARGV[1] field: the owner's field (`owner`, or `owner:write`
+-- for a writer); ARGV[2] mode: the mode a read-write lock must be in to count as locked
+-- ('' for other kinds).
 -- Reply: {locked (0/1), holds of the owner, pttl}.
 if not lock_exists(KEYS[1]) then
     return {0, 0, -2}

@@ -1,15 +1,16 @@
 -- Ends one grant of an owner (see record_grant); when the lock is then free, hands it
 -- over to the waiting client registered first or wakes its waiters (see
 -- wake_mutex_waiters).
--- KEYS[1] lock hash; KEYS[2] waiting clients and KEYS[3] reservation (see
--- wake_mutex_waiters); KEYS[4] the waiting clients' acquisitions (see hand_over);
--- KEYS[5] fencing counter; KEYS[6] restart epoch; KEYS[7] the owner's grants hash;
--- KEYS[8] the grant's latch;
--- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] channel;
--- ARGV[4] publish command ('publish' or 'spublish'); ARGV[5] listener count subcommand
--- of PUBSUB ('numsub', 'shardnumsub', or '' to tell every listener); ARGV[6] how long
--- the lock is offered to a client woken alone (ms); ARGV[7] restart quarantine (ms, '0'
--- off); ARGV[8] the grant's id; ARGV[9] latch lifetime (ms).
+-- KEYS[1] lock: lock hash; KEYS[2] waiting: waiting clients and KEYS[3] reservation:
+-- reservation (see wake_mutex_waiters); KEYS[4] requests: the waiting clients'
+-- acquisitions (see hand_over); KEYS[5] token: fencing counter; KEYS[6] epoch: restart
+-- epoch; KEYS[7] grants: the owner's grants hash; KEYS[8] latch: the grant's latch;
+-- ARGV[1] lease_ms: lease (ms); ARGV[2] owner: owner; ARGV[3] channel: channel; ARGV[4]
+-- publish: publish command ('publish' or 'spublish'); ARGV[5] numsub: listener count
+-- subcommand of PUBSUB ('numsub', 'shardnumsub', or '' to tell every listener); ARGV[6]
+-- offer_ms: how long the lock is offered to a client woken alone (ms); ARGV[7]
+-- quarantine_ms: restart quarantine (ms, '0' off); ARGV[8] grant: the grant's id; ARGV[9]
+-- latch_ms: latch lifetime (ms).
 -- Reply: -1 not held (the grant is not alive; nothing changed); 0 released (handed over
 -- or waiters notified); n > 0 holds left.
 local settled = release_exclusive()

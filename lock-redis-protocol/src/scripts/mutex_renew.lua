@@ -1,6 +1,6 @@
 -- Re-arms the lease of every lock its owner still holds, and of the hold's grants.
--- KEYS[2i - 1] lock hash; KEYS[2i] its owner's grants hash; ARGV[1] lease (ms);
--- ARGV[i + 1] owner of KEYS[2i - 1].
+-- KEYS[2i - 1] lock: lock hash; KEYS[2i] grants: its owner's grants hash; ARGV[1] lease_ms: lease (ms);
+-- ARGV[i + 1] owner: owner of KEYS[2i - 1].
 -- Reply per lock: the grant that began the owner's hold when renewed (its grants hash
 -- names it; 1 when it does not, as for a hold another library took), 0 not held
 -- (including a key of another type). A client whose hold began with another grant

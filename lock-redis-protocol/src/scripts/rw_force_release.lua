@@ -1,6 +1,6 @@
 -- Deletes a read-write lock in the given mode whoever holds it, and wakes every waiter.
--- KEYS[1] lock hash; ARGV[1] mode ('read' or 'write'); ARGV[2] channel;
--- ARGV[3] publish command.
+-- KEYS[1] lock: lock hash; ARGV[1] mode: mode ('read' or 'write'); ARGV[2] channel:
+-- channel; ARGV[3] publish: publish command.
 -- Reply: 1 when a lock in that mode was deleted, else 0.
 if not lock_exists(KEYS[1]) then
     return 0

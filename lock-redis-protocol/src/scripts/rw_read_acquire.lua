@@ -1,10 +1,11 @@
 -- Takes a read hold of a read-write lock.
--- KEYS[1] lock hash; KEYS[2] fencing counter; KEYS[3] restart epoch; KEYS[4] the reader's
--- grants hash; KEYS[5] grant latch.
--- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] the owner's hold-key prefix
+-- KEYS[1] lock: lock hash; KEYS[2] token: fencing counter; KEYS[3] epoch: restart epoch;
+-- KEYS[4] grants: the reader's grants hash; KEYS[5] latch: grant latch. ARGV[1] lease_ms:
+-- lease (ms); ARGV[2] owner: owner; ARGV[3] hold_prefix: the owner's hold-key prefix
 -- ('{name}:<owner>:rwlock_timeout'; hold n lives in '<prefix>:<n>' with its own lease);
--- ARGV[4] '1' to return a fencing token; ARGV[5] restart quarantine (ms, '0' off);
--- ARGV[6] this request's id, the grant's; ARGV[7] grant latch lifetime (ms): a retry of
+-- ARGV[4] fencing: '1' to return a fencing token; ARGV[5] quarantine_ms: restart
+-- quarantine (ms, '0' off); ARGV[6] grant: this request's id, the grant's; ARGV[7]
+-- latch_ms: grant latch lifetime (ms): a retry of
 -- this request gets the same grant back.
 -- Readers share the lock; the writer may also read (downgrade); anyone else waits.
 -- Reply: '<holds>:<token>:<origin>' when held; {0, pttl} when a writer holds it; {4, ms} while

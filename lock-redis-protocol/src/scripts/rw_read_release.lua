@@ -1,11 +1,12 @@
 -- Ends one read grant.
--- KEYS[1] lock hash; KEYS[2] waiting clients (see wake_mutex_waiters); KEYS[3] the
--- waiting clients' acquisitions (see hand_over); KEYS[4] fencing counter; KEYS[5]
--- restart epoch; KEYS[6] the reader's grants hash; KEYS[7] the grant's latch.
--- ARGV[1] owner; ARGV[2] channel; ARGV[3] publish command;
--- ARGV[4] the lock's tagged name (hold keys are '<it>:<owner>:rwlock_timeout:<n>');
--- ARGV[5] listener count subcommand of PUBSUB ('' to tell every listener); ARGV[6]
--- restart quarantine (ms, '0' off); ARGV[7] the grant's id; ARGV[8] latch lifetime (ms).
+-- KEYS[1] lock: lock hash; KEYS[2] waiting: waiting clients (see wake_mutex_waiters);
+-- KEYS[3] requests: the waiting clients' acquisitions (see hand_over); KEYS[4] token:
+-- fencing counter; KEYS[5] epoch: restart epoch; KEYS[6] grants: the reader's grants
+-- hash; KEYS[7] latch: the grant's latch. ARGV[1] owner: owner; ARGV[2] channel: channel;
+-- ARGV[3] publish: publish command; ARGV[4] tagged_name: the lock's tagged name (hold
+-- keys are '<it>:<owner>:rwlock_timeout:<n>'); ARGV[5] numsub: listener count subcommand
+-- of PUBSUB ('' to tell every listener); ARGV[6] quarantine_ms: restart quarantine (ms,
+-- '0' off); ARGV[7] grant: the grant's id; ARGV[8] latch_ms: latch lifetime (ms).
 -- The lock lives as long as its longest live read hold, so a crashed reader's holds stop
 -- counting when their own leases end; it never expires before a live hold of the owner
 -- (see drop_read: the hold keys' expiries, sorted, stay at or above the live grants'

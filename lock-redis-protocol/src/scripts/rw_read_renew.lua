@@ -1,8 +1,9 @@
 -- Re-arms every live read hold of each lock's owner, and the lock itself, to at least
 -- the lease (never shorter: a hold with a longer lease of its own keeps it).
--- KEYS[2i - 1] lock hash; KEYS[2i] its owner's grants hash (the grants' own expiries are
--- extended as the hold keys are); ARGV[1] lease (ms); ARGV[2i] owner of KEYS[2i - 1];
--- ARGV[2i + 1] the hold-key prefix of that owner ('{name}:<owner>:rwlock_timeout').
+-- KEYS[2i - 1] lock: lock hash; KEYS[2i] grants: its owner's grants hash (the grants' own expiries are
+-- extended as the hold keys are); ARGV[1] lease_ms: lease (ms); ARGV[2i] owner: owner of KEYS[2i
+-- - 1];
+-- ARGV[2i + 1] hold_prefix: the hold-key prefix of that owner ('{name}:<owner>:rwlock_timeout').
 -- Reply: one integer per lock, 1 renewed, 0 not held.
 local lease = tonumber(ARGV[1])
 local renewed = {}

@@ -1,17 +1,19 @@
 -- Takes the write hold of a read-write lock, or one more of it.
--- KEYS[1] lock hash; KEYS[2] fencing counter; KEYS[3] restart epoch; KEYS[4] waiting
--- clients (see wake_mutex_waiters: writers wait as a mutex's waiters do); KEYS[5] the
--- waiting clients' acquisitions (see hand_over); KEYS[6] the writer's grants hash;
--- KEYS[7] grant latch.
--- ARGV[1] lease (ms); ARGV[2] owner (the writer's field is '<owner>:write');
--- ARGV[3] '1' to return a fencing token; ARGV[4] restart quarantine (ms, '0' off);
--- ARGV[5] the owner's read-hold key prefix ('{name}:<owner>:rwlock_timeout');
--- ARGV[6] the caller's client wake id when the caller waits if busy, else '';
--- ARGV[7] how long the waiting clients' zset outlives a registration (ms);
--- ARGV[8] how long the caller keeps its place without asking again (ms): a lock handed
--- over to it lasts that long (or its lease, if shorter) until it takes it up; ARGV[9] which attempt of its
--- acquisition this is; ARGV[10] this request's id, the grant's, the same for every
--- attempt of one acquisition; ARGV[11] grant latch lifetime (ms): a retry of this
+-- KEYS[1] lock: lock hash; KEYS[2] token: fencing counter; KEYS[3] epoch: restart epoch;
+-- KEYS[4] waiting: waiting clients (see wake_mutex_waiters: writers wait as a mutex's
+-- waiters do); KEYS[5] requests: the waiting clients' acquisitions (see hand_over);
+-- KEYS[6] grants: the writer's grants hash; KEYS[7] latch: grant latch. ARGV[1] lease_ms:
+-- lease (ms); ARGV[2] owner: owner (the writer's field is '<owner>:write'); ARGV[3]
+-- fencing: '1' to return a fencing token; ARGV[4] quarantine_ms: restart quarantine (ms,
+-- '0' off); ARGV[5] hold_prefix: the owner's read-hold key prefix
+-- ('{name}:<owner>:rwlock_timeout'); ARGV[6] wake_id: the caller's client wake id when
+-- the caller waits if busy, else ''; ARGV[7] registered_ms: how long the waiting clients'
+-- zset outlives a registration (ms); ARGV[8] place_ms: how long the caller keeps its
+-- place without asking again (ms): a lock handed over to it lasts that long (or its
+-- lease, if shorter) until it takes it up; ARGV[9] attempt: which attempt of its
+-- acquisition this is; ARGV[10] grant: this request's id, the grant's, the same for every
+-- attempt of one acquisition; ARGV[11] latch_ms: grant latch lifetime (ms): a retry of
+-- this
 -- request gets the same grant back.
 -- Reply: '<holds>:<token>:<origin>' when held; {0, pttl} when busy (for a registered
 -- waiter at most a third of its place); {3, 0} when the owner holds the read lock (an

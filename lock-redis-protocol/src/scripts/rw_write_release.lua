@@ -2,12 +2,14 @@
 -- read holds (a downgrade), turns it into a read lock. A read lock wakes every waiter
 -- ('1'), since any number of readers may now enter; a free lock is handed over to the
 -- waiting writer registered first, or every waiter is woken (see wake_mutex_waiters).
--- KEYS[1] lock hash; KEYS[2] waiting clients (see wake_mutex_waiters); KEYS[3] the
--- waiting clients' acquisitions (see hand_over); KEYS[4] fencing counter; KEYS[5]
--- restart epoch; KEYS[6] the writer's grants hash; KEYS[7] the grant's latch.
--- ARGV[1] lease (ms); ARGV[2] owner; ARGV[3] channel; ARGV[4] publish command;
--- ARGV[5] listener count subcommand of PUBSUB ('' to tell every listener); ARGV[6]
--- restart quarantine (ms, '0' off); ARGV[7] the grant's id; ARGV[8] latch lifetime (ms).
+-- KEYS[1] lock: lock hash; KEYS[2] waiting: waiting clients (see wake_mutex_waiters);
+-- KEYS[3] requests: the waiting clients' acquisitions (see hand_over); KEYS[4] token:
+-- fencing counter; KEYS[5] epoch: restart epoch; KEYS[6] grants: the writer's grants
+-- hash; KEYS[7] latch: the grant's latch. ARGV[1] lease_ms: lease (ms); ARGV[2] owner:
+-- owner; ARGV[3] channel: channel; ARGV[4] publish: publish command; ARGV[5] numsub:
+-- listener count subcommand of PUBSUB ('' to tell every listener); ARGV[6] quarantine_ms:
+-- restart quarantine (ms, '0' off); ARGV[7] grant: the grant's id; ARGV[8] latch_ms:
+-- latch lifetime (ms).
 -- Reply: -1 not held (the grant is not alive; nothing changed); 0 released; n > 0 holds
 -- left.
 local before = release_replayed()

@@ -1,9 +1,11 @@
 -- Takes permits if that many are available and no starving waiter's reservation holds
 -- them back (Redisson's tryAcquire(n), plus may_take), keeping the grant under this
 -- request's id for as long as the permits are held (see semaphore_release).
--- KEYS[1] the semaphore; KEYS[2] this request's grant; KEYS[3] the reservation; KEYS[4]
--- its kind marker; KEYS[5] its peak; ARGV[1] permits; ARGV[2] the waiter ('' when not
--- starving); ARGV[3] how long it has waited (ms); ARGV[4] how long a reservation is kept
+-- KEYS[1] semaphore: the semaphore; KEYS[2] grant: this request's grant; KEYS[3]
+-- reservation: the reservation; KEYS[4] marker: its kind marker; KEYS[5] peak: its peak;
+-- ARGV[1] permits: permits; ARGV[2] waiter: the waiter ('' when not starving); ARGV[3]
+-- waited_ms: how long it has waited (ms); ARGV[4] reservation_ms: how long a reservation
+-- is kept
 -- (ms). Reply: 1 taken, 0 not now, 2 more than the semaphore's peak (see may_take).
 -- The grant holds the number of permits, or 'r<count>' once they were given back: the
 -- request sent again answers 1 while they are held, and a late copy takes nothing.

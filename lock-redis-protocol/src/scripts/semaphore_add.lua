@@ -1,6 +1,7 @@
 -- Adds permits, possibly negative (Redisson's addPermits: a plain SET of the new count).
--- KEYS[1] the semaphore; KEYS[2] its kind marker; KEYS[3] its peak (see
--- may_take: a count lowered starts it again); ARGV[1] delta; ARGV[2] channel; ARGV[3] publish.
+-- KEYS[1] semaphore: the semaphore; KEYS[2] marker: its kind marker; KEYS[3] peak: its
+-- peak (see may_take: a count lowered starts it again); ARGV[1] delta: delta; ARGV[2]
+-- channel: channel; ARGV[3] publish: publish.
 -- Reply: the new count, published.
 check_kind(KEYS[1], KEYS[2], 'semaphore')
 local count = tonumber(redis.call('get', KEYS[1]) or '0') + tonumber(ARGV[1])

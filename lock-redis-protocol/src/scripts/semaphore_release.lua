@@ -3,8 +3,9 @@
 -- as 'r<count>' for the retry window. A grant not held changes nothing (its end is
 -- remembered all the same, so that a late copy of its acquisition takes nothing); sent
 -- again, it answers as the first time.
--- KEYS[1] the semaphore; KEYS[2] the grant; KEYS[3] its kind marker; ARGV[1] channel;
--- ARGV[2] publish; ARGV[3] how long the answer is remembered (ms).
+-- KEYS[1] semaphore: the semaphore; KEYS[2] grant: the grant; KEYS[3] marker: its kind
+-- marker; ARGV[1] channel: channel; ARGV[2] publish: publish; ARGV[3] answer_ms: how long
+-- the answer is remembered (ms).
 -- Reply: the count after, published when permits came back.
 local grant = redis.call('get', KEYS[2])
 if grant and string.sub(grant, 1, 1) == 'r' then

@@ -1,6 +1,7 @@
 -- Sets a semaphore's permits if it has none (Redisson's trySetPermits).
--- KEYS[1] the semaphore (a string); KEYS[2] its kind marker; KEYS[3] its
--- peak (see may_take); ARGV[1] permits; ARGV[2] channel; ARGV[3] publish.
+-- KEYS[1] semaphore: the semaphore (a string); KEYS[2] marker: its kind marker; KEYS[3]
+-- peak: its peak (see may_take); ARGV[1] permits: permits; ARGV[2] channel: channel;
+-- ARGV[3] publish: publish.
 -- Reply: 1 set (listeners told the count), 0 already set. GET first: a key of another
 -- type is a WRONGTYPE error.
 check_kind(KEYS[1], KEYS[2], 'semaphore')
