@@ -11,8 +11,10 @@ use lock_core::backend::{
     Release, ReleaseRequest, Renewal, RequestId,
 };
 use lock_core::notify::Listener;
-use tokio_postgres::types::{FromSql, ToSql, Type};
+use tokio_postgres::types::{FromSql, Type};
 
+use crate::calls::Param;
+use crate::calls::{self, Arg, arg};
 use crate::error::{failed, pool_failed};
 use crate::notify::Notifications;
 use crate::schema::SchemaName;
@@ -88,23 +90,37 @@ impl PostgresBackend {
         ))
     }
 
-    /// Runs `SELECT <schema>.<call>` on a pooled connection and returns its one value.
+    /// Calls the entry point `function` with named `args` on a pooled connection and
+    /// returns its one value.
     pub(crate) async fn call<T>(
         &self,
         during: &'static str,
-        call: &str,
-        params: &[Param<'_>],
+        function: &str,
+        args: &[Arg<'_>],
     ) -> Result<T, Error>
     where
         T: for<'a> FromSql<'a>,
     {
+        let (call, params) = calls::named(function, args);
         let statement = format!("SELECT {}.{call}", self.schema);
-        let rows = self.query(during, &statement, params).await?;
+        let rows = self.query(during, &statement, &params).await?;
         let row = rows
             .first()
             .ok_or_else(|| Error::protocol(format!("{during}: no row")))?;
         row.try_get(0)
             .map_err(|err| Error::protocol(format!("{during}: {err}")))
+    }
+
+    /// Calls the entry point `function`, which returns nothing, with named `args`.
+    pub(crate) async fn perform(
+        &self,
+        during: &'static str,
+        function: &str,
+        args: &[Arg<'_>],
+    ) -> Result<(), Error> {
+        let (call, params) = calls::named(function, args);
+        let statement = format!("SELECT {}.{call}", self.schema);
+        self.query(during, &statement, &params).await.map(drop)
     }
 
     /// Runs `statement` on a pooled connection as one unnamed statement with typed
@@ -197,9 +213,6 @@ fn stored_kind(kind: LockKind) -> &'static str {
     }
 }
 
-/// A statement parameter and its type.
-pub(crate) type Param<'a> = (&'a (dyn ToSql + Sync), Type);
-
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
 }
@@ -220,22 +233,21 @@ impl Backend for PostgresBackend {
         let reply: Vec<i64> = self
             .call(
                 "acquiring",
-                "acquire($1::text, $2::text, $3::text, $4::bigint, $5::boolean, \
-                 $6::text::uuid, $7::bigint, $8::boolean, $9::bigint, $10::text, $11::boolean)",
+                "acquire",
                 &[
-                    (&lock.name.as_str(), Type::TEXT),
-                    (&lock.owner.as_str(), Type::TEXT),
-                    (&lock.kind.as_str(), Type::TEXT),
-                    (&millis(request.lease), Type::INT8),
-                    (&request.fencing, Type::BOOL),
-                    (&request.id.to_string(), Type::TEXT),
-                    (&millis(request.retry_window), Type::INT8),
-                    (&request.waits(), Type::BOOL),
-                    (&place_kept_for.unwrap_or(1), Type::INT8),
-                    (&self.channel(lock), Type::TEXT),
+                    arg("p_name", &lock.name.as_str(), "text"),
+                    arg("p_owner", &lock.owner.as_str(), "text"),
+                    arg("p_kind", &lock.kind.as_str(), "text"),
+                    arg("p_lease_ms", &millis(request.lease), "bigint"),
+                    arg("p_fencing", &request.fencing, "boolean"),
+                    arg("p_request", &request.id.to_string(), "text::uuid"),
+                    arg("p_window_ms", &millis(request.retry_window), "bigint"),
+                    arg("p_waits", &request.waits(), "boolean"),
+                    arg("p_place_ms", &place_kept_for.unwrap_or(1), "bigint"),
+                    arg("p_channel", &self.channel(lock), "text"),
                     // A part of a composite lock is not handed over: each part could go
                     // to another client, and none win them all.
-                    (&request.waits_to_be_woken_alone(), Type::BOOL),
+                    arg("p_handover", &request.waits_to_be_woken_alone(), "boolean"),
                 ],
             )
             .await?;
@@ -264,18 +276,15 @@ impl Backend for PostgresBackend {
             return Ok(());
         }
         check_fits(lock)?;
-        let statement = format!(
-            "SELECT {}.cancel_acquisition($1::text, $2::text, $3::text::uuid)",
-            self.schema
-        );
-        let params: [Param<'_>; 3] = [
-            (&lock.name.as_str(), Type::TEXT),
-            (&lock.owner.as_str(), Type::TEXT),
-            (&acquisition.id.to_string(), Type::TEXT),
+        let (name, owner) = (lock.name.as_str(), lock.owner.as_str());
+        let request = acquisition.id.to_string();
+        let args = [
+            arg("p_name", &name, "text"),
+            arg("p_owner", &owner, "text"),
+            arg("p_request", &request, "text::uuid"),
         ];
-        self.query("leaving the fair queue", &statement, &params)
+        self.perform("leaving the fair queue", "cancel_acquisition", &args)
             .await
-            .map(drop)
     }
 
     async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
@@ -283,11 +292,13 @@ impl Backend for PostgresBackend {
         let token = i64::try_from(token).map_err(|_| {
             Error::invalid_argument("token", "PostgreSQL keeps fencing tokens up to 2^63 - 1")
         })?;
-        let statement = format!("SELECT {}.raise_fencing($1::text, $2::bigint)", self.schema);
-        let params: [Param<'_>; 2] = [(&lock.name.as_str(), Type::TEXT), (&token, Type::INT8)];
-        self.query("raising the fencing counter", &statement, &params)
+        let name = lock.name.as_str();
+        let args = [
+            arg("p_name", &name, "text"),
+            arg("p_token", &token, "bigint"),
+        ];
+        self.perform("raising the fencing counter", "raise_fencing", &args)
             .await
-            .map(drop)
     }
 
     async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
@@ -296,18 +307,21 @@ impl Backend for PostgresBackend {
         let reply: Vec<i64> = self
             .call(
                 "releasing",
-                "release($1::text, $2::text, $3::text, $4::bigint, $5::bigint, $6::text::uuid, \
-                 $7::text)",
+                "release",
                 &[
-                    (&lock.name.as_str(), Type::TEXT),
-                    (&lock.owner.as_str(), Type::TEXT),
-                    (&lock.kind.as_str(), Type::TEXT),
-                    (&millis(request.lease), Type::INT8),
+                    arg("p_name", &lock.name.as_str(), "text"),
+                    arg("p_owner", &lock.owner.as_str(), "text"),
+                    arg("p_kind", &lock.kind.as_str(), "text"),
+                    arg("p_lease_ms", &millis(request.lease), "bigint"),
                     // Kept twice the window: a copy of the grant's acquire that comes
                     // later than its own retries could must still find the grant ended.
-                    (&millis(request.retry_window.saturating_mul(2)), Type::INT8),
-                    (&grant, Type::TEXT),
-                    (&self.name_channel(lock), Type::TEXT),
+                    arg(
+                        "p_window_ms",
+                        &millis(request.retry_window.saturating_mul(2)),
+                        "bigint",
+                    ),
+                    arg("p_grant", &grant, "text::uuid"),
+                    arg("p_channel", &self.name_channel(lock), "text"),
                 ],
             )
             .await?;
@@ -326,16 +340,17 @@ impl Backend for PostgresBackend {
         let owners: Vec<&str> = locks.iter().map(|lock| lock.owner.as_str()).collect();
         let kinds: Vec<&str> = locks.iter().map(|lock| stored_kind(lock.kind)).collect();
         // One statement for the whole batch.
-        let statement = format!(
-            "SELECT * FROM {}.renew($1::text[], $2::text[], $3::text[], $4::bigint)",
-            self.schema
+        let lease_ms = millis(lease);
+        let (call, params) = calls::named(
+            "renew",
+            &[
+                arg("p_names", &names, "text[]"),
+                arg("p_owners", &owners, "text[]"),
+                arg("p_kinds", &kinds, "text[]"),
+                arg("p_lease_ms", &lease_ms, "bigint"),
+            ],
         );
-        let params: [Param<'_>; 4] = [
-            (&names, Type::TEXT_ARRAY),
-            (&owners, Type::TEXT_ARRAY),
-            (&kinds, Type::TEXT_ARRAY),
-            (&millis(lease), Type::INT8),
-        ];
+        let statement = format!("SELECT * FROM {}.{call}", self.schema);
         let rows = match self.query("renewing", &statement, &params).await {
             Ok(rows) => rows,
             Err(err) => return locks.iter().map(|_| Renewal::Failed(err.clone())).collect(),
@@ -426,11 +441,11 @@ impl Backend for PostgresBackend {
         check_fits(lock)?;
         self.call(
             "force-releasing",
-            "force_release($1::text, $2::text, $3::text)",
+            "force_release",
             &[
-                (&lock.name.as_str(), Type::TEXT),
-                (&lock.kind.as_str(), Type::TEXT),
-                (&self.name_channel(lock), Type::TEXT),
+                arg("p_name", &lock.name.as_str(), "text"),
+                arg("p_kind", &lock.kind.as_str(), "text"),
+                arg("p_channel", &self.name_channel(lock), "text"),
             ],
         )
         .await

@@ -264,7 +264,7 @@ async fn open(
         longest_lease: Duration::MAX,
     };
     let longest: i64 = backend
-        .call("reading the longest lease", "lease_limit()", &[])
+        .call("reading the longest lease", "lease_limit", &[])
         .await?;
     let Some(longest) = u64::try_from(longest).ok().filter(|ms| *ms > 0) else {
         return Err(Error::invalid_config(

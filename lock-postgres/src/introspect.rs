@@ -8,7 +8,8 @@ use async_trait::async_trait;
 use lock_core::{ClientInfo, Error, HeldAs, HolderInfo, Introspect, LockInfo, LockName};
 use tokio_postgres::types::Type;
 
-use crate::backend::{Param, PostgresBackend, check_name};
+use crate::backend::{PostgresBackend, check_name};
+use crate::calls::{Param, arg};
 
 #[async_trait]
 impl Introspect for PostgresBackend {
@@ -112,20 +113,15 @@ impl Introspect for PostgresBackend {
     ) -> Result<(), Error> {
         let pid = i32::try_from(client.pid).unwrap_or(i32::MAX);
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-        let statement = format!(
-            "SELECT {s}.announce_client($1, $2, $3, $4, $5)",
-            s = self.schema
-        );
-        let params: [Param<'_>; 5] = [
-            (&client_id, Type::TEXT),
-            (&client.name, Type::TEXT),
-            (&client.host, Type::TEXT),
-            (&pid, Type::INT4),
-            (&ttl_ms, Type::INT8),
+        let args = [
+            arg("p_id", &client_id, "text"),
+            arg("p_name", &client.name, "text"),
+            arg("p_host", &client.host, "text"),
+            arg("p_pid", &pid, "integer"),
+            arg("p_ttl_ms", &ttl_ms, "bigint"),
         ];
-        self.query("describing this client", &statement, &params)
+        self.perform("describing this client", "announce_client", &args)
             .await
-            .map(drop)
     }
 }
 

@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 mod backend;
+mod calls;
 mod connector;
 pub mod error;
 mod introspect;
