@@ -20,6 +20,7 @@
 //! Fencing tokens are compared by order (a store's are clock-seeded), and replies that
 //! carry no more than "busy" are compared as such.
 
+use crate::timing::{ms, secs};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,7 +110,7 @@ impl Sequence {
     async fn new(fx: &dyn Fixture, kind: LockKind, fair: bool) -> Self {
         let name = LockName::new(&unique("differential")).unwrap();
         // Offers to other libraries outlast a sequence, as in the rules (whose time stands).
-        let options = ProtocolOptions::default().reservation(Duration::from_secs(60));
+        let options = ProtocolOptions::default().reservation(secs(60));
         let mut clients = HashMap::new();
         for owner in [1, 2, 3] {
             let holder = Owner::new(
@@ -188,7 +189,7 @@ impl Sequence {
             if crate::wakes::listeners(redis, &channel).await == expected {
                 return;
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(ms(5)).await;
         }
         panic!("the server never counted {expected} listeners of {channel}");
     }

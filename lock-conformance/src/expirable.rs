@@ -2,6 +2,7 @@
 //! when their holder is cut off, the operations and their bad input, retries counted
 //! once, and one count shared with the plain semaphore.
 
+use crate::timing::{ms, secs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -20,7 +21,7 @@ use crate::scenarios::{eventually, kind, unique};
 /// hold a permit longer than its lease: the watchdog keeps it (were it not renewed, the
 /// store would reclaim it and a third worker would get in).
 pub async fn expirable_permits_bound_concurrency_while_renewed(fx: &dyn Fixture) {
-    let lease = Duration::from_millis(300);
+    let lease = ms(300);
     let (c1, c2) = (
         fx.client_with_lease(lease).await,
         fx.client_with_lease(lease).await,
@@ -52,7 +53,7 @@ pub async fn expirable_permits_bound_concurrency_while_renewed(fx: &dyn Fixture)
         })
         .collect();
     for worker in workers {
-        timeout(Duration::from_secs(30), worker)
+        timeout(secs(30), worker)
             .await
             .expect("the workers finish")
             .unwrap();
@@ -71,7 +72,7 @@ pub async fn expirable_permits_bound_concurrency_while_renewed(fx: &dyn Fixture)
 pub async fn a_cut_off_holders_permits_come_back_after_one_lease(fx: &dyn Fixture) {
     let faulty = FaultyBackend::new(fx.backend().await);
     let holder = Locks::builder(Arc::new(faulty.clone()))
-        .watchdog_lease(Duration::from_millis(400))
+        .watchdog_lease(ms(400))
         .build()
         .unwrap();
     let other = fx.client().await;
@@ -79,7 +80,7 @@ pub async fn a_cut_off_holders_permits_come_back_after_one_lease(fx: &dyn Fixtur
     let ours = holder.expirable_semaphore(&name);
     assert!(ours.try_set_permits(1).await.unwrap());
     let permit = ours.acquire(1).await.unwrap();
-    sleep(Duration::from_millis(600)).await;
+    sleep(ms(600)).await;
     assert!(permit.is_held(), "renewals kept it past its first lease");
     faulty.fail_renewals(true);
     faulty.fail_releases(true);
@@ -87,7 +88,7 @@ pub async fn a_cut_off_holders_permits_come_back_after_one_lease(fx: &dyn Fixtur
     let taken = other
         .expirable_semaphore(&name)
         .acquire(1)
-        .wait(Duration::from_secs(3))
+        .wait(secs(3))
         .await
         .expect("the permit came back after one lease");
     assert!(
@@ -95,11 +96,11 @@ pub async fn a_cut_off_holders_permits_come_back_after_one_lease(fx: &dyn Fixtur
         "the cut-off holder still believed in its permit when another got it"
     );
     assert!(
-        started.elapsed() <= Duration::from_secs(2),
+        started.elapsed() <= secs(2),
         "came back only after {:?}",
         started.elapsed()
     );
-    let lost = timeout(Duration::from_millis(100), permit.lost())
+    let lost = timeout(ms(100), permit.lost())
         .await
         .expect("lost() resolves once the permit is gone");
     assert_eq!(lost.kind(), ErrorKind::Lost);
@@ -118,7 +119,7 @@ pub async fn a_late_renewal_never_cuts_a_lengthened_permit_lease(fx: &dyn Fixtur
     // until 1 500 ms whatever the renewal does, and a lease the late renewal cut would
     // end at about 2 750 ms, before the intruder tries at about 3 300 ms. (With a lease
     // of 600 ms a loaded machine once delayed the renewal's answer past the lease.)
-    let lease = Duration::from_millis(1_500);
+    let lease = ms(1_500);
     let holder = Locks::builder(Arc::new(faulty.clone()))
         .watchdog_lease(lease)
         .build()
@@ -129,10 +130,10 @@ pub async fn a_late_renewal_never_cuts_a_lengthened_permit_lease(fx: &dyn Fixtur
     let mut permit = ours.acquire(1).await.unwrap();
     // The watchdog's next renewal (due within a third of the lease) lands late.
     faulty.delay_next_permit_renewal(lease / 2);
-    sleep(Duration::from_millis(600)).await;
-    permit.update_lease(Duration::from_secs(10)).await.unwrap();
+    sleep(ms(600)).await;
+    permit.update_lease(secs(10)).await.unwrap();
     // The late renewal has landed; a cut lease would have ended by now.
-    sleep(Duration::from_millis(2_700)).await;
+    sleep(ms(2_700)).await;
     let other = fx.client().await;
     let intruder = other
         .expirable_semaphore(&name)
@@ -168,22 +169,18 @@ pub async fn expirable_operations_and_bad_input(fx: &dyn Fixture) {
         );
     }
     let started = Instant::now();
-    let too_many = semaphore.acquire(4).wait(Duration::from_secs(5)).await;
+    let too_many = semaphore.acquire(4).wait(secs(5)).await;
     assert_eq!(kind(too_many), ErrorKind::InvalidArgument, "4 of 3 in all");
-    assert!(started.elapsed() < Duration::from_secs(1), "it waited");
+    assert!(started.elapsed() < secs(1), "it waited");
     assert_eq!(semaphore.available().await.unwrap(), 3);
 
-    let mut two = semaphore
-        .acquire(2)
-        .lease(Duration::from_secs(30))
-        .await
-        .unwrap();
+    let mut two = semaphore.acquire(2).lease(secs(30)).await.unwrap();
     assert_eq!(two.count(), 2);
     assert_ne!(two.ids()[0], two.ids()[1]);
     assert_eq!(semaphore.available().await.unwrap(), 1);
     assert_eq!(semaphore.issued().await.unwrap(), 2);
     assert!(semaphore.try_acquire(2).await.unwrap().is_none());
-    let waited = semaphore.acquire(2).wait(Duration::from_millis(100)).await;
+    let waited = semaphore.acquire(2).wait(ms(100)).await;
     let err = waited.expect_err("two permits are not free");
     assert_eq!(err.kind(), ErrorKind::Timeout);
     assert!(err.to_string().contains("semaphore"), "{err}");
@@ -193,10 +190,7 @@ pub async fn expirable_operations_and_bad_input(fx: &dyn Fixture) {
         matches!(err, Error::PermitNotIssued { .. }) && err.is_not_held(),
         "{err:?}"
     );
-    let err = semaphore
-        .update_lease(unknown, Duration::from_secs(1))
-        .await
-        .unwrap_err();
+    let err = semaphore.update_lease(unknown, secs(1)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotHeld);
     assert_eq!(
         kind(semaphore.update_lease(two.ids()[0], Duration::ZERO).await),
@@ -209,11 +203,11 @@ pub async fn expirable_operations_and_bad_input(fx: &dyn Fixture) {
     assert_eq!(semaphore.issued().await.unwrap(), 2, "bad input changed it");
 
     // A shorter lease: the permits come back when it ends, and the guard knows first.
-    two.update_lease(Duration::from_millis(300)).await.unwrap();
-    assert!(two.valid_for() <= Some(Duration::from_millis(300)));
+    two.update_lease(ms(300)).await.unwrap();
+    assert!(two.valid_for() <= Some(ms(300)));
     let three = semaphore
         .acquire(3)
-        .wait(Duration::from_secs(3))
+        .wait(secs(3))
         .await
         .expect("the two came back at the end of their new lease");
     assert!(!two.is_held(), "the guard outlived its new lease");
@@ -234,7 +228,7 @@ pub async fn expirable_operations_and_bad_input(fx: &dyn Fixture) {
 
     drop(semaphore.acquire(1).await.unwrap());
     assert!(
-        eventually(Duration::from_secs(2), || async {
+        eventually(secs(2), || async {
             semaphore.available().await.unwrap() == 3
         })
         .await,
@@ -263,7 +257,7 @@ pub async fn an_expirable_permit_request_sent_twice_counts_once(fx: &dyn Fixture
     let semaphores = backend.expirable_semaphores();
     let name = LockName::new(&unique("xsem-retry")).unwrap();
     assert!(semaphores.try_set_permits(&name, 3).await.unwrap());
-    let issue = IssueRequest::new(2, Duration::from_secs(30));
+    let issue = IssueRequest::new(2, secs(30));
     for _ in 0..2 {
         assert_eq!(
             semaphores.try_issue(&name, &issue).await.unwrap(),
@@ -275,7 +269,7 @@ pub async fn an_expirable_permit_request_sent_twice_counts_once(fx: &dyn Fixture
         (1, 2),
         "a retry issued again"
     );
-    let give_back = ReturnRequest::new(issue.ids.clone(), Duration::from_secs(5));
+    let give_back = ReturnRequest::new(issue.ids.clone(), secs(5));
     for _ in 0..2 {
         assert!(semaphores.release(&name, &give_back).await.unwrap());
     }
@@ -284,7 +278,7 @@ pub async fn an_expirable_permit_request_sent_twice_counts_once(fx: &dyn Fixture
         (3, 0),
         "a retry gave back again"
     );
-    let again = ReturnRequest::new(issue.ids.clone(), Duration::from_secs(5));
+    let again = ReturnRequest::new(issue.ids.clone(), secs(5));
     assert!(
         !semaphores.release(&name, &again).await.unwrap(),
         "a new request gave back permits already given back"
@@ -309,10 +303,10 @@ pub async fn expirable_and_plain_semaphores_share_one_count(fx: &dyn Fixture) {
         let expirable = expirable.clone();
         async move { expirable.acquire(1).await }
     });
-    sleep(Duration::from_millis(100)).await;
+    sleep(ms(100)).await;
     assert!(!waiter.is_finished(), "took a permit that was not there");
     taken.release().await.unwrap();
-    let woken = timeout(Duration::from_secs(2), waiter)
+    let woken = timeout(secs(2), waiter)
         .await
         .expect("the plain release woke the expirable waiter")
         .unwrap()
@@ -427,7 +421,7 @@ pub async fn a_redisson_peer_shares_our_expirable_semaphore(fx: &dyn Fixture) {
     let second = other
         .expirable_semaphore(&name)
         .acquire(1)
-        .wait(Duration::from_secs(3))
+        .wait(secs(3))
         .await
         .expect("the Java permit's expiry gave us its permit");
     let now_ms = java_now_ms();
@@ -440,7 +434,7 @@ pub async fn a_redisson_peer_shares_our_expirable_semaphore(fx: &dyn Fixture) {
         let semaphore = other.expirable_semaphore(&name);
         async move { semaphore.acquire(1).await }
     });
-    sleep(Duration::from_millis(150)).await;
+    sleep(ms(150)).await;
     assert!(!waiter.is_finished(), "took the permit Java holds forever");
     let release = [
         "EVAL",
@@ -453,7 +447,7 @@ pub async fn a_redisson_peer_shares_our_expirable_semaphore(fx: &dyn Fixture) {
         publish,
     ];
     assert_eq!(redis.run(&name, &release).await, redis::Value::Int(1));
-    let third = timeout(Duration::from_secs(2), waiter)
+    let third = timeout(secs(2), waiter)
         .await
         .expect("Java's release woke our waiter")
         .unwrap()
@@ -471,7 +465,7 @@ pub async fn a_redisson_peer_shares_our_expirable_semaphore(fx: &dyn Fixture) {
 /// count set again after the restart hands the same permit out at once.
 pub async fn a_restart_issues_no_permit_an_old_holder_may_still_believe_in(fx: &dyn Fixture) {
     let redis = fx.redis().expect("a Redis fixture");
-    let quarantine = Duration::from_secs(1);
+    let quarantine = secs(1);
     let options =
         lock_redis_protocol::ProtocolOptions::default().restart_quarantine(Some(quarantine));
     let first = Locks::new(fx.backend_with(options).await);
@@ -493,24 +487,24 @@ pub async fn a_restart_issues_no_permit_an_old_holder_may_still_believe_in(fx: &
     assert!(ours.try_set_permits(1).await.unwrap());
     let held = ours
         .acquire(1)
-        .lease(Duration::from_millis(800))
-        .wait(Duration::from_secs(1))
+        .lease(ms(800))
+        .wait(secs(1))
         .await
         .expect("issued at once outside a quarantine");
     redis.restart_node_of(&name).await;
     let theirs = second.expirable_semaphore(&name);
-    let taken = timeout(Duration::from_secs(10), async {
+    let taken = timeout(secs(10), async {
         loop {
             // As a service does at start: set the count if nobody has.
             let set = theirs.try_set_permits(1).await;
             let taken = match set {
-                Ok(_) => theirs.acquire(1).wait(Duration::from_secs(5)).await,
+                Ok(_) => theirs.acquire(1).wait(secs(5)).await,
                 Err(err) => Err(err),
             };
             match taken {
                 Ok(permit) => return permit,
                 Err(err) if err.kind() == ErrorKind::Connection => {
-                    sleep(Duration::from_millis(20)).await;
+                    sleep(ms(20)).await;
                 }
                 Err(err) => panic!("unexpected error after the restart: {err:?}"),
             }
@@ -535,16 +529,16 @@ pub async fn a_starving_expirable_waiter_holds_permits_back(fx: &dyn Fixture) {
     let two = holder.expirable_semaphore(&name).acquire(2).await.unwrap();
     let waiter = tokio::spawn({
         let semaphore = big.expirable_semaphore(&name);
-        async move { semaphore.acquire(3).wait(Duration::from_secs(3)).await }
+        async move { semaphore.acquire(3).wait(secs(3)).await }
     });
-    sleep(Duration::from_millis(200)).await;
+    sleep(ms(200)).await;
     assert_eq!(semaphore.available().await.unwrap(), 1);
     assert!(
         semaphore.try_acquire(1).await.unwrap().is_none(),
         "took the permit held back for the starving waiter"
     );
     two.release().await.unwrap();
-    let all = timeout(Duration::from_secs(3), waiter)
+    let all = timeout(secs(3), waiter)
         .await
         .expect("the waiter ends")
         .unwrap()

@@ -2,9 +2,9 @@
 //! waiters, renewal, fencing and force-unlock, hand-over to the first waiter.
 //! Re-exported through [`crate::scenarios`].
 
+use crate::timing::{ms, secs};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use lock_core::backend::{Acquire, Release, ReleaseRequest};
 use lock_core::{AcquireRequest, LockKind, LockName, LockRef, Locks, Owner};
@@ -13,7 +13,7 @@ use tokio::time::{sleep, timeout};
 use crate::Fixture;
 use crate::family::client_with;
 use crate::faulty::FaultyBackend;
-use crate::scenarios::{WATCHDOG_LEASE, counted_client, handover_gap, spawn_waiter, unique};
+use crate::scenarios::{counted_client, handover_gap, spawn_waiter, unique, watchdog_lease};
 
 /// Waiters of a fair lock, each its own client, each arriving once the one before it
 /// is queued, get the lock in exactly their arrival order.
@@ -30,23 +30,18 @@ pub async fn fair_order_is_arrival_order(fx: &dyn Fixture) {
         waiters.push(tokio::spawn(async move {
             let guard = locks.fair_mutex(&name).lock().await.unwrap();
             order.lock().unwrap().push(i);
-            sleep(Duration::from_millis(2)).await;
+            sleep(ms(2)).await;
             guard.unlock().await.unwrap();
         }));
         // A waiter asks again once subscribed, so a second request means the first was
         // answered: the waiter is queued. (Fixed pauses between arrivals let a loaded
         // machine deliver a later waiter's first request first.)
-        let queued = timeout(Duration::from_secs(10), async {
-            while counted.acquisitions() < 2 {
-                sleep(Duration::from_millis(2)).await;
-            }
-        })
-        .await;
+        let queued = timeout(secs(10), counted.asked(2)).await;
         assert!(queued.is_ok(), "waiter {i} never asked again");
     }
     first.unlock().await.unwrap();
     for waiter in waiters {
-        timeout(Duration::from_secs(10), waiter)
+        timeout(secs(10), waiter)
             .await
             .expect("every waiter is served")
             .unwrap();
@@ -79,7 +74,7 @@ pub async fn fair_lock_serves_500_waiters(fx: &dyn Fixture) {
         }
     }
     let all = futures_util::future::join_all(tasks);
-    let results = timeout(Duration::from_secs(60), all)
+    let results = timeout(secs(60), all)
         .await
         .unwrap_or_else(|_| panic!("only {} of 500 served", served.load(Ordering::SeqCst)));
     for result in results {
@@ -91,7 +86,7 @@ pub async fn fair_lock_serves_500_waiters(fx: &dyn Fixture) {
 /// A queued waiter that died (stopped asking) holds the queue up by at most its
 /// deadline; a `try_lock` never queues.
 pub async fn fair_dead_waiter_is_skipped_after_its_deadline(fx: &dyn Fixture) {
-    let waiter_timeout = Duration::from_millis(300);
+    let waiter_timeout = ms(300);
     let name = unique("fair-dead");
     let holder = fx.client().await;
     let held = holder.fair_mutex(&name).lock().await.unwrap();
@@ -103,7 +98,7 @@ pub async fn fair_dead_waiter_is_skipped_after_its_deadline(fx: &dyn Fixture) {
         LockName::new(&name).unwrap(),
         Owner::new("ghost", "task-0"),
     );
-    let queued = AcquireRequest::new(Duration::from_secs(30)).enqueue(waiter_timeout);
+    let queued = AcquireRequest::new(secs(30)).enqueue(waiter_timeout);
     let reply = backend.acquire(&ghost, queued).await.unwrap();
     assert!(matches!(reply, Acquire::Busy { .. }), "{reply:?}");
 
@@ -120,9 +115,9 @@ pub async fn fair_dead_waiter_is_skipped_after_its_deadline(fx: &dyn Fixture) {
     let waiting = spawn_waiter(live.fair_mutex(&name));
     // Queued behind the dead waiter: a second request means the first was answered.
     live_counted.listening().await;
-    let delay = handover_gap(held, waiting, Duration::from_secs(5)).await;
+    let delay = handover_gap(held, waiting, secs(5)).await;
     assert!(
-        delay <= waiter_timeout + Duration::from_millis(400),
+        delay <= waiter_timeout + ms(400),
         "a dead waiter held the queue up for {delay:?}"
     );
 }
@@ -139,7 +134,7 @@ pub async fn fair_waiter_that_gives_up_leaves_the_queue(fx: &dyn Fixture) {
     // knows it is queued) on a loaded machine: with 100 ms a cluster's subscription once
     // took longer, and the quitter gave up after one request.
     let quitting = tokio::spawn(async move {
-        let outcome = quitter.try_lock_for(Duration::from_secs(2), None).await;
+        let outcome = quitter.try_lock_for(secs(2), None).await;
         outcome.map(|guard| guard.is_none())
     });
     // The quitter is queued first, the waiter behind it.
@@ -151,17 +146,14 @@ pub async fn fair_waiter_that_gives_up_leaves_the_queue(fx: &dyn Fixture) {
         quitting.await.unwrap().unwrap(),
         "the quitter got a held lock"
     );
-    let gap = handover_gap(held, waiting, Duration::from_secs(2)).await;
-    assert!(
-        gap < Duration::from_millis(500),
-        "the waiter behind a quitter waited {gap:?}"
-    );
+    let gap = handover_gap(held, waiting, secs(2)).await;
+    assert!(gap < ms(500), "the waiter behind a quitter waited {gap:?}");
 }
 
 /// The fair lock is renewed by the watchdog, fenced, and force-unlocked like the others:
 /// a force-unlock wakes its queue.
 pub async fn fair_lock_is_renewed_fenced_and_force_unlocked(fx: &dyn Fixture) {
-    let lease = WATCHDOG_LEASE;
+    let lease = watchdog_lease();
     let locks = client_with(fx, |b| b.watchdog_lease(lease).fencing(true)).await;
     let name = unique("fair-wd");
     let first = locks.fair_mutex(&name).lock().await.unwrap();
@@ -184,7 +176,7 @@ pub async fn fair_lock_is_renewed_fenced_and_force_unlocked(fx: &dyn Fixture) {
     counted.listening().await;
     let admin = fx.client().await;
     assert!(admin.fair_mutex(&fair_name).force_unlock().await.unwrap());
-    timeout(Duration::from_secs(2), waiting)
+    timeout(secs(2), waiting)
         .await
         .expect("the queued waiter is woken by the force-unlock")
         .unwrap()
@@ -205,7 +197,7 @@ pub async fn a_free_fair_lock_waits_for_its_first_waiter(fx: &dyn Fixture) {
         LockName::new(&name).unwrap(),
         Owner::new("first", "task-0"),
     );
-    let queued = AcquireRequest::new(Duration::from_secs(30)).enqueue(Duration::from_secs(5));
+    let queued = AcquireRequest::new(secs(30)).enqueue(secs(5));
     let reply = backend.acquire(&first, queued).await.unwrap();
     assert!(matches!(reply, Acquire::Busy { .. }), "{reply:?}");
     held.unlock().await.unwrap();
@@ -232,10 +224,7 @@ pub async fn a_free_fair_lock_waits_for_its_first_waiter(fx: &dyn Fixture) {
         "{reply:?}"
     );
     let released = backend
-        .release(
-            &first,
-            ReleaseRequest::new(Duration::from_secs(30), grant.id),
-        )
+        .release(&first, ReleaseRequest::new(secs(30), grant.id))
         .await
         .unwrap();
     assert_eq!(released, Release::Released);
@@ -259,14 +248,14 @@ pub async fn a_late_cancellation_keeps_a_later_acquisitions_place(fx: &dyn Fixtu
         )
     };
     let (retrying, behind) = (waiter("retrying"), waiter("behind"));
-    let place = Duration::from_secs(10);
-    let gave_up = AcquireRequest::new(Duration::from_secs(30)).enqueue(place);
+    let place = secs(10);
+    let gave_up = AcquireRequest::new(secs(30)).enqueue(place);
     let reply = backend.acquire(&retrying, gave_up).await.unwrap();
     assert!(matches!(reply, Acquire::Busy { .. }), "{reply:?}");
-    let behind_request = AcquireRequest::new(Duration::from_secs(30)).enqueue(place);
+    let behind_request = AcquireRequest::new(secs(30)).enqueue(place);
     let reply = backend.acquire(&behind, behind_request).await.unwrap();
     assert!(matches!(reply, Acquire::Busy { .. }), "{reply:?}");
-    let later = AcquireRequest::new(Duration::from_secs(30)).enqueue(place);
+    let later = AcquireRequest::new(secs(30)).enqueue(place);
     let reply = backend.acquire(&retrying, later).await.unwrap();
     assert!(matches!(reply, Acquire::Busy { .. }), "{reply:?}");
     backend.cancel_wait(&retrying, &gave_up).await.unwrap();
@@ -292,7 +281,7 @@ pub async fn a_late_cancellation_keeps_a_later_acquisitions_place(fx: &dyn Fixtu
         matches!(reply, Acquire::Busy { .. }),
         "two holders: {reply:?}"
     );
-    let release = ReleaseRequest::new(Duration::from_secs(30), later.id);
+    let release = ReleaseRequest::new(secs(30), later.id);
     assert_eq!(
         backend.release(&retrying, release).await.unwrap(),
         Release::Released

@@ -2,6 +2,7 @@
 //! what every kind shares (renewal, force-unlock, bad input); the fair mutex's are in
 //! [`crate::fair`]. Re-exported through [`crate::scenarios`].
 
+use crate::timing::{ms, secs};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use lock_core::{ErrorKind, Holder, Locks};
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::Fixture;
-use crate::scenarios::{WATCHDOG_LEASE, eventually, kind, unique};
+use crate::scenarios::{eventually, kind, unique, watchdog_lease};
 
 pub(crate) async fn client_with(
     fx: &dyn Fixture,
@@ -114,7 +115,7 @@ pub async fn writer_downgrades_to_reader(fx: &dyn Fixture) {
 pub async fn read_hold_expiry_lets_a_writer_in(fx: &dyn Fixture) {
     let name = unique("rw-expiry");
     let (a, b, c) = (fx.client().await, fx.client().await, fx.client().await);
-    let lease = Duration::from_millis(300);
+    let lease = ms(300);
     let crashed = a
         .rw_lock(&name)
         .reader()
@@ -125,12 +126,12 @@ pub async fn read_hold_expiry_lets_a_writer_in(fx: &dyn Fixture) {
     let live = c.rw_lock(&name).reader().lock().await.unwrap();
     live.unlock().await.unwrap();
     let started = Instant::now();
-    let write = timeout(Duration::from_secs(3), b.rw_lock(&name).writer().lock())
+    let write = timeout(secs(3), b.rw_lock(&name).writer().lock())
         .await
         .expect("the writer gets in once the crashed read hold expires")
         .unwrap();
     assert!(
-        started.elapsed() < lease + Duration::from_millis(400),
+        started.elapsed() < lease + ms(400),
         "waited {:?}",
         started.elapsed()
     );
@@ -143,7 +144,7 @@ pub async fn read_hold_expiry_lets_a_writer_in(fx: &dyn Fixture) {
 /// 200 ms all finish within about one hold time, not twenty.
 pub async fn write_release_wakes_all_readers(fx: &dyn Fixture) {
     let name = unique("rw-wake");
-    let hold = Duration::from_millis(200);
+    let hold = ms(200);
     let writer = fx.client().await;
     let write = writer.rw_lock(&name).writer().lock().await.unwrap();
     let mut readers = Vec::new();
@@ -156,17 +157,17 @@ pub async fn write_release_wakes_all_readers(fx: &dyn Fixture) {
             read.unlock().await.unwrap();
         }));
     }
-    sleep(Duration::from_millis(100)).await;
+    sleep(ms(100)).await;
     let released = Instant::now();
     write.unlock().await.unwrap();
     for reader in readers {
-        timeout(Duration::from_secs(5), reader)
+        timeout(secs(5), reader)
             .await
             .expect("reader done")
             .unwrap();
     }
     assert!(
-        released.elapsed() < hold * 2 + Duration::from_millis(200),
+        released.elapsed() < hold * 2 + ms(200),
         "20 readers took {:?} after the write release",
         released.elapsed()
     );
@@ -174,7 +175,7 @@ pub async fn write_release_wakes_all_readers(fx: &dyn Fixture) {
 
 /// The watchdog renews read and write holds alike.
 pub async fn watchdog_renews_every_kind(fx: &dyn Fixture) {
-    let lease = WATCHDOG_LEASE;
+    let lease = watchdog_lease();
     let locks = fx.client_with_lease(lease).await;
     let rw = unique("wd-rw");
     // The writer downgrades: one holder takes both.
@@ -261,7 +262,7 @@ pub async fn fencing_tokens_strictly_increase(fx: &dyn Fixture) {
         }));
     }
     for task in tasks {
-        timeout(Duration::from_secs(60), task)
+        timeout(secs(60), task)
             .await
             .expect("500 handoffs")
             .unwrap();
@@ -293,11 +294,11 @@ pub async fn fencing_tokens_strictly_increase(fx: &dyn Fixture) {
     // lock is free, but not at once everywhere: a RedLock's release answers once a
     // majority released, so one node may still be releasing, and a single attempt then
     // needs every other node to answer in time. The wait lets a loaded machine retry.
-    let lease = Duration::from_millis(150);
-    let short = m.try_lock_for(Duration::from_secs(5), Some(lease)).await;
+    let lease = ms(150);
+    let short = m.try_lock_for(secs(5), Some(lease)).await;
     let expired = short.unwrap().expect("free");
     assert!(expired.fencing_token().unwrap() > reentered);
-    sleep(lease + Duration::from_millis(100)).await;
+    sleep(lease + ms(100)).await;
     let next = clients[1].mutex(&name).lock().await.unwrap();
     assert!(next.fencing_token().unwrap() > expired.fencing_token().unwrap());
     next.unlock().await.unwrap();
@@ -343,7 +344,7 @@ pub async fn family_bad_input_is_typed(fx: &dyn Fixture) {
     assert!(!locks.rw_lock(&name).writer().force_unlock().await.unwrap());
     assert!(!locks.fair_mutex(&name).force_unlock().await.unwrap());
     assert!(
-        eventually(Duration::from_secs(2), || async {
+        eventually(secs(2), || async {
             fx.subscribed_channels().await.is_empty()
         })
         .await,
@@ -360,11 +361,11 @@ pub async fn an_expired_read_hold_does_not_outlive_its_owners_release(fx: &dyn F
     let read = a.rw_lock(&name).reader().with_holder(Holder::unique());
     // Long enough to arrive alive on a loaded machine (a lease its grant outlives is
     // refused), short enough to wait out.
-    let short = read.try_lock_for(Duration::ZERO, Some(Duration::from_millis(400)));
+    let short = read.try_lock_for(Duration::ZERO, Some(ms(400)));
     let short = short.await.unwrap().expect("free");
-    let long = read.try_lock_for(Duration::ZERO, Some(Duration::from_secs(10)));
+    let long = read.try_lock_for(Duration::ZERO, Some(secs(10)));
     let long = long.await.unwrap().expect("readers share");
-    sleep(Duration::from_millis(600)).await;
+    sleep(ms(600)).await;
     assert!(!short.is_held(), "a read hold outlived its own lease");
     long.unlock().await.unwrap();
     assert_eq!(

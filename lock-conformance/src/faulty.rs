@@ -2,6 +2,7 @@
 //! backend's acquisitions, for races no real network produces on demand (composite
 //! locks, cancellation, replies of one owner answered out of order).
 
+use crate::timing::secs;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -116,7 +117,7 @@ impl Script {
     /// the race with a release in between), so a release from now on reaches it. Fails
     /// the test after 10 s.
     pub async fn listening(&self) {
-        let listening = tokio::time::timeout(Duration::from_secs(10), self.asked(2)).await;
+        let listening = tokio::time::timeout(secs(10), self.asked(2)).await;
         assert!(listening.is_ok(), "the waiter never asked a second time");
     }
 

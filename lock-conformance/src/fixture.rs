@@ -43,6 +43,13 @@ pub trait Fixture: Send + Sync {
         false
     }
 
+    /// How much slower than the reference (a quiet 2-core machine) this store's
+    /// scenarios must allow for: every duration of the scenarios is multiplied by it
+    /// (see [`crate::timing`]). 1 by default.
+    fn time_scale(&self) -> f64 {
+        1.0
+    }
+
     /// Fault injection, for Redis fixtures.
     fn redis(&self) -> Option<&dyn RedisControl> {
         None

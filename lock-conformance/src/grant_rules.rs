@@ -5,6 +5,7 @@
 //! correctness review, `shared/reviews/correctness-3.md`, or issue 48) and failed on
 //! every store where it applies before its fix. Re-exported through [`crate::scenarios`].
 
+use crate::timing::{ms, secs};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,7 +65,7 @@ impl RawWaiter {
             Owner::new("00000000-0000-0000-0000-0000000e1de0", "waiter"),
         );
         let request = AcquireRequest::new(lease)
-            .enqueue(Duration::from_secs(5))
+            .enqueue(secs(5))
             .fencing(true)
             .attempt(1);
         let busy = backend.acquire(&lock, request).await.unwrap();
@@ -208,8 +209,8 @@ async fn a_late_copy_of_an_ended_grant_takes_nothing(fx: &dyn Fixture, released:
         LockName::new(&name).unwrap(),
         Owner::new("00000000-0000-0000-0000-00000000dead", "holder"),
     );
-    let window = Duration::from_millis(400);
-    let lease = Duration::from_millis(150);
+    let window = ms(400);
+    let lease = ms(150);
     let request = AcquireRequest::new(lease)
         .fencing(true)
         .retry_window(window);
@@ -259,24 +260,20 @@ pub async fn a_guard_of_a_revoked_handed_hold_learns_it_at_its_take_up(fx: &dyn 
         tokio::spawn(async move { waiting.mutex(&name).lock().await })
     };
     // Its first attempt, and the one after it listens.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while faulty.acquisitions() < 2 {
-        assert!(Instant::now() < deadline, "the waiter never asked twice");
-        sleep(Duration::from_millis(5)).await;
-    }
+    faulty.listening().await;
     // Let the second attempt be answered before its requests are held back.
-    sleep(Duration::from_millis(100)).await;
-    faulty.set(AcquireFault::DelayRequest(Duration::from_millis(1500)));
+    sleep(ms(100)).await;
+    faulty.set(AcquireFault::DelayRequest(ms(1500)));
     let released = Instant::now();
     held.unlock().await.unwrap();
-    let guard = timeout(Duration::from_secs(5), waiter)
+    let guard = timeout(secs(5), waiter)
         .await
         .expect("the waiter was handed the lock")
         .unwrap()
         .unwrap();
     // Every request of the waiter now takes 1.5 s on its way: holding sooner, it holds
     // from the hand-over's notice, and its take-up is still on its way.
-    if released.elapsed() >= Duration::from_millis(1500) {
+    if released.elapsed() >= ms(1500) {
         // PostgreSQL's notice wakes the waiter without the grant: its next attempt
         // takes the hold up before it holds (the store-level scenarios cover it).
         println!("the notice named no grant: the waiter held only after its take-up");
@@ -292,9 +289,9 @@ pub async fn a_guard_of_a_revoked_handed_hold_learns_it_at_its_take_up(fx: &dyn 
         .await
         .unwrap()
         .expect("the revoked lock is free");
-    sleep(Duration::from_millis(200)).await;
+    sleep(ms(200)).await;
     between.unlock().await.unwrap();
-    let learnt = timeout(Duration::from_secs(5), guard.lost()).await;
+    let learnt = timeout(secs(5), guard.lost()).await;
     assert!(
         learnt.is_ok(),
         "the guard of a revoked handed hold still holds 5 s after its take-up was due"
@@ -312,7 +309,7 @@ pub async fn a_guard_of_a_revoked_handed_hold_learns_it_at_its_take_up(fx: &dyn 
 /// take-up never cut it to the waiter's lease (issue 48: with a 3 s watchdog lease the
 /// next contender got the lock after 5 s, every run).
 pub async fn a_handed_hold_lasts_no_longer_than_its_waiters_lease(fx: &dyn Fixture) {
-    let lease = Duration::from_millis(300);
+    let lease = ms(300);
     for takes_up in [false, true] {
         let name = unique("handed-lease");
         let holder = fx.client().await;
@@ -332,7 +329,7 @@ pub async fn a_handed_hold_lasts_no_longer_than_its_waiters_lease(fx: &dyn Fixtu
         let died = Instant::now();
         let other = fx.client().await;
         let mutex = other.mutex(&name);
-        let replaced = eventually(Duration::from_secs(3), || async {
+        let replaced = eventually(secs(3), || async {
             match mutex.try_lock().await.unwrap() {
                 Some(guard) => guard.unlock().await.is_ok(),
                 None => false,

@@ -4,6 +4,7 @@
 //! (`shared/reviews/correctness-2.md`) it guards; each failed before grants had
 //! identities. Re-exported through [`crate::scenarios`].
 
+use crate::timing::{ms, secs};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -81,17 +82,17 @@ pub async fn a_delayed_release_ends_only_its_own_grant(fx: &dyn Fixture) {
     let name = unique("delayed-release");
     let lock = locks.mutex(&name).with_holder(Holder::unique());
     let first = lock.lock().await.unwrap();
-    faulty.delay_releases(Duration::from_millis(400));
+    faulty.delay_releases(ms(400));
     drop(first);
     // The dropped guard's release is under way (it read the delay) before it is lifted.
-    sleep(Duration::from_millis(50)).await;
+    sleep(ms(50)).await;
     faulty.delay_releases(Duration::ZERO);
     let second = lock.lock().await.unwrap();
     second.unlock().await.unwrap();
     let third = lock.lock().await.unwrap();
     assert!(third.is_held());
     // The first guard's release lands now.
-    sleep(Duration::from_millis(550)).await;
+    sleep(ms(550)).await;
     assert!(third.is_held(), "the third guard was given up");
     nobody_else_gets(fx, &name, &third, "a delayed release ended a later grant").await;
     assert_eq!(lock.hold_count().await.unwrap(), 1);
@@ -110,10 +111,8 @@ pub async fn an_undo_never_ends_a_later_grant(fx: &dyn Fixture) {
     let name = unique("late-undo");
     let lock = locks.mutex(&name).with_holder(Holder::unique());
     faulty.set(AcquireFault::LoseReply);
-    faulty.delay_releases(Duration::from_millis(500));
-    let tried = lock
-        .try_lock_for(Duration::ZERO, Some(Duration::from_millis(200)))
-        .await;
+    faulty.delay_releases(ms(500));
+    let tried = lock.try_lock_for(Duration::ZERO, Some(ms(200))).await;
     // The reply was lost: an error, or (when the retry came after the short lease, as on
     // a loaded machine) the store's answer that the grant is over. Never a guard.
     assert!(
@@ -121,11 +120,11 @@ pub async fn an_undo_never_ends_a_later_grant(fx: &dyn Fixture) {
         "the reply was lost: {tried:?}"
     );
     // The undo is on its way (delayed); the short grant expires meanwhile.
-    sleep(Duration::from_millis(300)).await;
+    sleep(ms(300)).await;
     faulty.delay_releases(Duration::ZERO);
     let later = lock.lock().await.unwrap();
     // The undo lands.
-    sleep(Duration::from_millis(400)).await;
+    sleep(ms(400)).await;
     assert!(later.is_held(), "the later guard was given up");
     nobody_else_gets(fx, &name, &later, "an undo ended a later grant").await;
     later.unlock().await.unwrap();
@@ -141,20 +140,18 @@ pub async fn an_undo_never_ends_a_later_read_grant(fx: &dyn Fixture) {
     let name = unique("late-read-undo");
     let reader = locks.rw_lock(&name).reader().with_holder(Holder::unique());
     faulty.set(AcquireFault::LoseReply);
-    faulty.delay_releases(Duration::from_millis(500));
-    let tried = reader
-        .try_lock_for(Duration::ZERO, Some(Duration::from_millis(200)))
-        .await;
+    faulty.delay_releases(ms(500));
+    let tried = reader.try_lock_for(Duration::ZERO, Some(ms(200))).await;
     // The reply was lost: an error, or (when the retry came after the short lease, as on
     // a loaded machine) the store's answer that the grant is over. Never a guard.
     assert!(
         !matches!(tried, Ok(Some(_))),
         "the reply was lost: {tried:?}"
     );
-    sleep(Duration::from_millis(300)).await;
+    sleep(ms(300)).await;
     faulty.delay_releases(Duration::ZERO);
     let later = reader.lock().await.unwrap();
-    sleep(Duration::from_millis(400)).await;
+    sleep(ms(400)).await;
     let writer = fx.client().await;
     let write = writer.rw_lock(&name).writer().try_lock().await.unwrap();
     assert!(
@@ -174,19 +171,19 @@ pub async fn a_lost_guard_beside_concurrent_grants_leaves_nothing_held(fx: &dyn 
     let faulty = FaultyBackend::new(fx.backend().await);
     // A lease long enough that waiting for the lost grant to expire shows.
     let locks = Locks::builder(Arc::new(faulty.clone()))
-        .watchdog_lease(Duration::from_secs(2))
+        .watchdog_lease(secs(2))
         .build()
         .unwrap();
     let name = unique("lost-beside-concurrent");
     let lock = locks.mutex(&name).with_holder(Holder::unique());
     let lost = lock.lock().await.unwrap();
     faulty.lose_renewal_replies(true);
-    tokio::time::timeout(Duration::from_secs(5), lost.lost())
+    tokio::time::timeout(secs(5), lost.lost())
         .await
         .expect("the hold is lost locally once its renewals go unanswered");
     faulty.lose_renewal_replies(false);
     // Both on their way before either reaches the store.
-    faulty.set(AcquireFault::DelayRequest(Duration::from_millis(50)));
+    faulty.set(AcquireFault::DelayRequest(ms(50)));
     let (a, b) = tokio::join!(lock.lock(), lock.lock());
     let (a, b) = (a.unwrap(), b.unwrap());
     faulty.set(AcquireFault::None);
@@ -197,12 +194,12 @@ pub async fn a_lost_guard_beside_concurrent_grants_leaves_nothing_held(fx: &dyn 
     nobody_else_gets(fx, &name, &lost, "the lost guard still says held").await;
     drop(lost);
     let other = fx.client().await;
-    let free = tokio::time::timeout(Duration::from_millis(500), async {
+    let free = tokio::time::timeout(ms(500), async {
         loop {
             if let Some(guard) = other.mutex(&name).try_lock().await.unwrap() {
                 return guard;
             }
-            sleep(Duration::from_millis(10)).await;
+            sleep(ms(10)).await;
         }
     })
     .await;
@@ -220,7 +217,7 @@ pub async fn a_late_copy_of_a_released_grant_grants_nothing(fx: &dyn Fixture) {
     let name = LockName::new(&unique("late-copy")).unwrap();
     let owner = Owner::new("00000000-0000-0000-0000-00000000c0de", "late");
     let lock = LockRef::new(LockKind::Mutex, name.clone(), owner);
-    let lease = Duration::from_secs(30);
+    let lease = secs(30);
     let request = AcquireRequest::new(lease);
     let granted = backend.acquire(&lock, request).await.unwrap();
     assert!(matches!(granted, Acquire::Acquired { holds: 1, .. }));
@@ -255,7 +252,7 @@ pub async fn a_release_of_an_unknown_grant_ends_nothing(fx: &dyn Fixture) {
     let name = LockName::new(&unique("unknown-grant")).unwrap();
     let owner = Owner::new("00000000-0000-0000-0000-0000000000aa", "owner");
     let lock = LockRef::new(LockKind::Mutex, name, owner);
-    let lease = Duration::from_secs(30);
+    let lease = secs(30);
     let request = AcquireRequest::new(lease);
     assert!(matches!(
         backend.acquire(&lock, request).await.unwrap(),
@@ -294,24 +291,23 @@ pub async fn a_hand_over_to_an_undone_id_gives_no_guard(fx: &dyn Fixture) {
     let held = holder.mutex(&name).lock().await.unwrap();
     let faulty = FaultyBackend::new(fx.backend().await);
     let waiting_client = Locks::builder(Arc::new(faulty.clone()))
-        .retry_window(Duration::from_millis(300))
+        .retry_window(ms(300))
         .build()
         .unwrap();
     // The first attempt is answered busy and registers the acquisition; every attempt
     // after it fails for the whole retry window, and the undo of its id lags.
-    faulty.delay_listens(Duration::from_millis(200));
+    faulty.delay_listens(ms(200));
     let lock = waiting_client.mutex(&name);
-    let waiting =
-        tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(4), None).await });
+    let waiting = tokio::spawn(async move { lock.try_lock_for(secs(4), None).await });
     faulty.asked(1).await;
     faulty.set(AcquireFault::FailBeforeSending);
-    faulty.delay_releases(Duration::from_secs(1));
-    sleep(Duration::from_millis(650)).await;
+    faulty.delay_releases(secs(1));
+    sleep(ms(650)).await;
     faulty.set(AcquireFault::None);
     // The release hands the lock to the old id, whose undo is still on its way.
     held.unlock().await.unwrap();
     // The undo lands; the waiter's fresh id is served then.
-    sleep(Duration::from_millis(1200)).await;
+    sleep(ms(1200)).await;
     let guard = waiting.await.unwrap().unwrap();
     let guard = guard.expect("the waiter is served once the undo freed the lock");
     nobody_else_gets(fx, &name, &guard, "a guard of a hand-over to an undone id").await;

@@ -1,6 +1,7 @@
 //! Introspection: who holds a lock, since when, with how much lease left and which
 //! fencing token, how many wait; and which locks are held under a prefix.
 
+use crate::timing::{ms, secs};
 use std::time::{Duration, SystemTime};
 
 use lock_core::{HeldAs, Locks};
@@ -34,10 +35,10 @@ pub async fn who_holds_a_lock_is_told(fx: &dyn Fixture) {
         "{free:?}"
     );
 
-    let before = SystemTime::now() - Duration::from_secs(60);
+    let before = SystemTime::now() - secs(60);
     let guard = holder.mutex(&name).lock().await.unwrap();
     // The client describes itself in a job of its first acquisition.
-    sleep(Duration::from_millis(100)).await;
+    sleep(ms(100)).await;
     let held = operator.describe(&name).await.unwrap();
     assert_eq!(held.held_as, HeldAs::Exclusive, "{held:?}");
     assert_eq!(held.holders.len(), 1, "{held:?}");
@@ -101,7 +102,7 @@ pub async fn who_holds_a_lock_is_told(fx: &dyn Fixture) {
             if seen == 1 {
                 break;
             }
-            sleep(Duration::from_millis(20)).await;
+            sleep(ms(20)).await;
         }
         assert_eq!(seen, 1, "the fair lock's waiter");
         fair.unlock().await.unwrap();
@@ -129,10 +130,7 @@ pub async fn a_redisson_peers_hold_is_described(fx: &dyn Fixture) {
         holder.client.is_none() && holder.since.is_none(),
         "{holder:?}"
     );
-    assert!(
-        peer.lease_left
-            .is_some_and(|left| left > Duration::from_secs(20))
-    );
+    assert!(peer.lease_left.is_some_and(|left| left > secs(20)));
     assert_eq!(
         operator.held_names(&name, 10).await.unwrap(),
         std::slice::from_ref(&name)

@@ -1,6 +1,7 @@
 //! Count-down latch scenarios: every waiter goes on when the count reaches zero, a new
 //! count closes the latch again, a retried count-down counts once, bad input is typed.
 
+use crate::timing::{ms, secs};
 use std::time::Duration;
 
 use lock_core::{ErrorKind, LatchRequest, LockName};
@@ -33,21 +34,21 @@ pub async fn latch_opens_for_every_waiter(fx: &dyn Fixture) {
     l1.count_down().await.unwrap();
     l2.count_down().await.unwrap();
     assert_eq!(l1.count().await.unwrap(), 1);
-    sleep(Duration::from_millis(150)).await;
+    sleep(ms(150)).await;
     assert!(
         waiters.iter().all(|waiter| !waiter.is_finished()),
         "a waiter went on before the count reached zero"
     );
     l2.count_down().await.unwrap();
     for waiter in waiters {
-        timeout(Duration::from_secs(2), waiter)
+        timeout(secs(2), waiter)
             .await
             .expect("every waiter is woken when the latch opens")
             .unwrap()
             .unwrap();
     }
     assert_eq!(l1.count().await.unwrap(), 0);
-    timeout(Duration::from_millis(500), l2.wait())
+    timeout(ms(500), l2.wait())
         .await
         .expect("an open latch does not wait")
         .unwrap();
@@ -78,7 +79,7 @@ pub async fn latch_closes_again_and_deletes(fx: &dyn Fixture) {
         "the new count did not close the latch"
     );
     assert!(latch.delete().await.unwrap(), "there was a latch to delete");
-    timeout(Duration::from_secs(2), waiter)
+    timeout(secs(2), waiter)
         .await
         .expect("deleting opens the latch for its waiters")
         .unwrap()
@@ -116,14 +117,14 @@ pub async fn latch_bad_input_and_timeouts(fx: &dyn Fixture) {
         ErrorKind::Timeout,
         "a wait of zero on a closed latch"
     );
-    let wait = Duration::from_millis(150);
+    let wait = ms(150);
     let started = Instant::now();
     let err = latch.wait_for(wait).await.expect_err("the latch is closed");
     let took = started.elapsed();
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
     assert!(err.to_string().contains("count-down latch"), "{err}");
     assert!(
-        took >= wait && took < wait + Duration::from_millis(400),
+        took >= wait && took < wait + ms(400),
         "gave up after {took:?}"
     );
     assert_eq!(
@@ -149,7 +150,7 @@ pub async fn latch_count_down_sent_twice_counts_once(fx: &dyn Fixture) {
     let latches = backend.latches();
     let name = LockName::new(&unique("latch-retry")).unwrap();
     assert!(latches.try_set_count(&name, 3).await.unwrap());
-    let request = LatchRequest::new(Duration::from_secs(5));
+    let request = LatchRequest::new(secs(5));
     assert_eq!(latches.count_down(&name, request).await.unwrap(), 2);
     assert_eq!(
         latches.count_down(&name, request).await.unwrap(),
@@ -161,7 +162,7 @@ pub async fn latch_count_down_sent_twice_counts_once(fx: &dyn Fixture) {
         2,
         "a retry counted down again"
     );
-    let next = LatchRequest::new(Duration::from_secs(5));
+    let next = LatchRequest::new(secs(5));
     assert_eq!(latches.count_down(&name, next).await.unwrap(), 1);
     assert!(latches.delete(&name).await.unwrap());
 }
@@ -202,10 +203,10 @@ pub async fn a_redisson_peer_shares_our_latch(fx: &dyn Fixture) {
         let latch = latch.clone();
         async move { latch.wait().await }
     });
-    sleep(Duration::from_millis(150)).await;
+    sleep(ms(150)).await;
     assert!(!waiter.is_finished(), "went on at count 1");
     java_count_down().await;
-    timeout(Duration::from_secs(2), waiter)
+    timeout(secs(2), waiter)
         .await
         .expect("Redisson's count-down to zero woke our waiter")
         .unwrap()
@@ -235,7 +236,7 @@ pub async fn a_redisson_peer_shares_our_latch(fx: &dyn Fixture) {
         "Redisson's count did not close the latch"
     );
     latch.count_down().await.unwrap();
-    timeout(Duration::from_secs(2), waiter)
+    timeout(secs(2), waiter)
         .await
         .expect("our count-down opened the latch")
         .unwrap()
@@ -249,7 +250,7 @@ async fn waiting_on(
 ) -> tokio::task::JoinHandle<Result<(), lock_core::Error>> {
     let latch = latch.clone();
     let waiter = tokio::spawn(async move { latch.wait().await });
-    sleep(Duration::from_millis(150)).await;
+    sleep(ms(150)).await;
     waiter
 }
 
@@ -263,13 +264,13 @@ pub async fn a_latch_named_with_a_hash_tag_opens(fx: &dyn Fixture) {
     assert!(latch.try_set_count(1).await.unwrap());
     let waiter = tokio::spawn({
         let latch = other.count_down_latch(&name);
-        async move { latch.wait_for(Duration::from_secs(3)).await }
+        async move { latch.wait_for(secs(3)).await }
     });
-    sleep(Duration::from_millis(100)).await;
+    sleep(ms(100)).await;
     assert!(!waiter.is_finished(), "the latch opened early");
     latch.count_down().await.unwrap();
     assert_eq!(latch.count().await.unwrap(), 0);
-    timeout(Duration::from_secs(3), waiter)
+    timeout(secs(3), waiter)
         .await
         .expect("the waiter woke")
         .unwrap()

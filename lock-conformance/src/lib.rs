@@ -22,6 +22,7 @@ pub mod faulty;
 pub mod fixture;
 mod grant_rules;
 mod grants;
+
 mod introspection;
 mod latch;
 pub mod logs;
@@ -30,6 +31,7 @@ mod safety;
 pub mod scenarios;
 pub mod selection;
 mod semaphore;
+pub mod timing;
 mod wakes;
 
 pub use fixture::{Fixture, RedisControl};
@@ -199,6 +201,7 @@ macro_rules! __scenario_tests {
             #[$runtime]
             async fn $scenario() {
                 let fixture = $make.await;
+                $crate::timing::set_scale($crate::Fixture::time_scale(&fixture));
                 let needs: &[$crate::Need] = &[$($crate::Need::$need),*];
                 match $crate::selection::skip_reason(&fixture, needs).await {
                     None => $crate::scenarios::$scenario(&fixture).await,

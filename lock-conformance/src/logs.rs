@@ -5,6 +5,7 @@
 //! collects every thread's, for the whole test binary (a binary has one global
 //! collector, so its tests tell their events apart by the names they use).
 
+use crate::timing::ms;
 use std::fmt::{self, Write};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -90,7 +91,7 @@ impl Logs {
             if tokio::time::Instant::now() >= deadline {
                 return false;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(ms(10)).await;
         }
         true
     }

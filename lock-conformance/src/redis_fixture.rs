@@ -26,6 +26,39 @@ pub type Connect = Arc<
         + Sync,
 >;
 
+/// How a Redis adapter whose connector is `C` connects to a fixture's servers: a cluster
+/// from all of their URLs, anything else (a single server, a `redis+sentinel://` URL)
+/// from the first.
+#[must_use]
+pub fn through<C>() -> Connect
+where
+    C: lock_core::Connect<Settings = lock_redis_protocol::ConnectorSettings>,
+{
+    Arc::new(
+        |urls: Vec<String>, cluster: bool, options: ProtocolOptions| {
+            Box::pin(async move {
+                let url = if cluster {
+                    cluster_url(&urls)
+                } else {
+                    urls[0].clone()
+                };
+                let settings = lock_redis_protocol::ConnectorSettings::default().protocol(options);
+                let backend = C::new(url).settings(settings).connect().await?;
+                Ok(Arc::new(backend) as Arc<dyn Backend>)
+            })
+        },
+    )
+}
+
+/// `redis://h:p` URLs as one `redis+cluster://h:p,h:p` URL.
+fn cluster_url(urls: &[String]) -> String {
+    let hosts: Vec<&str> = urls
+        .iter()
+        .map(|url| url.trim_start_matches("redis://").trim_end_matches('/'))
+        .collect();
+    format!("redis+cluster://{}", hosts.join(","))
+}
+
 enum Topology {
     Standalone(Mutex<RedisServer>),
     Cluster(Mutex<RedisCluster>),

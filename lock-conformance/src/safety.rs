@@ -3,6 +3,8 @@
 //! finding of the correctness review it guards (`shared/reviews/correctness.md`) and
 //! fails without its fix. Re-exported through [`crate::scenarios`].
 
+use crate::scenarios::wait_until;
+use crate::timing::{ms, secs};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +21,7 @@ use crate::scenarios::{all_served, counted_client, handover_gap, spawn_waiter, u
 pub async fn read_holds_released_out_of_order(fx: &dyn Fixture) {
     let (a, b) = (fx.client().await, fx.client().await);
     let name = unique("rw-out-of-order");
-    let lease = Duration::from_millis(600);
+    let lease = ms(600);
     let read = a.rw_lock(&name).reader().with_holder(Holder::unique());
     let older = read.try_lock_for(Duration::ZERO, Some(lease)).await;
     let older = older.unwrap().expect("free");
@@ -52,7 +54,7 @@ async fn writer_enters_only_after(read: &Guard, writer: &Lock, lease: Duration) 
             return;
         }
         assert!(started.elapsed() < lease * 4, "the read hold never expired");
-        sleep(Duration::from_millis(5)).await;
+        sleep(ms(5)).await;
     }
 }
 
@@ -60,7 +62,7 @@ async fn writer_enters_only_after(read: &Guard, writer: &Lock, lease: Duration) 
 /// out for its 30 s lease) and releases it; `left_behind` says what failed otherwise.
 async fn another_client_takes(fx: &dyn Fixture, name: &str, left_behind: &str) {
     let other = fx.client().await;
-    let taken = timeout(Duration::from_secs(2), other.mutex(name).lock()).await;
+    let taken = timeout(secs(2), other.mutex(name).lock()).await;
     let guard = taken.unwrap_or_else(|_| panic!("{left_behind}")).unwrap();
     guard.unlock().await.unwrap();
 }
@@ -73,22 +75,22 @@ pub async fn expired_read_hold_leaves_no_count(fx: &dyn Fixture) {
     let (a, b) = (fx.client().await, fx.client().await);
     let name = unique("rw-expired-count");
     let other = b.rw_lock(&name).reader();
-    let other = other.try_lock_for(Duration::ZERO, Some(Duration::from_secs(10)));
+    let other = other.try_lock_for(Duration::ZERO, Some(secs(10)));
     let other = other.await.unwrap().expect("free");
     let holder = Holder::unique();
     let read = a.rw_lock(&name).reader().with_holder(holder.clone());
     // Long enough to arrive alive through PgBouncer beside a full test run (a lease its
     // grant outlives is refused), short enough to wait out.
-    let short = read.try_lock_for(Duration::ZERO, Some(Duration::from_millis(400)));
+    let short = read.try_lock_for(Duration::ZERO, Some(ms(400)));
     let short = short.await.unwrap().expect("readers share");
-    sleep(Duration::from_millis(600)).await;
+    sleep(ms(600)).await;
     assert!(!short.is_held(), "a read hold outlived its own lease");
     assert_eq!(
         kind_of(short.unlock().await),
         Some(ErrorKind::NotHeld),
         "an expired read hold must not release anyone's hold"
     );
-    let again = read.try_lock_for(Duration::ZERO, Some(Duration::from_secs(5)));
+    let again = read.try_lock_for(Duration::ZERO, Some(secs(5)));
     let again = again.await.unwrap().expect("readers share");
     again.unlock().await.unwrap();
     assert_eq!(
@@ -113,15 +115,15 @@ fn kind_of(result: Result<(), lock_core::Error>) -> Option<ErrorKind> {
 /// watchdog round must still be renewed before it expires.
 pub async fn watchdog_renews_a_hold_taken_between_rounds(fx: &dyn Fixture) {
     let locks = Locks::builder(fx.backend().await)
-        .watchdog_lease(Duration::from_millis(300))
-        .renew_interval(Duration::from_millis(250))
+        .watchdog_lease(ms(300))
+        .renew_interval(ms(250))
         .build()
         .expect("an interval below the lease is valid");
     let first = locks.mutex(&unique("wd-first")).lock().await.unwrap();
     // The rounds now come at 250 ms, 500 ms, ...; this hold is 120 ms old at the first.
-    sleep(Duration::from_millis(130)).await;
+    sleep(ms(130)).await;
     let second = locks.mutex(&unique("wd-second")).lock().await.unwrap();
-    sleep(Duration::from_millis(700)).await;
+    sleep(ms(700)).await;
     assert!(first.is_held(), "the first hold expired under the watchdog");
     assert!(
         second.is_held(),
@@ -136,7 +138,7 @@ pub async fn watchdog_renews_a_hold_taken_between_rounds(fx: &dyn Fixture) {
 /// the lock is free once both are released.
 pub async fn replies_of_one_holder_in_any_order(fx: &dyn Fixture) {
     let faulty = FaultyBackend::new(fx.backend().await);
-    faulty.set(AcquireFault::DelayFreshGrant(Duration::from_millis(100)));
+    faulty.set(AcquireFault::DelayFreshGrant(ms(100)));
     let locks = Locks::new(Arc::new(faulty.clone()));
     let name = unique("reply-order");
     let m = locks.mutex(&name).with_holder(Holder::unique());
@@ -167,20 +169,17 @@ pub async fn fair_waiter_cancelled_mid_attempt_leaves_no_place(fx: &dyn Fixture)
     let holder = fx.client().await;
     let held = holder.fair_mutex(&name).lock().await.unwrap();
     let slow = FaultyBackend::new(fx.backend().await);
-    slow.set(AcquireFault::DelayRequest(Duration::from_millis(50)));
+    slow.set(AcquireFault::DelayRequest(ms(50)));
     let quitter = Locks::new(Arc::new(slow));
-    let gave_up = timeout(Duration::from_millis(10), quitter.fair_mutex(&name).lock()).await;
+    let gave_up = timeout(ms(10), quitter.fair_mutex(&name).lock()).await;
     assert!(gave_up.is_err(), "the quitter cannot get a held lock");
     // The quitter's attempt reaches the backend meanwhile.
-    sleep(Duration::from_millis(150)).await;
+    sleep(ms(150)).await;
     let (next, counted) = counted_client(fx).await;
     let waiter = spawn_waiter(next.fair_mutex(&name));
     counted.listening().await;
-    let gap = handover_gap(held, waiter, Duration::from_secs(3)).await;
-    assert!(
-        gap < Duration::from_secs(1),
-        "the waiter behind a quitter waited {gap:?}"
-    );
+    let gap = handover_gap(held, waiter, secs(3)).await;
+    assert!(gap < secs(1), "the waiter behind a quitter waited {gap:?}");
 }
 
 /// Review #7: a request whose reply was lost (it ran, the caller never heard) is sent
@@ -193,7 +192,7 @@ pub async fn a_lost_reply_is_retried_and_counted_once(fx: &dyn Fixture) {
     let m = locks.mutex(&name).with_holder(Holder::unique());
     let outer = m.lock().await.unwrap();
     faulty.set(AcquireFault::LoseReply);
-    let inner = timeout(Duration::from_secs(5), m.lock())
+    let inner = timeout(secs(5), m.lock())
         .await
         .expect("the retried reentry is answered")
         .expect("a reentry whose reply was lost is sent again");
@@ -235,10 +234,10 @@ pub async fn an_unanswered_grant_is_undone(fx: &dyn Fixture) {
 /// grant back (the lock is free well before its 30 s lease ends).
 pub async fn a_grant_whose_caller_left_is_released(fx: &dyn Fixture) {
     let faulty = FaultyBackend::new(fx.backend().await);
-    faulty.set(AcquireFault::DelayFreshGrant(Duration::from_millis(200)));
+    faulty.set(AcquireFault::DelayFreshGrant(ms(200)));
     let locks = Locks::new(Arc::new(faulty.clone()));
     let name = unique("caller-left");
-    let left = timeout(Duration::from_millis(50), locks.mutex(&name).lock()).await;
+    let left = timeout(ms(50), locks.mutex(&name).lock()).await;
     assert!(left.is_err(), "the answer was held back: {left:?}");
     another_client_takes(fx, &name, "a grant whose caller left was kept").await;
 }
@@ -253,13 +252,13 @@ pub async fn unlocks_in_flight_finish_before_shutdown_returns(fx: &dyn Fixture) 
     let observer = fx.client().await;
     let left_guard = locks.mutex(&left).lock().await.unwrap();
     let awaited_guard = locks.mutex(&awaited).lock().await.unwrap();
-    faulty.delay_releases(Duration::from_millis(200));
-    let gave_up = timeout(Duration::from_millis(20), left_guard.unlock()).await;
+    faulty.delay_releases(ms(200));
+    let gave_up = timeout(ms(20), left_guard.unlock()).await;
     assert!(gave_up.is_err(), "the release was held back: {gave_up:?}");
     let unlocking = tokio::spawn(awaited_guard.unlock());
     // The awaited unlock is under way before the shutdown begins.
-    sleep(Duration::from_millis(20)).await;
-    timeout(Duration::from_secs(5), locks.shutdown())
+    sleep(ms(20)).await;
+    timeout(secs(5), locks.shutdown())
         .await
         .expect("the releases end within their delay");
     for (name, what) in [(&left, "an abandoned"), (&awaited, "an awaited")] {
@@ -281,14 +280,14 @@ pub async fn a_bounded_wait_ends_on_time_when_subscribing_is_slow(fx: &dyn Fixtu
     let holder = fx.client().await;
     let held = holder.mutex(&name).lock().await.unwrap();
     let slow = FaultyBackend::new(fx.backend().await);
-    slow.delay_listens(Duration::from_secs(3));
+    slow.delay_listens(secs(3));
     let waiter = Locks::new(Arc::new(slow));
     let started = Instant::now();
-    let wait = Duration::from_millis(300);
+    let wait = ms(300);
     let got = waiter.mutex(&name).try_lock_for(wait, None).await.unwrap();
     assert!(got.is_none(), "the lock is held");
     assert!(
-        started.elapsed() < wait + Duration::from_millis(500),
+        started.elapsed() < wait + ms(500),
         "a 300 ms wait took {:?}",
         started.elapsed()
     );
@@ -304,25 +303,27 @@ pub async fn a_redisson_reader_never_cuts_our_read_hold_short(fx: &dyn Fixture) 
     let redis = fx.redis().expect("a Redis fixture");
     let (ours, writers) = (fx.client().await, fx.client().await);
     let name = unique("redisson-reader");
-    let lease = Duration::from_millis(600);
-    let ms = lease.as_millis().to_string();
+    let lease = ms(600);
+    let lease_ms = lease.as_millis().to_string();
     let read = ours.rw_lock(&name).reader();
     let held = read.try_lock_for(Duration::ZERO, Some(lease)).await;
     let held = held.unwrap().expect("free");
     let tagged = format!("{{{name}}}");
     let java = "5f3c6a1e-0000-4000-8000-000000000001:1";
     let java_hold = format!("{tagged}:{java}:rwlock_timeout:1");
-    sleep(Duration::from_millis(100)).await;
+    sleep(ms(100)).await;
     // Redisson's read acquire in read mode.
     redis.run(&name, &["HINCRBY", &name, java, "1"]).await;
-    redis.run(&name, &["SET", &java_hold, "1", "PX", &ms]).await;
+    redis
+        .run(&name, &["SET", &java_hold, "1", "PX", &lease_ms])
+        .await;
     let pttl = redis.pttl(&name).await.max(600).to_string();
     redis.run(&name, &["PEXPIRE", &name, &pttl]).await;
-    sleep(Duration::from_millis(100)).await;
+    sleep(ms(100)).await;
     // Redisson's read renewal: the lock's expiry set to its lease, unconditionally.
-    redis.run(&name, &["PEXPIRE", &name, &ms]).await;
-    redis.run(&name, &["PEXPIRE", &java_hold, &ms]).await;
-    sleep(Duration::from_millis(100)).await;
+    redis.run(&name, &["PEXPIRE", &name, &lease_ms]).await;
+    redis.run(&name, &["PEXPIRE", &java_hold, &lease_ms]).await;
+    sleep(ms(100)).await;
     // Redisson's read unlock: its hold goes, and the lock lives as long as the longest
     // remaining hold key (ours).
     redis.run(&name, &["HDEL", &name, java]).await;
@@ -348,9 +349,9 @@ pub async fn an_unconfirmed_subscription_is_tried_again(fx: &dyn Fixture) {
     let waiter = spawn_waiter(Locks::new(Arc::new(flaky.clone())).mutex(&name));
     // Its second request follows the subscriptions that failed and the one that held.
     flaky.listening().await;
-    let gap = handover_gap(held, waiter, Duration::from_secs(5)).await;
+    let gap = handover_gap(held, waiter, secs(5)).await;
     assert!(
-        gap < Duration::from_secs(1),
+        gap < secs(1),
         "the waiter was served {gap:?} after the release"
     );
 }
@@ -366,7 +367,7 @@ pub async fn a_replayed_grant_keeps_its_exact_fencing_token(fx: &dyn Fixture) {
         .unwrap();
     let name = unique("replayed-token");
     faulty.set(AcquireFault::LoseReply);
-    let first = timeout(Duration::from_secs(5), fenced.mutex(&name).lock())
+    let first = timeout(secs(5), fenced.mutex(&name).lock())
         .await
         .expect("the retried acquisition is answered")
         .unwrap();
@@ -418,15 +419,15 @@ pub async fn our_fair_waiters_keep_their_place_when_redisson_moves_the_queue(fx:
         }));
         // Queued before the next one comes (the newcomer's first attempt is given time
         // below: before the fix it dropped the three shifted waiters and went first).
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + secs(5);
         let mut queued = Vec::new();
         while i < 3 && queued.len() <= i {
             assert!(Instant::now() < deadline, "waiter {i} never queued");
-            sleep(Duration::from_millis(10)).await;
+            sleep(ms(10)).await;
             queued = strings(redis.run(&queue, &["LRANGE", &queue, "0", "-1"]).await);
         }
     }
-    sleep(Duration::from_millis(200)).await;
+    sleep(ms(200)).await;
     held.unlock().await.unwrap();
     all_served(waiters).await;
     assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3]);
@@ -443,16 +444,15 @@ pub async fn a_redisson_waiter_keeps_the_fair_queue(fx: &dyn Fixture) {
     let scores = format!("redisson_lock_timeout:{{{name}}}");
     let held = fx.client().await.fair_mutex(&name).lock().await.unwrap();
     let ours = Locks::builder(fx.backend().await)
-        .fair_waiter_timeout(Duration::from_secs(1))
+        .fair_waiter_timeout(secs(1))
         .build()
         .unwrap();
     let waiter = spawn_waiter(ours.fair_mutex(&name));
     // Queued, with an expiry on the queue.
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while redis.pttl(&queue).await <= 0 {
-        assert!(Instant::now() < deadline, "our waiter never queued");
-        sleep(Duration::from_millis(10)).await;
-    }
+    wait_until(secs(3), "our waiter never queued", || async {
+        redis.pttl(&queue).await > 0
+    })
+    .await;
     // A Redisson waiter joins behind ours, its score minutes ahead.
     let java = "5f3c6a1e-0000-4000-8000-000000000002:7";
     redis.run(&queue, &["RPUSH", &queue, java]).await;
@@ -462,7 +462,7 @@ pub async fn a_redisson_waiter_keeps_the_fair_queue(fx: &dyn Fixture) {
         .await;
     // Our waiter asks again every third of a second; an attempt must leave the keys
     // without the expiry they had.
-    let deadline = Instant::now() + Duration::from_secs(3);
+    let deadline = Instant::now() + secs(3);
     for key in [&queue, &scores] {
         loop {
             let pttl = redis.pttl(key).await;
@@ -473,11 +473,11 @@ pub async fn a_redisson_waiter_keeps_the_fair_queue(fx: &dyn Fixture) {
                 Instant::now() < deadline,
                 "{key} expires under a Redisson waiter (pttl {pttl})"
             );
-            sleep(Duration::from_millis(20)).await;
+            sleep(ms(20)).await;
         }
     }
     held.unlock().await.unwrap();
-    timeout(Duration::from_secs(5), waiter)
+    timeout(secs(5), waiter)
         .await
         .expect("our waiter is served")
         .unwrap();
@@ -494,7 +494,7 @@ pub async fn a_redisson_waiter_keeps_the_fair_queue(fx: &dyn Fixture) {
 pub async fn a_grant_after_a_lost_hold_leaves_nothing_held(fx: &dyn Fixture) {
     let faulty = FaultyBackend::new(fx.backend().await);
     let locks = Locks::builder(Arc::new(faulty.clone()))
-        .watchdog_lease(Duration::from_secs(1))
+        .watchdog_lease(secs(1))
         .build()
         .unwrap();
     let lock = locks
@@ -502,7 +502,7 @@ pub async fn a_grant_after_a_lost_hold_leaves_nothing_held(fx: &dyn Fixture) {
         .with_holder(Holder::unique());
     let first = lock.lock().await.unwrap();
     faulty.lose_renewal_replies(true);
-    timeout(Duration::from_secs(5), first.lost())
+    timeout(secs(5), first.lost())
         .await
         .expect("the hold is lost locally once its renewals go unanswered");
     faulty.lose_renewal_replies(false);

@@ -2,6 +2,7 @@
 //! their bad input, nothing kept by dropped permits or abandoned waits, retries counted
 //! once.
 
+use crate::timing::{ms, secs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -31,7 +32,7 @@ pub async fn semaphore_bounds_concurrency(fx: &dyn Fixture) {
                     let permits = semaphore.acquire(1).await.unwrap();
                     let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                     most.fetch_max(now, Ordering::SeqCst);
-                    sleep(Duration::from_millis(10)).await;
+                    sleep(ms(10)).await;
                     inside.fetch_sub(1, Ordering::SeqCst);
                     permits.release().await.unwrap();
                 }
@@ -39,7 +40,7 @@ pub async fn semaphore_bounds_concurrency(fx: &dyn Fixture) {
         })
         .collect();
     for worker in workers {
-        timeout(Duration::from_secs(20), worker)
+        timeout(secs(20), worker)
             .await
             .expect("the workers finish")
             .unwrap();
@@ -87,14 +88,12 @@ pub async fn semaphore_waiters_of_one_client_go_in_arrival_order(fx: &dyn Fixtur
         // One permit back: the first waiter still lacks one, and the second must wait.
         // The pause is the second's chance to overtake, which it must not take.
         one.release().await.unwrap();
-        sleep(Duration::from_millis(150)).await;
+        sleep(ms(150)).await;
         other.release().await.unwrap();
     };
-    timeout(Duration::from_secs(5), async {
-        tokio::join!(first, second, releases)
-    })
-    .await
-    .expect("both waiters are served");
+    timeout(secs(5), async { tokio::join!(first, second, releases) })
+        .await
+        .expect("both waiters are served");
     assert_eq!(
         *served.lock().unwrap(),
         [2, 1],
@@ -151,12 +150,12 @@ pub async fn semaphore_operations_and_bad_input(fx: &dyn Fixture) {
         .expect("five are free");
     assert_eq!(five.count(), 5);
     assert_eq!(semaphore.available().await.unwrap(), 0);
-    let wait = Duration::from_millis(150);
+    let wait = ms(150);
     let started = Instant::now();
     assert!(semaphore.try_acquire_for(1, wait).await.unwrap().is_none());
     let took = started.elapsed();
     assert!(
-        took >= wait && took < wait + Duration::from_millis(400),
+        took >= wait && took < wait + ms(400),
         "gave up after {took:?}"
     );
     semaphore.add_permits(-2).await.unwrap();
@@ -196,7 +195,7 @@ pub async fn a_wait_for_a_never_set_semaphore_says_why(fx: &dyn Fixture) {
     );
     // Long enough for the first answer to come on a loaded machine (through PgBouncer
     // beside a full test run, 100 ms once ended the wait before any answer came).
-    let wait = Duration::from_secs(1);
+    let wait = secs(1);
     assert!(never_set.try_acquire_for(1, wait).await.unwrap().is_none());
     let said = logs.matching(tracing::Level::WARN, "never set");
     assert_eq!(said.len(), 1, "one warning per wait: {said:?}");
@@ -212,7 +211,7 @@ pub async fn dropped_permits_and_abandoned_waits_keep_nothing(fx: &dyn Fixture) 
     assert!(semaphore.try_set_permits(1).await.unwrap());
     drop(semaphore.acquire(1).await.unwrap());
     assert!(
-        eventually(Duration::from_secs(2), || async {
+        eventually(secs(2), || async {
             semaphore.available().await.unwrap() == 1
         })
         .await,
@@ -221,19 +220,19 @@ pub async fn dropped_permits_and_abandoned_waits_keep_nothing(fx: &dyn Fixture) 
     let held = semaphore.acquire(1).await.unwrap();
     for _ in 0..20 {
         // Waits given up at every moment, some of them while a grant is on its way.
-        let abandoned = timeout(Duration::from_millis(5), semaphore.acquire(1)).await;
+        let abandoned = timeout(ms(5), semaphore.acquire(1)).await;
         assert!(abandoned.is_err(), "took a permit that was held");
     }
     held.release().await.unwrap();
     // Each grant now answers 100 ms late; every wait gives up after 20 ms.
-    faulty.delay_permit_grants(Duration::from_millis(100));
+    faulty.delay_permit_grants(ms(100));
     for _ in 0..3 {
-        let abandoned = timeout(Duration::from_millis(20), semaphore.acquire(1)).await;
+        let abandoned = timeout(ms(20), semaphore.acquire(1)).await;
         assert!(abandoned.is_err(), "a slowed grant arrived in time");
     }
     faulty.delay_permit_grants(Duration::ZERO);
     assert!(
-        eventually(Duration::from_secs(3), || async {
+        eventually(secs(3), || async {
             semaphore.available().await.unwrap() == 1
         })
         .await,
@@ -251,7 +250,7 @@ pub async fn a_storm_of_cancelled_acquisitions_loses_no_permit(fx: &dyn Fixture)
     let name = unique("sem-storm");
     let semaphore = locks.semaphore(&name);
     assert!(semaphore.try_set_permits(3).await.unwrap());
-    let until = Instant::now() + Duration::from_millis(1_500);
+    let until = Instant::now() + ms(1_500);
     let tasks: Vec<_> = (0..8u64)
         .map(|task| {
             let semaphore = locks.semaphore(&name);
@@ -274,7 +273,7 @@ pub async fn a_storm_of_cancelled_acquisitions_loses_no_permit(fx: &dyn Fixture)
         task.await.unwrap();
     }
     assert!(
-        eventually(Duration::from_secs(3), || async {
+        eventually(secs(3), || async {
             semaphore.available().await.unwrap() == PERMITS
         })
         .await,
@@ -300,22 +299,14 @@ pub async fn a_cancelled_starving_waiter_leaves_no_reservation(fx: &dyn Fixture)
     );
     // Each attempt of the waiter takes 150 ms to arrive; the waiter gives up while its
     // second attempt, past the starvation threshold, is on its way.
-    faulty.delay_permit_requests(Duration::from_millis(150));
-    let gave_up = timeout(
-        Duration::from_millis(250),
-        waiter.semaphore(&name).acquire(1),
-    )
-    .await;
+    faulty.delay_permit_requests(ms(150));
+    let gave_up = timeout(ms(250), waiter.semaphore(&name).acquire(1)).await;
     assert!(gave_up.is_err(), "every permit is held");
     // The attempt lands, then the cancellation.
-    sleep(Duration::from_millis(200)).await;
+    sleep(ms(200)).await;
     first.release().await.unwrap();
     let other = fx.client().await;
-    let taken = timeout(
-        Duration::from_millis(500),
-        other.semaphore(&name).acquire(1),
-    )
-    .await;
+    let taken = timeout(ms(500), other.semaphore(&name).acquire(1)).await;
     assert!(
         taken.is_ok(),
         "a gone waiter's reservation held a free permit back"
@@ -333,7 +324,7 @@ pub async fn a_permit_request_sent_twice_counts_once(fx: &dyn Fixture) {
     let semaphores = backend.semaphores();
     let name = LockName::new(&unique("sem-retry")).unwrap();
     assert!(semaphores.try_set_permits(&name, 3).await.unwrap());
-    let take = PermitRequest::new(2, Duration::from_secs(5));
+    let take = PermitRequest::new(2, secs(5));
     assert!(semaphores.try_acquire(&name, take).await.unwrap().taken());
     assert!(
         semaphores.try_acquire(&name, take).await.unwrap().taken(),
@@ -344,7 +335,7 @@ pub async fn a_permit_request_sent_twice_counts_once(fx: &dyn Fixture) {
         1,
         "a retry took again"
     );
-    let give = PermitRequest::of_grant(take.id, Duration::from_secs(5));
+    let give = PermitRequest::of_grant(take.id, secs(5));
     assert_eq!(semaphores.release(&name, give).await.unwrap(), 3);
     assert_eq!(
         semaphores.release(&name, give).await.unwrap(),
@@ -360,7 +351,7 @@ pub async fn a_permit_request_sent_twice_counts_once(fx: &dyn Fixture) {
         !semaphores.try_acquire(&name, take).await.unwrap().taken(),
         "a late copy of a grant given back took again"
     );
-    let never = PermitRequest::of_grant(RequestId::random(), Duration::from_secs(5));
+    let never = PermitRequest::of_grant(RequestId::random(), secs(5));
     assert_eq!(semaphores.release(&name, never).await.unwrap(), 3);
     assert_eq!(
         semaphores.available(&name).await.unwrap(),
@@ -402,11 +393,11 @@ pub async fn a_redisson_peer_shares_our_semaphore(fx: &dyn Fixture) {
         let semaphore = other.semaphore(&name);
         async move { semaphore.acquire(1).await }
     });
-    sleep(Duration::from_millis(150)).await;
+    sleep(ms(150)).await;
     assert!(!waiter.is_finished(), "took a permit that was not there");
     let java_release = ["EVAL", REDISSON_RELEASE, "1", &name, "1", &channel, publish];
     redis.run(&name, &java_release).await;
-    let permits = timeout(Duration::from_secs(2), waiter)
+    let permits = timeout(secs(2), waiter)
         .await
         .expect("Redisson's release woke our waiter")
         .unwrap()
@@ -432,7 +423,7 @@ pub async fn a_starving_waiter_for_many_permits_holds_them_back(fx: &dyn Fixture
         async move { semaphore.acquire(3).await }
     });
     // Past the threshold (10 ms) and a few of its attempts.
-    sleep(Duration::from_millis(200)).await;
+    sleep(ms(200)).await;
     let semaphore = other.semaphore(&name);
     assert_eq!(semaphore.available().await.unwrap(), 1);
     assert!(
@@ -440,7 +431,7 @@ pub async fn a_starving_waiter_for_many_permits_holds_them_back(fx: &dyn Fixture
         "took the permit held back for the starving waiter"
     );
     two.release().await.unwrap();
-    let all = timeout(Duration::from_secs(2), waiter)
+    let all = timeout(secs(2), waiter)
         .await
         .expect("the starving waiter got its three")
         .unwrap()
@@ -471,24 +462,24 @@ pub async fn a_waiter_for_more_permits_than_exist_starves_nobody(fx: &dyn Fixtur
         async move { semaphore.acquire(3).await }
     });
     let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(1) {
+    while started.elapsed() < secs(1) {
         for (client, who) in [
             (&other, "another client"),
             (&big, "the waiter's own client"),
         ] {
             let one = client
                 .semaphore(&name)
-                .try_acquire_for(1, Duration::from_secs(2))
+                .try_acquire_for(1, secs(2))
                 .await
                 .unwrap()
                 .unwrap_or_else(|| panic!("{who} was starved by a waiter for 3 of 2"));
             one.release().await.unwrap();
         }
-        sleep(Duration::from_millis(100)).await;
+        sleep(ms(100)).await;
     }
     assert!(!waiter.is_finished(), "3 of 2 permits were granted");
     big.semaphore(&name).add_permits(1).await.unwrap();
-    let all = timeout(Duration::from_secs(2), waiter)
+    let all = timeout(secs(2), waiter)
         .await
         .expect("the waiter got its three once they existed")
         .unwrap()
@@ -499,12 +490,8 @@ pub async fn a_waiter_for_more_permits_than_exist_starves_nobody(fx: &dyn Fixtur
     let backend = fx.backend().await;
     let semaphores = backend.semaphores();
     let name = LockName::new(&unique("sem-peak")).unwrap();
-    let window = Duration::from_secs(5);
-    let starving = PermitReservation::new(
-        RequestId::random(),
-        Duration::from_secs(1),
-        Duration::from_secs(3),
-    );
+    let window = secs(5);
+    let starving = PermitReservation::new(RequestId::random(), secs(1), secs(3));
     let take = |permits, reserve| PermitRequest::new(permits, window).reserving(reserve);
     assert!(semaphores.try_set_permits(&name, 2).await.unwrap());
     let beyond = semaphores.try_acquire(&name, take(3, Some(starving))).await;
@@ -526,17 +513,17 @@ pub async fn permit_reservations_follow_their_rules(fx: &dyn Fixture) {
     let backend = fx.backend().await;
     let semaphores = backend.semaphores();
     let name = LockName::new(&unique("sem-reserve")).unwrap();
-    let window = Duration::from_secs(5);
+    let window = secs(5);
     let take = |permits, reserve| PermitRequest::new(permits, window).reserving(reserve);
     let ask = async |permits, reserve| {
         let request = take(permits, reserve);
         semaphores.try_acquire(&name, request).await.unwrap()
     };
     let (taken, unavailable) = (PermitAnswer::Taken, PermitAnswer::Unavailable);
-    let kept = Duration::from_millis(300);
+    let kept = ms(300);
     let (a, b) = (RequestId::random(), RequestId::random());
-    let a_waits = Some(PermitReservation::new(a, Duration::from_millis(100), kept));
-    let b_waits = Some(PermitReservation::new(b, Duration::from_secs(1), kept));
+    let a_waits = Some(PermitReservation::new(a, ms(100), kept));
+    let b_waits = Some(PermitReservation::new(b, secs(1), kept));
     assert!(semaphores.try_set_permits(&name, 4).await.unwrap());
     assert_eq!(ask(2, None).await, taken);
     // a reserves 3 of the 2 free: nobody else may take any.
@@ -562,6 +549,6 @@ pub async fn permit_reservations_follow_their_rules(fx: &dyn Fixture) {
     // A reservation whose waiter stops asking lapses.
     assert_eq!(ask(5, a_waits).await, unavailable);
     assert_eq!(ask(1, None).await, unavailable);
-    sleep(kept + Duration::from_millis(100)).await;
+    sleep(kept + ms(100)).await;
     assert_eq!(ask(1, None).await, taken);
 }

@@ -2,8 +2,9 @@
 //! waiting client per release, so that one attempt follows it instead of one per client;
 //! never at the cost of a waiter that must hear it.
 
+use crate::scenarios::wait_until;
+use crate::timing::{ms, secs};
 use std::sync::Arc;
-use std::time::Duration;
 
 use lock_core::{LockKind, LockName, LockRef, Locks, Owner};
 use lock_redis_protocol::ProtocolOptions;
@@ -44,7 +45,7 @@ pub async fn a_release_wakes_one_waiting_client(fx: &dyn Fixture) {
             guard.unlock().await.unwrap();
         }));
         // Each client arrives after the one before.
-        sleep(Duration::from_millis(30)).await;
+        sleep(ms(30)).await;
     }
     let attempts = || {
         counters
@@ -53,7 +54,7 @@ pub async fn a_release_wakes_one_waiting_client(fx: &dyn Fixture) {
             .sum::<usize>()
     };
     // Every client has asked (once, and again once subscribed).
-    sleep(Duration::from_millis(200)).await;
+    sleep(ms(200)).await;
     let mut served: Vec<usize> = Vec::new();
     let mut held = Some(held);
     for round in 0..CLIENTS {
@@ -65,7 +66,7 @@ pub async fn a_release_wakes_one_waiting_client(fx: &dyn Fixture) {
             }
             (None, None) => unreachable!("the first round releases the holder"),
         }
-        let Ok(next) = timeout(Duration::from_secs(5), passed.recv()).await else {
+        let Ok(next) = timeout(secs(5), passed.recv()).await else {
             panic!(
                 "no waiting client was served after release {round}, after {} attempts; {}",
                 attempts() - before,
@@ -74,7 +75,7 @@ pub async fn a_release_wakes_one_waiting_client(fx: &dyn Fixture) {
         };
         let next = next.unwrap();
         // Attempts the release caused, and any that lag behind.
-        sleep(Duration::from_millis(150)).await;
+        sleep(ms(150)).await;
         let asked = attempts() - before;
         assert_eq!(
             asked, 1,
@@ -106,7 +107,7 @@ pub async fn a_vanished_clients_registration_does_not_swallow_a_release(fx: &dyn
     let holder = fx.client().await;
     let held = holder.mutex(&name).lock().await.unwrap();
     let (client, counted) = counted_client(fx).await;
-    let waiter = spawn_try_waiter(client.mutex(&name), Duration::from_secs(20));
+    let waiter = spawn_try_waiter(client.mutex(&name), secs(20));
     counted.listening().await;
     let registered = redis
         .run(&waiting, &["ZRANGE", &waiting, "0", "0", "WITHSCORES"])
@@ -124,12 +125,7 @@ pub async fn a_vanished_clients_registration_does_not_swallow_a_release(fx: &dyn
         .run(&waiting, &["ZADD", &waiting, &earlier, gone])
         .await;
     held.unlock().await.unwrap();
-    served_then_released(
-        waiter,
-        Duration::from_secs(3),
-        "the release reached the live waiter",
-    )
-    .await;
+    served_then_released(waiter, secs(3), "the release reached the live waiter").await;
 }
 
 /// A release beside a waiter of another library (a listener of the lock's channel that
@@ -144,7 +140,7 @@ pub async fn a_release_beside_another_librarys_waiter_offers_it_the_lock(fx: &dy
         panic!("the scenario needs RedisControl");
     };
     let name = unique("offer-others");
-    let long_offers = ProtocolOptions::default().reservation(Duration::from_secs(2));
+    let long_offers = ProtocolOptions::default().reservation(secs(2));
     let holder = Locks::new(fx.backend_with(long_offers).await);
     let held = holder.mutex(&name).lock().await.unwrap();
     // A starving waiter of ours would hold the lock's next free moment against everybody
@@ -154,7 +150,7 @@ pub async fn a_release_beside_another_librarys_waiter_offers_it_the_lock(fx: &dy
         .starvation_threshold(None)
         .build()
         .unwrap();
-    let ours = spawn_try_waiter(client.mutex(&name), Duration::from_secs(10));
+    let ours = spawn_try_waiter(client.mutex(&name), secs(10));
     counted.listening().await;
     let outsider = fx.backend().await;
     let lock = LockRef::new(
@@ -165,11 +161,12 @@ pub async fn a_release_beside_another_librarys_waiter_offers_it_the_lock(fx: &dy
     let listening = outsider.listen(&lock).await.unwrap();
     let channel = format!("redisson_lock__channel:{{{name}}}");
     // The release must count the outsider: it has subscribed when both listen.
-    while listeners(redis, &channel).await < 2 {
-        sleep(Duration::from_millis(5)).await;
-    }
+    wait_until(secs(5), "the outsider never subscribed", || async {
+        listeners(redis, &channel).await >= 2
+    })
+    .await;
     held.unlock().await.unwrap();
-    sleep(Duration::from_millis(200)).await;
+    sleep(ms(200)).await;
     assert!(
         !ours.is_finished(),
         "our waiter took the lock offered to the others"
@@ -200,7 +197,7 @@ pub async fn a_release_beside_another_librarys_waiter_offers_it_the_lock(fx: &dy
         .await;
     served_then_released(
         ours,
-        Duration::from_secs(3),
+        secs(3),
         "our client is served after the other library's release",
     )
     .await;

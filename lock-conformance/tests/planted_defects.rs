@@ -7,14 +7,12 @@
 //! This file holds only these tests: a script's planted source is its source for the
 //! whole test process.
 
-mod common;
-
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use common::adapter;
 use lock_conformance::Fixture;
 use lock_conformance::redis_fixture::RedisFixture;
+use lock_conformance::redis_fixture::through;
 use lock_conformance::scenarios::first_disagreement;
 use lock_core::{Backend, LockKind};
 use lock_postgres::Connector;
@@ -30,7 +28,7 @@ async fn the_differential_test_catches_a_defect_planted_in_a_lua_script() {
             "if before then redis.call('set', latch, 'r-1', 'px', latch_ms) end",
         )
         .expect("the defect is planted");
-    let fixture = RedisFixture::standalone(adapter::<lock_redis::Connector>()).await;
+    let fixture = RedisFixture::standalone(through::<lock_redis::Connector>()).await;
     let caught = first_disagreement(&fixture, LockKind::Mutex).await;
     let caught = caught.expect("the differential test catches the planted defect");
     println!("caught: {caught}");

@@ -2,8 +2,6 @@
 //! fred adapter, and the ways in only this adapter has: a fred client or pool the
 //! application already has.
 
-mod common;
-
 use std::time::Duration;
 
 use fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy};
@@ -12,7 +10,9 @@ use lock_core::Holder;
 use lock_fred::{Connector, ConnectorSettings};
 use lock_testkit::{FaultProxy, ProxyFault, RedisCluster, RedisServer};
 
-lock_conformance::adapter_tests!(common::connector::<lock_fred::Connector>());
+lock_conformance::adapter_tests!(lock_conformance::adapter::through(
+    |connector: lock_fred::Connector, pem| connector.root_certificate(pem)
+));
 
 #[tokio::test]
 async fn zero_settings_are_config_errors() {

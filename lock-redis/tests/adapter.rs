@@ -2,13 +2,13 @@
 //! redis-crate adapter, and the ways in only this adapter has: a connection manager, a
 //! bb8 pool, a cluster connection.
 
-mod common;
-
 use lock_conformance::adapter::round_trip;
 use lock_redis::Connector;
 use lock_testkit::{RedisCluster, RedisServer};
 
-lock_conformance::adapter_tests!(common::connector::<lock_redis::Connector>());
+lock_conformance::adapter_tests!(lock_conformance::adapter::through(
+    |connector: lock_redis::Connector, pem| connector.root_certificate(pem)
+));
 
 #[tokio::test]
 async fn connects_from_url_manager_and_pool() {

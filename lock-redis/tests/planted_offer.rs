@@ -7,10 +7,8 @@
 //! A test binary of its own: a script's planted source is its source for the whole test
 //! process.
 
-mod common;
-
-use common::adapter;
 use lock_conformance::redis_fixture::RedisFixture;
+use lock_conformance::redis_fixture::through;
 use lock_conformance::scenarios::first_disagreement;
 use lock_core::LockKind;
 
@@ -22,7 +20,7 @@ async fn the_differential_test_catches_a_release_that_offers_other_libraries_not
             "if false then",
         )
         .expect("the defect is planted");
-    let fixture = RedisFixture::standalone(adapter::<lock_redis::Connector>()).await;
+    let fixture = RedisFixture::standalone(through::<lock_redis::Connector>()).await;
     let caught = first_disagreement(&fixture, LockKind::Mutex).await;
     let caught = caught.expect("the differential test catches the planted defect");
     println!("caught: {caught}");

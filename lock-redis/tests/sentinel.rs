@@ -1,9 +1,7 @@
 //! The conformance suite, the Redis fault scenarios and failover on a Sentinel
 //! deployment (master, replica, three Sentinels), through the redis-crate adapter.
 
-mod common;
-
-use common::adapter;
 use lock_conformance::redis_fixture::RedisFixture;
+use lock_conformance::redis_fixture::through;
 
-lock_conformance::conformance_suite!(RedisFixture::sentinel(adapter::<lock_redis::Connector>()));
+lock_conformance::conformance_suite!(RedisFixture::sentinel(through::<lock_redis::Connector>()));

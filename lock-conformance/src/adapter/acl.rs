@@ -1,7 +1,7 @@
 //! ACLs: the minimal ACL is enough for every lock kind, older ACLs still work, and a
 //! missing permission is named in the error.
 
-use std::time::Duration;
+use crate::timing::secs;
 
 use lock_core::{ErrorKind, Locks};
 use lock_testkit::RedisServer;
@@ -141,7 +141,7 @@ pub async fn a_missing_channel_permission_is_named_in_the_error(connect: &Adapte
         .unwrap();
     let held = holder.mutex("acl:nochan").lock().await.unwrap();
     // Waiting needs a subscription to the lock's channel.
-    let err = tokio::time::timeout(Duration::from_secs(5), waiter.mutex("acl:nochan").lock())
+    let err = tokio::time::timeout(secs(5), waiter.mutex("acl:nochan").lock())
         .await
         .expect("refused, not hung")
         .expect_err("subscribing is refused");

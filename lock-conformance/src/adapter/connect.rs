@@ -1,7 +1,7 @@
 //! Connecting: bad input is a typed error within the connect timeout, every URL form
 //! reaches its deployment or fails naming why, and TLS works and fails cleanly.
 
-use std::time::Duration;
+use crate::timing::{ms, secs};
 
 use lock_core::ErrorKind;
 use lock_testkit::{RedisCluster, RedisSentinel, RedisServer};
@@ -29,10 +29,7 @@ pub async fn bad_urls_are_config_errors_before_any_network(connect: &AdapterConn
             !err.chain().to_string().contains("notaport"),
             "the URL is not echoed"
         );
-        assert!(
-            started.elapsed() < Duration::from_secs(1),
-            "{url:?} took a while"
-        );
+        assert!(started.elapsed() < secs(1), "{url:?} took a while");
     }
 }
 
@@ -40,7 +37,7 @@ pub async fn refused_connection_is_a_connection_error(connect: &AdapterConnect) 
     // A port that was free a moment ago: nothing listens there.
     let port = lock_testkit::free_port();
     let mut spec = ConnectSpec::new(format!("redis://127.0.0.1:{port}"));
-    spec.connect_timeout = Duration::from_millis(500);
+    spec.connect_timeout = ms(500);
     let err = fails_in_time(connect, spec).await;
     assert_eq!(err.kind(), ErrorKind::Connection, "{}", err.chain());
 }
@@ -56,7 +53,7 @@ pub async fn silent_server_is_a_connection_error_within_the_timeout(connect: &Ad
         }
     });
     let mut spec = ConnectSpec::new(format!("redis://127.0.0.1:{port}"));
-    spec.connect_timeout = Duration::from_millis(500);
+    spec.connect_timeout = ms(500);
     let err = fails_in_time(connect, spec).await;
     assert_eq!(err.kind(), ErrorKind::Connection, "{}", err.chain());
     accepting.abort();
@@ -91,7 +88,7 @@ pub async fn sentinel_with_an_unknown_master_is_an_error_within_the_timeout(
         .url()
         .replace(deployment.master_name(), "no-such-master");
     let mut spec = ConnectSpec::new(url);
-    spec.connect_timeout = Duration::from_secs(1);
+    spec.connect_timeout = secs(1);
     let err = fails_in_time(connect, spec).await;
     assert!(
         matches!(err.kind(), ErrorKind::InvalidConfig | ErrorKind::Connection),

@@ -1,6 +1,7 @@
 //! Faults between client and server: lost replies, outages as long as the retry window,
 //! late copies of requests, dropped clients and runtimes that stop.
 
+use crate::timing::{ms, secs};
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -49,14 +50,14 @@ pub async fn dropping_a_client_closes_its_connections(connect: &AdapterConnect) 
         "commands and notifications each: {opened:?}"
     );
     drop((a, b));
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + secs(5);
     loop {
         let left = client_ids_since(&server, &before).await;
         if left.is_disjoint(&opened) {
             break;
         }
         assert!(Instant::now() < deadline, "connections {left:?} left open");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(ms(20)).await;
     }
 }
 
@@ -97,7 +98,7 @@ pub async fn a_call_ends_within_the_response_timeout_while_the_network_is_down(
     let server = RedisServer::start().await;
     let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap()).await;
     let mut spec = ConnectSpec::new(proxy.url());
-    spec.connect_timeout = Duration::from_secs(3);
+    spec.connect_timeout = secs(3);
     spec.response_timeout = Some(RESPONSE);
     let locks = locks(connect, spec).await.unwrap();
     let mutex = locks.mutex("adapter:bounded");
@@ -106,7 +107,7 @@ pub async fn a_call_ends_within_the_response_timeout_while_the_network_is_down(
         let mutex = mutex.clone();
         async move {
             let started = Instant::now();
-            let tried = tokio::time::timeout(Duration::from_secs(10), mutex.try_lock())
+            let tried = tokio::time::timeout(secs(10), mutex.try_lock())
                 .await
                 .unwrap_or_else(|_| panic!("{what}: the call never ended"));
             let took = started.elapsed();
@@ -115,7 +116,7 @@ pub async fn a_call_ends_within_the_response_timeout_while_the_network_is_down(
                 "{what}: {tried:?}"
             );
             assert!(
-                took < RESPONSE + Duration::from_millis(600),
+                took < RESPONSE + ms(600),
                 "{what}: the call took {took:?}, the response timeout is {RESPONSE:?}"
             );
         }
@@ -124,7 +125,7 @@ pub async fn a_call_ends_within_the_response_timeout_while_the_network_is_down(
     bounded("a paused server").await;
     server.resume();
     // The paused request's late answer reaches the driver, which has given up on it.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(ms(200)).await;
     proxy.set(ProxyFault::BlackHole);
     let killed: i64 = server.command(&["CLIENT", "KILL", "TYPE", "normal"]).await;
     assert!(killed >= 1, "the script connection was not killed");
@@ -133,7 +134,7 @@ pub async fn a_call_ends_within_the_response_timeout_while_the_network_is_down(
     bounded("a broken connection").await;
     bounded("a reconnection that hangs").await;
     proxy.set(ProxyFault::Forward);
-    let back = eventually(Duration::from_secs(10), || async {
+    let back = eventually(secs(10), || async {
         mutex.try_lock().await.is_ok_and(|guard| guard.is_some())
     })
     .await;
@@ -158,10 +159,10 @@ pub async fn an_outage_as_long_as_the_retry_window_leaves_no_hold(connect: &Adap
         "the network was down for the whole window: {failed:?}"
     );
     assert_eq!(proxy.lost_replies(), 1, "the grant's reply was lost");
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::sleep(ms(100)).await;
     proxy.set(ProxyFault::Forward);
     let other = fresh_client(connect, &server).await;
-    let taken = tokio::time::timeout(Duration::from_secs(5), other.mutex("adapter:outage").lock())
+    let taken = tokio::time::timeout(secs(5), other.mutex("adapter:outage").lock())
         .await
         .expect("a grant nobody learnt of was left for its lease");
     taken.unwrap().unlock().await.unwrap();
@@ -177,7 +178,7 @@ pub async fn a_release_delivered_after_its_window_ends_nothing_more(connect: &Ad
     let server = RedisServer::start().await;
     let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap()).await;
     let mut spec = ConnectSpec::new(proxy.url());
-    spec.response_timeout = Some(Duration::from_millis(200));
+    spec.response_timeout = Some(ms(200));
     let locks = Locks::builder(connect(spec).await.unwrap())
         .retry_window(WINDOW)
         .build()
@@ -232,15 +233,13 @@ pub async fn plain_permits_outlive_an_outage_longer_than_the_retry_window(
             .unwrap()
     };
     // Whether both permits come back within a few seconds.
-    let both_back = || {
-        crate::scenarios::eventually(Duration::from_secs(5), || async { available().await == 2 })
-    };
+    let both_back = || crate::scenarios::eventually(secs(5), || async { available().await == 2 });
 
     proxy.set(ProxyFault::LoseReplyThenBlackHole(b"EVALSHA".to_vec()));
     let tried = semaphore.try_acquire(1).await;
     assert!(tried.is_err(), "the grant's reply was lost: {tried:?}");
     assert_eq!(available().await, 1, "the grant ran");
-    tokio::time::sleep(WINDOW + Duration::from_millis(100)).await;
+    tokio::time::sleep(WINDOW + ms(100)).await;
     proxy.set(ProxyFault::Forward);
     let back = both_back().await;
     assert!(
@@ -253,7 +252,7 @@ pub async fn plain_permits_outlive_an_outage_longer_than_the_retry_window(
     proxy.set(ProxyFault::BlackHole);
     let released = permits.release().await;
     assert!(released.is_err(), "nothing answered: {released:?}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(ms(300)).await;
     proxy.set(ProxyFault::Forward);
     let back = both_back().await;
     assert!(
@@ -273,8 +272,8 @@ async fn behind_a_proxy(
     let server = RedisServer::start().await;
     let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap()).await;
     let mut spec = ConnectSpec::new(proxy.url());
-    spec.connect_timeout = Duration::from_millis(300);
-    spec.response_timeout = Some(Duration::from_millis(200));
+    spec.connect_timeout = ms(300);
+    spec.response_timeout = Some(ms(200));
     let locks = Locks::builder(connect(spec).await.unwrap())
         .retry_window(window)
         .build()
@@ -302,7 +301,7 @@ async fn lose_one_grant(locks: &Locks, proxy: &FaultProxy, name: &str) {
     assert!(tried.is_err(), "the grant's reply was lost: {tried:?}");
     assert_eq!(proxy.lost_replies(), lost_before + 1);
     let other = locks.mutex(name).with_holder(Holder::unique());
-    let taken = tokio::time::timeout(Duration::from_secs(5), other.lock()).await;
+    let taken = tokio::time::timeout(secs(5), other.lock()).await;
     taken
         .expect("a grant nobody learnt of was left for its lease")
         .unwrap()
@@ -322,12 +321,12 @@ async fn lose_one_release(locks: &Locks, proxy: &FaultProxy, name: &str) {
     let lost = inner.unlock().await;
     assert_eq!(proxy.lost_replies(), 1, "no reply was lost: {lost:?}");
     // The client reconnects in the background; ask until it answers.
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + secs(5);
     let holds = loop {
         match mutex.hold_count().await {
             Ok(holds) => break holds,
             Err(err) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(ms(20)).await;
                 drop(err);
             }
             Err(err) => panic!("the client never reconnected: {}", err.chain()),

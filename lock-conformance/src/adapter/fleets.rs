@@ -3,6 +3,7 @@
 //! follow only Redisson's layout, on a mutex, a fair lock and a read-write lock's write
 //! side.
 
+use crate::timing::{ms, secs};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -69,7 +70,7 @@ pub async fn mixed_fleets_share_a_mutex_with_a_redisson_process(connect: &Adapte
     // Every release tells everybody (a Redisson process listens), and the process wakes
     // one of its workers per message: turns are a race, and on a loaded machine one may
     // take a second or two. A lease (30 s) is what must never be waited out.
-    fleet.longest_turn = Duration::from_secs(5);
+    fleet.longest_turn = secs(5);
     fleet
         .join_ours(connect, &server, 3, |ours| ours.mutex(name))
         .await;
@@ -92,7 +93,7 @@ pub async fn mixed_fleets_give_late_listeners_their_share(connect: &AdapterConne
     let server = RedisServer::start().await;
     let name = "mixed-fleet:l";
     let mut fleet = Fleet::new(40);
-    fleet.longest_turn = Duration::from_secs(5);
+    fleet.longest_turn = secs(5);
     fleet.least_share = Some(0.5);
     fleet
         .join_ours(connect, &server, 3, |ours| ours.mutex(name))
@@ -146,7 +147,7 @@ impl Fleet {
     fn new(rounds: usize) -> Self {
         Self {
             rounds,
-            longest_turn: Duration::from_secs(1),
+            longest_turn: secs(1),
             least_share: None,
             section: Arc::new(Section::default()),
             turns: std::sync::Mutex::new(Vec::new()),
@@ -184,7 +185,7 @@ impl Fleet {
                 longest = longest.max(asked.elapsed());
                 section.enter_and_leave().await;
                 contender.give_back().await;
-                tokio::time::sleep(Duration::from_millis(1)).await;
+                tokio::time::sleep(ms(1)).await;
             }
             Turns {
                 longest,
@@ -203,7 +204,7 @@ impl Fleet {
         let handles = std::mem::take(&mut *self.turns.lock().unwrap());
         let mut all = Vec::with_capacity(handles.len());
         for (who, turns) in handles {
-            let turns = tokio::time::timeout(Duration::from_secs(60), turns)
+            let turns = tokio::time::timeout(secs(60), turns)
                 .await
                 .expect("every contender finishes its rounds")
                 .unwrap();
@@ -323,7 +324,7 @@ impl Section {
         if self.inside.swap(true, Ordering::SeqCst) {
             self.overlaps.fetch_add(1, Ordering::SeqCst);
         }
-        tokio::time::sleep(Duration::from_millis(3)).await;
+        tokio::time::sleep(ms(3)).await;
         self.inside.store(false, Ordering::SeqCst);
     }
 }

@@ -8,6 +8,8 @@
 //! The waiter under test is a raw backend, so that the scenario decides when it asks
 //! again (a client of ours would take the hold up within a round trip).
 
+use crate::scenarios::wait_until;
+use crate::timing::{ms, secs};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -124,7 +126,7 @@ async fn hands_the_lock_to_the_waiting_acquisition(
     kind: LockKind,
     name: &str,
 ) {
-    let place = Duration::from_secs(10);
+    let place = secs(10);
     let (stage, held) = Stage::new(connect, (kind, name), place).await;
     let before = held.fencing_token();
     held.unlock().await.unwrap();
@@ -203,7 +205,7 @@ pub async fn a_waiter_that_has_gone_loses_the_handed_lock_within_its_place(
         let next = locks(connect, ConnectSpec::new(stage.server.url()))
             .await
             .unwrap();
-        let patience = Duration::from_secs(20);
+        let patience = secs(20);
         let next_waiter = match kind {
             LockKind::Fair => spawn_try_waiter(next.fair_mutex(&name), patience),
             LockKind::Write => spawn_try_waiter(next.rw_lock(&name).writer(), patience),
@@ -224,18 +226,14 @@ pub async fn a_waiter_that_has_gone_loses_the_handed_lock_within_its_place(
                 .await
                 .unwrap();
         }
-        let guard = tokio::time::timeout(Duration::from_secs(10), next_waiter)
+        let guard = tokio::time::timeout(secs(10), next_waiter)
             .await
             .expect("the next waiter is served")
             .unwrap()
             .unwrap()
             .expect("acquired");
         let waited = started.elapsed();
-        let bound = if gives_up {
-            Duration::from_secs(2)
-        } else {
-            Duration::from_secs(4)
-        };
+        let bound = if gives_up { secs(2) } else { secs(4) };
         assert!(
             waited < bound,
             "{kind}, gives up: {gives_up}; the next waiter waited {waited:?}"
@@ -260,7 +258,7 @@ async fn await_next_waiter(server: &RedisServer, kind: LockKind, name: &str) {
     let (count, key) = match kind {
         LockKind::Fair => {
             let pattern = format!("redisson_lock__channel:{{{name}}}:*");
-            let deadline = Instant::now() + Duration::from_secs(5);
+            let deadline = Instant::now() + secs(5);
             while server
                 .command::<Vec<String>>(&["PUBSUB", "CHANNELS", &pattern])
                 .await
@@ -268,7 +266,7 @@ async fn await_next_waiter(server: &RedisServer, kind: LockKind, name: &str) {
                 < 2
             {
                 assert!(Instant::now() < deadline, "the next fair waiter listens");
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                tokio::time::sleep(ms(5)).await;
             }
             ("LLEN", format!("redisson_lock_queue:{{{name}}}"))
         }
@@ -278,11 +276,10 @@ async fn await_next_waiter(server: &RedisServer, kind: LockKind, name: &str) {
             ("ZCARD", format!("redisson_lock_waiting:{{{name}}}"))
         }
     };
-    let registered = Instant::now() + Duration::from_secs(5);
-    while server.command::<i64>(&[count, &key]).await < 2 {
-        assert!(Instant::now() < registered, "the next waiter registers");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_until(secs(5), "the next waiter registers", || async {
+        server.command::<i64>(&[count, &key]).await >= 2
+    })
+    .await;
 }
 
 /// A client whose reader and writer both wait on one read-write lock listens on the
@@ -316,25 +313,24 @@ pub async fn a_handed_writer_is_woken_beside_its_clients_reader(connect: &Adapte
         held_at
     });
     let registry = format!("redisson_lock_waiting:{{{name}}}");
-    let registered = Instant::now() + Duration::from_secs(5);
-    while server.command::<i64>(&["ZCARD", &registry]).await < 1 {
-        assert!(Instant::now() < registered, "the writer registers");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_until(secs(5), "the writer registers", || async {
+        server.command::<i64>(&["ZCARD", &registry]).await >= 1
+    })
+    .await;
     // Both asked since they listen: the release finds them asleep.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    tokio::time::sleep(ms(50)).await;
     let released = Instant::now();
     held.unlock().await.unwrap();
-    let held_at = tokio::time::timeout(Duration::from_secs(10), writing)
+    let held_at = tokio::time::timeout(secs(10), writing)
         .await
         .expect("the writer is served")
         .unwrap();
     let waited = held_at - released;
     assert!(
-        waited < Duration::from_secs(1),
+        waited < secs(1),
         "the writer held the lock {waited:?} after the release"
     );
-    tokio::time::timeout(Duration::from_secs(10), reading)
+    tokio::time::timeout(secs(10), reading)
         .await
         .expect("the reader is served after the writer")
         .unwrap();
@@ -345,19 +341,14 @@ pub async fn a_handed_writer_is_woken_beside_its_clients_reader(connect: &Adapte
 /// again), joins the handed hold, as any reentry does; the late cancellation of the first
 /// ends only the first one's grant, and the first acquisition's attempts get nothing more.
 pub async fn a_later_acquisition_of_the_owner_joins_a_handed_mutex(connect: &AdapterConnect) {
-    let (stage, held) = Stage::new(
-        connect,
-        (LockKind::Mutex, "handover-owner:m"),
-        Duration::from_secs(10),
-    )
-    .await;
+    let (stage, held) = Stage::new(connect, (LockKind::Mutex, "handover-owner:m"), secs(10)).await;
     held.unlock().await.unwrap();
     assert_eq!(
         stage.quiet_holds().await.as_deref(),
         Some("1"),
         "handed over"
     );
-    let later = AcquireRequest::new(LEASE).enqueue(Duration::from_secs(10));
+    let later = AcquireRequest::new(LEASE).enqueue(secs(10));
     let joined = stage.quiet.acquire(&stage.lock, later).await.unwrap();
     let Acquire::Acquired {
         holds: 2, origin, ..
@@ -403,7 +394,7 @@ pub async fn nothing_is_handed_over_while_a_redisson_peer_listens(connect: &Adap
         (LockKind::Mutex, "handover-redisson:m"),
         (LockKind::Write, "handover-redisson:w"),
     ] {
-        let place = Duration::from_secs(10);
+        let place = secs(10);
         let (stage, held) = Stage::new(connect, (kind, name), place).await;
         let channel = waiter_channel(kind, name, "");
         let _redisson = raw_subscriber(stage.server.port(), "SUBSCRIBE", &channel).await;

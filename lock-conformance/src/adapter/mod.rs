@@ -5,6 +5,7 @@
 //!
 //! An adapter's test file passes an [`AdapterConnect`] to [`adapter_tests!`](crate::adapter_tests).
 
+use crate::timing::{ms, secs};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,7 +59,7 @@ impl ConnectSpec {
     fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
-            connect_timeout: Duration::from_secs(2),
+            connect_timeout: secs(2),
             response_timeout: None,
             root_certificate: None,
             replica_ack: None,
@@ -70,6 +71,40 @@ impl ConnectSpec {
 /// Connects an adapter as the spec says.
 pub type AdapterConnect =
     Arc<dyn Fn(ConnectSpec) -> BoxFuture<'static, Result<Arc<dyn Backend>, Error>> + Send + Sync>;
+
+/// How the adapter suite connects a Redis adapter whose connector is `C`; `trusting`
+/// makes a connector trust a PEM root certificate (for `rediss://`).
+#[must_use]
+pub fn through<C>(trusting: fn(C, Vec<u8>) -> C) -> AdapterConnect
+where
+    C: lock_core::Connect<Settings = lock_redis_protocol::ConnectorSettings>,
+{
+    Arc::new(move |spec: ConnectSpec| {
+        Box::pin(async move {
+            let mut connector = C::new(spec.url.clone()).settings(settings_of(&spec));
+            if let Some(pem) = spec.root_certificate {
+                connector = trusting(connector, pem);
+            }
+            Ok(Arc::new(connector.connect().await?) as Arc<dyn Backend>)
+        })
+    })
+}
+
+/// The connector settings a spec asks for.
+fn settings_of(spec: &ConnectSpec) -> lock_redis_protocol::ConnectorSettings {
+    let mut settings =
+        lock_redis_protocol::ConnectorSettings::default().connect_timeout(spec.connect_timeout);
+    if let Some(timeout) = spec.response_timeout {
+        settings = settings.response_timeout(timeout);
+    }
+    if let Some(quarantine) = spec.restart_quarantine {
+        settings = settings.restart_quarantine(quarantine);
+    }
+    match spec.replica_ack {
+        Some((replicas, timeout)) => settings.replica_ack(replicas, timeout),
+        None => settings,
+    }
+}
 
 /// Expands to one test per adapter scenario, for the adapter `$connect` (an
 /// [`AdapterConnect`]).
@@ -173,7 +208,7 @@ async fn two_clients(connect: &AdapterConnect, url: &str) -> (Locks, Locks) {
 /// Connecting with `spec` fails, within the connect timeout plus a margin; returns the
 /// error.
 async fn fails_in_time(connect: &AdapterConnect, spec: ConnectSpec) -> Error {
-    let bound = spec.connect_timeout * 2 + Duration::from_secs(1);
+    let bound = spec.connect_timeout * 2 + secs(1);
     let started = Instant::now();
     let result = connect(spec).await;
     let took = started.elapsed();
@@ -194,7 +229,7 @@ pub async fn round_trip(locks: &Locks) {
 /// Takes and hands over one lock between two clients: the waiter is woken by the
 /// release notification.
 async fn hand_over(a: &Locks, b: &Locks, name: &str) {
-    hand_over_once(a, b, name, tokio::time::sleep(Duration::from_millis(50))).await;
+    hand_over_once(a, b, name, tokio::time::sleep(ms(50))).await;
 }
 
 /// Like [`hand_over`], but `a` releases once `waiting` is over.
@@ -206,7 +241,7 @@ async fn hand_over_once(a: &Locks, b: &Locks, name: &str, waiting: impl Future<O
     };
     waiting.await;
     held.unlock().await.unwrap();
-    tokio::time::timeout(Duration::from_secs(2), waiter)
+    tokio::time::timeout(secs(2), waiter)
         .await
         .expect("the waiter was woken")
         .unwrap()
@@ -236,7 +271,7 @@ async fn await_subscriber(server: &RedisServer, count: &str, channel: &str) {
 /// Waits up to 5 s until `PUBSUB <count> channel` on `server` counts `wanted`
 /// subscribers or more.
 async fn await_subscribers(server: &RedisServer, count: &str, channel: &str, wanted: i64) {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + secs(5);
     loop {
         let counts: Vec<redis::Value> = server.command(&["PUBSUB", count, channel]).await;
         if matches!(counts.get(1), Some(redis::Value::Int(n)) if *n >= wanted) {
@@ -246,6 +281,6 @@ async fn await_subscribers(server: &RedisServer, count: &str, channel: &str, wan
             Instant::now() < deadline,
             "fewer than {wanted} subscribed to {channel} (PUBSUB {count})"
         );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(ms(10)).await;
     }
 }

@@ -1,7 +1,7 @@
 //! Replicas: acknowledgement confirms or gives a grant back, and a dataset rolled back
 //! by a promotion starts the restart quarantine.
 
-use std::time::Duration;
+use crate::timing::{ms, secs};
 
 use lock_core::{ErrorKind, Locks};
 use lock_redis_protocol::NotReplicated;
@@ -15,7 +15,7 @@ pub async fn without_a_replica_an_acquisition_is_not_replicated_and_given_back(
 ) {
     let server = RedisServer::start().await;
     let mut spec = ConnectSpec::new(server.url());
-    spec.replica_ack = Some((1, Duration::from_millis(200)));
+    spec.replica_ack = Some((1, ms(200)));
     let acked = locks(connect, spec).await.unwrap();
     let err = acked
         .mutex("ack:none")
@@ -42,7 +42,7 @@ pub async fn without_a_replica_an_acquisition_is_not_replicated_and_given_back(
 pub async fn with_a_replica_every_lock_kind_works(connect: &AdapterConnect) {
     let deployment = RedisSentinel::start().await;
     let mut spec = ConnectSpec::new(deployment.url());
-    spec.replica_ack = Some((1, Duration::from_secs(1)));
+    spec.replica_ack = Some((1, secs(1)));
     let locks = locks(connect, spec).await.unwrap();
     locks
         .mutex("ack:m")
@@ -72,8 +72,8 @@ pub async fn with_a_replica_every_lock_kind_works(connect: &AdapterConnect) {
 /// promotion changes: B waits it out, by when A knows its hold is gone.
 pub async fn a_rollback_without_a_restart_starts_the_quarantine(connect: &AdapterConnect) {
     let (m1, m2) = (RedisServer::start().await, RedisServer::start().await);
-    let lease = Duration::from_millis(1500);
-    let quarantine = Duration::from_secs(2);
+    let lease = ms(1500);
+    let quarantine = secs(2);
     let client = async || {
         let spec = ConnectSpec {
             restart_quarantine: Some(quarantine),
@@ -96,7 +96,7 @@ pub async fn a_rollback_without_a_restart_starts_the_quarantine(connect: &Adapte
         .unwrap();
     let _: i64 = m1.command(&["WAIT", "1", "2000"]).await;
     let _: String = m2.command(&["REPLICAOF", "NO", "ONE"]).await;
-    let held = tokio::time::timeout(Duration::from_secs(1), a.mutex("x").lock())
+    let held = tokio::time::timeout(secs(1), a.mutex("x").lock())
         .await
         .expect("granted at once: no rollback yet")
         .unwrap();
@@ -106,13 +106,13 @@ pub async fn a_rollback_without_a_restart_starts_the_quarantine(connect: &Adapte
     replicate(&m1, &m2).await;
     let _: String = m1.command(&["REPLICAOF", "NO", "ONE"]).await;
     let failed_back = Instant::now();
-    let taken = tokio::time::timeout(Duration::from_secs(10), async {
+    let taken = tokio::time::timeout(secs(10), async {
         loop {
             match b.mutex("x").lock().await {
                 Ok(guard) => return guard,
                 // Requests sent while M1 was a replica may still be answered READONLY.
                 Err(err) if err.kind() == ErrorKind::Connection => {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    tokio::time::sleep(ms(20)).await;
                 }
                 Err(err) => panic!("unexpected error after the failback: {err:?}"),
             }
@@ -137,13 +137,13 @@ pub async fn a_rollback_without_a_restart_starts_the_quarantine(connect: &Adapte
 async fn replicate(replica: &RedisServer, master: &RedisServer) {
     let port = master.port().to_string();
     let _: String = replica.command(&["REPLICAOF", "127.0.0.1", &port]).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + secs(10);
     loop {
         let info: String = replica.command(&["INFO", "replication"]).await;
         if info.contains("master_link_status:up") {
             return;
         }
         assert!(Instant::now() < deadline, "the replica never synchronised");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(ms(10)).await;
     }
 }

@@ -1,6 +1,7 @@
 //! Waking: Redisson peers hear us and we hear them, a release wakes one client with one
 //! message and offers it the lock, and a client keeps its own channel.
 
+use crate::timing::{ms, secs};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,12 +33,12 @@ pub async fn a_redisson_peer_on_a_cluster_hears_us_and_is_heard(connect: &Adapte
         .command(&["HSET", name, "5f3c6a1e-0000-4000-8000-000000000003:1", "1"])
         .await;
     let _: i64 = shard.command(&["PEXPIRE", name, "10000"]).await;
-    let waiter = spawn_try_waiter(ours.mutex(name), Duration::from_secs(8));
+    let waiter = spawn_try_waiter(ours.mutex(name), secs(8));
     await_subscriber(shard, "SHARDNUMSUB", channel).await;
     // Redisson's unlock: the hash goes, the release is announced on the shard.
     let _: i64 = shard.command(&["DEL", name]).await;
     let _: i64 = shard.command(&["SPUBLISH", channel, "0"]).await;
-    let guard = tokio::time::timeout(Duration::from_secs(2), waiter)
+    let guard = tokio::time::timeout(secs(2), waiter)
         .await
         .expect("the Redisson release woke our waiter")
         .unwrap()
@@ -62,7 +63,7 @@ pub async fn a_redisson_waiter_hears_our_release_beside_our_waiters(connect: &Ad
     let name = "redisson-beside:m";
     let channel = "redisson_lock__channel:{redisson-beside:m}";
     let held = holder.mutex(name).lock().await.unwrap();
-    let waiter = spawn_try_waiter(ours.mutex(name), Duration::from_secs(8));
+    let waiter = spawn_try_waiter(ours.mutex(name), secs(8));
     let mut redisson = raw_subscriber(server.port(), "SUBSCRIBE", channel).await;
     await_subscribers(&server, "NUMSUB", channel, 2).await;
     // Our waiter has asked once more since it subscribed, and is registered.
@@ -74,7 +75,7 @@ pub async fn a_redisson_waiter_hears_our_release_beside_our_waiters(connect: &Ad
         heard.is_some(),
         "the Redisson waiter did not get Redisson's unlock message"
     );
-    served_then_released(waiter, Duration::from_secs(2), "our waiter was woken too").await;
+    served_then_released(waiter, secs(2), "our waiter was woken too").await;
 }
 
 /// A release that wakes one client alone offers it the lock for a moment: a newcomer's
@@ -93,25 +94,18 @@ pub async fn a_newcomer_cannot_take_a_lock_offered_to_the_client_woken_for_it(
     let name = "offer:m";
     let channel = "redisson_lock__channel:{offer:m}";
     let held = holder.mutex(name).lock().await.unwrap();
-    let waiter = spawn_try_waiter(woken.mutex(name), Duration::from_secs(8));
+    let waiter = spawn_try_waiter(woken.mutex(name), secs(8));
     await_subscriber(&server, "NUMSUB", channel).await;
     // It has asked again since it subscribed, and is registered.
     slow.listening().await;
-    slow.set(crate::faulty::AcquireFault::DelayRequest(
-        Duration::from_millis(300),
-    ));
+    slow.set(crate::faulty::AcquireFault::DelayRequest(ms(300)));
     held.unlock().await.unwrap();
     let taken = newcomer.mutex(name).try_lock().await.unwrap();
     assert!(
         taken.is_none(),
         "a newcomer took the lock a release had just offered to the client it woke"
     );
-    served_then_released(
-        waiter,
-        Duration::from_secs(3),
-        "the woken client was served",
-    )
-    .await;
+    served_then_released(waiter, secs(3), "the woken client was served").await;
 }
 
 /// A release that finds the lock reserved for a starving waiter keeps that reservation
@@ -130,14 +124,14 @@ pub async fn a_release_keeps_a_starving_waiters_reservation_for_an_offers_time(
     let name = "starving-offer:m";
     let reservation = "redisson_lock_reserved:{starving-offer:m}";
     let held = holder.mutex(name).lock().await.unwrap();
-    let waiter = spawn_try_waiter(waiting.mutex(name), Duration::from_secs(8));
+    let waiter = spawn_try_waiter(waiting.mutex(name), secs(8));
     await_subscriber(
         &server,
         "NUMSUB",
         "redisson_lock__channel:{starving-offer:m}",
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::sleep(ms(100)).await;
     let () = server
         .command(&["SET", reservation, "1:a-starving-waiter"])
         .await;
@@ -175,7 +169,7 @@ pub async fn a_release_keeps_a_starving_waiters_reservation_for_an_offers_time(
     }
     served_then_released(
         waiter,
-        Duration::from_secs(3),
+        secs(3),
         "the waiter was served once the reservation lapsed",
     )
     .await;
@@ -259,11 +253,7 @@ impl StandIn {
         let channel = format!("redisson_lock__channel:{{{name}}}");
         let waiting = format!("redisson_lock_waiting:{{{name}}}");
         let stand_in = "distlock-wake:00000000-0000-4000-8000-0000000000aa";
-        let held = holder
-            .mutex(name)
-            .lock_with_lease(Duration::from_secs(1))
-            .await
-            .unwrap();
+        let held = holder.mutex(name).lock_with_lease(secs(1)).await.unwrap();
         let on_lock_channel = if on_lock_channel {
             Some(raw_subscriber(server.port(), "SUBSCRIBE", &channel).await)
         } else {
@@ -272,7 +262,7 @@ impl StandIn {
         let own_channel = lock_redis_protocol::layout::own_channel(stand_in);
         let on_own_channel = raw_subscriber(server.port(), "SUBSCRIBE", &own_channel).await;
         let _: i64 = server.command(&["ZADD", &waiting, "1", stand_in]).await;
-        let waiter = spawn_try_waiter(live.mutex(name), Duration::from_secs(8));
+        let waiter = spawn_try_waiter(live.mutex(name), secs(8));
         let listeners = if on_lock_channel.is_some() { 2 } else { 1 };
         await_subscribers(&server, "NUMSUB", &channel, listeners).await;
         counted.listening().await;
@@ -307,7 +297,7 @@ impl StandIn {
         let waiter = self.waiter.take().expect("one waiter");
         served_then_released(
             waiter,
-            Duration::from_secs(3),
+            secs(3),
             "the live waiter was served once the offer lapsed",
         )
         .await;
@@ -344,7 +334,7 @@ pub async fn a_client_keeps_its_own_channel_across_waits(connect: &AdapterConnec
     let kept = own_channels().await;
     assert_eq!(kept.len(), 1, "the waiting client's own channel: {kept:?}");
     // The waiter dropped its guard: its release is on its way.
-    assert!(eventually(Duration::from_secs(2), lock_is_free).await);
+    assert!(eventually(secs(2), lock_is_free).await);
     let before = subscribe_calls(&server).await;
     hand_over_to_a_subscribed_waiter(&server, &a, &b, name).await;
     assert_eq!(
@@ -355,10 +345,7 @@ pub async fn a_client_keeps_its_own_channel_across_waits(connect: &AdapterConnec
     assert_eq!(own_channels().await, kept);
     drop(b);
     assert!(
-        eventually(Duration::from_secs(5), || async {
-            own_channels().await.is_empty()
-        })
-        .await,
+        eventually(secs(5), || async { own_channels().await.is_empty() }).await,
         "the own channel outlived its client"
     );
 }
@@ -415,7 +402,5 @@ async fn read_until(
             }
         }
     };
-    tokio::time::timeout(Duration::from_secs(2), reading)
-        .await
-        .ok()?
+    tokio::time::timeout(secs(2), reading).await.ok()?
 }

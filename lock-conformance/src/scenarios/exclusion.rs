@@ -1,6 +1,7 @@
 //! Exclusion and reentrancy: holders and clients exclude each other, a holder reenters,
 //! nobody else releases, and bad arguments are typed errors.
 
+use crate::timing::{ms, secs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -57,7 +58,7 @@ pub async fn same_holder_reenters(fx: &dyn Fixture) {
     let holder = Holder::unique();
     let m = locks.mutex(&name).with_holder(holder.clone());
     let outer = m.lock().await.unwrap();
-    let inner = timeout(Duration::from_secs(2), m.lock())
+    let inner = timeout(secs(2), m.lock())
         .await
         .expect("a holder must re-enter its own lock without waiting")
         .unwrap();
@@ -141,7 +142,7 @@ pub async fn non_holder_cannot_release(fx: &dyn Fixture) {
         .backend()
         .release(
             &intruder,
-            lock_core::ReleaseRequest::new(Duration::from_secs(30), RequestId::random()),
+            lock_core::ReleaseRequest::new(secs(30), RequestId::random()),
         )
         .await
         .unwrap();
@@ -167,18 +168,16 @@ pub async fn join_of_two_scopes_excludes(fx: &dyn Fixture) {
                 if inside.swap(true, Ordering::SeqCst) {
                     overlaps.fetch_add(1, Ordering::SeqCst);
                 }
-                sleep(Duration::from_millis(5)).await;
+                sleep(ms(5)).await;
                 inside.store(false, Ordering::SeqCst);
                 g.unlock().await.unwrap();
             }
         })
         .await;
     };
-    timeout(Duration::from_secs(20), async {
-        tokio::join!(section(), section())
-    })
-    .await
-    .expect("both scopes finish");
+    timeout(secs(20), async { tokio::join!(section(), section()) })
+        .await
+        .expect("both scopes finish");
     assert_eq!(
         overlaps.load(Ordering::SeqCst),
         0,
@@ -211,14 +210,11 @@ pub async fn counter_under_lock_is_exact(fx: &dyn Fixture) {
     // A guard against a hang, not a speed check: 16 clients over three RedLock nodes took
     // 100 s for twice the rounds on a loaded two-core machine (every release wakes every
     // client, and votes split).
-    timeout(
-        Duration::from_secs(180),
-        futures_util::future::join_all(tasks),
-    )
-    .await
-    .expect("800 increments finish")
-    .into_iter()
-    .for_each(|r| r.unwrap());
+    timeout(secs(180), futures_util::future::join_all(tasks))
+        .await
+        .expect("800 increments finish")
+        .into_iter()
+        .for_each(|r| r.unwrap());
     assert_eq!(counter.load(Ordering::SeqCst), 800);
 }
 
@@ -247,17 +243,11 @@ pub async fn bad_arguments_are_typed_errors(fx: &dyn Fixture) {
         ErrorKind::InvalidArgument
     );
     assert_eq!(
-        kind(
-            m.try_lock_for(Duration::from_secs(1), Some(Duration::MAX))
-                .await
-        ),
+        kind(m.try_lock_for(secs(1), Some(Duration::MAX)).await),
         ErrorKind::InvalidArgument
     );
     assert_eq!(
-        kind(
-            m.try_lock_for(Duration::from_secs(1), Some(Duration::ZERO))
-                .await
-        ),
+        kind(m.try_lock_for(secs(1), Some(Duration::ZERO)).await),
         ErrorKind::InvalidArgument
     );
     assert!(
@@ -298,18 +288,18 @@ pub async fn a_lease_too_short_for_its_round_trip_is_refused(fx: &dyn Fixture) {
     let faulty = FaultyBackend::new(fx.backend().await);
     let locks = Locks::new(Arc::new(faulty.clone()));
     let name = unique("too-short");
-    faulty.set(AcquireFault::DelayFreshGrant(Duration::from_millis(100)));
+    faulty.set(AcquireFault::DelayFreshGrant(ms(100)));
     let refused = locks
         .mutex(&name)
         .acquire()
-        .lease(Duration::from_millis(20))
+        .lease(ms(20))
         .await
         .expect_err("a guard lost on arrival is no answer");
     assert_eq!(refused.kind(), ErrorKind::InvalidArgument, "{refused}");
     faulty.set(AcquireFault::None);
     let other = fx.client().await;
     assert!(
-        eventually(Duration::from_secs(2), || async {
+        eventually(secs(2), || async {
             other.mutex(&name).try_lock().await.unwrap().is_some()
         })
         .await,

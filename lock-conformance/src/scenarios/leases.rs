@@ -1,13 +1,14 @@
 //! Leases: an expired lease is not held, the watchdog keeps a lock, a dropped guard or a
 //! cancelled acquisition leaves no hold, and a forced unlock marks the holder lost.
 
+use crate::timing::{ms, secs};
 use std::time::Duration;
 
 use lock_core::backend::Acquire;
 use lock_core::{AcquireRequest, ErrorKind, LockKind, LockName, LockRef, Owner, ReleaseRequest};
 use tokio::time::{Instant, sleep, timeout};
 
-use super::{WATCHDOG_LEASE, counted_client, eventually, kind, unique};
+use super::{counted_client, eventually, kind, unique, watchdog_lease};
 use crate::Fixture;
 
 /// A fixed lease expires while the guard lives; the guard then reports not held.
@@ -15,9 +16,9 @@ pub async fn expired_lease_is_not_held(fx: &dyn Fixture) {
     let locks = fx.client().await;
     let name = unique("expire");
     let m = locks.mutex(&name);
-    let g = m.lock_with_lease(Duration::from_millis(200)).await.unwrap();
+    let g = m.lock_with_lease(ms(200)).await.unwrap();
     assert!(g.is_held());
-    let lost = timeout(Duration::from_secs(2), g.lost())
+    let lost = timeout(secs(2), g.lost())
         .await
         .expect("lost() resolves at the lease");
     assert!(lost.is_lost());
@@ -25,7 +26,7 @@ pub async fn expired_lease_is_not_held(fx: &dyn Fixture) {
     let other = fx.client().await;
     let taken = other
         .mutex(&name)
-        .try_lock_for(Duration::from_secs(1), None)
+        .try_lock_for(secs(1), None)
         .await
         .unwrap()
         .expect("an expired lock is free");
@@ -40,7 +41,7 @@ pub async fn expired_lease_is_not_held(fx: &dyn Fixture) {
 
 /// The watchdog keeps a lock alive for more than three leases.
 pub async fn watchdog_keeps_the_lock(fx: &dyn Fixture) {
-    let lease = WATCHDOG_LEASE;
+    let lease = watchdog_lease();
     let locks = fx.client_with_lease(lease).await;
     let other = fx.client().await;
     let name = unique("watchdog");
@@ -68,7 +69,7 @@ pub async fn watchdog_keeps_the_lock(fx: &dyn Fixture) {
 /// one left in the store. Fails if the watchdog renews it for the client's lease (the
 /// store's ttl), or only at the client's interval (10 s: the lock expires first).
 pub async fn an_acquisition_renews_for_its_own_watchdog_lease(fx: &dyn Fixture) {
-    let lease = WATCHDOG_LEASE;
+    let lease = watchdog_lease();
     let locks = fx.client().await;
     let other = fx.client().await;
     let name = unique("own-watchdog");
@@ -117,10 +118,7 @@ pub async fn dropped_guard_is_released(fx: &dyn Fixture) {
     drop(g);
     let m = locks.mutex(&name);
     assert!(
-        eventually(Duration::from_secs(2), || async {
-            !m.is_locked().await.unwrap()
-        })
-        .await,
+        eventually(secs(2), || async { !m.is_locked().await.unwrap() }).await,
         "a dropped guard kept its lock (the lease is 30 s)"
     );
 }
@@ -130,10 +128,10 @@ pub async fn dropped_guard_is_released(fx: &dyn Fixture) {
 pub async fn an_acquisition_reports_its_timeout_and_keeps_its_lease(fx: &dyn Fixture) {
     let (c1, c2) = (fx.client().await, fx.client().await);
     let name = unique("acquire");
-    let lease = Duration::from_millis(400);
+    let lease = ms(400);
     let start = Instant::now();
     let held = c1.mutex(&name).acquire().lease(lease).await.unwrap();
-    let wait = Duration::from_millis(150);
+    let wait = ms(150);
     let err = c2
         .mutex(&name)
         .acquire()
@@ -145,7 +143,7 @@ pub async fn an_acquisition_reports_its_timeout_and_keeps_its_lease(fx: &dyn Fix
     assert!(err.is_retryable(), "a wait that ran out may succeed later");
     assert!(err.to_string().contains(&name), "{err}");
     assert!(
-        took >= wait && took < wait + Duration::from_millis(400),
+        took >= wait && took < wait + ms(400),
         "gave up after {took:?}"
     );
     let once = c2.mutex(&name).acquire().wait(Duration::ZERO).await;
@@ -165,7 +163,7 @@ pub async fn cancelled_acquires_leave_no_hold(fx: &dyn Fixture) {
     let name = unique("cancel");
     for round in 0..30u64 {
         // A hold leaked by an earlier round would block this for its 30 s lease.
-        let g = timeout(Duration::from_secs(2), c1.mutex(&name).lock())
+        let g = timeout(secs(2), c1.mutex(&name).lock())
             .await
             .unwrap_or_else(|_| panic!("round {round}: a cancelled acquire left a hold behind"))
             .unwrap();
@@ -182,16 +180,13 @@ pub async fn cancelled_acquires_leave_no_hold(fx: &dyn Fixture) {
             })
             .await;
         });
-        sleep(Duration::from_millis(20)).await;
+        sleep(ms(20)).await;
         g.unlock().await.unwrap();
         waiter.await.unwrap();
     }
     let m = c1.mutex(&name);
     assert!(
-        eventually(Duration::from_secs(2), || async {
-            !m.is_locked().await.unwrap()
-        })
-        .await,
+        eventually(secs(2), || async { !m.is_locked().await.unwrap() }).await,
         "a cancelled acquire left a hold behind"
     );
 }
@@ -200,7 +195,7 @@ pub async fn cancelled_acquires_leave_no_hold(fx: &dyn Fixture) {
 /// latest: its guard's `lost()` resolves within one renewal interval (a third of the
 /// watchdog lease), and the lock is the next holder's meanwhile.
 pub async fn a_revoked_holder_learns_it_within_one_renewal_interval(fx: &dyn Fixture) {
-    let holder = fx.client_with_lease(WATCHDOG_LEASE).await;
+    let holder = fx.client_with_lease(watchdog_lease()).await;
     let operator = fx.client().await;
     let name = unique("revoked");
     let guard = holder.mutex(&name).lock().await.unwrap();
@@ -222,7 +217,7 @@ pub async fn a_revoked_holder_learns_it_within_one_renewal_interval(fx: &dyn Fix
 /// owner, whose new hold they renew; the store's answer says which hold that is, and the
 /// old guard, whose hold began with another grant, is lost.
 pub async fn a_revoked_holder_learns_it_though_its_owner_holds_again(fx: &dyn Fixture) {
-    let holder = fx.client_with_lease(WATCHDOG_LEASE).await;
+    let holder = fx.client_with_lease(watchdog_lease()).await;
     let operator = fx.client().await;
     let name = unique("revoked-again");
     let guard = holder.mutex(&name).lock().await.unwrap();
@@ -236,18 +231,18 @@ pub async fn a_revoked_holder_learns_it_though_its_owner_holds_again(fx: &dyn Fi
         LockName::new(&name).unwrap(),
         Owner::new(client_id, holder_name),
     );
-    let request = AcquireRequest::new(WATCHDOG_LEASE);
+    let request = AcquireRequest::new(watchdog_lease());
     let late = backend.acquire(&same_owner, request).await.unwrap();
     assert!(matches!(late, Acquire::Acquired { .. }), "{late:?}");
     learns_within_one_renewal(&guard, revoked_at).await;
-    let release = ReleaseRequest::new(WATCHDOG_LEASE, request.id);
+    let release = ReleaseRequest::new(watchdog_lease(), request.id);
     backend.release(&same_owner, release).await.unwrap();
 }
 
 /// Waits for `guard`, revoked at `revoked_at`, to be lost within one renewal interval
 /// (a third of the watchdog lease) of the revocation, with room for a loaded machine.
 async fn learns_within_one_renewal(guard: &lock_core::Guard, revoked_at: Instant) {
-    let bound = WATCHDOG_LEASE / 3 + Duration::from_millis(400);
+    let bound = watchdog_lease() / 3 + ms(400);
     let lost = timeout(bound, guard.lost())
         .await
         .expect("lost() within one renewal interval of the revocation");
@@ -274,7 +269,7 @@ pub async fn force_unlock_frees_and_marks_lost(fx: &dyn Fixture) {
     let waiter = tokio::spawn(async move { m2.lock().await });
     counted.listening().await;
     assert!(m1.force_unlock().await.unwrap());
-    let w = timeout(Duration::from_secs(2), waiter)
+    let w = timeout(secs(2), waiter)
         .await
         .expect("waiter woke")
         .unwrap()

@@ -1,6 +1,7 @@
 //! The scenarios. Each takes a fixture and panics (with a message saying what broke) when
 //! the backend misbehaves. Timing checks use short leases and generous bounds.
 
+use crate::timing::{ms, secs};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -33,7 +34,9 @@ pub(crate) fn unique(prefix: &str) -> String {
 /// third of it, so a hold is lost only when the machine stalls a renewal for two
 /// thirds of it. At 300 ms a PostgreSQL renewal on a loaded two-core machine once took
 /// longer than that (a stall of 200 ms lost a write hold).
-pub(crate) const WATCHDOG_LEASE: Duration = Duration::from_millis(900);
+pub(crate) fn watchdog_lease() -> Duration {
+    crate::timing::ms(900)
+}
 
 /// Polls `check` every 10 ms until it is true or `within` passes.
 pub(crate) async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
@@ -49,8 +52,18 @@ where
         if Instant::now() >= deadline {
             return false;
         }
-        sleep(Duration::from_millis(10)).await;
+        sleep(ms(10)).await;
     }
+}
+
+/// Waits until `check` holds, and fails the test with `what` if it does not within
+/// `within`.
+pub(crate) async fn wait_until<F, Fut>(within: Duration, what: &str, check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    assert!(eventually(within, check).await, "{what}");
 }
 
 /// A client of its own whose lock acquisitions are counted, and the counter: a scenario
@@ -114,7 +127,7 @@ pub(crate) async fn served_then_released(waiter: TryWaiter, bound: Duration, wha
 /// Waits for every waiter task to be served, 10 s at most each.
 pub(crate) async fn all_served(waiters: Vec<tokio::task::JoinHandle<()>>) {
     for waiter in waiters {
-        timeout(Duration::from_secs(10), waiter)
+        timeout(secs(10), waiter)
             .await
             .expect("every waiter is served")
             .unwrap();

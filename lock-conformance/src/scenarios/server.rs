@@ -1,7 +1,7 @@
 //! The server's side: Redisson's data layout, a killed subscription, a flushed script
 //! cache, restarts, failovers and keys of another type.
 
-use std::time::Duration;
+use crate::timing::{ms, secs};
 
 use lock_core::{ErrorKind, Holder, Locks};
 use tokio::time::{Instant, sleep, timeout};
@@ -25,7 +25,7 @@ pub async fn redisson_data_layout(fx: &dyn Fixture) {
     let waiter = tokio::spawn(async move { m2.lock().await.map(drop) });
     let channel = format!("redisson_lock__channel:{{{name}}}");
     assert!(
-        eventually(Duration::from_secs(2), || async {
+        eventually(secs(2), || async {
             fx.subscribed_channels().await.contains(&channel)
         })
         .await,
@@ -33,7 +33,7 @@ pub async fn redisson_data_layout(fx: &dyn Fixture) {
         fx.subscribed_channels().await
     );
     g.unlock().await.unwrap();
-    timeout(Duration::from_secs(2), waiter)
+    timeout(secs(2), waiter)
         .await
         .expect("waiter woke")
         .unwrap()
@@ -49,7 +49,7 @@ pub async fn waiters_wake_after_pubsub_connection_is_killed(fx: &dyn Fixture) {
     let waiter = spawn_waiter(c2.mutex(&name));
     let channel = format!("redisson_lock__channel:{{{name}}}");
     assert!(
-        eventually(Duration::from_secs(2), || async {
+        eventually(secs(2), || async {
             fx.subscribed_channels().await.contains(&channel)
         })
         .await
@@ -60,15 +60,15 @@ pub async fn waiters_wake_after_pubsub_connection_is_killed(fx: &dyn Fixture) {
     );
     // Give the client time to notice and reconnect, then release.
     assert!(
-        eventually(Duration::from_secs(3), || async {
+        eventually(secs(3), || async {
             fx.subscribed_channels().await.contains(&channel)
         })
         .await,
         "the client did not resubscribe"
     );
-    let gap = handover_gap(g, waiter, Duration::from_secs(5)).await;
+    let gap = handover_gap(g, waiter, secs(5)).await;
     assert!(
-        gap < Duration::from_millis(500),
+        gap < ms(500),
         "waiter took {gap:?} after a pub/sub reconnect"
     );
 }
@@ -92,7 +92,7 @@ pub async fn lock_survives_script_flush(fx: &dyn Fixture) {
 /// A lock held while Redis restarts (without persistence) is reported lost.
 pub async fn restart_while_held_is_reported_lost(fx: &dyn Fixture) {
     let redis = fx.redis().expect("a Redis fixture");
-    let lease = Duration::from_millis(600);
+    let lease = ms(600);
     let locks = fx.client_with_lease(lease).await;
     let name = unique("restart");
     let g = locks.mutex(&name).lock().await.unwrap();
@@ -105,7 +105,7 @@ pub async fn restart_while_held_is_reported_lost(fx: &dyn Fixture) {
     // The client recovers after the restart. A cluster client may take longer than this
     // short lease to reconnect to the restarted node, and a grant whose reply arrives after
     // its lease ran out is (rightly) born lost, so take the lock until a grant is usable.
-    let recovered = timeout(Duration::from_secs(10), async {
+    let recovered = timeout(secs(10), async {
         loop {
             let again = locks.mutex(&name).lock().await;
             match again {
@@ -116,7 +116,7 @@ pub async fn restart_while_held_is_reported_lost(fx: &dyn Fixture) {
                     "unexpected error while reconnecting: {err:?}"
                 ),
             }
-            sleep(Duration::from_millis(50)).await;
+            sleep(ms(50)).await;
         }
     })
     .await
@@ -162,8 +162,8 @@ pub async fn wrong_type_is_a_typed_error(fx: &dyn Fixture) {
 /// never granted to another holder while the first one's guard still says held.
 pub async fn restart_quarantine_keeps_holders_apart(fx: &dyn Fixture) {
     let redis = fx.redis().expect("a Redis fixture");
-    let lease = Duration::from_millis(500);
-    let quarantine = Duration::from_secs(1);
+    let lease = ms(500);
+    let quarantine = secs(1);
     let options =
         lock_redis_protocol::ProtocolOptions::default().restart_quarantine(Some(quarantine));
     let client = |backend| {
@@ -190,7 +190,7 @@ pub async fn restart_quarantine_keeps_holders_apart(fx: &dyn Fixture) {
     // lock (review #4: an RDB snapshot or an AOF written every second loses the latest
     // grants, not everything).
     redis.save_node_of(&name).await;
-    let held = timeout(Duration::from_secs(1), first.mutex(&name).lock())
+    let held = timeout(secs(1), first.mutex(&name).lock())
         .await
         .expect("granted at once outside a quarantine")
         .unwrap();
@@ -198,12 +198,12 @@ pub async fn restart_quarantine_keeps_holders_apart(fx: &dyn Fixture) {
     let restarted = Instant::now();
     // The restart breaks the connections: the first requests may fail while the client
     // reconnects.
-    let taken = timeout(Duration::from_secs(10), async {
+    let taken = timeout(secs(10), async {
         loop {
             match second.mutex(&name).lock().await {
                 Ok(guard) => return guard,
                 Err(err) if err.kind() == ErrorKind::Connection => {
-                    sleep(Duration::from_millis(20)).await;
+                    sleep(ms(20)).await;
                 }
                 Err(err) => panic!("unexpected error after the restart: {err:?}"),
             }
@@ -216,7 +216,7 @@ pub async fn restart_quarantine_keeps_holders_apart(fx: &dyn Fixture) {
         "the first holder still believed it held the lock when the second got it"
     );
     assert!(
-        restarted.elapsed() >= Duration::from_millis(900),
+        restarted.elapsed() >= ms(900),
         "granted {:?} after the restart, inside the quarantine",
         restarted.elapsed()
     );
@@ -229,20 +229,20 @@ pub async fn restart_quarantine_keeps_holders_apart(fx: &dyn Fixture) {
 /// holder never overlaps the first by more than one renewal period.
 pub async fn failover_never_leaves_two_holders(fx: &dyn Fixture) {
     let redis = fx.redis().expect("a Redis fixture");
-    let lease = Duration::from_millis(1500);
+    let lease = ms(1500);
     let first = fx.client_with_lease(lease).await;
     let second = fx.client_with_lease(lease).await;
     let name = unique("failover");
     let held = first.mutex(&name).lock().await.unwrap();
     // Give asynchronous replication a moment, as a real deployment would have.
-    sleep(Duration::from_millis(100)).await;
+    sleep(ms(100)).await;
     redis.fail_over().await;
-    let taken = timeout(Duration::from_secs(20), async {
+    let taken = timeout(secs(20), async {
         loop {
             match second.mutex(&name).lock().await {
                 Ok(guard) => return guard,
                 Err(err) if err.kind() == ErrorKind::Connection || err.is_backend() => {
-                    sleep(Duration::from_millis(50)).await;
+                    sleep(ms(50)).await;
                 }
                 Err(err) => panic!("unexpected error during the failover: {err:?}"),
             }
@@ -253,7 +253,7 @@ pub async fn failover_never_leaves_two_holders(fx: &dyn Fixture) {
     if held.is_held() {
         // Both believe they hold it: the first must learn within one renewal period.
         let renew_interval = lease / 3;
-        timeout(renew_interval + Duration::from_millis(300), held.lost())
+        timeout(renew_interval + ms(300), held.lost())
             .await
             .expect("the first holder learns of the loss within one renewal period");
     }
@@ -265,9 +265,8 @@ pub async fn failover_never_leaves_two_holders(fx: &dyn Fixture) {
 /// replica has it, so nobody else gets it while the holder's lease lasts.
 pub async fn replica_ack_keeps_the_lock_across_a_failover(fx: &dyn Fixture) {
     let redis = fx.redis().expect("a Redis fixture");
-    let lease = Duration::from_secs(10);
-    let options =
-        lock_redis_protocol::ProtocolOptions::default().replica_ack(1, Duration::from_secs(1));
+    let lease = secs(10);
+    let options = lock_redis_protocol::ProtocolOptions::default().replica_ack(1, secs(1));
     let first = Locks::builder(fx.backend_with(options).await)
         .watchdog_lease(lease)
         .build()
@@ -276,12 +275,12 @@ pub async fn replica_ack_keeps_the_lock_across_a_failover(fx: &dyn Fixture) {
     let name = unique("ack-failover");
     let held = first.mutex(&name).lock().await.unwrap();
     redis.fail_over().await;
-    let busy = timeout(Duration::from_secs(10), async {
+    let busy = timeout(secs(10), async {
         loop {
             match second.mutex(&name).try_lock().await {
                 Ok(guard) => return guard,
                 Err(err) if err.kind() == ErrorKind::Connection || err.is_backend() => {
-                    sleep(Duration::from_millis(50)).await;
+                    sleep(ms(50)).await;
                 }
                 Err(err) => panic!("unexpected error after the failover: {err:?}"),
             }

@@ -1,6 +1,7 @@
 //! Waiting: waiters wake on release, a client asks once for all its waiters, starving
 //! waiters go first, and subscriptions end with their waiters.
 
+use crate::timing::{ms, secs};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,16 +17,13 @@ pub async fn try_lock_for_gives_up_after_its_wait(fx: &dyn Fixture) {
     let (c1, c2) = (fx.client().await, fx.client().await);
     let name = unique("trywait");
     let g = c1.mutex(&name).lock().await.unwrap();
-    let wait = Duration::from_millis(250);
+    let wait = ms(250);
     let start = Instant::now();
     let got = c2.mutex(&name).try_lock_for(wait, None).await.unwrap();
     let took = start.elapsed();
     assert!(got.is_none(), "acquired a held lock");
     assert!(took >= wait, "gave up early: {took:?}");
-    assert!(
-        took < wait + Duration::from_millis(250),
-        "gave up late: {took:?}"
-    );
+    assert!(took < wait + ms(250), "gave up late: {took:?}");
     g.unlock().await.unwrap();
 }
 
@@ -36,11 +34,11 @@ pub async fn try_lock_for_gives_up_after_its_wait(fx: &dyn Fixture) {
 pub async fn a_zero_wait_try_waits_for_its_slow_answer(fx: &dyn Fixture) {
     let slow = FaultyBackend::new(fx.backend().await);
     let client = Locks::new(Arc::new(slow.clone()));
-    slow.set(AcquireFault::DelayRequest(Duration::from_millis(300)));
+    slow.set(AcquireFault::DelayRequest(ms(300)));
     let name = unique("zero-wait");
     let guard = client
         .mutex(&name)
-        .try_lock_for(Duration::ZERO, Some(Duration::from_secs(10)))
+        .try_lock_for(Duration::ZERO, Some(secs(10)))
         .await
         .unwrap()
         .expect("the lock is free");
@@ -58,11 +56,8 @@ pub async fn waiter_wakes_on_release(fx: &dyn Fixture) {
     let g = c1.mutex(&name).lock().await.unwrap();
     let waiter = spawn_waiter(c2.mutex(&name));
     counted.listening().await;
-    let gap = handover_gap(g, waiter, Duration::from_secs(5)).await;
-    assert!(
-        gap < Duration::from_millis(500),
-        "the waiter took {gap:?} to wake"
-    );
+    let gap = handover_gap(g, waiter, secs(5)).await;
+    assert!(gap < ms(500), "the waiter took {gap:?} to wake");
 }
 
 /// Many waiters of one client on a held mutex: only the first asks the backend (its
@@ -96,9 +91,9 @@ async fn one_client_asks_once(fx: &dyn Fixture, handle: fn(&Locks, &str) -> lock
             guard.unlock().await.unwrap();
         }));
         // Each arrives after the one before.
-        sleep(Duration::from_millis(20)).await;
+        sleep(ms(20)).await;
     }
-    sleep(Duration::from_millis(100)).await;
+    sleep(ms(100)).await;
     let asked = counted.acquisitions();
     assert!(
         asked <= 2,
@@ -127,11 +122,11 @@ pub async fn a_clients_own_release_wakes_its_next_waiter(fx: &dyn Fixture) {
     let name = unique("own-release");
     let held = locks.mutex(&name).lock().await.unwrap();
     let waiter = spawn_waiter(locks.mutex(&name));
-    sleep(Duration::from_millis(150)).await;
-    deaf.delay_releases(Duration::from_millis(100));
-    let gap = handover_gap(held, waiter, Duration::from_secs(5)).await;
+    sleep(ms(150)).await;
+    deaf.delay_releases(ms(100));
+    let gap = handover_gap(held, waiter, secs(5)).await;
     assert!(
-        gap < Duration::from_millis(500),
+        gap < ms(500),
         "the waiter took {gap:?} to hear its own client's release"
     );
 }
@@ -158,16 +153,11 @@ pub async fn a_clients_next_waiter_asks_right_behind_its_release(fx: &dyn Fixtur
         tokio::spawn(async move { lock.lock().await.unwrap() })
     };
     // The waiter asks, subscribes and asks again: then it waits for a wake-up.
-    let queued = timeout(Duration::from_secs(10), async {
-        while faulty.acquisitions() < 4 {
-            sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await;
+    let queued = timeout(secs(10), faulty.asked(4)).await;
     assert!(queued.is_ok(), "the waiter never asked twice");
     faulty.hold_release_answers(true);
     let unlocking = tokio::spawn(held.unlock());
-    let served = timeout(Duration::from_secs(5), waiter).await;
+    let served = timeout(secs(5), waiter).await;
     let answered_first = unlocking.is_finished();
     faulty.hold_release_answers(false);
     let guard = served
@@ -191,14 +181,14 @@ pub async fn channels_are_unsubscribed_after_waiters_leave(fx: &dyn Fixture) {
         .map(|_| {
             let m = m2.clone();
             tokio::spawn(async move {
-                let got = m.try_lock_for(Duration::from_secs(10), None).await.unwrap();
+                let got = m.try_lock_for(secs(10), None).await.unwrap();
                 let g = got.expect("each waiter gets the lock in turn");
                 g.unlock().await.unwrap();
             })
         })
         .collect();
     assert!(
-        eventually(Duration::from_secs(2), || async {
+        eventually(secs(2), || async {
             !fx.subscribed_channels().await.is_empty()
         })
         .await,
@@ -210,15 +200,10 @@ pub async fn channels_are_unsubscribed_after_waiters_leave(fx: &dyn Fixture) {
     }
     // A waiter that gives up leaves too.
     let g = c1.mutex(&name).lock().await.unwrap();
-    assert!(
-        m2.try_lock_for(Duration::from_millis(100), None)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(m2.try_lock_for(ms(100), None).await.unwrap().is_none());
     g.unlock().await.unwrap();
     assert!(
-        eventually(Duration::from_secs(2), || async {
+        eventually(secs(2), || async {
             fx.subscribed_channels().await.is_empty()
         })
         .await,
@@ -239,7 +224,7 @@ pub async fn starving_waiter_goes_before_newcomers(fx: &dyn Fixture) {
     let owner = |who: &str| LockRef::new(LockKind::Mutex, name.clone(), Owner::new("test", who));
     let (holder, young, old, newcomer) =
         (owner("holder"), owner("young"), owner("old"), owner("new"));
-    let lease = Duration::from_secs(5);
+    let lease = secs(5);
     // Every call is a new request (its own id): reusing one would be a retry.
     let plain = || AcquireRequest::new(lease);
     let starving = |waited_ms| plain().waiting(Duration::from_millis(waited_ms), true);
@@ -290,12 +275,12 @@ pub async fn starving_waiter_goes_before_newcomers(fx: &dyn Fixture) {
     ));
     release(holder.clone(), held).await;
     assert!(reserved(backend.acquire(&newcomer, plain()).await.unwrap()));
-    let lapsed = timeout(Duration::from_secs(2), async {
+    let lapsed = timeout(secs(2), async {
         loop {
             if let Some(grant) = take(newcomer.clone(), plain()).await {
                 break grant;
             }
-            sleep(Duration::from_millis(10)).await;
+            sleep(ms(10)).await;
         }
     })
     .await;
@@ -313,7 +298,7 @@ pub async fn starving_waiter_goes_before_newcomers(fx: &dyn Fixture) {
 pub async fn a_bounded_wait_rides_out_an_outage_shorter_than_its_deadline(fx: &dyn Fixture) {
     let faulty = FaultyBackend::new(fx.backend().await);
     let locks = Locks::builder(Arc::new(faulty.clone()))
-        .retry_window(Duration::from_millis(100))
+        .retry_window(ms(100))
         .build()
         .unwrap();
     let name = unique("outage");
@@ -322,17 +307,11 @@ pub async fn a_bounded_wait_rides_out_an_outage_shorter_than_its_deadline(fx: &d
     assert!(refused.is_err(), "a try does not wait out an outage");
     let waiting = {
         let (locks, name) = (locks.clone(), name.clone());
-        tokio::spawn(async move {
-            locks
-                .mutex(&name)
-                .acquire()
-                .wait(Duration::from_secs(5))
-                .await
-        })
+        tokio::spawn(async move { locks.mutex(&name).acquire().wait(secs(5)).await })
     };
-    sleep(Duration::from_millis(600)).await;
+    sleep(ms(600)).await;
     faulty.set(crate::faulty::AcquireFault::None);
-    let acquired = timeout(Duration::from_secs(10), waiting)
+    let acquired = timeout(secs(10), waiting)
         .await
         .expect("the wait ends")
         .unwrap();

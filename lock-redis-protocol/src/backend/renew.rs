@@ -158,23 +158,27 @@ impl RedisBackend {
                     })
                     .collect()
             }
-            Ok((Reply::Array(items), _)) if items.len() == locks.len() => items
-                .iter()
-                .map(|item| match item {
-                    Reply::Int(1) => Renewal::Renewed { origin: None },
-                    Reply::Bytes(origin) => Renewal::Renewed {
-                        origin: std::str::from_utf8(origin)
-                            .ok()
-                            .and_then(RequestId::from_hex),
-                    },
-                    _ => Renewal::Gone,
-                })
-                .collect(),
+            Ok((Reply::Array(items), _)) if items.len() == locks.len() => {
+                items.iter().map(renewal).collect()
+            }
             Ok((other, _)) => {
                 let err = unexpected("renew", &other);
                 locks.iter().map(|_| Renewal::Failed(err.clone())).collect()
             }
             Err(err) => locks.iter().map(|_| Renewal::Failed(err.clone())).collect(),
         }
+    }
+}
+
+/// One lock's answer in a renewal script's reply.
+fn renewal(item: &Reply) -> Renewal {
+    match item {
+        Reply::Int(1) => Renewal::Renewed { origin: None },
+        Reply::Bytes(origin) => Renewal::Renewed {
+            origin: std::str::from_utf8(origin)
+                .ok()
+                .and_then(RequestId::from_hex),
+        },
+        _ => Renewal::Gone,
     }
 }
