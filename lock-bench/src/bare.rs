@@ -21,14 +21,21 @@ use tokio::time::Instant;
 /// How many tasks send pairs at once, as in the adapters' runs.
 const TASKS: usize = 64;
 
-/// The keys and arguments of one acquire of a free mutex and of its release, in the order
-/// the scripts read them (the protocol's declared calls put them there).
+/// One acquire of a free mutex and its release, with the keys and arguments the adapters
+/// send: the rendered names and the grant's id, from which each call is the protocol's
+/// declared struct (so every input sits where its script reads it).
 #[derive(Debug)]
 pub(crate) struct Pair {
-    acquire_keys: Vec<String>,
-    acquire_args: Vec<String>,
-    release_keys: Vec<String>,
-    release_args: Vec<String>,
+    owner: &'static str,
+    lock: String,
+    reservation: String,
+    waiting: String,
+    requests: String,
+    token: String,
+    grants: String,
+    latch: String,
+    channel: String,
+    grant: String,
 }
 
 impl Pair {
@@ -36,28 +43,35 @@ impl Pair {
     pub(crate) fn new(name: &str, owner: &'static str) -> Self {
         let name = LockName::new(name).expect("a valid lock name");
         let grant = RequestId::random();
-        let lock = layout::lock_key(&name).to_owned();
-        let reservation = layout::reservation_key(&name);
-        let waiting = layout::waiting_clients_key(&name);
-        let requests = layout::waiting_requests_key(&name);
-        let token = layout::token_key(&name);
-        let grants = layout::grants_key(&name, owner, false);
-        let grant_latch = layout::grant_latch_key(&name, grant);
-        let (channel, grant) = (layout::mutex_channel(&name), grant.to_string());
-        // As the adapters send them for the first attempt of a caller that would wait:
-        // its client's wake id, its place, and the grant's latch kept for the default
-        // retry window.
-        let acquire = calls::MutexAcquire {
-            lock: &lock,
-            reservation: &reservation,
-            token: &token,
-            epoch: "bench:epoch",
-            waiting: &waiting,
-            requests: &requests,
-            grants: &grants,
-            latch: &grant_latch,
-            lease_ms: "30000",
+        Self {
             owner,
+            lock: layout::lock_key(&name).to_owned(),
+            reservation: layout::reservation_key(&name),
+            waiting: layout::waiting_clients_key(&name),
+            requests: layout::waiting_requests_key(&name),
+            token: layout::token_key(&name),
+            grants: layout::grants_key(&name, owner, false),
+            latch: layout::grant_latch_key(&name, grant),
+            channel: layout::mutex_channel(&name),
+            grant: grant.to_string(),
+        }
+    }
+
+    /// The acquire, as the adapters send it for the first attempt of a caller that would
+    /// wait: its client's wake id, its place, and the grant's latch kept for the default
+    /// retry window.
+    fn acquire(&self) -> calls::MutexAcquire<'_> {
+        calls::MutexAcquire {
+            lock: &self.lock,
+            reservation: &self.reservation,
+            token: &self.token,
+            epoch: "bench:epoch",
+            waiting: &self.waiting,
+            requests: &self.requests,
+            grants: &self.grants,
+            latch: &self.latch,
+            lease_ms: "30000",
+            owner: self.owner,
             starving: "0",
             reservation_ms: "100",
             waited_ms: "0",
@@ -67,79 +81,70 @@ impl Pair {
             registered_ms: "35000",
             place_ms: "5000",
             attempt: "1",
-            grant: &grant,
+            grant: &self.grant,
             latch_ms: "5000",
-        };
-        let release = calls::MutexRelease {
-            lock: &lock,
-            waiting: &waiting,
-            reservation: &reservation,
-            requests: &requests,
-            token: &token,
+        }
+    }
+
+    /// The release of the acquire's grant.
+    fn release(&self) -> calls::MutexRelease<'_> {
+        calls::MutexRelease {
+            lock: &self.lock,
+            waiting: &self.waiting,
+            reservation: &self.reservation,
+            requests: &self.requests,
+            token: &self.token,
             epoch: "bench:epoch",
-            grants: &grants,
-            latch: &grant_latch,
+            grants: &self.grants,
+            latch: &self.latch,
             lease_ms: "30000",
-            owner,
-            channel: &channel,
+            owner: self.owner,
+            channel: &self.channel,
             publish: "publish",
             numsub: "numsub",
             offer_ms: "100",
             quarantine_ms: "0",
-            grant: &grant,
+            grant: &self.grant,
             latch_ms: "10000",
-        };
-        let strings = |texts: &[&str]| texts.iter().map(|text| (*text).to_owned()).collect();
-        Self {
-            acquire_keys: strings(&acquire.keys()),
-            acquire_args: strings(&acquire.args()),
-            release_keys: strings(&release.keys()),
-            release_args: strings(&release.args()),
         }
     }
 
     /// The acquire's keys and arguments.
-    pub(crate) fn acquire_call(&self) -> (&[String], Vec<&str>) {
-        let args = self.acquire_args.iter().map(String::as_str).collect();
-        (&self.acquire_keys, args)
+    pub(crate) fn acquire_call(&self) -> ([&str; 8], [&str; 13]) {
+        let call = self.acquire();
+        (call.keys(), call.args())
     }
 
     /// The release's keys and arguments.
-    pub(crate) fn release_call(&self) -> (&[String], Vec<&str>) {
-        let args = self.release_args.iter().map(String::as_str).collect();
-        (&self.release_keys, args)
+    pub(crate) fn release_call(&self) -> ([&str; 8], [&str; 9]) {
+        let call = self.release();
+        (call.keys(), call.args())
     }
 
     /// The acquire, then the release, as redis-rs commands.
     pub(crate) fn redis_commands(&self, (acquire, release): &(String, String)) -> [redis::Cmd; 2] {
+        let (acquire_keys, acquire_args) = self.acquire_call();
+        let (release_keys, release_args) = self.release_call();
         [
-            evalsha(acquire, &self.acquire_keys, &self.acquire_args),
-            evalsha(release, &self.release_keys, &self.release_args),
+            evalsha(acquire, &acquire_keys, &acquire_args),
+            evalsha(release, &release_keys, &release_args),
         ]
     }
 
     /// The acquire, then the release, as the arguments of fred custom commands.
     fn fred_arguments(&self, (acquire, release): &(String, String)) -> [Vec<Value>; 2] {
-        let call = |sha: &str, keys: &[String], args: &mut dyn Iterator<Item = &str>| {
-            let mut call = vec![
-                Value::from(sha),
-                Value::from(i64::try_from(keys.len()).unwrap_or(i64::MAX)),
-            ];
-            call.extend(keys.iter().map(|key| Value::from(key.as_str())));
-            call.extend(args.map(Value::from));
+        let call = |sha: &str, keys: &[&str], args: &[&str]| {
+            let mut call = Vec::with_capacity(2 + keys.len() + args.len());
+            call.push(Value::from(sha));
+            call.push(Value::from(i64::try_from(keys.len()).unwrap_or(i64::MAX)));
+            call.extend(keys.iter().chain(args).map(|text| Value::from(*text)));
             call
         };
+        let (acquire_keys, acquire_args) = self.acquire_call();
+        let (release_keys, release_args) = self.release_call();
         [
-            call(
-                acquire,
-                &self.acquire_keys,
-                &mut self.acquire_args.iter().map(String::as_str),
-            ),
-            call(
-                release,
-                &self.release_keys,
-                &mut self.release_args.iter().map(String::as_str),
-            ),
+            call(acquire, &acquire_keys, &acquire_args),
+            call(release, &release_keys, &release_args),
         ]
     }
 }

@@ -73,7 +73,7 @@ impl QuorumFloor {
 
     /// Sends one script call to every node; returns how many of the first majority of
     /// answers were not errors.
-    async fn quorum(&self, sha: &str, keys: &[String], args: &[&str]) -> usize {
+    async fn quorum(&self, sha: &str, keys: &[&str], args: &[&str]) -> usize {
         use futures_util::StreamExt as _;
 
         let calls = self
@@ -101,9 +101,9 @@ impl QuorumFloor {
             let started = Instant::now();
             let pair = Pair::new("bench:q", "bench-floor:1");
             let (keys, args) = pair.acquire_call();
-            let granted = self.quorum(acquire, keys, &args).await;
+            let granted = self.quorum(acquire, &keys, &args).await;
             let (keys, args) = pair.release_call();
-            let released = self.quorum(release, keys, &args).await;
+            let released = self.quorum(release, &keys, &args).await;
             if granted >= majority && released >= majority {
                 samples.push(started.elapsed().as_secs_f64() * 1000.0);
             }
