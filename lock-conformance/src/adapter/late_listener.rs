@@ -9,11 +9,13 @@ use std::time::Duration;
 use lock_testkit::RedisServer;
 
 use super::contender::Contender;
-use super::peers::{REDISSON_LOCK, redisson_unlock, try_take};
+use super::peers::{REDISSON_LOCK, redisson_unlock, try_take_for};
 
 /// A worker with Redisson's lock and unlock scripts and a subscription of its own, held
 /// only while it waits.
 pub(super) struct LateListener {
+    /// The lease of its holds, in milliseconds.
+    lease_ms: u64,
     name: String,
     channel: String,
     owner: String,
@@ -23,11 +25,14 @@ pub(super) struct LateListener {
 }
 
 impl LateListener {
-    pub(super) async fn connect(server: &RedisServer, name: &str) -> Self {
+    /// A late listener on `name` whose holds last `lease` (the PTTL a missed release
+    /// costs the others).
+    pub(super) async fn connect(server: &RedisServer, name: &str, lease: Duration) -> Self {
         let client = redis::Client::open(server.url()).unwrap();
         let conn = client.get_multiplexed_async_connection().await.unwrap();
         let (subscription, messages) = client.get_async_pubsub().await.unwrap().split();
         Self {
+            lease_ms: u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
             name: name.to_owned(),
             channel: format!("redisson_lock__channel:{{{name}}}"),
             owner: format!("{}:1", lock_core::RequestId::random()),
@@ -42,7 +47,13 @@ impl Contender for LateListener {
     async fn take(&mut self) {
         use futures_util::StreamExt as _;
         loop {
-            let taken = try_take(&mut self.conn, REDISSON_LOCK, &self.name, &self.owner);
+            let taken = try_take_for(
+                &mut self.conn,
+                REDISSON_LOCK,
+                &self.name,
+                &self.owner,
+                self.lease_ms,
+            );
             let Some(ttl) = taken.await else {
                 return;
             };

@@ -335,9 +335,20 @@ pub(super) async fn try_take(
     name: &str,
     owner: &str,
 ) -> Option<u64> {
+    try_take_for(conn, script, name, owner, Peer::LEASE_MS).await
+}
+
+/// [`try_take`] with a lease of `lease_ms`.
+pub(super) async fn try_take_for(
+    conn: &mut redis::aio::MultiplexedConnection,
+    script: &str,
+    name: &str,
+    owner: &str,
+    lease_ms: u64,
+) -> Option<u64> {
     redis::Script::new(script)
         .key(name)
-        .arg(Peer::LEASE_MS)
+        .arg(lease_ms)
         .arg(owner)
         .invoke_async(conn)
         .await
