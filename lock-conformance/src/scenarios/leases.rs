@@ -46,22 +46,32 @@ pub async fn watchdog_keeps_the_lock(fx: &dyn Fixture) {
     let other = fx.client().await;
     let name = unique("watchdog");
     let g = locks.mutex(&name).lock().await.unwrap();
-    let held_for = lease * 3 + lease / 2;
+    held_past_three_leases(&g, (&locks, &other), &name, lease).await;
+    g.unlock().await.unwrap();
+    assert!(!other.mutex(&name).is_locked().await.unwrap());
+}
+
+/// Checks that the watchdog keeps `guard`'s hold of `name` past three and a half leases:
+/// never lost, still excluding `other`, and with at most `lease` left in the store.
+async fn held_past_three_leases(
+    guard: &lock_core::Guard,
+    (locks, other): (&lock_core::Locks, &lock_core::Locks),
+    name: &str,
+    lease: std::time::Duration,
+) {
     tokio::select! {
-        err = g.lost() => panic!("the watchdog let the lock go: {err}"),
-        () = sleep(held_for) => {}
+        err = guard.lost() => panic!("the watchdog let the lock go: {err}"),
+        () = sleep(lease * 3 + lease / 2) => {}
     }
-    assert!(g.is_held());
-    assert!(other.mutex(&name).try_lock().await.unwrap().is_none());
+    assert!(guard.is_held());
+    assert!(other.mutex(name).try_lock().await.unwrap().is_none());
     let ttl = locks
-        .mutex(&name)
+        .mutex(name)
         .remaining_lease()
         .await
         .unwrap()
         .expect("a lease");
     assert!(ttl <= lease, "ttl {ttl:?} above the lease");
-    g.unlock().await.unwrap();
-    assert!(!other.mutex(&name).is_locked().await.unwrap());
 }
 
 /// An acquisition that names its own watchdog lease, on a client whose watchdog lease is
@@ -86,19 +96,7 @@ pub async fn an_acquisition_renews_for_its_own_watchdog_lease(fx: &dyn Fixture) 
         .watchdog_lease(lease)
         .await
         .unwrap();
-    tokio::select! {
-        err = g.lost() => panic!("the watchdog let the lock go: {err}"),
-        () = sleep(lease * 3 + lease / 2) => {}
-    }
-    assert!(g.is_held());
-    assert!(other.mutex(&name).try_lock().await.unwrap().is_none());
-    let ttl = locks
-        .mutex(&name)
-        .remaining_lease()
-        .await
-        .unwrap()
-        .expect("a lease");
-    assert!(ttl <= lease, "ttl {ttl:?} above the acquisition's lease");
+    held_past_three_leases(&g, (&locks, &other), &name, lease).await;
     g.unlock().await.unwrap();
     long.unlock().await.unwrap();
     let refused = locks
