@@ -20,6 +20,22 @@ pub(crate) async fn locks(url: &str) -> Result<Locks, Error> {
     Locks::builder(backend).client_name("distlock-cli").build()
 }
 
+/// Loads the lock functions on every primary of the Redis deployment `url` names;
+/// returns the library's name.
+pub(crate) async fn load_functions(url: &str) -> Result<&'static str, Error> {
+    match store(url)? {
+        Store::Redis => {
+            let backend = distlock::redis::Connector::new(url).connect().await?;
+            backend.load_functions().await
+        }
+        Store::Postgres => Err(Error::invalid_config(
+            "`functions load` is for Redis: PostgreSQL's functions are created by the \
+             library itself",
+            None,
+        )),
+    }
+}
+
 #[derive(Debug, PartialEq, Eq)]
 enum Store {
     Redis,

@@ -5,6 +5,7 @@
 //! distlock [--url URL] [--json] show NAME          holder, lease, token, waiters
 //! distlock [--url URL] [--json] watch NAME         show, again every second
 //! distlock [--url URL] [--json] force-unlock NAME  asks first; prints who held it
+//! distlock [--url URL] functions load             the lock functions, on every primary
 //! ```
 //!
 //! The URL (or `DISTLOCK_URL`) takes every form the library does: `redis://`,
@@ -38,6 +39,19 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    #[command(flatten)]
+    Locks(LockCommand),
+    /// Redis 7 and later: the library of lock functions that clients call instead of
+    /// scripts (read "Functions instead of scripts" in lock-redis's README).
+    Functions {
+        #[command(subcommand)]
+        action: Functions,
+    },
+}
+
+/// What an operator asks of the locks themselves.
+#[derive(Debug, Subcommand)]
+enum LockCommand {
     /// Lists held locks whose names start with PREFIX (every lock without one). Walks
     /// the store a step at a time (SCAN on Redis, on every master of a cluster).
     Ls {
@@ -78,6 +92,15 @@ enum Command {
     },
 }
 
+#[derive(Debug, Subcommand)]
+enum Functions {
+    /// Loads the library on every primary (again, harmlessly, where it is loaded), for
+    /// clients whose user may call the functions (`+fcall`) but not load them. Run it
+    /// with a user allowed `FUNCTION LOAD`, after each upgrade of this library and on
+    /// every new primary.
+    Load,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -104,26 +127,43 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
         eprintln!("distlock: no store: pass --url URL or set DISTLOCK_URL");
         return Ok(ExitCode::from(2));
     };
-    let locks = connect::locks(url).await?;
     let json = cli.json;
-    let code = match cli.command {
-        Command::Ls { prefix, limit } => {
+    match cli.command {
+        Command::Functions {
+            action: Functions::Load,
+        } => {
+            let library = connect::load_functions(url).await?;
+            println!("{}", render::functions_loaded(library, json));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Locks(command) => {
+            let locks = connect::locks(url).await?;
+            let code = on_locks(&locks, command, json).await?;
+            locks.shutdown().await;
+            Ok(code)
+        }
+    }
+}
+
+async fn on_locks(locks: &Locks, command: LockCommand, json: bool) -> Result<ExitCode, Error> {
+    Ok(match command {
+        LockCommand::Ls { prefix, limit } => {
             let names = locks.held_names(&prefix, limit).await?;
             println!("{}", render::names(&names, &prefix, json));
             ExitCode::SUCCESS
         }
-        Command::Show { name } => {
+        LockCommand::Show { name } => {
             let info = locks.describe(&name).await?;
             println!("{}", render::lock(&info, json));
             ExitCode::SUCCESS
         }
-        Command::Watch {
+        LockCommand::Watch {
             name,
             interval_ms,
             count,
         } => {
             watch(
-                &locks,
+                locks,
                 &name,
                 Duration::from_millis(interval_ms),
                 count,
@@ -132,10 +172,8 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             .await?;
             ExitCode::SUCCESS
         }
-        Command::ForceUnlock { name, yes } => force_unlock(&locks, &name, yes, json).await?,
-    };
-    locks.shutdown().await;
-    Ok(code)
+        LockCommand::ForceUnlock { name, yes } => force_unlock(locks, &name, yes, json).await?,
+    })
 }
 
 async fn watch(

@@ -103,6 +103,14 @@ pub(crate) fn names(names: &[String], prefix: &str, json: bool) -> String {
     names.join("\n")
 }
 
+/// The function library loaded on every primary.
+pub(crate) fn functions_loaded(library: &str, json: bool) -> String {
+    if json {
+        return json!({ "library": library, "loaded": true }).to_string();
+    }
+    format!("{library}: loaded on every primary")
+}
+
 /// A force-unlock's outcome: who held the lock before.
 pub(crate) fn forced(before: &LockInfo, released: bool, json: bool) -> String {
     if json {

@@ -284,3 +284,42 @@ async fn a_redisson_peers_hold_behind_sentinel_is_shown() {
     assert_eq!(peer["holders"][0]["owner"], owner);
     assert_eq!(peer["holders"][0]["client"], Value::Null);
 }
+
+/// `functions load` puts the lock functions on every primary of a cluster, where a
+/// client whose user may only call them finds them; on PostgreSQL it says it is Redis's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn functions_load_puts_the_library_on_every_primary() {
+    let cluster = RedisCluster::start(3).await;
+    let hosts: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|node| format!("127.0.0.1:{}", node.port()))
+        .collect();
+    let url = format!("redis+cluster://{}", hosts.join(","));
+    let loaded = json(&distlock(&["--url", &url, "--json", "functions", "load"], "", None).await);
+    let library = lock_redis_protocol::script::library().name();
+    assert_eq!(loaded["library"], library, "{loaded}");
+    for node in cluster.nodes() {
+        let listed: Vec<redis::Value> = node
+            .command(&["FUNCTION", "LIST", "LIBRARYNAME", library])
+            .await;
+        assert_eq!(
+            listed.len(),
+            1,
+            "loaded on the node of port {}",
+            node.port()
+        );
+    }
+    let again = distlock(&["--url", &url, "functions", "load"], "", None).await;
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    assert!(text(&again.stdout).contains("loaded on every primary"));
+
+    let postgres = PostgresServer::start().await;
+    let refused = distlock(&["--url", &postgres.url(), "functions", "load"], "", None).await;
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("for Redis"),
+        "{}",
+        text(&refused.stderr)
+    );
+}

@@ -131,6 +131,25 @@ impl Pair {
         ]
     }
 
+    /// The acquire, then the release, as `FCALL`s of our function library.
+    fn redis_function_calls(&self) -> [redis::Cmd; 2] {
+        let library = script::library();
+        let (acquire_keys, acquire_args) = self.acquire_call();
+        let (release_keys, release_args) = self.release_call();
+        [
+            fcall(
+                library.function(&script::MUTEX_ACQUIRE),
+                &acquire_keys,
+                &acquire_args,
+            ),
+            fcall(
+                library.function(&script::MUTEX_RELEASE),
+                &release_keys,
+                &release_args,
+            ),
+        ]
+    }
+
     /// The acquire, then the release, as the arguments of fred custom commands.
     fn fred_arguments(&self, (acquire, release): &(String, String)) -> [Vec<Value>; 2] {
         let call = |sha: &str, keys: &[&str], args: &[&str]| {
@@ -155,8 +174,22 @@ pub(crate) fn evalsha<K: AsRef<str>, A: AsRef<str>>(
     keys: &[K],
     args: &[A],
 ) -> redis::Cmd {
-    let mut call = redis::cmd("EVALSHA");
-    call.arg(sha).arg(keys.len());
+    call("EVALSHA", sha, keys, args)
+}
+
+/// `FCALL function numkeys keys... args...`, a function call as the adapters send it.
+fn fcall<K: AsRef<str>, A: AsRef<str>>(function: &str, keys: &[K], args: &[A]) -> redis::Cmd {
+    call("FCALL", function, keys, args)
+}
+
+fn call<K: AsRef<str>, A: AsRef<str>>(
+    command: &str,
+    body: &str,
+    keys: &[K],
+    args: &[A],
+) -> redis::Cmd {
+    let mut call = redis::cmd(command);
+    call.arg(body).arg(keys.len());
     for key in keys {
         call.arg(key.as_ref());
     }
@@ -177,6 +210,104 @@ pub(crate) async fn load_scripts(server: &RedisServer) -> Arc<(String, String)> 
     Arc::new((acquire, release))
 }
 
+/// What a bare client sends for one lock+unlock pair on a name of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BareLock {
+    /// Our mutex's acquire and release scripts (`EVALSHA`).
+    OurScripts,
+    /// The same two as functions of our library (`FCALL`).
+    OurFunctions,
+    /// Redisson's lock and unlock scripts, the unlock with its latch.
+    Redisson,
+    /// `SET NX PX`, then a compare-and-delete script: the least a lock can do.
+    SetNx,
+}
+
+/// The compare-and-delete script of [`BareLock::SetNx`]'s release.
+const COMPARE_AND_DELETE: &str = "\
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end \
+return 0";
+
+/// What the bare clients need on the server: the SHA1s of the scripts they send (the
+/// function library is loaded too).
+#[derive(Debug)]
+pub(crate) struct Loaded {
+    ours: Arc<(String, String)>,
+    redisson: (String, String),
+    compare_and_delete: String,
+}
+
+impl Loaded {
+    /// Loads every script and the function library into `server`.
+    pub(crate) async fn into(server: &RedisServer) -> Arc<Self> {
+        let load = |source: &'static str| async move {
+            server.command::<String>(&["SCRIPT", "LOAD", source]).await
+        };
+        let library = script::library().source();
+        let _: String = server
+            .command(&["FUNCTION", "LOAD", "REPLACE", library])
+            .await;
+        Arc::new(Self {
+            ours: load_scripts(server).await,
+            redisson: (
+                load(lock_testkit::redisson::LOCK).await,
+                load(lock_testkit::redisson::UNLOCK).await,
+            ),
+            compare_and_delete: load(COMPARE_AND_DELETE).await,
+        })
+    }
+}
+
+impl BareLock {
+    /// The pair's two commands on `name`, each pair with an owner, request ids and
+    /// latches of its own, as a client makes them.
+    pub(crate) fn commands(self, loaded: &Loaded, name: &str) -> [redis::Cmd; 2] {
+        match self {
+            Self::OurScripts => Pair::new(name, "bench-owner").redis_commands(&loaded.ours),
+            Self::OurFunctions => Pair::new(name, "bench-owner").redis_function_calls(),
+            Self::Redisson => {
+                let owner = "bench-owner:1";
+                let channel = format!("redisson_lock__channel:{{{name}}}");
+                let latch = format!("redisson_unlock_latch:{{{name}}}:{}", RequestId::random());
+                let (lock, unlock) = &loaded.redisson;
+                [
+                    evalsha(lock, &[name], &["30000", owner]),
+                    evalsha(
+                        unlock,
+                        &[name, &channel, &latch],
+                        &["0", "30000", owner, "publish", "20000"],
+                    ),
+                ]
+            }
+            Self::SetNx => {
+                let owner = RequestId::random().to_string();
+                let mut set = redis::cmd("SET");
+                set.arg(name).arg(&owner).arg("NX").arg("PX").arg(30_000);
+                [set, evalsha(&loaded.compare_and_delete, &[name], &[&owner])]
+            }
+        }
+    }
+
+    /// Whether the replies are a grant and a release.
+    pub(crate) fn succeeded(self, acquired: &redis::Value, released: &redis::Value) -> bool {
+        match self {
+            Self::OurScripts | Self::OurFunctions => redis_pair_succeeded(acquired, released),
+            Self::Redisson => *acquired == redis::Value::Nil && *released == redis::Value::Int(1),
+            Self::SetNx => *acquired == redis::Value::Okay && *released == redis::Value::Int(1),
+        }
+    }
+
+    /// A short name for figures and errors.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::OurScripts => "our scripts",
+            Self::OurFunctions => "our functions",
+            Self::Redisson => "Redisson's scripts",
+            Self::SetNx => "SET NX PX + compare-and-delete",
+        }
+    }
+}
+
 /// Whether a pair's answers are a grant (`'1:0'`: one hold, no token) and a release
 /// (`0`).
 pub(crate) fn redis_pair_succeeded(acquired: &redis::Value, released: &redis::Value) -> bool {
@@ -187,33 +318,53 @@ pub(crate) fn redis_pair_succeeded(acquired: &redis::Value, released: &redis::Va
 /// Pairs per second of [`TASKS`] tasks, each on a name of its own, sending one pair
 /// after the other through one redis-rs multiplexed connection (as the redis adapter
 /// does) for `duration`.
-pub(crate) async fn redis_pairs_per_second(server: &RedisServer, duration: Duration) -> f64 {
-    let scripts = load_scripts(server).await;
-    let connection = redis::Client::open(server.url())
-        .expect("the server's url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect the bare redis-rs client");
+pub(crate) async fn redis_pairs_per_second(
+    server: &RedisServer,
+    duration: Duration,
+    lock: BareLock,
+) -> f64 {
+    let loaded = Loaded::into(server).await;
+    let connection = redis_connection(server).await;
     run_tasks(duration, "redis-rs", |task, pairs| {
-        let (scripts, mut connection) = (Arc::clone(&scripts), connection.clone());
+        let (loaded, mut connection) = (Arc::clone(&loaded), connection.clone());
         async move {
             let name = format!("bench:bare-redis:{task}");
             while pairs.keep_going() {
-                let [acquire, release] = Pair::new(&name, "bench-owner").redis_commands(&scripts);
-                let acquired: redis::Value = acquire
-                    .query_async(&mut connection)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let released: redis::Value = release
-                    .query_async(&mut connection)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                pairs.count(redis_pair_succeeded(&acquired, &released))?;
+                pairs.count(send_pair(&mut connection, lock, &loaded, &name).await?)?;
             }
             Ok(())
         }
     })
     .await
+}
+
+/// A redis-rs multiplexed connection to `server`, as the redis adapter opens.
+pub(crate) async fn redis_connection(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .expect("the server's url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect the bare redis-rs client")
+}
+
+/// Sends one pair of `lock` on `name`, one command after the other; whether it was
+/// granted and released.
+pub(crate) async fn send_pair(
+    connection: &mut redis::aio::MultiplexedConnection,
+    lock: BareLock,
+    loaded: &Loaded,
+    name: &str,
+) -> Result<bool, String> {
+    let [acquire, release] = lock.commands(loaded, name);
+    let acquired: redis::Value = acquire
+        .query_async(connection)
+        .await
+        .map_err(|e| format!("{}: {e}", lock.label()))?;
+    let released: redis::Value = release
+        .query_async(connection)
+        .await
+        .map_err(|e| format!("{}: {e}", lock.label()))?;
+    Ok(lock.succeeded(&acquired, &released))
 }
 
 /// How a bare fred client's socket sends small writes.

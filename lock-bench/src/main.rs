@@ -46,6 +46,7 @@ struct Args {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Scenario {
     Uncontended,
+    Paced,
     Contended,
     Handoff,
     Watchdog,
@@ -77,6 +78,7 @@ impl Scenario {
                 postgres::postgres(&server, scale).await
             }
             Self::Uncontended => scenarios::uncontended(&RedisServer::start().await, scale).await,
+            Self::Paced => scenarios::paced(&RedisServer::start().await, scale).await,
             Self::Contended => contended::contended(&RedisServer::start().await, scale).await,
             Self::Handoff => scenarios::handoff(&RedisServer::start().await, scale).await,
             Self::Watchdog => scenarios::watchdog(&RedisServer::start().await, scale).await,

@@ -64,7 +64,8 @@ impl Node {
     /// What a lock operation sends that the proxy recognizes: its reply can be lost.
     pub(crate) fn lock_request_marker(&self) -> &'static [u8] {
         match self {
-            Node::Redis(_) => b"EVALSHA",
+            // Functions, which clients call on Redis 7 by default.
+            Node::Redis(_) => b"FCALL",
             Node::Postgres(_) => b"SELECT distlock.",
         }
     }

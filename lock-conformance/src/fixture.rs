@@ -80,7 +80,8 @@ pub trait Fixture: Send + Sync {
 pub trait RedisControl: Send + Sync {
     /// `CLIENT KILL TYPE pubsub` on every node; returns how many connections died.
     async fn kill_pubsub_clients(&self) -> usize;
-    /// `SCRIPT FLUSH` on every node.
+    /// `SCRIPT FLUSH` and `FUNCTION FLUSH` on every node: the server forgets the scripts'
+    /// code in either form.
     async fn script_flush(&self);
     /// Restarts the node that owns `key`: it loses every write since its last `SAVE`.
     async fn restart_node_of(&self, key: &str);

@@ -239,20 +239,18 @@ impl RedisControl for RedisFixture {
     }
 
     async fn script_flush(&self) {
-        match self.topology().await {
-            Topology::Standalone(server) => {
-                let () = server.lock().await.command(&["SCRIPT", "FLUSH"]).await;
-            }
-            Topology::Cluster(cluster) => {
-                let _: Vec<()> = cluster.lock().await.query_all(&["SCRIPT", "FLUSH"]).await;
-            }
-            Topology::Sentinel(deployment) => {
-                let () = deployment
-                    .lock()
-                    .await
-                    .master()
-                    .command(&["SCRIPT", "FLUSH"])
-                    .await;
+        // Both forms of the scripts' code go: the cached scripts and the function library.
+        for flush in [["SCRIPT", "FLUSH"], ["FUNCTION", "FLUSH"]] {
+            match self.topology().await {
+                Topology::Standalone(server) => {
+                    let () = server.lock().await.command(&flush).await;
+                }
+                Topology::Cluster(cluster) => {
+                    let _: Vec<()> = cluster.lock().await.query_all(&flush).await;
+                }
+                Topology::Sentinel(deployment) => {
+                    let () = deployment.lock().await.master().command(&flush).await;
+                }
             }
         }
     }

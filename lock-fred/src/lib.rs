@@ -39,7 +39,8 @@ use lock_core::{Backend, Error, Locks};
 
 pub use connector::Connector;
 pub use lock_redis_protocol::{
-    ConnectorSettings, NotReplicated, ProtocolOptions, PublishMode, RedisBackend, WrongType,
+    ConnectorSettings, NotReplicated, ProtocolOptions, PublishMode, RedisBackend, ServerCode,
+    WrongType,
 };
 
 /// Connects to the deployment `url` names (see [`Connector::new`]) with default settings.

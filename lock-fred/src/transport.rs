@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fred::bytes::{Bytes, BytesMut};
 use fred::clients::{Pipeline, SubscriberClient};
+use fred::interfaces::FunctionInterface;
 use fred::prelude::{Client, ClientLike, Options, Pool, PubsubInterface, ServerInterface, Value};
 use fred::types::{ClusterHash, CustomCommand};
 use lock_core::Error;
@@ -316,6 +317,17 @@ impl Transport for FredTransport {
         let script = script.map_err(crate::error::transport)?;
         let acks = acks.map_err(crate::error::transport)?;
         Ok((reply(script), reply(acks)))
+    }
+
+    async fn load_library(&self, source: &str) -> Result<(), TransportError> {
+        self.reconnect_if_orphaned();
+        let client = self.commands.next().with_options(&self.options);
+        let loaded = if client.is_clustered() {
+            client.function_load_cluster::<(), _>(true, source).await
+        } else {
+            client.function_load::<(), _>(true, source).await
+        };
+        loaded.map_err(crate::error::transport)
     }
 
     fn topology(&self) -> Topology {

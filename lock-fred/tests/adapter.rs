@@ -127,10 +127,10 @@ async fn an_applications_client_never_sends_a_replicated_script_again() {
         .await
         .unwrap();
     let mutex = locks.mutex("fred:lost-ack").with_holder(Holder::unique());
-    // Every script is loaded first, so the reply lost is the reentry's.
+    // The library is loaded first, so the reply lost is the reentry's.
     mutex.lock().await.unwrap().unlock().await.unwrap();
     let outer = mutex.lock().await.unwrap();
-    proxy.set(ProxyFault::LoseReplyTo(b"EVALSHA".to_vec()));
+    proxy.set(ProxyFault::LoseReplyTo(b"FCALL".to_vec()));
     // A waiting acquisition: lock-core sends it again under the same id, and the
     // server answers that from its latch, so only a re-send by fred could count twice.
     let reentry = tokio::time::timeout(Duration::from_secs(5), mutex.lock()).await;

@@ -32,7 +32,7 @@ pub mod slot;
 mod transport;
 pub mod url;
 
-pub use backend::{ProtocolOptions, PublishMode, RedisBackend};
+pub use backend::{ProtocolOptions, PublishMode, RedisBackend, ServerCode};
 pub use error::{NotReplicated, WrongType};
 pub use script::Script;
 pub use settings::ConnectorSettings;

@@ -3,7 +3,10 @@
 use std::fmt;
 use std::sync::OnceLock;
 
+mod library;
 mod prelude;
+
+pub use library::{Library, library};
 
 /// A Lua script run atomically by Redis.
 ///
@@ -56,6 +59,12 @@ impl Script {
     /// When the script was used already, or its source has no `from`.
     #[cfg(feature = "mutants")]
     pub fn plant_defect(&self, from: &str, to: &str) -> Result<(), String> {
+        if library::built() {
+            return Err(format!(
+                "{}: the function library was built already in this process",
+                self.name
+            ));
+        }
         let source = prelude::with_helpers(self.body);
         if !source.contains(from) {
             return Err(format!("{}: no {from:?} to plant a defect in", self.name));
@@ -138,11 +147,14 @@ scripts! {
 
 /// How a script call is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ScriptForm {
-    /// `EVALSHA sha1 ...`: the usual way, cheap on the wire.
+    /// `EVALSHA sha1 ...`: the usual way of scripts, cheap on the wire.
     BySha,
     /// `EVAL source ...`: after `NOSCRIPT`; it also loads the script for later calls.
     WithSource,
+    /// `FCALL function ...`: the script's function in the [`library`] (Redis 7).
+    Function,
 }
 
 /// One call of a [`Script`] with its keys and arguments, ready for a driver: the command
@@ -161,12 +173,13 @@ pub struct ScriptCall<'a> {
 }
 
 impl ScriptCall<'_> {
-    /// `EVALSHA` or `EVAL`.
+    /// `EVALSHA`, `EVAL` or `FCALL`.
     #[must_use]
     pub fn command(&self) -> &'static str {
         match self.form {
             ScriptForm::BySha => "EVALSHA",
             ScriptForm::WithSource => "EVAL",
+            ScriptForm::Function => "FCALL",
         }
     }
 
@@ -193,13 +206,14 @@ impl ScriptCall<'_> {
                 .sum::<usize>()
     }
 
-    /// The first argument: the SHA1 or the source. The number of keys, the keys and the
-    /// arguments follow it.
+    /// The first argument: the SHA1, the source or the function's name. The number of
+    /// keys, the keys and the arguments follow it.
     #[must_use]
     pub fn body(&self) -> &'static str {
         match self.form {
             ScriptForm::BySha => self.script.sha1(),
             ScriptForm::WithSource => self.script.source(),
+            ScriptForm::Function => library().function(self.script),
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::{ProtocolOptions, PublishMode};
+use crate::{ProtocolOptions, PublishMode, ServerCode};
 use lock_core::Error;
 
 /// Redisson's `connectTimeout`.
@@ -88,6 +88,15 @@ impl ConnectorSettings {
     /// [`NotReplicated`](crate::NotReplicated). Not on Redis Cluster. Default: off.
     pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
         self.protocol = self.protocol.replica_ack(replicas, timeout);
+        self
+    }
+
+    /// How the lock scripts reach the server: Redis Functions (`FCALL` of a library
+    /// loaded once per server) or scripts (`EVALSHA`). Default: [`ServerCode::Auto`],
+    /// functions where the server has them and this client may load them, scripts
+    /// otherwise.
+    pub fn server_code(mut self, code: ServerCode) -> Self {
+        self.protocol = self.protocol.server_code(code);
         self
     }
 

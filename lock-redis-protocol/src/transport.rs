@@ -162,6 +162,17 @@ pub trait Transport: PubSub {
         ))
     }
 
+    /// Loads the function library `source` (`FUNCTION LOAD REPLACE`) on every primary of
+    /// the deployment, where calls by [`ScriptForm::Function`](crate::script::ScriptForm)
+    /// found it missing. Adapters that cannot keep the default, which refuses: the
+    /// protocol then falls back to scripts, or says what to run where it may not.
+    async fn load_library(&self, source: &str) -> Result<(), TransportError> {
+        let _ = source;
+        Err(TransportError::Io(
+            "loading the function library is not supported by this adapter".into(),
+        ))
+    }
+
     /// The kind of deployment.
     fn topology(&self) -> Topology;
 

@@ -12,14 +12,19 @@ pub(crate) fn connection(during: &'static str, err: RedisError) -> Error {
 
 /// A script call's failure, as lock-core's protocol layer expects it.
 pub(crate) fn transport(err: RedisError) -> TransportError {
-    match err.code() {
-        Some(code) => {
-            let code = code.to_owned();
-            let message = err.detail().unwrap_or_default().to_owned();
-            TransportError::Server(ServerError::new(code, message))
-        }
-        None => TransportError::Io(err.into()),
-    }
+    let Some(code) = err.code().map(str::to_owned) else {
+        return TransportError::Io(err.into());
+    };
+    // A pipeline's failure (a script and its `WAIT`) keeps its detail with the failed
+    // command, where `detail` does not look.
+    let message = match err.detail() {
+        Some(detail) => detail.to_owned(),
+        None => err
+            .into_server_errors()
+            .and_then(|failed| Some(failed.first()?.1.details()?.to_owned()))
+            .unwrap_or_default(),
+    };
+    TransportError::Server(ServerError::new(code, message))
 }
 
 /// Errors that retrying cannot fix: wrong credentials, a client setting the server

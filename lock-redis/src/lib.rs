@@ -40,7 +40,8 @@ use lock_core::{Backend, Error, Locks};
 
 pub use connector::Connector;
 pub use lock_redis_protocol::{
-    ConnectorSettings, NotReplicated, ProtocolOptions, PublishMode, RedisBackend, WrongType,
+    ConnectorSettings, NotReplicated, ProtocolOptions, PublishMode, RedisBackend, ServerCode,
+    WrongType,
 };
 pub use transport::RedisPool;
 

@@ -238,6 +238,14 @@ impl Transport for RedisTransport {
         Ok((reply(script), reply(acks)))
     }
 
+    /// On a cluster, redis-rs sends `FUNCTION LOAD` to every primary and succeeds when
+    /// all of them did.
+    async fn load_library(&self, source: &str) -> Result<(), TransportError> {
+        let mut command = redis::cmd("FUNCTION");
+        command.arg("LOAD").arg("REPLACE").arg(source);
+        self.query(&command).await.map(drop)
+    }
+
     fn topology(&self) -> Topology {
         self.commands.topology()
     }

@@ -36,6 +36,7 @@ mod ports;
 mod postgres;
 mod proxy;
 mod pubsub;
+pub mod redisson;
 mod runtime;
 mod scratch;
 mod sentinel;

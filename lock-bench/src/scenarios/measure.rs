@@ -37,7 +37,7 @@ pub(crate) async fn server_cpu_seconds(server: &RedisServer) -> f64 {
 pub(crate) struct ServerTime {
     /// Microseconds of every command but `INFO` (the reading's own).
     pub(crate) total_us: f64,
-    /// Microseconds and calls of `EVALSHA`.
+    /// Microseconds and calls of `EVALSHA` and `FCALL`.
     script_us: f64,
     script_calls: f64,
 }
@@ -55,7 +55,7 @@ impl ServerTime {
             if command != "info" {
                 time.total_us += stats.usec;
             }
-            if command == "evalsha" {
+            if command == "evalsha" || command == "fcall" {
                 time.script_us += stats.usec;
                 time.script_calls += stats.calls as f64;
             }

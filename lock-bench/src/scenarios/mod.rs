@@ -12,12 +12,14 @@ use tokio::time::Instant;
 
 mod handoff;
 mod measure;
+mod paced;
 mod redlock;
 mod uncontended;
 mod waiters;
 mod watchdog;
 
 pub(crate) use handoff::handoff;
+pub(crate) use paced::paced;
 pub(crate) use redlock::redlock;
 pub(crate) use uncontended::uncontended;
 pub(crate) use waiters::waiters;

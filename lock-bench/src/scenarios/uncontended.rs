@@ -12,7 +12,8 @@ use tokio::time::Instant;
 use super::measure::{ServerTime, cpu_seconds, server_cpu_seconds, server_reads};
 use super::{Adapter, Figures, Results, Scale, figures, pairs_per_second, peer};
 use crate::bare;
-use crate::bare::{FredSocket, Pair};
+use crate::bare::{BareLock, FredSocket, Pair};
+use lock_redis_protocol::ServerCode;
 
 /// rslock's lock+unlock pairs per second of 64 tasks on distinct names.
 async fn peer_pairs_per_second(server: &RedisServer, duration: Duration) -> f64 {
@@ -42,7 +43,7 @@ async fn peer_pairs_per_second(server: &RedisServer, duration: Duration) -> f64 
 
 /// What one contender's runs cost, summed over its turns.
 #[derive(Debug, Default, Clone, Copy)]
-struct Tally {
+pub(super) struct Tally {
     seconds: f64,
     pairs: f64,
     client_cpu: f64,
@@ -58,7 +59,7 @@ impl Tally {
     /// adds what it did and cost: the CPU time of this process and of the server, and the
     /// allocations of this process (all of its tasks count, the driver's too, for every
     /// contender alike).
-    async fn run(
+    pub(super) async fn run(
         &mut self,
         server: &RedisServer,
         duration: Duration,
@@ -80,7 +81,7 @@ impl Tally {
     }
 
     /// Pairs per second, and each cost per pair.
-    fn figures(&self) -> Figures {
+    pub(super) fn figures(&self) -> Figures {
         let pairs = self.pairs.max(1.0);
         figures(&[
             (
@@ -107,11 +108,15 @@ pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
     let redis = Adapter::Redis.connect(server).await;
     let fred = Adapter::Fred.connect(server).await;
     let quarantined = with_quarantine(server).await;
+    let functions = with_code(server, ServerCode::Functions).await;
     let (mut ours, mut theirs, mut rslock, mut limit) = Default::default();
-    let mut ours_quarantined = Tally::default();
+    let (mut ours_quarantined, mut ours_functions) = Default::default();
     let (mut bare_redis, mut bare_fred, mut bare_fred_nodelay) = Default::default();
+    let (mut bare_functions, mut bare_redisson, mut bare_set_nx) = Default::default();
     for _ in 0..UNCONTENDED_TURNS {
         Tally::run(&mut ours, server, turn, pairs_per_second(&redis, turn)).await;
+        let pairs = pairs_per_second(&functions, turn);
+        Tally::run(&mut ours_functions, server, turn, pairs).await;
         let pairs = pairs_per_second(&quarantined, turn);
         Tally::run(&mut ours_quarantined, server, turn, pairs).await;
         Tally::run(&mut limit, server, turn, server_limit(server, turn)).await;
@@ -123,8 +128,15 @@ pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
             peer_pairs_per_second(server, turn),
         )
         .await;
-        let bare = bare::redis_pairs_per_second(server, turn);
-        Tally::run(&mut bare_redis, server, turn, bare).await;
+        for (tally, lock) in [
+            (&mut bare_redis, BareLock::OurScripts),
+            (&mut bare_functions, BareLock::OurFunctions),
+            (&mut bare_redisson, BareLock::Redisson),
+            (&mut bare_set_nx, BareLock::SetNx),
+        ] {
+            let bare = bare::redis_pairs_per_second(server, turn, lock);
+            Tally::run(tally, server, turn, bare).await;
+        }
         let bare = bare::fred_pairs_per_second(server, turn, FredSocket::Default);
         Tally::run(&mut bare_fred, server, turn, bare).await;
         let bare = bare::fred_pairs_per_second(server, turn, FredSocket::NoDelay);
@@ -136,12 +148,29 @@ pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
         "lock (redis, restart quarantine)".into(),
         Tally::figures(&ours_quarantined),
     );
+    results.insert(
+        "lock (redis, functions)".into(),
+        Tally::figures(&ours_functions),
+    );
     results.insert("lock (fred)".into(), Tally::figures(&theirs));
     results.insert("rslock".into(), Tally::figures(&rslock));
     // The floors: our two scripts from bare clients (see `bare`).
     results.insert(
         "bare scripts (redis-rs)".into(),
         Tally::figures(&bare_redis),
+    );
+    results.insert(
+        "bare functions (redis-rs)".into(),
+        Tally::figures(&bare_functions),
+    );
+    // The peers' floors: Redisson's own scripts, and the least a lock can send.
+    results.insert(
+        "bare Redisson scripts (redis-rs)".into(),
+        Tally::figures(&bare_redisson),
+    );
+    results.insert(
+        "bare SET NX PX (redis-rs)".into(),
+        Tally::figures(&bare_set_nx),
     );
     results.insert("bare scripts (fred)".into(), Tally::figures(&bare_fred));
     results.insert(
@@ -151,6 +180,16 @@ pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
     // Its client CPU is the pipelining load's, not a lock client's.
     results.insert("server limit".into(), Tally::figures(&limit));
     results
+}
+
+/// A redis-adapter client whose scripts reach the server as `code` says.
+pub(super) async fn with_code(server: &RedisServer, code: ServerCode) -> Locks {
+    let settings = distlock::redis::ConnectorSettings::default().server_code(code);
+    distlock::redis::Connector::new(server.url())
+        .settings(settings)
+        .locks()
+        .await
+        .expect("connect")
 }
 
 /// A redis-adapter client with the restart quarantine on, past the quarantine a fresh

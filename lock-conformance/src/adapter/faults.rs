@@ -150,9 +150,9 @@ pub async fn an_outage_as_long_as_the_retry_window_leaves_no_hold(connect: &Adap
     const WINDOW: Duration = Duration::from_millis(800);
     let (server, proxy, locks) = behind_a_proxy(connect, WINDOW).await;
     let mutex = locks.mutex("adapter:outage");
-    // Every script is loaded first, so the reply lost is the grant's, not a NOSCRIPT.
+    // The library is loaded first, so the reply lost is the grant's, not a load.
     mutex.lock().await.unwrap().unlock().await.unwrap();
-    proxy.set(ProxyFault::LoseReplyThenBlackHole(b"EVALSHA".to_vec()));
+    proxy.set(ProxyFault::LoseReplyThenBlackHole(b"FCALL".to_vec()));
     let failed = mutex.lock().await;
     assert!(
         failed.is_err(),
@@ -188,7 +188,7 @@ pub async fn a_release_delivered_after_its_window_ends_nothing_more(connect: &Ad
         .with_holder(Holder::unique());
     mutex.lock().await.unwrap().unlock().await.unwrap();
     let first = mutex.lock().await.unwrap();
-    proxy.set(ProxyFault::HoldRequest(b"EVALSHA".to_vec(), WINDOW * 3));
+    proxy.set(ProxyFault::HoldRequest(b"FCALL".to_vec(), WINDOW * 3));
     first
         .unlock()
         .await
@@ -222,7 +222,7 @@ pub async fn plain_permits_outlive_an_outage_longer_than_the_retry_window(
     let (server, proxy, locks) = behind_a_proxy(connect, WINDOW).await;
     let semaphore = locks.semaphore("adapter:outage-permits");
     assert!(semaphore.try_set_permits(2).await.unwrap());
-    // Every script is loaded first, so the reply lost is the grant's.
+    // The library is loaded first, so the reply lost is the grant's.
     semaphore.acquire(1).await.unwrap().release().await.unwrap();
     let observer = fresh_client(connect, &server).await;
     let available = || async {
@@ -235,7 +235,7 @@ pub async fn plain_permits_outlive_an_outage_longer_than_the_retry_window(
     // Whether both permits come back within a few seconds.
     let both_back = || crate::scenarios::eventually(secs(5), || async { available().await == 2 });
 
-    proxy.set(ProxyFault::LoseReplyThenBlackHole(b"EVALSHA".to_vec()));
+    proxy.set(ProxyFault::LoseReplyThenBlackHole(b"FCALL".to_vec()));
     let tried = semaphore.try_acquire(1).await;
     assert!(tried.is_err(), "the grant's reply was lost: {tried:?}");
     assert_eq!(available().await, 1, "the grant ran");
@@ -293,10 +293,10 @@ async fn fresh_client(connect: &AdapterConnect, server: &RedisServer) -> Locks {
 /// the 30 s lease.
 async fn lose_one_grant(locks: &Locks, proxy: &FaultProxy, name: &str) {
     let mutex = locks.mutex(name);
-    // Every script is loaded first, so the reply lost is the grant's, not a NOSCRIPT.
+    // The library is loaded first, so the reply lost is the grant's, not a load.
     mutex.lock().await.unwrap().unlock().await.unwrap();
     let lost_before = proxy.lost_replies();
-    proxy.set(ProxyFault::LoseReplyTo(b"EVALSHA".to_vec()));
+    proxy.set(ProxyFault::LoseReplyTo(b"FCALL".to_vec()));
     let tried = mutex.try_lock().await;
     assert!(tried.is_err(), "the grant's reply was lost: {tried:?}");
     assert_eq!(proxy.lost_replies(), lost_before + 1);
@@ -313,11 +313,11 @@ async fn lose_one_grant(locks: &Locks, proxy: &FaultProxy, name: &str) {
 /// Holds `name` twice and releases once through `proxy`, losing the release's reply.
 async fn lose_one_release(locks: &Locks, proxy: &FaultProxy, name: &str) {
     let mutex = locks.mutex(name).with_holder(Holder::unique());
-    // Every script is loaded first, so the reply lost is the release's, not a NOSCRIPT.
+    // The library is loaded first, so the reply lost is the release's, not a load.
     mutex.lock().await.unwrap().unlock().await.unwrap();
     let outer = mutex.lock().await.unwrap();
     let inner = mutex.lock().await.unwrap();
-    proxy.set(ProxyFault::LoseReplyTo(b"EVALSHA".to_vec()));
+    proxy.set(ProxyFault::LoseReplyTo(b"FCALL".to_vec()));
     let lost = inner.unlock().await;
     assert_eq!(proxy.lost_replies(), 1, "no reply was lost: {lost:?}");
     // The client reconnects in the background; ask until it answers.

@@ -53,6 +53,8 @@ pub struct ConnectSpec {
     pub replica_ack: Option<(u32, Duration)>,
     /// The restart quarantine.
     pub restart_quarantine: Option<Duration>,
+    /// How the scripts reach the server (`None`: the default).
+    pub server_code: Option<lock_redis_protocol::ServerCode>,
 }
 
 impl ConnectSpec {
@@ -64,7 +66,13 @@ impl ConnectSpec {
             root_certificate: None,
             replica_ack: None,
             restart_quarantine: None,
+            server_code: None,
         }
+    }
+
+    fn server_code(mut self, code: lock_redis_protocol::ServerCode) -> Self {
+        self.server_code = Some(code);
+        self
     }
 }
 
@@ -100,6 +108,9 @@ fn settings_of(spec: &ConnectSpec) -> lock_redis_protocol::ConnectorSettings {
     if let Some(quarantine) = spec.restart_quarantine {
         settings = settings.restart_quarantine(quarantine);
     }
+    if let Some(code) = spec.server_code {
+        settings = settings.server_code(code);
+    }
     match spec.replica_ack {
         Some((replicas, timeout)) => settings.replica_ack(replicas, timeout),
         None => settings,
@@ -121,6 +132,11 @@ macro_rules! adapter_tests {
             wrong_password_is_a_config_error_within_the_timeout,
             the_minimal_acl_is_enough_for_every_lock_kind,
             a_missing_command_permission_is_named_in_the_error,
+            a_missing_command_permission_is_named_in_a_function_too,
+            functions_need_no_eval,
+            a_library_the_user_may_not_load_is_named_with_the_command_that_loads_it,
+            an_acl_without_fcall_gets_scripts,
+            a_flushed_library_is_loaded_again,
             a_missing_channel_permission_is_named_in_the_error,
             without_a_replica_an_acquisition_is_not_replicated_and_given_back,
             with_a_replica_every_lock_kind_works,

@@ -20,31 +20,8 @@ pub(super) enum PeerStyle {
     RedissonWriter,
 }
 
-/// Redisson's lock script (`tryLockInnerAsync`): nil when taken, else the lock's PTTL.
-pub(crate) const REDISSON_LOCK: &str = "\
-if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then \
-    redis.call('hincrby', KEYS[1], ARGV[2], 1); \
-    redis.call('pexpire', KEYS[1], ARGV[1]); \
-    return nil; \
-end; \
-return redis.call('pttl', KEYS[1]);";
-
-/// Redisson's unlock script (`unlockInnerAsync`, 3.24 on), with its unlock latch.
-const REDISSON_UNLOCK: &str = "\
-local val = redis.call('get', KEYS[3]); \
-if val ~= false then return tonumber(val); end; \
-if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil; end; \
-local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); \
-if (counter > 0) then \
-    redis.call('pexpire', KEYS[1], ARGV[2]); \
-    redis.call('set', KEYS[3], 0, 'px', ARGV[5]); \
-    return 0; \
-else \
-    redis.call('del', KEYS[1]); \
-    redis.call(ARGV[4], KEYS[2], ARGV[1]); \
-    redis.call('set', KEYS[3], 1, 'px', ARGV[5]); \
-    return 1; \
-end;";
+pub(crate) use lock_testkit::redisson::LOCK as REDISSON_LOCK;
+use lock_testkit::redisson::UNLOCK as REDISSON_UNLOCK;
 
 /// The layout-only peer's take: the hash when the name is free, else the PTTL.
 const LAYOUT_LOCK: &str = "\

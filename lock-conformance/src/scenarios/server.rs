@@ -73,7 +73,8 @@ pub async fn waiters_wake_after_pubsub_connection_is_killed(fx: &dyn Fixture) {
     );
 }
 
-/// A lock survives `SCRIPT FLUSH`: scripts are reloaded on NOSCRIPT.
+/// A lock survives `SCRIPT FLUSH` and `FUNCTION FLUSH`: the code is loaded again where
+/// the server lost it.
 pub async fn lock_survives_script_flush(fx: &dyn Fixture) {
     let redis = fx.redis().expect("a Redis fixture");
     let locks = fx.client().await;

@@ -3,10 +3,11 @@
 
 use lock_core::Error;
 
+use super::code::{AfterFunction, functions_unavailable};
 use super::{RedisBackend, unexpected};
 use crate::calls::FixedCall;
 use crate::error::WrongType;
-use crate::script::{Script, ScriptCall, ScriptForm};
+use crate::script::{Script, ScriptCall, ScriptForm, library};
 use crate::transport::{ReplicaWait, Reply, ServerError, Topology, TransportError};
 
 impl RedisBackend {
@@ -33,7 +34,7 @@ impl RedisBackend {
                 }
                 let wait = ReplicaWait { replicas, timeout };
                 let limit = Some(self.transport.response_timeout() * 2 + timeout);
-                let sent = send_loading(script, keys, args, |call| {
+                let sent = self.send_loading(script, keys, args, |call| {
                     TransportError::within(limit, self.transport.send_then_wait(call, wait))
                 });
                 let (reply, acks) = sent
@@ -69,11 +70,68 @@ impl RedisBackend {
         args: &[&str],
     ) -> Result<Reply, Error> {
         let limit = (!self.transport.bounds_its_calls()).then(|| self.transport.response_timeout());
-        send_loading(script, keys, args, |call| {
+        self.send_loading(script, keys, args, |call| {
             TransportError::within(limit, self.transport.send(call))
         })
         .await
         .map_err(|err| script_failed(err, during, script, keys, args))
+    }
+}
+
+impl RedisBackend {
+    /// Sends a call as this client's [`CodeForm`] says: as a function, loading the
+    /// library where it is missing; or as a script by SHA, with its source (which loads
+    /// it) where the server does not know it (after a restart or `SCRIPT FLUSH`). In a
+    /// cluster, each form is routed by the first key, so it lands on the node that needs
+    /// it. A call refused for its form did not run, and is sent again in another.
+    async fn send_loading<'a, T, F, Fut>(
+        &self,
+        script: &'static Script,
+        keys: &'a [&'a str],
+        args: &'a [&'a str],
+        send: F,
+    ) -> Result<T, TransportError>
+    where
+        F: Fn(ScriptCall<'a>) -> Fut,
+        Fut: Future<Output = Result<T, TransportError>>,
+    {
+        let mut call = ScriptCall {
+            script,
+            keys,
+            args,
+            form: self.code.form(),
+        };
+        if call.form == ScriptForm::Function {
+            let err = match send(call).await {
+                Err(TransportError::Server(err)) => err,
+                done => return done,
+            };
+            match self.code.after_function(&err) {
+                AfterFunction::Fail => return Err(TransportError::Server(err)),
+                AfterFunction::TurnToScripts => {}
+                AfterFunction::Load => {
+                    let limit = Some(self.transport.response_timeout());
+                    let source = library().source();
+                    let loaded =
+                        TransportError::within(limit, self.transport.load_library(source)).await;
+                    match loaded {
+                        Ok(()) => return send(call).await,
+                        Err(load) if !self.code.after_failed_load(&load) => {
+                            return Err(functions_unavailable(load));
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }
+            call.form = ScriptForm::BySha;
+        }
+        match send(call).await {
+            Err(TransportError::Server(err)) if err.code == "NOSCRIPT" => {
+                call.form = ScriptForm::WithSource;
+                send(call).await
+            }
+            other => other,
+        }
     }
 }
 
@@ -87,17 +145,22 @@ fn name_refused_command(
     args: &[&str],
 ) -> ServerError {
     let refused = server.code == "NOPERM" || server.message.contains("can't run this command");
-    let line = server
-        .message
-        .rsplit_once("@user_script:")
-        .and_then(|(_, rest)| rest.trim_end_matches('.').trim().parse::<usize>().ok());
-    let (true, Some(line)) = (refused, line) else {
+    // A script's lines are its source's; a function's, the library's.
+    let at = |marker: &str| {
+        let (_, rest) = server.message.rsplit_once(marker)?;
+        rest.trim_end_matches('.').trim().parse::<usize>().ok()
+    };
+    let text = if let Some(line) = at("@user_script:") {
+        script.source().lines().nth(line.saturating_sub(1))
+    } else if let Some(line) = at("@user_function:") {
+        library().line(line)
+    } else {
+        None
+    };
+    let (true, Some(text)) = (refused, text) else {
         return server;
     };
-    let command = script
-        .source()
-        .lines()
-        .nth(line.saturating_sub(1))
+    let command = Some(text)
         .and_then(|text| {
             text.split_once("redis.call(")
                 .or_else(|| text.split_once("redis.pcall("))
@@ -116,6 +179,10 @@ fn name_refused_command(
                 args.get(i.checked_sub(1)?).map(|a| (*a).to_owned())
             } else if let Some(i) = index("KEYS[") {
                 keys.get(i.checked_sub(1)?).map(|k| (*k).to_owned())
+            } else if let Some(field) = first.strip_prefix("m.") {
+                // A helper's table of the script's settings names them as the script's
+                // declaration does (`m.publish`: the argument `publish`).
+                declared_arg(script, field, args)
             } else {
                 Some(first.trim_matches('\'').to_owned())
             }
@@ -133,32 +200,13 @@ fn name_refused_command(
     }
 }
 
-/// Sends a script by SHA, and with its source (which loads it) if the server does not
-/// know it (after a restart or `SCRIPT FLUSH`). In a cluster, `EVAL` is routed like
-/// `EVALSHA`, so the script lands on the node that needs it.
-async fn send_loading<'a, T, F, Fut>(
-    script: &'static Script,
-    keys: &'a [&'a str],
-    args: &'a [&'a str],
-    send: F,
-) -> Result<T, TransportError>
-where
-    F: Fn(ScriptCall<'a>) -> Fut,
-    Fut: Future<Output = Result<T, TransportError>>,
-{
-    let mut call = ScriptCall {
-        script,
-        keys,
-        args,
-        form: ScriptForm::BySha,
-    };
-    match send(call).await {
-        Err(TransportError::Server(err)) if err.code == "NOSCRIPT" => {
-            call.form = ScriptForm::WithSource;
-            send(call).await
-        }
-        other => other,
-    }
+/// The argument of `script`'s call that its declaration names `name`.
+fn declared_arg(script: &Script, name: &str, args: &[&str]) -> Option<String> {
+    let declared = crate::calls::DECLARED
+        .iter()
+        .find(|declared| std::ptr::eq(declared.script, script))?;
+    let at = declared.args.iter().position(|arg| *arg == name)?;
+    args.get(at).map(|arg| (*arg).to_owned())
 }
 
 /// A script call's failure as a lock-core error, naming the command an ACL refused.

@@ -17,10 +17,11 @@ use lock_core::{Error, LockName};
 use crate::events;
 use crate::layout;
 use crate::slot::key_slot;
-use crate::transport::{NotificationSink, Reply, Topology, Transport};
+use crate::transport::{NotificationSink, Reply, Topology, Transport, TransportError};
 
 mod answer;
 mod call;
+mod code;
 mod expirable;
 mod introspect;
 mod latch;
@@ -30,7 +31,7 @@ mod release;
 mod renew;
 mod semaphore;
 
-pub use options::{ProtocolOptions, PublishMode};
+pub use options::{ProtocolOptions, PublishMode, ServerCode};
 
 /// The Redis lock protocol (Redisson's data layout) over a [`Transport`].
 pub struct RedisBackend {
@@ -39,6 +40,8 @@ pub struct RedisBackend {
     slot_tags: std::sync::Mutex<std::collections::HashMap<u16, String>>,
     subscriptions: Subscriptions,
     options: ProtocolOptions,
+    /// Functions or scripts, as the options ask and the server allows.
+    code: code::CodeForm,
     /// Dropped with the last handle to the backend, which ends the adapter's reader.
     alive: Arc<tokio::sync::watch::Sender<()>>,
     /// What a release publishes to wake this client alone: its mutex waiters register
@@ -103,6 +106,7 @@ impl RedisBackend {
             transport,
             slot_tags: std::sync::Mutex::new(std::collections::HashMap::new()),
             subscriptions,
+            code: code::CodeForm::new(options.server_code),
             options,
             alive: Arc::new(tokio::sync::watch::Sender::new(())),
             own_channel: layout::own_channel(&wake_id).into(),
@@ -110,6 +114,37 @@ impl RedisBackend {
             own_listener: tokio::sync::OnceCell::new(),
             reader: std::sync::OnceLock::new(),
             registered_a_waiter: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Loads the function library ([`script::library`](crate::script::library)) on every
+    /// primary of the deployment, as `distlock functions load` does: what clients set to
+    /// [`ServerCode::Functions`] need where their own user may not load it. Loading it
+    /// again is harmless. Returns the library's name.
+    ///
+    /// # Errors
+    ///
+    /// A [`Backend`](lock_core::ErrorKind::Backend) error when the server refuses it (a
+    /// server before Redis 7.0, or an ACL without `FUNCTION LOAD`), a connection error
+    /// when it cannot be reached.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: loading is idempotent, and a load cut short may be run again.
+    pub async fn load_functions(&self) -> Result<&'static str, Error> {
+        let library = crate::script::library();
+        let limit = Some(self.transport.response_timeout());
+        let loaded =
+            TransportError::within(limit, self.transport.load_library(library.source())).await;
+        match loaded {
+            Ok(()) => Ok(library.name()),
+            Err(TransportError::Server(refused)) => Err(Error::backend(
+                "loading the function library",
+                crate::transport::Refused::new("FUNCTION LOAD", refused),
+            )),
+            Err(TransportError::Io(source)) => {
+                Err(Error::connection("loading the function library", source))
+            }
         }
     }
 

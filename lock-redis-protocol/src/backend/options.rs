@@ -46,6 +46,27 @@ impl PublishMode {
     }
 }
 
+/// How the lock scripts reach the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ServerCode {
+    /// Functions where the server can run them and this client may load them when they
+    /// are missing; scripts (`EVALSHA`) on a server before Redis 7.0 and where an ACL
+    /// refuses `FCALL` or `FUNCTION LOAD` (said once, at warn level, with what to
+    /// run). A [`Functions`](ServerCode::Functions) client needs no `EVAL` at all.
+    #[default]
+    Auto,
+    /// Only `FCALL` of the function library (Redis 7.0 or later), for an ACL that allows
+    /// `FCALL` and denies `EVAL`/`EVALSHA`. A server without the library gets it loaded
+    /// by the client where the ACL allows `FUNCTION LOAD`; otherwise every call fails
+    /// with a [`Backend`](lock_core::ErrorKind::Backend) error that says to run `distlock
+    /// functions load <url>`, which loads it on every primary.
+    Functions,
+    /// `EVALSHA` of each script, with `EVAL` (which loads it) after `NOSCRIPT`: every Redis
+    /// version, each call defining the helpers its script uses.
+    Scripts,
+}
+
 /// Settings of the Redis lock protocol.
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
@@ -70,6 +91,9 @@ pub struct ProtocolOptions {
     /// unconfirmed acquisition is released again). With
     /// it, a lock survives a failover to a replica. Default: off.
     pub replica_ack: Option<(u32, Duration)>,
+    /// How the scripts reach the server: Redis Functions or `EVALSHA`. Default:
+    /// [`ServerCode::Auto`].
+    pub server_code: ServerCode,
     /// How long a starving waiter's reservation of a lock's next free moment lasts
     /// without being refreshed; it bounds how long a waiter that died while starving can
     /// keep a free lock from others. Default: 100 ms.
@@ -84,6 +108,7 @@ impl Default for ProtocolOptions {
             reservation: Duration::from_millis(100),
             restart_quarantine: None,
             replica_ack: None,
+            server_code: ServerCode::Auto,
         }
     }
 }
@@ -117,6 +142,13 @@ impl ProtocolOptions {
     #[must_use]
     pub fn reservation(mut self, lifetime: Duration) -> Self {
         self.reservation = lifetime.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Sets how the scripts reach the server (see [`ServerCode`]).
+    #[must_use]
+    pub fn server_code(mut self, code: ServerCode) -> Self {
+        self.server_code = code;
         self
     }
 

@@ -9,7 +9,7 @@
 /// Every helper, each a `local function` with the comments above it: the files of
 /// `scripts/prelude/`, one concern each, in an order where a helper comes after every
 /// helper it calls.
-const PRELUDE: &str = concat!(
+pub(super) const PRELUDE: &str = concat!(
     // The server's clock, fencing tokens, the restart quarantine.
     include_str!("../scripts/prelude/time.lua"),
     // The fair lock's queue, in Redisson's layout.
