@@ -281,7 +281,7 @@ async fn read_kind_shares_and_other_kinds_work() {
 async fn pooled(locks: &Locks, pool: &str, inside: &Inside) -> Result<(), AppError> {
     let permit = distlock::current_permits().expect("the body sees its permit");
     assert!(permit.is_held());
-    inside.visit(Duration::from_millis(40)).await;
+    inside.visit(Duration::from_millis(200)).await;
     Ok(())
 }
 
@@ -302,7 +302,15 @@ async fn semaphore_kind_runs_at_most_n_at_once() {
             tokio::spawn(async move { pooled(&locks, "p", &inside).await })
         })
         .collect();
-    sleep(Duration::from_millis(15)).await;
+    // Until two calls hold the permits (a fixed pause is too short on a loaded machine).
+    let semaphore = locks.expirable_semaphore("pool:p");
+    timeout(Duration::from_secs(10), async {
+        while semaphore.available().await.unwrap() > 0 {
+            sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("two calls take the permits");
     let refused = pooled_or_not(&locks, "p").await;
     assert!(
         matches!(&refused, Err(AppError::Lock(err)) if err.is_timeout()),
@@ -316,7 +324,6 @@ async fn semaphore_kind_runs_at_most_n_at_once() {
             .unwrap();
     }
     assert_eq!(inside.most.load(Ordering::SeqCst), 2, "two at a time");
-    let semaphore = locks.expirable_semaphore("pool:p");
     assert_eq!(semaphore.available().await.unwrap(), 2);
     assert_eq!(semaphore.issued().await.unwrap(), 0);
     assert!(pooled_or_not(&locks, "p").await.is_ok());

@@ -241,6 +241,7 @@ impl Connector {
         backend.run_notification_reader(first, move || {
             notifications::pump(owned.clone(), sink.clone(), ping_interval)
         });
+        backend.prepare().await?;
         Ok(backend)
     }
 

@@ -212,6 +212,7 @@ impl Connector {
                 link.forget_connection(&sink);
                 sharded::pump(Arc::clone(&link), None, sink.clone())
             });
+            backend.prepare().await?;
             return Ok(backend);
         }
         let (link, stream) = Link::open(nodes, failover, connect_timeout, response_timeout).await?;
@@ -225,6 +226,7 @@ impl Connector {
             link.forget_connection(&sink);
             notifications::pump(Arc::clone(&link), None, sink.clone(), ping_interval)
         });
+        backend.prepare().await?;
         Ok(backend)
     }
 }

@@ -117,6 +117,31 @@ impl RedisBackend {
         }
     }
 
+    /// Readies the server for this client's calls, so that its first lock call pays
+    /// nothing for them: where they go as functions, one call finds the library (loading
+    /// it where it is missing), or this client turns to scripts (see [`ServerCode`]).
+    /// Adapters call it at connect.
+    ///
+    /// # Errors
+    ///
+    /// As any call: a connection error, or a [`Backend`](lock_core::ErrorKind::Backend)
+    /// error when a client set to [`ServerCode::Functions`] finds the library missing and
+    /// may not load it (it says what loads it).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads, and loading is idempotent.
+    pub async fn prepare(&self) -> Result<(), Error> {
+        if self.code.form() != crate::script::ScriptForm::Function {
+            return Ok(());
+        }
+        let key = layout::client_key(&self.wake_id);
+        let call = crate::calls::ClientRead { client: &key };
+        self.run("preparing the server's functions", &call)
+            .await
+            .map(drop)
+    }
+
     /// Loads the function library ([`script::library`](crate::script::library)) on every
     /// primary of the deployment, as `distlock functions load` does: what clients set to
     /// [`ServerCode::Functions`] need where their own user may not load it. Loading it
