@@ -14,6 +14,7 @@ const FORBIDDEN: &[&str] = &[
     "lua",
     "wrongtype",
     "evalsha",
+    "fcall",
     "noscript",
     "pexpire",
     "hincrby",

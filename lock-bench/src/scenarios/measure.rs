@@ -90,9 +90,10 @@ pub(crate) fn cpu_seconds() -> f64 {
     ticks as f64 / procfs::ticks_per_second() as f64
 }
 
+/// Script calls the server ran, in either form (scripts or functions).
 pub(crate) async fn script_calls(server: &RedisServer) -> u64 {
     let stats = server.command_stats().await;
-    ["evalsha", "eval"]
+    ["evalsha", "eval", "fcall"]
         .iter()
         .filter_map(|command| stats.get(*command))
         .map(|stats| stats.calls)
