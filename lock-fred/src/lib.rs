@@ -2,7 +2,8 @@
 //!
 //! It is transport only: `lock-redis-protocol` owns the scripts and the key layout
 //! (Redisson's), lock-core the state machines; this crate runs those scripts over fred
-//! clients (by SHA, loading them again on `NOSCRIPT`) and carries release notifications
+//! clients (as functions of one library on Redis 7, else by SHA, loading what the
+//! server lacks) and carries release notifications
 //! over a dedicated
 //! [`SubscriberClient`](fred::clients::SubscriberClient), resubscribing after every
 //! reconnect and whenever its message buffer overflowed.

@@ -2,8 +2,8 @@
 //! documented behaviour, see `REDISSON-SEMANTICS.md`): the peers of the interop tests
 //! and a floor of the benchmark run them beside ours.
 
-/// Redisson's lock script (`tryLockInnerAsync`). KEYS[1] the lock's hash; ARGV[1] the
-/// lease (ms), ARGV[2] the owner. Nil when taken, else the lock's PTTL.
+/// Redisson's lock script (`tryLockInnerAsync`). `KEYS[1]` the lock's hash; `ARGV[1]` the
+/// lease (ms), `ARGV[2]` the owner. Nil when taken, else the lock's PTTL.
 pub const LOCK: &str = "\
 if ((redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then \
     redis.call('hincrby', KEYS[1], ARGV[2], 1); \
@@ -13,9 +13,9 @@ end; \
 return redis.call('pttl', KEYS[1]);";
 
 /// Redisson's unlock script (`unlockInnerAsync`, 3.24 on), with its unlock latch.
-/// KEYS[1] the lock's hash, KEYS[2] its channel, KEYS[3] the unlock latch; ARGV[1] the
-/// unlock message, ARGV[2] the lease (ms), ARGV[3] the owner, ARGV[4] the publish
-/// command, ARGV[5] the latch's lifetime (ms). 1 released, 0 holds left, nil not held.
+/// `KEYS[1]` the lock's hash, `KEYS[2]` its channel, `KEYS[3]` the unlock latch; `ARGV[1]` the
+/// unlock message, `ARGV[2]` the lease (ms), `ARGV[3]` the owner, `ARGV[4]` the publish
+/// command, `ARGV[5]` the latch's lifetime (ms). 1 released, 0 holds left, nil not held.
 pub const UNLOCK: &str = "\
 local val = redis.call('get', KEYS[3]); \
 if val ~= false then return tonumber(val); end; \

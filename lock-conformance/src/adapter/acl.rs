@@ -235,6 +235,30 @@ pub async fn a_flushed_library_is_loaded_again(connect: &AdapterConnect) {
     guard.unlock().await.unwrap();
     let again = mutex.try_lock().await.unwrap().expect("free");
     again.unlock().await.unwrap();
+    // Many calls find it missing at once: the client loads it once.
+    let () = server.command(&["FUNCTION", "FLUSH"]).await;
+    let () = server.command(&["CONFIG", "RESETSTAT"]).await;
+    let calls = (0..32).map(|i| {
+        let mutex = locks.mutex(&format!("functions:flushed:{i}"));
+        async move {
+            mutex
+                .try_lock()
+                .await
+                .unwrap()
+                .expect("free")
+                .unlock()
+                .await
+        }
+    });
+    for released in futures_util::future::join_all(calls).await {
+        released.unwrap();
+    }
+    let stats = server.command_stats().await;
+    let loads = stats.get("function|load").map_or(0, |load| load.calls);
+    assert_eq!(
+        loads, 1,
+        "one load for the calls that found the library missing"
+    );
 }
 
 /// Takes and releases every lock kind through clients `spec` makes, one handing a mutex

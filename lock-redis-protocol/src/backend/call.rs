@@ -102,6 +102,7 @@ impl RedisBackend {
             form: self.code.form(),
         };
         if call.form == ScriptForm::Function {
+            let seen = self.code.loads();
             let err = match send(call).await {
                 Err(TransportError::Server(err)) => err,
                 done => return done,
@@ -112,8 +113,8 @@ impl RedisBackend {
                 AfterFunction::Load => {
                     let limit = Some(self.transport.response_timeout());
                     let source = library().source();
-                    let loaded =
-                        TransportError::within(limit, self.transport.load_library(source)).await;
+                    let load = TransportError::within(limit, self.transport.load_library(source));
+                    let loaded = self.code.load_once(seen, load).await;
                     match loaded {
                         Ok(()) => return send(call).await,
                         Err(load) if !self.code.after_failed_load(&load) => {

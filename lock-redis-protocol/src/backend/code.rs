@@ -6,7 +6,7 @@
 //! (no `FCALL`), or an ACL that refuses `FCALL`, or `FUNCTION LOAD` when the library is
 //! missing. Every refused call was not run, so it is sent again as a script at once.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::options::ServerCode;
 use crate::script::{ScriptForm, library};
@@ -18,6 +18,12 @@ pub(super) struct CodeForm {
     setting: ServerCode,
     /// Set once an `Auto` client turned to scripts.
     scripts: AtomicBool,
+    /// Held while this client loads the library: after a server lost it, the client's
+    /// calls that find it missing load it once, not once each.
+    loading: tokio::sync::Mutex<()>,
+    /// How many times this client loaded the library: a call that found it missing
+    /// before a load that ended meanwhile is sent again without loading it again.
+    loads: AtomicU64,
 }
 
 /// What to do after a function call failed.
@@ -36,7 +42,30 @@ impl CodeForm {
         Self {
             setting,
             scripts: AtomicBool::new(setting == ServerCode::Scripts),
+            loading: tokio::sync::Mutex::new(()),
+            loads: AtomicU64::new(0),
         }
+    }
+
+    /// How many loads this client made so far (see [`CodeForm::load_once`]).
+    pub(super) fn loads(&self) -> u64 {
+        self.loads.load(Ordering::Acquire)
+    }
+
+    /// Runs `load` unless a load ended since `seen` (what [`CodeForm::loads`] said before
+    /// the call that found the library missing was sent), one load at a time.
+    pub(super) async fn load_once<E>(
+        &self,
+        seen: u64,
+        load: impl Future<Output = Result<(), E>>,
+    ) -> Result<(), E> {
+        let _one_at_a_time = self.loading.lock().await;
+        if self.loads() != seen {
+            return Ok(());
+        }
+        load.await?;
+        self.loads.fetch_add(1, Ordering::AcqRel);
+        Ok(())
     }
 
     /// The form of the next call.
@@ -194,6 +223,29 @@ mod tests {
             panic!("a server error");
         };
         assert!(said.message.contains("distlock functions load"), "{said}");
+    }
+
+    #[tokio::test]
+    async fn a_load_that_ended_meanwhile_is_not_run_again() {
+        let form = CodeForm::new(ServerCode::Auto);
+        let seen = form.loads();
+        let ran = std::sync::atomic::AtomicU32::new(0);
+        let load = || async {
+            ran.fetch_add(1, Ordering::Relaxed);
+            Ok::<(), ()>(())
+        };
+        // Two calls found the library missing before either loaded it.
+        form.load_once(seen, load()).await.unwrap();
+        form.load_once(seen, load()).await.unwrap();
+        assert_eq!(ran.load(Ordering::Relaxed), 1);
+        // A call sent after that load finds it missing again (the server lost it).
+        form.load_once(form.loads(), load()).await.unwrap();
+        assert_eq!(ran.load(Ordering::Relaxed), 2);
+        // A failed load counts for nothing.
+        let seen = form.loads();
+        assert!(form.load_once(seen, async { Err(()) }).await.is_err());
+        form.load_once(seen, load()).await.unwrap();
+        assert_eq!(ran.load(Ordering::Relaxed), 3);
     }
 
     #[test]
