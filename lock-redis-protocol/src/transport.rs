@@ -166,6 +166,11 @@ pub trait Transport: PubSub {
     /// the deployment, where calls by [`ScriptForm::Function`](crate::script::ScriptForm)
     /// found it missing. Adapters that cannot keep the default, which refuses: the
     /// protocol then falls back to scripts, or says what to run where it may not.
+    ///
+    /// # Cancel safety
+    ///
+    /// Must be cancel-safe: loading the same library again is harmless, and the protocol
+    /// bounds the call by the response timeout.
     async fn load_library(&self, source: &str) -> Result<(), TransportError> {
         let _ = source;
         Err(TransportError::Io(
