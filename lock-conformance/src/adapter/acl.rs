@@ -218,6 +218,30 @@ pub async fn an_acl_without_fcall_gets_scripts(connect: &AdapterConnect) {
     );
 }
 
+/// A server that knows neither `FCALL` nor `FUNCTION`, as before Redis 7.0 (here both
+/// renamed away): an `Auto` client sends scripts after one refused call, and a client
+/// set to functions says what it needs.
+pub async fn a_server_without_functions_gets_scripts(connect: &AdapterConnect) {
+    let server = RedisServer::builder()
+        .config_line("rename-command FCALL \"\"")
+        .config_line("rename-command FUNCTION \"\"")
+        .start()
+        .await;
+    every_lock_kind(connect, || ConnectSpec::new(server.url())).await;
+    let stats = server.command_stats().await;
+    assert!(
+        stats
+            .get("evalsha")
+            .is_some_and(|evalsha| evalsha.calls > 0)
+    );
+    let strict = ConnectSpec::new(server.url()).server_code(ServerCode::Functions);
+    let Err(err) = locks(connect, strict).await else {
+        panic!("a server without functions cannot serve a client that needs them");
+    };
+    let text = err.chain().to_string();
+    assert!(text.contains("need Redis 7.0 or later"), "{text}");
+}
+
 /// The library lost on a server that kept its data (`FUNCTION FLUSH`, or a restart of
 /// a server that persists data but was loaded before): the client loads it again, and a
 /// hold taken before is released as usual.

@@ -136,6 +136,7 @@ macro_rules! adapter_tests {
             functions_need_no_eval,
             a_library_the_user_may_not_load_is_named_with_the_command_that_loads_it,
             an_acl_without_fcall_gets_scripts,
+            a_server_without_functions_gets_scripts,
             a_flushed_library_is_loaded_again,
             a_missing_channel_permission_is_named_in_the_error,
             without_a_replica_an_acquisition_is_not_replicated_and_given_back,

@@ -3,7 +3,7 @@
 
 use lock_core::Error;
 
-use super::code::{AfterFunction, functions_unavailable};
+use super::code::{AfterFunction, functions_refused_error, functions_unavailable};
 use super::{RedisBackend, unexpected};
 use crate::calls::FixedCall;
 use crate::error::WrongType;
@@ -109,6 +109,7 @@ impl RedisBackend {
             };
             match self.code.after_function(&err) {
                 AfterFunction::Fail => return Err(TransportError::Server(err)),
+                AfterFunction::Refused => return Err(functions_refused_error(&err)),
                 AfterFunction::TurnToScripts => {}
                 AfterFunction::Load => {
                     let limit = Some(self.transport.response_timeout());

@@ -33,6 +33,9 @@ pub(super) enum AfterFunction {
     Load,
     /// Send the call as a script, now and from now on.
     TurnToScripts,
+    /// The server cannot run functions for this client, which may not send scripts: the
+    /// call fails with what [`functions_refused_error`] says.
+    Refused,
     /// The failure is the call's own.
     Fail,
 }
@@ -84,6 +87,8 @@ impl CodeForm {
         } else if functions_refused(err) && self.setting == ServerCode::Auto {
             self.turn_to_scripts(&err.to_string());
             AfterFunction::TurnToScripts
+        } else if functions_refused(err) {
+            AfterFunction::Refused
         } else {
             AfterFunction::Fail
         }
@@ -128,6 +133,17 @@ fn function_missing(err: &ServerError) -> bool {
 fn functions_refused(err: &ServerError) -> bool {
     let message = err.message.to_ascii_lowercase();
     (message.contains("unknown command") || err.code == "NOPERM") && message.contains("fcall")
+}
+
+/// The error of a call of a client set to functions on a server that refuses `FCALL`.
+pub(super) fn functions_refused_error(refused: &ServerError) -> TransportError {
+    TransportError::Server(ServerError::new(
+        refused.code.clone(),
+        format!(
+            "this server cannot run the lock functions ({refused}): they need Redis 7.0 or \
+             later and an ACL with +fcall; or set ServerCode::Scripts"
+        ),
+    ))
 }
 
 /// The error of a call whose function library is missing and could not be loaded: the
@@ -184,8 +200,12 @@ mod tests {
             assert_eq!(form.after_function(&refusal), AfterFunction::TurnToScripts);
             assert_eq!(form.form(), ScriptForm::BySha, "for good");
             let strict = CodeForm::new(ServerCode::Functions);
-            assert_eq!(strict.after_function(&refusal), AfterFunction::Fail);
+            assert_eq!(strict.after_function(&refusal), AfterFunction::Refused);
             assert_eq!(strict.form(), ScriptForm::Function);
+            let TransportError::Server(said) = functions_refused_error(&refusal) else {
+                panic!("a server error");
+            };
+            assert!(said.message.contains("Redis 7.0"), "{said}");
         }
     }
 
