@@ -230,12 +230,7 @@ async fn errors_say_what_to_do() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ls_and_show_on_a_cluster_walk_every_master() {
     let cluster = RedisCluster::start(3).await;
-    let hosts: Vec<String> = cluster
-        .nodes()
-        .iter()
-        .map(|node| format!("127.0.0.1:{}", node.port()))
-        .collect();
-    let url = format!("redis+cluster://{}", hosts.join(","));
+    let url = cluster.url();
     let backend = distlock::redis::connect_backend(&url).await.unwrap();
     let holder = Locks::builder(backend)
         .client_name("fleet")
@@ -290,12 +285,7 @@ async fn a_redisson_peers_hold_behind_sentinel_is_shown() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn functions_load_puts_the_library_on_every_primary() {
     let cluster = RedisCluster::start(3).await;
-    let hosts: Vec<String> = cluster
-        .nodes()
-        .iter()
-        .map(|node| format!("127.0.0.1:{}", node.port()))
-        .collect();
-    let url = format!("redis+cluster://{}", hosts.join(","));
+    let url = cluster.url();
     let loaded = json(&distlock(&["--url", &url, "--json", "functions", "load"], "", None).await);
     let library = lock_redis_protocol::script::library().name();
     assert_eq!(loaded["library"], library, "{loaded}");

@@ -38,12 +38,7 @@ async fn connects_from_url_manager_and_pool() {
 #[tokio::test]
 async fn connects_to_a_cluster_by_url_and_by_connection() {
     let cluster = RedisCluster::start(3).await;
-    let nodes: Vec<String> = cluster
-        .nodes()
-        .iter()
-        .map(|node| format!("127.0.0.1:{}", node.port()))
-        .collect();
-    let url = format!("redis+cluster://{}", nodes.join(","));
+    let url = cluster.url();
     round_trip(&lock_redis::connect(&url).await.unwrap()).await;
 
     let connection = redis::cluster::ClusterClient::new(cluster.urls())

@@ -129,6 +129,17 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
+    /// The `redis+cluster://127.0.0.1:PORT,...` URL of every node, as a client takes it.
+    #[must_use]
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|node| format!("127.0.0.1:{}", node.port()))
+            .collect();
+        format!("redis+cluster://{}", hosts.join(","))
+    }
+
     /// The nodes, in order of their slot ranges.
     #[must_use]
     pub fn nodes(&self) -> &[RedisServer] {

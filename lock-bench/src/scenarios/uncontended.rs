@@ -13,7 +13,7 @@ use super::measure::{ServerTime, cpu_seconds, server_cpu_seconds, server_reads};
 use super::{Adapter, Figures, Results, Scale, figures, pairs_per_second, peer};
 use crate::bare;
 use crate::bare::{BareLock, FredSocket, Pair};
-use lock_redis_protocol::ServerCode;
+use lock_redis_protocol::{ConnectorSettings, ServerCode};
 
 /// rslock's lock+unlock pairs per second of 64 tasks on distinct names.
 async fn peer_pairs_per_second(server: &RedisServer, duration: Duration) -> f64 {
@@ -142,49 +142,35 @@ pub(crate) async fn uncontended(server: &RedisServer, scale: Scale) -> Results {
         let bare = bare::fred_pairs_per_second(server, turn, FredSocket::NoDelay);
         Tally::run(&mut bare_fred_nodelay, server, turn, bare).await;
     }
-    let mut results = Results::new();
-    results.insert("lock (redis)".into(), Tally::figures(&ours));
-    results.insert(
-        "lock (redis, restart quarantine)".into(),
-        Tally::figures(&ours_quarantined),
-    );
-    results.insert(
-        "lock (redis, functions)".into(),
-        Tally::figures(&ours_functions),
-    );
-    results.insert("lock (fred)".into(), Tally::figures(&theirs));
-    results.insert("rslock".into(), Tally::figures(&rslock));
-    // The floors: our two scripts from bare clients (see `bare`).
-    results.insert(
-        "bare scripts (redis-rs)".into(),
-        Tally::figures(&bare_redis),
-    );
-    results.insert(
-        "bare functions (redis-rs)".into(),
-        Tally::figures(&bare_functions),
-    );
-    // The peers' floors: Redisson's own scripts, and the least a lock can send.
-    results.insert(
-        "bare Redisson scripts (redis-rs)".into(),
-        Tally::figures(&bare_redisson),
-    );
-    results.insert(
-        "bare SET NX PX (redis-rs)".into(),
-        Tally::figures(&bare_set_nx),
-    );
-    results.insert("bare scripts (fred)".into(), Tally::figures(&bare_fred));
-    results.insert(
-        "bare scripts (fred, TCP_NODELAY)".into(),
-        Tally::figures(&bare_fred_nodelay),
-    );
-    // Its client CPU is the pipelining load's, not a lock client's.
-    results.insert("server limit".into(), Tally::figures(&limit));
-    results
+    // The floors: our calls from bare clients (see `bare`); the peers' floors,
+    // Redisson's own scripts and the least a lock can send; and the server limit, whose
+    // client CPU is the pipelining load's, not a lock client's.
+    [
+        ("lock (redis)", &ours),
+        ("lock (redis, restart quarantine)", &ours_quarantined),
+        ("lock (redis, functions)", &ours_functions),
+        ("lock (fred)", &theirs),
+        ("rslock", &rslock),
+        ("bare scripts (redis-rs)", &bare_redis),
+        ("bare functions (redis-rs)", &bare_functions),
+        ("bare Redisson scripts (redis-rs)", &bare_redisson),
+        ("bare SET NX PX (redis-rs)", &bare_set_nx),
+        ("bare scripts (fred)", &bare_fred),
+        ("bare scripts (fred, TCP_NODELAY)", &bare_fred_nodelay),
+        ("server limit", &limit),
+    ]
+    .into_iter()
+    .map(|(name, tally)| (name.to_owned(), tally.figures()))
+    .collect()
 }
 
 /// A redis-adapter client whose scripts reach the server as `code` says.
 pub(super) async fn with_code(server: &RedisServer, code: ServerCode) -> Locks {
-    let settings = distlock::redis::ConnectorSettings::default().server_code(code);
+    with_settings(server, ConnectorSettings::default().server_code(code)).await
+}
+
+/// A redis-adapter client with `settings`.
+async fn with_settings(server: &RedisServer, settings: ConnectorSettings) -> Locks {
     distlock::redis::Connector::new(server.url())
         .settings(settings)
         .locks()
@@ -196,12 +182,8 @@ pub(super) async fn with_code(server: &RedisServer, code: ServerCode) -> Locks {
 /// server's first grant waits.
 async fn with_quarantine(server: &RedisServer) -> Locks {
     let quarantine = Duration::from_millis(200);
-    let settings = distlock::redis::ConnectorSettings::default().restart_quarantine(quarantine);
-    let locks = distlock::redis::Connector::new(server.url())
-        .settings(settings)
-        .locks()
-        .await
-        .expect("connect");
+    let settings = ConnectorSettings::default().restart_quarantine(quarantine);
+    let locks = with_settings(server, settings).await;
     let first = locks
         .mutex("bench:quarantine")
         .lock()

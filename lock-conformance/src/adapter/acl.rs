@@ -89,15 +89,7 @@ pub async fn wrong_password_is_a_config_error_within_the_timeout(connect: &Adapt
 
 pub async fn the_minimal_acl_is_enough_for_every_lock_kind(connect: &AdapterConnect) {
     let server = acl_server().await;
-    let a = locks(connect, user_spec(&server, "locker")).await.unwrap();
-    let b = locks(connect, user_spec(&server, "locker")).await.unwrap();
-    hand_over(&a, &b, "acl:m").await;
-    let fair = a.fair_mutex("acl:f").lock().await.unwrap();
-    fair.unlock().await.unwrap();
-    let read = a.rw_lock("acl:rw").reader().lock().await.unwrap();
-    read.unlock().await.unwrap();
-    let write = a.rw_lock("acl:rw").writer().lock().await.unwrap();
-    write.unlock().await.unwrap();
+    every_lock_kind(connect, || user_spec(&server, "locker")).await;
     let fenced = Locks::builder(connect(user_spec(&server, "locker")).await.unwrap())
         .fencing(true)
         .build()
@@ -105,7 +97,7 @@ pub async fn the_minimal_acl_is_enough_for_every_lock_kind(connect: &AdapterConn
     let guard = fenced.mutex("acl:t").lock().await.unwrap();
     assert!(guard.fencing_token().is_some());
     guard.unlock().await.unwrap();
-    assert!(a.mutex("acl:m").force_unlock().await.is_ok());
+    assert!(fenced.mutex("acl:every:m").force_unlock().await.is_ok());
 }
 
 /// An ACL written before releases woke one client (without the commands that counts

@@ -7,9 +7,7 @@ use lock_core::ErrorKind;
 use lock_testkit::{RedisCluster, RedisSentinel, RedisServer};
 use tokio::time::Instant;
 
-use super::{
-    AdapterConnect, ConnectSpec, cluster_url, fails_in_time, hand_over, locks, two_clients,
-};
+use super::{AdapterConnect, ConnectSpec, fails_in_time, hand_over, locks, two_clients};
 
 pub async fn bad_urls_are_config_errors_before_any_network(connect: &AdapterConnect) {
     for url in [
@@ -75,7 +73,7 @@ pub async fn single_server_url_on_a_cluster_node_is_a_config_error(connect: &Ada
     let err = fails_in_time(connect, ConnectSpec::new(cluster.urls()[0].clone())).await;
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{}", err.chain());
     // The cluster form of the same nodes works.
-    let url = cluster_url(cluster.nodes().iter().map(RedisServer::port));
+    let url = cluster.url();
     let (a, b) = two_clients(connect, &url).await;
     hand_over(&a, &b, "adapter:cluster").await;
 }

@@ -357,7 +357,7 @@ pub async fn clients_outliving_their_connect_runtime_still_hand_over(connect: &A
     hand_over_to_a_subscribed_waiter(&server, &b, &a, "adapter:runtime-new").await;
 
     let cluster = RedisCluster::start(3).await;
-    let url = cluster_url(cluster.nodes().iter().map(RedisServer::port));
+    let url = cluster.url();
     let name = "adapter:runtime-cluster";
     let shard = cluster.node_for_key(name).await;
     let channel = format!("redisson_lock__channel:{{{name}}}");

@@ -10,7 +10,7 @@ use lock_testkit::{RedisCluster, RedisServer};
 use tokio::time::Instant;
 
 use super::{
-    AdapterConnect, ConnectSpec, await_subscriber, await_subscribers, cluster_url,
+    AdapterConnect, ConnectSpec, await_subscriber, await_subscribers,
     hand_over_to_a_subscribed_waiter, locks, server_and_counted_clients, server_and_two_clients,
 };
 use crate::scenarios::{eventually, served_then_released, spawn_try_waiter};
@@ -23,7 +23,7 @@ use crate::scenarios::{eventually, served_then_released, spawn_try_waiter};
 /// neither side heard the other.)
 pub async fn a_redisson_peer_on_a_cluster_hears_us_and_is_heard(connect: &AdapterConnect) {
     let cluster = RedisCluster::start(3).await;
-    let url = cluster_url(cluster.nodes().iter().map(RedisServer::port));
+    let url = cluster.url();
     let ours = locks(connect, ConnectSpec::new(url)).await.unwrap();
     let name = "sharded:m";
     let channel = "redisson_lock__channel:{sharded:m}";
