@@ -124,9 +124,11 @@ impl RedisBackend {
     ///
     /// # Errors
     ///
-    /// As any call: a connection error, or a [`Backend`](lock_core::ErrorKind::Backend)
-    /// error when a client set to [`ServerCode::Functions`] finds the library missing and
-    /// may not load it (it says what loads it).
+    /// A [`Backend`](lock_core::ErrorKind::Backend) error when a client set to
+    /// [`ServerCode::Functions`] finds the library missing and may not load it (it says
+    /// what loads it), or the server cannot run functions. A connection that fails here
+    /// is no error: the server may be restarting, and the client's first call finds (or
+    /// loads) the library as any call does.
     ///
     /// # Cancel safety
     ///
@@ -137,9 +139,17 @@ impl RedisBackend {
         }
         let key = layout::client_key(&self.wake_id);
         let call = crate::calls::ClientRead { client: &key };
-        self.run("preparing the server's functions", &call)
-            .await
-            .map(drop)
+        match self.run("preparing the server's functions", &call).await {
+            Err(err) if err.kind() == lock_core::ErrorKind::Connection => {
+                tracing::debug!(
+                    target: lock_core::TRACING_TARGET,
+                    error = %err.chain(),
+                    "the server's functions were not checked at connect; the first call will"
+                );
+                Ok(())
+            }
+            done => done.map(drop),
+        }
     }
 
     /// Loads the function library ([`script::library`](crate::script::library)) on every
