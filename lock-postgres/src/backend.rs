@@ -173,7 +173,7 @@ pub const MAX_OWNER_BYTES: usize = 1024;
 
 /// Refuses, before anything is sent, a lock the tables cannot hold: a name or owner too
 /// long for their indexes, or with a NUL character (PostgreSQL's text cannot store one).
-fn check_fits(lock: &LockRef) -> Result<(), Error> {
+pub(crate) fn check_fits(lock: &LockRef) -> Result<(), Error> {
     check_name(lock.name.as_str())?;
     if lock.owner.as_str().contains('\0') {
         return Err(Error::invalid_argument(

@@ -8,6 +8,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use lock_core::{Error, Locks};
 use tokio_postgres::Config;
 
+use crate::advisory::{AdvisoryBackend, Sessions};
 use crate::backend::PostgresBackend;
 use crate::error::pool_failed;
 use crate::notify::Notifications;
@@ -207,6 +208,62 @@ impl Connector {
         tokio::time::timeout(bound, open(config, listen_config, tls, settings))
             .await
             .map_err(|_| Error::connection(during, silent("connect timeout", bound)))?
+    }
+}
+
+impl Connector {
+    /// Connects an [`AdvisoryBackend`]: locks as PostgreSQL's session advisory locks on
+    /// dedicated connections (see [`crate::advisory`]), the tables created or checked as
+    /// by [`Connector::connect`] for their fencing counter. The pool size is the most
+    /// sessions that carry the locks taken without waiting (a name always on the same
+    /// one, opened when first needed); a lock that waits inside the server waits on a
+    /// session of its own.
+    ///
+    /// # Errors
+    ///
+    /// As [`Connector::connect`], and
+    /// [`ErrorKind::InvalidConfig`](lock_core::ErrorKind::InvalidConfig) behind a
+    /// transaction-mode pooler (two connections that land in one server process).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a dropped future leaves at most a migration rolled back and sessions
+    /// that close.
+    pub async fn connect_advisory(self) -> Result<AdvisoryBackend, Error> {
+        let Self {
+            url,
+            notifications_url: _,
+            settings,
+            trust,
+        } = self;
+        let mut config = parse_url(&url)?;
+        check(&settings)?;
+        let tls = trust.make_tls(&[&config])?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(settings.connect_timeout);
+        }
+        let sessions = Sessions::new(config, tls, settings.pool_size);
+        let bound = settings.connect_timeout;
+        tokio::time::timeout(bound, sessions.prepare(&settings.schema))
+            .await
+            .map_err(|_| {
+                Error::connection("connecting to PostgreSQL", silent("connect timeout", bound))
+            })??;
+        Ok(AdvisoryBackend::new(
+            sessions,
+            settings.schema,
+            settings.response_timeout,
+        ))
+    }
+
+    /// Connects an [`AdvisoryBackend`] (see [`Connector::connect_advisory`]) and returns
+    /// a client with the default client [`Config`](lock_core::Config).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe, as [`Connector::connect_advisory`].
+    pub async fn advisory_locks(self) -> Result<Locks, Error> {
+        Ok(Locks::new(Arc::new(self.connect_advisory().await?)))
     }
 }
 

@@ -16,6 +16,7 @@
 // Every public item of a library crate says what it is.
 #![warn(missing_docs)]
 
+pub mod advisory;
 mod backend;
 mod calls;
 mod connector;
@@ -26,6 +27,7 @@ pub mod schema;
 mod timeouts;
 mod tls;
 
+pub use advisory::AdvisoryBackend;
 pub use backend::{MAX_NAME_BYTES, MAX_OWNER_BYTES, PostgresBackend};
 pub use connector::{Connector, ConnectorSettings, QUERIES_APPLICATION_NAME};
 pub use error::{SchemaError, ServerMessage};

@@ -122,16 +122,9 @@ impl Notifications {
     /// As [`Self::connect`], with connections made by `tls`.
     pub(crate) async fn connect_with(mut config: Config, tls: MakeTls) -> Result<Self, Error> {
         config.application_name(APPLICATION_NAME);
-        let (client, connection) = connect_within(&config, &tls).await.map_err(|failure| {
-            let during = "opening the notification connection";
-            match failure {
-                Failure::Refused(err) => err,
-                Failure::Driver(err) => Error::connection(during, err),
-                Failure::Silent(bound) => {
-                    Error::connection(during, silent("connect timeout", bound))
-                }
-            }
-        })?;
+        let (client, connection) = connect_within(&config, &tls)
+            .await
+            .map_err(|failure| failure.into_error("opening the notification connection"))?;
         let listening = Arc::new(Listening::default());
         listening.set(Some(Arc::new(client)));
         let subscriptions = Subscriptions::new(Arc::clone(&listening) as Arc<dyn PubSub>);
@@ -281,7 +274,7 @@ impl Kept {
 
 /// Why a notification connection could not be opened.
 #[derive(Debug, thiserror::Error)]
-enum Failure {
+pub(crate) enum Failure {
     /// The server refused the login (a configuration error, already classified).
     #[error(transparent)]
     Refused(Error),
@@ -294,9 +287,24 @@ enum Failure {
     Silent(Duration),
 }
 
+impl Failure {
+    /// The failure as the crate's error: a refused login as it was classified, the rest
+    /// connection errors.
+    pub(crate) fn into_error(self, during: &'static str) -> Error {
+        match self {
+            Self::Refused(err) => err,
+            Self::Driver(err) => Error::connection(during, err),
+            Self::Silent(bound) => Error::connection(during, silent("connect timeout", bound)),
+        }
+    }
+}
+
 /// Connects within the config's connect timeout (the driver bounds only the TCP
 /// connection with it; a paused server would hold the handshake forever).
-async fn connect_within(config: &Config, tls: &MakeTls) -> Result<(Client, Connection), Failure> {
+pub(crate) async fn connect_within(
+    config: &Config,
+    tls: &MakeTls,
+) -> Result<(Client, Connection), Failure> {
     let bound = config
         .get_connect_timeout()
         .copied()

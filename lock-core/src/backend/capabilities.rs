@@ -75,6 +75,12 @@ pub struct Capabilities {
     ///
     /// [`Backend::introspection`]: super::Backend::introspection
     pub introspection: bool,
+    /// An attempt of a waiting acquisition may wait inside the store, for as long as its
+    /// [`Waiting::block_for`](super::Waiting::block_for) says, and the store grants the
+    /// lock to it the moment it comes free (PostgreSQL's advisory locks): the hand-over
+    /// needs no notification and no second request. lock-core then bounds each attempt
+    /// by the caller's deadline.
+    pub waits_in_store: bool,
     /// The longest lease the store grants, if it bounds leases; lock-core refuses a
     /// longer one with a typed error before anything is sent. A store whose safety after
     /// losing its last writes rests on waiting out every lease it may have granted (a
@@ -102,6 +108,7 @@ impl Capabilities {
             ordered_requests: false,
             hands_over: false,
             introspection: false,
+            waits_in_store: false,
             max_lease: None,
         }
     }
@@ -190,6 +197,12 @@ impl Capabilities {
         self
     }
 
+    /// Sets [`Capabilities::waits_in_store`].
+    pub const fn waits_in_store(mut self, yes: bool) -> Self {
+        self.waits_in_store = yes;
+        self
+    }
+
     /// Whether locks of `kind` are supported.
     #[must_use]
     pub const fn supports(self, kind: LockKind) -> bool {
@@ -227,6 +240,7 @@ impl Capabilities {
             ordered_requests: common.ordered_requests && next.ordered_requests,
             hands_over: common.hands_over && next.hands_over,
             introspection: common.introspection && next.introspection,
+            waits_in_store: common.waits_in_store && next.waits_in_store,
             max_lease: match (common.max_lease, next.max_lease) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),

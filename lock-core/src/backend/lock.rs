@@ -79,6 +79,11 @@ pub struct Waiting {
     /// ([`Handed`](crate::notify::Handed)): the waiter then knows from when the handed
     /// hold's lease counts at the latest.
     pub attempt: u32,
+    /// With [`Capabilities::waits_in_store`], how long this attempt may wait inside the
+    /// store for the lock to come free before it answers busy: the caller's time left
+    /// (bounded), `None` for an attempt that must answer at once (a composite lock's
+    /// part, which must not wait on one part while it holds others).
+    pub block_for: Option<Duration>,
 }
 
 impl Default for Waiting {
@@ -89,6 +94,7 @@ impl Default for Waiting {
             place_kept_for: DEFAULT_PLACE_KEPT_FOR,
             wakes_alone: true,
             attempt: 0,
+            block_for: None,
         }
     }
 }
@@ -181,6 +187,22 @@ impl AcquireRequest {
         self
     }
 
+    /// Lets this attempt of a waiting acquisition wait inside the store for up to `wait`
+    /// (see [`Waiting::block_for`]); a zero `wait` lets it wait not at all.
+    #[must_use]
+    pub fn block_for(mut self, wait: Duration) -> Self {
+        if let Some(waiting) = self.wait.as_mut() {
+            waiting.block_for = (!wait.is_zero()).then_some(wait);
+        }
+        self
+    }
+
+    /// How long this attempt may wait inside the store (see [`Waiting::block_for`]).
+    #[must_use]
+    pub fn may_block_for(&self) -> Option<Duration> {
+        self.wait.and_then(|wait| wait.block_for)
+    }
+
     /// Whether the caller waits when the lock is busy.
     #[must_use]
     pub fn waits(&self) -> bool {
@@ -195,11 +217,13 @@ impl AcquireRequest {
     }
 
     /// The same request for a part of a composite lock: a release of the part wakes
-    /// every waiting client, never one alone (see [`Waiting::wakes_alone`]).
+    /// every waiting client, never one alone (see [`Waiting::wakes_alone`]), and the
+    /// part answers at once (see [`Waiting::block_for`]).
     #[must_use]
     pub fn for_a_part(mut self) -> Self {
         if let Some(wait) = self.wait.as_mut() {
             wait.wakes_alone = false;
+            wait.block_for = None;
         }
         self
     }

@@ -195,6 +195,29 @@ struct Asking<'a> {
     bell: Option<Bell<'a>>,
 }
 
+impl Asking<'_> {
+    /// Lets the attempt wait inside a store that can ([`Capabilities::waits_in_store`]):
+    /// for the caller's time left, at most [`STORE_WAIT_SLICE`].
+    ///
+    /// [`Capabilities::waits_in_store`]: crate::backend::Capabilities::waits_in_store
+    fn waiting_in_the_store(&self, request: AcquireRequest) -> AcquireRequest {
+        if !self.client.capabilities.waits_in_store {
+            return request;
+        }
+        let slice = self.wait.deadline().map_or(STORE_WAIT_SLICE, |deadline| {
+            deadline
+                .saturating_duration_since(Instant::now())
+                .min(STORE_WAIT_SLICE)
+        });
+        request.block_for(slice)
+    }
+}
+
+/// The longest one attempt waits inside a store that can: an unbounded wait asks again
+/// after it, so that a waiter whose client shuts down, or whose store went quiet, is not
+/// held by one statement for long.
+const STORE_WAIT_SLICE: Duration = Duration::from_secs(5);
+
 impl Driver for Asking<'_> {
     type Held = Guard;
 
@@ -210,6 +233,7 @@ impl Driver for Asking<'_> {
         } else {
             self.request
         };
+        let request = self.waiting_in_the_store(request);
         let numbered = self.asked.next(request);
         self.latest = Some(numbered);
         let renew = self.lease.1;

@@ -139,11 +139,11 @@ const STEPS: [&str; 1] = [
 /// parameters and answers therefore never change: a new signature is a new function,
 /// and the old one stays for the clients of the previous minor release (see the module
 /// documentation).
-pub const FUNCTIONS_REVISION: i32 = 1;
+pub const FUNCTIONS_REVISION: i32 = 2;
 
 /// The functions a client calls, each with a pinned `search_path` and its owner's
 /// rights; a service's role gets EXECUTE on these alone (see [`grants_sql`]).
-pub const ENTRY_POINTS: [&str; 8] = [
+pub const ENTRY_POINTS: [&str; 9] = [
     "acquire",
     "release",
     "cancel_acquisition",
@@ -152,6 +152,7 @@ pub const ENTRY_POINTS: [&str; 8] = [
     "raise_fencing",
     "announce_client",
     "lease_limit",
+    "advisory_token",
 ];
 
 /// The entry points only an operator's role may call ([`operator_grants_sql`]): a

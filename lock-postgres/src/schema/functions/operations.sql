@@ -257,6 +257,17 @@ BEGIN
     ON CONFLICT (name) DO UPDATE SET token = greatest(t.token, excluded.token);
 END $$;
 
+-- The next fencing token of `p_name` for a hold taken outside the tables (an advisory
+-- lock, `AdvisoryBackend`): the same counter as the tables' holds, so that a name's
+-- tokens never go backwards whichever mode took it, durable before the caller acts on it.
+CREATE OR REPLACE FUNCTION {schema}.advisory_token(p_name text)
+RETURNS bigint LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM {schema}.durable();
+    RETURN {schema}.next_token(p_name, clock_timestamp());
+END $$;
+
 -- What a client says about itself, for introspection, until `p_ttl_ms` from now;
 -- descriptions whose time ended go at the same time.
 CREATE OR REPLACE FUNCTION {schema}.announce_client(

@@ -1,0 +1,556 @@
+//! [`AdvisoryBackend`]: locks as PostgreSQL's session advisory locks
+//! (`pg_advisory_lock`, `pg_advisory_lock_shared` for readers), the model of
+//! madelson/DistributedLock, with lock-core's guards, watchdog and reentrancy around them.
+//!
+//! - **Where they live**: on dedicated connections ([`session`]) that nothing resets or
+//!   shares; one carries every lock taken without waiting, and a waiter waits inside the
+//!   server on a session of its own, which then keeps the lock it waited for.
+//! - **Between this client's owners** the client decides ([`held`]): a server session
+//!   gets its own lock again at once, so it cannot tell two owners of one client apart.
+//! - **Waiting**: inside the server (`pg_advisory_lock` under a `lock_timeout` of the
+//!   caller's time left): the server grants the lock to the waiter the moment it comes
+//!   free, with no notification and no second request.
+//! - **Holds end** when the session ends (the server frees them), when released, or when
+//!   their lease runs out unrenewed: the client gives the lock back then (the watchdog
+//!   renews, and each renewal checks the session is alive, so a dead session is a lost
+//!   hold within one renewal interval).
+//! - **Fencing tokens** come from the tables' counter ([`crate::schema`]), issued in the
+//!   statement that takes the lock, so they never go backwards whichever mode took a name.
+//! - **Names** map to the lock's 64-bit key by the first 8 bytes of their SHA-1: two
+//!   names whose keys collide exclude each other (about one pair in 2^32 among 2^16
+//!   names), never the reverse.
+//!
+//! What it cannot do ([`AdvisoryBackend::CAPABILITIES`]): leases held by the server (a
+//! lease is a deadline the client keeps), fair locks, retried requests answered once (a
+//! lost answer is a broken session, and its locks go with it), hand-over, introspection,
+//! synchronizers. It needs a connection that is one server session: behind a
+//! transaction-mode pooler it refuses to start, and a statement that ran in another
+//! server process breaks its session with that error.
+
+mod held;
+mod key;
+mod session;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::backend::{
+    Acquire, AcquireRequest, Backend, Capabilities, HoldModel, LockRef, LockState, Release,
+    ReleaseRequest, Renewal,
+};
+use lock_core::notify::{InProcess, Listener, Subscriptions, Wake};
+use lock_core::{Error, LockName};
+use tokio::sync::{Mutex as AsyncMutex, Notify};
+use tokio::time::Instant;
+
+use crate::backend::check_fits;
+use crate::schema::SchemaName;
+use held::{Decision, Held, Unlock};
+pub(crate) use session::Sessions;
+use session::{Session, Taken};
+
+/// How long a waiter that may not wait inside the server (a composite lock's part)
+/// waits before it asks again, at most.
+const ASK_AGAIN_WITHIN: Duration = Duration::from_millis(100);
+
+/// One name's record, behind the lock that orders this client's operations on it.
+type Slot = Arc<AsyncMutex<Option<Held>>>;
+
+/// Locks as PostgreSQL session advisory locks: see the [module](self).
+pub struct AdvisoryBackend {
+    state: Arc<State>,
+}
+
+impl fmt::Debug for AdvisoryBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdvisoryBackend")
+            .field("schema", &self.state.schema)
+            .field("sessions", &self.state.sessions)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the backend's operations share with the tasks they run in.
+struct State {
+    sessions: Sessions,
+    names: Mutex<HashMap<LockName, Slot>>,
+    /// This client's waiters that cannot wait inside the server listen here; the
+    /// client's own releases wake them.
+    subscriptions: Subscriptions,
+    schema: SchemaName,
+    response_timeout: Duration,
+    /// Rung when a lease is set, so that the task that ends leases looks again.
+    leases_changed: Arc<Notify>,
+}
+
+impl AdvisoryBackend {
+    /// What advisory locks support: the mutex and the read-write lock, fencing tokens,
+    /// holds that last as long as their session, and waiting inside the server.
+    pub const CAPABILITIES: Capabilities = Capabilities::new(HoldModel::Session)
+        .read_write(true)
+        .fencing(true)
+        .shared(true)
+        .waits_in_store(true);
+
+    /// A backend on `sessions`' server, after the connector checked it.
+    pub(crate) fn new(sessions: Sessions, schema: SchemaName, response_timeout: Duration) -> Self {
+        let leases_changed = Arc::new(Notify::new());
+        let state = Arc::new(State {
+            sessions,
+            names: Mutex::default(),
+            subscriptions: Subscriptions::new(Arc::new(InProcess)),
+            schema,
+            response_timeout,
+            leases_changed: Arc::clone(&leases_changed),
+        });
+        tokio::spawn(end_leases(Arc::downgrade(&state), leases_changed));
+        Self { state }
+    }
+
+    /// The server process of the session that carries `name`'s locks taken without
+    /// waiting (for diagnostics and tests: `pg_terminate_backend` of it loses every lock
+    /// on it).
+    ///
+    /// # Errors
+    ///
+    /// As opening a session, when it must be opened again.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe.
+    pub async fn carrier_pid(&self, name: &LockName) -> Result<i32, Error> {
+        Ok(self.state.sessions.carrier(key::of(name)).await?.pid())
+    }
+
+    /// The names this client's waiters listen on (for diagnostics).
+    #[must_use]
+    pub fn subscribed_channels(&self) -> Vec<String> {
+        self.state.subscriptions.channels()
+    }
+
+    /// Runs `operation` on the state in a task of its own, so that a caller that goes
+    /// away never leaves a server lock taken or given back without its record.
+    async fn run<T, F>(&self, operation: impl FnOnce(Arc<State>) -> F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, Error>> + Send + 'static,
+    {
+        let task = tokio::spawn(operation(Arc::clone(&self.state)));
+        task.await
+            .map_err(|err| Error::protocol(format!("an advisory lock operation failed: {err}")))?
+    }
+}
+
+/// Ends the leases that ran out, whenever the earliest one does, until the backend goes.
+async fn end_leases(state: Weak<State>, changed: Arc<Notify>) {
+    loop {
+        let notified = changed.notified();
+        let next = {
+            let Some(state) = state.upgrade() else { return };
+            state.end_leases().await
+        };
+        let until = next.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        tokio::select! {
+            () = tokio::time::sleep_until(until) => {}
+            () = notified => {}
+        }
+    }
+}
+
+impl State {
+    /// The record of `name`, made empty when there is none.
+    fn slot(&self, name: &LockName) -> Slot {
+        let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(names.entry(name.clone()).or_default())
+    }
+
+    /// Forgets an empty record nobody else is using.
+    fn forget_if_unused(&self, name: &LockName, slot: &Slot) {
+        let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+        let unused =
+            Arc::strong_count(slot) == 2 && slot.try_lock().is_ok_and(|record| record.is_none());
+        if unused {
+            names.remove(name);
+        }
+    }
+
+    /// Brings a record up to date: a broken session's holds are gone (the server ended
+    /// them), and grants whose lease ran out end (their locks given back).
+    async fn settle(&self, name: &LockName, record: &mut Option<Held>) {
+        if record
+            .as_ref()
+            .is_some_and(|held| held.session().is_broken())
+        {
+            *record = None;
+            self.subscriptions.deliver(name.as_str(), Wake::All);
+            return;
+        }
+        let ended = Held::expire(record, Instant::now());
+        self.give_back(name, record.as_ref(), ended).await;
+    }
+
+    /// Gives the server locks in `unlocks` back, wakes this client's waiters when the
+    /// name came free, and takes back a waiter's session that holds nothing now.
+    async fn give_back(&self, name: &LockName, record: Option<&Held>, unlocks: Vec<Unlock>) {
+        if unlocks.is_empty() {
+            return;
+        }
+        let key = key::of(name);
+        for Unlock { session, shared } in unlocks {
+            let given = session
+                .unlock(key, shared, self.response_timeout, &self.schema)
+                .await;
+            if let Err(err) = given {
+                // The session is broken by then: the server ends it, and the lock with it.
+                tracing::warn!(
+                    target: lock_core::TRACING_TARGET,
+                    name = name.as_str(),
+                    error = %err,
+                    "an advisory lock could not be given back; its session is given up"
+                );
+            }
+            let holds_nothing = record.is_none_or(|held| !Arc::ptr_eq(held.session(), &session));
+            if holds_nothing {
+                self.sessions.give_back(session);
+            }
+        }
+        self.subscriptions.deliver(name.as_str(), Wake::All);
+    }
+
+    async fn acquire(&self, lock: LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
+        let slot = self.slot(&lock.name);
+        let answer = self.acquire_in(&lock, request, &slot).await;
+        self.forget_if_unused(&lock.name, &slot);
+        answer
+    }
+
+    async fn acquire_in(
+        &self,
+        lock: &LockRef,
+        request: AcquireRequest,
+        slot: &Slot,
+    ) -> Result<Acquire, Error> {
+        let mut record = slot.lock().await;
+        self.settle(&lock.name, &mut record).await;
+        let now = Instant::now();
+        let until = now + request.lease;
+        let name = lock.name.as_str();
+        let fencing = request.fencing.then_some(name);
+        let shared = lock.kind == lock_core::LockKind::Read;
+        let bound = self.response_timeout;
+        let busy_for = match Held::decide(record.as_ref(), lock, now) {
+            Decision::Here => {
+                let held = record
+                    .as_mut()
+                    .ok_or_else(|| Error::protocol("a grant here without a record"))?;
+                let fresh = held.join(lock, request.id, until);
+                if fresh && request.fencing {
+                    let token = held.session().token(name, bound, &self.schema).await;
+                    match token {
+                        Ok(token) => held.set_token(lock, token),
+                        Err(err) => {
+                            let (_, unlocks) = Held::end(&mut record, lock, request.id, until);
+                            self.give_back(&lock.name, record.as_ref(), unlocks).await;
+                            return Err(err);
+                        }
+                    }
+                }
+                return Ok(self.acquired(lock, record.as_ref(), fresh));
+            }
+            Decision::Server { shared, on } => {
+                let session = match on {
+                    Some(session) => session,
+                    None => self.sessions.carrier(key::of(&lock.name)).await?,
+                };
+                let taken = session
+                    .try_lock(key::of(&lock.name), shared, fencing, bound, &self.schema)
+                    .await?;
+                if let Taken::Granted(token) = taken {
+                    return self
+                        .record(lock, &mut record, &session, (request, until, token))
+                        .await;
+                }
+                None
+            }
+            Decision::HeldHere { ends_in } => Some(ends_in),
+            Decision::WouldDeadlock => return Err(Error::would_deadlock(name)),
+        };
+        let Some(wait) = request.may_block_for() else {
+            let ttl = busy_for.map_or(ASK_AGAIN_WITHIN, |left| left.min(ASK_AGAIN_WITHIN));
+            return Ok(Acquire::Busy {
+                ttl: Some(ttl),
+                reserved: false,
+            });
+        };
+        // The wait happens with the name's record free: this client's own releases of the
+        // name must reach the server while it lasts.
+        drop(record);
+        let session = self.sessions.for_a_waiter().await?;
+        let key = key::of(&lock.name);
+        let waited = session
+            .lock(key, shared, fencing, (wait, bound), &self.schema)
+            .await;
+        let token = match waited {
+            Ok(Taken::Granted(token)) => token,
+            Ok(Taken::Busy) => {
+                self.sessions.give_back(session);
+                return Ok(Acquire::Busy {
+                    ttl: Some(Duration::ZERO),
+                    reserved: false,
+                });
+            }
+            Err(err) => {
+                self.sessions.give_back(session);
+                return Err(err);
+            }
+        };
+        let mut record = slot.lock().await;
+        self.settle(&lock.name, &mut record).await;
+        self.record(lock, &mut record, &session, (request, until, token))
+            .await
+    }
+
+    /// Records a grant the server made on `session`.
+    async fn record(
+        &self,
+        lock: &LockRef,
+        record: &mut Option<Held>,
+        session: &Arc<Session>,
+        (request, until, token): (AcquireRequest, Instant, Option<u64>),
+    ) -> Result<Acquire, Error> {
+        match Held::granted(record, lock, session, (request.id, until, token)) {
+            Ok((fresh, extra)) => {
+                if let Some(extra) = extra {
+                    self.give_back(&lock.name, record.as_ref(), vec![extra])
+                        .await;
+                }
+                Ok(self.acquired(lock, record.as_ref(), fresh))
+            }
+            Err(unlock) => {
+                tracing::error!(
+                    target: lock_core::TRACING_TARGET,
+                    name = lock.name.as_str(),
+                    "the server granted an advisory lock this client's record says it holds \
+                     on another session; the grant is given back"
+                );
+                self.give_back(&lock.name, record.as_ref(), vec![unlock])
+                    .await;
+                Ok(Acquire::Busy {
+                    ttl: Some(Duration::ZERO),
+                    reserved: false,
+                })
+            }
+        }
+    }
+
+    /// The reply to a grant now in the record.
+    fn acquired(&self, lock: &LockRef, record: Option<&Held>, fresh: bool) -> Acquire {
+        self.leases_changed.notify_one();
+        let hold = record.and_then(|held| held.hold(lock));
+        Acquire::Acquired {
+            holds: hold.map_or(1, held::Hold::count),
+            token: hold.and_then(held::Hold::token).filter(|_| fresh),
+            origin: hold.map(held::Hold::origin),
+        }
+    }
+
+    async fn release(&self, lock: LockRef, request: ReleaseRequest) -> Release {
+        let slot = self.slot(&lock.name);
+        let answer = {
+            let mut record = slot.lock().await;
+            self.settle(&lock.name, &mut record).await;
+            let until = Instant::now() + request.lease;
+            let (left, unlocks) = Held::end(&mut record, &lock, request.grant, until);
+            self.give_back(&lock.name, record.as_ref(), unlocks).await;
+            match left {
+                None => Release::NotHeld,
+                Some(0) => Release::Released,
+                Some(holds) => Release::StillHeld { holds },
+            }
+        };
+        self.forget_if_unused(&lock.name, &slot);
+        answer
+    }
+
+    async fn renew(&self, locks: Vec<LockRef>, lease: Duration) -> Vec<Renewal> {
+        // Each session the holds are on is checked once, then the holds are renewed.
+        let mut sessions: Vec<Arc<Session>> = Vec::new();
+        for lock in &locks {
+            let slot = self.slot(&lock.name);
+            let mut record = slot.lock().await;
+            self.settle(&lock.name, &mut record).await;
+            if let Some(held) = record.as_ref()
+                && !sessions
+                    .iter()
+                    .any(|seen| Arc::ptr_eq(seen, held.session()))
+            {
+                sessions.push(Arc::clone(held.session()));
+            }
+        }
+        for session in &sessions {
+            if let Err(err) = session.ping(self.response_timeout, &self.schema).await {
+                tracing::warn!(
+                    target: lock_core::TRACING_TARGET,
+                    pid = session.pid(),
+                    error = %err,
+                    "an advisory session did not answer; its locks are lost"
+                );
+            }
+        }
+        let until = Instant::now() + lease;
+        let mut renewed = Vec::with_capacity(locks.len());
+        for lock in &locks {
+            let slot = self.slot(&lock.name);
+            let origin = {
+                let mut record = slot.lock().await;
+                self.settle(&lock.name, &mut record).await;
+                record.as_mut().and_then(|held| held.renew(lock, until))
+            };
+            self.forget_if_unused(&lock.name, &slot);
+            renewed.push(origin.map_or(Renewal::Gone, |origin| Renewal::Renewed {
+                origin: Some(origin),
+            }));
+        }
+        self.leases_changed.notify_one();
+        renewed
+    }
+
+    async fn inspect(&self, lock: LockRef) -> Result<LockState, Error> {
+        let slot = self.slot(&lock.name);
+        let here = {
+            let mut record = slot.lock().await;
+            self.settle(&lock.name, &mut record).await;
+            let now = Instant::now();
+            record
+                .as_ref()
+                .filter(|held| held.has_side(lock.kind))
+                .map(|held| {
+                    let holds = held.hold(&lock).map_or(0, held::Hold::count);
+                    let ttl = held.ends().map(|end| end.saturating_duration_since(now));
+                    LockState::new(true, holds, ttl)
+                })
+        };
+        self.forget_if_unused(&lock.name, &slot);
+        if let Some(state) = here {
+            return Ok(state);
+        }
+        let key = key::of(&lock.name);
+        let carrier = self.sessions.carrier(key).await?;
+        let shared = lock.kind == lock_core::LockKind::Read;
+        let held = carrier
+            .held_elsewhere(
+                key::of(&lock.name),
+                shared,
+                self.response_timeout,
+                &self.schema,
+            )
+            .await?;
+        Ok(LockState::new(held, 0, None))
+    }
+
+    async fn force_release(&self, lock: LockRef) -> Result<bool, Error> {
+        let slot = self.slot(&lock.name);
+        let here = {
+            let mut record = slot.lock().await;
+            self.settle(&lock.name, &mut record).await;
+            let (was, unlocks) = Held::clear(&mut record, lock.kind);
+            self.give_back(&lock.name, record.as_ref(), unlocks).await;
+            was
+        };
+        self.forget_if_unused(&lock.name, &slot);
+        if here {
+            return Ok(true);
+        }
+        let key = key::of(&lock.name);
+        let carrier = self.sessions.carrier(key).await?;
+        let shared = lock.kind == lock_core::LockKind::Read;
+        carrier
+            .end_holders(key, shared, self.response_timeout, &self.schema)
+            .await
+    }
+
+    /// Ends every lease that ran out and answers when the next one does.
+    async fn end_leases(&self) -> Option<Instant> {
+        let slots: Vec<(LockName, Slot)> = self
+            .names
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(name, slot)| (name.clone(), Arc::clone(slot)))
+            .collect();
+        let mut next: Option<Instant> = None;
+        for (name, slot) in slots {
+            let end = {
+                let mut record = slot.lock().await;
+                self.settle(&name, &mut record).await;
+                record.as_ref().and_then(Held::next_end)
+            };
+            self.forget_if_unused(&name, &slot);
+            next = match (next, end) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        next
+    }
+}
+
+#[async_trait]
+impl Backend for AdvisoryBackend {
+    fn capabilities(&self) -> Capabilities {
+        Self::CAPABILITIES
+    }
+
+    /// Cancel-safe: the operation runs in a task of its own, which records (or gives
+    /// back) what the server granted even when the caller went away.
+    async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
+        check_fits(lock)?;
+        let lock = lock.clone();
+        self.run(move |state| async move { state.acquire(lock, request).await })
+            .await
+    }
+
+    async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
+        check_fits(lock)?;
+        let lock = lock.clone();
+        self.run(move |state| async move { Ok(state.release(lock, request).await) })
+            .await
+    }
+
+    async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal> {
+        let locks = locks.to_vec();
+        let count = locks.len();
+        let renewed = self
+            .run(move |state| async move { Ok(state.renew(locks, lease).await) })
+            .await;
+        match renewed {
+            Ok(renewed) => renewed,
+            Err(err) => (0..count).map(|_| Renewal::Failed(err.clone())).collect(),
+        }
+    }
+
+    async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error> {
+        check_fits(lock)?;
+        let lock = lock.clone();
+        self.run(move |state| async move { state.inspect(lock).await })
+            .await
+    }
+
+    /// Frees `lock`: this client's holds of it are given back; a hold of another client
+    /// is ended with the server session it is on (`pg_terminate_backend`), which ends
+    /// every other lock of that session too (its client finds them lost). That needs the
+    /// right to signal the session (the same role, or `pg_signal_backend`).
+    async fn force_release(&self, lock: &LockRef) -> Result<bool, Error> {
+        check_fits(lock)?;
+        let lock = lock.clone();
+        self.run(move |state| async move { state.force_release(lock).await })
+            .await
+    }
+
+    async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
+        self.state.subscriptions.listen(lock.name.as_str()).await
+    }
+}

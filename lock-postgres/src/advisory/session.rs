@@ -1,0 +1,607 @@
+//! The dedicated connections advisory locks live on, and the statements sent on them.
+//!
+//! A session-level advisory lock belongs to the server session that took it, so these
+//! connections are never pooled by anything that could reset them or hand them to
+//! someone else. One session carries every lock the client takes without waiting; a
+//! waiter that must wait inside the server does so on a session of its own that holds
+//! nothing else (a statement that waits holds up every statement behind it on its
+//! connection), which then keeps the lock it waited for.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use lock_core::Error;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, Config, Row};
+
+use super::key;
+use crate::error::failed;
+use crate::notify::connect_within;
+use crate::schema::SchemaName;
+use crate::timeouts::silent;
+use crate::tls::MakeTls;
+
+/// The application name of advisory sessions, unless the URL sets one.
+pub(crate) const SESSIONS_APPLICATION_NAME: &str = "distlock-advisory";
+
+/// How many sessions that hold nothing a client keeps open for its next waiters.
+const IDLE_KEPT: usize = 4;
+
+/// One dedicated server session.
+pub(super) struct Session {
+    client: Client,
+    /// The server process of the session (`pg_backend_pid()`): every lock statement
+    /// checks that it ran there, which a transaction-mode pooler would not promise.
+    pid: i32,
+    /// Set once a statement failed or went unanswered: the session and its locks are
+    /// gone (its connection is closed, so the server ends them too).
+    broken: AtomicBool,
+    /// The task that drives the connection: stopping it closes the socket.
+    connection: tokio::task::AbortHandle,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.connection.abort();
+    }
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("pid", &self.pid)
+            .field("broken", &self.is_broken())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a lock statement found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Taken {
+    /// Granted, with the fencing token when one was asked for.
+    Granted(Option<u64>),
+    /// Someone else's session holds it (a try), or the wait ran out.
+    Busy,
+}
+
+impl Session {
+    /// The server process of the session.
+    pub(super) fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Whether the session is gone, with every lock it held.
+    pub(super) fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::Acquire) || self.client.is_closed()
+    }
+
+    /// Gives the session up: its locks are to be counted lost. Its connection closes at
+    /// once, so the server ends the session and frees its locks as soon as it reads the
+    /// close (a paused server, when it runs again), whoever still refers to it.
+    fn break_off(&self) {
+        self.broken.store(true, Ordering::Release);
+        self.connection.abort();
+    }
+
+    /// Runs `statement` within `bound`; a failure the session cannot be trusted after
+    /// (a broken connection, no answer) breaks it.
+    async fn query(
+        &self,
+        during: &'static str,
+        statement: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+        bound: Duration,
+        schema: &SchemaName,
+    ) -> Result<Vec<Row>, Error> {
+        self.send(statement, params, bound)
+            .await
+            .map_err(|failure| failure.into_error(during, bound, schema))
+    }
+
+    /// As [`Self::query`], with the driver's error kept for the caller to read.
+    async fn send(
+        &self,
+        statement: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+        bound: Duration,
+    ) -> Result<Vec<Row>, Unanswered> {
+        let sent = tokio::time::timeout(bound, self.client.query_typed(statement, params)).await;
+        match sent {
+            Ok(Ok(rows)) => Ok(rows),
+            Ok(Err(err)) => {
+                if err.as_db_error().is_none() || err.is_closed() {
+                    self.break_off();
+                }
+                Err(Unanswered::Failed(err))
+            }
+            Err(_) => {
+                self.break_off();
+                Err(Unanswered::Silent)
+            }
+        }
+    }
+
+    /// Checks that `row`'s `pid` column came from this session's server process.
+    fn same_process(&self, row: &Row, during: &'static str) -> Result<(), Error> {
+        let pid: i32 = row
+            .try_get("pid")
+            .map_err(|err| Error::protocol(format!("{during}: {err}")))?;
+        if pid == self.pid {
+            return Ok(());
+        }
+        self.break_off();
+        Err(pooled_error())
+    }
+
+    /// Takes `key`'s lock (`shared` for a reader) if it is free: one statement, which
+    /// also issues the fencing token when `fencing` names the lock's name.
+    pub(super) async fn try_lock(
+        &self,
+        key: i64,
+        shared: bool,
+        fencing: Option<&str>,
+        bound: Duration,
+        schema: &SchemaName,
+    ) -> Result<Taken, Error> {
+        let during = "taking an advisory lock";
+        let function = if shared {
+            "pg_try_advisory_lock_shared"
+        } else {
+            "pg_try_advisory_lock"
+        };
+        let statement = format!(
+            "SELECT t.pid, CASE WHEN t.got AND $2 THEN {schema}.advisory_token($3) END AS token, \
+             t.got FROM (SELECT pg_catalog.{function}($1) AS got, \
+             pg_catalog.pg_backend_pid() AS pid) AS t"
+        );
+        let name = fencing.unwrap_or_default();
+        let rows = self
+            .query(
+                during,
+                &statement,
+                &[
+                    (&key, Type::INT8),
+                    (&fencing.is_some(), Type::BOOL),
+                    (&name, Type::TEXT),
+                ],
+                bound,
+                schema,
+            )
+            .await?;
+        let row = first(&rows, during)?;
+        self.same_process(row, during)?;
+        let got: bool = column(row, "got", during)?;
+        if !got {
+            return Ok(Taken::Busy);
+        }
+        Ok(Taken::Granted(token(row, during)?))
+    }
+
+    /// Waits inside the server for `key`'s lock, for at most `wait` (`lock_timeout`),
+    /// then issues the fencing token when `fencing` names the lock's name.
+    pub(super) async fn lock(
+        &self,
+        key: i64,
+        shared: bool,
+        fencing: Option<&str>,
+        (wait, bound): (Duration, Duration),
+        schema: &SchemaName,
+    ) -> Result<Taken, Error> {
+        let during = "waiting for an advisory lock";
+        let function = if shared {
+            "pg_advisory_lock_shared"
+        } else {
+            "pg_advisory_lock"
+        };
+        let timeout = format!("{}ms", wait.as_millis().max(1));
+        let set = "SELECT pg_catalog.set_config('lock_timeout', $1, false)";
+        self.query(during, set, &[(&timeout, Type::TEXT)], bound, schema)
+            .await?;
+        let statement = format!(
+            "SELECT pg_catalog.pg_backend_pid() AS pid FROM (SELECT pg_catalog.{function}($1)) AS t"
+        );
+        let waited = self
+            .send(&statement, &[(&key, Type::INT8)], wait + bound)
+            .await;
+        let rows = match waited {
+            Ok(rows) => rows,
+            Err(Unanswered::Failed(err))
+                if err
+                    .code()
+                    .is_some_and(|code| *code == SqlState::LOCK_NOT_AVAILABLE) =>
+            {
+                return Ok(Taken::Busy);
+            }
+            Err(failure) => return Err(failure.into_error(during, wait + bound, schema)),
+        };
+        self.same_process(first(&rows, during)?, during)?;
+        let Some(name) = fencing else {
+            return Ok(Taken::Granted(None));
+        };
+        match self.token(name, bound, schema).await {
+            Ok(token) => Ok(Taken::Granted(Some(token))),
+            Err(err) => {
+                // The lock is this session's, but the caller cannot have it without its
+                // token: it is given back, or the session with it.
+                if let Err(unlock) = self.unlock(key, shared, bound, schema).await {
+                    tracing::warn!(
+                        target: lock_core::TRACING_TARGET,
+                        error = %unlock,
+                        "an advisory lock granted without its fencing token could not be \
+                         given back; its session is given up"
+                    );
+                    self.break_off();
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Issues the next fencing token of `name`.
+    pub(super) async fn token(
+        &self,
+        name: &str,
+        bound: Duration,
+        schema: &SchemaName,
+    ) -> Result<u64, Error> {
+        let during = "issuing a fencing token";
+        let statement = format!("SELECT {schema}.advisory_token($1) AS token");
+        let rows = self
+            .query(during, &statement, &[(&name, Type::TEXT)], bound, schema)
+            .await?;
+        token(first(&rows, during)?, during)?
+            .ok_or_else(|| Error::protocol(format!("{during}: no token")))
+    }
+
+    /// Gives back one hold of `key`'s lock (`shared`: the reader's).
+    pub(super) async fn unlock(
+        &self,
+        key: i64,
+        shared: bool,
+        bound: Duration,
+        schema: &SchemaName,
+    ) -> Result<(), Error> {
+        let during = "giving back an advisory lock";
+        let function = if shared {
+            "pg_advisory_unlock_shared"
+        } else {
+            "pg_advisory_unlock"
+        };
+        let statement =
+            format!("SELECT pg_catalog.{function}($1) AS held, pg_catalog.pg_backend_pid() AS pid");
+        let rows = self
+            .query(during, &statement, &[(&key, Type::INT8)], bound, schema)
+            .await?;
+        let row = first(&rows, during)?;
+        self.same_process(row, during)?;
+        let held: bool = column(row, "held", during)?;
+        if !held {
+            // The record said this session held it; the server says not. Only a lost
+            // session could do that, so the session is not trusted any further.
+            tracing::warn!(
+                target: lock_core::TRACING_TARGET,
+                key,
+                shared,
+                "the server says this session did not hold an advisory lock it recorded; \
+                 the session is given up"
+            );
+            self.break_off();
+        }
+        Ok(())
+    }
+
+    /// Whether any server session holds `key`'s lock, `shared` or exclusive (read from
+    /// `pg_locks`).
+    pub(super) async fn held_elsewhere(
+        &self,
+        key: i64,
+        shared: bool,
+        bound: Duration,
+        schema: &SchemaName,
+    ) -> Result<bool, Error> {
+        let during = "reading the advisory locks";
+        let statement = format!("SELECT EXISTS ({HOLDERS}) AS held");
+        let (high, low) = key::halves(key);
+        let params: [(&(dyn ToSql + Sync), Type); 3] = [
+            (&high, Type::INT8),
+            (&low, Type::INT8),
+            (&shared, Type::BOOL),
+        ];
+        let rows = self
+            .query(during, &statement, &params, bound, schema)
+            .await?;
+        column(first(&rows, during)?, "held", during)
+    }
+
+    /// Ends every other server session that holds `key`'s lock, `shared` or exclusive,
+    /// and waits (within `bound`) until the server freed their locks; answers whether
+    /// there was one.
+    pub(super) async fn end_holders(
+        &self,
+        key: i64,
+        shared: bool,
+        bound: Duration,
+        schema: &SchemaName,
+    ) -> Result<bool, Error> {
+        let during = "ending the sessions that hold an advisory lock";
+        let statement = format!(
+            "SELECT count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(h.pid)) AS ended \
+             FROM ({HOLDERS}) AS h"
+        );
+        let (high, low) = key::halves(key);
+        let params: [(&(dyn ToSql + Sync), Type); 3] = [
+            (&high, Type::INT8),
+            (&low, Type::INT8),
+            (&shared, Type::BOOL),
+        ];
+        let rows = self
+            .query(during, &statement, &params, bound, schema)
+            .await?;
+        let ended: i64 = column(first(&rows, during)?, "ended", during)?;
+        if ended == 0 {
+            return Ok(false);
+        }
+        // A terminated session ends a moment later: the lock is free once it has.
+        let deadline = tokio::time::Instant::now() + bound;
+        while self.held_elsewhere(key, shared, bound, schema).await? {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Error::connection(during, silent("response timeout", bound)));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(true)
+    }
+
+    /// Checks that the session is alive and still the same server process.
+    pub(super) async fn ping(&self, bound: Duration, schema: &SchemaName) -> Result<(), Error> {
+        let during = "checking an advisory session";
+        let rows = self
+            .query(
+                during,
+                "SELECT pg_catalog.pg_backend_pid() AS pid",
+                &[],
+                bound,
+                schema,
+            )
+            .await?;
+        self.same_process(first(&rows, during)?, during)
+    }
+}
+
+/// The other sessions that hold a 64-bit advisory key, `$3` (true: shared) deciding
+/// the mode: `pg_locks` shows the key's high half in `classid`, its low half in `objid`.
+const HOLDERS: &str = "SELECT pid FROM pg_catalog.pg_locks \
+     WHERE locktype = 'advisory' AND granted AND objsubid = 1 \
+     AND classid::bigint = $1 AND objid::bigint = $2 \
+     AND mode = CASE WHEN $3 THEN 'ShareLock' ELSE 'ExclusiveLock' END \
+     AND pid <> pg_catalog.pg_backend_pid()";
+
+/// A statement without its answer: the driver's error, or none within the bound.
+enum Unanswered {
+    Failed(tokio_postgres::Error),
+    Silent,
+}
+
+impl Unanswered {
+    fn into_error(self, during: &'static str, bound: Duration, schema: &SchemaName) -> Error {
+        match self {
+            Self::Failed(err) => failed(err, during, schema),
+            Self::Silent => Error::connection(during, silent("response timeout", bound)),
+        }
+    }
+}
+
+fn first<'a>(rows: &'a [Row], during: &'static str) -> Result<&'a Row, Error> {
+    rows.first()
+        .ok_or_else(|| Error::protocol(format!("{during}: no row")))
+}
+
+fn column<'a, T: tokio_postgres::types::FromSql<'a>>(
+    row: &'a Row,
+    name: &str,
+    during: &'static str,
+) -> Result<T, Error> {
+    row.try_get(name)
+        .map_err(|err| Error::protocol(format!("{during}: {err}")))
+}
+
+fn token(row: &Row, during: &'static str) -> Result<Option<u64>, Error> {
+    let token: Option<i64> = column(row, "token", during)?;
+    Ok(token.and_then(|token| u64::try_from(token).ok()))
+}
+
+/// The error of a statement that ran on another server process than its session's.
+pub(super) fn pooled_error() -> Error {
+    Error::invalid_config(
+        "advisory locks need a connection that is one server session: a statement ran in \
+         another server process than its session's, as behind a transaction-mode pooler \
+         (PgBouncer's pool_mode=transaction). Point the URL at the server or at a \
+         session-mode pool",
+        None,
+    )
+}
+
+/// The client's sessions: the carriers of the locks taken without waiting (a name's
+/// always on the same one, by its key), opened when first needed, and the idle sessions
+/// kept for waiters.
+pub(crate) struct Sessions {
+    config: Config,
+    tls: MakeTls,
+    carriers: Vec<Carrier>,
+    idle: Mutex<Vec<Arc<Session>>>,
+}
+
+/// One carrier session, opened again after it broke.
+#[derive(Default)]
+struct Carrier {
+    session: Mutex<Option<Arc<Session>>>,
+    /// Held while the session is opened, so that it is opened once.
+    opening: tokio::sync::Mutex<()>,
+}
+
+impl Carrier {
+    fn current(&self) -> Option<Arc<Session>> {
+        self.session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .filter(|session| !session.is_broken())
+            .map(Arc::clone)
+    }
+
+    fn is(&self, session: &Arc<Session>) -> bool {
+        self.session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .is_some_and(|carried| Arc::ptr_eq(carried, session))
+    }
+}
+
+impl fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sessions")
+            .field("idle", &self.idle.lock().map_or(0, |idle| idle.len()))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sessions {
+    /// Sessions of `config`'s server, with at most `carriers` (at least one) carrying
+    /// the locks taken without waiting.
+    pub(crate) fn new(mut config: Config, tls: MakeTls, carriers: usize) -> Self {
+        if config.get_application_name().is_none() {
+            config.application_name(SESSIONS_APPLICATION_NAME);
+        }
+        Self {
+            config,
+            tls,
+            carriers: (0..carriers.max(1)).map(|_| Carrier::default()).collect(),
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Opens a session.
+    pub(super) async fn open(&self) -> Result<Arc<Session>, Error> {
+        let during = "opening an advisory session";
+        let (client, connection) = connect_within(&self.config, &self.tls)
+            .await
+            .map_err(|failure| failure.into_error(during))?;
+        let connection = async move {
+            if let Err(err) = connection.await {
+                tracing::debug!(
+                    target: lock_core::TRACING_TARGET,
+                    error = %err,
+                    "an advisory session's connection ended"
+                );
+            }
+        };
+        let connection = tokio::spawn(connection).abort_handle();
+        let bound = self
+            .config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(crate::DEFAULT_CONNECT_TIMEOUT);
+        let pid = tokio::time::timeout(bound, client.query_one("SELECT pg_backend_pid()", &[]))
+            .await
+            .map_err(|_| Error::connection(during, silent("connect timeout", bound)))?
+            .map_err(|err| Error::connection(during, err))?
+            .try_get::<_, i32>(0)
+            .map_err(|err| Error::protocol(format!("{during}: {err}")))?;
+        Ok(Arc::new(Session {
+            client,
+            pid,
+            broken: AtomicBool::new(false),
+            connection,
+        }))
+    }
+
+    /// Creates or migrates the lock tables (the fencing counter lives there), or checks
+    /// them, on a connection of its own, and checks that a session is one server process
+    /// from statement to statement: two connections that find themselves in one server
+    /// process are a transaction-mode pooler's, where a session lock would be taken by
+    /// whichever client's statement ran there.
+    pub(crate) async fn prepare(&self, schema: &SchemaName) -> Result<(), Error> {
+        let during = "migrating the lock tables";
+        let (mut client, connection) = connect_within(&self.config, &self.tls)
+            .await
+            .map_err(|failure| failure.into_error(during))?;
+        let driven = tokio::spawn(connection);
+        let migrated = crate::schema::migrate(&mut client, schema).await;
+        drop(client);
+        if let Ok(Err(err)) = driven.await {
+            tracing::debug!(
+                target: lock_core::TRACING_TARGET,
+                error = %err,
+                "the migration's connection ended with an error"
+            );
+        }
+        migrated?;
+        let carrier = self.carrier(0).await?;
+        let other = self.for_a_waiter().await?;
+        let (carrier_pid, other_pid) = (carrier.pid(), other.pid());
+        self.give_back(other);
+        if carrier_pid == other_pid {
+            carrier.break_off();
+            return Err(pooled_error());
+        }
+        Ok(())
+    }
+
+    /// The session that carries `key`'s locks taken without waiting, opened when first
+    /// needed and again after it broke.
+    pub(super) async fn carrier(&self, key: i64) -> Result<Arc<Session>, Error> {
+        let slots = u64::try_from(self.carriers.len()).unwrap_or(1);
+        let at = usize::try_from(u64::from_ne_bytes(key.to_ne_bytes()) % slots).unwrap_or(0);
+        let carrier = &self.carriers[at];
+        if let Some(session) = carrier.current() {
+            return Ok(session);
+        }
+        let _opening = carrier.opening.lock().await;
+        if let Some(session) = carrier.current() {
+            return Ok(session);
+        }
+        let session = self.open().await?;
+        *carrier
+            .session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&session));
+        Ok(session)
+    }
+
+    /// Whether `session` is (or was) one that carries locks taken without waiting.
+    fn is_carrier(&self, session: &Arc<Session>) -> bool {
+        self.carriers.iter().any(|carrier| carrier.is(session))
+    }
+
+    /// A session that holds nothing, for a waiter to wait on.
+    pub(super) async fn for_a_waiter(&self) -> Result<Arc<Session>, Error> {
+        loop {
+            let kept = self
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop();
+            match kept {
+                Some(session) if session.is_broken() => {}
+                Some(session) => return Ok(session),
+                None => return self.open().await,
+            }
+        }
+    }
+
+    /// Takes back a session that holds nothing any more (a waiter's, once its lock
+    /// ended, or one whose wait ran out).
+    pub(super) fn give_back(&self, session: Arc<Session>) {
+        if session.is_broken() || self.is_carrier(&session) {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < IDLE_KEPT {
+            idle.push(session);
+        }
+    }
+}

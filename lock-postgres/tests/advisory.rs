@@ -1,0 +1,219 @@
+//! The conformance suite on advisory mode (`Connector::connect_advisory`): every scenario
+//! its capabilities select, on a server the fixture starts (never the one on 5432), each
+//! backend a client of its own with its own sessions.
+
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use async_trait::async_trait;
+use lock_conformance::Fixture;
+use lock_core::Backend;
+use lock_postgres::{AdvisoryBackend, Connector};
+use lock_testkit::PostgresServer;
+use tokio::sync::OnceCell;
+
+/// One PostgreSQL server, started on first use; every backend is a new client of it.
+#[derive(Debug)]
+struct AdvisoryFixture {
+    server: OnceCell<PostgresServer>,
+    backends: Mutex<Vec<Weak<AdvisoryBackend>>>,
+}
+
+impl AdvisoryFixture {
+    #[allow(
+        clippy::unused_async,
+        reason = "the suite's macro awaits every constructor"
+    )]
+    async fn start() -> Self {
+        Self {
+            server: OnceCell::new(),
+            backends: Mutex::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl Fixture for AdvisoryFixture {
+    async fn backend(&self) -> Arc<dyn Backend> {
+        let server = self.server.get_or_init(PostgresServer::start).await;
+        let backend = Connector::new(server.url())
+            .connect_advisory()
+            .await
+            .unwrap_or_else(|err| panic!("connecting in advisory mode: {err}"));
+        let backend = Arc::new(backend);
+        self.backends
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::downgrade(&backend));
+        backend
+    }
+
+    /// Tokens are at least the microseconds since the epoch, as the tables' own.
+    fn consecutive_tokens(&self) -> bool {
+        false
+    }
+
+    async fn subscribed_channels(&self) -> Vec<String> {
+        let backends = self
+            .backends
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let mut channels: Vec<String> = backends
+            .iter()
+            .filter_map(Weak::upgrade)
+            .flat_map(|backend| backend.subscribed_channels())
+            .collect();
+        channels.sort();
+        channels.dedup();
+        channels
+    }
+}
+
+mod conformance {
+    use super::AdvisoryFixture;
+    lock_conformance::conformance_suite!(
+        AdvisoryFixture::start(),
+        without[Fair, RetrySafe, Reservation, HandsOver, Introspection, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests]
+    );
+}
+
+/// Advisory mode's own faults and promises, each on a server of its own.
+mod sessions {
+    // reason: a test reports failures by panicking.
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use lock_core::{ErrorKind, LockName, Locks};
+    use lock_postgres::{AdvisoryBackend, Connector};
+    use lock_testkit::{PgBouncer, PostgresServer, postgres_client};
+    use tokio::time::{Instant, sleep, timeout};
+
+    /// An advisory client of `server` with a watchdog lease of `lease` and statements
+    /// bounded by `response`.
+    async fn client(
+        server: &PostgresServer,
+        lease: Duration,
+        response: Duration,
+    ) -> (Locks, Arc<AdvisoryBackend>) {
+        let backend = Connector::new(server.url())
+            .response_timeout(response)
+            .connect_advisory()
+            .await
+            .expect("connects in advisory mode");
+        let backend = Arc::new(backend);
+        let locks = Locks::builder(Arc::clone(&backend) as Arc<dyn lock_core::Backend>)
+            .watchdog_lease(lease)
+            .build()
+            .expect("valid settings");
+        (locks, backend)
+    }
+
+    /// A holder whose session the server ends (an operator's `pg_terminate_backend`, a
+    /// crashed connection) learns at its next renewal that its hold is lost, and the lock
+    /// is free for the next client. Fails if renewals do not check the session: the
+    /// guard would go on believing it holds a lock the server gave up.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_session_the_server_ends_is_a_lost_hold() {
+        let server = PostgresServer::start().await;
+        let lease = Duration::from_millis(600);
+        let (a, a_backend) = client(&server, lease, Duration::from_secs(2)).await;
+        let (b, _) = client(&server, lease, Duration::from_secs(2)).await;
+        let guard = a.mutex("ended").lock().await.unwrap();
+        let pid = a_backend
+            .carrier_pid(&LockName::new("ended").unwrap())
+            .await
+            .unwrap();
+        let admin = postgres_client(&server.url()).await;
+        let ended: bool = admin
+            .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(ended);
+        timeout(lease * 2, guard.lost())
+            .await
+            .expect("the holder learns it within a renewal or two");
+        assert!(!guard.is_held());
+        let next = b
+            .mutex("ended")
+            .try_lock_for(Duration::from_secs(2), None)
+            .await
+            .unwrap();
+        assert!(next.is_some(), "the lock is free once the session ended");
+        // The holder's client opens a new session and locks again.
+        let again = a.mutex("other").try_lock().await.unwrap();
+        assert!(again.is_some());
+    }
+
+    /// A waiter waits inside the server, which grants it the lock the moment the holder
+    /// gives it back: served well within its first slice of waiting (5 s) and without
+    /// listening for a notification. Fails if waiting polled or waited for a message.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiter_is_granted_the_lock_by_the_server_when_it_comes_free() {
+        let server = PostgresServer::start().await;
+        let lease = Duration::from_secs(5);
+        let (a, _) = client(&server, lease, Duration::from_secs(2)).await;
+        let (b, b_backend) = client(&server, lease, Duration::from_secs(2)).await;
+        let held = a.mutex("handed").lock().await.unwrap();
+        let mutex = b.mutex("handed");
+        let waiter =
+            tokio::spawn(async move { mutex.try_lock_for(Duration::from_secs(20), None).await });
+        sleep(Duration::from_millis(300)).await;
+        assert!(!waiter.is_finished());
+        assert!(b_backend.subscribed_channels().is_empty());
+        let released = Instant::now();
+        held.unlock().await.unwrap();
+        let guard = timeout(Duration::from_secs(3), waiter)
+            .await
+            .expect("served before its first slice of waiting ends")
+            .unwrap()
+            .unwrap()
+            .expect("granted");
+        assert!(released.elapsed() < Duration::from_secs(3));
+        assert!(guard.is_held());
+        guard.unlock().await.unwrap();
+    }
+
+    /// A holder whose server stops answering (paused) cannot renew: its guard says the
+    /// hold is lost, its session is given up, and once the server runs again the lock
+    /// is free for another client. Fails if an unanswered renewal kept the hold alive.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_paused_server_costs_the_hold_not_the_lock() {
+        let server = PostgresServer::start().await;
+        let lease = Duration::from_millis(900);
+        let response = Duration::from_millis(300);
+        let (a, _) = client(&server, lease, response).await;
+        let guard = a.mutex("paused").lock().await.unwrap();
+        server.pause();
+        let lost = timeout(Duration::from_secs(5), guard.lost()).await;
+        server.resume();
+        lost.expect("the guard learns it lost the hold while the server is paused");
+        let (b, _) = client(&server, lease, Duration::from_secs(2)).await;
+        let next = b
+            .mutex("paused")
+            .try_lock_for(Duration::from_secs(5), None)
+            .await
+            .unwrap();
+        assert!(next.is_some(), "the given-up session's lock comes free");
+    }
+
+    /// Behind a transaction-mode pooler a session lock would belong to whichever
+    /// client's statement ran in that server process: connecting is refused, saying
+    /// why. Fails if the connector did not check that its sessions are their own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_transaction_pooler_is_refused_with_the_reason() {
+        let server = PostgresServer::start().await;
+        let pooler = PgBouncer::start(&server).await;
+        let refused = Connector::new(pooler.url())
+            .connect_advisory()
+            .await
+            .expect_err("advisory mode refuses a transaction-mode pooler");
+        assert_eq!(refused.kind(), ErrorKind::InvalidConfig, "{refused}");
+        assert!(
+            refused.to_string().contains("transaction-mode pooler"),
+            "{refused}"
+        );
+    }
+}
