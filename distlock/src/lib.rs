@@ -183,7 +183,8 @@ pub mod fred {
     pub use lock_fred::*;
 }
 
-/// The PostgreSQL backend: locks as lease rows in tables the library creates itself.
+/// The PostgreSQL backend: locks as lease rows in tables the library creates itself, or
+/// as session advisory locks ([`postgres::Connector::connect_advisory`]).
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres {

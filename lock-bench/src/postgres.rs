@@ -1,7 +1,7 @@
-//! The PostgreSQL backend side by side with PostgreSQL's own advisory locks
-//! (`pg_advisory_lock`), both through tokio-postgres on pools of the same size, on a
-//! server the run starts: uncontended throughput, contended hand-off, and what our
-//! lock traffic costs an unrelated writer of the same database.
+//! The PostgreSQL backend, in table mode and in advisory mode, side by side with
+//! PostgreSQL's own advisory locks (`pg_advisory_lock`), all through tokio-postgres on
+//! as many connections, on a server the run starts: uncontended throughput, contended
+//! hand-off, and what our lock traffic costs an unrelated writer of the same database.
 //!
 //! Two floors measured in the same run put the figures in proportion: a row lock with
 //! nothing but its row (one INSERT to take it, one DELETE to give it back, each its own
@@ -26,6 +26,7 @@ const POOL_SIZE: usize = 16;
 
 /// The contenders' names in the report.
 const OURS: &str = "lock (postgres)";
+const OURS_ADVISORY: &str = "lock (postgres advisory)";
 const ADVISORY: &str = "pg_advisory_lock";
 const ROW: &str = "row floor (INSERT, DELETE)";
 
@@ -35,6 +36,17 @@ async fn ours(server: &PostgresServer) -> Locks {
         .connect()
         .await
         .expect("connect to PostgreSQL");
+    Locks::new(Arc::new(backend))
+}
+
+/// Our advisory mode, on as many carrier sessions as the floors' pools have
+/// connections.
+async fn ours_advisory(server: &PostgresServer) -> Locks {
+    let backend = distlock::postgres::Connector::new(server.url())
+        .pool_size(POOL_SIZE)
+        .connect_advisory()
+        .await
+        .expect("connect to PostgreSQL in advisory mode");
     Locks::new(Arc::new(backend))
 }
 
@@ -261,9 +273,9 @@ enum Beside<'a> {
     Bare(Bare),
 }
 
-/// Uncontended pairs per second (64 tasks, distinct names, one client) of ours and the
-/// floors, the contended run (8 clients, one name, hold 1 ms, think 1 ms) of ours and
-/// the advisory lock, and the writer alone and beside each.
+/// Uncontended pairs per second (64 tasks, distinct names, one client) of ours (both
+/// modes) and the floors, the contended run (8 clients, one name, hold 1 ms, think 1
+/// ms) of ours and the advisory lock, and the writer alone and beside each.
 pub(crate) async fn postgres(server: &PostgresServer, scale: Scale) -> Results {
     let duration = Duration::from_secs_f64(scale.seconds);
     let ours_client = ours(server).await;
@@ -282,6 +294,22 @@ pub(crate) async fn postgres(server: &PostgresServer, scale: Scale) -> Results {
     let mut ours_figures =
         contend_with(clients, 1, "bench:c:postgres", Kind::Mutex, scale.seconds).await;
     let mut advisory_figures = advisory_contended(server, scale.seconds).await;
+    let ours_advisory_client = ours_advisory(server).await;
+    let ours_advisory_rate = pairs_per_second(&ours_advisory_client, duration).await;
+    drop(ours_advisory_client);
+    let mut advisory_clients = Vec::new();
+    for _ in 0..8 {
+        advisory_clients.push(ours_advisory(server).await);
+    }
+    let mut ours_advisory_figures = contend_with(
+        advisory_clients,
+        1,
+        "bench:c:postgres-advisory",
+        Kind::Mutex,
+        scale.seconds,
+    )
+    .await;
+    ours_advisory_figures.extend(figures(&[("pairs_per_s", ours_advisory_rate)]));
     ours_figures.extend(figures(&[
         ("pairs_per_s", ours_rate),
         ("writer_commits_per_s_alone", writer_alone),
@@ -299,6 +327,7 @@ pub(crate) async fn postgres(server: &PostgresServer, scale: Scale) -> Results {
     ]);
     let mut results = Results::new();
     results.insert(OURS.into(), ours_figures);
+    results.insert(OURS_ADVISORY.into(), ours_advisory_figures);
     results.insert(ADVISORY.into(), advisory_figures);
     results.insert(ROW.into(), row_figures);
     results

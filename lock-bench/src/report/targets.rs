@@ -85,6 +85,22 @@ fn postgres_targets(all: &All, targets: &mut Targets) {
         ),
         |m| m <= 1.5,
     );
+    let ours_advisory = "lock (postgres advisory)";
+    targets.check(
+        "postgres advisory mode uncontended pairs/s vs pg_advisory_lock",
+        ">= 0.9x",
+        ratio(p(ours_advisory, "pairs_per_s"), p(advisory, "pairs_per_s")),
+        |m| m >= 0.9,
+    );
+    targets.check(
+        "postgres advisory mode idle per hand-off vs pg_advisory_lock",
+        "<= 1.2x",
+        ratio(
+            p(ours_advisory, "idle_ms_per_handoff"),
+            p(advisory, "idle_ms_per_handoff"),
+        ),
+        |m| m <= 1.2,
+    );
     targets.check(
         "postgres: an unrelated writer's commits/s beside our lock pairs vs alone",
         ">= 0.9x",
