@@ -22,7 +22,7 @@
 //! |---|---|---|
 //! | `redis` (default) | [`redis`] | the `redis` crate: standalone Redis, Redis Cluster, Sentinel |
 //! | `fred` | `fred` | the `fred` crate: the same deployments and URL forms |
-//! | `postgres` | `postgres` | PostgreSQL: lease rows in tables it creates, LISTEN/NOTIFY |
+//! | `postgres` | `postgres` | PostgreSQL: lease rows in tables it creates, LISTEN/NOTIFY; or session advisory locks |
 //! | `tls` | | `rediss://` for the enabled Redis adapters |
 //! | `redlock` | `redlock` | MultiLock and RedLock over any of the others |
 //! | `macros` (default) | [`distributed_lock`] | the attribute macro |
@@ -39,20 +39,21 @@
 //! is sent. Both Redis adapters declare the same. (A test compares this table with the
 //! declarations.)
 //!
-//! | capability | memory | Redis | PostgreSQL | RedLock | MultiLock |
-//! |---|---|---|---|---|---|
-//! | reentrant mutex | yes | yes | yes | yes | yes |
-//! | fair mutex | yes | yes | yes | no | no |
-//! | read-write lock | yes | yes | yes | yes | yes |
-//! | fencing tokens | yes | yes | yes | yes | yes |
-//! | semaphore | yes | yes | no | no | no |
-//! | expirable semaphore | yes | yes | no | no | no |
-//! | count-down latch | yes | yes | no | no | no |
-//! | retried requests answered once | yes | yes | yes | yes | yes |
-//! | starving waiters reserve the lock | no | yes | no | yes | yes |
-//! | a release wakes one client | yes | yes | no | no | no |
-//! | shared between processes | no | yes | yes | yes | yes |
-//! | an abandoned hold ends | after its lease | after its lease | after its lease | after its lease | after its lease |
+//! | capability | memory | Redis | PostgreSQL | PostgreSQL advisory | RedLock | MultiLock |
+//! |---|---|---|---|---|---|---|
+//! | reentrant mutex | yes | yes | yes | yes | yes | yes |
+//! | fair mutex | yes | yes | yes | no | no | no |
+//! | read-write lock | yes | yes | yes | yes | yes | yes |
+//! | fencing tokens | yes | yes | yes | yes | yes | yes |
+//! | semaphore | yes | yes | no | no | no | no |
+//! | expirable semaphore | yes | yes | no | no | no | no |
+//! | count-down latch | yes | yes | no | no | no | no |
+//! | retried requests answered once | yes | yes | yes | no | yes | yes |
+//! | starving waiters reserve the lock | no | yes | no | no | yes | yes |
+//! | a release wakes one client | yes | yes | no | no | no | no |
+//! | a waiter waits inside the server | no | no | no | yes | no | no |
+//! | shared between processes | no | yes | yes | yes | yes | yes |
+//! | an abandoned hold ends | after its lease | after its lease | after its lease | with its session | after its lease | after its lease |
 //!
 //! RedLock and MultiLock show what they make of Redis nodes; over other parts they
 //! declare what all their parts have in common, less what spans no set of nodes (fair
@@ -63,7 +64,9 @@
 //! **Connecting.** Each backend's `Connector` takes a URL and one settings value
 //! ([`Connect`] names the shape); `connect(url)` of its module is the short form with
 //! default settings. Use the `redis` adapter unless the service already uses `fred`;
-//! PostgreSQL when the service has a database and no Redis; RedLock only where a lock
+//! PostgreSQL when the service has a database and no Redis (its advisory mode,
+//! `Connector::connect_advisory`, when no lock needs a fair queue or must outlive a
+//! failover, and every lock should cost no write); RedLock only where a lock
 //! must survive the loss of a Redis master without replication (read its crate
 //! documentation first); the memory backend for tests and single-process services.
 //!

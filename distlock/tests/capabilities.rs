@@ -35,6 +35,7 @@ fn columns() -> Vec<Capabilities> {
         MemoryBackend::new().capabilities(),
         distlock::redis::RedisBackend::CAPABILITIES,
         distlock::postgres::PostgresBackend::CAPABILITIES,
+        distlock::postgres::AdvisoryBackend::CAPABILITIES,
         redlock.capabilities(),
         multi.capabilities(),
     ]
@@ -47,7 +48,7 @@ fn yes(on: bool) -> &'static str {
 /// The rows the documentation must show, from the declarations.
 fn expected_rows() -> Vec<String> {
     type Row = (&'static str, fn(&Capabilities) -> String);
-    let rows: [Row; 11] = [
+    let rows: [Row; 12] = [
         ("reentrant mutex", |_| "yes".into()),
         ("fair mutex", |c| yes(c.fair).into()),
         ("read-write lock", |c| yes(c.read_write).into()),
@@ -63,6 +64,9 @@ fn expected_rows() -> Vec<String> {
         }),
         ("a release wakes one client", |c| {
             yes(c.wakes_one_client).into()
+        }),
+        ("a waiter waits inside the server", |c| {
+            yes(c.waits_in_store).into()
         }),
         ("shared between processes", |c| yes(c.shared).into()),
     ];
