@@ -797,6 +797,23 @@ BEGIN
     RETURN distlock.next_token(p_name, clock_timestamp());
 END $$;
 
+-- Whether the hold of `p_name` with fencing token `p_token` is alive, checked inside the
+-- caller's own transaction (etcd's `IsOwner()` comparison): it takes the name's advisory
+-- lock shared, which every operation on the name takes exclusive first, so until the
+-- caller's transaction ends the hold can be neither released, nor expired into another
+-- owner's hands, nor force-released, and a write committed with a true answer was made
+-- under the lock.
+CREATE OR REPLACE FUNCTION distlock.holds_token(p_name text, p_token bigint)
+RETURNS boolean LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(
+        pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
+    RETURN EXISTS (SELECT 1 FROM distlock.holds
+                    WHERE name = p_name AND token = p_token AND NOT handed
+                      AND expires_at > pg_catalog.clock_timestamp());
+END $$;
+
 -- What a client says about itself, for introspection, until `p_ttl_ms` from now;
 -- descriptions whose time ended go at the same time.
 CREATE OR REPLACE FUNCTION distlock.announce_client(
@@ -819,7 +836,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 
         $functions$;
         DELETE FROM distlock.functions;
-        INSERT INTO distlock.functions VALUES (2, '642c971b17705a296558a0fc082e238ff0428586');
+        INSERT INTO distlock.functions VALUES (2, '12b91596c686fd3348136e07afc14b7dc4b5cac1');
     END IF;
 END $distlock$;
 COMMIT;

@@ -10,6 +10,9 @@
 //! version row, and refuses with a typed [`SchemaError`] a server too old, a missing
 //! privilege (named), a newer schema or tables changed by hand. [`notify::Notifications`]
 //! keeps the dedicated LISTEN connection of a client and listens again after it breaks.
+//! [`Connector::connect_advisory`] gives an [`AdvisoryBackend`] instead: the mutex and the
+//! read-write lock as session advisory locks ([`advisory`]). [`transaction`] locks, and
+//! checks a table-mode hold, inside the caller's own transaction.
 //!
 //! This crate follows the facade's version and is not a stable API of its own.
 
@@ -26,12 +29,16 @@ pub mod notify;
 pub mod schema;
 mod timeouts;
 mod tls;
+pub mod transaction;
 
 pub use advisory::AdvisoryBackend;
 pub use backend::{MAX_NAME_BYTES, MAX_OWNER_BYTES, PostgresBackend};
 pub use connector::{Connector, ConnectorSettings, QUERIES_APPLICATION_NAME};
 pub use error::{SchemaError, ServerMessage};
 pub use timeouts::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
+/// The driver, for [`transaction`]'s functions: they take its `GenericClient`, so a
+/// service's own connection must come from this version.
+pub use tokio_postgres;
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@ use lock_core::LockName;
 
 /// The 64-bit key of `name`'s advisory lock: the first 8 bytes of the name's SHA-1.
 /// Readers, writers and the mutex of one name share the key, as they share the name.
-pub(super) fn of(name: &LockName) -> i64 {
+pub(crate) fn of(name: &LockName) -> i64 {
     let digest = sha1_smol::Sha1::from(name.as_str()).digest().bytes();
     let mut first = [0_u8; 8];
     first.copy_from_slice(&digest[..8]);

@@ -28,7 +28,7 @@
 //! server process breaks its session with that error.
 
 mod held;
-mod key;
+pub(crate) mod key;
 mod session;
 
 use std::collections::HashMap;

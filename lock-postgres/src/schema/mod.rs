@@ -143,7 +143,7 @@ pub const FUNCTIONS_REVISION: i32 = 2;
 
 /// The functions a client calls, each with a pinned `search_path` and its owner's
 /// rights; a service's role gets EXECUTE on these alone (see [`grants_sql`]).
-pub const ENTRY_POINTS: [&str; 9] = [
+pub const ENTRY_POINTS: [&str; 10] = [
     "acquire",
     "release",
     "cancel_acquisition",
@@ -153,6 +153,7 @@ pub const ENTRY_POINTS: [&str; 9] = [
     "announce_client",
     "lease_limit",
     "advisory_token",
+    "holds_token",
 ];
 
 /// The entry points only an operator's role may call ([`operator_grants_sql`]): a

@@ -268,6 +268,23 @@ BEGIN
     RETURN {schema}.next_token(p_name, clock_timestamp());
 END $$;
 
+-- Whether the hold of `p_name` with fencing token `p_token` is alive, checked inside the
+-- caller's own transaction (etcd's `IsOwner()` comparison): it takes the name's advisory
+-- lock shared, which every operation on the name takes exclusive first, so until the
+-- caller's transaction ends the hold can be neither released, nor expired into another
+-- owner's hands, nor force-released, and a write committed with a true answer was made
+-- under the lock.
+CREATE OR REPLACE FUNCTION {schema}.holds_token(p_name text, p_token bigint)
+RETURNS boolean LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(
+        pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
+    RETURN EXISTS (SELECT 1 FROM {schema}.holds
+                    WHERE name = p_name AND token = p_token AND NOT handed
+                      AND expires_at > pg_catalog.clock_timestamp());
+END $$;
+
 -- What a client says about itself, for introspection, until `p_ttl_ms` from now;
 -- descriptions whose time ended go at the same time.
 CREATE OR REPLACE FUNCTION {schema}.announce_client(
