@@ -59,6 +59,37 @@ async fn latch_and_semaphore_kinds_do_work_without_violations() {
     }
 }
 
+/// Advisory mode: the mutex and the read-write kinds, with hand-offs inside the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_advisory_mode_does_work_without_violations() {
+    let server = PostgresServer::start().await;
+    for kind in ["mutex", "mixed"] {
+        let report = contend(&[
+            "--url",
+            &server.url(),
+            "--backend",
+            "postgres-advisory",
+            "--kind",
+            kind,
+            "--workers",
+            "4",
+            "--hold-ms",
+            "1",
+            "--think-ms",
+            "1",
+            "--seconds",
+            "1",
+        ])
+        .await;
+        assert_eq!(report["violations"], 0, "{kind}: {report}");
+        assert_eq!(report["backend"], "postgres-advisory", "{report}");
+        assert!(
+            report["ops"].as_u64().is_some_and(|ops| ops >= 4),
+            "no {kind} work in advisory mode: {report}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mutex_on_postgres_does_work_without_violations() {
     let server = PostgresServer::start().await;

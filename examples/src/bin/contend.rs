@@ -3,7 +3,7 @@
 //! contract, so its flags and output fields only ever grow.
 //!
 //! ```text
-//! contend --url URL [--backend redis|fred|postgres|redlock|memory] [--kind mutex|fair|read|write|mixed|multi|semaphore|latch] [--name NAME]
+//! contend --url URL [--backend redis|fred|postgres|postgres-advisory|redlock|memory] [--kind mutex|fair|read|write|mixed|multi|semaphore|latch] [--name NAME]
 //!         --workers N --hold-ms H --think-ms T --seconds S
 //!         [--distinct] [--lease-ms L] [--check-key KEY] [--permits P]
 //! ```
@@ -23,7 +23,8 @@
 //! `redis+cluster://h:p,h:p`, `redis+sentinel://h:p,h:p/NAME`) for `redis` and `fred`;
 //! `--check-key` needs a single-server URL.
 //! `--backend postgres --url postgres://...` runs on PostgreSQL (the mutex kind so far;
-//! `--check-key` needs Redis). `--backend redlock --url URL1,URL2,...` runs a RedLock
+//! `--check-key` needs Redis); `--backend postgres-advisory` on its advisory mode (session
+//! advisory locks: mutex, read, write and mixed kinds). `--backend redlock --url URL1,URL2,...` runs a RedLock
 //! over those nodes; `--kind multi
 //! --name a,b,c` takes a MultiLock over the listed names. Output fields: `backend`, `kind`, `workers`, `ops`, `ops_per_s`, `utilization`
 //! (total time held / wall time), `wait_ms_p50`/`p99`/`max`, `fairness_min_over_max`
@@ -87,6 +88,10 @@ enum BackendKind {
     Redis,
     Fred,
     Postgres,
+    /// PostgreSQL's session advisory locks (`Connector::connect_advisory`).
+    #[value(name = "postgres-advisory")]
+    #[serde(rename = "postgres-advisory")]
+    PostgresAdvisory,
     Redlock,
     Memory,
 }
@@ -152,6 +157,12 @@ async fn client(args: &Args, memory: &distlock::memory::MemoryBackend) -> Result
         BackendKind::Postgres => distlock::postgres::connect_backend(url()?)
             .await
             .map_err(|e| e.chain().to_string())?,
+        BackendKind::PostgresAdvisory => Arc::new(
+            distlock::postgres::Connector::new(url()?)
+                .connect_advisory()
+                .await
+                .map_err(|e| e.chain().to_string())?,
+        ),
         BackendKind::Redlock => {
             // Each node connects on first use: the RedLock starts, and serves with a
             // majority, while some nodes are down; they join when they come up.
