@@ -176,6 +176,55 @@ mod sessions {
         guard.unlock().await.unwrap();
     }
 
+    /// A client waits inside the server with at most as many statements as its pool
+    /// size (each holds a connection of the server's few); a waiter beyond them asks
+    /// again soon instead, and is served too. Fails if every waiter opened a session of
+    /// its own (three sessions of the waiting client instead of two).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn waiting_statements_are_bounded_by_the_pool_size() {
+        let server = PostgresServer::start().await;
+        let lease = Duration::from_secs(5);
+        let (a, _) = client(&server, lease, Duration::from_secs(2)).await;
+        let waiting = Connector::new(format!("{}?application_name=bounded", server.url()))
+            .pool_size(1)
+            .advisory_locks()
+            .await
+            .unwrap();
+        let first = a.mutex("bounded:1").lock().await.unwrap();
+        let second = a.mutex("bounded:2").lock().await.unwrap();
+        let waiters: Vec<_> = ["bounded:1", "bounded:2"]
+            .into_iter()
+            .map(|name| {
+                let mutex = waiting.mutex(name);
+                tokio::spawn(async move { mutex.try_lock_for(Duration::from_secs(10), None).await })
+            })
+            .collect();
+        sleep(Duration::from_millis(500)).await;
+        let admin = postgres_client(&server.url()).await;
+        let sessions: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'bounded'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(
+            sessions <= 2,
+            "{sessions} sessions: one carrier and one waiting at most"
+        );
+        first.unlock().await.unwrap();
+        second.unlock().await.unwrap();
+        for waiter in waiters {
+            let guard = timeout(Duration::from_secs(3), waiter)
+                .await
+                .expect("every waiter is served")
+                .unwrap()
+                .unwrap();
+            assert!(guard.is_some());
+        }
+    }
+
     /// A holder whose server stops answering (paused) cannot renew: its guard says the
     /// hold is lost, its session is given up, and once the server runs again the lock
     /// is free for another client. Fails if an unanswered renewal kept the hold alive.

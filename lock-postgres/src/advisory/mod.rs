@@ -52,8 +52,8 @@ use held::{Decision, Held, Unlock};
 pub(crate) use session::Sessions;
 use session::{Session, Taken};
 
-/// How long a waiter that may not wait inside the server (a composite lock's part)
-/// waits before it asks again, at most.
+/// How long a waiter that may not wait inside the server (a composite lock's part, or
+/// one beyond the client's waiting statements) waits before it asks again, at most.
 const ASK_AGAIN_WITHIN: Duration = Duration::from_millis(100);
 
 /// One name's record, behind the lock that orders this client's operations on it.
@@ -285,6 +285,14 @@ impl State {
                 reserved: false,
             });
         };
+        let Some(leave) = self.sessions.may_wait() else {
+            // As many statements wait inside the server as the client allows: this
+            // waiter asks again soon instead (or when this client releases the name).
+            return Ok(Acquire::Busy {
+                ttl: Some(ASK_AGAIN_WITHIN),
+                reserved: false,
+            });
+        };
         // The wait happens with the name's record free: this client's own releases of the
         // name must reach the server while it lasts.
         drop(record);
@@ -293,6 +301,7 @@ impl State {
         let waited = session
             .lock(key, shared, fencing, (wait, bound), &self.schema)
             .await;
+        drop(leave);
         let token = match waited {
             Ok(Taken::Granted(token)) => token,
             Ok(Taken::Busy) => {

@@ -432,6 +432,9 @@ pub(crate) struct Sessions {
     tls: MakeTls,
     carriers: Vec<Carrier>,
     idle: Mutex<Vec<Arc<Session>>>,
+    /// One permit per statement that may wait inside the server at once (as many as
+    /// carriers): each holds a connection, and a server's connections are few.
+    waiting: Arc<tokio::sync::Semaphore>,
 }
 
 /// One carrier session, opened again after it broke.
@@ -476,11 +479,13 @@ impl Sessions {
         if config.get_application_name().is_none() {
             config.application_name(SESSIONS_APPLICATION_NAME);
         }
+        let carriers = carriers.max(1);
         Self {
             config,
             tls,
-            carriers: (0..carriers.max(1)).map(|_| Carrier::default()).collect(),
+            carriers: (0..carriers).map(|_| Carrier::default()).collect(),
             idle: Mutex::new(Vec::new()),
+            waiting: Arc::new(tokio::sync::Semaphore::new(carriers)),
         }
     }
 
@@ -575,6 +580,12 @@ impl Sessions {
     /// Whether `session` is (or was) one that carries locks taken without waiting.
     fn is_carrier(&self, session: &Arc<Session>) -> bool {
         self.carriers.iter().any(|carrier| carrier.is(session))
+    }
+
+    /// Leave to wait inside the server, while it is held; `None` when as many statements
+    /// wait as the client allows.
+    pub(super) fn may_wait(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        Arc::clone(&self.waiting).try_acquire_owned().ok()
     }
 
     /// A session that holds nothing, for a waiter to wait on.
