@@ -7,15 +7,16 @@
 //! nothing else (a statement that waits holds up every statement behind it on its
 //! connection), which then keeps the lock it waited for.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use lock_core::Error;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, Config, Row};
+use tokio_postgres::{Client, Config, Row, Statement};
 
 use super::key;
 use crate::error::failed;
@@ -41,6 +42,10 @@ pub(super) struct Session {
     broken: AtomicBool,
     /// The task that drives the connection: stopping it closes the socket.
     connection: tokio::task::AbortHandle,
+    /// The statements prepared on this session, by their text.
+    statements: Mutex<HashMap<String, Statement>>,
+    /// The session's `lock_timeout`, in milliseconds (0: the server's default).
+    lock_timeout_ms: AtomicU64,
 }
 
 impl Drop for Session {
@@ -108,7 +113,12 @@ impl Session {
         params: &[(&(dyn ToSql + Sync), Type)],
         bound: Duration,
     ) -> Result<Vec<Row>, Unanswered> {
-        let sent = tokio::time::timeout(bound, self.client.query_typed(statement, params)).await;
+        let run = async {
+            let prepared = self.prepared(statement, params).await?;
+            let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(value, _)| *value).collect();
+            self.client.query(&prepared, &values).await
+        };
+        let sent = tokio::time::timeout(bound, run).await;
         match sent {
             Ok(Ok(rows)) => Ok(rows),
             Ok(Err(err)) => {
@@ -122,6 +132,32 @@ impl Session {
                 Err(Unanswered::Silent)
             }
         }
+    }
+
+    /// `text` as a statement prepared on this session, prepared on first use: a session is
+    /// the client's alone, so its named statements stay, and the server parses and plans
+    /// each kind of statement once instead of at every call.
+    async fn prepared(
+        &self,
+        text: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Statement, tokio_postgres::Error> {
+        let known = self
+            .statements
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(text)
+            .cloned();
+        if let Some(statement) = known {
+            return Ok(statement);
+        }
+        let types: Vec<Type> = params.iter().map(|(_, ty)| ty.clone()).collect();
+        let statement = self.client.prepare_typed(text, &types).await?;
+        self.statements
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(text.to_owned(), statement.clone());
+        Ok(statement)
     }
 
     /// Checks that `row`'s `pid` column came from this session's server process.
@@ -196,10 +232,16 @@ impl Session {
         } else {
             "pg_advisory_lock"
         };
-        let timeout = format!("{}ms", wait.as_millis().max(1));
-        let set = "SELECT pg_catalog.set_config('lock_timeout', $1, false)";
-        self.query(during, set, &[(&timeout, Type::TEXT)], bound, schema)
-            .await?;
+        let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
+        // The session keeps its setting: an unbounded waiter's slices (always the same)
+        // set it once.
+        if self.lock_timeout_ms.load(Ordering::Acquire) != millis {
+            let timeout = format!("{millis}ms");
+            let set = "SELECT pg_catalog.set_config('lock_timeout', $1, false)";
+            self.query(during, set, &[(&timeout, Type::TEXT)], bound, schema)
+                .await?;
+            self.lock_timeout_ms.store(millis, Ordering::Release);
+        }
         let statement = format!(
             "SELECT pg_catalog.pg_backend_pid() AS pid FROM (SELECT pg_catalog.{function}($1)) AS t"
         );
@@ -521,6 +563,8 @@ impl Sessions {
             pid,
             broken: AtomicBool::new(false),
             connection,
+            statements: Mutex::default(),
+            lock_timeout_ms: AtomicU64::new(0),
         }))
     }
 
