@@ -28,6 +28,7 @@ const POOL_SIZE: usize = 16;
 const OURS: &str = "lock (postgres)";
 const OURS_ADVISORY: &str = "lock (postgres advisory)";
 const ADVISORY: &str = "pg_advisory_lock";
+const ADVISORY_PREPARED: &str = "pg_advisory_lock (prepared)";
 const ROW: &str = "row floor (INSERT, DELETE)";
 
 async fn ours(server: &PostgresServer) -> Locks {
@@ -79,6 +80,8 @@ fn bare_pool(server: &PostgresServer, bare: Bare) -> Pool {
 enum Bare {
     /// `pg_advisory_lock` and `pg_advisory_unlock`, on the one connection.
     Advisory,
+    /// The same, as statements prepared once per connection (as sqlx's cache does).
+    AdvisoryPrepared,
     /// A row of `bench_rows` inserted and deleted.
     Row,
 }
@@ -95,16 +98,13 @@ impl Bare {
     async fn lock(self, pool: &Pool, key: i64) -> Option<BareHold> {
         let connection = pool.get().await.ok()?;
         let statement = match self {
-            Bare::Advisory => "SELECT pg_advisory_lock($1)",
+            Bare::Advisory | Bare::AdvisoryPrepared => "SELECT pg_advisory_lock($1)",
             Bare::Row => {
                 "INSERT INTO bench_rows (key, owner, expires_at)
                  VALUES ($1, 'bench', now() + interval '30 seconds') ON CONFLICT DO NOTHING"
             }
         };
-        connection
-            .query_typed(statement, &[(&key, Type::INT8)])
-            .await
-            .ok()?;
+        send(&connection, self, statement, key).await.ok()?;
         Some(BareHold {
             connection,
             key,
@@ -127,15 +127,31 @@ impl Bare {
     }
 }
 
+/// Sends `statement` with `key`: unnamed, or prepared once per connection for
+/// [`Bare::AdvisoryPrepared`].
+async fn send(
+    connection: &deadpool_postgres::Object,
+    bare: Bare,
+    statement: &str,
+    key: i64,
+) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+    if bare == Bare::AdvisoryPrepared {
+        let prepared = connection
+            .prepare_typed_cached(statement, &[Type::INT8])
+            .await?;
+        return connection.query(&prepared, &[&key]).await;
+    }
+    connection
+        .query_typed(statement, &[(&key, Type::INT8)])
+        .await
+}
+
 async fn bare_unlock(hold: BareHold) {
     let statement = match hold.bare {
-        Bare::Advisory => "SELECT pg_advisory_unlock($1)",
+        Bare::Advisory | Bare::AdvisoryPrepared => "SELECT pg_advisory_unlock($1)",
         Bare::Row => "DELETE FROM bench_rows WHERE key = $1 AND owner = 'bench'",
     };
-    let unlocked = hold
-        .connection
-        .query_typed(statement, &[(&hold.key, Type::INT8)])
-        .await;
+    let unlocked = send(&hold.connection, hold.bare, statement, hold.key).await;
     if let Err(err) = unlocked {
         eprintln!("lock-bench: {:?} unlock: {err}", hold.bare);
     }
@@ -286,6 +302,7 @@ pub(crate) async fn postgres(server: &PostgresServer, scale: Scale) -> Results {
     let writer_beside_advisory = writer(Beside::Bare(Bare::Advisory)).await;
     let writer_beside_row = writer(Beside::Bare(Bare::Row)).await;
     let advisory_rate = bare_pairs_per_second(server, Bare::Advisory, duration).await;
+    let prepared_rate = bare_pairs_per_second(server, Bare::AdvisoryPrepared, duration).await;
     let row_rate = bare_pairs_per_second(server, Bare::Row, duration).await;
     let mut clients = Vec::new();
     for _ in 0..8 {
@@ -329,6 +346,10 @@ pub(crate) async fn postgres(server: &PostgresServer, scale: Scale) -> Results {
     results.insert(OURS.into(), ours_figures);
     results.insert(OURS_ADVISORY.into(), ours_advisory_figures);
     results.insert(ADVISORY.into(), advisory_figures);
+    results.insert(
+        ADVISORY_PREPARED.into(),
+        figures(&[("pairs_per_s", prepared_rate)]),
+    );
     results.insert(ROW.into(), row_figures);
     results
 }
