@@ -82,8 +82,11 @@ struct State {
     subscriptions: Subscriptions,
     schema: SchemaName,
     response_timeout: Duration,
-    /// Rung when a lease is set, so that the task that ends leases looks again.
+    /// Rung when a lease is set that ends before the task that ends leases next looks,
+    /// so that it looks again.
     leases_changed: Arc<Notify>,
+    /// When the task that ends leases looks next (`None`: when told).
+    next_look: Mutex<Option<Instant>>,
 }
 
 impl AdvisoryBackend {
@@ -105,6 +108,7 @@ impl AdvisoryBackend {
             schema,
             response_timeout,
             leases_changed: Arc::clone(&leases_changed),
+            next_look: Mutex::new(None),
         });
         tokio::spawn(end_leases(Arc::downgrade(&state), leases_changed));
         Self { state }
@@ -150,7 +154,12 @@ async fn end_leases(state: Weak<State>, changed: Arc<Notify>) {
         let notified = changed.notified();
         let next = {
             let Some(state) = state.upgrade() else { return };
-            state.end_leases().await
+            let next = state.end_leases().await;
+            *state
+                .next_look
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = next;
+            next
         };
         let until = next.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         tokio::select! {
@@ -258,7 +267,7 @@ impl State {
                         }
                     }
                 }
-                return Ok(self.acquired(lock, record.as_ref(), fresh));
+                return Ok(self.acquired(lock, record.as_ref(), (fresh, until)));
             }
             Decision::Server { shared, on } => {
                 let session = match on {
@@ -336,7 +345,7 @@ impl State {
                     self.give_back(&lock.name, record.as_ref(), vec![extra])
                         .await;
                 }
-                Ok(self.acquired(lock, record.as_ref(), fresh))
+                Ok(self.acquired(lock, record.as_ref(), (fresh, until)))
             }
             Err(unlock) => {
                 tracing::error!(
@@ -355,9 +364,28 @@ impl State {
         }
     }
 
-    /// The reply to a grant now in the record.
-    fn acquired(&self, lock: &LockRef, record: Option<&Held>, fresh: bool) -> Acquire {
-        self.leases_changed.notify_one();
+    /// A lease ending at `until` was set: the task that ends leases looks again if it
+    /// would look later (most leases end after the earliest one it waits for, and cost
+    /// it nothing).
+    fn lease_set(&self, until: Instant) {
+        let mut next = self
+            .next_look
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if next.is_none_or(|next| until < next) {
+            *next = Some(until);
+            self.leases_changed.notify_one();
+        }
+    }
+
+    /// The reply to a grant now in the record, whose lease ends at `until`.
+    fn acquired(
+        &self,
+        lock: &LockRef,
+        record: Option<&Held>,
+        (fresh, until): (bool, Instant),
+    ) -> Acquire {
+        self.lease_set(until);
         let hold = record.and_then(|held| held.hold(lock));
         Acquire::Acquired {
             holds: hold.map_or(1, held::Hold::count),
@@ -423,7 +451,6 @@ impl State {
                 origin: Some(origin),
             }));
         }
-        self.leases_changed.notify_one();
         renewed
     }
 
