@@ -2,10 +2,11 @@
 //! (`pg_advisory_lock`, `pg_advisory_lock_shared` for readers), the model of
 //! madelson/DistributedLock, with lock-core's guards, watchdog and reentrancy around them.
 //!
-//! - **Where they live**: on dedicated connections ([`session`]) that nothing resets or
-//!   shares; one carries every lock taken without waiting, and a waiter waits inside the
-//!   server on a session of its own, which then keeps the lock it waited for.
-//! - **Between this client's owners** the client decides ([`held`]): a server session
+//! - **Where they live**: on dedicated connections (`session.rs`) that nothing resets or
+//!   shares; at most the pool size of them carry the locks taken without waiting (a name
+//!   always on the same one), and a waiter waits inside the server on a session of its
+//!   own, which then keeps the lock it waited for.
+//! - **Between this client's owners** the client decides (`held.rs`): a server session
 //!   gets its own lock again at once, so it cannot tell two owners of one client apart.
 //! - **Waiting**: inside the server (`pg_advisory_lock` under a `lock_timeout` of the
 //!   caller's time left): the server grants the lock to the waiter the moment it comes

@@ -2,10 +2,11 @@
 //!
 //! A session-level advisory lock belongs to the server session that took it, so these
 //! connections are never pooled by anything that could reset them or hand them to
-//! someone else. One session carries every lock the client takes without waiting; a
-//! waiter that must wait inside the server does so on a session of its own that holds
-//! nothing else (a statement that waits holds up every statement behind it on its
-//! connection), which then keeps the lock it waited for.
+//! someone else. A few carrier sessions hold the locks the client takes without waiting
+//! (a name always on the same one); a waiter that must wait inside the server does so on
+//! a session of its own that holds nothing else (a statement that waits holds up every
+//! statement behind it on its connection), which then keeps the lock it waited for.
+//! Each session prepares its statements once: it is the client's alone.
 
 use std::collections::HashMap;
 use std::fmt;
