@@ -144,7 +144,7 @@ fn missing_privilege(db: &DbError, schema: &SchemaName) -> Error {
 /// `pg_terminate_backend`, a shutdown, a lost connection): the statement's outcome is then
 /// as unknown as after a dropped connection, and sending it again on another connection
 /// is what the request ids make safe.
-fn ends_the_session(db: &DbError) -> bool {
+pub(crate) fn ends_the_session(db: &DbError) -> bool {
     let code = db.code().code();
     matches!(
         db.parsed_severity(),

@@ -20,7 +20,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Config, Row, Statement};
 
 use super::key;
-use crate::error::failed;
+use crate::error::{ends_the_session, failed};
 use crate::notify::connect_within;
 use crate::schema::SchemaName;
 use crate::timeouts::silent;
@@ -123,7 +123,9 @@ impl Session {
         match sent {
             Ok(Ok(rows)) => Ok(rows),
             Ok(Err(err)) => {
-                if err.as_db_error().is_none() || err.is_closed() {
+                // A broken connection, or the server ending the session (a terminated
+                // backend says so before the connection closes): its locks are gone now.
+                if err.as_db_error().is_none_or(ends_the_session) || err.is_closed() {
                     self.break_off();
                 }
                 Err(Unanswered::Failed(err))
