@@ -31,6 +31,7 @@
 mod held;
 pub(crate) mod key;
 mod session;
+mod sessions;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -50,8 +51,8 @@ use tokio::time::Instant;
 use crate::backend::check_fits;
 use crate::schema::SchemaName;
 use held::{Decision, Held, Unlock};
-pub(crate) use session::Sessions;
 use session::{Session, Taken};
+pub(crate) use sessions::Sessions;
 
 /// How long a waiter that may not wait inside the server (a composite lock's part, or
 /// one beyond the client's waiting statements) waits before it asks again, at most.

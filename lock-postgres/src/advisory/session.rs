@@ -17,20 +17,12 @@ use std::time::Duration;
 use lock_core::Error;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, Config, Row, Statement};
+use tokio_postgres::{Client, Row, Statement};
 
 use super::key;
 use crate::error::{ends_the_session, failed};
-use crate::notify::connect_within;
 use crate::schema::SchemaName;
 use crate::timeouts::silent;
-use crate::tls::MakeTls;
-
-/// The application name of advisory sessions, unless the URL sets one.
-pub(crate) const SESSIONS_APPLICATION_NAME: &str = "distlock-advisory";
-
-/// How many sessions that hold nothing a client keeps open for its next waiters.
-const IDLE_KEPT: usize = 4;
 
 /// One dedicated server session.
 pub(super) struct Session {
@@ -74,6 +66,19 @@ pub(super) enum Taken {
 }
 
 impl Session {
+    /// A session on `client`, whose server process is `pid` and whose connection is
+    /// driven by the task `connection`.
+    pub(super) fn new(client: Client, pid: i32, connection: tokio::task::AbortHandle) -> Arc<Self> {
+        Arc::new(Self {
+            client,
+            pid,
+            broken: AtomicBool::new(false),
+            connection,
+            statements: Mutex::default(),
+            lock_timeout_ms: AtomicU64::new(0),
+        })
+    }
+
     /// The server process of the session.
     pub(super) fn pid(&self) -> i32 {
         self.pid
@@ -87,7 +92,7 @@ impl Session {
     /// Gives the session up: its locks are to be counted lost. Its connection closes at
     /// once, so the server ends the session and frees its locks as soon as it reads the
     /// close (a paused server, when it runs again), whoever still refers to it.
-    fn break_off(&self) {
+    pub(super) fn break_off(&self) {
         self.broken.store(true, Ordering::Release);
         self.connection.abort();
     }
@@ -338,6 +343,24 @@ impl Session {
         Ok(())
     }
 
+    /// Runs `statement`, made around [`HOLDERS`], for `key`'s lock, `shared` or not.
+    async fn about_holders(
+        &self,
+        during: &'static str,
+        statement: &str,
+        (key, shared): (i64, bool),
+        bound: Duration,
+        schema: &SchemaName,
+    ) -> Result<Vec<Row>, Error> {
+        let (high, low) = key::halves(key);
+        let params: [(&(dyn ToSql + Sync), Type); 3] = [
+            (&high, Type::INT8),
+            (&low, Type::INT8),
+            (&shared, Type::BOOL),
+        ];
+        self.query(during, statement, &params, bound, schema).await
+    }
+
     /// Whether any server session holds `key`'s lock, `shared` or exclusive (read from
     /// `pg_locks`).
     pub(super) async fn held_elsewhere(
@@ -349,14 +372,8 @@ impl Session {
     ) -> Result<bool, Error> {
         let during = "reading the advisory locks";
         let statement = format!("SELECT EXISTS ({HOLDERS}) AS held");
-        let (high, low) = key::halves(key);
-        let params: [(&(dyn ToSql + Sync), Type); 3] = [
-            (&high, Type::INT8),
-            (&low, Type::INT8),
-            (&shared, Type::BOOL),
-        ];
         let rows = self
-            .query(during, &statement, &params, bound, schema)
+            .about_holders(during, &statement, (key, shared), bound, schema)
             .await?;
         column(first(&rows, during)?, "held", during)
     }
@@ -376,14 +393,8 @@ impl Session {
             "SELECT count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(h.pid)) AS ended \
              FROM ({HOLDERS}) AS h"
         );
-        let (high, low) = key::halves(key);
-        let params: [(&(dyn ToSql + Sync), Type); 3] = [
-            (&high, Type::INT8),
-            (&low, Type::INT8),
-            (&shared, Type::BOOL),
-        ];
         let rows = self
-            .query(during, &statement, &params, bound, schema)
+            .about_holders(during, &statement, (key, shared), bound, schema)
             .await?;
         let ended: i64 = column(first(&rows, during)?, "ended", during)?;
         if ended == 0 {
@@ -467,199 +478,4 @@ pub(super) fn pooled_error() -> Error {
          session-mode pool",
         None,
     )
-}
-
-/// The client's sessions: the carriers of the locks taken without waiting (a name's
-/// always on the same one, by its key), opened when first needed, and the idle sessions
-/// kept for waiters.
-pub(crate) struct Sessions {
-    config: Config,
-    tls: MakeTls,
-    carriers: Vec<Carrier>,
-    idle: Mutex<Vec<Arc<Session>>>,
-    /// One permit per statement that may wait inside the server at once (as many as
-    /// carriers): each holds a connection, and a server's connections are few.
-    waiting: Arc<tokio::sync::Semaphore>,
-}
-
-/// One carrier session, opened again after it broke.
-#[derive(Default)]
-struct Carrier {
-    session: Mutex<Option<Arc<Session>>>,
-    /// Held while the session is opened, so that it is opened once.
-    opening: tokio::sync::Mutex<()>,
-}
-
-impl Carrier {
-    fn current(&self) -> Option<Arc<Session>> {
-        self.session
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-            .filter(|session| !session.is_broken())
-            .map(Arc::clone)
-    }
-
-    fn is(&self, session: &Arc<Session>) -> bool {
-        self.session
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-            .is_some_and(|carried| Arc::ptr_eq(carried, session))
-    }
-}
-
-impl fmt::Debug for Sessions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Sessions")
-            .field("idle", &self.idle.lock().map_or(0, |idle| idle.len()))
-            .finish_non_exhaustive()
-    }
-}
-
-impl Sessions {
-    /// Sessions of `config`'s server, with at most `carriers` (at least one) carrying
-    /// the locks taken without waiting.
-    pub(crate) fn new(mut config: Config, tls: MakeTls, carriers: usize) -> Self {
-        if config.get_application_name().is_none() {
-            config.application_name(SESSIONS_APPLICATION_NAME);
-        }
-        let carriers = carriers.max(1);
-        Self {
-            config,
-            tls,
-            carriers: (0..carriers).map(|_| Carrier::default()).collect(),
-            idle: Mutex::new(Vec::new()),
-            waiting: Arc::new(tokio::sync::Semaphore::new(carriers)),
-        }
-    }
-
-    /// Opens a session.
-    pub(super) async fn open(&self) -> Result<Arc<Session>, Error> {
-        let during = "opening an advisory session";
-        let (client, connection) = connect_within(&self.config, &self.tls)
-            .await
-            .map_err(|failure| failure.into_error(during))?;
-        let connection = async move {
-            if let Err(err) = connection.await {
-                tracing::debug!(
-                    target: lock_core::TRACING_TARGET,
-                    error = %err,
-                    "an advisory session's connection ended"
-                );
-            }
-        };
-        let connection = tokio::spawn(connection).abort_handle();
-        let bound = self
-            .config
-            .get_connect_timeout()
-            .copied()
-            .unwrap_or(crate::DEFAULT_CONNECT_TIMEOUT);
-        let pid = tokio::time::timeout(bound, client.query_one("SELECT pg_backend_pid()", &[]))
-            .await
-            .map_err(|_| Error::connection(during, silent("connect timeout", bound)))?
-            .map_err(|err| Error::connection(during, err))?
-            .try_get::<_, i32>(0)
-            .map_err(|err| Error::protocol(format!("{during}: {err}")))?;
-        Ok(Arc::new(Session {
-            client,
-            pid,
-            broken: AtomicBool::new(false),
-            connection,
-            statements: Mutex::default(),
-            lock_timeout_ms: AtomicU64::new(0),
-        }))
-    }
-
-    /// Creates or migrates the lock tables (the fencing counter lives there), or checks
-    /// them, on a connection of its own, and checks that a session is one server process
-    /// from statement to statement: two connections that find themselves in one server
-    /// process are a transaction-mode pooler's, where a session lock would be taken by
-    /// whichever client's statement ran there.
-    pub(crate) async fn prepare(&self, schema: &SchemaName) -> Result<(), Error> {
-        let during = "migrating the lock tables";
-        let (mut client, connection) = connect_within(&self.config, &self.tls)
-            .await
-            .map_err(|failure| failure.into_error(during))?;
-        let driven = tokio::spawn(connection);
-        let migrated = crate::schema::migrate(&mut client, schema).await;
-        drop(client);
-        if let Ok(Err(err)) = driven.await {
-            tracing::debug!(
-                target: lock_core::TRACING_TARGET,
-                error = %err,
-                "the migration's connection ended with an error"
-            );
-        }
-        migrated?;
-        let carrier = self.carrier(0).await?;
-        let other = self.for_a_waiter().await?;
-        let (carrier_pid, other_pid) = (carrier.pid(), other.pid());
-        self.give_back(other);
-        if carrier_pid == other_pid {
-            carrier.break_off();
-            return Err(pooled_error());
-        }
-        Ok(())
-    }
-
-    /// The session that carries `key`'s locks taken without waiting, opened when first
-    /// needed and again after it broke.
-    pub(super) async fn carrier(&self, key: i64) -> Result<Arc<Session>, Error> {
-        let slots = u64::try_from(self.carriers.len()).unwrap_or(1);
-        let at = usize::try_from(u64::from_ne_bytes(key.to_ne_bytes()) % slots).unwrap_or(0);
-        let carrier = &self.carriers[at];
-        if let Some(session) = carrier.current() {
-            return Ok(session);
-        }
-        let _opening = carrier.opening.lock().await;
-        if let Some(session) = carrier.current() {
-            return Ok(session);
-        }
-        let session = self.open().await?;
-        *carrier
-            .session
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&session));
-        Ok(session)
-    }
-
-    /// Whether `session` is (or was) one that carries locks taken without waiting.
-    fn is_carrier(&self, session: &Arc<Session>) -> bool {
-        self.carriers.iter().any(|carrier| carrier.is(session))
-    }
-
-    /// Leave to wait inside the server, while it is held; `None` when as many statements
-    /// wait as the client allows.
-    pub(super) fn may_wait(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        Arc::clone(&self.waiting).try_acquire_owned().ok()
-    }
-
-    /// A session that holds nothing, for a waiter to wait on.
-    pub(super) async fn for_a_waiter(&self) -> Result<Arc<Session>, Error> {
-        loop {
-            let kept = self
-                .idle
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .pop();
-            match kept {
-                Some(session) if session.is_broken() => {}
-                Some(session) => return Ok(session),
-                None => return self.open().await,
-            }
-        }
-    }
-
-    /// Takes back a session that holds nothing any more (a waiter's, once its lock
-    /// ended, or one whose wait ran out).
-    pub(super) fn give_back(&self, session: Arc<Session>) {
-        if session.is_broken() || self.is_carrier(&session) {
-            return;
-        }
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        if idle.len() < IDLE_KEPT {
-            idle.push(session);
-        }
-    }
 }
