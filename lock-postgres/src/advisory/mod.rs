@@ -402,10 +402,15 @@ impl State {
             let mut record = slot.lock().await;
             self.settle(&lock.name, &mut record).await;
             let until = Instant::now() + request.lease;
+            let session = record.as_ref().map(|held| Arc::clone(held.session()));
             let (left, unlocks) = Held::end(&mut record, &lock, request.grant, until);
             self.give_back(&lock.name, record.as_ref(), unlocks).await;
+            // A session found dead while giving the lock back had lost it already (the
+            // server ended it, and its holds with it): the hold was not this release's.
+            let lost = session.is_some_and(|session| session.is_broken());
             match left {
                 None => Release::NotHeld,
+                Some(_) if lost => Release::NotHeld,
                 Some(0) => Release::Released,
                 Some(holds) => Release::StillHeld { holds },
             }
