@@ -230,6 +230,9 @@ impl Backend for PostgresBackend {
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
         check_fits(lock)?;
         let place_kept_for = request.wait.map(|wait| millis(wait.place_kept_for));
+        let attempt = request
+            .wait
+            .map_or(0, |wait| i32::try_from(wait.attempt).unwrap_or(i32::MAX));
         let reply: Vec<i64> = self
             .call(
                 "acquiring",
@@ -248,6 +251,7 @@ impl Backend for PostgresBackend {
                     // A part of a composite lock is not handed over: each part could go
                     // to another client, and none win them all.
                     arg("p_handover", &request.waits_to_be_woken_alone(), "boolean"),
+                    arg("p_attempt", &attempt, "integer"),
                 ],
             )
             .await?;

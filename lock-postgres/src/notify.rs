@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::notify::{Listener, PubSub, ReaderTask, Subscriptions, Wake};
+use lock_core::notify::{Handed, Listener, PubSub, ReaderTask, Subscriptions, Wake};
 use lock_core::{Error, Pauses};
 use tokio::sync::watch;
 use tokio_postgres::{AsyncMessage, Client, Config};
@@ -24,8 +24,9 @@ use crate::tls::{MakeTls, TlsStream, Trust, another};
 /// The application name of the notification connection, as `pg_stat_activity` shows it.
 pub const APPLICATION_NAME: &str = "distlock-notifications";
 
-/// The payload of a notification that one waiter can use (a mutex released); any other
-/// payload wakes every waiter of the channel.
+/// The payload of a notification that one waiter can use (a mutex released); a
+/// hand-over (`handed:...`, see `hand_over` in the functions) tells the one waiter it
+/// names, and any other payload wakes every waiter of the channel.
 pub const WAKE_ONE: &str = "one";
 
 /// The first pause before connecting again, and the longest.
@@ -224,12 +225,7 @@ impl Kept {
             };
             match message {
                 Some(Ok(AsyncMessage::Notification(notification))) => {
-                    let wake = if notification.payload() == WAKE_ONE {
-                        Wake::One
-                    } else {
-                        Wake::All
-                    };
-                    self.subscriptions.deliver(notification.channel(), wake);
+                    self.notified(notification.channel(), notification.payload());
                 }
                 Some(Ok(_)) => {}
                 Some(Err(err)) => {
@@ -242,6 +238,24 @@ impl Kept {
                 }
                 None => return true,
             }
+        }
+    }
+
+    /// Delivers one notification: a hand-over to the waiter it names (the one waiter of
+    /// its channel that can use it is woken, and holds from now on), `one` to one
+    /// waiter, anything else to every waiter of the channel.
+    fn notified(&self, channel: &str, payload: &str) {
+        let handed = payload
+            .strip_prefix(Handed::PREFIX)
+            .and_then(Handed::from_message);
+        match handed {
+            Some((handed, "")) => self
+                .subscriptions
+                .deliver_handed(channel, handed, Wake::One),
+            _ if payload == WAKE_ONE || payload.starts_with(Handed::PREFIX) => {
+                self.subscriptions.deliver(channel, Wake::One);
+            }
+            _ => self.subscriptions.deliver(channel, Wake::All),
         }
     }
 

@@ -92,10 +92,16 @@ async fn a_release_hands_the_mutex_to_the_first_waiter_in_the_queue() {
         .expect("the first waiter takes it up")
         .unwrap()
         .unwrap();
-    assert_eq!(
-        holder(&probe, name).await.map(|(_, handed)| handed),
-        Some(false)
-    );
+    // The waiter holds from the hand-over's message on and takes the hold up in the
+    // background: the hold stops being `handed` soon after.
+    let taken_up = async {
+        while holder(&probe, name).await.is_none_or(|(_, handed)| handed) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    timeout(Duration::from_secs(5), taken_up)
+        .await
+        .expect("the first waiter takes the handed hold up");
     assert!(!c_waits.is_finished(), "the second waiter got it too");
     b_guard.unlock().await.unwrap();
     let (owner, _) = holder(&probe, name).await.expect("handed over again");

@@ -348,7 +348,7 @@ async fn a_lock_operation_commits_durably_in_a_session_that_does_not() {
         transaction
             .execute(
                 "SELECT distlock.acquire('durable', 'owner', 'mutex', 30000, false,
-                        gen_random_uuid(), 1000, false, 0, '', false)",
+                        gen_random_uuid(), 1000, false, 0, '', false, 0)",
                 &[],
             )
             .await

@@ -266,7 +266,10 @@ impl NotificationSink {
             let Ok(text) = std::str::from_utf8(payload) else {
                 return;
             };
-            match text.strip_prefix(HANDED_PREFIX).and_then(handed) {
+            match text
+                .strip_prefix(Handed::PREFIX)
+                .and_then(Handed::from_message)
+            {
                 Some((handed, lock_channel)) => self.handed(lock_channel, handed),
                 None => self.registry.deliver(text, woken_alone(text)),
             }
@@ -274,8 +277,11 @@ impl NotificationSink {
         }
         // A fair lock's release that hands the lock over tells the one waiter listening on
         // the channel (its owner's own) 'handed:<request id>:<token>:<attempt>'.
-        if let Some(told) = payload.strip_prefix(HANDED_PREFIX.as_bytes()) {
-            match std::str::from_utf8(told).ok().and_then(handed) {
+        if let Some(told) = payload.strip_prefix(Handed::PREFIX.as_bytes()) {
+            match std::str::from_utf8(told)
+                .ok()
+                .and_then(Handed::from_message)
+            {
                 Some((handed, "")) => self.handed(channel, handed),
                 _ => self.registry.deliver(channel, Wake::One),
             }
@@ -291,7 +297,9 @@ impl NotificationSink {
             };
             if let Some(told) = rest.strip_prefix(b":") {
                 // Handed over: '<wake id>:<request id>:<token>:<attempt>'.
-                let parsed = std::str::from_utf8(told).ok().and_then(handed);
+                let parsed = std::str::from_utf8(told)
+                    .ok()
+                    .and_then(Handed::from_message);
                 if let Some((handed, "")) = parsed {
                     self.handed(channel, handed);
                 }
@@ -341,52 +349,5 @@ fn woken_alone(lock_channel: &str) -> Wake {
         Wake::All
     } else {
         Wake::One
-    }
-}
-
-/// What comes before a hand-over told on a client's own channel or a fair-lock waiter's
-/// channel (see the prelude's `wake_mutex_waiters` and `hand_fair_lock`).
-const HANDED_PREFIX: &str = "handed:";
-
-/// A hand-over as the scripts tell it, `<request id>:<token>:<attempt>`, and what
-/// follows it after a `:` (the lock's channel on a client's own channel; nothing on the
-/// lock's channel). A token of 0 is none (the acquisition asked for none).
-fn handed(text: &str) -> Option<(Handed, &str)> {
-    let (request, rest) = text.split_once(':')?;
-    let (token, rest) = rest.split_once(':')?;
-    let (attempt, after) = rest.split_once(':').unwrap_or((rest, ""));
-    let request = lock_core::RequestId::from_hex(request)?;
-    let token: u64 = token.parse().ok()?;
-    let attempt: u32 = attempt.parse().ok()?;
-    Some((
-        Handed::new(request, attempt, (token != 0).then_some(token)),
-        after,
-    ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_hand_over_is_read_as_the_scripts_tell_it() {
-        let id = "0123456789abcdef0123456789abcdef";
-        let request = lock_core::RequestId::from_hex(id).expect("hex");
-        let on_own_channel = format!("{id}:17:3:redisson_lock__channel:{{a:b}}");
-        assert_eq!(
-            handed(&on_own_channel),
-            Some((
-                Handed::new(request, 3, Some(17)),
-                "redisson_lock__channel:{a:b}"
-            ))
-        );
-        let on_lock_channel = format!("{id}:0:12");
-        assert_eq!(
-            handed(&on_lock_channel),
-            Some((Handed::new(request, 12, None), ""))
-        );
-        for malformed in ["", "xyz:1:2", &format!("{id}:one:2"), &format!("{id}:1")] {
-            assert_eq!(handed(malformed), None, "{malformed:?}");
-        }
     }
 }

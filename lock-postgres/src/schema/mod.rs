@@ -56,8 +56,9 @@ const STEPS: [&str; 1] = [
     // over and not yet taken up (`handed`), and since when it is held.
     // `tokens`: the fencing counter of each name.
     // `waiters`: the queue of a mutex or a fair lock, each waiter with its wake-up
-    // channel, how long its place lasts, and what a hold handed over to it is made of
-    // (its acquisition's id, lease and fencing).
+    // channel, how long its place lasts, what a hold handed over to it is made of
+    // (its acquisition's id, lease and fencing), and the attempt that last kept its
+    // place (a hand-over's message names it).
     // `answers`: the replies kept for requests sent again.
     // `listening`: until when someone waits on a name's channel (a release notifies only
     // then).
@@ -93,6 +94,7 @@ const STEPS: [&str; 1] = [
         request uuid,
         lease_ms bigint,
         fencing boolean,
+        attempt integer,
         PRIMARY KEY (name, owner)
     );
     CREATE INDEX waiters_in_order ON {schema}.waiters (name, arrived);
@@ -139,7 +141,7 @@ const STEPS: [&str; 1] = [
 /// parameters and answers therefore never change: a new signature is a new function,
 /// and the old one stays for the clients of the previous minor release (see the module
 /// documentation).
-pub const FUNCTIONS_REVISION: i32 = 2;
+pub const FUNCTIONS_REVISION: i32 = 3;
 
 /// The functions a client calls, each with a pinned `search_path` and its owner's
 /// rights; a service's role gets EXECUTE on these alone (see [`grants_sql`]).
@@ -177,7 +179,7 @@ const FUNCTIONS: &str = concat!(
 );
 
 /// What the tables must look like after migrating: table, column, type.
-const EXPECTED: [(&str, &str, &str); 40] = [
+const EXPECTED: [(&str, &str, &str); 41] = [
     ("listening", "name", "text"),
     ("listening", "until", "timestamp with time zone"),
     ("epoch", "one", "boolean"),
@@ -206,6 +208,7 @@ const EXPECTED: [(&str, &str, &str); 40] = [
     ("waiters", "request", "uuid"),
     ("waiters", "lease_ms", "bigint"),
     ("waiters", "fencing", "boolean"),
+    ("waiters", "attempt", "integer"),
     ("answers", "request", "uuid"),
     ("answers", "name", "text"),
     ("answers", "reply", "ARRAY"),

@@ -31,6 +31,10 @@ pub struct Handed {
 }
 
 impl Handed {
+    /// What comes before a hand-over in a message that may carry other news on the same
+    /// channel.
+    pub const PREFIX: &'static str = "handed:";
+
     /// A hand-over to `acquisition`, made after its attempt `after_attempt`.
     #[must_use]
     pub fn new(acquisition: RequestId, after_attempt: u32, token: Option<u64>) -> Self {
@@ -39,6 +43,24 @@ impl Handed {
             after_attempt,
             token,
         }
+    }
+
+    /// A hand-over as stores tell it in a message, `<request id>:<token>:<attempt>`
+    /// (the id as 32 hex digits, a token of 0 for none: no acquisition that asked for a
+    /// token gets 0), and what follows it after a `:` (empty when nothing does). `None`
+    /// for anything else. Every store that hands over writes this one form.
+    #[must_use]
+    pub fn from_message(text: &str) -> Option<(Self, &str)> {
+        let (request, rest) = text.split_once(':')?;
+        let (token, rest) = rest.split_once(':')?;
+        let (attempt, after) = rest.split_once(':').unwrap_or((rest, ""));
+        let request = RequestId::from_hex(request)?;
+        let token: u64 = token.parse().ok()?;
+        let attempt: u32 = attempt.parse().ok()?;
+        Some((
+            Self::new(request, attempt, (token != 0).then_some(token)),
+            after,
+        ))
     }
 }
 
@@ -177,6 +199,30 @@ impl Drop for Listener {
                 .shared
                 .commands
                 .send(Command::Unsubscribe(Arc::clone(&self.entry.channel)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hand_over_is_read_as_stores_tell_it() {
+        let id = "0123456789abcdef0123456789abcdef";
+        let request = RequestId::from_hex(id).expect("hex");
+        let followed = format!("{id}:17:3:the-lock-channel");
+        assert_eq!(
+            Handed::from_message(&followed),
+            Some((Handed::new(request, 3, Some(17)), "the-lock-channel"))
+        );
+        let alone = format!("{id}:0:12");
+        assert_eq!(
+            Handed::from_message(&alone),
+            Some((Handed::new(request, 12, None), ""))
+        );
+        for malformed in ["", "xyz:1:2", &format!("{id}:one:2"), &format!("{id}:1")] {
+            assert_eq!(Handed::from_message(malformed), None, "{malformed:?}");
         }
     }
 }

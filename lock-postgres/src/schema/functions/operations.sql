@@ -2,11 +2,12 @@
 -- (reentrant) as grant `p_request`; see the replies above. With `p_handover` the caller
 -- asks under `p_request` for its whole acquisition, and a waiting mutex or fair lock is
 -- handed over to it on release (see hand_over); its next attempt takes the handed hold
--- up.
+-- up. `p_attempt` numbers the acquisition's attempts (0 when it does not wait): the
+-- hand-over's message names the one the hand-over followed.
 CREATE OR REPLACE FUNCTION {schema}.acquire(
     p_name text, p_owner text, p_kind text, p_lease_ms bigint, p_fencing boolean,
     p_request uuid, p_window_ms bigint, p_waits boolean, p_place_ms bigint, p_channel text,
-    p_handover boolean
+    p_handover boolean, p_attempt integer
 ) RETURNS bigint[] LANGUAGE plpgsql
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -61,7 +62,8 @@ BEGIN
     END IF;
     IF v_stored = 'mutex' THEN
         RETURN {schema}.acquire_fair(p_name, p_owner, p_lease_ms, p_fencing, p_request,
-                                     p_waits, p_place_ms, p_channel, p_handover, v_now);
+                                     p_waits, p_place_ms, p_channel, p_handover, p_attempt,
+                                     v_now);
     END IF;
     -- Readers share with readers; any other hold excludes everyone else.
     v_others := EXISTS (SELECT 1 FROM {schema}.holds

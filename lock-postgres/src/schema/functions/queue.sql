@@ -35,13 +35,17 @@ BEGIN
     RETURN v_head;
 END $$;
 
--- Hands a free `p_name` over to its first waiter that still keeps its place, and wakes
+-- Hands a free `p_name` over to its first waiter that still keeps its place, and tells
 -- it: the hold is the waiter's acquisition's (its request id, its lease asked, fencing
 -- as it asked), marked `handed` and lasting only the waiter's place (or its lease, if
 -- shorter), until the waiter's next attempt, under the same id, finds it and takes it up
--- with its full lease. A waiter that has gone (gave up, crashed, paused) loses it when
--- that lapses, or at once when it cancels. A waiter of a client that asks under a new id
--- every attempt (`request` NULL), or one during the failover quarantine, is only woken.
+-- with its full lease. The message, 'handed:<request id>:<token>:<attempt>' (the attempt
+-- whose place the hold lasts, a token of 0 for none), lets the waiter hold from its
+-- arrival, as the commit that sends it made the hold durable, and take the hold up in
+-- the background. A waiter that has gone (gave up, crashed, paused) loses it when that
+-- lapses, or at once when it cancels. A waiter of a client that asks under a new id
+-- every attempt (`request` NULL), or one during the failover quarantine, is only woken
+-- ('one').
 CREATE OR REPLACE FUNCTION {schema}.hand_over(p_name text, p_now timestamptz)
 RETURNS void LANGUAGE plpgsql
     AS $$
@@ -67,6 +71,10 @@ BEGIN
         VALUES (p_name, v_head.owner, 'mutex', 1,
                 least(v_head.alive_until, p_now + v_head.lease_ms * interval '1 millisecond'),
                 v_head.request, ARRAY[v_head.request], v_token, true);
+        PERFORM {schema}.notify(v_head.channel, 'handed:'
+            || replace(v_head.request::text, '-', '') || ':' || v_token || ':'
+            || coalesce(v_head.attempt, 0));
+        RETURN;
     END IF;
     PERFORM {schema}.notify(v_head.channel, 'one');
 END $$;
@@ -78,7 +86,8 @@ END $$;
 -- (`p_handover`) is handed the lock on release (see hand_over).
 CREATE OR REPLACE FUNCTION {schema}.acquire_fair(
     p_name text, p_owner text, p_lease_ms bigint, p_fencing boolean, p_request uuid,
-    p_waits boolean, p_place_ms bigint, p_channel text, p_handover boolean, p_now timestamptz
+    p_waits boolean, p_place_ms bigint, p_channel text, p_handover boolean, p_attempt integer,
+    p_now timestamptz
 ) RETURNS bigint[] LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -100,13 +109,13 @@ BEGIN
     v_queued := EXISTS (SELECT 1 FROM {schema}.waiters WHERE name = p_name AND owner = p_owner);
     IF v_queued OR p_waits THEN
         INSERT INTO {schema}.waiters AS w
-               (name, owner, channel, alive_until, request, lease_ms, fencing)
+               (name, owner, channel, alive_until, request, lease_ms, fencing, attempt)
         VALUES (p_name, p_owner, p_channel, p_now + p_place_ms * interval '1 millisecond',
-                CASE WHEN p_handover THEN p_request END, p_lease_ms, p_fencing)
+                CASE WHEN p_handover THEN p_request END, p_lease_ms, p_fencing, p_attempt)
         ON CONFLICT (name, owner) DO UPDATE
            SET alive_until = excluded.alive_until, channel = excluded.channel,
                request = excluded.request, lease_ms = excluded.lease_ms,
-               fencing = excluded.fencing;
+               fencing = excluded.fencing, attempt = excluded.attempt;
         IF v_head.owner IS NULL THEN
             SELECT * INTO v_head FROM {schema}.waiters WHERE name = p_name
              ORDER BY arrived LIMIT 1;
