@@ -181,14 +181,15 @@ END $$;
 -- grants nothing (third review, R1 and R2), and a release of it ends nothing. Kept for a
 -- minute: twice the longest retry window a client may set (lock-core's `Config`).
 CREATE OR REPLACE FUNCTION distlock.end_acquisitions(p_name text, p_ids uuid[], p_now timestamptz)
-RETURNS void LANGUAGE sql
+RETURNS void LANGUAGE plpgsql
     AS $$
+BEGIN
     INSERT INTO distlock.answers (request, name, reply, expires_at)
     SELECT id, p_name, ARRAY[0, 0]::bigint[], p_now + interval '60 seconds'
       FROM unnest(p_ids) AS id
      WHERE id IS NOT NULL
-    ON CONFLICT (request) DO NOTHING
-$$;
+    ON CONFLICT (request) DO NOTHING;
+END $$;
 
 -- Serializes on `p_name`, drops what expired, and returns the remembered reply of
 -- `p_request` (NULL when it has none).
@@ -253,12 +254,17 @@ END $$;
 
 -- The busy reply: how long the name's holds last at most (NULL when it has none).
 CREATE OR REPLACE FUNCTION distlock.busy(p_name text, p_now timestamptz)
-RETURNS bigint[] LANGUAGE sql
+RETURNS bigint[] LANGUAGE plpgsql
     AS $$
-    SELECT ARRAY[0, greatest(1, ceil(extract(epoch FROM max(expires_at) - p_now) * 1000))::bigint, 0]
-      FROM distlock.holds WHERE name = p_name
-    HAVING count(*) > 0
-$$;
+DECLARE
+    v_until timestamptz;
+BEGIN
+    SELECT max(expires_at) INTO v_until FROM distlock.holds WHERE name = p_name;
+    IF v_until IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN ARRAY[0, greatest(1, ceil(extract(epoch FROM v_until - p_now) * 1000))::bigint, 0];
+END $$;
 
 -- The two halves of a uuid as bigints, high first (a reply is an array of bigint).
 CREATE OR REPLACE FUNCTION distlock.uuid_halves(p_id uuid)
@@ -351,15 +357,22 @@ $$;
 
 -- The next fencing token of `p_name`: at least the microseconds since the epoch, so that
 -- a counter a failover rolled back (N10) still issues tokens above those its lost grants
--- had, as the quarantine's lease of time has passed since.
+-- had, as the quarantine's lease of time has passed since. PL/pgSQL, as every helper
+-- that is more than one expression: a SQL function that PostgreSQL cannot inline into
+-- its caller is planned again in every transaction, and this one cost as much as the
+-- rest of an acquire.
 CREATE OR REPLACE FUNCTION distlock.next_token(p_name text, p_now timestamptz)
-RETURNS bigint LANGUAGE sql
+RETURNS bigint LANGUAGE plpgsql
     AS $$
+DECLARE
+    v_token bigint;
+BEGIN
     INSERT INTO distlock.tokens AS t (name, token)
     VALUES (p_name, floor(extract(epoch FROM p_now) * 1000000)::bigint)
     ON CONFLICT (name) DO UPDATE SET token = greatest(t.token + 1, excluded.token)
-    RETURNING token
-$$;
+    RETURNING token INTO v_token;
+    RETURN v_token;
+END $$;
 
 -- Gives `p_owner` one more hold of kind `p_kind` (stored kind) on `p_name`, once the
 -- caller decided it may have it, as grant `p_request`: a fresh hold (`p_fresh`, the
@@ -848,7 +861,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 
         $functions$;
         DELETE FROM distlock.functions;
-        INSERT INTO distlock.functions VALUES (3, '39d86b913cbb7076fc9253e03c4b7c98d96117a9');
+        INSERT INTO distlock.functions VALUES (3, '2d71554f8266664cf91af591561221738753172a');
     END IF;
 END $distlock$;
 COMMIT;

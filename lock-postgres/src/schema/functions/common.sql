@@ -89,14 +89,15 @@ END $$;
 -- grants nothing (third review, R1 and R2), and a release of it ends nothing. Kept for a
 -- minute: twice the longest retry window a client may set (lock-core's `Config`).
 CREATE OR REPLACE FUNCTION {schema}.end_acquisitions(p_name text, p_ids uuid[], p_now timestamptz)
-RETURNS void LANGUAGE sql
+RETURNS void LANGUAGE plpgsql
     AS $$
+BEGIN
     INSERT INTO {schema}.answers (request, name, reply, expires_at)
     SELECT id, p_name, ARRAY[0, 0]::bigint[], p_now + interval '60 seconds'
       FROM unnest(p_ids) AS id
      WHERE id IS NOT NULL
-    ON CONFLICT (request) DO NOTHING
-$$;
+    ON CONFLICT (request) DO NOTHING;
+END $$;
 
 -- Serializes on `p_name`, drops what expired, and returns the remembered reply of
 -- `p_request` (NULL when it has none).
@@ -161,12 +162,17 @@ END $$;
 
 -- The busy reply: how long the name's holds last at most (NULL when it has none).
 CREATE OR REPLACE FUNCTION {schema}.busy(p_name text, p_now timestamptz)
-RETURNS bigint[] LANGUAGE sql
+RETURNS bigint[] LANGUAGE plpgsql
     AS $$
-    SELECT ARRAY[0, greatest(1, ceil(extract(epoch FROM max(expires_at) - p_now) * 1000))::bigint, 0]
-      FROM {schema}.holds WHERE name = p_name
-    HAVING count(*) > 0
-$$;
+DECLARE
+    v_until timestamptz;
+BEGIN
+    SELECT max(expires_at) INTO v_until FROM {schema}.holds WHERE name = p_name;
+    IF v_until IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN ARRAY[0, greatest(1, ceil(extract(epoch FROM v_until - p_now) * 1000))::bigint, 0];
+END $$;
 
 -- The two halves of a uuid as bigints, high first (a reply is an array of bigint).
 CREATE OR REPLACE FUNCTION {schema}.uuid_halves(p_id uuid)

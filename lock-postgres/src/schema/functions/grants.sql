@@ -8,15 +8,22 @@ $$;
 
 -- The next fencing token of `p_name`: at least the microseconds since the epoch, so that
 -- a counter a failover rolled back (N10) still issues tokens above those its lost grants
--- had, as the quarantine's lease of time has passed since.
+-- had, as the quarantine's lease of time has passed since. PL/pgSQL, as every helper
+-- that is more than one expression: a SQL function that PostgreSQL cannot inline into
+-- its caller is planned again in every transaction, and this one cost as much as the
+-- rest of an acquire.
 CREATE OR REPLACE FUNCTION {schema}.next_token(p_name text, p_now timestamptz)
-RETURNS bigint LANGUAGE sql
+RETURNS bigint LANGUAGE plpgsql
     AS $$
+DECLARE
+    v_token bigint;
+BEGIN
     INSERT INTO {schema}.tokens AS t (name, token)
     VALUES (p_name, floor(extract(epoch FROM p_now) * 1000000)::bigint)
     ON CONFLICT (name) DO UPDATE SET token = greatest(t.token + 1, excluded.token)
-    RETURNING token
-$$;
+    RETURNING token INTO v_token;
+    RETURN v_token;
+END $$;
 
 -- Gives `p_owner` one more hold of kind `p_kind` (stored kind) on `p_name`, once the
 -- caller decided it may have it, as grant `p_request`: a fresh hold (`p_fresh`, the
