@@ -308,6 +308,14 @@ RETURNS bigint LANGUAGE sql
     SELECT distlock.longest_lease()
 $$;
 
+-- The server's WAL timeline, which a promotion or a restore with recovery changes. One
+-- expression, so that PostgreSQL inlines it into the queries that use it.
+CREATE OR REPLACE FUNCTION distlock.timeline()
+RETURNS integer LANGUAGE sql
+    AS $$
+    SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer
+$$;
+
 -- The end of the failover quarantine, or NULL outside one (second review, N10). A
 -- promotion of a standby, or a restore, may lose the last grants of the server before:
 -- their holders still work, believing they hold, until their lease ends. Each call
@@ -318,8 +326,7 @@ CREATE OR REPLACE FUNCTION distlock.quarantine(p_now timestamptz, p_lease_ms big
 RETURNS timestamptz LANGUAGE plpgsql
     AS $$
 DECLARE
-    v_timeline integer :=
-        ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer;
+    v_timeline integer := distlock.timeline();
     v_system bigint;
     v_epoch distlock.epoch%ROWTYPE;
 BEGIN
@@ -570,6 +577,24 @@ DECLARE
     v_others boolean;
     v_quarantine timestamptz;
 BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock(
+        pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
+    -- The uncontended grant, decided in one look: a lease within the limit, no hold of
+    -- the name at all (not even an expired one), nobody queued for it, this request
+    -- never answered, and no quarantine on (the server on the timeline `epoch` names,
+    -- its quarantine over; otherwise `quarantine` below decides, and starts one on a new
+    -- timeline). What the general path below does then, less its helpers' calls, each of
+    -- which costs a fresh transaction more than its query.
+    IF p_lease_ms <= distlock.longest_lease()
+       AND NOT EXISTS (SELECT 1 FROM distlock.holds WHERE name = p_name)
+       AND NOT EXISTS (SELECT 1 FROM distlock.waiters WHERE name = p_name)
+       AND NOT EXISTS (SELECT 1 FROM distlock.answers WHERE request = p_request)
+       AND EXISTS (SELECT 1 FROM distlock.epoch
+                    WHERE timeline = distlock.timeline() AND quarantine_until <= v_now) THEN
+        PERFORM distlock.durable();
+        RETURN distlock.grant_hold(p_name, p_owner, v_stored, p_lease_ms, p_fencing, p_request,
+                                   true, v_now);
+    END IF;
     PERFORM distlock.check_lease(p_lease_ms);
     PERFORM distlock.begin_op(p_name, NULL, v_now);
     -- Nothing is granted during a failover's quarantine, nor found again, nor re-entered:
@@ -656,6 +681,25 @@ DECLARE
     v_at integer;
     v_ends timestamptz[];
 BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock(
+        pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
+    -- The uncontended release, decided in one statement: the grant is its hold's only
+    -- one and alive, no other hold of the name is there (not even an expired one), and
+    -- nobody queues or listens, so there is nobody to hand over to or wake. A live grant
+    -- has no kept answer (an answer is written only when its grant ends).
+    IF p_lease_ms <= distlock.longest_lease() THEN
+        DELETE FROM distlock.holds
+         WHERE name = p_name AND kind = v_stored AND owner = p_owner
+           AND grants = ARRAY[p_grant] AND expires_at > v_now
+           AND NOT EXISTS (SELECT 1 FROM distlock.holds AS o
+                            WHERE o.name = p_name AND (o.kind <> v_stored OR o.owner <> p_owner))
+           AND NOT EXISTS (SELECT 1 FROM distlock.waiters WHERE name = p_name)
+           AND NOT EXISTS (SELECT 1 FROM distlock.listening WHERE name = p_name);
+        IF FOUND THEN
+            PERFORM distlock.durable();
+            RETURN distlock.remember(p_grant, p_name, ARRAY[2, 0]::bigint[], v_now, p_window_ms);
+        END IF;
+    END IF;
     PERFORM distlock.check_lease(p_lease_ms);
     v_reply := distlock.begin_op(p_name, p_grant, v_now);
     IF v_reply IS NOT NULL THEN
@@ -861,7 +905,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 
         $functions$;
         DELETE FROM distlock.functions;
-        INSERT INTO distlock.functions VALUES (3, '2d71554f8266664cf91af591561221738753172a');
+        INSERT INTO distlock.functions VALUES (3, 'f845627b3da8a3a54da706b7429b66c5064fc4b7');
     END IF;
 END $distlock$;
 COMMIT;

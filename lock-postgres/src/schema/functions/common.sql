@@ -216,6 +216,14 @@ RETURNS bigint LANGUAGE sql
     SELECT {schema}.longest_lease()
 $$;
 
+-- The server's WAL timeline, which a promotion or a restore with recovery changes. One
+-- expression, so that PostgreSQL inlines it into the queries that use it.
+CREATE OR REPLACE FUNCTION {schema}.timeline()
+RETURNS integer LANGUAGE sql
+    AS $$
+    SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer
+$$;
+
 -- The end of the failover quarantine, or NULL outside one (second review, N10). A
 -- promotion of a standby, or a restore, may lose the last grants of the server before:
 -- their holders still work, believing they hold, until their lease ends. Each call
@@ -226,8 +234,7 @@ CREATE OR REPLACE FUNCTION {schema}.quarantine(p_now timestamptz, p_lease_ms big
 RETURNS timestamptz LANGUAGE plpgsql
     AS $$
 DECLARE
-    v_timeline integer :=
-        ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer;
+    v_timeline integer := {schema}.timeline();
     v_system bigint;
     v_epoch {schema}.epoch%ROWTYPE;
 BEGIN

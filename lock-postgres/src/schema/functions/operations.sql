@@ -18,6 +18,24 @@ DECLARE
     v_others boolean;
     v_quarantine timestamptz;
 BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock(
+        pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
+    -- The uncontended grant, decided in one look: a lease within the limit, no hold of
+    -- the name at all (not even an expired one), nobody queued for it, this request
+    -- never answered, and no quarantine on (the server on the timeline `epoch` names,
+    -- its quarantine over; otherwise `quarantine` below decides, and starts one on a new
+    -- timeline). What the general path below does then, less its helpers' calls, each of
+    -- which costs a fresh transaction more than its query.
+    IF p_lease_ms <= {schema}.longest_lease()
+       AND NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name)
+       AND NOT EXISTS (SELECT 1 FROM {schema}.waiters WHERE name = p_name)
+       AND NOT EXISTS (SELECT 1 FROM {schema}.answers WHERE request = p_request)
+       AND EXISTS (SELECT 1 FROM {schema}.epoch
+                    WHERE timeline = {schema}.timeline() AND quarantine_until <= v_now) THEN
+        PERFORM {schema}.durable();
+        RETURN {schema}.grant_hold(p_name, p_owner, v_stored, p_lease_ms, p_fencing, p_request,
+                                   true, v_now);
+    END IF;
     PERFORM {schema}.check_lease(p_lease_ms);
     PERFORM {schema}.begin_op(p_name, NULL, v_now);
     -- Nothing is granted during a failover's quarantine, nor found again, nor re-entered:
@@ -104,6 +122,25 @@ DECLARE
     v_at integer;
     v_ends timestamptz[];
 BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock(
+        pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
+    -- The uncontended release, decided in one statement: the grant is its hold's only
+    -- one and alive, no other hold of the name is there (not even an expired one), and
+    -- nobody queues or listens, so there is nobody to hand over to or wake. A live grant
+    -- has no kept answer (an answer is written only when its grant ends).
+    IF p_lease_ms <= {schema}.longest_lease() THEN
+        DELETE FROM {schema}.holds
+         WHERE name = p_name AND kind = v_stored AND owner = p_owner
+           AND grants = ARRAY[p_grant] AND expires_at > v_now
+           AND NOT EXISTS (SELECT 1 FROM {schema}.holds AS o
+                            WHERE o.name = p_name AND (o.kind <> v_stored OR o.owner <> p_owner))
+           AND NOT EXISTS (SELECT 1 FROM {schema}.waiters WHERE name = p_name)
+           AND NOT EXISTS (SELECT 1 FROM {schema}.listening WHERE name = p_name);
+        IF FOUND THEN
+            PERFORM {schema}.durable();
+            RETURN {schema}.remember(p_grant, p_name, ARRAY[2, 0]::bigint[], v_now, p_window_ms);
+        END IF;
+    END IF;
     PERFORM {schema}.check_lease(p_lease_ms);
     v_reply := {schema}.begin_op(p_name, p_grant, v_now);
     IF v_reply IS NOT NULL THEN
