@@ -33,6 +33,25 @@ pub fn redis_server_binary() -> Option<PathBuf> {
         .find(|candidate| is_executable(candidate))
 }
 
+/// Locates the executable `name`: in the directory `$dir_var` names, then on `PATH`,
+/// then in `fallback_dirs`.
+pub(crate) fn find_executable(
+    dir_var: &str,
+    name: &str,
+    fallback_dirs: &[&str],
+) -> Option<PathBuf> {
+    let from_var = std::env::var_os(dir_var).map(PathBuf::from);
+    let on_path = std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .unwrap_or_default();
+    from_var
+        .into_iter()
+        .chain(on_path)
+        .chain(fallback_dirs.iter().map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|candidate| is_executable(candidate))
+}
+
 /// The binary, or a panic with installation instructions.
 pub(crate) fn require_binary() -> PathBuf {
     redis_server_binary().unwrap_or_else(|| panic!("{NOT_FOUND}"))

@@ -1,4 +1,5 @@
-//! Real `redis-server` processes, and PostgreSQL servers ([`PostgresServer`]), for tests.
+//! Real `redis-server` processes, PostgreSQL servers ([`PostgresServer`]) and MariaDB
+//! servers ([`MariaDbServer`]), for tests.
 //!
 //! Every test gets its own servers: [`RedisServer::start`] runs a standalone server,
 //! [`RedisCluster::start`] a cluster of masters. Each server listens on `127.0.0.1` on a
@@ -31,6 +32,7 @@
 mod binary;
 mod cluster;
 mod commandstats;
+mod mariadb;
 mod pgbouncer;
 mod ports;
 mod postgres;
@@ -47,6 +49,7 @@ mod tls;
 pub use binary::redis_server_binary;
 pub use cluster::RedisCluster;
 pub use commandstats::{CommandStats, parse_command_stats};
+pub use mariadb::{MARIADB_TEST_DATABASE, MariaDbBinaries, MariaDbServer, mariadb_binaries};
 pub use pgbouncer::{PgBouncer, pgbouncer_binary};
 pub use postgres::{PostgresServer, postgres_bin_dir, postgres_client};
 pub use proxy::{FaultProxy, ProxyFault};

@@ -22,8 +22,8 @@ pub(crate) const BUS_OFFSET: u16 = 10_000;
 /// How many ports a server tries before it gives up on finding a free one.
 pub(crate) const PORT_ATTEMPTS: usize = 5;
 
-/// Never hand out the ports a system Redis or PostgreSQL may be using.
-const RESERVED: [u16; 2] = [6379, 5432];
+/// Never hand out the ports a system Redis, PostgreSQL or MariaDB may be using.
+const RESERVED: [u16; 3] = [6379, 5432, 3306];
 
 /// The lowest port we pick: below it live well-known services.
 const LOWEST: u16 = 10_000;

@@ -1,11 +1,11 @@
-//! Finding the server programs the tests start (Redis, PostgreSQL, PgBouncer), or
+//! Finding the server programs the tests start (Redis, PostgreSQL, PgBouncer, MariaDB), or
 //! installing them with apt-get where the machine allows, or saying exactly what to
 //! install.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 
-use lock_testkit::{pgbouncer_binary, postgres_bin_dir, redis_server_binary};
+use lock_testkit::{mariadb_binaries, pgbouncer_binary, postgres_bin_dir, redis_server_binary};
 
 use crate::run_streaming;
 
@@ -51,6 +51,21 @@ pub(crate) const PGBOUNCER: Needed = Needed {
     not_found: "pgbouncer not found: install it (Debian/Ubuntu: apt-get install pgbouncer; \
          macOS: brew install pgbouncer) or set PGBOUNCER_BIN to its path",
 };
+
+pub(crate) const MARIADB: Needed = Needed {
+    what: "MariaDB's server and tools",
+    find: mariadb_server,
+    apt: "mariadb-server",
+    brew: "mariadb",
+    not_found: "MariaDB not found: install it (Debian/Ubuntu: apt-get install mariadb-server \
+         mariadb-client; macOS: brew install mariadb) or set MARIADB_BIN_DIR to the directory \
+         of mariadbd and its tools",
+};
+
+/// The MariaDB server, when every program the tests need is there.
+fn mariadb_server() -> Option<PathBuf> {
+    mariadb_binaries().map(|found| found.server)
+}
 
 /// `redis-server`, installed with the system's package manager when missing.
 pub(crate) fn find_or_install_redis() -> Result<PathBuf, String> {

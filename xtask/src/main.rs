@@ -1,7 +1,7 @@
 //! Workspace tasks, run as `cargo xtask <command>` (an alias in `.cargo/config.toml`).
 //!
 //! - `cargo xtask test [-- ARGS]`: makes sure `redis-server`, PostgreSQL's server
-//!   binaries and `pgbouncer` exist (installing them with apt-get, `sudo -n apt-get` or
+//!   binaries, `pgbouncer` and MariaDB exist (installing them with apt-get, `sudo -n apt-get` or
 //!   brew when missing), then runs `cargo nextest run --workspace --all-features ARGS`
 //!   and the doctests (or `cargo test ...` without nextest) with `REDIS_SERVER_BIN`,
 //!   `PG_BIN_DIR` and `PGBOUNCER_BIN` set.

@@ -4,7 +4,9 @@
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-use crate::install::{PGBOUNCER, POSTGRES, find_or_install, find_or_install_redis, succeeds};
+use crate::install::{
+    MARIADB, PGBOUNCER, POSTGRES, find_or_install, find_or_install_redis, succeeds,
+};
 use crate::{cargo, exit_code, run_streaming};
 
 /// nextest's exit code when its filters matched no test.
@@ -61,6 +63,9 @@ pub(crate) fn test(extra: &[String]) -> Result<ExitCode, String> {
     println!("xtask: using PostgreSQL from {}", postgres.display());
     let pgbouncer = find_or_install(&PGBOUNCER)?;
     println!("xtask: using {}", pgbouncer.display());
+    // Found again by the tests themselves (lock-testkit looks where Debian puts it).
+    let mariadb = find_or_install(&MARIADB)?;
+    println!("xtask: using {}", mariadb.display());
     let servers = [
         ("REDIS_SERVER_BIN", binary.as_os_str()),
         ("PG_BIN_DIR", postgres.as_os_str()),
