@@ -1,17 +1,18 @@
 //! A release of a mutex hands the lock over on the server to the first waiter in the
-//! queue, which takes it up with its next attempt; a waiter that has gone loses it
-//! without anybody waiting a lease.
+//! queue, which holds from the release's message and takes the hold up with its next
+//! attempt; a waiter that has gone loses it without anybody waiting a lease.
 
 // reason: test helpers panic on unexpected errors, like the tests themselves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_core::backend::{Acquire, AcquireRequest, Backend};
 use lock_core::{LockKind, LockName, LockRef, Locks, Owner};
 use lock_postgres::Connector;
-use lock_testkit::{PostgresServer, postgres_client};
+use lock_testkit::{FaultProxy, PostgresServer, ProxyFault, postgres_client};
 use tokio::time::{sleep, timeout};
 use tokio_postgres::Client;
 
@@ -51,6 +52,49 @@ async fn holder(probe: &Client, name: &str) -> Option<(String, bool)> {
         .await
         .unwrap()
         .map(|row| (row.get(0), row.get(1)))
+}
+
+/// A waiter handed the lock holds from the release's message, before anything it sends
+/// reaches the server: here its statements go through a proxy that forwards nothing once
+/// it queued, while its notifications come straight from the server. Without the
+/// message's grant it would hold only after its next attempt came back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_holds_from_the_hand_overs_message() {
+    let server = PostgresServer::start().await;
+    let probe = postgres_client(&server.url()).await;
+    let name = "held from the message";
+    let a = connect(&server.url()).await;
+    let proxy = FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], server.port()))).await;
+    let b = Connector::new(format!(
+        "postgres://postgres@127.0.0.1:{}/postgres",
+        proxy.port()
+    ))
+    .notifications_url(server.url())
+    .response_timeout(Duration::from_secs(30))
+    .connect()
+    .await
+    .unwrap();
+    let b = Locks::new(Arc::new(b));
+    let held = a.mutex(name).lock().await.unwrap();
+    let b_waits = tokio::spawn({
+        let lock = b.mutex(name);
+        async move { lock.lock().await }
+    });
+    queued(&probe, name, b.client_id()).await;
+    proxy.set(ProxyFault::BlackHole);
+    held.unlock().await.unwrap();
+    let guard = timeout(Duration::from_secs(5), b_waits)
+        .await
+        .expect("the waiter holds from the message")
+        .unwrap()
+        .unwrap();
+    assert!(guard.is_held());
+    let (owner, handed) = holder(&probe, name).await.expect("handed over");
+    assert!(owner.starts_with(b.client_id()), "held by {owner}");
+    assert!(
+        handed,
+        "the take-up reached the server through a black hole"
+    );
 }
 
 /// Waiters are served in the order they queued, and the lock is the first waiter's the
