@@ -274,8 +274,9 @@ pub async fn a_guard_of_a_revoked_handed_hold_learns_it_at_its_take_up(fx: &dyn 
     // Every request of the waiter now takes 1.5 s on its way: holding sooner, it holds
     // from the hand-over's notice, and its take-up is still on its way.
     if released.elapsed() >= ms(1500) {
-        // PostgreSQL's notice wakes the waiter without the grant: its next attempt
-        // takes the hold up before it holds (the store-level scenarios cover it).
+        // A store whose notice names no grant (Redis where acquisitions wait for
+        // replicas) wakes the waiter: its next attempt takes the hold up before it holds
+        // (the store-level scenarios cover it).
         println!("the notice named no grant: the waiter held only after its take-up");
         return;
     }

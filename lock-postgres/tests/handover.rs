@@ -5,14 +5,14 @@
 // reason: test helpers panic on unexpected errors, like the tests themselves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_core::backend::{Acquire, AcquireRequest, Backend};
 use lock_core::{LockKind, LockName, LockRef, Locks, Owner};
 use lock_postgres::Connector;
-use lock_testkit::{FaultProxy, PostgresServer, ProxyFault, postgres_client};
+use lock_postgres::schema::{self, SchemaName};
+use lock_testkit::{PostgresServer, postgres_client};
 use tokio::time::{sleep, timeout};
 use tokio_postgres::Client;
 
@@ -55,46 +55,75 @@ async fn holder(probe: &Client, name: &str) -> Option<(String, bool)> {
 }
 
 /// A waiter handed the lock holds from the release's message, before anything it sends
-/// reaches the server: here its statements go through a proxy that forwards nothing once
-/// it queued, while its notifications come straight from the server. Without the
-/// message's grant it would hold only after its next attempt came back.
+/// is answered: here the waiter's role may no longer call the functions once it waits
+/// (its attempts answered and its sessions idle), so its take-up fails, and it holds
+/// all the same. Without the message's grant it would have had to ask, and failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_holds_from_the_hand_overs_message() {
     let server = PostgresServer::start().await;
     let probe = postgres_client(&server.url()).await;
     let name = "held from the message";
+    // The holder migrates; the waiter is a service role with the documented grants.
     let a = connect(&server.url()).await;
-    let proxy = FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], server.port()))).await;
+    let grants = schema::grants_sql(&SchemaName::default(), "handed_waiter").unwrap();
+    probe
+        .batch_execute(&format!("CREATE ROLE handed_waiter LOGIN;\n{grants}"))
+        .await
+        .unwrap();
     let b = Connector::new(format!(
-        "postgres://postgres@127.0.0.1:{}/postgres",
-        proxy.port()
+        "postgres://handed_waiter@127.0.0.1:{}/postgres",
+        server.port()
     ))
-    .notifications_url(server.url())
-    .response_timeout(Duration::from_secs(30))
     .connect()
     .await
     .unwrap();
-    let b = Locks::new(Arc::new(b));
+    // No starvation reservation: a waiter that reserves asks again after 10 ms.
+    let b = Locks::builder(Arc::new(b))
+        .starvation_threshold(None)
+        .build()
+        .unwrap();
     let held = a.mutex(name).lock().await.unwrap();
     let b_waits = tokio::spawn({
         let lock = b.mutex(name);
         async move { lock.lock().await }
     });
-    queued(&probe, name, b.client_id()).await;
-    proxy.set(ProxyFault::BlackHole);
+    // Its second attempt (made once it listens) answered: the next is seconds away.
+    let waiting = async {
+        loop {
+            let row = probe
+                .query_one(
+                    "SELECT (SELECT coalesce(max(attempt), 0) FROM distlock.waiters
+                              WHERE name = $1),
+                            (SELECT count(*) FROM pg_stat_activity
+                              WHERE usename = 'handed_waiter' AND state <> 'idle')",
+                    &[&name],
+                )
+                .await
+                .unwrap();
+            let (attempt, busy): (i32, i64) = (row.get(0), row.get(1));
+            if attempt >= 2 && busy == 0 {
+                return;
+            }
+            sleep(Duration::from_millis(5)).await;
+        }
+    };
+    timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiter asked twice");
+    probe
+        .batch_execute("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM handed_waiter")
+        .await
+        .unwrap();
     held.unlock().await.unwrap();
     let guard = timeout(Duration::from_secs(5), b_waits)
         .await
         .expect("the waiter holds from the message")
         .unwrap()
-        .unwrap();
+        .expect("the waiter asked the server, which refused it");
     assert!(guard.is_held());
     let (owner, handed) = holder(&probe, name).await.expect("handed over");
     assert!(owner.starts_with(b.client_id()), "held by {owner}");
-    assert!(
-        handed,
-        "the take-up reached the server through a black hole"
-    );
+    assert!(handed, "the refused take-up took the hold up");
 }
 
 /// Waiters are served in the order they queued, and the lock is the first waiter's the
