@@ -77,11 +77,7 @@ async fn a_waiter_holds_from_the_hand_overs_message() {
     .connect()
     .await
     .unwrap();
-    // No starvation reservation: a waiter that reserves asks again after 10 ms.
-    let b = Locks::builder(Arc::new(b))
-        .starvation_threshold(None)
-        .build()
-        .unwrap();
+    let b = Locks::new(Arc::new(b));
     let held = a.mutex(name).lock().await.unwrap();
     let b_waits = tokio::spawn({
         let lock = b.mutex(name);
