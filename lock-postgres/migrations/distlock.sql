@@ -579,21 +579,36 @@ DECLARE
 BEGIN
     PERFORM pg_catalog.pg_advisory_xact_lock(
         pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
-    -- The uncontended grant, decided in one look: a lease within the limit, no hold of
-    -- the name at all (not even an expired one), nobody queued for it, this request
-    -- never answered, and no quarantine on (the server on the timeline `epoch` names,
-    -- its quarantine over; otherwise `quarantine` below decides, and starts one on a new
-    -- timeline). What the general path below does then, less its helpers' calls, each of
-    -- which costs a fresh transaction more than its query.
+    -- The common cases, each decided in one look when the lease is within the limit and
+    -- no quarantine is on (the server on the timeline `epoch` names, its quarantine
+    -- over; otherwise `quarantine` below decides, and starts one on a new timeline):
+    -- what the general path below does then, less its helpers' calls, each of which
+    -- costs a fresh transaction more than its query. First the uncontended grant: no
+    -- hold of the name at all (not even an expired one), nobody queued for it, this
+    -- request never answered.
     IF p_lease_ms <= distlock.longest_lease()
-       AND NOT EXISTS (SELECT 1 FROM distlock.holds WHERE name = p_name)
-       AND NOT EXISTS (SELECT 1 FROM distlock.waiters WHERE name = p_name)
-       AND NOT EXISTS (SELECT 1 FROM distlock.answers WHERE request = p_request)
        AND EXISTS (SELECT 1 FROM distlock.epoch
                     WHERE timeline = distlock.timeline() AND quarantine_until <= v_now) THEN
-        PERFORM distlock.durable();
-        RETURN distlock.grant_hold(p_name, p_owner, v_stored, p_lease_ms, p_fencing, p_request,
-                                   true, v_now);
+        IF NOT EXISTS (SELECT 1 FROM distlock.holds WHERE name = p_name)
+           AND NOT EXISTS (SELECT 1 FROM distlock.waiters WHERE name = p_name)
+           AND NOT EXISTS (SELECT 1 FROM distlock.answers WHERE request = p_request) THEN
+            PERFORM distlock.durable();
+            RETURN distlock.grant_hold(p_name, p_owner, v_stored, p_lease_ms, p_fencing,
+                                       p_request, true, v_now);
+        END IF;
+        -- The take-up of a handed hold (or a request sent again after a lost reply),
+        -- its grant alive in a live hold: as "found again" below. Not for a reader, one
+        -- of whose grants may have ended while its row lives on (`begin_op` ends it).
+        UPDATE distlock.holds
+           SET handed = false,
+               expires_at = greatest(expires_at, v_now + p_lease_ms * interval '1 millisecond')
+         WHERE name = p_name AND kind = v_stored AND owner = p_owner AND kind <> 'read'
+           AND p_request = ANY (grants) AND expires_at > v_now
+        RETURNING * INTO v_own;
+        IF FOUND THEN
+            PERFORM distlock.durable();
+            RETURN distlock.granted(v_own);
+        END IF;
     END IF;
     PERFORM distlock.check_lease(p_lease_ms);
     PERFORM distlock.begin_op(p_name, NULL, v_now);
@@ -905,7 +920,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 
         $functions$;
         DELETE FROM distlock.functions;
-        INSERT INTO distlock.functions VALUES (3, 'f845627b3da8a3a54da706b7429b66c5064fc4b7');
+        INSERT INTO distlock.functions VALUES (3, 'cfce5456b373909f4fb6eaa85b85a86d18382b6d');
     END IF;
 END $distlock$;
 COMMIT;
