@@ -557,6 +557,27 @@ BEGIN
     RETURN ARRAY[0, v_sleep, 0];
 END $$;
 
+
+-- An owner's last hold of kind `p_kind` on `p_name` went: a mutex or a fair lock is handed
+-- over to its first waiter; a writer's release wakes every waiter on `p_channel`, the
+-- last reader's one.
+CREATE OR REPLACE FUNCTION distlock.last_hold_went(
+    p_name text, p_kind text, p_channel text, p_now timestamptz
+) RETURNS void LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF p_kind IN ('mutex', 'fair') THEN
+        PERFORM distlock.hand_over(p_name, p_now);
+    ELSIF NOT distlock.anyone_listening(p_name, p_now) THEN
+        -- Nobody to wake: no NOTIFY, whose commit takes a lock every notifying
+        -- transaction of the database queues on.
+        NULL;
+    ELSIF p_kind = 'write' THEN
+        PERFORM distlock.notify(p_channel, 'all');
+    ELSIF NOT EXISTS (SELECT 1 FROM distlock.holds WHERE name = p_name) THEN
+        PERFORM distlock.notify(p_channel, 'one');
+    END IF;
+END $$;
 -- Acquires `p_name` of kind `p_kind` ('mutex', 'fair', 'read' or 'write') for `p_owner`
 -- (reentrant) as grant `p_request`; see the replies above. With `p_handover` the caller
 -- asks under `p_request` for its whole acquisition, and a waiting mutex or fair lock is
@@ -698,20 +719,23 @@ DECLARE
 BEGIN
     PERFORM pg_catalog.pg_advisory_xact_lock(
         pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
-    -- The uncontended release, decided in one statement: the grant is its hold's only
-    -- one and alive, no other hold of the name is there (not even an expired one), and
-    -- nobody queues or listens, so there is nobody to hand over to or wake. A live grant
-    -- has no kept answer (an answer is written only when its grant ends).
+    -- The release of the name's last hold, decided in one statement: the grant is its
+    -- hold's only one and alive, and no other hold of the name is there (not even an
+    -- expired one, which `begin_op` would end first). A live grant has no kept answer
+    -- (an answer is written only when its grant ends). Whoever queues or listens is
+    -- then served as by the general path; mostly nobody does.
     IF p_lease_ms <= distlock.longest_lease() THEN
         DELETE FROM distlock.holds
          WHERE name = p_name AND kind = v_stored AND owner = p_owner
            AND grants = ARRAY[p_grant] AND expires_at > v_now
            AND NOT EXISTS (SELECT 1 FROM distlock.holds AS o
-                            WHERE o.name = p_name AND (o.kind <> v_stored OR o.owner <> p_owner))
-           AND NOT EXISTS (SELECT 1 FROM distlock.waiters WHERE name = p_name)
-           AND NOT EXISTS (SELECT 1 FROM distlock.listening WHERE name = p_name);
+                            WHERE o.name = p_name AND (o.kind <> v_stored OR o.owner <> p_owner));
         IF FOUND THEN
             PERFORM distlock.durable();
+            IF EXISTS (SELECT 1 FROM distlock.waiters WHERE name = p_name)
+               OR EXISTS (SELECT 1 FROM distlock.listening WHERE name = p_name) THEN
+                PERFORM distlock.last_hold_went(p_name, p_kind, p_channel, v_now);
+            END IF;
             RETURN distlock.remember(p_grant, p_name, ARRAY[2, 0]::bigint[], v_now, p_window_ms);
         END IF;
     END IF;
@@ -741,17 +765,7 @@ BEGIN
         v_reply := ARRAY[1, v_hold.holds - 1];
     ELSE
         DELETE FROM distlock.holds WHERE name = p_name AND kind = v_stored AND owner = p_owner;
-        IF v_stored = 'mutex' THEN
-            PERFORM distlock.hand_over(p_name, v_now);
-        ELSIF NOT distlock.anyone_listening(p_name, v_now) THEN
-            -- Nobody to wake: no NOTIFY, whose commit takes a lock every notifying
-            -- transaction of the database queues on.
-            NULL;
-        ELSIF p_kind = 'write' THEN
-            PERFORM distlock.notify(p_channel, 'all');
-        ELSIF NOT EXISTS (SELECT 1 FROM distlock.holds WHERE name = p_name) THEN
-            PERFORM distlock.notify(p_channel, 'one');
-        END IF;
+        PERFORM distlock.last_hold_went(p_name, p_kind, p_channel, v_now);
         v_reply := ARRAY[2, 0];
     END IF;
     RETURN distlock.remember(p_grant, p_name, v_reply, v_now, p_window_ms);
@@ -920,7 +934,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 
         $functions$;
         DELETE FROM distlock.functions;
-        INSERT INTO distlock.functions VALUES (3, 'cfce5456b373909f4fb6eaa85b85a86d18382b6d');
+        INSERT INTO distlock.functions VALUES (3, 'ab8079d47c7e2c5cb9230a653348ca04afd10620');
     END IF;
 END $distlock$;
 COMMIT;

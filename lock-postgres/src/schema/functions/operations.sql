@@ -139,20 +139,23 @@ DECLARE
 BEGIN
     PERFORM pg_catalog.pg_advisory_xact_lock(
         pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
-    -- The uncontended release, decided in one statement: the grant is its hold's only
-    -- one and alive, no other hold of the name is there (not even an expired one), and
-    -- nobody queues or listens, so there is nobody to hand over to or wake. A live grant
-    -- has no kept answer (an answer is written only when its grant ends).
+    -- The release of the name's last hold, decided in one statement: the grant is its
+    -- hold's only one and alive, and no other hold of the name is there (not even an
+    -- expired one, which `begin_op` would end first). A live grant has no kept answer
+    -- (an answer is written only when its grant ends). Whoever queues or listens is
+    -- then served as by the general path; mostly nobody does.
     IF p_lease_ms <= {schema}.longest_lease() THEN
         DELETE FROM {schema}.holds
          WHERE name = p_name AND kind = v_stored AND owner = p_owner
            AND grants = ARRAY[p_grant] AND expires_at > v_now
            AND NOT EXISTS (SELECT 1 FROM {schema}.holds AS o
-                            WHERE o.name = p_name AND (o.kind <> v_stored OR o.owner <> p_owner))
-           AND NOT EXISTS (SELECT 1 FROM {schema}.waiters WHERE name = p_name)
-           AND NOT EXISTS (SELECT 1 FROM {schema}.listening WHERE name = p_name);
+                            WHERE o.name = p_name AND (o.kind <> v_stored OR o.owner <> p_owner));
         IF FOUND THEN
             PERFORM {schema}.durable();
+            IF EXISTS (SELECT 1 FROM {schema}.waiters WHERE name = p_name)
+               OR EXISTS (SELECT 1 FROM {schema}.listening WHERE name = p_name) THEN
+                PERFORM {schema}.last_hold_went(p_name, p_kind, p_channel, v_now);
+            END IF;
             RETURN {schema}.remember(p_grant, p_name, ARRAY[2, 0]::bigint[], v_now, p_window_ms);
         END IF;
     END IF;
@@ -182,17 +185,7 @@ BEGIN
         v_reply := ARRAY[1, v_hold.holds - 1];
     ELSE
         DELETE FROM {schema}.holds WHERE name = p_name AND kind = v_stored AND owner = p_owner;
-        IF v_stored = 'mutex' THEN
-            PERFORM {schema}.hand_over(p_name, v_now);
-        ELSIF NOT {schema}.anyone_listening(p_name, v_now) THEN
-            -- Nobody to wake: no NOTIFY, whose commit takes a lock every notifying
-            -- transaction of the database queues on.
-            NULL;
-        ELSIF p_kind = 'write' THEN
-            PERFORM {schema}.notify(p_channel, 'all');
-        ELSIF NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name) THEN
-            PERFORM {schema}.notify(p_channel, 'one');
-        END IF;
+        PERFORM {schema}.last_hold_went(p_name, p_kind, p_channel, v_now);
         v_reply := ARRAY[2, 0];
     END IF;
     RETURN {schema}.remember(p_grant, p_name, v_reply, v_now, p_window_ms);

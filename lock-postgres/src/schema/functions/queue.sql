@@ -131,3 +131,24 @@ BEGIN
     RETURN ARRAY[0, v_sleep, 0];
 END $$;
 
+
+-- An owner's last hold of kind `p_kind` on `p_name` went: a mutex or a fair lock is handed
+-- over to its first waiter; a writer's release wakes every waiter on `p_channel`, the
+-- last reader's one.
+CREATE OR REPLACE FUNCTION {schema}.last_hold_went(
+    p_name text, p_kind text, p_channel text, p_now timestamptz
+) RETURNS void LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF p_kind IN ('mutex', 'fair') THEN
+        PERFORM {schema}.hand_over(p_name, p_now);
+    ELSIF NOT {schema}.anyone_listening(p_name, p_now) THEN
+        -- Nobody to wake: no NOTIFY, whose commit takes a lock every notifying
+        -- transaction of the database queues on.
+        NULL;
+    ELSIF p_kind = 'write' THEN
+        PERFORM {schema}.notify(p_channel, 'all');
+    ELSIF NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name) THEN
+        PERFORM {schema}.notify(p_channel, 'one');
+    END IF;
+END $$;
