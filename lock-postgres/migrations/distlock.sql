@@ -900,15 +900,17 @@ END $$;
 -- lock shared, which every operation on the name takes exclusive first, so until the
 -- caller's transaction ends the hold can be neither released, nor expired into another
 -- owner's hands, nor force-released, and a write committed with a true answer was made
--- under the lock.
+-- under the lock. A hold handed over and not taken up yet counts: its waiter holds from
+-- the hand-over's message. A token of 0 is a hold without one, never a proof.
 CREATE OR REPLACE FUNCTION distlock.holds_token(p_name text, p_token bigint)
 RETURNS boolean LANGUAGE plpgsql
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM pg_catalog.pg_advisory_xact_lock_shared(
         pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
-    RETURN EXISTS (SELECT 1 FROM distlock.holds
-                    WHERE name = p_name AND token = p_token AND NOT handed
+    RETURN p_token > 0
+       AND EXISTS (SELECT 1 FROM distlock.holds
+                    WHERE name = p_name AND token = p_token
                       AND expires_at > pg_catalog.clock_timestamp());
 END $$;
 
@@ -934,7 +936,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 
         $functions$;
         DELETE FROM distlock.functions;
-        INSERT INTO distlock.functions VALUES (3, 'ab8079d47c7e2c5cb9230a653348ca04afd10620');
+        INSERT INTO distlock.functions VALUES (3, '38250f1f348dc33f9f5d449b2c5d6df38d681470');
     END IF;
 END $distlock$;
 COMMIT;

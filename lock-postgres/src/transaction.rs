@@ -106,7 +106,8 @@ pub async fn try_lock(client: &impl GenericClient, name: &str, mode: Mode) -> Re
 /// # Errors
 ///
 /// [`ErrorKind::InvalidArgument`](lock_core::ErrorKind::InvalidArgument) for a name
-/// lock-core refuses or a token above 2^63 - 1; a missing privilege (`EXECUTE` on
+/// lock-core refuses, a token of 0 (what a hold without fencing carries) or one above
+/// 2^63 - 1; a missing privilege (`EXECUTE` on
 /// `holds_token`, which [`crate::schema::grants_sql`] grants) as a configuration error;
 /// connection errors.
 ///
@@ -121,6 +122,13 @@ pub async fn holds(
     token: u64,
 ) -> Result<bool, Error> {
     let name = LockName::new(name)?;
+    if token == 0 {
+        // Holds taken without fencing carry 0: it would name any of them.
+        return Err(Error::invalid_argument(
+            "token",
+            "a fencing token is never 0: take the lock with fencing on (`fencing(true)`)",
+        ));
+    }
     let token = i64::try_from(token).map_err(|_| {
         Error::invalid_argument("token", "PostgreSQL keeps fencing tokens up to 2^63 - 1")
     })?;

@@ -159,4 +159,106 @@ async fn a_write_checked_against_its_hold_commits_before_the_hold_can_end() {
             .await
             .is_err()
     );
+    // A hold without fencing carries 0, which would name any such hold.
+    let unfenced = operator.mutex("own:unfenced").lock().await.unwrap();
+    let zero = transaction::holds(&client, &schema, "own:unfenced", 0).await;
+    assert!(
+        zero.is_err_and(|err| err.kind() == lock_core::ErrorKind::InvalidArgument),
+        "a token of 0 proved a hold"
+    );
+    let in_sql: bool = client
+        .query_one("SELECT distlock.holds_token('own:unfenced', 0)", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(!in_sql, "the function took 0 for a token");
+    unfenced.unlock().await.unwrap();
+}
+
+/// A hold handed over to a waiter counts from the hand-over on, as its guard holds from
+/// the hand-over's message: here the waiter's take-up is refused (its role may no longer
+/// call the functions once it waits), and its token still proves the hold. Fails if
+/// `holds_token` waited for the take-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_hold_proves_its_token_before_its_take_up() {
+    let server = PostgresServer::start().await;
+    let holder = Locks::builder(Arc::new(
+        Connector::new(server.url()).connect().await.unwrap(),
+    ))
+    .fencing(true)
+    .build()
+    .unwrap();
+    let probe = postgres_client(&server.url()).await;
+    let grants =
+        lock_postgres::schema::grants_sql(&SchemaName::default(), "proved_waiter").unwrap();
+    probe
+        .batch_execute(&format!("CREATE ROLE proved_waiter LOGIN;\n{grants}"))
+        .await
+        .unwrap();
+    let waiter = Connector::new(format!(
+        "postgres://proved_waiter@127.0.0.1:{}/postgres",
+        server.port()
+    ))
+    .connect()
+    .await
+    .unwrap();
+    let waiter = Locks::builder(Arc::new(waiter))
+        .fencing(true)
+        .build()
+        .unwrap();
+    let name = "own:handed";
+    let held = holder.mutex(name).lock().await.unwrap();
+    let waits = tokio::spawn({
+        let lock = waiter.mutex(name);
+        async move { lock.lock().await }
+    });
+    // Its second attempt (made once it listens) answered and its sessions idle.
+    let waiting = async {
+        loop {
+            let row = probe
+                .query_one(
+                    "SELECT (SELECT coalesce(max(attempt), 0) FROM distlock.waiters
+                              WHERE name = $1),
+                            (SELECT count(*) FROM pg_stat_activity
+                              WHERE usename = 'proved_waiter' AND state <> 'idle')",
+                    &[&name],
+                )
+                .await
+                .unwrap();
+            let (attempt, busy): (i32, i64) = (row.get(0), row.get(1));
+            if attempt >= 2 && busy == 0 {
+                return;
+            }
+            sleep(Duration::from_millis(5)).await;
+        }
+    };
+    timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiter asked twice");
+    probe
+        .batch_execute("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM proved_waiter")
+        .await
+        .unwrap();
+    held.unlock().await.unwrap();
+    let guard = timeout(Duration::from_secs(5), waits)
+        .await
+        .expect("the waiter holds from the message")
+        .unwrap()
+        .unwrap();
+    let token = guard.fencing_token().expect("fencing is on");
+    let handed: bool = probe
+        .query_one(
+            "SELECT handed FROM distlock.holds WHERE name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(handed, "the refused take-up took the hold up");
+    assert!(
+        transaction::holds(&probe, &SchemaName::default(), name, token)
+            .await
+            .unwrap(),
+        "the handed hold's token proved nothing"
+    );
 }

@@ -320,15 +320,17 @@ END $$;
 -- lock shared, which every operation on the name takes exclusive first, so until the
 -- caller's transaction ends the hold can be neither released, nor expired into another
 -- owner's hands, nor force-released, and a write committed with a true answer was made
--- under the lock.
+-- under the lock. A hold handed over and not taken up yet counts: its waiter holds from
+-- the hand-over's message. A token of 0 is a hold without one, never a proof.
 CREATE OR REPLACE FUNCTION {schema}.holds_token(p_name text, p_token bigint)
 RETURNS boolean LANGUAGE plpgsql
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM pg_catalog.pg_advisory_xact_lock_shared(
         pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
-    RETURN EXISTS (SELECT 1 FROM {schema}.holds
-                    WHERE name = p_name AND token = p_token AND NOT handed
+    RETURN p_token > 0
+       AND EXISTS (SELECT 1 FROM {schema}.holds
+                    WHERE name = p_name AND token = p_token
                       AND expires_at > pg_catalog.clock_timestamp());
 END $$;
 
