@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 use lock_core::backend::{Acquire, AcquireRequest, Backend};
 use lock_core::{LockKind, LockName, LockRef, Locks, Owner};
 use lock_postgres::Connector;
-use lock_postgres::schema::{self, SchemaName};
 use lock_testkit::{PostgresServer, postgres_client};
 use tokio::time::{sleep, timeout};
 use tokio_postgres::Client;
+
+mod waiting;
 
 async fn connect(url: &str) -> Locks {
     Locks::new(Arc::new(Connector::new(url).connect().await.unwrap()))
@@ -65,51 +66,14 @@ async fn a_waiter_holds_from_the_hand_overs_message() {
     let name = "held from the message";
     // The holder migrates; the waiter is a service role with the documented grants.
     let a = connect(&server.url()).await;
-    let grants = schema::grants_sql(&SchemaName::default(), "handed_waiter").unwrap();
-    probe
-        .batch_execute(&format!("CREATE ROLE handed_waiter LOGIN;\n{grants}"))
-        .await
-        .unwrap();
-    let b = Connector::new(format!(
-        "postgres://handed_waiter@127.0.0.1:{}/postgres",
-        server.port()
-    ))
-    .connect()
-    .await
-    .unwrap();
-    let b = Locks::new(Arc::new(b));
+    let url = waiting::service_role(&server, &probe, "handed_waiter").await;
+    let b = Locks::new(Arc::new(Connector::new(url).connect().await.unwrap()));
     let held = a.mutex(name).lock().await.unwrap();
     let b_waits = tokio::spawn({
         let lock = b.mutex(name);
         async move { lock.lock().await }
     });
-    // Its second attempt (made once it listens) answered: the next is seconds away.
-    let waiting = async {
-        loop {
-            let row = probe
-                .query_one(
-                    "SELECT (SELECT coalesce(max(attempt), 0) FROM distlock.waiters
-                              WHERE name = $1),
-                            (SELECT count(*) FROM pg_stat_activity
-                              WHERE usename = 'handed_waiter' AND state <> 'idle')",
-                    &[&name],
-                )
-                .await
-                .unwrap();
-            let (attempt, busy): (i32, i64) = (row.get(0), row.get(1));
-            if attempt >= 2 && busy == 0 {
-                return;
-            }
-            sleep(Duration::from_millis(5)).await;
-        }
-    };
-    timeout(Duration::from_secs(5), waiting)
-        .await
-        .expect("the waiter asked twice");
-    probe
-        .batch_execute("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM handed_waiter")
-        .await
-        .unwrap();
+    waiting::refuse_once_waiting(&probe, name, "handed_waiter").await;
     held.unlock().await.unwrap();
     let guard = timeout(Duration::from_secs(5), b_waits)
         .await

@@ -14,6 +14,8 @@ use lock_postgres::transaction::{self, Mode};
 use lock_testkit::{PostgresServer, postgres_client};
 use tokio::time::{sleep, timeout};
 
+mod waiting;
+
 /// A transaction-scoped lock and an advisory-mode hold of the same name exclude each
 /// other, and the transaction's lock ends with the transaction. Fails if the two used
 /// different keys, or if the transaction's lock outlived its commit.
@@ -189,19 +191,8 @@ async fn a_handed_hold_proves_its_token_before_its_take_up() {
     .build()
     .unwrap();
     let probe = postgres_client(&server.url()).await;
-    let grants =
-        lock_postgres::schema::grants_sql(&SchemaName::default(), "proved_waiter").unwrap();
-    probe
-        .batch_execute(&format!("CREATE ROLE proved_waiter LOGIN;\n{grants}"))
-        .await
-        .unwrap();
-    let waiter = Connector::new(format!(
-        "postgres://proved_waiter@127.0.0.1:{}/postgres",
-        server.port()
-    ))
-    .connect()
-    .await
-    .unwrap();
+    let url = waiting::service_role(&server, &probe, "proved_waiter").await;
+    let waiter = Connector::new(url).connect().await.unwrap();
     let waiter = Locks::builder(Arc::new(waiter))
         .fencing(true)
         .build()
@@ -212,33 +203,7 @@ async fn a_handed_hold_proves_its_token_before_its_take_up() {
         let lock = waiter.mutex(name);
         async move { lock.lock().await }
     });
-    // Its second attempt (made once it listens) answered and its sessions idle.
-    let waiting = async {
-        loop {
-            let row = probe
-                .query_one(
-                    "SELECT (SELECT coalesce(max(attempt), 0) FROM distlock.waiters
-                              WHERE name = $1),
-                            (SELECT count(*) FROM pg_stat_activity
-                              WHERE usename = 'proved_waiter' AND state <> 'idle')",
-                    &[&name],
-                )
-                .await
-                .unwrap();
-            let (attempt, busy): (i32, i64) = (row.get(0), row.get(1));
-            if attempt >= 2 && busy == 0 {
-                return;
-            }
-            sleep(Duration::from_millis(5)).await;
-        }
-    };
-    timeout(Duration::from_secs(5), waiting)
-        .await
-        .expect("the waiter asked twice");
-    probe
-        .batch_execute("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM proved_waiter")
-        .await
-        .unwrap();
+    waiting::refuse_once_waiting(&probe, name, "proved_waiter").await;
     held.unlock().await.unwrap();
     let guard = timeout(Duration::from_secs(5), waits)
         .await
