@@ -91,9 +91,10 @@ BEGIN
     IF coalesce((SELECT max(revision) FROM distlock.functions), 0) <= 3 THEN
         EXECUTE $functions$
 -- The lock operations. Each public function is one statement of the client, atomic, and
--- starts with `begin_op`: the name's transaction-scoped advisory lock (operations on one
--- name run one after the other), the answer of a request already run, and the removal
--- of what expired. Expiries are on the database clock (clock_timestamp()).
+-- starts with the name's transaction-scoped advisory lock (`name_key`: operations on one
+-- name run one after the other); then the common cases are decided in one statement,
+-- and the general path starts with `begin_op`: the answer of a request already run, and
+-- the removal of what expired. Expiries are on the database clock (clock_timestamp()).
 --
 -- A name's holds are rows of `holds`: kind 'mutex' (the mutex and the fair lock, which
 -- share their holds as in Java's layout), 'write', or 'read' (one row per reader, with
@@ -191,8 +192,17 @@ BEGIN
     ON CONFLICT (request) DO NOTHING;
 END $$;
 
--- Serializes on `p_name`, drops what expired, and returns the remembered reply of
--- `p_request` (NULL when it has none).
+-- The key of the transaction-scoped advisory lock that serializes the operations on
+-- `p_name`: every entry point takes it exclusive first (`holds_token` shared). One
+-- expression, inlined where it is used.
+CREATE OR REPLACE FUNCTION distlock.name_key(p_name text)
+RETURNS bigint LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint)
+$$;
+
+-- After the caller took the name's lock (`name_key`): drops what expired, and returns
+-- the remembered reply of `p_request` (NULL when it has none).
 CREATE OR REPLACE FUNCTION distlock.begin_op(p_name text, p_request uuid, p_now timestamptz)
 RETURNS bigint[] LANGUAGE plpgsql
     AS $$
@@ -200,8 +210,6 @@ DECLARE
     v_reply bigint[];
 BEGIN
     PERFORM distlock.durable();
-    PERFORM pg_catalog.pg_advisory_xact_lock(
-        pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
     IF p_request IS NOT NULL THEN
         -- Also an answer whose window ended but is not swept yet: the request ran, and
         -- running it again would grant twice, and then fail on the answer's key.
@@ -424,6 +432,28 @@ BEGIN
     RETURN distlock.granted(v_hold);
 END $$;
 
+
+-- Grant `p_request` of `p_owner`'s hold of kind `p_kind` (stored kind), found alive again:
+-- handed over while its acquisition waited, sent again after a lost reply, or a waiter's
+-- attempt after a late copy of an earlier one was granted. The hold gets this request's
+-- lease, never shortened, as its client counts the lease from this request, and is
+-- taken up. Returns the hold, or a row of NULLs when the grant is not alive in one.
+CREATE OR REPLACE FUNCTION distlock.found_again(
+    p_name text, p_owner text, p_kind text, p_request uuid, p_lease_ms bigint,
+    p_now timestamptz
+) RETURNS distlock.holds LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_hold distlock.holds%ROWTYPE;
+BEGIN
+    UPDATE distlock.holds
+       SET handed = false,
+           expires_at = greatest(expires_at, p_now + p_lease_ms * interval '1 millisecond')
+     WHERE name = p_name AND kind = p_kind AND owner = p_owner
+       AND p_request = ANY (grants) AND expires_at > p_now
+    RETURNING * INTO v_hold;
+    RETURN v_hold;
+END $$;
 -- Whether a waiter of `p_name` (other than a fair one, which `waiters` keeps) may be
 -- listening: one was told the name is busy and has not outlived the time it was given.
 -- A registration that ran out is removed.
@@ -598,8 +628,7 @@ DECLARE
     v_others boolean;
     v_quarantine timestamptz;
 BEGIN
-    PERFORM pg_catalog.pg_advisory_xact_lock(
-        pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
+    PERFORM pg_catalog.pg_advisory_xact_lock(distlock.name_key(p_name));
     -- The common cases, each decided in one look when the lease is within the limit and
     -- no quarantine is on (the server on the timeline `epoch` names, its quarantine
     -- over; otherwise `quarantine` below decides, and starts one on a new timeline):
@@ -617,18 +646,16 @@ BEGIN
             RETURN distlock.grant_hold(p_name, p_owner, v_stored, p_lease_ms, p_fencing,
                                        p_request, true, v_now);
         END IF;
-        -- The take-up of a handed hold (or a request sent again after a lost reply),
-        -- its grant alive in a live hold: as "found again" below. Not for a reader, one
-        -- of whose grants may have ended while its row lives on (`begin_op` ends it).
-        UPDATE distlock.holds
-           SET handed = false,
-               expires_at = greatest(expires_at, v_now + p_lease_ms * interval '1 millisecond')
-         WHERE name = p_name AND kind = v_stored AND owner = p_owner AND kind <> 'read'
-           AND p_request = ANY (grants) AND expires_at > v_now
-        RETURNING * INTO v_own;
-        IF FOUND THEN
-            PERFORM distlock.durable();
-            RETURN distlock.granted(v_own);
+        -- The take-up of a handed hold (or a request sent again after a lost reply): as
+        -- below. Not for a reader, one of whose grants may have ended while its row
+        -- lives on (`begin_op` ends it first).
+        IF v_stored <> 'read' THEN
+            v_own := distlock.found_again(p_name, p_owner, v_stored, p_request, p_lease_ms,
+                                          v_now);
+            IF v_own.owner IS NOT NULL THEN
+                PERFORM distlock.durable();
+                RETURN distlock.granted(v_own);
+            END IF;
         END IF;
     END IF;
     PERFORM distlock.check_lease(p_lease_ms);
@@ -642,20 +669,12 @@ BEGIN
         END IF;
         RETURN ARRAY[0, greatest(1, ceil(extract(epoch FROM v_quarantine - v_now) * 1000))::bigint, 0];
     END IF;
-    SELECT * INTO v_own FROM distlock.holds
-     WHERE name = p_name AND kind = v_stored AND owner = p_owner;
-    IF FOUND AND p_request = ANY (v_own.grants) THEN
-        -- Found again, its grant alive (handed over while this acquisition waited, sent
-        -- again after a lost reply, or a waiter's attempt after a late copy of an earlier
-        -- one was granted): the hold gets this request's lease, never shortened, as its
-        -- client counts the lease from this request.
-        UPDATE distlock.holds
-           SET handed = false,
-               expires_at = greatest(expires_at, v_now + p_lease_ms * interval '1 millisecond')
-         WHERE name = p_name AND kind = v_stored AND owner = p_owner
-        RETURNING * INTO v_own;
+    v_own := distlock.found_again(p_name, p_owner, v_stored, p_request, p_lease_ms, v_now);
+    IF v_own.owner IS NOT NULL THEN
         RETURN distlock.granted(v_own);
     END IF;
+    SELECT * INTO v_own FROM distlock.holds
+     WHERE name = p_name AND kind = v_stored AND owner = p_owner;
     IF EXISTS (SELECT 1 FROM distlock.answers WHERE request = p_request) THEN
         -- A late copy of a request whose grant was released, or of an acquisition that
         -- ended without one: nobody waits for it, and nobody would release a second
@@ -717,8 +736,7 @@ DECLARE
     v_at integer;
     v_ends timestamptz[];
 BEGIN
-    PERFORM pg_catalog.pg_advisory_xact_lock(
-        pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
+    PERFORM pg_catalog.pg_advisory_xact_lock(distlock.name_key(p_name));
     -- The release of the name's last hold, decided in one statement: the grant is its
     -- hold's only one and alive, and no other hold of the name is there (not even an
     -- expired one, which `begin_op` would end first). A live grant has no kept answer
@@ -785,6 +803,7 @@ RETURNS void LANGUAGE plpgsql
 DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock(distlock.name_key(p_name));
     PERFORM distlock.begin_op(p_name, NULL, v_now);
     -- Its client holds nothing of it: the acquisition ends with its wait, and so does a
     -- grant it never learnt of (handed to it, or granted to a late copy of one of its
@@ -813,6 +832,7 @@ DECLARE
     v_found boolean;
     v_head distlock.waiters%ROWTYPE;
 BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock(distlock.name_key(p_name));
     PERFORM distlock.begin_op(p_name, NULL, v_now);
     v_found := CASE p_kind
         WHEN 'read' THEN
@@ -906,8 +926,7 @@ CREATE OR REPLACE FUNCTION distlock.holds_token(p_name text, p_token bigint)
 RETURNS boolean LANGUAGE plpgsql
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM pg_catalog.pg_advisory_xact_lock_shared(
-        pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(distlock.name_key(p_name));
     RETURN p_token > 0
        AND EXISTS (SELECT 1 FROM distlock.holds
                     WHERE name = p_name AND token = p_token
@@ -936,7 +955,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 
         $functions$;
         DELETE FROM distlock.functions;
-        INSERT INTO distlock.functions VALUES (3, '38250f1f348dc33f9f5d449b2c5d6df38d681470');
+        INSERT INTO distlock.functions VALUES (3, 'f4cede3c0e103d5558d84ecc842d93e3a92844aa');
     END IF;
 END $distlock$;
 COMMIT;

@@ -1,7 +1,8 @@
 -- The lock operations. Each public function is one statement of the client, atomic, and
--- starts with `begin_op`: the name's transaction-scoped advisory lock (operations on one
--- name run one after the other), the answer of a request already run, and the removal
--- of what expired. Expiries are on the database clock (clock_timestamp()).
+-- starts with the name's transaction-scoped advisory lock (`name_key`: operations on one
+-- name run one after the other); then the common cases are decided in one statement,
+-- and the general path starts with `begin_op`: the answer of a request already run, and
+-- the removal of what expired. Expiries are on the database clock (clock_timestamp()).
 --
 -- A name's holds are rows of `holds`: kind 'mutex' (the mutex and the fair lock, which
 -- share their holds as in Java's layout), 'write', or 'read' (one row per reader, with
@@ -99,8 +100,17 @@ BEGIN
     ON CONFLICT (request) DO NOTHING;
 END $$;
 
--- Serializes on `p_name`, drops what expired, and returns the remembered reply of
--- `p_request` (NULL when it has none).
+-- The key of the transaction-scoped advisory lock that serializes the operations on
+-- `p_name`: every entry point takes it exclusive first (`holds_token` shared). One
+-- expression, inlined where it is used.
+CREATE OR REPLACE FUNCTION {schema}.name_key(p_name text)
+RETURNS bigint LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint)
+$$;
+
+-- After the caller took the name's lock (`name_key`): drops what expired, and returns
+-- the remembered reply of `p_request` (NULL when it has none).
 CREATE OR REPLACE FUNCTION {schema}.begin_op(p_name text, p_request uuid, p_now timestamptz)
 RETURNS bigint[] LANGUAGE plpgsql
     AS $$
@@ -108,8 +118,6 @@ DECLARE
     v_reply bigint[];
 BEGIN
     PERFORM {schema}.durable();
-    PERFORM pg_catalog.pg_advisory_xact_lock(
-        pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
     IF p_request IS NOT NULL THEN
         -- Also an answer whose window ended but is not swept yet: the request ran, and
         -- running it again would grant twice, and then fail on the answer's key.

@@ -68,3 +68,25 @@ BEGIN
     RETURN {schema}.granted(v_hold);
 END $$;
 
+
+-- Grant `p_request` of `p_owner`'s hold of kind `p_kind` (stored kind), found alive again:
+-- handed over while its acquisition waited, sent again after a lost reply, or a waiter's
+-- attempt after a late copy of an earlier one was granted. The hold gets this request's
+-- lease, never shortened, as its client counts the lease from this request, and is
+-- taken up. Returns the hold, or a row of NULLs when the grant is not alive in one.
+CREATE OR REPLACE FUNCTION {schema}.found_again(
+    p_name text, p_owner text, p_kind text, p_request uuid, p_lease_ms bigint,
+    p_now timestamptz
+) RETURNS {schema}.holds LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_hold {schema}.holds%ROWTYPE;
+BEGIN
+    UPDATE {schema}.holds
+       SET handed = false,
+           expires_at = greatest(expires_at, p_now + p_lease_ms * interval '1 millisecond')
+     WHERE name = p_name AND kind = p_kind AND owner = p_owner
+       AND p_request = ANY (grants) AND expires_at > p_now
+    RETURNING * INTO v_hold;
+    RETURN v_hold;
+END $$;

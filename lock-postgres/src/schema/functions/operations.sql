@@ -18,8 +18,7 @@ DECLARE
     v_others boolean;
     v_quarantine timestamptz;
 BEGIN
-    PERFORM pg_catalog.pg_advisory_xact_lock(
-        pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
+    PERFORM pg_catalog.pg_advisory_xact_lock({schema}.name_key(p_name));
     -- The common cases, each decided in one look when the lease is within the limit and
     -- no quarantine is on (the server on the timeline `epoch` names, its quarantine
     -- over; otherwise `quarantine` below decides, and starts one on a new timeline):
@@ -37,18 +36,16 @@ BEGIN
             RETURN {schema}.grant_hold(p_name, p_owner, v_stored, p_lease_ms, p_fencing,
                                        p_request, true, v_now);
         END IF;
-        -- The take-up of a handed hold (or a request sent again after a lost reply),
-        -- its grant alive in a live hold: as "found again" below. Not for a reader, one
-        -- of whose grants may have ended while its row lives on (`begin_op` ends it).
-        UPDATE {schema}.holds
-           SET handed = false,
-               expires_at = greatest(expires_at, v_now + p_lease_ms * interval '1 millisecond')
-         WHERE name = p_name AND kind = v_stored AND owner = p_owner AND kind <> 'read'
-           AND p_request = ANY (grants) AND expires_at > v_now
-        RETURNING * INTO v_own;
-        IF FOUND THEN
-            PERFORM {schema}.durable();
-            RETURN {schema}.granted(v_own);
+        -- The take-up of a handed hold (or a request sent again after a lost reply): as
+        -- below. Not for a reader, one of whose grants may have ended while its row
+        -- lives on (`begin_op` ends it first).
+        IF v_stored <> 'read' THEN
+            v_own := {schema}.found_again(p_name, p_owner, v_stored, p_request, p_lease_ms,
+                                          v_now);
+            IF v_own.owner IS NOT NULL THEN
+                PERFORM {schema}.durable();
+                RETURN {schema}.granted(v_own);
+            END IF;
         END IF;
     END IF;
     PERFORM {schema}.check_lease(p_lease_ms);
@@ -62,20 +59,12 @@ BEGIN
         END IF;
         RETURN ARRAY[0, greatest(1, ceil(extract(epoch FROM v_quarantine - v_now) * 1000))::bigint, 0];
     END IF;
-    SELECT * INTO v_own FROM {schema}.holds
-     WHERE name = p_name AND kind = v_stored AND owner = p_owner;
-    IF FOUND AND p_request = ANY (v_own.grants) THEN
-        -- Found again, its grant alive (handed over while this acquisition waited, sent
-        -- again after a lost reply, or a waiter's attempt after a late copy of an earlier
-        -- one was granted): the hold gets this request's lease, never shortened, as its
-        -- client counts the lease from this request.
-        UPDATE {schema}.holds
-           SET handed = false,
-               expires_at = greatest(expires_at, v_now + p_lease_ms * interval '1 millisecond')
-         WHERE name = p_name AND kind = v_stored AND owner = p_owner
-        RETURNING * INTO v_own;
+    v_own := {schema}.found_again(p_name, p_owner, v_stored, p_request, p_lease_ms, v_now);
+    IF v_own.owner IS NOT NULL THEN
         RETURN {schema}.granted(v_own);
     END IF;
+    SELECT * INTO v_own FROM {schema}.holds
+     WHERE name = p_name AND kind = v_stored AND owner = p_owner;
     IF EXISTS (SELECT 1 FROM {schema}.answers WHERE request = p_request) THEN
         -- A late copy of a request whose grant was released, or of an acquisition that
         -- ended without one: nobody waits for it, and nobody would release a second
@@ -137,8 +126,7 @@ DECLARE
     v_at integer;
     v_ends timestamptz[];
 BEGIN
-    PERFORM pg_catalog.pg_advisory_xact_lock(
-        pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
+    PERFORM pg_catalog.pg_advisory_xact_lock({schema}.name_key(p_name));
     -- The release of the name's last hold, decided in one statement: the grant is its
     -- hold's only one and alive, and no other hold of the name is there (not even an
     -- expired one, which `begin_op` would end first). A live grant has no kept answer
@@ -205,6 +193,7 @@ RETURNS void LANGUAGE plpgsql
 DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock({schema}.name_key(p_name));
     PERFORM {schema}.begin_op(p_name, NULL, v_now);
     -- Its client holds nothing of it: the acquisition ends with its wait, and so does a
     -- grant it never learnt of (handed to it, or granted to a late copy of one of its
@@ -233,6 +222,7 @@ DECLARE
     v_found boolean;
     v_head {schema}.waiters%ROWTYPE;
 BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock({schema}.name_key(p_name));
     PERFORM {schema}.begin_op(p_name, NULL, v_now);
     v_found := CASE p_kind
         WHEN 'read' THEN
@@ -326,8 +316,7 @@ CREATE OR REPLACE FUNCTION {schema}.holds_token(p_name text, p_token bigint)
 RETURNS boolean LANGUAGE plpgsql
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM pg_catalog.pg_advisory_xact_lock_shared(
-        pg_catalog.hashtextextended('distlock:' || p_name, 0::bigint));
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared({schema}.name_key(p_name));
     RETURN p_token > 0
        AND EXISTS (SELECT 1 FROM {schema}.holds
                     WHERE name = p_name AND token = p_token
