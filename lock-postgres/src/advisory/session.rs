@@ -168,6 +168,22 @@ impl Session {
         Ok(statement)
     }
 
+    /// Asks the server process's id again, in one unnamed statement: an error (the
+    /// session broken) when another process answers, as behind a transaction-mode
+    /// pooler.
+    pub(super) async fn still_own_process(&self, bound: Duration) -> Result<(), Error> {
+        let during = "checking an advisory session's server process";
+        let rows = tokio::time::timeout(
+            bound,
+            self.client
+                .query_typed("SELECT pg_catalog.pg_backend_pid() AS pid", &[]),
+        )
+        .await
+        .map_err(|_| Error::connection(during, silent("response timeout", bound)))?
+        .map_err(|err| Error::connection(during, err))?;
+        self.same_process(first(&rows, during)?, during)
+    }
+
     /// Checks that `row`'s `pid` column came from this session's server process.
     fn same_process(&self, row: &Row, during: &'static str) -> Result<(), Error> {
         let pid: i32 = row

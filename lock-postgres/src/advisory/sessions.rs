@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use lock_core::Error;
 use tokio_postgres::Config;
@@ -86,6 +87,14 @@ impl Sessions {
         }
     }
 
+    /// How long connecting, and the checks that come with it, may take.
+    fn connect_bound(&self) -> Duration {
+        self.config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(crate::DEFAULT_CONNECT_TIMEOUT)
+    }
+
     /// Opens a session.
     pub(super) async fn open(&self) -> Result<Arc<Session>, Error> {
         let during = "opening an advisory session";
@@ -102,17 +111,21 @@ impl Sessions {
             }
         };
         let connection = tokio::spawn(connection).abort_handle();
-        let bound = self
-            .config
-            .get_connect_timeout()
-            .copied()
-            .unwrap_or(crate::DEFAULT_CONNECT_TIMEOUT);
-        let pid = tokio::time::timeout(bound, client.query_one("SELECT pg_backend_pid()", &[]))
-            .await
-            .map_err(|_| Error::connection(during, silent("connect timeout", bound)))?
-            .map_err(|err| Error::connection(during, err))?
-            .try_get::<_, i32>(0)
-            .map_err(|err| Error::protocol(format!("{during}: {err}")))?;
+        let bound = self.connect_bound();
+        // One unnamed statement, one round trip: a statement prepared first and run
+        // after could meet another server process behind a pooler, and fail there
+        // before the check below can name the pooler.
+        let pid = tokio::time::timeout(
+            bound,
+            client.query_typed("SELECT pg_catalog.pg_backend_pid()", &[]),
+        )
+        .await
+        .map_err(|_| Error::connection(during, silent("connect timeout", bound)))?
+        .map_err(|err| Error::connection(during, err))?
+        .first()
+        .ok_or_else(|| Error::protocol(format!("{during}: no row")))?
+        .try_get::<_, i32>(0)
+        .map_err(|err| Error::protocol(format!("{during}: {err}")))?;
         Ok(Session::new(client, pid, connection))
     }
 
@@ -139,12 +152,22 @@ impl Sessions {
         migrated?;
         let carrier = self.carrier(0).await?;
         let other = self.for_a_waiter().await?;
-        let (carrier_pid, other_pid) = (carrier.pid(), other.pid());
-        self.give_back(other);
-        if carrier_pid == other_pid {
+        if carrier.pid() == other.pid() {
             carrier.break_off();
             return Err(pooled_error());
         }
+        // Each asked again, in turn: a pooler that gave them two server processes hands
+        // the next statement the one used last (PgBouncer's default), so one of them
+        // now lands in the other's process. Later statements check their process too;
+        // this makes the refusal come at connect.
+        for session in [&carrier, &other] {
+            if let Err(err) = session.still_own_process(self.connect_bound()).await {
+                carrier.break_off();
+                other.break_off();
+                return Err(err);
+            }
+        }
+        self.give_back(other);
         Ok(())
     }
 
