@@ -17,19 +17,26 @@ const FALLBACK_DIRS: [&str; 3] = ["/usr/bin", "/usr/local/bin", "/opt/homebrew/b
 /// none of them has it.
 #[must_use]
 pub fn redis_server_binary() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("REDIS_SERVER_BIN").map(PathBuf::from)
-        && path.is_file()
-    {
-        return Some(path);
-    }
+    named_by_env("REDIS_SERVER_BIN").or_else(|| on_path_or_in("redis-server", &FALLBACK_DIRS))
+}
+
+/// The file the environment variable `var` names, if it is there.
+pub(crate) fn named_by_env(var: &str) -> Option<PathBuf> {
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .filter(|path| path.is_file())
+}
+
+/// The executable `name` in the first directory on `PATH` that has it, else in the first
+/// of `fallback_dirs` that does.
+pub(crate) fn on_path_or_in(name: &str, fallback_dirs: &[&str]) -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH")
         .map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
         .unwrap_or_default();
     on_path
-        .iter()
-        .map(PathBuf::as_path)
-        .chain(FALLBACK_DIRS.iter().map(Path::new))
-        .map(|dir| dir.join("redis-server"))
+        .into_iter()
+        .chain(fallback_dirs.iter().map(PathBuf::from))
+        .map(|dir| dir.join(name))
         .find(|candidate| is_executable(candidate))
 }
 
@@ -40,16 +47,10 @@ pub(crate) fn find_executable(
     name: &str,
     fallback_dirs: &[&str],
 ) -> Option<PathBuf> {
-    let from_var = std::env::var_os(dir_var).map(PathBuf::from);
-    let on_path = std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
-        .unwrap_or_default();
-    from_var
-        .into_iter()
-        .chain(on_path)
-        .chain(fallback_dirs.iter().map(PathBuf::from))
-        .map(|dir| dir.join(name))
-        .find(|candidate| is_executable(candidate))
+    std::env::var_os(dir_var)
+        .map(|dir| PathBuf::from(dir).join(name))
+        .filter(|candidate| is_executable(candidate))
+        .or_else(|| on_path_or_in(name, fallback_dirs))
 }
 
 /// The binary, or a panic with installation instructions.

@@ -44,6 +44,7 @@ mod scratch;
 mod sentinel;
 mod server;
 mod signal;
+mod template;
 mod tls;
 
 pub use binary::redis_server_binary;

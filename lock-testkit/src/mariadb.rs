@@ -12,6 +12,7 @@ use crate::ports::{self, PortTaken};
 use crate::postgres::still_starting;
 use crate::scratch::{ScratchDir, scratch_dir};
 use crate::signal::{Signal, signal};
+use crate::template;
 
 /// The message shown when no MariaDB server binaries can be found.
 pub(crate) const NOT_FOUND: &str = "MariaDB's server and tools (mariadbd, mariadb-install-db, \
@@ -203,20 +204,7 @@ impl MariaDbServer {
     /// made for this installation (made once: it takes a few seconds, a copy a few
     /// milliseconds).
     fn init_db(&self) {
-        let template = self.template();
-        let output = Command::new("cp")
-            .arg("-a")
-            .arg(&template)
-            .arg(self.data())
-            .output()
-            .unwrap_or_else(|e| panic!("run cp: {e}"));
-        assert!(
-            output.status.success(),
-            "copying {} to {} failed: {}",
-            template.display(),
-            self.data().display(),
-            String::from_utf8_lossy(&output.stderr)
-        );
+        template::copy(&self.template(), &self.data());
     }
 
     /// The data directory template: `root` without a password (also over TCP), no
@@ -246,15 +234,7 @@ impl MariaDbServer {
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
-        if std::fs::rename(&making, &template).is_err() {
-            // Another server made it first: its copy serves.
-            assert!(
-                template.join("mysql").is_dir(),
-                "cannot put the data directory template in place at {}",
-                template.display()
-            );
-            let _ = std::fs::remove_dir_all(&making);
-        }
+        template::put_in_place(&making, &template, |dir| dir.join("mysql").is_dir());
         template
     }
 

@@ -25,18 +25,12 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// place) and Homebrew's directories.
 #[must_use]
 pub fn pgbouncer_binary() -> Option<PathBuf> {
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    candidates.extend(std::env::var_os("PGBOUNCER_BIN").map(PathBuf::from));
-    let dirs = std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
-        .unwrap_or_default();
-    candidates.extend(dirs.into_iter().map(|dir| dir.join("pgbouncer")));
-    candidates.extend(
-        ["/usr/sbin", "/opt/homebrew/bin", "/usr/local/bin"]
-            .iter()
-            .map(|dir| PathBuf::from(dir).join("pgbouncer")),
-    );
-    candidates.into_iter().find(|path| path.is_file())
+    crate::binary::named_by_env("PGBOUNCER_BIN").or_else(|| {
+        crate::binary::on_path_or_in(
+            "pgbouncer",
+            &["/usr/sbin", "/opt/homebrew/bin", "/usr/local/bin"],
+        )
+    })
 }
 
 /// A PgBouncer on a free port of `127.0.0.1` (never 6432's usual one), pooling the

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use crate::ports::{self, PortTaken};
 use crate::scratch::{ScratchDir, scratch_dir};
 use crate::signal::{Signal, children, signal};
+use crate::template;
 use crate::tls::TestCertificates;
 
 /// The message shown when no PostgreSQL server binaries can be found.
@@ -359,20 +360,7 @@ impl PostgresServer {
     /// Gives the server a fresh data directory: a copy of the one `initdb` made for this
     /// installation (see [`Self::template`]).
     fn init_db(&self) {
-        let template = self.template();
-        let output = Command::new("cp")
-            .arg("-a")
-            .arg(&template)
-            .arg(self.data())
-            .output()
-            .unwrap_or_else(|e| panic!("run cp: {e}"));
-        assert!(
-            output.status.success(),
-            "copying {} to {} failed: {}",
-            template.display(),
-            self.data().display(),
-            String::from_utf8_lossy(&output.stderr)
-        );
+        template::copy(&self.template(), &self.data());
     }
 
     /// A data directory as `initdb` makes it, made once for this installation and user
@@ -394,15 +382,7 @@ impl PostgresServer {
         let mut initdb = self.command("initdb");
         initdb.args(INITDB_ARGS).arg("--pgdata").arg(&making);
         run_to_success(&mut initdb, &format!("initdb in {}", making.display()));
-        if std::fs::rename(&making, &template).is_err() {
-            // Another server made it first: its copy serves.
-            assert!(
-                template.join("PG_VERSION").is_file(),
-                "cannot put the data directory template in place at {}",
-                template.display()
-            );
-            remove_if_there(&making);
-        }
+        template::put_in_place(&making, &template, |dir| dir.join("PG_VERSION").is_file());
         template
     }
 
