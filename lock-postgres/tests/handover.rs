@@ -68,18 +68,7 @@ async fn a_waiter_holds_from_the_hand_overs_message() {
     let a = connect(&server.url()).await;
     let url = waiting::service_role(&server, &probe, "handed_waiter").await;
     let b = Locks::new(Arc::new(Connector::new(url).connect().await.unwrap()));
-    let held = a.mutex(name).lock().await.unwrap();
-    let b_waits = tokio::spawn({
-        let lock = b.mutex(name);
-        async move { lock.lock().await }
-    });
-    waiting::refuse_once_waiting(&probe, name, "handed_waiter").await;
-    held.unlock().await.unwrap();
-    let guard = timeout(Duration::from_secs(5), b_waits)
-        .await
-        .expect("the waiter holds from the message")
-        .unwrap()
-        .expect("the waiter asked the server, which refused it");
+    let guard = waiting::hand_to_a_refused_waiter((&a, &b), &probe, name, "handed_waiter").await;
     assert!(guard.is_held());
     let (owner, handed) = holder(&probe, name).await.expect("handed over");
     assert!(owner.starts_with(b.client_id()), "held by {owner}");

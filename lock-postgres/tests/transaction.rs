@@ -198,18 +198,8 @@ async fn a_handed_hold_proves_its_token_before_its_take_up() {
         .build()
         .unwrap();
     let name = "own:handed";
-    let held = holder.mutex(name).lock().await.unwrap();
-    let waits = tokio::spawn({
-        let lock = waiter.mutex(name);
-        async move { lock.lock().await }
-    });
-    waiting::refuse_once_waiting(&probe, name, "proved_waiter").await;
-    held.unlock().await.unwrap();
-    let guard = timeout(Duration::from_secs(5), waits)
-        .await
-        .expect("the waiter holds from the message")
-        .unwrap()
-        .unwrap();
+    let guard =
+        waiting::hand_to_a_refused_waiter((&holder, &waiter), &probe, name, "proved_waiter").await;
     let token = guard.fencing_token().expect("fencing is on");
     let handed: bool = probe
         .query_one(

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use lock_core::{Guard, Locks};
 use lock_postgres::schema::{self, SchemaName};
 use lock_testkit::PostgresServer;
 use tokio::time::{sleep, timeout};
@@ -19,11 +20,34 @@ pub(crate) async fn service_role(server: &PostgresServer, probe: &Client, role: 
     format!("postgres://{role}@127.0.0.1:{}/postgres", server.port())
 }
 
+/// `holder` takes `name`, `waiter` (a client of `role`) waits for it, `role` loses the
+/// right to call the functions once the waiter waits ([`refuse_once_waiting`]), and
+/// `holder` releases: returns the waiter's guard, which it got without asking again.
+pub(crate) async fn hand_to_a_refused_waiter(
+    (holder, waiter): (&Locks, &Locks),
+    probe: &Client,
+    name: &str,
+    role: &str,
+) -> Guard {
+    let held = holder.mutex(name).lock().await.unwrap();
+    let waits = tokio::spawn({
+        let lock = waiter.mutex(name);
+        async move { lock.lock().await }
+    });
+    refuse_once_waiting(probe, name, role).await;
+    held.unlock().await.unwrap();
+    timeout(Duration::from_secs(5), waits)
+        .await
+        .expect("the waiter holds from the message")
+        .unwrap()
+        .expect("the waiter asked the server, which refused it")
+}
+
 /// Waits until `role`'s waiter for `name` asked twice (its second attempt is made once it
 /// listens, so a release from now on reaches it) and its sessions are idle (that answer
 /// is on its way back; its next attempt is seconds away), then takes from `role` the
 /// right to call the functions: whatever it sends next is refused.
-pub(crate) async fn refuse_once_waiting(probe: &Client, name: &str, role: &str) {
+async fn refuse_once_waiting(probe: &Client, name: &str, role: &str) {
     let waiting = async {
         loop {
             let row = probe
