@@ -11,10 +11,11 @@ use lock_core::backend::{
     Release, ReleaseRequest, Renewal, RequestId,
 };
 use lock_core::notify::Listener;
-use tokio_postgres::types::{FromSql, Type};
+use tokio_postgres::types::{FromSql, ToSql, Type};
 
 use crate::calls::Param;
 use crate::calls::{self, Arg, arg};
+use crate::direct::Preparing;
 use crate::error::{failed, pool_failed};
 use crate::notify::Notifications;
 use crate::schema::SchemaName;
@@ -29,6 +30,9 @@ pub struct PostgresBackend {
     pub(crate) pool: Pool,
     pub(crate) schema: SchemaName,
     pub(crate) notifications: Notifications,
+    /// Whether statements are prepared (only on connections proved to be the server's
+    /// own sessions, see [`crate::direct`]).
+    pub(crate) preparing: Preparing,
     pub(crate) response_timeout: Duration,
     /// The longest lease the database grants (`distlock.failover_quarantine_ms`), read
     /// when connecting.
@@ -40,6 +44,7 @@ impl fmt::Debug for PostgresBackend {
         f.debug_struct("PostgresBackend")
             .field("schema", &self.schema)
             .field("pool", &self.pool.status())
+            .field("preparing", &self.preparing.allowed())
             .finish_non_exhaustive()
     }
 }
@@ -60,6 +65,16 @@ impl PostgresBackend {
     #[must_use]
     pub fn subscribed_channels(&self) -> Vec<String> {
         self.notifications.subscriptions().channels()
+    }
+
+    /// Whether this client prepares its statements: true while every query connection
+    /// it opened was proved to be a session of the server itself, false once one was
+    /// not (through a pooler or proxy, over a Unix socket, or with several hosts in the
+    /// URL), when each call is sent as one unnamed statement. Prepared calls save the
+    /// server their parse and plan.
+    #[must_use]
+    pub fn prepares_statements(&self) -> bool {
+        self.preparing.allowed()
     }
 
     /// The channel a waiter of `lock` listens on, a hash, as channel names are short
@@ -123,9 +138,10 @@ impl PostgresBackend {
         self.query(during, &statement, &params).await.map(drop)
     }
 
-    /// Runs `statement` on a pooled connection as one unnamed statement with typed
-    /// parameters: one round trip, and nothing a transaction-mode pooler could lose
-    /// between statements (a named prepared statement would be).
+    /// Runs `statement` with typed parameters on a pooled connection: prepared once per
+    /// connection where every connection is the server's own session, else as one
+    /// unnamed statement, one round trip that leaves nothing a transaction-mode pooler
+    /// could lose between statements (see [`crate::direct`]).
     pub(crate) async fn query(
         &self,
         during: &'static str,
@@ -139,8 +155,18 @@ impl PostgresBackend {
             .await
             .map_err(|_| silent())?
             .map_err(|err| pool_failed(err, during, &self.schema))?;
-        let outcome =
-            tokio::time::timeout_at(deadline, client.query_typed(statement, params)).await;
+        let outcome = if self.preparing.allowed() {
+            let prepared = async {
+                let types: Vec<Type> = params.iter().map(|(_, ty)| ty.clone()).collect();
+                let values: Vec<&(dyn ToSql + Sync)> =
+                    params.iter().map(|(value, _)| *value).collect();
+                let statement = client.prepare_typed_cached(statement, &types).await?;
+                client.query(&statement, &values).await
+            };
+            tokio::time::timeout_at(deadline, prepared).await
+        } else {
+            tokio::time::timeout_at(deadline, client.query_typed(statement, params)).await
+        };
         match outcome {
             Ok(result) => result.map_err(|err| failed(err, during, &self.schema)),
             Err(_) => {

@@ -10,11 +10,12 @@ use tokio_postgres::Config;
 
 use crate::advisory::{AdvisoryBackend, Sessions};
 use crate::backend::PostgresBackend;
+use crate::direct::DirectConnect;
 use crate::error::pool_failed;
 use crate::notify::Notifications;
 use crate::schema::{self, SchemaName};
 use crate::timeouts::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, silent};
-use crate::tls::{MakeTls, Trust, another};
+use crate::tls::{MakeTls, Trust};
 
 /// The `application_name` of the query connections, unless the URL sets one: what
 /// `pg_stat_activity` shows for them (the notification connection's is
@@ -293,9 +294,10 @@ async fn open(
     settings: ConnectorSettings,
 ) -> Result<PostgresBackend, Error> {
     let during = "connecting to PostgreSQL";
-    let manager = Manager::from_config(
+    let (connect, preparing) = DirectConnect::new(&config, &tls);
+    let manager = Manager::from_connect(
         config,
-        another(&tls),
+        connect,
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -317,6 +319,7 @@ async fn open(
         pool,
         schema: settings.schema,
         notifications,
+        preparing,
         response_timeout: settings.response_timeout,
         longest_lease: Duration::MAX,
     };

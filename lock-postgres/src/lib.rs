@@ -23,6 +23,7 @@ pub mod advisory;
 mod backend;
 mod calls;
 mod connector;
+mod direct;
 pub mod error;
 mod introspect;
 pub mod notify;

@@ -91,6 +91,14 @@ impl Fixture for PostgresFixture {
             .connect()
             .await
             .unwrap_or_else(|err| panic!("connecting ({:?}): {err}", self.route));
+        // Statements are prepared on the server's own sessions only: through PgBouncer
+        // in transaction mode a prepared statement would be lost between transactions.
+        assert_eq!(
+            backend.prepares_statements(),
+            self.route == Route::DirectAsServiceRole,
+            "{:?}",
+            self.route
+        );
         let backend = Arc::new(backend);
         self.backends
             .lock()
