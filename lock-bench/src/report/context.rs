@@ -15,16 +15,26 @@ pub(super) fn context(all: &All) -> Vec<(&'static str, Option<f64>)> {
 
 /// Beside the advisory mode's target: the same floor with its statements prepared, as
 /// our advisory sessions prepare theirs (the target's floor sends them unnamed, parsed
-/// and planned at every call, as tokio-postgres's `query_typed` does).
+/// and planned at every call, as tokio-postgres's `query_typed` does); beside table
+/// mode's: the advisory lock, what most users compare it with.
 fn postgres_context(all: &All) -> Vec<(&'static str, Option<f64>)> {
     let p = |who: &str, metric: &str| figure(all, "postgres", who, metric);
-    vec![(
-        "postgres advisory mode uncontended pairs/s vs pg_advisory_lock with prepared statements",
-        ratio(
-            p("lock (postgres advisory)", "pairs_per_s"),
-            p("pg_advisory_lock (prepared)", "pairs_per_s"),
+    vec![
+        (
+            "postgres advisory mode uncontended pairs/s vs pg_advisory_lock with prepared statements",
+            ratio(
+                p("lock (postgres advisory)", "pairs_per_s"),
+                p("pg_advisory_lock (prepared)", "pairs_per_s"),
+            ),
         ),
-    )]
+        (
+            "postgres table mode uncontended pairs/s vs pg_advisory_lock",
+            ratio(
+                p("lock (postgres)", "pairs_per_s"),
+                p("pg_advisory_lock", "pairs_per_s"),
+            ),
+        ),
+    ]
 }
 
 /// Beside the hand-off targets: the server's share. Our hand-off runs two scripts where

@@ -59,16 +59,22 @@ pub(super) fn targets(all: &All) -> Vec<Target> {
     targets.0
 }
 
-/// The PostgreSQL backend against `pg_advisory_lock` in the same run, and an unrelated
+/// The PostgreSQL backend against the row floor and `pg_advisory_lock` in the same run
+/// (issue 50's targets), and an unrelated
 /// writer's commits beside our lock traffic against the same writer alone.
 fn postgres_targets(all: &All, targets: &mut Targets) {
     let p = |who: &str, metric: &str| figure(all, "postgres", who, metric);
     let (ours, advisory) = ("lock (postgres)", "pg_advisory_lock");
+    // Table mode against a lock kept in a table with nothing else (issue 50): its
+    // advisory-lock ratio is in the context.
     targets.check(
-        "postgres uncontended pairs/s vs pg_advisory_lock",
-        ">= 0.5x",
-        ratio(p(ours, "pairs_per_s"), p(advisory, "pairs_per_s")),
-        |m| m >= 0.5,
+        "postgres uncontended pairs/s vs the row floor (INSERT, DELETE)",
+        ">= 0.7x",
+        ratio(
+            p(ours, "pairs_per_s"),
+            p("row floor (INSERT, DELETE)", "pairs_per_s"),
+        ),
+        |m| m >= 0.7,
     );
     targets.check(
         "postgres contended mutex fairness (8 clients)",
@@ -78,12 +84,12 @@ fn postgres_targets(all: &All, targets: &mut Targets) {
     );
     targets.check(
         "postgres contended idle per hand-off vs pg_advisory_lock",
-        "<= 1.5x",
+        "<= 2.0x",
         ratio(
             p(ours, "idle_ms_per_handoff"),
             p(advisory, "idle_ms_per_handoff"),
         ),
-        |m| m <= 1.5,
+        |m| m <= 2.0,
     );
     let ours_advisory = "lock (postgres advisory)";
     targets.check(
