@@ -15,7 +15,7 @@ use crate::error::pool_failed;
 use crate::notify::Notifications;
 use crate::schema::{self, SchemaName};
 use crate::timeouts::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, silent};
-use crate::tls::{MakeTls, Trust};
+use crate::tls::{MakeTls, Trust, another};
 
 /// The `application_name` of the query connections, unless the URL sets one: what
 /// `pg_stat_activity` shows for them (the notification connection's is
@@ -294,7 +294,7 @@ async fn open(
     settings: ConnectorSettings,
 ) -> Result<PostgresBackend, Error> {
     let during = "connecting to PostgreSQL";
-    let (connect, preparing) = DirectConnect::new(&config, &tls);
+    let (connect, preparing) = DirectConnect::new(&config, another(&tls));
     let manager = Manager::from_connect(
         config,
         connect,

@@ -91,10 +91,10 @@ impl std::fmt::Debug for DirectConnect {
 
 impl DirectConnect {
     /// The pool's connect for connections to `config`, and the flag it keeps.
-    pub(crate) fn new(config: &Config, tls: &MakeTls) -> (Self, Preparing) {
+    pub(crate) fn new(config: &Config, tls: MakeTls) -> (Self, Preparing) {
         let preparing = Preparing::for_config(config);
         let connect = Self {
-            tls: another(tls),
+            tls,
             preparing: preparing.clone(),
         };
         (connect, preparing)
