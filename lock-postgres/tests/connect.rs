@@ -110,3 +110,35 @@ async fn connecting_to_a_paused_server_gives_up_after_the_connect_timeout() {
         .await
         .expect("connects after the pause");
 }
+
+/// Statements are prepared on connections proved to be the server's own sessions: a pool
+/// that opens all its connections at once, under load, proves every one, so the client
+/// still prepares once they are all open (the routes that prove nothing are the unit
+/// tests' and the conformance suite's through PgBouncer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_of_direct_connections_opened_under_load_prepares() {
+    let server = PostgresServer::start().await;
+    let backend = std::sync::Arc::new(
+        Connector::new(server.url())
+            .pool_size(16)
+            .connect()
+            .await
+            .expect("connects"),
+    );
+    let locks = lock_core::Locks::new(backend.clone());
+    let mut tasks = Vec::new();
+    for task in 0..64 {
+        let locks = locks.clone();
+        tasks.push(tokio::spawn(async move {
+            let mutex = locks.mutex(&format!("prepared:{task}"));
+            for _ in 0..10 {
+                let guard = mutex.lock().await.expect("locks");
+                guard.unlock().await.expect("unlocks");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("a task ran");
+    }
+    assert!(backend.prepares_statements(), "{backend:?}");
+}
