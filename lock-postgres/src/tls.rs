@@ -9,9 +9,74 @@ use tokio_postgres::Config;
 use tokio_postgres::config::SslMode;
 use tokio_postgres::tls::MakeTlsConnect;
 
-/// What makes each connection's TLS session.
+/// What makes each connection's TLS session: rustls for a TCP connection; nothing for a
+/// Unix socket, where PostgreSQL offers no TLS. tokio-postgres asks for a TLS connector
+/// before it knows whether the server offers TLS, and names no host for a Unix socket,
+/// which rustls refuses as a server name: without this, a URL naming a socket directory
+/// could not connect at all with the `tls` feature.
 #[cfg(feature = "tls")]
-pub(crate) type MakeTls = tokio_postgres_rustls::MakeRustlsConnect;
+#[derive(Clone)]
+pub(crate) struct MakeTls(tokio_postgres_rustls::MakeRustlsConnect);
+
+#[cfg(feature = "tls")]
+impl MakeTls {
+    fn new(config: rustls::ClientConfig) -> Self {
+        Self(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+    }
+}
+
+/// rustls's connector for one connection over a stream of type `S`.
+#[cfg(feature = "tls")]
+type RustlsConnect<S> = <tokio_postgres_rustls::MakeRustlsConnect as MakeTlsConnect<S>>::TlsConnect;
+
+/// The TLS connector of one connection: rustls's, or none where no host was named (a
+/// Unix socket, whose server never offers TLS).
+#[cfg(feature = "tls")]
+pub(crate) struct TlsConnector<S>(Option<RustlsConnect<S>>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static;
+
+#[cfg(feature = "tls")]
+impl<S> MakeTlsConnect<S> for MakeTls
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    type Stream = <tokio_postgres_rustls::MakeRustlsConnect as MakeTlsConnect<S>>::Stream;
+    type TlsConnect = TlsConnector<S>;
+    type Error = <tokio_postgres_rustls::MakeRustlsConnect as MakeTlsConnect<S>>::Error;
+
+    fn make_tls_connect(&mut self, host: &str) -> Result<TlsConnector<S>, Self::Error> {
+        if host.is_empty() {
+            return Ok(TlsConnector(None));
+        }
+        MakeTlsConnect::<S>::make_tls_connect(&mut self.0, host).map(|tls| TlsConnector(Some(tls)))
+    }
+}
+
+#[cfg(feature = "tls")]
+impl<S> tokio_postgres::tls::TlsConnect<S> for TlsConnector<S>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    type Stream = <RustlsConnect<S> as tokio_postgres::tls::TlsConnect<S>>::Stream;
+    type Error = std::io::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Stream, std::io::Error>> + Send>,
+    >;
+
+    fn connect(self, stream: S) -> Self::Future {
+        match self.0 {
+            Some(tls) => Box::pin(tls.connect(stream)),
+            // Only a server that offered TLS where no host name was given (a Unix socket,
+            // or a `hostaddr` without a `host`) gets here: there is no name to verify its
+            // certificate against.
+            None => Box::pin(std::future::ready(Err(std::io::Error::other(
+                "the server offered TLS, but the URL names no host to verify its \
+                 certificate against (give `host` beside `hostaddr`)",
+            )))),
+        }
+    }
+}
 
 /// What makes each connection's TLS session: none without the `tls` feature.
 #[cfg(not(feature = "tls"))]

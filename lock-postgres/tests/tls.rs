@@ -81,3 +81,43 @@ async fn a_server_that_requires_tls_is_reached_with_its_ca_trusted() {
     assert!(ours >= 4, "{ours} connections of ours");
     assert_eq!(encrypted, ours, "a connection of ours is not encrypted");
 }
+
+/// A connection string naming the server's Unix socket directory connects with the `tls`
+/// feature too, in both modes: the server offers no TLS there, and no host name is asked
+/// for a certificate (rustls refused the empty name, so no such connection could open).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unix_socket_connects_in_plain_with_the_tls_feature() {
+    let server = PostgresServer::start().await;
+    let backend = Arc::new(
+        Connector::new(server.socket_url())
+            .connect()
+            .await
+            .expect("table mode connects over the Unix socket"),
+    );
+    assert!(
+        !backend.prepares_statements(),
+        "a Unix socket proves nothing"
+    );
+    let locks = Locks::new(backend);
+    let held = locks.mutex("over-a-socket").lock().await.expect("locks");
+    // Another client, so that the release reaches it by its notification connection.
+    let other = Connector::new(server.socket_url())
+        .locks()
+        .await
+        .expect("a second client connects over the Unix socket");
+    let waiter = tokio::spawn(async move { other.mutex("over-a-socket").lock().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    held.unlock().await.expect("unlocks");
+    let woken = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter is woken by the release's notification")
+        .expect("the waiter ran")
+        .expect("the waiter holds");
+    woken.unlock().await.expect("unlocks");
+    let advisory = Connector::new(server.socket_url())
+        .advisory_locks()
+        .await
+        .expect("advisory mode connects over the Unix socket");
+    let guard = advisory.mutex("over-a-socket").lock().await.expect("locks");
+    guard.unlock().await.expect("unlocks");
+}
