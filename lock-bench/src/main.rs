@@ -1,8 +1,9 @@
 //! `lock-bench`: the benchmark behind `cargo xtask bench`.
 //!
-//! Starts its own redis-server processes (never 6379) and a PostgreSQL (never 5432),
-//! runs each scenario for each contender (this library on the redis adapter with the
-//! `rslock` crate as the peer; on PostgreSQL with PostgreSQL's advisory locks),
+//! Starts its own redis-server processes (never 6379), a PostgreSQL (never 5432) and a
+//! MariaDB (never 3306), runs each scenario for each contender (this library on the redis
+//! adapter with the `rslock` crate as the peer; on PostgreSQL with PostgreSQL's advisory
+//! locks; MariaDB's own locks as the floors of a MySQL backend),
 //! and writes `target/bench/report.json`, `report.md` and `report.svg`. Every target is
 //! a ratio of figures measured in the same run.
 //!
@@ -13,6 +14,7 @@
 mod alloc;
 mod bare;
 mod contended;
+mod mysql;
 mod postgres;
 mod renewals;
 mod report;
@@ -53,6 +55,7 @@ enum Scenario {
     Redlock,
     Waiters,
     Postgres,
+    Mysql,
 }
 
 impl Scenario {
@@ -77,6 +80,7 @@ impl Scenario {
                 let server = lock_testkit::PostgresServer::start().await;
                 postgres::postgres(&server, scale).await
             }
+            Self::Mysql => mysql::mysql(&lock_testkit::MariaDbServer::start().await, scale).await,
             Self::Uncontended => scenarios::uncontended(&RedisServer::start().await, scale).await,
             Self::Paced => scenarios::paced(&RedisServer::start().await, scale).await,
             Self::Contended => contended::contended(&RedisServer::start().await, scale).await,

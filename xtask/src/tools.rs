@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-use crate::install::{POSTGRES, find_or_install, find_or_install_redis};
+use crate::install::{MARIADB, POSTGRES, find_or_install, find_or_install_redis};
 use crate::test::workspace_command;
 use crate::{cargo, exit_code, run_streaming, target_dir, workspace_root};
 
@@ -59,6 +59,8 @@ pub(crate) fn chaos(extra: &[String]) -> Result<ExitCode, String> {
 pub(crate) fn bench(extra: &[String]) -> Result<ExitCode, String> {
     let binary = find_or_install_redis()?;
     let postgres = find_or_install(&POSTGRES)?;
+    // Found again by lock-bench itself (lock-testkit looks where Debian puts it).
+    find_or_install(&MARIADB)?;
     println!("xtask: building lock-bench (release)...");
     let mut build = cargo();
     build.args(["build", "--quiet", "--release", "-p", "lock-bench"]);

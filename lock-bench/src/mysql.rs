@@ -1,0 +1,202 @@
+//! MariaDB's own locks, the floors a MySQL/MariaDB backend is measured against (issue
+//! 51), on a server the run starts, through `mysql_async`: the lock every comparison
+//! describes first, a row under a unique index (one `INSERT` to take it, one `DELETE` to
+//! give it back, each its own commit), and `GET_LOCK`/`RELEASE_LOCK` (the session lock
+//! madelson/DistributedLock uses), uncontended and, for `GET_LOCK`, contended.
+//!
+//! The test server commits with `innodb_flush_log_at_trx_commit = 2` (the log written at
+//! every commit, flushed once a second), as every contender here does; the figures are
+//! ratios within one run.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use lock_testkit::MariaDbServer;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
+use tokio::time::Instant;
+
+use crate::contended::{summarize, work_until};
+use crate::scenarios::{Figures, Results, Scale, figures};
+
+/// Connections per pool, as the PostgreSQL scenario's.
+const POOL_SIZE: usize = 16;
+
+/// The contenders' names in the report.
+const ROW: &str = "row floor (INSERT, DELETE)";
+const GET_LOCK: &str = "GET_LOCK";
+
+/// A pool of [`POOL_SIZE`] connections to `server`, over TCP.
+fn pool(server: &MariaDbServer) -> Pool {
+    let opts = Opts::from_url(&server.url()).expect("the server's URL");
+    let constraints = PoolConstraints::new(POOL_SIZE, POOL_SIZE).expect("a pool's bounds");
+    let opts = OptsBuilder::from_opts(opts)
+        .prefer_socket(false)
+        .pool_opts(PoolOpts::default().with_constraints(constraints));
+    Pool::new(opts)
+}
+
+/// A lock of the floors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bare {
+    /// A row of `bench_rows` inserted and deleted, each statement its own commit.
+    Row,
+    /// `GET_LOCK` and `RELEASE_LOCK`, on the one connection.
+    GetLock,
+}
+
+/// A hold of a floor's lock, kept with the connection that took it (a session lock
+/// must be released on it; the row lock keeps the same shape).
+struct BareHold {
+    connection: Conn,
+    key: u64,
+    bare: Bare,
+}
+
+impl Bare {
+    /// Takes `key`, waiting for it up to five seconds (`GET_LOCK`) or failing at once
+    /// (the row, whose unique index refuses a second holder).
+    async fn lock(self, pool: &Pool, key: u64) -> Option<BareHold> {
+        let mut connection = pool.get_conn().await.ok()?;
+        match self {
+            Self::Row => {
+                connection
+                    .exec_drop(
+                        "INSERT INTO bench_rows (name, owner, expires_at) \
+                         VALUES (?, 'bench', NOW(6) + INTERVAL 30 SECOND)",
+                        (key,),
+                    )
+                    .await
+                    .ok()?;
+            }
+            Self::GetLock => {
+                let granted: Option<i64> = connection
+                    .exec_first("SELECT GET_LOCK(?, 5)", (format!("bench:{key}"),))
+                    .await
+                    .ok()?;
+                if granted != Some(1) {
+                    return None;
+                }
+            }
+        }
+        Some(BareHold {
+            connection,
+            key,
+            bare: self,
+        })
+    }
+
+    /// Makes what the floor needs (the row lock's table).
+    async fn prepare(self, pool: &Pool) {
+        if self == Self::Row {
+            let mut connection = pool.get_conn().await.expect("a connection");
+            connection
+                .query_drop(
+                    "CREATE TABLE IF NOT EXISTS bench_rows (name BIGINT PRIMARY KEY, \
+                     owner VARCHAR(32) NOT NULL, expires_at DATETIME(6) NOT NULL) \
+                     ENGINE = InnoDB",
+                )
+                .await
+                .expect("the row floor's table");
+        }
+    }
+}
+
+async fn bare_unlock(mut hold: BareHold) {
+    let unlocked = match hold.bare {
+        Bare::Row => {
+            hold.connection
+                .exec_drop(
+                    "DELETE FROM bench_rows WHERE name = ? AND owner = 'bench'",
+                    (hold.key,),
+                )
+                .await
+        }
+        Bare::GetLock => {
+            hold.connection
+                .exec_drop("SELECT RELEASE_LOCK(?)", (format!("bench:{}", hold.key),))
+                .await
+        }
+    };
+    if let Err(err) = unlocked {
+        eprintln!("lock-bench: {:?} unlock: {err}", hold.bare);
+    }
+}
+
+/// Lock+unlock pairs per second of 64 tasks on distinct keys through one pool.
+async fn bare_pairs_per_second(server: &MariaDbServer, bare: Bare, duration: Duration) -> f64 {
+    let pool = pool(server);
+    bare.prepare(&pool).await;
+    let count = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + duration;
+    let mut tasks = Vec::new();
+    for key in 0..64 {
+        let (pool, count) = (pool.clone(), Arc::clone(&count));
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < deadline {
+                if let Some(hold) = bare.lock(&pool, key).await {
+                    bare_unlock(hold).await;
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        if let Err(err) = task.await {
+            eprintln!("lock-bench: a {bare:?} task failed: {err}");
+        }
+    }
+    close(pool).await;
+    count.load(Ordering::Relaxed) as f64 / duration.as_secs_f64()
+}
+
+/// 8 workers, each with its own pool, on one `GET_LOCK` name (hold 1 ms, think 1 ms).
+async fn get_lock_contended(server: &MariaDbServer, seconds: f64) -> Figures {
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let started = Instant::now();
+    let mut pools = Vec::new();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let pool = pool(server);
+        pools.push(pool.clone());
+        tasks.push(tokio::spawn(async move {
+            work_until(
+                deadline,
+                || {
+                    let pool = pool.clone();
+                    async move { Bare::GetLock.lock(&pool, 1).await }
+                },
+                bare_unlock,
+            )
+            .await
+        }));
+    }
+    let figures = summarize(tasks, started).await;
+    for pool in pools {
+        close(pool).await;
+    }
+    figures
+}
+
+/// Closes `pool`'s connections, so that the next contender starts on an idle server.
+async fn close(pool: Pool) {
+    if let Err(err) = pool.disconnect().await {
+        eprintln!("lock-bench: closing a MariaDB pool: {err}");
+    }
+}
+
+/// Uncontended pairs per second (64 tasks, distinct names, one pool of 16 connections)
+/// of the row floor and `GET_LOCK`, and the contended run of `GET_LOCK` (8 clients, one
+/// name, hold 1 ms, think 1 ms).
+pub(crate) async fn mysql(server: &MariaDbServer, scale: Scale) -> Results {
+    let duration = Duration::from_secs_f64(scale.seconds);
+    let row_rate = bare_pairs_per_second(server, Bare::Row, duration).await;
+    let get_lock_rate = bare_pairs_per_second(server, Bare::GetLock, duration).await;
+    let mut get_lock_figures = get_lock_contended(server, scale.seconds).await;
+    get_lock_figures.extend(figures(&[("pairs_per_s", get_lock_rate)]));
+    let mut results = Results::new();
+    results.insert(ROW.into(), figures(&[("pairs_per_s", row_rate)]));
+    results.insert(GET_LOCK.into(), get_lock_figures);
+    results
+}
