@@ -19,7 +19,9 @@ use tokio::time::Instant;
 use tokio_postgres::types::Type;
 
 use crate::contended::{Kind, contend_with, summarize, work_until};
-use crate::scenarios::{Figures, Results, Scale, figures, pairs_per_second};
+use crate::scenarios::{
+    Figures, HandoffOurs, ROUND_PAUSE, Results, Scale, figures, p50_p99, pairs_per_second,
+};
 
 /// Connections per pool, ours and the advisory locks' alike.
 const POOL_SIZE: usize = 16;
@@ -203,6 +205,41 @@ async fn advisory_contended(server: &PostgresServer, seconds: f64) -> Figures {
     summarize(tasks, started).await
 }
 
+/// Times (ms) `rounds` hand-offs of `pg_advisory_lock` from one connection to another
+/// waiting in the server: from the holder's `pg_advisory_unlock` being sent to the
+/// waiter's `pg_advisory_lock` returning, as our hand-offs are timed.
+async fn advisory_handoffs(server: &PostgresServer, rounds: usize) -> Vec<f64> {
+    let pool = advisory_pool(server);
+    let mut samples = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let Some(held) = Bare::Advisory.lock(&pool, HANDOFF_KEY).await else {
+            continue;
+        };
+        let waiting = {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let taken = Bare::Advisory.lock(&pool, HANDOFF_KEY).await;
+                let at = Instant::now();
+                if let Some(taken) = taken {
+                    bare_unlock(taken).await;
+                }
+                at
+            })
+        };
+        // Let the waiter's statement reach the server and wait there.
+        tokio::time::sleep(ROUND_PAUSE).await;
+        let sent = Instant::now();
+        bare_unlock(held).await;
+        if let Ok(at) = waiting.await {
+            samples.push((at - sent).as_secs_f64() * 1000.0);
+        }
+    }
+    samples
+}
+
+/// The advisory lock key of the hand-off floor.
+const HANDOFF_KEY: i64 = 4242;
+
 /// Lock+unlock pairs the paced load of [`writer_commits_per_second`] runs: 8 tasks, each
 /// pausing this long after a pair, so that the lock traffic (about a thousand pairs a
 /// second) leaves the server CPU to spare and what is measured is contention, not a
@@ -311,6 +348,18 @@ pub(crate) async fn postgres(server: &PostgresServer, scale: Scale) -> Results {
     let mut ours_figures =
         contend_with(clients, 1, "bench:c:postgres", Kind::Mutex, scale.seconds).await;
     let mut advisory_figures = advisory_contended(server, scale.seconds).await;
+    // Two clients handing one lock to and fro, as the handoff scenario on Redis: where
+    // a contended hand-off's idle time goes (the release's own answer, the rest).
+    let rounds = (scale.seconds * 100.0) as usize;
+    let ours_handoffs = HandoffOurs::between(&ours(server).await, &ours(server).await)
+        .rounds(rounds)
+        .await;
+    ours_figures.extend(p50_p99("handoff_ms", ours_handoffs.handoffs));
+    ours_figures.extend(p50_p99("release_ms", ours_handoffs.releases));
+    advisory_figures.extend(p50_p99(
+        "handoff_ms",
+        advisory_handoffs(server, rounds).await,
+    ));
     let ours_advisory_client = ours_advisory(server).await;
     let ours_advisory_rate = pairs_per_second(&ours_advisory_client, duration).await;
     drop(ours_advisory_client);

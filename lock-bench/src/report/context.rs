@@ -34,6 +34,13 @@ fn postgres_context(all: &All) -> Vec<(&'static str, Option<f64>)> {
                 p("pg_advisory_lock", "pairs_per_s"),
             ),
         ),
+        (
+            "postgres table mode hand-off p50 (two clients) vs pg_advisory_lock's",
+            ratio(
+                p("lock (postgres)", "handoff_ms_p50"),
+                p("pg_advisory_lock", "handoff_ms_p50"),
+            ),
+        ),
     ]
 }
 

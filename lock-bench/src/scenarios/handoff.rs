@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::Lock;
+use distlock::{Lock, Locks};
 use lock_testkit::RedisServer;
 use tokio::time::{Instant, sleep};
 
@@ -23,7 +23,7 @@ pub(crate) async fn handoff(server: &RedisServer, scale: Scale) -> Results {
     let (mut our_time, mut floor_time) = (ServerTime::default(), ServerTime::default());
     for _ in 0..TURNS {
         let before = ServerTime::read(server).await;
-        our_samples.extend(ours.rounds(block).await);
+        our_samples.extend(ours.rounds(block).await.handoffs);
         let between = ServerTime::read(server).await;
         floor_samples.extend(floor.rounds(block, FloorRelease::Frees).await);
         let after = ServerTime::read(server).await;
@@ -58,24 +58,37 @@ pub(crate) async fn handoff(server: &RedisServer, scale: Scale) -> Results {
 }
 
 /// Two clients of ours handing one mutex over.
-struct HandoffOurs {
+pub(crate) struct HandoffOurs {
     holder: Lock,
     waiter: Lock,
 }
 
+/// What rounds of a hand-off measured, in milliseconds.
+#[derive(Debug, Default)]
+pub(crate) struct Handoffs {
+    /// From a release being sent to the waiting client holding the lock.
+    pub(crate) handoffs: Vec<f64>,
+    /// From a release being sent to its answer.
+    pub(crate) releases: Vec<f64>,
+}
+
 impl HandoffOurs {
     async fn connect(server: &RedisServer) -> Self {
-        let (a, b) = (ours(server).await, ours(server).await);
+        Self::between(&ours(server).await, &ours(server).await)
+    }
+
+    /// The hand-off of one mutex from a client `holder` to a client `waiter`.
+    pub(crate) fn between(holder: &Locks, waiter: &Locks) -> Self {
         Self {
-            holder: a.mutex("bench:h"),
-            waiter: b.mutex("bench:h"),
+            holder: holder.mutex("bench:h"),
+            waiter: waiter.mutex("bench:h"),
         }
     }
 
-    /// Times (ms) from a release being sent to the waiting client holding the lock.
-    async fn rounds(&self, rounds: usize) -> Vec<f64> {
+    /// Times `rounds` hand-offs (see [`Handoffs`]).
+    pub(crate) async fn rounds(&self, rounds: usize) -> Handoffs {
         let released_at = Arc::new(std::sync::Mutex::new(Instant::now()));
-        let mut samples = Vec::with_capacity(rounds);
+        let mut samples = Handoffs::default();
         for _ in 0..rounds {
             let held = self.holder.lock().await.expect("lock");
             let waiting = {
@@ -97,14 +110,16 @@ impl HandoffOurs {
             // script itself, is often served before the releasing task has seen the
             // release's answer, so a clock started once `unlock()` returned measured
             // less than a round trip.
+            let sent = Instant::now();
             *released_at
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = sent;
             if let Err(err) = held.unlock().await {
                 panic!("the bench's release failed: {err}");
             }
+            samples.releases.push(sent.elapsed().as_secs_f64() * 1000.0);
             if let Ok(since) = waiting.await {
-                samples.push(since.as_secs_f64() * 1000.0);
+                samples.handoffs.push(since.as_secs_f64() * 1000.0);
             }
         }
         samples
@@ -228,7 +243,7 @@ const PINGS: usize = 500;
 /// How long a hand-off round waits before the release (the waiter subscribes and
 /// sleeps). Every thread and process of the exchange idles meanwhile, and waking them
 /// costs: PINGs are also timed after the same pause.
-const ROUND_PAUSE: Duration = Duration::from_millis(2);
+pub(crate) const ROUND_PAUSE: Duration = Duration::from_millis(2);
 
 /// A connection that times `PING`s.
 struct Ping {

@@ -18,7 +18,7 @@ mod uncontended;
 mod waiters;
 mod watchdog;
 
-pub(crate) use handoff::handoff;
+pub(crate) use handoff::{HandoffOurs, ROUND_PAUSE, handoff};
 pub(crate) use paced::paced;
 pub(crate) use redlock::redlock;
 pub(crate) use uncontended::uncontended;
@@ -120,7 +120,7 @@ pub(crate) fn peer(urls: &[String]) -> rslock::LockManager {
 }
 
 /// The p50 and p99 of `samples`, named `<what>_p50` and `<what>_p99`.
-fn p50_p99(what: &str, samples: Vec<f64>) -> Figures {
+pub(crate) fn p50_p99(what: &str, samples: Vec<f64>) -> Figures {
     let samples = sorted(samples);
     figures(&[
         (format!("{what}_p50").as_str(), percentile(&samples, 0.5)),
