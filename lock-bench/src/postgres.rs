@@ -331,8 +331,16 @@ enum Beside<'a> {
 /// ms) of ours and the advisory lock, and the writer alone and beside each.
 pub(crate) async fn postgres(server: &PostgresServer, scale: Scale) -> Results {
     let duration = Duration::from_secs_f64(scale.seconds);
-    let ours_client = ours(server).await;
+    let ours_backend = Arc::new(
+        distlock::postgres::Connector::new(server.url())
+            .pool_size(POOL_SIZE)
+            .connect()
+            .await
+            .expect("connect to PostgreSQL"),
+    );
+    let ours_client = Locks::new(Arc::clone(&ours_backend) as Arc<dyn distlock::Backend>);
     let ours_rate = pairs_per_second(&ours_client, duration).await;
+    let prepared = ours_backend.prepares_statements();
     let writer = |beside| writer_commits_per_second(server, beside, duration);
     let writer_alone = writer(Beside::Nothing).await;
     let writer_beside = writer(Beside::Ours(&ours_client)).await;
@@ -378,6 +386,8 @@ pub(crate) async fn postgres(server: &PostgresServer, scale: Scale) -> Results {
     ours_advisory_figures.extend(figures(&[("pairs_per_s", ours_advisory_rate)]));
     ours_figures.extend(figures(&[
         ("pairs_per_s", ours_rate),
+        // Whether the uncontended run's calls were prepared (see lock-postgres's README).
+        ("prepared", f64::from(u8::from(prepared))),
         ("writer_commits_per_s_alone", writer_alone),
         ("writer_commits_per_s_beside", writer_beside),
     ]));
