@@ -11,7 +11,7 @@ use crate::binary::find_executable;
 use crate::ports::{self, PortTaken};
 use crate::postgres::still_starting;
 use crate::scratch::{ScratchDir, scratch_dir};
-use crate::signal::{Signal, signal};
+use crate::signal::{Signal, send};
 use crate::template;
 
 /// The message shown when no MariaDB server binaries can be found.
@@ -364,13 +364,6 @@ fn is_root() -> bool {
             .output()
             .is_ok_and(|output| String::from_utf8_lossy(&output.stdout).trim() == "0")
     })
-}
-
-/// Sends `sig` to `pid`, reporting a failure (a process already gone is none).
-fn send(pid: u32, sig: Signal) {
-    if let Err(err) = signal(pid, sig) {
-        eprintln!("lock-testkit: {sig} to {pid}: {err}");
-    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::ports::{self, PortTaken};
 use crate::scratch::{ScratchDir, scratch_dir};
-use crate::signal::{Signal, children, signal};
+use crate::signal::{Signal, children, send};
 use crate::template;
 use crate::tls::TestCertificates;
 
@@ -525,13 +525,6 @@ pub(crate) fn still_starting(
         panic!("{what} exited ({status}) on port {port}; its log:\n{log}");
     }
     Ok(())
-}
-
-/// Sends `sig` to `pid`, reporting a failure (a process already gone is none).
-fn send(pid: u32, sig: Signal) {
-    if let Err(err) = signal(pid, sig) {
-        eprintln!("lock-testkit: {sig} to {pid}: {err}");
-    }
 }
 
 #[cfg(test)]

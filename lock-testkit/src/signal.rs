@@ -22,6 +22,14 @@ pub fn signal(pid: u32, signal: Signal) -> Result<(), Errno> {
     }
 }
 
+/// Sends `sig` to `pid` for a server's pause, resume or crash, reporting a failure on
+/// stderr (a process already gone is none): a test helper has nobody to return it to.
+pub(crate) fn send(pid: u32, sig: Signal) {
+    if let Err(err) = signal(pid, sig) {
+        eprintln!("lock-testkit: {sig} to {pid}: {err}");
+    }
+}
+
 /// The processes whose parent is `parent`.
 pub(crate) fn children(parent: u32) -> Vec<u32> {
     let Ok(parent) = i32::try_from(parent) else {
