@@ -8,8 +8,6 @@
 //! every commit, flushed once a second), as every contender here does; the figures are
 //! ratios within one run.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lock_testkit::MariaDbServer;
@@ -18,7 +16,7 @@ use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
 use tokio::time::Instant;
 
 use crate::contended::{summarize, work_until};
-use crate::scenarios::{Figures, Results, Scale, figures};
+use crate::scenarios::{Figures, Results, Scale, figures, pairs_per_second_of};
 
 /// Connections per pool, as the PostgreSQL scenario's.
 const POOL_SIZE: usize = 16;
@@ -128,27 +126,22 @@ async fn bare_unlock(mut hold: BareHold) {
 async fn bare_pairs_per_second(server: &MariaDbServer, bare: Bare, duration: Duration) -> f64 {
     let pool = pool(server);
     bare.prepare(&pool).await;
-    let count = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + duration;
-    let mut tasks = Vec::new();
-    for key in 0..64 {
-        let (pool, count) = (pool.clone(), Arc::clone(&count));
-        tasks.push(tokio::spawn(async move {
-            while Instant::now() < deadline {
-                if let Some(hold) = bare.lock(&pool, key).await {
-                    bare_unlock(hold).await;
-                    count.fetch_add(1, Ordering::Relaxed);
-                }
+    let rate = pairs_per_second_of(duration, |key| {
+        let pool = pool.clone();
+        move || {
+            let pool = pool.clone();
+            async move {
+                let Some(hold) = bare.lock(&pool, key).await else {
+                    return false;
+                };
+                bare_unlock(hold).await;
+                true
             }
-        }));
-    }
-    for task in tasks {
-        if let Err(err) = task.await {
-            eprintln!("lock-bench: a {bare:?} task failed: {err}");
         }
-    }
+    })
+    .await;
     close(pool).await;
-    count.load(Ordering::Relaxed) as f64 / duration.as_secs_f64()
+    rate
 }
 
 /// 8 workers, each with its own pool, on one `GET_LOCK` name (hold 1 ms, think 1 ms).

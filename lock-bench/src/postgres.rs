@@ -9,7 +9,6 @@
 //! advisory lock pairs paced as ours are, the least any lock traffic costs the writer.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -21,6 +20,7 @@ use tokio_postgres::types::Type;
 use crate::contended::{Kind, contend_with, summarize, work_until};
 use crate::scenarios::{
     Figures, HandoffOurs, ROUND_PAUSE, Results, Scale, figures, p50_p99, pairs_per_second,
+    pairs_per_second_of,
 };
 
 /// Connections per pool, ours and the advisory locks' alike.
@@ -163,24 +163,21 @@ async fn bare_unlock(hold: BareHold) {
 async fn bare_pairs_per_second(server: &PostgresServer, bare: Bare, duration: Duration) -> f64 {
     let pool = bare_pool(server, bare);
     bare.prepare(&pool).await;
-    let count = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + duration;
-    let mut tasks = Vec::new();
-    for key in 0..64 {
-        let (pool, count) = (pool.clone(), Arc::clone(&count));
-        tasks.push(tokio::spawn(async move {
-            while Instant::now() < deadline {
-                if let Some(hold) = bare.lock(&pool, key).await {
-                    bare_unlock(hold).await;
-                    count.fetch_add(1, Ordering::Relaxed);
-                }
+    pairs_per_second_of(duration, |key| {
+        let pool = pool.clone();
+        let key = i64::try_from(key).expect("one of 64 keys");
+        move || {
+            let pool = pool.clone();
+            async move {
+                let Some(hold) = bare.lock(&pool, key).await else {
+                    return false;
+                };
+                bare_unlock(hold).await;
+                true
             }
-        }));
-    }
-    for task in tasks {
-        let _ = task.await;
-    }
-    count.load(Ordering::Relaxed) as f64 / duration.as_secs_f64()
+        }
+    })
+    .await
 }
 
 /// 8 workers, each with its own pool, on one advisory key.

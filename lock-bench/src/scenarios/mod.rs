@@ -93,24 +93,46 @@ async fn ours(server: &RedisServer) -> Locks {
 
 /// Lock+unlock pairs per second of 64 tasks on distinct names through one client.
 pub(crate) async fn pairs_per_second(locks: &Locks, duration: Duration) -> f64 {
+    pairs_per_second_of(duration, |task| {
+        let mutex = locks.mutex(&format!("bench:u:{task}"));
+        move || {
+            let mutex = mutex.clone();
+            async move {
+                match mutex.lock().await {
+                    Ok(guard) => guard.unlock().await.is_ok(),
+                    Err(_) => false,
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// Pairs per second of 64 tasks, each on its own key (0 to 63) for `duration`: `task`
+/// makes a task's pair for its key, which says whether the pair counts (taken and given
+/// back).
+pub(crate) async fn pairs_per_second_of<P, F>(duration: Duration, task: impl Fn(u64) -> P) -> f64
+where
+    P: FnMut() -> F + Send + 'static,
+    F: Future<Output = bool> + Send,
+{
     let count = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + duration;
     let mut tasks = Vec::new();
-    for task in 0..64 {
-        let (locks, count) = (locks.clone(), Arc::clone(&count));
+    for key in 0..64 {
+        let (mut pair, count) = (task(key), Arc::clone(&count));
         tasks.push(tokio::spawn(async move {
-            let mutex = locks.mutex(&format!("bench:u:{task}"));
             while Instant::now() < deadline {
-                if let Ok(guard) = mutex.lock().await
-                    && guard.unlock().await.is_ok()
-                {
+                if pair().await {
                     count.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }));
     }
     for task in tasks {
-        let _ = task.await;
+        if let Err(err) = task.await {
+            eprintln!("lock-bench: a task of pairs failed: {err}");
+        }
     }
     count.load(Ordering::Relaxed) as f64 / duration.as_secs_f64()
 }
