@@ -60,6 +60,12 @@ impl Owner {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The owner a store kept as `stored` (what [`Owner::as_str`] gave it).
+    #[must_use]
+    pub fn from_stored(stored: &str) -> Self {
+        Self(Arc::from(stored))
+    }
 }
 
 impl fmt::Debug for Owner {
@@ -166,6 +172,18 @@ impl RequestId {
             u128::from(low.cast_unsigned()),
         );
         Self(high << 64 | low)
+    }
+
+    /// The id's 128 bits, most significant byte first (a store that keeps bytes).
+    #[must_use]
+    pub fn to_bytes(self) -> [u8; 16] {
+        self.0.to_be_bytes()
+    }
+
+    /// The id whose bytes are `bytes` (as [`RequestId::to_bytes`] gave them).
+    #[must_use]
+    pub fn from_bytes(bytes: [u8; 16]) -> Self {
+        Self(u128::from_be_bytes(bytes))
     }
 
     /// Appends the id's 32 lowercase hex digits to `out`, as [`Display`](fmt::Display)

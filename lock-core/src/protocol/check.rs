@@ -190,6 +190,41 @@ pub fn explore(bound: Bound, defect: Option<Defect>) -> Result<Coverage, Violati
     Ok(coverage)
 }
 
+/// The stores' states of every world reached within `depth` actions, on a mutex and on
+/// a fair lock (for tests of what is kept of a state, such as its bytes).
+#[cfg(test)]
+pub(crate) fn reachable_states(depth: usize) -> Vec<Name> {
+    let mut states = Vec::new();
+    for fair in [false, true] {
+        let start = World {
+            store: Name::new(fair, LEASE),
+            beliefs: [Belief::Idle; ACQUISITIONS],
+            sent: [None; ACQUISITIONS],
+            granted: [false; ACQUISITIONS],
+            to_take_up: [false; ACQUISITIONS],
+            others: false,
+            broken: None,
+        };
+        let mut seen = HashSet::new();
+        let mut frontier = vec![start];
+        for _ in 0..depth {
+            let mut next = Vec::new();
+            for world in frontier {
+                for action in actions(&world) {
+                    let mut after = world.clone();
+                    after.apply(action);
+                    if seen.insert(fingerprint(&after)) {
+                        states.push(after.store.clone());
+                        next.push(after);
+                    }
+                }
+            }
+            frontier = next;
+        }
+    }
+    states
+}
+
 /// The actions that reached the state explored at `place`, first to last.
 fn path(reached: &[(usize, Action)], mut place: Option<usize>) -> Vec<Action> {
     let mut actions = Vec::new();

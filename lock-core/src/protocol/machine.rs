@@ -528,6 +528,8 @@ where
     }
 }
 
+mod codec;
+pub use codec::Field;
 #[cfg(test)]
 mod tests;
 mod views;

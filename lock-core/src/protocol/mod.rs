@@ -64,4 +64,4 @@ mod events;
 mod machine;
 
 pub use events::{Defect, Event, HandOver, Holder, Reply, Step};
-pub use machine::Name;
+pub use machine::{Field, Name};
