@@ -11,6 +11,7 @@ mod identity;
 mod introspect;
 mod latch;
 mod lock;
+pub mod machine;
 mod semaphore;
 mod unsupported;
 

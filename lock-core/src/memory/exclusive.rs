@@ -3,35 +3,22 @@
 //! its clock, the sleep it suggests to a busy caller, the channels it tells, its
 //! statistics, and forgetting a name that holds nothing.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::handover::{Notice, Served};
 use super::{Store, channel};
+use crate::backend::machine::{self, Machine, span, ticks};
 use crate::backend::{Acquire, AcquireRequest, LockKind, LockRef, Release, RequestId};
 use crate::notify::{Handed, Wake};
 use crate::protocol::{Event, HandOver, Name, Reply};
-use crate::{HeldAs, HolderInfo, LockInfo, LockName, Owner};
+use crate::{LockInfo, LockName, Owner};
 
 /// One mutex's (or fair lock's) state: the protocol's machine over the store's ids and
 /// owners, keeping each waiting attempt for its hand-over's notice. Time counts
 /// microseconds from the store's first request.
-pub(super) type Exclusive = Name<RequestId, Owner, AcquireRequest>;
-
-/// How long a release offers a mutex to the clients of other libraries waiting for it
-/// (the servers' stores' default for their offers).
-const OFFER: Duration = Duration::from_millis(100);
-
-/// The machine's time for `duration`.
-fn ticks(duration: Duration) -> u64 {
-    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
-}
-
-/// The duration of `ticks`.
-fn span(ticks: u64) -> Duration {
-    Duration::from_micros(ticks)
-}
+pub(super) type Exclusive = Machine<AcquireRequest>;
 
 impl Store {
     /// The store's clock in the machine's time.
@@ -73,23 +60,18 @@ impl Store {
     /// `name`'s machine, brought to `now`; a new one when the name has none.
     fn machine(&mut self, name: &str, kind: LockKind, now: Instant) -> &mut Exclusive {
         let clock = self.clock(now);
-        let longest = self.max_lease.map_or(u64::MAX, ticks);
         let quarantine = self.max_lease.unwrap_or(super::DEFAULT_FAILOVER_QUARANTINE);
         let until = self.quarantine_until.map_or(0, |until| {
             clock.saturating_add(ticks(until.saturating_duration_since(now)))
         });
         let token = self.tokens.get(name).copied().unwrap_or(0);
-        let (retention, defect) = (ticks(self.retention), self.defect);
+        let (retention, defect) = (self.retention, self.defect);
+        let max_lease = self.max_lease;
         let machine = self.names.entry(name.to_owned()).or_insert_with(|| {
-            Exclusive::new(kind == LockKind::Fair, longest)
-                .quarantining_for(ticks(quarantine))
-                .offering_for(ticks(OFFER))
+            machine::new_machine(kind, max_lease, quarantine, (clock, token, until))
                 .with_defect(defect)
-                .starting(clock, token, until)
         });
-        machine.forget_after(retention);
-        let elapsed = clock.saturating_sub(machine.now());
-        machine.step(Event::Elapse(elapsed));
+        machine::bring_to(machine, clock, retention);
         machine
     }
 
@@ -147,41 +129,20 @@ impl Store {
         if let Some(entry) = self.live(name, now) {
             return (super::kinds::busy(entry, now), None);
         }
-        let place = request.wait.map(|wait| ticks(wait.place_kept_for));
-        let waits = match lock.kind {
-            LockKind::Fair => request.waits(),
-            _ => request.waits_to_be_woken_alone(),
-        };
         let taking_up = self
             .names
             .get(name)
             .is_some_and(|m| m.handed_to(request.id));
-        let event = Event::Attempt {
-            id: request.id,
-            owner: lock.owner.clone(),
-            lease: ticks(request.lease),
-            place: place.filter(|_| waits),
-            ask: request,
-        };
+        let event = machine::attempt(lock, &request, request);
         let reply = self.step(name, lock.kind, event, now).reply;
-        let answer = match reply {
-            Reply::Acquired {
-                holds,
-                token,
-                origin,
-            } => {
-                self.hand_overs.taken_up += u64::from(taking_up);
-                Acquire::Acquired {
-                    holds,
-                    token: request.fencing.then_some(token),
-                    origin: Some(origin),
-                }
-            }
-            Reply::Busy => Acquire::Busy {
-                ttl: Some(self.sleep_when_busy(lock, request, now)),
-                reserved: false,
-            },
-            _ => Acquire::Ended,
+        if matches!(reply, Reply::Acquired { .. }) {
+            self.hand_overs.taken_up += u64::from(taking_up);
+        }
+        let clock = self.clock(now);
+        let answer = match self.names.get(name) {
+            Some(machine) => machine::acquire_answer(machine, reply, &request, clock),
+            // A name at rest (forgotten) answers no busy reply that needs its machine.
+            None => machine::acquire_answer(&Exclusive::new(false, 0), reply, &request, clock),
         };
         // The one wake-up of a hand-over may have reached another waiter of the mutex
         // than the one it was handed to (the clients of this store share one registry):
@@ -199,39 +160,6 @@ impl Store {
         )
     }
 
-    /// How long a busy caller may sleep before asking again: until the hold's lease
-    /// ends, the quarantine ends, or the first waiter's place lapses, and within a
-    /// third of its own place when it waits.
-    fn sleep_when_busy(
-        &mut self,
-        lock: &LockRef,
-        request: AcquireRequest,
-        now: Instant,
-    ) -> Duration {
-        let clock = self.clock(now);
-        let place = request.wait.unwrap_or_default().place_kept_for;
-        let until =
-            self.names
-                .get(lock.name.as_str())
-                .map_or(0, |machine| match machine.holder() {
-                    Some(holder) => holder.expires,
-                    None => machine.offered_until().unwrap_or_else(|| {
-                        machine
-                            .quarantined_until()
-                            .max(machine.first_waiter().map_or(0, |(_, until)| until))
-                    }),
-                });
-        let mut sleep = if until > clock {
-            span(until - clock)
-        } else {
-            place
-        };
-        if request.waits() {
-            sleep = sleep.min(place / 3);
-        }
-        sleep.max(Duration::from_millis(1))
-    }
-
     /// The release of grant `grant` of `lock` (a mutex or a fair lock), with the lease a
     /// hold other grants keep gets.
     pub(super) fn release_exclusive(
@@ -244,17 +172,9 @@ impl Store {
         if self.names.get(name).is_some_and(|m| m.handed_to(grant)) {
             self.hand_overs.released_before_taken_up += 1;
         }
-        let event = Event::Release {
-            id: grant,
-            owner: lock.owner.clone(),
-            lease: ticks(lease),
-        };
+        let event = machine::release(lock, grant, lease);
         let step = self.step(name, lock.kind, event, now);
-        let outcome = match step.reply {
-            Reply::Released => Release::Released,
-            Reply::StillHeld(holds) => Release::StillHeld { holds },
-            _ => Release::NotHeld,
-        };
+        let outcome = machine::release_answer(step.reply);
         let served = match step.handed {
             Some(hand_over) => Served::Handed(self.notice(lock, hand_over)),
             None if outcome == Release::Released => Served::Woken(self.wake_next(lock, now)),
@@ -339,14 +259,8 @@ impl Store {
         lock: &LockRef,
         now: Instant,
     ) -> Option<(u32, Duration)> {
-        let left = self.exclusively_held(lock.name.as_str(), now)?;
-        let holder = self.names.get(lock.name.as_str())?.holder()?;
-        let holds = if *holder.owner == lock.owner {
-            u32::try_from(holder.grants.len()).unwrap_or(u32::MAX)
-        } else {
-            0
-        };
-        Some((holds, left))
+        let clock = self.clock(now);
+        machine::inspect(self.names.get(lock.name.as_str())?, &lock.owner, clock)
     }
 
     /// Adds what the machine of `name` knows to `info`: its holder, how many wait, and
@@ -358,22 +272,9 @@ impl Store {
         info: &mut LockInfo,
     ) -> bool {
         let clock = self.clock(now);
-        let Some(machine) = self.names.get(name) else {
-            return false;
-        };
-        info.fencing_token = Some(machine.last_token()).filter(|token| *token > 0);
-        info.waiting = machine.waiting();
-        let Some(holder) = machine.holder().filter(|holder| holder.expires > clock) else {
-            return false;
-        };
-        info.held_as = HeldAs::Exclusive;
-        info.lease_left = Some(span(holder.expires - clock));
-        let holds = u32::try_from(holder.grants.len()).unwrap_or(u32::MAX);
-        let mut shown = HolderInfo::new(holder.owner.as_str(), holds);
-        let held_for = span(clock.saturating_sub(holder.since));
-        shown.since = SystemTime::now().checked_sub(held_for);
-        info.holders.push(shown);
-        true
+        self.names
+            .get(name)
+            .is_some_and(|machine| machine::describe(machine, clock, info))
     }
 
     /// The notice of a hand-over of `lock`, for the waiter's client.

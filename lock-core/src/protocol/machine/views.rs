@@ -56,6 +56,16 @@ where
             .map(|w| (&w.owner, w.keeps_until))
     }
 
+    /// The first waiter that keeps its place: its owner and what it asked with (whom a
+    /// store wakes when the lock comes free and nobody was handed it).
+    #[must_use]
+    pub fn first_waiting(&self) -> Option<(&O, &A)> {
+        self.waiters
+            .iter()
+            .find(|w| w.keeps_until > self.now)
+            .map(|w| (&w.owner, &w.ask))
+    }
+
     /// How many waiters keep their places.
     #[must_use]
     pub fn waiting(&self) -> usize {

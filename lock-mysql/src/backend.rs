@@ -1,0 +1,320 @@
+//! [`MysqlBackend`]: lock-core's [`Backend`] on MySQL or MariaDB.
+//!
+//! Mutexes and fair locks are the protocol's state machine (lock-core's `protocol`
+//! module), one per name, kept as bytes in the name's row and stepped in the client
+//! inside a transaction that holds the row's lock (see [`crate::store`]). The grant
+//! rules are therefore lock-core's own, not a copy in SQL: the store adds only the
+//! server's clock, the row, and the notices of hand-overs.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::backend::machine::{self, Machine};
+use lock_core::backend::{
+    Acquire, AcquireRequest, Backend, Capabilities, HoldModel, LockKind, LockRef, LockState,
+    Release, ReleaseRequest, Renewal, RequestId,
+};
+use lock_core::notify::Listener;
+use lock_core::protocol::{Event, HandOver, Reply, Step};
+use lock_core::{Error, Owner};
+
+use crate::notify::Notifications;
+use crate::state::State;
+use crate::store::{Ask, Notice, Slot, Store};
+
+/// How long nothing is granted after a failover, for a name whose machine is new (no
+/// failover is detected yet: a name's machine begins with no quarantine).
+const QUARANTINE: Duration = Duration::from_secs(30);
+
+/// A MySQL or MariaDB lock store. Build one with [`crate::Connector`].
+#[derive(Debug)]
+pub struct MysqlBackend {
+    pub(crate) store: Store,
+    pub(crate) notifications: Notifications,
+}
+
+impl MysqlBackend {
+    /// The channels this client's waiters listen on now (for tests and diagnostics).
+    #[must_use]
+    pub fn subscribed_channels(&self) -> Vec<String> {
+        self.notifications.subscriptions().channels()
+    }
+
+    /// The table prefix this client uses.
+    #[must_use]
+    pub fn table_prefix(&self) -> &str {
+        self.store.tables().prefix()
+    }
+}
+
+/// The channel a waiter for `name` of `owner` listens on: one per mutex, one per fair
+/// waiter's owner (a fair lock's waiters are woken each on their own).
+fn channel(kind: LockKind, name: &str, owner: &Owner) -> String {
+    match kind {
+        LockKind::Fair => format!("fair:{}:{}:{name}", owner.as_str().len(), owner.as_str()),
+        _ => format!("mutex:{name}"),
+    }
+}
+
+/// The notice of a hand-over of `name` to a waiter.
+fn handed(kind: LockKind, name: &str, hand_over: &HandOver<RequestId, Owner, Ask>) -> Notice {
+    let ask = hand_over.ask;
+    Notice {
+        mailbox: ask.mailbox,
+        channel: channel(kind, name, &hand_over.owner),
+        handed: Some((
+            hand_over.id,
+            ask.attempt,
+            ask.fencing.then_some(hand_over.token),
+        )),
+    }
+}
+
+/// The notice that wakes the first waiter of a lock that came free with nobody handed
+/// it (a force-release, a cancellation), if one waits.
+fn wake_first(kind: LockKind, name: &str, machine: &Machine<Ask>) -> Option<Notice> {
+    if machine.holder().is_some() {
+        return None;
+    }
+    let (owner, ask) = machine.first_waiting()?;
+    Some(Notice {
+        mailbox: ask.mailbox,
+        channel: channel(kind, name, owner),
+        handed: None,
+    })
+}
+
+/// Only mutexes and fair locks are served; lock-core refuses the other kinds before
+/// sending anything, by the capabilities.
+fn exclusive(lock: &LockRef) -> Result<(), Error> {
+    match lock.kind {
+        LockKind::Mutex | LockKind::Fair => Ok(()),
+        _ => Err(Error::unsupported("read-write locks on MySQL")),
+    }
+}
+
+/// The one slot of a one-name transaction.
+fn only(slots: &mut [Slot]) -> &mut Slot {
+    // `transact` is called with exactly one name for these operations.
+    &mut slots[0]
+}
+
+/// The notices a step sends: a hand-over's, or a wake-up for the first waiter of a lock
+/// it freed with nobody handed it.
+fn notices(
+    (kind, name): (LockKind, &str),
+    held_before: bool,
+    step: &Step<RequestId, Owner, Ask>,
+    machine: &Machine<Ask>,
+) -> Vec<Notice> {
+    match &step.handed {
+        Some(hand_over) => vec![handed(kind, name, hand_over)],
+        None if held_before => wake_first(kind, name, machine).into_iter().collect(),
+        None => Vec::new(),
+    }
+}
+
+/// A new machine for a name of `kind` whose row is made at `clock`: its tokens begin
+/// at the microseconds since the epoch, so that they go on rising past a counter a
+/// restore from a backup took back.
+fn fresh(kind: LockKind, clock: u64) -> State {
+    State::new(machine::new_machine(kind, None, QUARANTINE, (clock, clock, 0)))
+}
+
+impl MysqlBackend {
+    /// Runs `event` on `lock`'s machine (a new one when `create` and the name has none)
+    /// and answers with `answer` of the reply; the notices of a hand-over, or of a lock
+    /// freed for its first waiter, go out with the commit.
+    async fn step<R, F>(
+        &self,
+        lock: &LockRef,
+        (event, retention, create): (Event<RequestId, Owner, Ask>, Duration, bool),
+        during: &'static str,
+        answer: F,
+    ) -> Result<R, Error>
+    where
+        R: Send + 'static,
+        F: Fn(Option<&Machine<Ask>>, Option<Reply<RequestId>>, u64) -> R + Send + Sync + 'static,
+    {
+        let (kind, name) = (lock.kind, lock.name.as_str().to_owned());
+        self.store
+            .transact(vec![name.clone()], during, move |slots, clock| {
+                let slot = only(slots);
+                if slot.state.is_none() && create {
+                    slot.state = Some(fresh(kind, clock));
+                }
+                let Some(state) = slot.state.as_mut() else {
+                    return (answer(None, None, clock), Vec::new());
+                };
+                let machine = &mut state.machine;
+                machine::bring_to(machine, clock, retention);
+                let held_before = machine.holder().is_some();
+                let step = machine.step(event.clone());
+                let notices = notices((kind, &name), held_before, &step, machine);
+                (answer(Some(machine), Some(step.reply), clock), notices)
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl Backend for MysqlBackend {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(HoldModel::Lease)
+            .fair(true)
+            .fencing(true)
+            .retry_safe(true)
+            .shared(true)
+            .hands_over(true)
+    }
+
+    async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
+        exclusive(lock)?;
+        let ask = Ask {
+            mailbox: self.notifications.mailbox(),
+            attempt: request.wait.map_or(0, |wait| wait.attempt),
+            fencing: request.fencing,
+        };
+        let event = machine::attempt(lock, &request, ask);
+        let retention = request.retry_window.saturating_mul(2);
+        self.step(
+            lock,
+            (event, retention, true),
+            "acquiring a lock",
+            move |machine, reply, clock| match (machine, reply) {
+                (Some(machine), Some(reply)) => {
+                    machine::acquire_answer(machine, reply, &request, clock)
+                }
+                _ => Acquire::Ended,
+            },
+        )
+        .await
+    }
+
+    async fn cancel_wait(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
+        exclusive(lock)?;
+        let event = Event::Cancel {
+            id: acquisition.id,
+            owner: lock.owner.clone(),
+        };
+        let retention = acquisition.retry_window.saturating_mul(2);
+        self.step(lock, (event, retention, false), "giving up a wait", |_, _, _| ())
+            .await
+    }
+
+    async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
+        exclusive(lock)?;
+        let name = lock.name.as_str().to_owned();
+        let kind = lock.kind;
+        self.store
+            .transact(vec![name], "raising a fencing token", move |slots, clock| {
+                let slot = only(slots);
+                let state = slot.state.get_or_insert_with(|| fresh(kind, clock));
+                state.machine.raise_token(token);
+                ((), Vec::new())
+            })
+            .await
+    }
+
+    async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
+        exclusive(lock)?;
+        let event = machine::release(lock, request.grant, request.lease);
+        let (kind, name) = (lock.kind, lock.name.as_str().to_owned());
+        let (retention, kept_for) = (
+            request.retry_window.saturating_mul(2),
+            machine::ticks(request.retry_window),
+        );
+        self.store
+            .transact(vec![name.clone()], "releasing a lock", move |slots, clock| {
+                let Some(state) = only(slots).state.as_mut() else {
+                    return (Release::NotHeld, Vec::new());
+                };
+                // A release sent again answers as the first time, and changes nothing.
+                if let Some(answer) = state.answered(request.id, clock) {
+                    return (answer, Vec::new());
+                }
+                let machine = &mut state.machine;
+                machine::bring_to(machine, clock, retention);
+                let held_before = machine.holder().is_some();
+                let step = machine.step(event.clone());
+                let notices = notices((kind, &name), held_before, &step, machine);
+                let answer = machine::release_answer(step.reply);
+                let until = clock.saturating_add(kept_for);
+                state.remember(request.id, answer, (clock, until));
+                (answer, notices)
+            })
+            .await
+    }
+
+    async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal> {
+        if let Some(refused) = locks.iter().find_map(|lock| exclusive(lock).err()) {
+            return locks.iter().map(|_| Renewal::Failed(refused.clone())).collect();
+        }
+        let names = locks.iter().map(|lock| lock.name.as_str().to_owned()).collect();
+        let owners: Vec<(String, Owner)> = locks
+            .iter()
+            .map(|lock| (lock.name.as_str().to_owned(), lock.owner.clone()))
+            .collect();
+        let renewed = self
+            .store
+            .transact(names, "renewing leases", move |slots, clock| {
+                let renewals = owners
+                    .iter()
+                    .map(|(name, owner)| {
+                        let state = slots
+                            .iter_mut()
+                            .find(|slot| slot.name == *name)
+                            .and_then(|slot| slot.state.as_mut());
+                        let Some(machine) = state.map(|state| &mut state.machine) else {
+                            return Renewal::Gone;
+                        };
+                        let elapsed = clock.saturating_sub(machine.now());
+                        machine.step(Event::Elapse(elapsed));
+                        let event = Event::Renew {
+                            owner: owner.clone(),
+                            lease: machine::ticks(lease),
+                        };
+                        match machine.step(event).reply {
+                            Reply::Renewed { origin } => Renewal::Renewed {
+                                origin: Some(origin),
+                            },
+                            _ => Renewal::Gone,
+                        }
+                    })
+                    .collect::<Vec<_>>();
+                (renewals, Vec::new())
+            })
+            .await;
+        renewed.unwrap_or_else(|err| locks.iter().map(|_| Renewal::Failed(err.clone())).collect())
+    }
+
+    async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error> {
+        exclusive(lock)?;
+        let owner = lock.owner.clone();
+        let state = self.store.read(lock.name.as_str(), "inspecting a lock").await?;
+        Ok(state
+            .and_then(|(state, clock)| machine::inspect(&state.machine, &owner, clock))
+            .map_or_else(LockState::default, |(holds, left)| {
+                LockState::new(true, holds, Some(left))
+            }))
+    }
+
+    async fn force_release(&self, lock: &LockRef) -> Result<bool, Error> {
+        exclusive(lock)?;
+        let retention = lock_core::backend::DEFAULT_RETRY_WINDOW.saturating_mul(2);
+        self.step(
+            lock,
+            (Event::ForceRelease, retention, false),
+            "force-releasing a lock",
+            |_, reply, _| reply == Some(Reply::Forced(true)),
+        )
+        .await
+    }
+
+    async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
+        exclusive(lock)?;
+        self.notifications
+            .listen(&channel(lock.kind, lock.name.as_str(), &lock.owner))
+            .await
+    }
+}

@@ -1,0 +1,276 @@
+//! [`Connector`]: connects a [`MysqlBackend`], with its [`ConnectorSettings`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{Error, Locks};
+use mysql_async::Opts;
+use mysql_async::prelude::Queryable;
+
+use crate::backend::MysqlBackend;
+use crate::error::{Silent, failed};
+use crate::notify::Notifications;
+use crate::pool::{Manager, Pool, connect};
+use crate::schema::Tables;
+use crate::store::Store;
+
+/// How many connections a backend keeps at most by default.
+const DEFAULT_POOL_SIZE: usize = 16;
+
+/// How long a statement may take by default, as the other backends.
+const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long connecting may take by default.
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The pool, the timeouts and the tables of a MySQL connector. Build from [`Default`]
+/// with the setters.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+#[must_use]
+pub struct ConnectorSettings {
+    /// The most connections kept for the lock transactions. Default: 16.
+    pub pool_size: usize,
+    /// How long a transaction may take, from asking the pool for a connection to its
+    /// commit; it also bounds the server's row-lock waits. Default: 3 s.
+    pub response_timeout: Duration,
+    /// How long connecting may take, the tables' creation included. Default: 10 s.
+    pub connect_timeout: Duration,
+    /// The lock tables, by their prefix. Default: `distlock_`.
+    pub tables: Tables,
+}
+
+impl Default for ConnectorSettings {
+    fn default() -> Self {
+        Self {
+            pool_size: DEFAULT_POOL_SIZE,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            tables: Tables::default(),
+        }
+    }
+}
+
+impl ConnectorSettings {
+    /// The most connections kept (default 16).
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// How long a transaction may take (default 3 s). Past it the operation fails with a
+    /// retryable connection error and its connection is closed, which rolls the
+    /// transaction back.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How long connecting may take (default 10 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The lock tables (default: prefix `distlock_`).
+    pub fn tables(mut self, tables: Tables) -> Self {
+        self.tables = tables;
+        self
+    }
+}
+
+/// Connects a [`MysqlBackend`].
+#[derive(Debug, Clone)]
+#[must_use = "a connector does nothing until `connect` is called"]
+pub struct Connector {
+    url: String,
+    settings: ConnectorSettings,
+}
+
+impl Connector {
+    /// A connector for the database `url` names: `mysql://user:password@host:port/database`
+    /// (the tables go into that database).
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            settings: ConnectorSettings::default(),
+        }
+    }
+
+    /// The pool size, the timeouts and the tables (see [`ConnectorSettings`]).
+    pub fn settings(mut self, settings: ConnectorSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// The most connections kept (see [`ConnectorSettings::pool_size`]).
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.settings = self.settings.pool_size(size);
+        self
+    }
+
+    /// How long a transaction may take (see [`ConnectorSettings::response_timeout`]).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.settings = self.settings.response_timeout(timeout);
+        self
+    }
+
+    /// How long connecting may take (see [`ConnectorSettings::connect_timeout`]).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.settings = self.settings.connect_timeout(timeout);
+        self
+    }
+
+    /// The lock tables (see [`ConnectorSettings::tables`]).
+    pub fn tables(mut self, tables: Tables) -> Self {
+        self.settings = self.settings.tables(tables);
+        self
+    }
+
+    /// Connects and returns a client with the default client
+    /// [`Config`](lock_core::Config).
+    ///
+    /// # Errors
+    ///
+    /// As [`Connector::connect`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a dropped future leaves at most the tables created.
+    pub async fn locks(self) -> Result<Locks, Error> {
+        Ok(Locks::new(Arc::new(self.connect().await?)))
+    }
+
+    /// Connects, creates the lock tables where they are missing, and opens the
+    /// listening connection.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidConfig`](lock_core::ErrorKind::InvalidConfig) for a URL that
+    /// is not MySQL's or names no database, a pool size of 0, a zero timeout, or a login
+    /// the server refuses (a wrong password, an unknown database: not retryable, with
+    /// the server's message as the cause);
+    /// [`ErrorKind::Backend`](lock_core::ErrorKind::Backend) when the tables cannot be
+    /// created (the server's message says why); and
+    /// [`ErrorKind::Connection`](lock_core::ErrorKind::Connection) when the server
+    /// cannot be reached or does not answer within the connect timeout.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a dropped future leaves at most the tables created.
+    pub async fn connect(self) -> Result<MysqlBackend, Error> {
+        let Self { url, settings } = self;
+        let opts = parse_url(&url)?;
+        check(&settings)?;
+        let bound = settings.connect_timeout;
+        tokio::time::timeout(bound, open(opts, settings))
+            .await
+            .map_err(|_| Error::connection("connecting to MySQL", Silent { bound }))?
+    }
+}
+
+/// Refuses settings that cannot work.
+fn check(settings: &ConnectorSettings) -> Result<(), Error> {
+    if settings.pool_size == 0 {
+        return Err(Error::invalid_config(
+            "the pool size must be at least 1",
+            None,
+        ));
+    }
+    if settings.response_timeout.is_zero() || settings.connect_timeout.is_zero() {
+        return Err(Error::invalid_config(
+            "the response and connect timeouts must be positive",
+            None,
+        ));
+    }
+    Ok(())
+}
+
+/// Opens the pool, creates the tables, and opens the listening connection.
+async fn open(opts: (Opts, bool), settings: ConnectorSettings) -> Result<MysqlBackend, Error> {
+    let manager = Manager::new(opts, settings.connect_timeout, settings.response_timeout);
+    let listen_opts = manager.opts().clone();
+    let mut conn = connect(manager.opts(), settings.connect_timeout).await?;
+    conn.query_drop(settings.tables.create_sql())
+        .await
+        .map_err(|err| failed(err, "creating the lock tables"))?;
+    drop(conn);
+    let pool = Pool::builder(manager)
+        .max_size(settings.pool_size)
+        .build()
+        .map_err(|err| Error::invalid_config("building the connection pool", Some(err.into())))?;
+    let notifications =
+        Notifications::connect(listen_opts, settings.tables.clone(), settings.connect_timeout)
+            .await?;
+    Ok(MysqlBackend {
+        store: Store::new(pool, settings.tables, settings.response_timeout),
+        notifications,
+    })
+}
+
+/// A MySQL URL naming a database (and whether it asks for the server's Unix socket), or a
+/// typed error saying what it is instead.
+fn parse_url(url: &str) -> Result<(Opts, bool), Error> {
+    if let Some((scheme, _)) = url.split_once("://")
+        && scheme != "mysql"
+        && scheme != "mariadb"
+    {
+        return Err(Error::invalid_config(
+            format!("`{scheme}://` is not a MySQL URL: use mysql://"),
+            None,
+        ));
+    }
+    let url = url.strip_prefix("mariadb://").map_or_else(
+        || url.to_owned(),
+        |rest| format!("mysql://{rest}"),
+    );
+    let opts = Opts::from_url(&url)
+        .map_err(|err| Error::invalid_config("the MySQL URL cannot be read", Some(err.into())))?;
+    if opts.db_name().is_none_or(str::is_empty) {
+        return Err(Error::invalid_config(
+            "the MySQL URL names no database: the lock tables go into the one it names \
+             (mysql://user@host/database)",
+            None,
+        ));
+    }
+    Ok((opts, url.contains("prefer_socket=true")))
+}
+
+#[async_trait::async_trait]
+impl lock_core::Connect for Connector {
+    type Settings = ConnectorSettings;
+    type Backend = MysqlBackend;
+
+    fn new(url: impl Into<String>) -> Self {
+        Self::new(url)
+    }
+
+    fn settings(self, settings: ConnectorSettings) -> Self {
+        self.settings(settings)
+    }
+
+    async fn connect(self) -> Result<MysqlBackend, Error> {
+        self.connect().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_url;
+
+    #[test]
+    fn urls_are_checked_before_connecting() {
+        for (url, says) in [
+            ("postgres://u@h/db", "not a MySQL URL"),
+            ("mysql://u@h", "names no database"),
+            ("mysql://u@h/", "names no database"),
+            ("mysql://u@h:notaport/db", "cannot be read"),
+        ] {
+            let err = parse_url(url).expect_err(url);
+            assert!(err.is_invalid_input(), "{url}: {err}");
+            assert!(err.to_string().contains(says), "{url}: {err}");
+        }
+        assert!(parse_url("mysql://u:p@h:3307/db").is_ok());
+        assert!(parse_url("mariadb://u@h/db").is_ok());
+    }
+}

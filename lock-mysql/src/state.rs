@@ -1,0 +1,125 @@
+//! What a name's row keeps: the protocol's machine, and the answers to its recent
+//! releases (a release sent again after its reply was lost answers as the first time;
+//! the machine itself remembers acquisitions, not releases).
+
+use lock_core::backend::machine::Machine;
+use lock_core::backend::{Release, RequestId};
+use lock_core::protocol::Field;
+
+use crate::store::Ask;
+
+/// The layout's version, the first byte of every row's state.
+const VERSION: u8 = 1;
+
+/// A name's state as its row keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct State {
+    pub(crate) machine: Machine<Ask>,
+    /// Releases answered, by their request id: the answer, and until when (the
+    /// machine's time) it is kept.
+    releases: Vec<(RequestId, Release, u64)>,
+}
+
+impl State {
+    pub(crate) fn new(machine: Machine<Ask>) -> Self {
+        Self {
+            machine,
+            releases: Vec::new(),
+        }
+    }
+
+    /// The answer given to release `id`, if it is still kept at `clock`.
+    pub(crate) fn answered(&self, id: RequestId, clock: u64) -> Option<Release> {
+        self.releases
+            .iter()
+            .find(|(answered, _, until)| *answered == id && *until > clock)
+            .map(|(_, answer, _)| *answer)
+    }
+
+    /// Keeps `answer` to release `id` until `until`, and forgets answers kept past
+    /// `clock`.
+    pub(crate) fn remember(&mut self, id: RequestId, answer: Release, (clock, until): (u64, u64)) {
+        self.releases.retain(|(_, _, kept)| *kept > clock);
+        self.releases.push((id, answer, until));
+    }
+
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let machine = self.machine.encode();
+        let mut out = Vec::with_capacity(machine.len() + 16 + self.releases.len() * 29);
+        out.push(VERSION);
+        u32::try_from(machine.len()).unwrap_or(u32::MAX).put(&mut out);
+        out.extend_from_slice(&machine);
+        u32::try_from(self.releases.len())
+            .unwrap_or(u32::MAX)
+            .put(&mut out);
+        for (id, answer, until) in &self.releases {
+            id.put(&mut out);
+            let (tag, holds) = match answer {
+                Release::StillHeld { holds } => (1u8, *holds),
+                Release::NotHeld => (2, 0),
+                _ => (0, 0),
+            };
+            out.push(tag);
+            holds.put(&mut out);
+            until.put(&mut out);
+        }
+        out
+    }
+
+    /// The state `bytes` hold; `None` when they are not one this version wrote.
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Self> {
+        let (&version, mut input) = bytes.split_first()?;
+        if version != VERSION {
+            return None;
+        }
+        let len = usize::try_from(u32::take(&mut input)?).ok()?;
+        if input.len() < len {
+            return None;
+        }
+        let (machine, mut input) = input.split_at(len);
+        let machine = Machine::decode(machine)?;
+        let count = u32::take(&mut input)?;
+        let mut releases = Vec::new();
+        for _ in 0..count {
+            let id = RequestId::take(&mut input)?;
+            let (&tag, rest) = input.split_first()?;
+            input = rest;
+            let holds = u32::take(&mut input)?;
+            let answer = match tag {
+                0 => Release::Released,
+                1 => Release::StillHeld { holds },
+                2 => Release::NotHeld,
+                _ => return None,
+            };
+            releases.push((id, answer, u64::take(&mut input)?));
+        }
+        input.is_empty().then_some(Self { machine, releases })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lock_core::backend::machine::new_machine;
+    use lock_core::backend::{LockKind, Release, RequestId};
+
+    use super::State;
+
+    #[test]
+    fn a_state_comes_back_from_its_bytes_and_damage_is_refused() {
+        let machine = new_machine(LockKind::Fair, None, std::time::Duration::from_secs(1), (5, 7, 0));
+        let mut state = State::new(machine);
+        let (first, second) = (RequestId::random(), RequestId::random());
+        state.remember(first, Release::StillHeld { holds: 2 }, (10, 100));
+        state.remember(second, Release::Released, (10, 200));
+        let bytes = state.encode();
+        assert_eq!(State::decode(&bytes), Some(state.clone()));
+        assert_eq!(state.answered(first, 99), Some(Release::StillHeld { holds: 2 }));
+        assert_eq!(state.answered(first, 100), None);
+        for cut in 0..bytes.len() {
+            assert_eq!(State::decode(&bytes[..cut]), None, "{cut}");
+        }
+        let mut longer = bytes;
+        longer.push(0);
+        assert_eq!(State::decode(&longer), None);
+    }
+}

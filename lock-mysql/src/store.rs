@@ -1,0 +1,403 @@
+//! The store: each operation is one transaction that locks the rows of the names it is
+//! about, steps their machines in the client, and writes back what changed, in two round
+//! trips.
+//!
+//! 1. `START TRANSACTION`, the rows `SELECT ... FOR UPDATE`, and the server's clock read
+//!    after the row locks were granted.
+//! 2. The changed rows written, the waiters' notices put in their mailboxes, `COMMIT`,
+//!    and then the waiters' listening statements interrupted (see [`crate::notify`]).
+//!
+//! Values go into the statements as hexadecimal literals, so one round trip carries
+//! several statements without any text escaping. Each operation runs in a task of its
+//! own: a caller that gives up does not leave a transaction half-sent, and a transaction
+//! that fails or runs out of time closes its connection, which rolls it back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::Error;
+use lock_core::backend::RequestId;
+use lock_core::protocol::Field;
+use mysql_async::Row;
+use mysql_async::prelude::Queryable;
+
+use crate::error::{Silent, Unreadable, failed, worth_another_run};
+use crate::pool::{Pool, Pooled, discard};
+use crate::schema::{Tables, hex, key};
+use crate::state::State;
+
+/// The server's clock in microseconds since the epoch (the machines' time), read when
+/// the statement runs.
+const NOW: &str = "SELECT CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS UNSIGNED)";
+
+/// How often a transaction runs before its failure is returned: a deadlock's victim, a
+/// row-lock wait that ran out, or the loser of two first writes of a name runs again.
+const RUNS: usize = 3;
+
+/// Where a waiter's client listens: its mailbox and the connection its listening
+/// statement runs on (0 while it has none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Mailbox {
+    /// The client's mailbox in the wakes table.
+    pub(crate) key: RequestId,
+    /// The server's id of the listening connection (`CONNECTION_ID()`).
+    pub(crate) connection: u32,
+}
+
+/// What a waiting attempt leaves with the machine, for its hand-over's notice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ask {
+    pub(crate) mailbox: Mailbox,
+    /// Which attempt of its acquisition it was.
+    pub(crate) attempt: u32,
+    /// Whether the acquisition asked for fencing tokens.
+    pub(crate) fencing: bool,
+}
+
+impl Field for Ask {
+    fn put(&self, out: &mut Vec<u8>) {
+        self.mailbox.key.put(out);
+        self.mailbox.connection.put(out);
+        self.attempt.put(out);
+        self.fencing.put(out);
+    }
+
+    fn take(input: &mut &[u8]) -> Option<Self> {
+        Some(Self {
+            mailbox: Mailbox {
+                key: RequestId::take(input)?,
+                connection: u32::take(input)?,
+            },
+            attempt: u32::take(input)?,
+            fencing: bool::take(input)?,
+        })
+    }
+}
+
+/// A notice for a waiter's client, written in the transaction that decided it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Notice {
+    pub(crate) mailbox: Mailbox,
+    /// The channel the waiter listens on.
+    pub(crate) channel: String,
+    /// A hand-over: the acquisition handed the lock, the attempt the store ran last,
+    /// and the token (when it asked for one). `None`: a wake-up to ask again.
+    pub(crate) handed: Option<(RequestId, u32, Option<u64>)>,
+}
+
+/// One name in a transaction: its state as the row holds it (`None`: no row yet).
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub(crate) name: String,
+    key: Vec<u8>,
+    pub(crate) state: Option<State>,
+    /// The row's bytes as read (`None`: no row).
+    stored: Option<Vec<u8>>,
+}
+
+/// The store: the pool, the tables, and the bound of every transaction.
+#[derive(Debug, Clone)]
+pub(crate) struct Store {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    pool: Pool,
+    tables: Tables,
+    response_timeout: Duration,
+}
+
+impl Store {
+    pub(crate) fn new(pool: Pool, tables: Tables, response_timeout: Duration) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                pool,
+                tables,
+                response_timeout,
+            }),
+        }
+    }
+
+    pub(crate) fn tables(&self) -> &Tables {
+        &self.inner.tables
+    }
+
+    /// Runs `step` on the machines of `names` (each name once) in one transaction, at
+    /// the server's clock, and commits what it changed with the notices it returns.
+    /// `step` may run more than once (a deadlock's victim runs again), each time on
+    /// the rows as then read.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: the transaction runs in a task of its own, to its end.
+    pub(crate) async fn transact<R, F>(
+        &self,
+        names: Vec<String>,
+        during: &'static str,
+        step: F,
+    ) -> Result<R, Error>
+    where
+        R: Send + 'static,
+        F: Fn(&mut [Slot], u64) -> (R, Vec<Notice>) + Send + Sync + 'static,
+    {
+        let store = self.clone();
+        let task = tokio::spawn(async move { store.run(names, during, step).await });
+        task.await
+            .map_err(|err| Error::backend(during, std::io::Error::other(err.to_string())))?
+    }
+
+    async fn run<R, F>(&self, mut names: Vec<String>, during: &'static str, step: F) -> Result<R, Error>
+    where
+        F: Fn(&mut [Slot], u64) -> (R, Vec<Notice>),
+    {
+        // One order for every transaction's row locks.
+        names.sort();
+        names.dedup();
+        let bound = self.inner.response_timeout;
+        let mut last = None;
+        for _ in 0..RUNS {
+            let mut conn = self.connection(during).await?;
+            match tokio::time::timeout(bound, self.once(&mut conn, &names, &step)).await {
+                Ok(Ok((answer, notices))) => {
+                    if tokio::time::timeout(bound, wake(&mut conn, &notices))
+                        .await
+                        .is_err()
+                    {
+                        discard(conn);
+                    }
+                    return Ok(answer);
+                }
+                Ok(Err(Failure::Driver(err))) => {
+                    discard(conn);
+                    if !worth_another_run(&err) {
+                        return Err(failed(err, during));
+                    }
+                    last = Some(failed(err, during));
+                }
+                Ok(Err(Failure::Unreadable)) => {
+                    discard(conn);
+                    return Err(Error::incompatible(names.join(", "), Unreadable));
+                }
+                Err(_) => {
+                    discard(conn);
+                    return Err(Error::connection(during, Silent { bound }));
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::connection(during, Silent { bound })))
+    }
+
+    /// The machine of `name` as committed now, and the server's clock, without locking
+    /// its row (`None`: the name has no row).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads, in a task of its own.
+    pub(crate) async fn read(
+        &self,
+        name: &str,
+        during: &'static str,
+    ) -> Result<Option<(State, u64)>, Error> {
+        let store = self.clone();
+        let read = format!(
+            "SELECT state, ({NOW}) FROM (SELECT 1) AS one LEFT JOIN {} ON lock_key = {}",
+            self.inner.tables.names(),
+            hex(&key(name))
+        );
+        let name = name.to_owned();
+        let task = tokio::spawn(async move {
+            let bound = store.inner.response_timeout;
+            let mut conn = store.connection(during).await?;
+            let row = tokio::time::timeout(bound, conn.query_first::<Row, _>(read)).await;
+            let mut row = match row {
+                Ok(Ok(row)) => row,
+                Ok(Err(err)) => {
+                    discard(conn);
+                    return Err(failed(err, during));
+                }
+                Err(_) => {
+                    discard(conn);
+                    return Err(Error::connection(during, Silent { bound }));
+                }
+            };
+            let unreadable = || Error::incompatible(name.clone(), Unreadable);
+            let Some(row) = row.as_mut() else {
+                return Err(unreadable());
+            };
+            let state = row
+                .take_opt::<Option<Vec<u8>>, usize>(0)
+                .and_then(Result::ok)
+                .ok_or_else(unreadable)?;
+            let clock = row
+                .take_opt::<u64, usize>(1)
+                .and_then(Result::ok)
+                .ok_or_else(unreadable)?;
+            let Some(state) = state else {
+                return Ok(None);
+            };
+            let mut state = State::decode(&state).ok_or_else(unreadable)?;
+            let elapsed = clock.saturating_sub(state.machine.now());
+            state.machine.step(lock_core::protocol::Event::Elapse(elapsed));
+            Ok(Some((state, clock)))
+        });
+        task.await
+            .map_err(|err| Error::backend(during, std::io::Error::other(err.to_string())))?
+    }
+
+    /// A connection of the pool, within the response timeout.
+    pub(crate) async fn connection(&self, during: &'static str) -> Result<Pooled, Error> {
+        let bound = self.inner.response_timeout;
+        match tokio::time::timeout(bound, self.inner.pool.get()).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(deadpool::managed::PoolError::Backend(err))) => Err(err),
+            Ok(Err(err)) => Err(Error::connection(during, std::io::Error::other(err.to_string()))),
+            Err(_) => Err(Error::connection(during, Silent { bound })),
+        }
+    }
+
+    /// One run of a transaction, up to its commit.
+    async fn once<R, F>(
+        &self,
+        conn: &mut Pooled,
+        names: &[String],
+        step: &F,
+    ) -> Result<(R, Vec<Notice>), Failure>
+    where
+        F: Fn(&mut [Slot], u64) -> (R, Vec<Notice>),
+    {
+        let tables = &self.inner.tables;
+        let mut slots: Vec<Slot> = names
+            .iter()
+            .map(|name| Slot {
+                name: name.clone(),
+                key: key(name),
+                state: None,
+                stored: None,
+            })
+            .collect();
+        let keys: Vec<String> = slots.iter().map(|slot| hex(&slot.key)).collect();
+        let read = format!(
+            "START TRANSACTION; SELECT lock_key, state FROM {} WHERE lock_key IN ({}) FOR UPDATE; {NOW}",
+            tables.names(),
+            keys.join(", ")
+        );
+        let mut result = conn.query_iter(read).await?;
+        result.map(drop).await?;
+        let rows: Vec<Row> = result.map(|row| row).await?;
+        let clock: Vec<Row> = result.map(|row| row).await?;
+        drop(result);
+        for mut row in rows {
+            let (Some(Ok(key)), Some(Ok(state))) = (
+                row.take_opt::<Vec<u8>, usize>(0),
+                row.take_opt::<Vec<u8>, usize>(1),
+            ) else {
+                return Err(Failure::Unreadable);
+            };
+            let slot = slots.iter_mut().find(|slot| slot.key == key);
+            let Some(slot) = slot else { continue };
+            slot.state = Some(State::decode(&state).ok_or(Failure::Unreadable)?);
+            slot.stored = Some(state);
+        }
+        let clock = clock
+            .into_iter()
+            .next()
+            .and_then(|mut row| row.take_opt::<u64, usize>(0))
+            .and_then(Result::ok)
+            .ok_or(Failure::Unreadable)?;
+        let (answer, notices) = step(&mut slots, clock);
+        let mut write = String::new();
+        let mut statements = 0;
+        for slot in &slots {
+            let Some(kept) = &slot.state else { continue };
+            let state = kept.encode();
+            if slot.stored.as_ref() == Some(&state) {
+                continue;
+            }
+            let held_until = kept.machine.holder().map_or(0, |holder| holder.expires);
+            if slot.stored.is_some() {
+                write.push_str(&format!(
+                    "UPDATE {} SET state = {}, held_until = {held_until} WHERE lock_key = {}; ",
+                    tables.names(),
+                    hex(&state),
+                    hex(&slot.key)
+                ));
+            } else {
+                write.push_str(&format!(
+                    "INSERT INTO {} (lock_key, name, state, held_until) VALUES ({}, {}, {}, {held_until}); ",
+                    tables.names(),
+                    hex(&slot.key),
+                    hex(slot.name.as_bytes()),
+                    hex(&state)
+                ));
+            }
+            statements += 1;
+        }
+        for notice in &notices {
+            let (handed, attempt, token) = match notice.handed {
+                Some((id, attempt, token)) => (
+                    hex(&id.to_bytes()),
+                    attempt,
+                    token.map_or_else(|| "NULL".to_owned(), |token| token.to_string()),
+                ),
+                None => ("NULL".to_owned(), 0, "NULL".to_owned()),
+            };
+            write.push_str(&format!(
+                "INSERT INTO {} (listener, channel, handed, attempt, token) VALUES ({}, {}, {handed}, {attempt}, {token}); ",
+                tables.wakes(),
+                hex(&notice.mailbox.key.to_bytes()),
+                hex(notice.channel.as_bytes()),
+            ));
+            statements += 1;
+        }
+        write.push_str("COMMIT");
+        let mut result = conn.query_iter(write).await?;
+        for _ in 0..=statements {
+            result.map(drop).await?;
+        }
+        drop(result);
+        Ok((answer, notices))
+    }
+}
+
+/// Interrupts the listening statement of each notice's client, if it is the one the
+/// waiter named (its connection id, running a statement that reads its mailbox): a
+/// connection id the server gave someone else since is left alone. A client whose
+/// statement is not found reads its mailbox before its next one, or asks again when
+/// its wait says.
+async fn wake(conn: &mut Pooled, notices: &[Notice]) {
+    for notice in notices {
+        let Mailbox { key, connection } = notice.mailbox;
+        if connection == 0 {
+            continue;
+        }
+        let interrupt = format!(
+            "SET @distlock_wake = (SELECT CONCAT('KILL QUERY ', ID) FROM information_schema.PROCESSLIST \
+             WHERE ID = {connection} AND INFO LIKE '%{key}%' LIMIT 1); \
+             SET @distlock_wake = IFNULL(@distlock_wake, 'DO 0'); \
+             PREPARE distlock_wake FROM @distlock_wake; EXECUTE distlock_wake; \
+             DEALLOCATE PREPARE distlock_wake"
+        );
+        if let Err(err) = conn.query_drop(interrupt).await {
+            tracing::debug!(
+                target: lock_core::TRACING_TARGET,
+                error = %err,
+                "waking a waiter's client failed; it asks again when its wait says"
+            );
+        }
+    }
+}
+
+/// Why one run of a transaction failed.
+#[derive(Debug)]
+enum Failure {
+    Driver(mysql_async::Error),
+    /// A row this version cannot read.
+    Unreadable,
+}
+
+impl From<mysql_async::Error> for Failure {
+    fn from(err: mysql_async::Error) -> Self {
+        Self::Driver(err)
+    }
+}

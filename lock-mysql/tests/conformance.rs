@@ -1,0 +1,76 @@
+//! The conformance suite on MariaDB: every scenario the backend's capabilities select, on
+//! a server the fixture starts (never one on 3306), each backend a new client of it.
+
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use async_trait::async_trait;
+use lock_conformance::Fixture;
+use lock_core::Backend;
+use lock_mysql::{Connector, MysqlBackend};
+use lock_testkit::MariaDbServer;
+use tokio::sync::OnceCell;
+
+/// One MariaDB server, started on first use; every backend is a new client of it.
+#[derive(Debug)]
+struct MysqlFixture {
+    server: OnceCell<MariaDbServer>,
+    backends: Mutex<Vec<Weak<MysqlBackend>>>,
+}
+
+impl MysqlFixture {
+    #[allow(
+        clippy::unused_async,
+        reason = "the suite's macro awaits every constructor"
+    )]
+    async fn start() -> Self {
+        Self {
+            server: OnceCell::new(),
+            backends: Mutex::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl Fixture for MysqlFixture {
+    async fn backend(&self) -> Arc<dyn Backend> {
+        let server = self.server.get_or_init(MariaDbServer::start).await;
+        let backend = Connector::new(server.url())
+            .pool_size(4)
+            .connect()
+            .await
+            .unwrap_or_else(|err| panic!("connecting: {err}"));
+        let backend = Arc::new(backend);
+        self.backends
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::downgrade(&backend));
+        backend
+    }
+
+    /// A name's tokens begin at the microseconds since the epoch when its row is
+    /// made, and go up by one from there.
+    fn consecutive_tokens(&self) -> bool {
+        false
+    }
+
+    async fn subscribed_channels(&self) -> Vec<String> {
+        let backends = self
+            .backends
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let mut channels: Vec<String> = backends
+            .iter()
+            .filter_map(Weak::upgrade)
+            .flat_map(|backend| backend.subscribed_channels())
+            .collect();
+        channels.sort();
+        channels.dedup();
+        channels
+    }
+}
+
+lock_conformance::conformance_suite!(
+    MysqlFixture::start(),
+    without[ReadWrite, Introspection, Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests]
+);
