@@ -23,6 +23,7 @@
 //! | `redis` (default) | [`redis`] | the `redis` crate: standalone Redis, Redis Cluster, Sentinel |
 //! | `fred` | `fred` | the `fred` crate: the same deployments and URL forms |
 //! | `postgres` | `postgres` | PostgreSQL: lease rows in tables it creates, LISTEN/NOTIFY; or session advisory locks |
+//! | `mysql` | `mysql` | MySQL and MariaDB: the protocol's machine per name in a table it creates, mailbox wake-ups |
 //! | `tls` | | `rediss://` for the enabled Redis adapters |
 //! | `redlock` | `redlock` | MultiLock and RedLock over any of the others |
 //! | `macros` (default) | [`distributed_lock`] | the attribute macro |
@@ -39,21 +40,21 @@
 //! is sent. Both Redis adapters declare the same. (A test compares this table with the
 //! declarations.)
 //!
-//! | capability | memory | Redis | PostgreSQL | PostgreSQL advisory | RedLock | MultiLock |
-//! |---|---|---|---|---|---|---|
-//! | reentrant mutex | yes | yes | yes | yes | yes | yes |
-//! | fair mutex | yes | yes | yes | no | no | no |
-//! | read-write lock | yes | yes | yes | yes | yes | yes |
-//! | fencing tokens | yes | yes | yes | yes | yes | yes |
-//! | semaphore | yes | yes | no | no | no | no |
-//! | expirable semaphore | yes | yes | no | no | no | no |
-//! | count-down latch | yes | yes | no | no | no | no |
-//! | retried requests answered once | yes | yes | yes | no | yes | yes |
-//! | starving waiters reserve the lock | no | yes | no | no | yes | yes |
-//! | a release wakes one client | yes | yes | no | no | no | no |
-//! | a waiter waits inside the server | no | no | no | yes | no | no |
-//! | shared between processes | no | yes | yes | yes | yes | yes |
-//! | an abandoned hold ends | after its lease | after its lease | after its lease | with its session | after its lease | after its lease |
+//! | capability | memory | Redis | PostgreSQL | PostgreSQL advisory | MySQL | RedLock | MultiLock |
+//! |---|---|---|---|---|---|---|---|
+//! | reentrant mutex | yes | yes | yes | yes | yes | yes | yes |
+//! | fair mutex | yes | yes | yes | no | yes | no | no |
+//! | read-write lock | yes | yes | yes | yes | no | yes | yes |
+//! | fencing tokens | yes | yes | yes | yes | yes | yes | yes |
+//! | semaphore | yes | yes | no | no | no | no | no |
+//! | expirable semaphore | yes | yes | no | no | no | no | no |
+//! | count-down latch | yes | yes | no | no | no | no | no |
+//! | retried requests answered once | yes | yes | yes | no | yes | yes | yes |
+//! | starving waiters reserve the lock | no | yes | no | no | no | yes | yes |
+//! | a release wakes one client | yes | yes | no | no | no | no | no |
+//! | a waiter waits inside the server | no | no | no | yes | no | no | no |
+//! | shared between processes | no | yes | yes | yes | yes | yes | yes |
+//! | an abandoned hold ends | after its lease | after its lease | after its lease | with its session | after its lease | after its lease | after its lease |
 //!
 //! RedLock and MultiLock show what they make of Redis nodes; over other parts they
 //! declare what all their parts have in common, less what spans no set of nodes (fair
@@ -192,6 +193,14 @@ pub mod fred {
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres {
     pub use lock_postgres::*;
+}
+
+/// The MySQL and MariaDB backend: each lock name's state machine in a row of a table the
+/// library creates, stepped in the client; waiters woken through their client's mailbox.
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+pub mod mysql {
+    pub use lock_mysql::*;
 }
 
 /// MultiLock (all of N locks) and RedLock (a majority of N nodes) over any backends.

@@ -2,7 +2,12 @@
 //! declares: this test builds the table from the backends' own declarations and
 //! compares it with the documentation, row by row.
 
-#![cfg(all(feature = "redis", feature = "postgres", feature = "redlock"))]
+#![cfg(all(
+    feature = "redis",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "redlock"
+))]
 
 use std::sync::Arc;
 
@@ -36,6 +41,7 @@ fn columns() -> Vec<Capabilities> {
         distlock::redis::RedisBackend::CAPABILITIES,
         distlock::postgres::PostgresBackend::CAPABILITIES,
         distlock::postgres::AdvisoryBackend::CAPABILITIES,
+        distlock::mysql::MysqlBackend::CAPABILITIES,
         redlock.capabilities(),
         multi.capabilities(),
     ]

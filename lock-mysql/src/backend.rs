@@ -20,7 +20,7 @@ use lock_core::{Error, Owner};
 
 use crate::notify::Notifications;
 use crate::state::State;
-use crate::store::{Ask, Notice, Slot, Store};
+use crate::store::{Ask, Notice, Store};
 
 /// How long nothing is granted after a failover, for a name whose machine is new (no
 /// failover is detected yet: a name's machine begins with no quarantine).
@@ -34,6 +34,15 @@ pub struct MysqlBackend {
 }
 
 impl MysqlBackend {
+    /// What the backend declares: the mutex and the fair lock, with fencing tokens,
+    /// retry-safe requests and hand-overs; holds end after their lease.
+    pub const CAPABILITIES: Capabilities = Capabilities::new(HoldModel::Lease)
+        .fair(true)
+        .fencing(true)
+        .retry_safe(true)
+        .shared(true)
+        .hands_over(true);
+
     /// The channels this client's waiters listen on now (for tests and diagnostics).
     #[must_use]
     pub fn subscribed_channels(&self) -> Vec<String> {
@@ -93,12 +102,6 @@ fn exclusive(lock: &LockRef) -> Result<(), Error> {
     }
 }
 
-/// The one slot of a one-name transaction.
-fn only(slots: &mut [Slot]) -> &mut Slot {
-    // `transact` is called with exactly one name for these operations.
-    &mut slots[0]
-}
-
 /// The notices a step sends: a hand-over's, or a wake-up for the first waiter of a lock
 /// it freed with nobody handed it.
 fn notices(
@@ -118,7 +121,12 @@ fn notices(
 /// at the microseconds since the epoch, so that they go on rising past a counter a
 /// restore from a backup took back.
 fn fresh(kind: LockKind, clock: u64) -> State {
-    State::new(machine::new_machine(kind, None, QUARANTINE, (clock, clock, 0)))
+    State::new(machine::new_machine(
+        kind,
+        None,
+        QUARANTINE,
+        (clock, clock, 0),
+    ))
 }
 
 impl MysqlBackend {
@@ -138,8 +146,7 @@ impl MysqlBackend {
     {
         let (kind, name) = (lock.kind, lock.name.as_str().to_owned());
         self.store
-            .transact(vec![name.clone()], during, move |slots, clock| {
-                let slot = only(slots);
+            .transact_one(&name.clone(), during, move |slot, clock| {
                 if slot.state.is_none() && create {
                     slot.state = Some(fresh(kind, clock));
                 }
@@ -160,12 +167,7 @@ impl MysqlBackend {
 #[async_trait]
 impl Backend for MysqlBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(HoldModel::Lease)
-            .fair(true)
-            .fencing(true)
-            .retry_safe(true)
-            .shared(true)
-            .hands_over(true)
+        Self::CAPABILITIES
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
@@ -198,8 +200,13 @@ impl Backend for MysqlBackend {
             owner: lock.owner.clone(),
         };
         let retention = acquisition.retry_window.saturating_mul(2);
-        self.step(lock, (event, retention, false), "giving up a wait", |_, _, _| ())
-            .await
+        self.step(
+            lock,
+            (event, retention, false),
+            "giving up a wait",
+            |_, _, _| (),
+        )
+        .await
     }
 
     async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
@@ -207,8 +214,7 @@ impl Backend for MysqlBackend {
         let name = lock.name.as_str().to_owned();
         let kind = lock.kind;
         self.store
-            .transact(vec![name], "raising a fencing token", move |slots, clock| {
-                let slot = only(slots);
+            .transact_one(&name, "raising a fencing token", move |slot, clock| {
                 let state = slot.state.get_or_insert_with(|| fresh(kind, clock));
                 state.machine.raise_token(token);
                 ((), Vec::new())
@@ -225,8 +231,8 @@ impl Backend for MysqlBackend {
             machine::ticks(request.retry_window),
         );
         self.store
-            .transact(vec![name.clone()], "releasing a lock", move |slots, clock| {
-                let Some(state) = only(slots).state.as_mut() else {
+            .transact_one(&name.clone(), "releasing a lock", move |slot, clock| {
+                let Some(state) = slot.state.as_mut() else {
                     return (Release::NotHeld, Vec::new());
                 };
                 // A release sent again answers as the first time, and changes nothing.
@@ -248,9 +254,15 @@ impl Backend for MysqlBackend {
 
     async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal> {
         if let Some(refused) = locks.iter().find_map(|lock| exclusive(lock).err()) {
-            return locks.iter().map(|_| Renewal::Failed(refused.clone())).collect();
+            return locks
+                .iter()
+                .map(|_| Renewal::Failed(refused.clone()))
+                .collect();
         }
-        let names = locks.iter().map(|lock| lock.name.as_str().to_owned()).collect();
+        let names = locks
+            .iter()
+            .map(|lock| lock.name.as_str().to_owned())
+            .collect();
         let owners: Vec<(String, Owner)> = locks
             .iter()
             .map(|lock| (lock.name.as_str().to_owned(), lock.owner.clone()))
@@ -291,7 +303,10 @@ impl Backend for MysqlBackend {
     async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error> {
         exclusive(lock)?;
         let owner = lock.owner.clone();
-        let state = self.store.read(lock.name.as_str(), "inspecting a lock").await?;
+        let state = self
+            .store
+            .read(lock.name.as_str(), "inspecting a lock")
+            .await?;
         Ok(state
             .and_then(|(state, clock)| machine::inspect(&state.machine, &owner, clock))
             .map_or_else(LockState::default, |(holds, left)| {

@@ -199,9 +199,12 @@ async fn open(opts: (Opts, bool), settings: ConnectorSettings) -> Result<MysqlBa
         .max_size(settings.pool_size)
         .build()
         .map_err(|err| Error::invalid_config("building the connection pool", Some(err.into())))?;
-    let notifications =
-        Notifications::connect(listen_opts, settings.tables.clone(), settings.connect_timeout)
-            .await?;
+    let notifications = Notifications::connect(
+        listen_opts,
+        settings.tables.clone(),
+        settings.connect_timeout,
+    )
+    .await?;
     Ok(MysqlBackend {
         store: Store::new(pool, settings.tables, settings.response_timeout),
         notifications,
@@ -220,10 +223,9 @@ fn parse_url(url: &str) -> Result<(Opts, bool), Error> {
             None,
         ));
     }
-    let url = url.strip_prefix("mariadb://").map_or_else(
-        || url.to_owned(),
-        |rest| format!("mysql://{rest}"),
-    );
+    let url = url
+        .strip_prefix("mariadb://")
+        .map_or_else(|| url.to_owned(), |rest| format!("mysql://{rest}"));
     let opts = Opts::from_url(&url)
         .map_err(|err| Error::invalid_config("the MySQL URL cannot be read", Some(err.into())))?;
     if opts.db_name().is_none_or(str::is_empty) {

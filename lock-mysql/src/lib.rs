@@ -22,6 +22,7 @@
 //! ```
 
 mod backend;
+mod batch;
 mod connector;
 mod error;
 mod notify;

@@ -4,8 +4,11 @@
 //! a statement that returns at once when its mailbox (rows of the wakes table under the
 //! client's key) holds a notice, and otherwise sleeps for a few seconds. A transaction
 //! that hands a lock over (or frees it for a waiter) writes the waiter's notice into its
-//! client's mailbox and, once committed, interrupts that statement with `KILL QUERY`,
-//! after checking that the connection id the waiter named still runs its statement.
+//! client's mailbox and, once committed, interrupts that statement with `KILL QUERY`.
+//! The listening connection holds a user-level lock named after the mailbox
+//! (`GET_LOCK`), and `IS_USED_LOCK` tells the releasing transaction which connection
+//! that is now: a client that went away, or reconnected, is never mistaken for another
+//! session.
 //! The client then reads its mailbox and wakes the waiter. A notice committed while the
 //! statement is not running is found by the next one: it checks the mailbox first, in
 //! the same statement, so no interruption between the two can be missed.
@@ -21,7 +24,6 @@
 //! nobody read the mailbox.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use lock_core::backend::RequestId;
@@ -52,16 +54,9 @@ const LONGEST_PAUSE: Duration = Duration::from_secs(2);
 #[derive(Debug)]
 pub(crate) struct Notifications {
     subscriptions: Subscriptions,
-    mailbox: Arc<MailboxCell>,
+    mailbox: Mailbox,
     reader: ReaderTask,
     _alive: watch::Sender<()>,
-}
-
-/// The client's mailbox: its key, and the connection reading it now (0: none).
-#[derive(Debug)]
-struct MailboxCell {
-    key: RequestId,
-    connection: AtomicU32,
 }
 
 impl Notifications {
@@ -75,18 +70,18 @@ impl Notifications {
         tables: Tables,
         connect_timeout: Duration,
     ) -> Result<Self, Error> {
-        let conn = connect(&opts, connect_timeout).await?;
-        let mailbox = Arc::new(MailboxCell {
+        let mailbox = Mailbox {
             key: RequestId::random(),
-            connection: AtomicU32::new(0),
-        });
+        };
+        let lock_name = mailbox.lock_name();
+        let conn = open(&opts, connect_timeout, &lock_name).await?;
         let subscriptions = Subscriptions::new(Arc::new(InProcess) as Arc<dyn PubSub>);
         let (alive, watched) = watch::channel(());
         let kept = Kept {
             opts,
             connect_timeout,
             statements: Statements::new(&tables, mailbox.key),
-            mailbox: Arc::clone(&mailbox),
+            lock_name,
             subscriptions: subscriptions.clone(),
             alive: watched,
         };
@@ -102,10 +97,7 @@ impl Notifications {
 
     /// Where this client's waiters are told of hand-overs now.
     pub(crate) fn mailbox(&self) -> Mailbox {
-        Mailbox {
-            key: self.mailbox.key,
-            connection: self.mailbox.connection.load(Ordering::Acquire),
-        }
+        self.mailbox
     }
 
     /// Registers a listener on `channel`, with the listening connection kept.
@@ -152,13 +144,35 @@ impl Statements {
     }
 }
 
+/// Opens the listening connection and takes the mailbox's user-level lock on it, by
+/// which releasing transactions find it.
+async fn open(opts: &Opts, bound: Duration, lock_name: &str) -> Result<Conn, Error> {
+    let mut conn = connect(opts, bound).await?;
+    let during = "taking the mailbox lock";
+    let took = tokio::time::timeout(
+        bound,
+        conn.query_first::<Option<i64>, _>(format!("SELECT GET_LOCK('{lock_name}', 0)")),
+    )
+    .await
+    .map_err(|_| Error::connection(during, crate::error::Silent { bound }))?
+    .map_err(|err| crate::error::failed(err, during))?;
+    if took != Some(Some(1)) {
+        return Err(Error::backend(
+            during,
+            std::io::Error::other(format!("GET_LOCK('{lock_name}', 0) answered {took:?}")),
+        ));
+    }
+    Ok(conn)
+}
+
 /// What the connection task keeps.
 #[derive(Clone)]
 struct Kept {
     opts: Opts,
     connect_timeout: Duration,
     statements: Statements,
-    mailbox: Arc<MailboxCell>,
+    /// The user-level lock the listening connection holds.
+    lock_name: String,
     subscriptions: Subscriptions,
     alive: watch::Receiver<()>,
 }
@@ -175,11 +189,9 @@ impl Kept {
             },
         };
         loop {
-            self.mailbox.connection.store(conn.id(), Ordering::Release);
             if !self.read(&mut conn).await {
                 return;
             }
-            self.mailbox.connection.store(0, Ordering::Release);
             self.subscriptions.connection_lost();
             match self.reconnect().await {
                 Some(reconnected) => conn = reconnected,
@@ -247,8 +259,15 @@ impl Kept {
 
     /// Reads the notices in the mailbox, deletes them, and delivers them.
     async fn empty(&self, conn: &mut Conn) -> Result<(), mysql_async::Error> {
-        let rows: Vec<Row> = conn.query_iter(&self.statements.read).await?.map(|row| row).await?;
-        let Some(last) = rows.last().and_then(|row| row.get_opt::<u64, usize>(0)?.ok()) else {
+        let rows: Vec<Row> = conn
+            .query_iter(&self.statements.read)
+            .await?
+            .map(|row| row)
+            .await?;
+        let Some(last) = rows
+            .last()
+            .and_then(|row| row.get_opt::<u64, usize>(0)?.ok())
+        else {
             return Ok(());
         };
         conn.query_drop(format!("{}{last}", self.statements.empty))
@@ -284,7 +303,10 @@ impl Kept {
             .take_opt::<u32, usize>(3)
             .and_then(Result::ok)
             .unwrap_or(0);
-        let token = row.take_opt::<Option<u64>, usize>(4).and_then(Result::ok).flatten();
+        let token = row
+            .take_opt::<Option<u64>, usize>(4)
+            .and_then(Result::ok)
+            .flatten();
         match handed {
             Some(id) => self.subscriptions.deliver_handed(
                 &channel,
@@ -300,7 +322,7 @@ impl Kept {
         let mut pauses = Pauses::doubling(FIRST_PAUSE, LONGEST_PAUSE);
         loop {
             let connected = tokio::select! {
-                connected = connect(&self.opts, self.connect_timeout) => connected,
+                connected = open(&self.opts, self.connect_timeout, &self.lock_name) => connected,
                 _ = self.alive.changed() => return None,
             };
             match connected {

@@ -48,7 +48,9 @@ impl Tables {
     pub fn with_prefix(prefix: &str) -> Result<Self, Error> {
         let fits = !prefix.is_empty()
             && prefix.len() <= LONGEST_PREFIX
-            && prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            && prefix
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_');
         if !fits {
             return Err(Error::invalid_config(
                 format!(

@@ -47,7 +47,9 @@ impl State {
         let machine = self.machine.encode();
         let mut out = Vec::with_capacity(machine.len() + 16 + self.releases.len() * 29);
         out.push(VERSION);
-        u32::try_from(machine.len()).unwrap_or(u32::MAX).put(&mut out);
+        u32::try_from(machine.len())
+            .unwrap_or(u32::MAX)
+            .put(&mut out);
         out.extend_from_slice(&machine);
         u32::try_from(self.releases.len())
             .unwrap_or(u32::MAX)
@@ -106,14 +108,22 @@ mod tests {
 
     #[test]
     fn a_state_comes_back_from_its_bytes_and_damage_is_refused() {
-        let machine = new_machine(LockKind::Fair, None, std::time::Duration::from_secs(1), (5, 7, 0));
+        let machine = new_machine(
+            LockKind::Fair,
+            None,
+            std::time::Duration::from_secs(1),
+            (5, 7, 0),
+        );
         let mut state = State::new(machine);
         let (first, second) = (RequestId::random(), RequestId::random());
         state.remember(first, Release::StillHeld { holds: 2 }, (10, 100));
         state.remember(second, Release::Released, (10, 200));
         let bytes = state.encode();
         assert_eq!(State::decode(&bytes), Some(state.clone()));
-        assert_eq!(state.answered(first, 99), Some(Release::StillHeld { holds: 2 }));
+        assert_eq!(
+            state.answered(first, 99),
+            Some(Release::StillHeld { holds: 2 })
+        );
         assert_eq!(state.answered(first, 100), None);
         for cut in 0..bytes.len() {
             assert_eq!(State::decode(&bytes[..cut]), None, "{cut}");

@@ -3,7 +3,7 @@
 //! contract, so its flags and output fields only ever grow.
 //!
 //! ```text
-//! contend --url URL [--backend redis|fred|postgres|postgres-advisory|redlock|memory] [--kind mutex|fair|read|write|mixed|multi|semaphore|latch] [--name NAME]
+//! contend --url URL [--backend redis|fred|postgres|postgres-advisory|mysql|redlock|memory] [--kind mutex|fair|read|write|mixed|multi|semaphore|latch] [--name NAME]
 //!         --workers N --hold-ms H --think-ms T --seconds S
 //!         [--distinct] [--lease-ms L] [--check-key KEY] [--permits P]
 //! ```
@@ -92,6 +92,8 @@ enum BackendKind {
     #[value(name = "postgres-advisory")]
     #[serde(rename = "postgres-advisory")]
     PostgresAdvisory,
+    /// MySQL or MariaDB (`mysql://user@host/database`).
+    Mysql,
     Redlock,
     Memory,
 }
@@ -155,6 +157,9 @@ async fn client(args: &Args, memory: &distlock::memory::MemoryBackend) -> Result
             .await
             .map_err(|e| e.chain().to_string())?,
         BackendKind::Postgres => distlock::postgres::connect_backend(url()?)
+            .await
+            .map_err(|e| e.chain().to_string())?,
+        BackendKind::Mysql => distlock::mysql::connect_backend(url()?)
             .await
             .map_err(|e| e.chain().to_string())?,
         BackendKind::PostgresAdvisory => Arc::new(

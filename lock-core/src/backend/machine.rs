@@ -159,7 +159,11 @@ pub fn release_answer(reply: Reply<RequestId>) -> Release {
 /// `owner`'s holds of the lock `machine` keeps and the lease left at `clock`, if the
 /// lock is held (by anyone: another owner's hold shows as 0 holds).
 #[must_use]
-pub fn inspect<A: Clone>(machine: &Machine<A>, owner: &Owner, clock: u64) -> Option<(u32, Duration)> {
+pub fn inspect<A: Clone>(
+    machine: &Machine<A>,
+    owner: &Owner,
+    clock: u64,
+) -> Option<(u32, Duration)> {
     let holder = machine.holder().filter(|holder| holder.expires > clock)?;
     let holds = if holder.owner == owner {
         u32::try_from(holder.grants.len()).unwrap_or(u32::MAX)
