@@ -16,7 +16,7 @@ use lock_core::backend::{
 };
 use lock_core::notify::Listener;
 use lock_core::protocol::{Event, HandOver, Reply, Step};
-use lock_core::{Error, Owner};
+use lock_core::{Error, Introspect, Owner};
 
 use crate::notify::Notifications;
 use crate::state::State;
@@ -41,7 +41,8 @@ impl MysqlBackend {
         .fencing(true)
         .retry_safe(true)
         .shared(true)
-        .hands_over(true);
+        .hands_over(true)
+        .introspection(true);
 
     /// The channels this client's waiters listen on now (for tests and diagnostics).
     #[must_use]
@@ -117,12 +118,18 @@ fn notices(
     }
 }
 
-/// A new machine for a name of `kind` whose row is made at `clock`: its tokens begin
-/// at the microseconds since the epoch, so that they go on rising past a counter a
-/// restore from a backup took back.
-fn fresh(kind: LockKind, clock: u64) -> State {
+/// A new machine for a name whose row is made at `clock`: its tokens begin at the
+/// microseconds since the epoch, so that they go on rising past a counter a restore
+/// from a backup took back.
+///
+/// A mutex's waiters are served in arrival order, as a fair lock's (the machine's fair
+/// rules for both kinds, as PostgreSQL's mutex and fair lock share one queue): a free
+/// mutex goes to its first waiter before a newcomer. The machine's other mutex rules
+/// exist for clients of other libraries that listen without registering (Redisson's),
+/// which MySQL has none of, and which a store that keeps no listeners could not count.
+fn fresh(clock: u64) -> State {
     State::new(machine::new_machine(
-        kind,
+        LockKind::Fair,
         None,
         QUARANTINE,
         (clock, clock, 0),
@@ -148,7 +155,7 @@ impl MysqlBackend {
         self.store
             .transact_one(&name.clone(), during, move |slot, clock| {
                 if slot.state.is_none() && create {
-                    slot.state = Some(fresh(kind, clock));
+                    slot.state = Some(fresh(clock));
                 }
                 let Some(state) = slot.state.as_mut() else {
                     return (answer(None, None, clock), Vec::new());
@@ -212,10 +219,9 @@ impl Backend for MysqlBackend {
     async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
         exclusive(lock)?;
         let name = lock.name.as_str().to_owned();
-        let kind = lock.kind;
         self.store
             .transact_one(&name, "raising a fencing token", move |slot, clock| {
-                let state = slot.state.get_or_insert_with(|| fresh(kind, clock));
+                let state = slot.state.get_or_insert_with(|| fresh(clock));
                 state.machine.raise_token(token);
                 ((), Vec::new())
             })
@@ -324,6 +330,10 @@ impl Backend for MysqlBackend {
             |_, reply, _| reply == Some(Reply::Forced(true)),
         )
         .await
+    }
+
+    fn introspection(&self) -> &dyn Introspect {
+        self
     }
 
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {

@@ -25,6 +25,7 @@ mod backend;
 mod batch;
 mod connector;
 mod error;
+mod introspect;
 mod notify;
 mod pool;
 pub mod schema;

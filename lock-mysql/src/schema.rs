@@ -1,11 +1,12 @@
 //! The lock tables: their names (a prefix in the connection's database) and the
 //! statements that create them.
 //!
-//! Two tables. `<prefix>names` keeps one row per lock name ever used: the name's state
+//! Three tables. `<prefix>names` keeps one row per lock name ever used: the name's state
 //! machine as bytes (see lock-core's `protocol` module) and, for introspection, until
 //! when its hold lasts. `<prefix>wakes` is each client's mailbox: a release that hands a
 //! lock over (or frees it for a waiter) writes the waiter's notice there in its own
-//! transaction, then interrupts the waiter's listening statement (see [`crate::notify`]).
+//! transaction, then interrupts the waiter's listening statement. `<prefix>clients`
+//! keeps what clients say about themselves, for introspection.
 
 use std::fmt;
 
@@ -81,6 +82,11 @@ impl Tables {
         format!("`{}wakes`", self.prefix)
     }
 
+    /// The table of clients' descriptions, quoted.
+    pub(crate) fn clients(&self) -> String {
+        format!("`{}clients`", self.prefix)
+    }
+
     /// The statements that create the tables where they are missing (MariaDB 10.11 and
     /// MySQL 8.0 both accept them). `name` keeps the lock's name; `lock_key` is the
     /// name itself when it is short, else a digest of it (see `Key`).
@@ -103,9 +109,17 @@ CREATE TABLE IF NOT EXISTS {wakes} (
     written TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
     KEY by_listener (listener, seq),
     KEY by_age (written)
+) ENGINE = InnoDB;
+CREATE TABLE IF NOT EXISTS {clients} (
+    id VARBINARY(255) NOT NULL PRIMARY KEY,
+    name VARBINARY(1024) NOT NULL,
+    host VARBINARY(1024) NOT NULL,
+    pid INT UNSIGNED NOT NULL,
+    until BIGINT UNSIGNED NOT NULL
 ) ENGINE = InnoDB;",
             names = self.names(),
-            wakes = self.wakes()
+            wakes = self.wakes(),
+            clients = self.clients()
         )
     }
 }

@@ -29,7 +29,7 @@ use crate::state::State;
 
 /// The server's clock in microseconds since the epoch (the machines' time), read when
 /// the statement runs.
-const NOW: &str = "SELECT CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS UNSIGNED)";
+pub(crate) const NOW: &str = "SELECT CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS UNSIGNED)";
 
 /// The longest state written as a literal in the commit's round trip; a longer one is
 /// sent as a bound parameter of its own statement first.
@@ -247,49 +247,56 @@ impl Store {
         name: &str,
         during: &'static str,
     ) -> Result<Option<(State, u64)>, Error> {
-        let store = self.clone();
         let read = format!(
             "SELECT state, ({NOW}) FROM (SELECT 1) AS one LEFT JOIN {} ON lock_key = {}",
             self.inner.tables.names(),
             hex(&key(name))
         );
-        let name = name.to_owned();
+        let unreadable = || Error::incompatible(name, Unreadable);
+        let mut rows = self.rows(read, during).await?;
+        let Some(row) = rows.first_mut() else {
+            return Err(unreadable());
+        };
+        let state = row
+            .take_opt::<Option<Vec<u8>>, usize>(0)
+            .and_then(Result::ok)
+            .ok_or_else(unreadable)?;
+        let clock = row
+            .take_opt::<u64, usize>(1)
+            .and_then(Result::ok)
+            .ok_or_else(unreadable)?;
+        let Some(state) = state else {
+            return Ok(None);
+        };
+        let mut state = State::decode(&state).ok_or_else(unreadable)?;
+        let elapsed = clock.saturating_sub(state.machine.now());
+        state
+            .machine
+            .step(lock_core::protocol::Event::Elapse(elapsed));
+        Ok(Some((state, clock)))
+    }
+
+    /// The rows `sql` (one statement, outside any transaction of ours) returns.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it runs in a task of its own.
+    pub(crate) async fn rows(&self, sql: String, during: &'static str) -> Result<Vec<Row>, Error> {
+        let store = self.clone();
         let task = tokio::spawn(async move {
             let bound = store.inner.response_timeout;
             let mut conn = store.connection(during).await?;
-            let row = tokio::time::timeout(bound, conn.query_first::<Row, _>(read)).await;
-            let mut row = match row {
-                Ok(Ok(row)) => row,
+            match tokio::time::timeout(bound, conn.query::<Row, _>(sql)).await {
+                Ok(Ok(rows)) => Ok(rows),
                 Ok(Err(err)) => {
                     discard(conn);
-                    return Err(failed(err, during));
+                    Err(failed(err, during))
                 }
                 Err(_) => {
                     discard(conn);
-                    return Err(Error::connection(during, Silent { bound }));
+                    Err(Error::connection(during, Silent { bound }))
                 }
-            };
-            let unreadable = || Error::incompatible(name.clone(), Unreadable);
-            let Some(row) = row.as_mut() else {
-                return Err(unreadable());
-            };
-            let state = row
-                .take_opt::<Option<Vec<u8>>, usize>(0)
-                .and_then(Result::ok)
-                .ok_or_else(unreadable)?;
-            let clock = row
-                .take_opt::<u64, usize>(1)
-                .and_then(Result::ok)
-                .ok_or_else(unreadable)?;
-            let Some(state) = state else {
-                return Ok(None);
-            };
-            let mut state = State::decode(&state).ok_or_else(unreadable)?;
-            let elapsed = clock.saturating_sub(state.machine.now());
-            state
-                .machine
-                .step(lock_core::protocol::Event::Elapse(elapsed));
-            Ok(Some((state, clock)))
+            }
         });
         task.await
             .map_err(|err| Error::backend(during, std::io::Error::other(err.to_string())))?
@@ -319,7 +326,19 @@ impl Store {
     where
         F: Fn(&mut [Slot], u64) -> (R, Vec<Notice>),
     {
-        let tables = &self.inner.tables;
+        let (mut slots, clock) = self.lock_rows(conn, names).await?;
+        let (answer, notices) = step(&mut slots, clock);
+        self.commit(conn, &slots, &notices).await?;
+        Ok((answer, notices))
+    }
+
+    /// The first round trip: begins the transaction, locks the rows of `names` and reads
+    /// them, then reads the server's clock.
+    async fn lock_rows(
+        &self,
+        conn: &mut Pooled,
+        names: &[String],
+    ) -> Result<(Vec<Slot>, u64), Failure> {
         let mut slots: Vec<Slot> = names
             .iter()
             .map(|name| Slot {
@@ -332,7 +351,7 @@ impl Store {
         let keys: Vec<String> = slots.iter().map(|slot| hex(&slot.key)).collect();
         let read = format!(
             "START TRANSACTION; SELECT lock_key, state FROM {} WHERE lock_key IN ({}) FOR UPDATE; {NOW}",
-            tables.names(),
+            self.inner.tables.names(),
             keys.join(", ")
         );
         let mut result = conn.query_iter(read).await?;
@@ -358,10 +377,20 @@ impl Store {
             .and_then(|mut row| row.take_opt::<u64, usize>(0))
             .and_then(Result::ok)
             .ok_or(Failure::Unreadable)?;
-        let (answer, notices) = step(&mut slots, clock);
-        let mut write = String::new();
-        let mut statements = 0;
-        for slot in &slots {
+        Ok((slots, clock))
+    }
+
+    /// The second round trip: writes the rows whose state changed and the notices, and
+    /// commits. (A long state goes first, in a statement of its own.)
+    async fn commit(
+        &self,
+        conn: &mut Pooled,
+        slots: &[Slot],
+        notices: &[Notice],
+    ) -> Result<(), Failure> {
+        let tables = &self.inner.tables;
+        let mut statements = Vec::new();
+        for slot in slots {
             let Some(kept) = &slot.state else { continue };
             let state = kept.encode();
             if slot.stored.as_ref() == Some(&state) {
@@ -378,27 +407,24 @@ impl Store {
                 );
                 conn.exec_drop(update, (state, held_until, slot.key.as_slice()))
                     .await?;
-                continue;
-            }
-            if slot.stored.is_some() {
-                write.push_str(&format!(
-                    "UPDATE {} SET state = {}, held_until = {held_until} WHERE lock_key = {}; ",
+            } else if slot.stored.is_some() {
+                statements.push(format!(
+                    "UPDATE {} SET state = {}, held_until = {held_until} WHERE lock_key = {}",
                     tables.names(),
                     hex(&state),
                     hex(&slot.key)
                 ));
             } else {
-                write.push_str(&format!(
-                    "INSERT INTO {} (lock_key, name, state, held_until) VALUES ({}, {}, {}, {held_until}); ",
+                statements.push(format!(
+                    "INSERT INTO {} (lock_key, name, state, held_until) VALUES ({}, {}, {}, {held_until})",
                     tables.names(),
                     hex(&slot.key),
                     hex(slot.name.as_bytes()),
                     hex(&state)
                 ));
             }
-            statements += 1;
         }
-        for notice in &notices {
+        for notice in notices {
             let (handed, attempt, token) = match notice.handed {
                 Some((id, attempt, token)) => (
                     hex(&id.to_bytes()),
@@ -407,21 +433,19 @@ impl Store {
                 ),
                 None => ("NULL".to_owned(), 0, "NULL".to_owned()),
             };
-            write.push_str(&format!(
-                "INSERT INTO {} (listener, channel, handed, attempt, token) VALUES ({}, {}, {handed}, {attempt}, {token}); ",
+            statements.push(format!(
+                "INSERT INTO {} (listener, channel, handed, attempt, token) VALUES ({}, {}, {handed}, {attempt}, {token})",
                 tables.wakes(),
                 hex(&notice.mailbox.key.to_bytes()),
                 hex(notice.channel.as_bytes()),
             ));
-            statements += 1;
         }
-        write.push_str("COMMIT");
-        let mut result = conn.query_iter(write).await?;
-        for _ in 0..=statements {
+        statements.push("COMMIT".to_owned());
+        let mut result = conn.query_iter(statements.join("; ")).await?;
+        for _ in &statements {
             result.map(drop).await?;
         }
-        drop(result);
-        Ok((answer, notices))
+        Ok(())
     }
 }
 
