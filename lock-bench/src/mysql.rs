@@ -1,5 +1,5 @@
-//! MariaDB's own locks, the floors a MySQL/MariaDB backend is measured against (issue
-//! 51), on a server the run starts, through `mysql_async`: the lock every comparison
+//! The MySQL backend on MariaDB beside MariaDB's own locks, the floors it is measured
+//! against (issue 51), on a server the run starts, through `mysql_async`: the lock every comparison
 //! describes first, a row under a unique index (one `INSERT` to take it, one `DELETE` to
 //! give it back, each its own commit), and `GET_LOCK`/`RELEASE_LOCK` (the session lock
 //! madelson/DistributedLock uses), uncontended and, for `GET_LOCK`, contended.
@@ -15,15 +15,25 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
 use tokio::time::Instant;
 
-use crate::contended::{summarize, work_until};
-use crate::scenarios::{Figures, Results, Scale, figures, pairs_per_second_of};
+use crate::contended::{Kind, contend_with, summarize, work_until};
+use crate::scenarios::{Figures, Results, Scale, figures, pairs_per_second, pairs_per_second_of};
 
 /// Connections per pool, as the PostgreSQL scenario's.
 const POOL_SIZE: usize = 16;
 
 /// The contenders' names in the report.
+const OURS: &str = "lock (mysql)";
 const ROW: &str = "row floor (INSERT, DELETE)";
 const GET_LOCK: &str = "GET_LOCK";
+
+/// A client of ours with as many connections as the floors' pools.
+async fn ours(server: &MariaDbServer) -> distlock::Locks {
+    distlock::mysql::Connector::new(server.url())
+        .pool_size(POOL_SIZE)
+        .locks()
+        .await
+        .expect("connect to MariaDB")
+}
 
 /// A pool of [`POOL_SIZE`] connections to `server`, over TCP.
 fn pool(server: &MariaDbServer) -> Pool {
@@ -180,15 +190,26 @@ async fn close(pool: Pool) {
 }
 
 /// Uncontended pairs per second (64 tasks, distinct names, one pool of 16 connections)
-/// of the row floor and `GET_LOCK`, and the contended run of `GET_LOCK` (8 clients, one
-/// name, hold 1 ms, think 1 ms).
+/// of ours, the row floor and `GET_LOCK`, and the contended run (8 clients, one name,
+/// hold 1 ms, think 1 ms) of ours and `GET_LOCK`.
 pub(crate) async fn mysql(server: &MariaDbServer, scale: Scale) -> Results {
     let duration = Duration::from_secs_f64(scale.seconds);
+    let client = ours(server).await;
+    let ours_rate = pairs_per_second(&client, duration).await;
+    drop(client);
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(ours(server).await);
+    }
+    let mut ours_figures =
+        contend_with(clients, 1, "bench:c:mysql", Kind::Mutex, scale.seconds).await;
+    ours_figures.extend(figures(&[("pairs_per_s", ours_rate)]));
     let row_rate = bare_pairs_per_second(server, Bare::Row, duration).await;
     let get_lock_rate = bare_pairs_per_second(server, Bare::GetLock, duration).await;
     let mut get_lock_figures = get_lock_contended(server, scale.seconds).await;
     get_lock_figures.extend(figures(&[("pairs_per_s", get_lock_rate)]));
     let mut results = Results::new();
+    results.insert(OURS.into(), ours_figures);
     results.insert(ROW.into(), figures(&[("pairs_per_s", row_rate)]));
     results.insert(GET_LOCK.into(), get_lock_figures);
     results

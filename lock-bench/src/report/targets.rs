@@ -56,6 +56,7 @@ pub(super) fn targets(all: &All) -> Vec<Target> {
     memory_targets(all, &mut targets);
     other_targets(all, &mut targets);
     postgres_targets(all, &mut targets);
+    mysql_targets(all, &mut targets);
     targets.0
 }
 
@@ -115,6 +116,36 @@ fn postgres_targets(all: &All, targets: &mut Targets) {
             p(ours, "writer_commits_per_s_alone"),
         ),
         |m| m >= 0.9,
+    );
+}
+
+/// The MySQL backend against MariaDB's own locks in the same run (issue 51).
+fn mysql_targets(all: &All, targets: &mut Targets) {
+    let m = |who: &str, metric: &str| figure(all, "mysql", who, metric);
+    let ours = "lock (mysql)";
+    targets.check(
+        "mysql uncontended pairs/s vs the row floor (INSERT, DELETE)",
+        ">= 0.7x",
+        ratio(
+            m(ours, "pairs_per_s"),
+            m("row floor (INSERT, DELETE)", "pairs_per_s"),
+        ),
+        |r| r >= 0.7,
+    );
+    targets.check(
+        "mysql contended mutex fairness (8 clients)",
+        ">= 0.95",
+        m(ours, "fairness_min_over_max"),
+        |r| r >= 0.95,
+    );
+    targets.check(
+        "mysql contended idle per hand-off vs GET_LOCK",
+        "<= 2.0x",
+        ratio(
+            m(ours, "idle_ms_per_handoff"),
+            m("GET_LOCK", "idle_ms_per_handoff"),
+        ),
+        |r| r <= 2.0,
     );
 }
 
