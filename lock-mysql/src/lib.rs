@@ -15,7 +15,7 @@
 //! let locks = lock_mysql::Connector::new("mysql://app:secret@127.0.0.1:3306/app")
 //!     .locks()
 //!     .await?;
-//! let guard = locks.mutex("orders:42")?.lock().await?;
+//! let guard = locks.mutex("orders:42").lock().await?;
 //! // ... the protected work ...
 //! guard.unlock().await?;
 //! # Ok(()) }

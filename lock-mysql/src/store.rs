@@ -207,15 +207,7 @@ impl Store {
         for _ in 0..RUNS {
             let mut conn = self.connection(during).await?;
             match tokio::time::timeout(bound, self.once(&mut conn, &names, &step)).await {
-                Ok(Ok((answer, notices))) => {
-                    if tokio::time::timeout(bound, wake(&mut conn, &notices))
-                        .await
-                        .is_err()
-                    {
-                        discard(conn);
-                    }
-                    return Ok(answer);
-                }
+                Ok(Ok(answer)) => return Ok(answer),
                 Ok(Err(Failure::Driver(err))) => {
                     discard(conn);
                     if !worth_another_run(&err) {
@@ -317,19 +309,14 @@ impl Store {
     }
 
     /// One run of a transaction, up to its commit.
-    async fn once<R, F>(
-        &self,
-        conn: &mut Pooled,
-        names: &[String],
-        step: &F,
-    ) -> Result<(R, Vec<Notice>), Failure>
+    async fn once<R, F>(&self, conn: &mut Pooled, names: &[String], step: &F) -> Result<R, Failure>
     where
         F: Fn(&mut [Slot], u64) -> (R, Vec<Notice>),
     {
         let (mut slots, clock) = self.lock_rows(conn, names).await?;
         let (answer, notices) = step(&mut slots, clock);
         self.commit(conn, &slots, &notices).await?;
-        Ok((answer, notices))
+        Ok(answer)
     }
 
     /// The first round trip: begins the transaction, locks the rows of `names` and reads
@@ -380,8 +367,9 @@ impl Store {
         Ok((slots, clock))
     }
 
-    /// The second round trip: writes the rows whose state changed and the notices, and
-    /// commits. (A long state goes first, in a statement of its own.)
+    /// The second round trip: writes the rows whose state changed and the notices,
+    /// commits, and then wakes the notices' clients (see [`wake`]). (A long state goes
+    /// first, in a statement of its own.)
     async fn commit(
         &self,
         conn: &mut Pooled,
@@ -441,36 +429,45 @@ impl Store {
             ));
         }
         statements.push("COMMIT".to_owned());
+        let committing = statements.len();
+        statements.extend(notices.iter().flat_map(wake));
         let mut result = conn.query_iter(statements.join("; ")).await?;
-        for _ in &statements {
+        for _ in 0..committing {
             result.map(drop).await?;
+        }
+        // Committed: a wake-up that fails costs its waiter a wait for its next attempt,
+        // not the operation.
+        for _ in committing..statements.len() {
+            if let Err(err) = result.map(drop).await {
+                tracing::debug!(
+                    target: lock_core::TRACING_TARGET,
+                    error = %err,
+                    "waking a waiter's client failed; it asks again when its wait says"
+                );
+                break;
+            }
         }
         Ok(())
     }
 }
 
-/// Interrupts the listening statement of each notice's client. The connection to
-/// interrupt is the one that holds the client's mailbox lock (`IS_USED_LOCK`), so a
-/// client that went away, or a connection id the server gave someone else since, is
-/// never interrupted. (A first version looked the statement up in
-/// `information_schema.PROCESSLIST`; MariaDB 10.11 crashed on that lookup under load.)
-/// A client whose statement is not running reads its mailbox before its next one.
-async fn wake(conn: &mut Pooled, notices: &[Notice]) {
-    for notice in notices {
-        let interrupt = format!(
-            "SET @distlock_wake = IFNULL(CONCAT('KILL QUERY ', IS_USED_LOCK('{}')), 'DO 0'); \
-             PREPARE distlock_wake FROM @distlock_wake; EXECUTE distlock_wake; \
-             DEALLOCATE PREPARE distlock_wake",
+/// The statements that interrupt the listening statement of `notice`'s client, run
+/// after the commit in the same round trip. The connection to interrupt is the one that
+/// holds the client's mailbox lock (`IS_USED_LOCK`), so a client that went away, or a
+/// connection id the server gave someone else since, is never interrupted. (A first
+/// version looked the statement up in `information_schema.PROCESSLIST`; MariaDB 10.11
+/// crashed on that lookup under load.) A client whose statement is not running reads
+/// its mailbox before its next one.
+fn wake(notice: &Notice) -> [String; 4] {
+    [
+        format!(
+            "SET @distlock_wake = IFNULL(CONCAT('KILL QUERY ', IS_USED_LOCK('{}')), 'DO 0')",
             notice.mailbox.lock_name()
-        );
-        if let Err(err) = conn.query_drop(interrupt).await {
-            tracing::debug!(
-                target: lock_core::TRACING_TARGET,
-                error = %err,
-                "waking a waiter's client failed; it asks again when its wait says"
-            );
-        }
-    }
+        ),
+        "PREPARE distlock_wake FROM @distlock_wake".to_owned(),
+        "EXECUTE distlock_wake".to_owned(),
+        "DEALLOCATE PREPARE distlock_wake".to_owned(),
+    ]
 }
 
 /// Why one run of a transaction failed.
