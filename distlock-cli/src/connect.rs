@@ -7,14 +7,16 @@ use distlock::{Error, Locks};
 const FORMS: &str = "redis://, rediss://, redis+cluster://host:port,host:port, \
                      redis+sentinel://host:port,host:port/MASTER, unix:///path/to/redis.sock \
                      (Redis); postgres://, postgresql:// or a key-value string such as \
-                     `host=h dbname=d` (PostgreSQL)";
+                     `host=h dbname=d` (PostgreSQL); mysql://user@host/database (MySQL, \
+                     MariaDB)";
 
 /// The client of the store `url` names: PostgreSQL for `postgres://` and
-/// `postgresql://` (and key-value strings, which start with a key), Redis for the Redis
-/// forms. Anything else is refused, naming the scheme it has and every form there is.
+/// `postgresql://` (and key-value strings, which start with a key), MySQL for
+/// `mysql://` and `mariadb://`, Redis for the Redis forms. Anything else is refused, naming the scheme it has and every form there is.
 pub(crate) async fn locks(url: &str) -> Result<Locks, Error> {
     let backend = match store(url)? {
         Store::Postgres => distlock::postgres::connect_backend(url).await?,
+        Store::Mysql => distlock::mysql::connect_backend(url).await?,
         Store::Redis => distlock::redis::connect_backend(url).await?,
     };
     Locks::builder(backend).client_name("distlock-cli").build()
@@ -28,9 +30,9 @@ pub(crate) async fn load_functions(url: &str) -> Result<&'static str, Error> {
             let backend = distlock::redis::Connector::new(url).connect().await?;
             backend.load_functions().await
         }
-        Store::Postgres => Err(Error::invalid_config(
-            "`functions load` is for Redis: PostgreSQL's functions are created by the \
-             library itself",
+        Store::Postgres | Store::Mysql => Err(Error::invalid_config(
+            "`functions load` is for Redis: PostgreSQL's functions and MySQL's tables are \
+             created by the library itself",
             None,
         )),
     }
@@ -40,6 +42,7 @@ pub(crate) async fn load_functions(url: &str) -> Result<&'static str, Error> {
 enum Store {
     Redis,
     Postgres,
+    Mysql,
 }
 
 fn store(url: &str) -> Result<Store, Error> {
@@ -48,6 +51,7 @@ fn store(url: &str) -> Result<Store, Error> {
         .map(|(scheme, _)| scheme.to_ascii_lowercase());
     match scheme.as_deref() {
         Some("postgres" | "postgresql") => Ok(Store::Postgres),
+        Some("mysql" | "mariadb") => Ok(Store::Mysql),
         Some(
             "redis" | "rediss" | "redis+cluster" | "rediss+cluster" | "redis+sentinel" | "unix"
             | "redis+unix",
@@ -86,6 +90,8 @@ mod tests {
         assert_eq!(store("POSTGRESQL://h").ok(), Some(Store::Postgres));
         assert_eq!(store("host=h dbname=d").ok(), Some(Store::Postgres));
         assert_eq!(store("redis://h:1").ok(), Some(Store::Redis));
+        assert_eq!(store("mysql://u@h/db").ok(), Some(Store::Mysql));
+        assert_eq!(store("mariadb://u@h/db").ok(), Some(Store::Mysql));
         assert_eq!(store("redis+cluster://a:1,b:2").ok(), Some(Store::Redis));
     }
 

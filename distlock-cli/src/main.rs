@@ -9,7 +9,7 @@
 //! ```
 //!
 //! The URL (or `DISTLOCK_URL`) takes every form the library does: `redis://`,
-//! `rediss://`, `redis+cluster://`, `redis+sentinel://`, `postgres://`.
+//! `rediss://`, `redis+cluster://`, `redis+sentinel://`, `postgres://`, `mysql://`.
 
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
@@ -27,7 +27,7 @@ mod render;
 #[command(name = "distlock", version)]
 struct Cli {
     /// The store: redis://, rediss://, redis+cluster://, redis+sentinel:// or
-    /// postgres:// (the forms the library takes).
+    /// postgres://, mysql:// (the forms the library takes).
     #[arg(long, env = "DISTLOCK_URL", global = true, hide_env_values = true)]
     url: Option<String>,
     /// Print JSON instead of text.

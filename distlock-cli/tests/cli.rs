@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use distlock::Locks;
-use lock_testkit::{PostgresServer, RedisCluster, RedisSentinel, RedisServer};
+use lock_testkit::{MariaDbServer, PostgresServer, RedisCluster, RedisSentinel, RedisServer};
 use serde_json::Value;
 
 /// Runs `distlock ARGS` with `stdin` typed in, without `DISTLOCK_URL` unless `url_env`.
@@ -183,6 +183,61 @@ async fn show_on_postgres() {
     let listed = json(&distlock(&["--url", &url, "--json", "ls", "cli:"], "", None).await);
     assert_eq!(listed, serde_json::json!(["cli:invoice:7"]));
     guard.unlock().await.unwrap();
+    holder.shutdown().await;
+}
+
+/// On MySQL (MariaDB): `show` names the holder's client and token, `ls` lists the held
+/// name, and `force-unlock` frees it and wakes its waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_ls_and_force_unlock_on_mysql() {
+    let server = MariaDbServer::start().await;
+    let url = server.url();
+    let backend = distlock::mysql::connect_backend(&url).await.unwrap();
+    let holder = Locks::builder(backend)
+        .client_name("billing-3")
+        .fencing(true)
+        .build()
+        .unwrap();
+    let guard = hold(&holder, "cli:invoice:8").await;
+    let shown = json(
+        &distlock(
+            &["--url", &url, "--json", "show", "cli:invoice:8"],
+            "",
+            None,
+        )
+        .await,
+    );
+    assert_eq!(
+        shown["holders"][0]["client"]["name"], "billing-3",
+        "{shown}"
+    );
+    assert_eq!(
+        shown["fencing_token"],
+        guard.fencing_token().unwrap(),
+        "{shown}"
+    );
+    let listed = json(&distlock(&["--url", &url, "--json", "ls", "cli:"], "", None).await);
+    assert_eq!(listed, serde_json::json!(["cli:invoice:8"]));
+    let released = json(
+        &distlock(
+            &[
+                "--url",
+                &url,
+                "--json",
+                "force-unlock",
+                "cli:invoice:8",
+                "--yes",
+            ],
+            "",
+            None,
+        )
+        .await,
+    );
+    assert_eq!(released["released"], true, "{released}");
+    let other = distlock::mysql::connect(&url).await.unwrap();
+    let taken = other.mutex("cli:invoice:8").try_lock().await.unwrap();
+    assert!(taken.is_some(), "the forced lock is free");
+    drop(guard);
     holder.shutdown().await;
 }
 
