@@ -8,7 +8,7 @@ use mysql_async::Opts;
 use mysql_async::prelude::Queryable;
 
 use crate::backend::MysqlBackend;
-use crate::error::{Silent, failed};
+use crate::error::{Silent, code, failed};
 use crate::notify::Notifications;
 use crate::pool::{Manager, Pool, connect};
 use crate::schema::Tables;
@@ -191,9 +191,7 @@ async fn open(opts: (Opts, bool), settings: ConnectorSettings) -> Result<MysqlBa
     let manager = Manager::new(opts, settings.connect_timeout, settings.response_timeout);
     let listen_opts = manager.opts().clone();
     let mut conn = connect(manager.opts(), settings.connect_timeout).await?;
-    conn.query_drop(settings.tables.create_sql())
-        .await
-        .map_err(|err| failed(err, "creating the lock tables"))?;
+    prepare_tables(&mut conn, &settings.tables).await?;
     drop(conn);
     let pool = Pool::builder(manager)
         .max_size(settings.pool_size)
@@ -209,6 +207,43 @@ async fn open(opts: (Opts, bool), settings: ConnectorSettings) -> Result<MysqlBa
         store: Store::new(pool, settings.tables, settings.response_timeout),
         notifications,
     })
+}
+
+/// Creates the lock tables where they are missing. A user that may not create tables
+/// (a least-privileged service user, for whom a DBA ran [`Tables::create_sql`]) is
+/// refused `CREATE` even for tables that exist: then the tables are only checked.
+async fn prepare_tables(conn: &mut mysql_async::Conn, tables: &Tables) -> Result<(), Error> {
+    let created = conn.query_drop(tables.create_sql()).await;
+    match created {
+        Ok(()) => return Ok(()),
+        Err(mysql_async::Error::Server(server)) if denies_a_privilege(&server) => {}
+        Err(err) => return Err(failed(err, "creating the lock tables")),
+    }
+    let check = format!(
+        "SELECT 1 FROM {} WHERE 1 = 0; SELECT 1 FROM {} WHERE 1 = 0; SELECT 1 FROM {} WHERE 1 = 0",
+        tables.names(),
+        tables.wakes(),
+        tables.clients()
+    );
+    match conn.query_drop(check).await {
+        Ok(()) => Ok(()),
+        Err(unreadable) => Err(Error::invalid_config(
+            format!(
+                "the lock tables cannot be read, and this user may not create them: run \
+                 `Tables::create_sql` as a user who may, then grant this one SELECT, \
+                 INSERT, UPDATE and DELETE on them"
+            ),
+            Some(unreadable.into()),
+        )),
+    }
+}
+
+/// Whether the server refused a statement for a missing privilege.
+fn denies_a_privilege(err: &mysql_async::ServerError) -> bool {
+    matches!(
+        err.code,
+        code::DATABASE_ACCESS_DENIED | code::TABLE_ACCESS_DENIED
+    )
 }
 
 /// A MySQL URL naming a database (and whether it asks for the server's Unix socket), or a

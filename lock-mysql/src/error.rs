@@ -11,6 +11,9 @@ pub(crate) mod code {
     pub(crate) const ACCESS_DENIED: u16 = 1045;
     /// `ER_BAD_DB_ERROR`: no such database.
     pub(crate) const UNKNOWN_DATABASE: u16 = 1049;
+    /// `ER_TABLEACCESS_DENIED_ERROR`: a statement needs a privilege on a table the user
+    /// lacks.
+    pub(crate) const TABLE_ACCESS_DENIED: u16 = 1142;
     /// `ER_DUP_ENTRY`: a row with this key exists (two clients created one name's row at
     /// once; the loser runs its transaction again).
     pub(crate) const DUPLICATE_KEY: u16 = 1062;

@@ -69,6 +69,30 @@ async fn a_refused_login_is_a_configuration_error() {
         .expect("the right password connects");
 }
 
+/// A user that may not create tables, in a database without them, is told what to run
+/// and grant; once a DBA made them, it connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_who_may_not_create_the_tables_is_told_what_to_run() {
+    let server = MariaDbServer::start().await;
+    let said = server.sql(
+        "CREATE USER 'reader'@'%' IDENTIFIED BY 'pw'; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON lock_test.* TO 'reader'@'%'",
+    );
+    assert!(said.trim().is_empty(), "{said}");
+    let url = format!("mysql://reader:pw@127.0.0.1:{}/lock_test", server.port());
+    let err = Connector::new(&url).connect().await.expect_err("no tables");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert!(err.to_string().contains("Tables::create_sql"), "{err}");
+    let said = server.sql(&lock_mysql::Tables::default().create_sql());
+    assert!(said.trim().is_empty(), "{said}");
+    let locks = Connector::new(&url)
+        .locks()
+        .await
+        .expect("the tables are there");
+    let guard = locks.mutex("made-by-a-dba").lock().await.unwrap();
+    guard.unlock().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_held_across_a_server_restart_stays_held_and_its_waiter_is_served() {
     let mut server = MariaDbServer::start().await;

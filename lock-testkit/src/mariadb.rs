@@ -300,13 +300,17 @@ impl MariaDbServer {
         }
     }
 
-    /// Whether the server answers on its TCP port, with the test database there (the
-    /// init file runs before the server takes connections).
+    /// Whether the server answers, with the test database there (the init file runs
+    /// before the server takes connections). Asked through its own socket, in its own
+    /// directory: a ping of its TCP port could be answered by another test's server
+    /// that took the port first, while this one was failing to bind it. mariadbd binds
+    /// its TCP port before it makes its socket, so the socket answering means the port
+    /// is this server's.
     fn answers(&self) -> bool {
         Command::new(&self.bin.admin)
             .arg("--no-defaults")
-            .args(["--host=127.0.0.1", "--user=root", "--connect-timeout=2"])
-            .arg(format!("--port={}", self.port))
+            .arg(format!("--socket={}", self.socket().display()))
+            .args(["--user=root", "--connect-timeout=2"])
             .arg("ping")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
