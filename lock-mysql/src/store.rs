@@ -320,7 +320,7 @@ impl Store {
     }
 
     /// The first round trip: begins the transaction, locks the rows of `names` and reads
-    /// them, then reads the server's clock.
+    /// them with the server's clock.
     async fn lock_rows(
         &self,
         conn: &mut Pooled,
@@ -336,34 +336,37 @@ impl Store {
             })
             .collect();
         let keys: Vec<String> = slots.iter().map(|slot| hex(&slot.key)).collect();
+        // One statement for the rows and the clock: a row of the clock alone when no
+        // name has a row yet. The clock is read as the result is made, after the row
+        // locks were granted.
         let read = format!(
-            "START TRANSACTION; SELECT lock_key, state FROM {} WHERE lock_key IN ({}) FOR UPDATE; {NOW}",
+            "START TRANSACTION; SELECT named.lock_key, named.state, ({NOW}) FROM (SELECT 1) AS one \
+             LEFT JOIN {} AS named ON named.lock_key IN ({}) FOR UPDATE",
             self.inner.tables.names(),
             keys.join(", ")
         );
         let mut result = conn.query_iter(read).await?;
         result.map(drop).await?;
         let rows: Vec<Row> = result.map(|row| row).await?;
-        let clock: Vec<Row> = result.map(|row| row).await?;
         drop(result);
+        let mut clock = None;
         for mut row in rows {
+            clock = row.take_opt::<u64, usize>(2).and_then(Result::ok);
             let (Some(Ok(key)), Some(Ok(state))) = (
-                row.take_opt::<Vec<u8>, usize>(0),
-                row.take_opt::<Vec<u8>, usize>(1),
+                row.take_opt::<Option<Vec<u8>>, usize>(0),
+                row.take_opt::<Option<Vec<u8>>, usize>(1),
             ) else {
                 return Err(Failure::Unreadable);
+            };
+            let (Some(key), Some(state)) = (key, state) else {
+                continue;
             };
             let slot = slots.iter_mut().find(|slot| slot.key == key);
             let Some(slot) = slot else { continue };
             slot.state = Some(State::decode(&state).ok_or(Failure::Unreadable)?);
             slot.stored = Some(state);
         }
-        let clock = clock
-            .into_iter()
-            .next()
-            .and_then(|mut row| row.take_opt::<u64, usize>(0))
-            .and_then(Result::ok)
-            .ok_or(Failure::Unreadable)?;
+        let clock = clock.ok_or(Failure::Unreadable)?;
         Ok((slots, clock))
     }
 
