@@ -141,7 +141,9 @@ pub async fn read_hold_expiry_lets_a_writer_in(fx: &dyn Fixture) {
 }
 
 /// A writer's release wakes every waiting reader at once: 20 readers that each hold for
-/// 200 ms all finish within about one hold time, not twenty.
+/// 200 ms all finish within a few hold times, not twenty (woken one by one, they would
+/// take four seconds; the bound leaves room for a loaded machine, where waking 20
+/// clients once took 621 ms).
 pub async fn write_release_wakes_all_readers(fx: &dyn Fixture) {
     let name = unique("rw-wake");
     let hold = ms(200);
@@ -167,7 +169,7 @@ pub async fn write_release_wakes_all_readers(fx: &dyn Fixture) {
             .unwrap();
     }
     assert!(
-        released.elapsed() < hold * 2 + ms(200),
+        released.elapsed() < hold * 5,
         "20 readers took {:?} after the write release",
         released.elapsed()
     );

@@ -87,6 +87,13 @@ impl Batches {
     /// Runs the transactions of `name` until nothing waits: `first`, then whatever
     /// arrived meanwhile.
     async fn drain(&self, store: &Store, name: String, during: &'static str, first: Pending) {
+        // Should this task end early (a panic), the name must not stay marked as running:
+        // its later operations would wait for a transaction that never comes.
+        let mut running = Running {
+            batches: self,
+            name: &name,
+            armed: true,
+        };
         let mut batch = vec![first];
         loop {
             let ops: Vec<Op> = batch
@@ -118,10 +125,35 @@ impl Batches {
                 .map(std::mem::take)
                 .unwrap_or_default();
             if next.is_empty() {
+                // Under the same lock as the check: an operation that arrives after it
+                // starts a transaction of its own.
                 waiting.remove(&name);
+                running.armed = false;
                 return;
             }
             batch = next;
+        }
+    }
+}
+
+/// Marks a name's transactions as running. Dropped while armed (the task ended early),
+/// it unmarks the name, and the operations still waiting learn that their transaction
+/// will not come.
+struct Running<'a> {
+    batches: &'a Batches,
+    name: &'a str,
+    armed: bool,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let mut waiting = self
+                .batches
+                .waiting
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            waiting.remove(self.name);
         }
     }
 }
