@@ -228,11 +228,9 @@ async fn prepare_tables(conn: &mut mysql_async::Conn, tables: &Tables) -> Result
     match conn.query_drop(check).await {
         Ok(()) => Ok(()),
         Err(unreadable) => Err(Error::invalid_config(
-            format!(
-                "the lock tables cannot be read, and this user may not create them: run \
-                 `Tables::create_sql` as a user who may, then grant this one SELECT, \
-                 INSERT, UPDATE and DELETE on them"
-            ),
+            "the lock tables cannot be read, and this user may not create them: run \
+             `Tables::create_sql` as a user who may, then grant this one SELECT, INSERT, \
+             UPDATE and DELETE on them",
             Some(unreadable.into()),
         )),
     }

@@ -21,17 +21,18 @@ const SERVICE_PASSWORD: &str = "service-secret";
 async fn least_privileged() -> MariaDbServer {
     let server = MariaDbServer::start().await;
     let tables = Tables::default();
-    let mut script = tables.create_sql();
-    script.push_str(&format!(
-        "\nCREATE USER '{SERVICE_USER}'@'%' IDENTIFIED BY '{SERVICE_PASSWORD}';"
-    ));
+    let mut script = vec![
+        tables.create_sql(),
+        format!("CREATE USER '{SERVICE_USER}'@'%' IDENTIFIED BY '{SERVICE_PASSWORD}';"),
+    ];
     for table in ["names", "wakes", "clients"] {
-        script.push_str(&format!(
-            "\nGRANT SELECT, INSERT, UPDATE, DELETE ON {MARIADB_TEST_DATABASE}.{}{table} \
+        script.push(format!(
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON {MARIADB_TEST_DATABASE}.{}{table} \
              TO '{SERVICE_USER}'@'%';",
             tables.prefix()
         ));
     }
+    let script = script.join("\n");
     let said = server.sql(&script);
     assert!(said.trim().is_empty(), "{said}");
     server
