@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -54,4 +55,31 @@ pub trait Connect: Sized + Send + 'static {
     async fn locks(self) -> Result<Locks, Error> {
         Ok(Locks::new(Arc::new(self.connect().await?)))
     }
+}
+
+/// Refuses a pooled connector's settings that cannot work: a pool of no connections, or a
+/// zero response or connect timeout (the database backends' connectors share these
+/// settings).
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) saying which.
+pub fn check_pool_settings(
+    pool_size: usize,
+    response_timeout: Duration,
+    connect_timeout: Duration,
+) -> Result<(), Error> {
+    if pool_size == 0 {
+        return Err(Error::invalid_config(
+            "the pool size must be at least 1",
+            None,
+        ));
+    }
+    if response_timeout.is_zero() || connect_timeout.is_zero() {
+        return Err(Error::invalid_config(
+            "the response and connect timeouts must be positive",
+            None,
+        ));
+    }
+    Ok(())
 }

@@ -113,7 +113,7 @@ pub use background::runtime;
 pub const TRACING_TARGET: &str = "distlock";
 pub use client::{Locks, LocksBuilder};
 pub use config::{Config, MAX_DURATION, MAX_RETRY_WINDOW};
-pub use connect::Connect;
+pub use connect::{Connect, check_pool_settings};
 pub use error::{BoxError, Cause, Chain, Error, ErrorKind, LostReason};
 pub use locks::guard::Guard;
 pub use locks::handle::{Acquisition, Lock, RwLock};

@@ -144,6 +144,34 @@ impl Statements {
     }
 }
 
+/// Whether the listening connection is still usable after a statement's `outcome`: it
+/// answered, or a wake-up interrupted it. Otherwise the failure is reported, and the
+/// caller connects again.
+fn usable(
+    outcome: Result<Result<(), mysql_async::Error>, tokio::time::error::Elapsed>,
+    during: &str,
+) -> bool {
+    match outcome {
+        Ok(Ok(())) => true,
+        Ok(Err(mysql_async::Error::Server(err))) if err.code == code::INTERRUPTED => true,
+        Ok(Err(err)) => {
+            tracing::warn!(
+                target: lock_core::TRACING_TARGET,
+                error = %err,
+                "the listening connection to MySQL failed {during}; reconnecting"
+            );
+            false
+        }
+        Err(_) => {
+            tracing::warn!(
+                target: lock_core::TRACING_TARGET,
+                "the listening connection to MySQL did not answer {during}; reconnecting"
+            );
+            false
+        }
+    }
+}
+
 /// Opens the listening connection and takes the mailbox's user-level lock on it, by
 /// which releasing transactions find it.
 async fn open(opts: &Opts, bound: Duration, lock_name: &str) -> Result<Conn, Error> {
@@ -211,38 +239,15 @@ impl Kept {
                 napped = tokio::time::timeout(bound, conn.query_drop(&self.statements.nap)) => napped,
                 _ = self.alive.changed() => return false,
             };
-            match napped {
-                Ok(Ok(())) => {}
-                Ok(Err(mysql_async::Error::Server(err))) if err.code == code::INTERRUPTED => {}
-                Ok(Err(err)) => {
-                    tracing::warn!(
-                        target: lock_core::TRACING_TARGET,
-                        error = %err,
-                        "the listening connection to MySQL failed; reconnecting"
-                    );
-                    return true;
-                }
-                Err(_) => {
-                    tracing::warn!(
-                        target: lock_core::TRACING_TARGET,
-                        "the listening connection to MySQL did not answer; reconnecting"
-                    );
-                    return true;
-                }
+            if !usable(napped, "napping") {
+                return true;
             }
-            match tokio::time::timeout(bound, self.empty(conn)).await {
-                Ok(Ok(())) => {}
-                // A wake-up meant for the nap interrupted the reading: read again.
-                Ok(Err(mysql_async::Error::Server(err))) if err.code == code::INTERRUPTED => {}
-                Ok(Err(err)) => {
-                    tracing::warn!(
-                        target: lock_core::TRACING_TARGET,
-                        error = %err,
-                        "reading the MySQL mailbox failed; reconnecting"
-                    );
-                    return true;
-                }
-                Err(_) => return true,
+            // A wake-up meant for the nap may interrupt the reading: it is read again.
+            if !usable(
+                tokio::time::timeout(bound, self.empty(conn)).await,
+                "reading the mailbox",
+            ) {
+                return true;
             }
             if swept.elapsed() >= SWEEP {
                 swept = tokio::time::Instant::now();

@@ -185,9 +185,7 @@ impl Store {
         F: Fn(&mut [Slot], u64) -> (R, Vec<Notice>) + Send + Sync + 'static,
     {
         let store = self.clone();
-        let task = tokio::spawn(async move { store.run(names, during, step).await });
-        task.await
-            .map_err(|err| Error::backend(during, std::io::Error::other(err.to_string())))?
+        in_a_task(during, async move { store.run(names, during, step).await }).await
     }
 
     pub(crate) async fn run<R, F>(
@@ -275,7 +273,7 @@ impl Store {
     /// Cancel-safe: it runs in a task of its own.
     pub(crate) async fn rows(&self, sql: String, during: &'static str) -> Result<Vec<Row>, Error> {
         let store = self.clone();
-        let task = tokio::spawn(async move {
+        in_a_task(during, async move {
             let bound = store.inner.response_timeout;
             let mut conn = store.connection(during).await?;
             match tokio::time::timeout(bound, conn.query::<Row, _>(sql)).await {
@@ -289,9 +287,8 @@ impl Store {
                     Err(Error::connection(during, Silent { bound }))
                 }
             }
-        });
-        task.await
-            .map_err(|err| Error::backend(during, std::io::Error::other(err.to_string())))?
+        })
+        .await
     }
 
     /// A connection of the pool, within the response timeout.
@@ -471,6 +468,17 @@ fn wake(notice: &Notice) -> [String; 4] {
         "EXECUTE distlock_wake".to_owned(),
         "DEALLOCATE PREPARE distlock_wake".to_owned(),
     ]
+}
+
+/// Runs `work` in a task of its own, so that a caller who gives up does not stop it
+/// half-way (a transaction half-sent).
+async fn in_a_task<R: Send + 'static>(
+    during: &'static str,
+    work: impl Future<Output = Result<R, Error>> + Send + 'static,
+) -> Result<R, Error> {
+    tokio::spawn(work)
+        .await
+        .map_err(|err| Error::backend(during, std::io::Error::other(err.to_string())))?
 }
 
 /// Why one run of a transaction failed.

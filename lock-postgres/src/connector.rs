@@ -270,19 +270,11 @@ impl Connector {
 
 /// Refuses settings that cannot work.
 fn check(settings: &ConnectorSettings) -> Result<(), Error> {
-    if settings.pool_size == 0 {
-        return Err(Error::invalid_config(
-            "the pool size must be at least 1",
-            None,
-        ));
-    }
-    if settings.response_timeout.is_zero() || settings.connect_timeout.is_zero() {
-        return Err(Error::invalid_config(
-            "the response and connect timeouts must be positive",
-            None,
-        ));
-    }
-    Ok(())
+    lock_core::check_pool_settings(
+        settings.pool_size,
+        settings.response_timeout,
+        settings.connect_timeout,
+    )
 }
 
 /// Opens the pool and its first connection, migrates, and opens the notification
