@@ -44,7 +44,7 @@
 //! |---|---|---|---|---|---|---|---|
 //! | reentrant mutex | yes | yes | yes | yes | yes | yes | yes |
 //! | fair mutex | yes | yes | yes | no | yes | no | no |
-//! | read-write lock | yes | yes | yes | yes | no | yes | yes |
+//! | read-write lock | yes | yes | yes | yes | yes | yes | yes |
 //! | fencing tokens | yes | yes | yes | yes | yes | yes | yes |
 //! | semaphore | yes | yes | no | no | no | no | no |
 //! | expirable semaphore | yes | yes | no | no | no | no | no |

@@ -3,7 +3,8 @@
 //! after every step. Re-exported through [`crate::scenarios`].
 //!
 //! Each sequence is a seeded random walk over what clients and faults do to one mutex
-//! (or fair lock):
+//! (or fair lock, or read-write lock: there the first two acquisitions write and the
+//! third reads as the second's owner, and nobody of another library listens):
 //! three acquisitions ask, re-ask, take up a handed hold, release, give up (two wait;
 //! the third, of the first's owner, only tries: it re-enters, and a client's waiters for
 //! one lock ask one at a time anyway); a late copy of any earlier attempt arrives; an
@@ -27,9 +28,10 @@ use std::time::Duration;
 
 use lock_core::backend::{Acquire, Release, Renewal};
 use lock_core::notify::Listener;
-use lock_core::protocol::{Event, Name, Reply};
+use lock_core::protocol::{Event, Name, Reply, Side};
 use lock_core::{
-    AcquireRequest, Backend, LockKind, LockName, LockRef, Owner, ReleaseRequest, RequestId,
+    AcquireRequest, Backend, Error, HeldAs, LockKind, LockName, LockRef, Owner, ReleaseRequest,
+    RequestId,
 };
 use lock_redis_protocol::ProtocolOptions;
 use rand::rngs::StdRng;
@@ -42,11 +44,26 @@ use crate::scenarios::unique;
 const LEASE_MS: u64 = 30_000;
 /// How long a waiter keeps its place (ms).
 const PLACE_MS: u64 = 10_000;
-/// Acquisitions per sequence; acquisition `i` is of owner `owners(fair)[i]`: a mutex's
-/// third re-enters its first's hold; a fair lock's has an owner of its own (a fair queue
-/// keeps one place per owner, which a try of the same owner would take over).
-fn owners(fair: bool) -> [u32; 3] {
-    if fair { [1, 2, 3] } else { [1, 2, 1] }
+/// Acquisitions per sequence; acquisition `i` is of owner `owners(kind, fair)[i]`: a
+/// mutex's third re-enters its first's hold; a fair lock's has an owner of its own (a
+/// fair queue keeps one place per owner, which a try of the same owner would take
+/// over); a read-write lock's reads as its second's owner.
+fn owners(kind: LockKind, fair: bool) -> [u32; 3] {
+    match kind {
+        LockKind::Read | LockKind::Write => [1, 2, 2],
+        _ if fair => [1, 2, 3],
+        _ => [1, 2, 1],
+    }
+}
+
+/// The kind of lock acquisition `i` of a sequence on `kind` takes: a read-write
+/// lock's third reads.
+fn kind_of(kind: LockKind, i: usize) -> LockKind {
+    match kind {
+        LockKind::Read | LockKind::Write if i == 2 => LockKind::Read,
+        LockKind::Read | LockKind::Write => LockKind::Write,
+        kind => kind,
+    }
 }
 /// Sequences per fixture, and events per sequence.
 const SEQUENCES: u64 = 80;
@@ -55,6 +72,8 @@ const EVENTS: usize = 20;
 /// One client of the store per owner, and what the sequence has done with it.
 struct Client {
     backend: Arc<dyn Backend>,
+    /// The lock as the owner's first acquisition takes it (the writer's side of a
+    /// read-write lock).
     lock: LockRef,
     listening: Option<Listener>,
 }
@@ -83,7 +102,15 @@ pub async fn a_store_keeps_the_grant_rules_of_the_fair_lock(fx: &dyn Fixture) {
     }
 }
 
-/// Runs the sequences on the fixture's lock of `kind` (a mutex or a fair lock) until the
+/// Runs the sequences on the fixture's read-write lock.
+pub async fn a_store_keeps_the_grant_rules_of_the_read_write_lock(fx: &dyn Fixture) {
+    if let Some(disagreement) = first_disagreement(fx, LockKind::Write).await {
+        panic!("{disagreement}");
+    }
+}
+
+/// Runs the sequences on the fixture's lock of `kind` (a mutex, a fair lock, or a
+/// read-write lock for either of its sides) until the
 /// store answers otherwise than the rules, or holds otherwise; returns what differed and
 /// the sequence that led there. For tests that plant a defect in a store's server-side
 /// code and require this test to catch it.
@@ -102,12 +129,14 @@ struct Sequence {
     clients: HashMap<u32, Client>,
     outsider: (Arc<dyn Backend>, Option<Listener>),
     owners: [u32; 3],
+    kind: LockKind,
     acquisitions: Vec<Acquisition>,
     ids: HashMap<RequestId, u32>,
 }
 
 impl Sequence {
     async fn new(fx: &dyn Fixture, kind: LockKind, fair: bool) -> Self {
+        let kind = kind_of(kind, 0);
         let name = LockName::new(&unique("differential")).unwrap();
         // Offers to other libraries outlast a sequence, as in the rules (whose time stands).
         let options = ProtocolOptions::default().reservation(secs(60));
@@ -149,7 +178,8 @@ impl Sequence {
         Self {
             clients,
             outsider: (fx.backend().await, None),
-            owners: owners(fair),
+            owners: owners(kind, fair),
+            kind,
             acquisitions,
             ids,
         }
@@ -159,6 +189,14 @@ impl Sequence {
     async fn clean_up(&self) {
         for client in self.clients.values() {
             client.backend.force_release(&client.lock).await.unwrap();
+            if self.kind == LockKind::Write {
+                let readers = LockRef::new(
+                    LockKind::Read,
+                    client.lock.name.clone(),
+                    client.lock.owner.clone(),
+                );
+                client.backend.force_release(&readers).await.unwrap();
+            }
         }
     }
 
@@ -212,28 +250,41 @@ impl Sequence {
         let id = model_id(i);
         let client = &self.clients[&owner];
         let acquisition = &mut self.acquisitions[i];
-        let (backend, lock) = (&client.backend, &client.lock);
+        let kind = kind_of(self.kind, i);
+        let side = if kind == LockKind::Read {
+            Side::Read
+        } else {
+            Side::Write
+        };
+        let lock = &LockRef::new(kind, client.lock.name.clone(), client.lock.owner.clone());
+        let backend = &client.backend;
         Some(match choice {
             // A late copy of the acquisition's latest attempt.
             0..=2 if acquisition.attempts > 0 => {
                 let copy = acquisition.request.attempt(acquisition.attempts);
-                let reply = backend.acquire(lock, copy).await.unwrap();
-                (attempt(i, owner), acquired(reply, &self.ids), "late copy")
+                let reply = acquired(backend.acquire(lock, copy).await, &self.ids);
+                (attempt(i, owner, side), reply, "late copy")
             }
             // Its next attempt (a take-up, when it was handed the lock).
             0..=5 if !acquisition.over && !acquisition.learnt => {
                 acquisition.attempts += 1;
                 let next = acquisition.request.attempt(acquisition.attempts);
-                let reply = backend.acquire(lock, next).await.unwrap();
-                acquisition.learnt |= matches!(reply, Acquire::Acquired { .. });
-                if matches!(reply, Acquire::Busy { .. })
+                let reply = backend.acquire(lock, next).await;
+                acquisition.learnt |= matches!(reply, Ok(Acquire::Acquired { .. }));
+                // A reader's write attempt is refused, and its acquisition is over.
+                acquisition.over |= matches!(reply, Err(Error::WouldDeadlock { .. }));
+                if matches!(reply, Ok(Acquire::Busy { .. }))
                     && place(i).is_some()
                     && client.listening.is_none()
                 {
                     let listener = backend.listen(lock).await.unwrap();
                     self.clients.get_mut(&owner).unwrap().listening = Some(listener);
                 }
-                (attempt(i, owner), acquired(reply, &self.ids), "attempt")
+                (
+                    attempt(i, owner, side),
+                    acquired(reply, &self.ids),
+                    "attempt",
+                )
             }
             // A guard's unlock. (The undo of an attempt whose answer was lost is the same
             // request; for a waiter it leaves the client's registration in place, and
@@ -245,6 +296,7 @@ impl Sequence {
                 let release = ReleaseRequest::new(Duration::from_millis(LEASE_MS), grant);
                 let reply = backend.release(lock, release).await.unwrap();
                 let event = Event::Release {
+                    side,
                     id,
                     owner,
                     lease: LEASE_MS,
@@ -267,7 +319,11 @@ impl Sequence {
             }
             10 => {
                 let held = backend.force_release(lock).await.unwrap();
-                (Event::ForceRelease, Reply::Forced(held), "force-release")
+                (
+                    Event::ForceRelease(side),
+                    Reply::Forced(held),
+                    "force-release",
+                )
             }
             // The owner's watchdog renews its hold, and learns which hold it renewed.
             11 => {
@@ -281,6 +337,7 @@ impl Sequence {
                     other => panic!("a renewal failed: {other:?}"),
                 };
                 let event = Event::Renew {
+                    side,
                     owner,
                     lease: LEASE_MS,
                 };
@@ -293,6 +350,8 @@ impl Sequence {
 
 async fn run(fx: &dyn Fixture, kind: LockKind, seed: u64) -> Result<(), String> {
     let fair = kind == LockKind::Fair || fx.fair_mutex();
+    // Clients of other libraries wait for a mutex only (a release offers it to them).
+    let others = kind == LockKind::Mutex;
     let mut sequence = Sequence::new(fx, kind, fair).await;
     let mut machine = Name::new(fair, 60_000);
     let mut tokens = Tokens::default();
@@ -301,14 +360,14 @@ async fn run(fx: &dyn Fixture, kind: LockKind, seed: u64) -> Result<(), String> 
     // The acquisitions the rules granted (or handed the lock) so far.
     let mut granted = HashSet::new();
     // Every other sequence begins with the client of another library listening.
-    if seed % 2 == 1 {
+    if seed % 2 == 1 && others {
         trace.push(sequence.outsider_turns().await.to_owned());
         sequence.settle_listeners(fx).await;
     }
     for _ in 0..EVENTS {
         let i = rng.random_range(0..3);
         let choice = rng.random_range(0..13);
-        if choice == 12 {
+        if choice == 12 && others {
             trace.push(sequence.outsider_turns().await.to_owned());
             sequence.settle_listeners(fx).await;
             continue;
@@ -317,7 +376,7 @@ async fn run(fx: &dyn Fixture, kind: LockKind, seed: u64) -> Result<(), String> 
             continue;
         };
         sequence.settle_listeners(fx).await;
-        if matches!(event, Event::Release { .. } | Event::Cancel { .. }) {
+        if others && matches!(event, Event::Release { .. } | Event::Cancel { .. }) {
             // As the store counts them as the release runs.
             let registered = u32::try_from(machine.waiting()).unwrap();
             machine.step(Event::Others(
@@ -352,12 +411,10 @@ async fn run(fx: &dyn Fixture, kind: LockKind, seed: u64) -> Result<(), String> 
             expected
         ));
         let disagreement = if same(reply, expected.reply, &mut tokens) {
-            let held = holder(&sequence.clients[&1]).await;
-            let rules = machine
-                .holder()
-                .map(|holder| (*holder.owner, holder.grants.len()));
+            let held = holders(&sequence.clients[&1], sequence.kind).await;
+            let rules = rules_holders(&machine, sequence.kind);
             (held != rules)
-                .then(|| format!("the store's holder {held:?} differs from the rules' {rules:?}"))
+                .then(|| format!("the store's holders {held:?} differ from the rules' {rules:?}"))
         } else {
             Some("the store answered otherwise than the rules".to_owned())
         };
@@ -383,9 +440,10 @@ fn place(i: usize) -> Option<u64> {
     (i < 2).then_some(PLACE_MS)
 }
 
-/// The event of an attempt of acquisition `i` of `owner`.
-fn attempt(i: usize, owner: u32) -> Event {
+/// The event of an attempt of acquisition `i` of `owner`, for `side`.
+fn attempt(i: usize, owner: u32, side: Side) -> Event {
     Event::Attempt {
+        side,
         id: model_id(i),
         owner,
         lease: LEASE_MS,
@@ -417,7 +475,12 @@ impl Tokens {
 }
 
 /// A store's acquire reply in the machine's terms (the store's own token).
-fn acquired(reply: Acquire, ids: &HashMap<RequestId, u32>) -> Reply {
+fn acquired(reply: Result<Acquire, Error>, ids: &HashMap<RequestId, u32>) -> Reply {
+    let reply = match reply {
+        Ok(reply) => reply,
+        Err(Error::WouldDeadlock { .. }) => return Reply::WouldDeadlock,
+        Err(err) => panic!("an attempt failed: {err}"),
+    };
     match reply {
         Acquire::Acquired {
             holds,
@@ -460,14 +523,57 @@ fn same(store: Reply, rules: Reply, tokens: &mut Tokens) -> bool {
     }
 }
 
-/// Who holds the lock, as the store describes it: the owner and its hold count.
-async fn holder(client: &Client) -> Option<(u32, usize)> {
+/// Who holds the lock, as a store may describe it: an exclusive lock's owner and its
+/// hold count; a read-write lock's writer (stores list its own read holds apart, or
+/// not), or else its readers.
+#[derive(Debug, PartialEq, Eq)]
+enum Holders {
+    Exclusive(u32, usize),
+    Writer(u32),
+    Readers(Vec<u32>),
+    Free,
+}
+
+/// Who holds the lock, as the store describes it (free, when it describes none).
+async fn holders(client: &Client, kind: LockKind) -> Holders {
     if !client.backend.capabilities().introspection {
-        return None;
+        return Holders::Free;
     }
     let introspection = client.backend.introspection();
     let info = introspection.describe(&client.lock.name).await.unwrap();
-    let holder = info.holders.first()?;
-    let owner = holder.owner.chars().nth(7)?.to_digit(10)?;
-    Some((owner, usize::try_from(holder.holds).unwrap()))
+    let owner = |owner: &str| owner.chars().nth(7).and_then(|c| c.to_digit(10));
+    let mut owners: Vec<u32> = info
+        .holders
+        .iter()
+        .filter_map(|h| owner(&h.owner))
+        .collect();
+    owners.sort_unstable();
+    owners.dedup();
+    match (kind, info.held_as, info.holders.first()) {
+        (_, HeldAs::Free, _) | (_, _, None) => Holders::Free,
+        (LockKind::Mutex | LockKind::Fair, _, Some(first)) => match owner(&first.owner) {
+            Some(owner) => Holders::Exclusive(owner, usize::try_from(first.holds).unwrap()),
+            None => Holders::Free,
+        },
+        (_, HeldAs::Read, _) => Holders::Readers(owners),
+        (_, _, Some(first)) => owner(&first.owner).map_or(Holders::Free, Holders::Writer),
+    }
+}
+
+/// Who holds the lock by the rules.
+fn rules_holders(machine: &Name, kind: LockKind) -> Holders {
+    if let Some(holder) = machine.holder() {
+        return match kind {
+            LockKind::Mutex | LockKind::Fair => {
+                Holders::Exclusive(*holder.owner, holder.grants.len())
+            }
+            _ => Holders::Writer(*holder.owner),
+        };
+    }
+    let mut readers: Vec<u32> = machine.readers().map(|reader| *reader.owner).collect();
+    if readers.is_empty() {
+        return Holders::Free;
+    }
+    readers.sort_unstable();
+    Holders::Readers(readers)
 }

@@ -122,6 +122,7 @@ macro_rules! conformance_suite {
             a_handed_hold_lasts_no_longer_than_its_waiters_lease: [HandsOver],
             a_store_keeps_the_grant_rules: [HandsOver, RetrySafe, Fencing, Introspection],
             a_store_keeps_the_grant_rules_of_the_fair_lock: [HandsOver, RetrySafe, Fencing, Introspection, Fair],
+            a_store_keeps_the_grant_rules_of_the_read_write_lock: [WriterHandOver, RetrySafe, Fencing, Introspection, ReadWrite],
             a_bounded_wait_ends_on_time_when_subscribing_is_slow: [],
             a_bounded_wait_rides_out_an_outage_shorter_than_its_deadline: [],
             an_unconfirmed_subscription_is_tried_again: [],

@@ -40,6 +40,11 @@ pub enum Need {
     Introspection,
     /// Hand-over of a released lock to a waiting acquisition ([`Capabilities::hands_over`]).
     HandsOver,
+    /// Hand-over of a read-write lock's write side to its next writer, as the protocol's
+    /// rules make it: a store that hands over ([`Capabilities::hands_over`]) whose
+    /// deployment does not say its writers are only woken
+    /// ([`Deployment::writers_only_woken`]).
+    WriterHandOver,
 }
 
 impl Need {
@@ -69,6 +74,12 @@ impl Need {
             }
             Self::Introspection => declared(|caps| caps.introspection, "introspection"),
             Self::HandsOver => declared(|caps| caps.hands_over, "hand-over on release"),
+            Self::WriterHandOver if deployment.writers_only_woken => Some(
+                "the store wakes a read-write lock's writers on release instead of handing \
+                 the lock to the next one"
+                    .to_owned(),
+            ),
+            Self::WriterHandOver => declared(|caps| caps.hands_over, "hand-over on release"),
             Self::RedisControl => (!deployment.redis_control)
                 .then(|| "the fixture has no Redis deployment to inject faults into".to_owned()),
             Self::Failover => (!deployment.failover)
@@ -90,6 +101,11 @@ pub struct Deployment {
     pub redis_control: bool,
     /// The deployment can fail over to a replica.
     pub failover: bool,
+    /// The store wakes a read-write lock's waiting writers when it is released, where
+    /// the protocol's rules hand it to the first of them (PostgreSQL's table mode, for
+    /// now): a difference of liveness the differential test of the read-write lock
+    /// would report.
+    pub writers_only_woken: bool,
 }
 
 impl Deployment {
@@ -99,6 +115,17 @@ impl Deployment {
         Self {
             redis_control: true,
             failover,
+            writers_only_woken: false,
+        }
+    }
+
+    /// A deployment whose store wakes a read-write lock's writers on release instead of
+    /// handing the lock to the next one (see [`Deployment::writers_only_woken`]).
+    #[must_use]
+    pub fn writers_only_woken() -> Self {
+        Self {
+            writers_only_woken: true,
+            ..Self::default()
         }
     }
 }

@@ -1,7 +1,7 @@
 //! [`MysqlBackend`]: lock-core's [`Backend`] on MySQL or MariaDB.
 //!
-//! Mutexes and fair locks are the protocol's state machine (lock-core's `protocol`
-//! module), one per name, kept as bytes in the name's row and stepped in the client
+//! Every lock kind is the protocol's state machine (lock-core's `protocol` module), one
+//! per name (a read-write lock's two sides share it), kept as bytes in the name's row and stepped in the client
 //! inside a transaction that holds the row's lock (see [`crate::store`]). The grant
 //! rules are therefore lock-core's own, not a copy in SQL: the store adds only the
 //! server's clock, the row, and the notices of hand-overs.
@@ -20,7 +20,7 @@ use lock_core::{Error, Introspect, Owner};
 
 use crate::notify::Notifications;
 use crate::state::State;
-use crate::store::{Ask, Notice, Store};
+use crate::store::{Ask, Mailbox, Notice, Store};
 
 /// How long nothing is granted after a failover, for a name whose machine is new (no
 /// failover is detected yet: a name's machine begins with no quarantine).
@@ -34,10 +34,11 @@ pub struct MysqlBackend {
 }
 
 impl MysqlBackend {
-    /// What the backend declares: the mutex and the fair lock, with fencing tokens,
-    /// retry-safe requests and hand-overs; holds end after their lease.
+    /// What the backend declares: the mutex, the fair lock and the read-write lock, with
+    /// fencing tokens, retry-safe requests and hand-overs; holds end after their lease.
     pub const CAPABILITIES: Capabilities = Capabilities::new(HoldModel::Lease)
         .fair(true)
+        .read_write(true)
         .fencing(true)
         .retry_safe(true)
         .shared(true)
@@ -58,13 +59,19 @@ impl MysqlBackend {
 }
 
 /// The channel a waiter for `name` of `owner` listens on: one per mutex, one per fair
-/// waiter's owner (a fair lock's waiters are woken each on their own).
+/// waiter's owner (a fair lock's waiters are woken each on their own), one per
+/// read-write lock (whose notices wake every listener: its readers read together; see
+/// [`crate::notify`]).
 fn channel(kind: LockKind, name: &str, owner: &Owner) -> String {
     match kind {
         LockKind::Fair => format!("fair:{}:{}:{name}", owner.as_str().len(), owner.as_str()),
+        LockKind::Read | LockKind::Write => format!("{READ_WRITE_CHANNEL}{name}"),
         _ => format!("mutex:{name}"),
     }
 }
+
+/// How a read-write lock's channel begins.
+pub(crate) const READ_WRITE_CHANNEL: &str = "rw:";
 
 /// The notice of a hand-over of `name` to a waiter.
 fn handed(kind: LockKind, name: &str, hand_over: &HandOver<RequestId, Owner, Ask>) -> Notice {
@@ -83,7 +90,7 @@ fn handed(kind: LockKind, name: &str, hand_over: &HandOver<RequestId, Owner, Ask
 /// The notice that wakes the first waiter of a lock that came free with nobody handed
 /// it (a force-release, a cancellation), if one waits.
 fn wake_first(kind: LockKind, name: &str, machine: &Machine<Ask>) -> Option<Notice> {
-    if machine.holder().is_some() {
+    if machine.is_held() {
         return None;
     }
     let (owner, ask) = machine.first_waiting()?;
@@ -94,28 +101,50 @@ fn wake_first(kind: LockKind, name: &str, machine: &Machine<Ask>) -> Option<Noti
     })
 }
 
-/// Only mutexes and fair locks are served; lock-core refuses the other kinds before
-/// sending anything, by the capabilities.
-fn exclusive(lock: &LockRef) -> Result<(), Error> {
-    match lock.kind {
-        LockKind::Mutex | LockKind::Fair => Ok(()),
-        _ => Err(Error::unsupported("read-write locks on MySQL")),
+/// Who held the lock before a step: anyone, and a writer (an exclusive holder).
+#[derive(Debug, Clone, Copy)]
+struct Before {
+    held: bool,
+    written: bool,
+}
+
+impl Before {
+    fn of(machine: &Machine<Ask>) -> Self {
+        Self {
+            held: machine.is_held(),
+            written: machine.holder().is_some(),
+        }
     }
 }
 
 /// The notices a step sends: a hand-over's, or a wake-up for the first waiter of a lock
-/// it freed with nobody handed it.
+/// it freed with nobody handed it; and, when a read-write lock's writer stopped writing
+/// with nobody handed the lock, a wake-up for every client whose readers wait.
 fn notices(
     (kind, name): (LockKind, &str),
-    held_before: bool,
+    before: Before,
     step: &Step<RequestId, Owner, Ask>,
-    machine: &Machine<Ask>,
+    (state, clock): (&mut State, u64),
 ) -> Vec<Notice> {
-    match &step.handed {
+    let machine = &state.machine;
+    let mut notices = match &step.handed {
         Some(hand_over) => vec![handed(kind, name, hand_over)],
-        None if held_before => wake_first(kind, name, machine).into_iter().collect(),
+        None if before.held => wake_first(kind, name, machine).into_iter().collect(),
         None => Vec::new(),
+    };
+    if step.handed.is_none() && before.written && machine.holder().is_none() {
+        let channel = format!("{READ_WRITE_CHANNEL}{name}");
+        for mailbox in state.take_readers_waiting(clock) {
+            if notices.iter().all(|notice| notice.mailbox != mailbox) {
+                notices.push(Notice {
+                    mailbox,
+                    channel: channel.clone(),
+                    handed: None,
+                });
+            }
+        }
     }
+    notices
 }
 
 /// A new machine for a name whose row is made at `clock`: its tokens begin at the
@@ -140,11 +169,14 @@ impl MysqlBackend {
     /// Runs `event` on `lock`'s machine (a new one when `create` and the name has none)
     /// and answers with `answer` of the reply; the notices of a hand-over, or of a lock
     /// freed for its first waiter, go out with the commit.
+    ///
+    /// A reader that `waits` (its client's mailbox, and how long it keeps its place) and
+    /// is answered busy is kept to be woken when the writer stops writing.
     async fn step<R, F>(
         &self,
         lock: &LockRef,
         (event, retention, create): (Event<RequestId, Owner, Ask>, Duration, bool),
-        during: &'static str,
+        (during, waits): (&'static str, Option<(Mailbox, u64)>),
         answer: F,
     ) -> Result<R, Error>
     where
@@ -152,6 +184,10 @@ impl MysqlBackend {
         F: Fn(Option<&Machine<Ask>>, Option<Reply<RequestId>>, u64) -> R + Send + Sync + 'static,
     {
         let (kind, name) = (lock.kind, lock.name.as_str().to_owned());
+        let (reader_waiting, place) = match waits {
+            Some((mailbox, place)) if kind == LockKind::Read => (Some(mailbox), place),
+            _ => (None, 0),
+        };
         self.store
             .transact_one(&name.clone(), during, move |slot, clock| {
                 if slot.state.is_none() && create {
@@ -160,12 +196,20 @@ impl MysqlBackend {
                 let Some(state) = slot.state.as_mut() else {
                     return (answer(None, None, clock), Vec::new());
                 };
-                let machine = &mut state.machine;
-                machine::bring_to(machine, clock, retention);
-                let held_before = machine.holder().is_some();
-                let step = machine.step(event.clone());
-                let notices = notices((kind, &name), held_before, &step, machine);
-                (answer(Some(machine), Some(step.reply), clock), notices)
+                machine::bring_to(&mut state.machine, clock, retention);
+                let before = Before::of(&state.machine);
+                let step = state.machine.step(event.clone());
+                if let Some(mailbox) = reader_waiting.filter(|_| step.reply == Reply::Busy) {
+                    state.reader_waits(mailbox, (clock, clock.saturating_add(place)));
+                }
+                if matches!(kind, LockKind::Read | LockKind::Write) {
+                    state.read_write = true;
+                }
+                let notices = notices((kind, &name), before, &step, (state, clock));
+                (
+                    answer(Some(&state.machine), Some(step.reply), clock),
+                    notices,
+                )
             })
             .await
     }
@@ -178,30 +222,33 @@ impl Backend for MysqlBackend {
     }
 
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
-        exclusive(lock)?;
+        let mailbox = self.notifications.mailbox();
         let ask = Ask {
-            mailbox: self.notifications.mailbox(),
+            mailbox,
             attempt: request.wait.map_or(0, |wait| wait.attempt),
             fencing: request.fencing,
         };
         let event = machine::attempt(lock, &request, ask);
         let retention = request.retry_window.saturating_mul(2);
+        let waits = request
+            .wait
+            .map(|wait| (mailbox, machine::ticks(wait.place_kept_for)));
+        let target = lock.clone();
         self.step(
             lock,
             (event, retention, true),
-            "acquiring a lock",
+            ("acquiring a lock", waits),
             move |machine, reply, clock| match (machine, reply) {
                 (Some(machine), Some(reply)) => {
-                    machine::acquire_answer(machine, reply, &request, clock)
+                    machine::acquire_answer(machine, (&target, &request), reply, clock)
                 }
-                _ => Acquire::Ended,
+                _ => Ok(Acquire::Ended),
             },
         )
-        .await
+        .await?
     }
 
     async fn cancel_wait(&self, lock: &LockRef, acquisition: &AcquireRequest) -> Result<(), Error> {
-        exclusive(lock)?;
         let event = Event::Cancel {
             id: acquisition.id,
             owner: lock.owner.clone(),
@@ -210,14 +257,13 @@ impl Backend for MysqlBackend {
         self.step(
             lock,
             (event, retention, false),
-            "giving up a wait",
+            ("giving up a wait", None),
             |_, _, _| (),
         )
         .await
     }
 
     async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
-        exclusive(lock)?;
         let name = lock.name.as_str().to_owned();
         self.store
             .transact_one(&name, "raising a fencing token", move |slot, clock| {
@@ -229,7 +275,6 @@ impl Backend for MysqlBackend {
     }
 
     async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
-        exclusive(lock)?;
         let event = machine::release(lock, request.grant, request.lease);
         let (kind, name) = (lock.kind, lock.name.as_str().to_owned());
         let (retention, kept_for) = (
@@ -245,11 +290,10 @@ impl Backend for MysqlBackend {
                 if let Some(answer) = state.answered(request.id, clock) {
                     return (answer, Vec::new());
                 }
-                let machine = &mut state.machine;
-                machine::bring_to(machine, clock, retention);
-                let held_before = machine.holder().is_some();
-                let step = machine.step(event.clone());
-                let notices = notices((kind, &name), held_before, &step, machine);
+                machine::bring_to(&mut state.machine, clock, retention);
+                let before = Before::of(&state.machine);
+                let step = state.machine.step(event.clone());
+                let notices = notices((kind, &name), before, &step, (state, clock));
                 let answer = machine::release_answer(step.reply);
                 let until = clock.saturating_add(kept_for);
                 state.remember(request.id, answer, (clock, until));
@@ -259,26 +303,20 @@ impl Backend for MysqlBackend {
     }
 
     async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal> {
-        if let Some(refused) = locks.iter().find_map(|lock| exclusive(lock).err()) {
-            return locks
-                .iter()
-                .map(|_| Renewal::Failed(refused.clone()))
-                .collect();
-        }
         let names = locks
             .iter()
             .map(|lock| lock.name.as_str().to_owned())
             .collect();
-        let owners: Vec<(String, Owner)> = locks
+        let owners: Vec<(String, LockRef)> = locks
             .iter()
-            .map(|lock| (lock.name.as_str().to_owned(), lock.owner.clone()))
+            .map(|lock| (lock.name.as_str().to_owned(), lock.clone()))
             .collect();
         let renewed = self
             .store
             .transact(names, "renewing leases", move |slots, clock| {
                 let renewals = owners
                     .iter()
-                    .map(|(name, owner)| {
+                    .map(|(name, lock)| {
                         let state = slots
                             .iter_mut()
                             .find(|slot| slot.name == *name)
@@ -288,11 +326,7 @@ impl Backend for MysqlBackend {
                         };
                         let elapsed = clock.saturating_sub(machine.now());
                         machine.step(Event::Elapse(elapsed));
-                        let event = Event::Renew {
-                            owner: owner.clone(),
-                            lease: machine::ticks(lease),
-                        };
-                        match machine.step(event).reply {
+                        match machine.step(machine::renew(lock, lease)).reply {
                             Reply::Renewed { origin } => Renewal::Renewed {
                                 origin: Some(origin),
                             },
@@ -307,26 +341,23 @@ impl Backend for MysqlBackend {
     }
 
     async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error> {
-        exclusive(lock)?;
-        let owner = lock.owner.clone();
         let state = self
             .store
             .read(lock.name.as_str(), "inspecting a lock")
             .await?;
         Ok(state
-            .and_then(|(state, clock)| machine::inspect(&state.machine, &owner, clock))
+            .and_then(|(state, clock)| machine::inspect(&state.machine, lock, clock))
             .map_or_else(LockState::default, |(holds, left)| {
                 LockState::new(true, holds, Some(left))
             }))
     }
 
     async fn force_release(&self, lock: &LockRef) -> Result<bool, Error> {
-        exclusive(lock)?;
         let retention = lock_core::backend::DEFAULT_RETRY_WINDOW.saturating_mul(2);
         self.step(
             lock,
-            (Event::ForceRelease, retention, false),
-            "force-releasing a lock",
+            (machine::force_release(lock), retention, false),
+            ("force-releasing a lock", None),
             |_, reply, _| reply == Some(Reply::Forced(true)),
         )
         .await
@@ -337,7 +368,6 @@ impl Backend for MysqlBackend {
     }
 
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
-        exclusive(lock)?;
         self.notifications
             .listen(&channel(lock.kind, lock.name.as_str(), &lock.owner))
             .await

@@ -20,7 +20,7 @@ impl Introspect for MysqlBackend {
         let Some((state, clock)) = self.store.read(name.as_str(), during).await? else {
             return Ok(info);
         };
-        if !machine::describe(&state.machine, clock, &mut info) {
+        if !machine::describe(&state.machine, (clock, state.read_write), &mut info) {
             return Ok(info);
         }
         for holder in &mut info.holders {

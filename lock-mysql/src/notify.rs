@@ -33,6 +33,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Row};
 use tokio::sync::watch;
 
+use crate::backend::READ_WRITE_CHANNEL;
 use crate::error::code;
 use crate::pool::connect;
 use crate::schema::{Tables, hex};
@@ -312,13 +313,19 @@ impl Kept {
             .take_opt::<Option<u64>, usize>(4)
             .and_then(Result::ok)
             .flatten();
+        // A read-write lock's readers read together: its notices wake every listener
+        // (the waiter a hand-over names holds; the others ask and find it held).
+        let wake = if channel.starts_with(READ_WRITE_CHANNEL) {
+            Wake::All
+        } else {
+            Wake::One
+        };
         match handed {
-            Some(id) => self.subscriptions.deliver_handed(
-                &channel,
-                Handed::new(id, attempt, token),
-                Wake::One,
-            ),
-            None => self.subscriptions.deliver(&channel, Wake::One),
+            Some(id) => {
+                let handed = Handed::new(id, attempt, token);
+                self.subscriptions.deliver_handed(&channel, handed, wake);
+            }
+            None => self.subscriptions.deliver(&channel, wake),
         }
     }
 

@@ -1,15 +1,17 @@
-//! What a name's row keeps: the protocol's machine, and the answers to its recent
-//! releases (a release sent again after its reply was lost answers as the first time;
-//! the machine itself remembers acquisitions, not releases).
+//! What a name's row keeps: the protocol's machine, the answers to its recent releases
+//! (a release sent again after its reply was lost answers as the first time; the
+//! machine itself remembers acquisitions, not releases), and where the readers waiting
+//! for a writer listen (the machine keeps no readers in line: a writer's release wakes
+//! them all).
 
 use lock_core::backend::machine::Machine;
 use lock_core::backend::{Release, RequestId};
 use lock_core::protocol::Field;
 
-use crate::store::Ask;
+use crate::store::{Ask, Mailbox};
 
 /// The layout's version, the first byte of every row's state.
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 
 /// A name's state as its row keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +20,11 @@ pub(crate) struct State {
     /// Releases answered, by their request id: the answer, and until when (the
     /// machine's time) it is kept.
     releases: Vec<(RequestId, Release, u64)>,
+    /// The mailboxes of clients whose readers wait for the writer, and until when (the
+    /// machine's time) each is kept.
+    readers_waiting: Vec<(Mailbox, u64)>,
+    /// Whether the name was last asked for as a read-write lock (its holder writes).
+    pub(crate) read_write: bool,
 }
 
 impl State {
@@ -25,7 +32,29 @@ impl State {
         Self {
             machine,
             releases: Vec::new(),
+            readers_waiting: Vec::new(),
+            read_write: false,
         }
+    }
+
+    /// Keeps `mailbox`, whose client has a reader waiting, until `until`, and forgets
+    /// the mailboxes kept past `clock`.
+    pub(crate) fn reader_waits(&mut self, mailbox: Mailbox, (clock, until): (u64, u64)) {
+        self.readers_waiting.retain(|(_, kept)| *kept > clock);
+        match self.readers_waiting.iter_mut().find(|(m, _)| *m == mailbox) {
+            Some((_, kept)) => *kept = (*kept).max(until),
+            None => self.readers_waiting.push((mailbox, until)),
+        }
+    }
+
+    /// The mailboxes of the clients whose readers still wait at `clock`, which are
+    /// forgotten: they are to be woken now.
+    pub(crate) fn take_readers_waiting(&mut self, clock: u64) -> Vec<Mailbox> {
+        std::mem::take(&mut self.readers_waiting)
+            .into_iter()
+            .filter(|(_, until)| *until > clock)
+            .map(|(mailbox, _)| mailbox)
+            .collect()
     }
 
     /// The answer given to release `id`, if it is still kept at `clock`.
@@ -65,6 +94,14 @@ impl State {
             holds.put(&mut out);
             until.put(&mut out);
         }
+        u32::try_from(self.readers_waiting.len())
+            .unwrap_or(u32::MAX)
+            .put(&mut out);
+        for (mailbox, until) in &self.readers_waiting {
+            mailbox.key.put(&mut out);
+            until.put(&mut out);
+        }
+        self.read_write.put(&mut out);
         out
     }
 
@@ -95,7 +132,19 @@ impl State {
             };
             releases.push((id, answer, u64::take(&mut input)?));
         }
-        input.is_empty().then_some(Self { machine, releases })
+        let count = u32::take(&mut input)?;
+        let mut readers_waiting = Vec::new();
+        for _ in 0..count {
+            let key = RequestId::take(&mut input)?;
+            readers_waiting.push((Mailbox { key }, u64::take(&mut input)?));
+        }
+        let read_write = bool::take(&mut input)?;
+        input.is_empty().then_some(Self {
+            machine,
+            releases,
+            readers_waiting,
+            read_write,
+        })
     }
 }
 
@@ -118,6 +167,11 @@ mod tests {
         let (first, second) = (RequestId::random(), RequestId::random());
         state.remember(first, Release::StillHeld { holds: 2 }, (10, 100));
         state.remember(second, Release::Released, (10, 200));
+        let mailbox = crate::store::Mailbox {
+            key: RequestId::random(),
+        };
+        state.reader_waits(mailbox, (10, 50));
+        state.read_write = true;
         let bytes = state.encode();
         assert_eq!(State::decode(&bytes), Some(state.clone()));
         assert_eq!(

@@ -384,7 +384,7 @@ impl Store {
             if slot.stored.as_ref() == Some(&state) {
                 continue;
             }
-            let held_until = kept.machine.holder().map_or(0, |holder| holder.expires);
+            let held_until = kept.machine.held_until().unwrap_or(0);
             if slot.stored.is_some() && state.len() > INLINE {
                 // A long value as a hexadecimal literal costs the server more to parse
                 // than a round trip: at 37 kB (500 waiters) the literal took 3.3 ms, the

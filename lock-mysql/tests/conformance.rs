@@ -109,5 +109,5 @@ impl Fixture for MysqlFixture {
 
 lock_conformance::conformance_suite!(
     MysqlFixture::start(),
-    without[ReadWrite, Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests]
+    without[Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests]
 );

@@ -73,7 +73,7 @@ mod conformance {
     use super::AdvisoryFixture;
     lock_conformance::conformance_suite!(
         AdvisoryFixture::start(),
-        without[Fair, RetrySafe, Reservation, HandsOver, Introspection, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests]
+        without[Fair, RetrySafe, Reservation, HandsOver, Introspection, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests, WriterHandOver]
     );
 }
 

@@ -1,5 +1,5 @@
 //! What a store that executes the protocol's machine ([`crate::protocol::Name`]) for its
-//! mutexes and fair locks adds around it, written once for every such store (the memory
+//! mutexes, fair locks and read-write locks adds around it, written once for every such store (the memory
 //! store, and the MySQL store, which loads a name's machine, steps it in the client and
 //! saves it): the machine's time, the event an attempt is, the answers a reply becomes,
 //! and what a store reads of a machine to describe its lock.
@@ -10,10 +10,10 @@
 use std::time::{Duration, SystemTime};
 
 use super::{Acquire, AcquireRequest, LockKind, LockRef, Owner, Release, RequestId};
-use crate::protocol::{Event, Name, Reply};
-use crate::{HeldAs, HolderInfo, LockInfo};
+use crate::protocol::{Event, Name, Reply, Side};
+use crate::{Error, HeldAs, HolderInfo, LockInfo};
 
-/// The machine of one mutex or fair lock, over a store's request ids and owners, and
+/// The machine of one lock name (a mutex, a fair lock, or a read-write lock), over a store's request ids and owners, and
 /// what the store keeps of each waiting attempt (`A`, for its hand-over's notice).
 pub type Machine<A> = Name<RequestId, Owner, A>;
 
@@ -60,9 +60,19 @@ pub fn bring_to<A: Clone>(machine: &mut Machine<A>, clock: u64, retention: Durat
     machine.step(Event::Elapse(elapsed));
 }
 
+/// The side of the lock `kind` holds: a reader's, or an exclusive one.
+#[must_use]
+pub fn side(kind: LockKind) -> Side {
+    match kind {
+        LockKind::Read => Side::Read,
+        _ => Side::Write,
+    }
+}
+
 /// The event an attempt of `request` on `lock` is, keeping `ask` with a waiter: a
-/// fair lock's waiter takes its place; a mutex's only when a release may wake its
-/// client alone (a composite lock's part waits to be woken with every other).
+/// fair lock's waiter takes its place; a mutex's (and a writer's) only when a release
+/// may wake its client alone (a composite lock's part waits to be woken with every
+/// other); a reader never takes one.
 #[must_use]
 pub fn attempt<A>(lock: &LockRef, request: &AcquireRequest, ask: A) -> Event<RequestId, Owner, A> {
     let waits = match lock.kind {
@@ -71,6 +81,7 @@ pub fn attempt<A>(lock: &LockRef, request: &AcquireRequest, ask: A) -> Event<Req
     };
     let place = request.wait.map(|wait| ticks(wait.place_kept_for));
     Event::Attempt {
+        side: side(lock.kind),
         id: request.id,
         owner: lock.owner.clone(),
         lease: ticks(request.lease),
@@ -79,16 +90,19 @@ pub fn attempt<A>(lock: &LockRef, request: &AcquireRequest, ask: A) -> Event<Req
     }
 }
 
-/// The answer to an attempt of `request` that the machine replied `reply` to, at
-/// `clock`.
-#[must_use]
+/// The answer to an attempt of `request` on `lock` that the machine replied `reply` to,
+/// at `clock`.
+///
+/// # Errors
+///
+/// [`Error::WouldDeadlock`] for a write attempt of an owner that reads.
 pub fn acquire_answer<A: Clone>(
     machine: &Machine<A>,
+    (lock, request): (&LockRef, &AcquireRequest),
     reply: Reply<RequestId>,
-    request: &AcquireRequest,
     clock: u64,
-) -> Acquire {
-    match reply {
+) -> Result<Acquire, Error> {
+    Ok(match reply {
         Reply::Acquired {
             holds,
             token,
@@ -102,8 +116,13 @@ pub fn acquire_answer<A: Clone>(
             ttl: Some(sleep_when_busy(machine, request, clock)),
             reserved: false,
         },
+        Reply::WouldDeadlock => {
+            return Err(Error::WouldDeadlock {
+                name: lock.name.as_str().to_owned(),
+            });
+        }
         _ => Acquire::Ended,
-    }
+    })
 }
 
 /// How long a busy caller may sleep before asking again: until the hold's lease ends,
@@ -118,6 +137,7 @@ pub fn sleep_when_busy<A: Clone>(
     let place = request.wait.unwrap_or_default().place_kept_for;
     let until = match machine.holder() {
         Some(holder) => holder.expires,
+        None if machine.is_held() => machine.readers().map(|r| r.expires).min().unwrap_or(0),
         None => machine.offered_until().unwrap_or_else(|| {
             machine
                 .quarantined_until()
@@ -140,10 +160,27 @@ pub fn sleep_when_busy<A: Clone>(
 #[must_use]
 pub fn release<A>(lock: &LockRef, grant: RequestId, lease: Duration) -> Event<RequestId, Owner, A> {
     Event::Release {
+        side: side(lock.kind),
         id: grant,
         owner: lock.owner.clone(),
         lease: ticks(lease),
     }
+}
+
+/// The renewal of `lock.owner`'s hold of `lock` with `lease`, as the machine's event.
+#[must_use]
+pub fn renew<A>(lock: &LockRef, lease: Duration) -> Event<RequestId, Owner, A> {
+    Event::Renew {
+        side: side(lock.kind),
+        owner: lock.owner.clone(),
+        lease: ticks(lease),
+    }
+}
+
+/// An operator's force-release of `lock`'s side, as the machine's event.
+#[must_use]
+pub fn force_release<A>(lock: &LockRef) -> Event<RequestId, Owner, A> {
+    Event::ForceRelease(side(lock.kind))
 }
 
 /// The answer to a release that the machine replied `reply` to.
@@ -156,35 +193,70 @@ pub fn release_answer(reply: Reply<RequestId>) -> Release {
     }
 }
 
-/// `owner`'s holds of the lock `machine` keeps and the lease left at `clock`, if the
-/// lock is held (by anyone: another owner's hold shows as 0 holds).
+/// `lock.owner`'s holds of `lock`'s side as `machine` keeps them, and the lease left at
+/// `clock`, if the side is held (by anyone: another owner's hold shows as 0 holds). A
+/// read-write lock is held for reading while readers and no writer hold it.
 #[must_use]
 pub fn inspect<A: Clone>(
     machine: &Machine<A>,
-    owner: &Owner,
+    lock: &LockRef,
     clock: u64,
 ) -> Option<(u32, Duration)> {
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    if lock.kind == LockKind::Read {
+        if machine.holder().is_some() {
+            return None;
+        }
+        let expires = machine.readers().map(|r| r.expires).max()?;
+        let holds = machine
+            .readers()
+            .find(|r| *r.owner == lock.owner)
+            .map_or(0, |r| count(r.holds));
+        return (expires > clock).then(|| (holds, span(expires - clock)));
+    }
     let holder = machine.holder().filter(|holder| holder.expires > clock)?;
-    let holds = if holder.owner == owner {
-        u32::try_from(holder.grants.len()).unwrap_or(u32::MAX)
+    let holds = if *holder.owner == lock.owner {
+        count(holder.grants.len())
     } else {
         0
     };
     Some((holds, span(holder.expires - clock)))
 }
 
-/// Adds what `machine` knows to `info` at `clock`: its holder, how many wait, and the
-/// last token. Whether the lock is held.
-pub fn describe<A: Clone>(machine: &Machine<A>, clock: u64, info: &mut LockInfo) -> bool {
+/// Adds what `machine` knows to `info` at `clock`: its holder (or readers), how many
+/// wait, and the last token; `read_write`: the name is a read-write lock's, whose holder
+/// writes. Whether the lock is held.
+pub fn describe<A: Clone>(
+    machine: &Machine<A>,
+    (clock, read_write): (u64, bool),
+    info: &mut LockInfo,
+) -> bool {
     info.fencing_token = Some(machine.last_token()).filter(|token| *token > 0);
     info.waiting = machine.waiting();
     let Some(holder) = machine.holder().filter(|holder| holder.expires > clock) else {
-        return false;
+        let readers: Vec<_> = machine.readers().filter(|r| r.expires > clock).collect();
+        let Some(expires) = readers.iter().map(|r| r.expires).max() else {
+            return false;
+        };
+        info.held_as = HeldAs::Read;
+        info.lease_left = Some(span(expires - clock));
+        for reader in readers {
+            let holds = u32::try_from(reader.holds).unwrap_or(u32::MAX);
+            let mut shown = HolderInfo::new(reader.owner.as_str(), holds);
+            shown.lease_left = Some(span(reader.expires - clock));
+            info.holders.push(shown);
+        }
+        return true;
     };
-    info.held_as = HeldAs::Exclusive;
+    info.held_as = if read_write {
+        HeldAs::Write
+    } else {
+        HeldAs::Exclusive
+    };
     info.lease_left = Some(span(holder.expires - clock));
     let holds = u32::try_from(holder.grants.len()).unwrap_or(u32::MAX);
     let mut shown = HolderInfo::new(holder.owner.as_str(), holds);
+    shown.lease_left = info.lease_left;
     let held_for = span(clock.saturating_sub(holder.since));
     shown.since = SystemTime::now().checked_sub(held_for);
     info.holders.push(shown);

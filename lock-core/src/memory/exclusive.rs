@@ -122,12 +122,12 @@ impl Store {
         lock: &LockRef,
         request: AcquireRequest,
         now: Instant,
-    ) -> (Acquire, Option<(String, Wake)>) {
+    ) -> Result<(Acquire, Option<(String, Wake)>), crate::Error> {
         let name = lock.name.as_str();
         self.retention = self.retention.max(request.retry_window.saturating_mul(2));
         // A read-write lock of the same name excludes it, as one key does on a server.
         if let Some(entry) = self.live(name, now) {
-            return (super::kinds::busy(entry, now), None);
+            return Ok((super::kinds::busy(entry, now), None));
         }
         let taking_up = self
             .names
@@ -140,9 +140,12 @@ impl Store {
         }
         let clock = self.clock(now);
         let answer = match self.names.get(name) {
-            Some(machine) => machine::acquire_answer(machine, reply, &request, clock),
+            Some(machine) => machine::acquire_answer(machine, (lock, &request), reply, clock)?,
             // A name at rest (forgotten) answers no busy reply that needs its machine.
-            None => machine::acquire_answer(&Exclusive::new(false, 0), reply, &request, clock),
+            None => {
+                let rested = Exclusive::new(false, 0);
+                machine::acquire_answer(&rested, (lock, &request), reply, clock)?
+            }
         };
         // The one wake-up of a hand-over may have reached another waiter of the mutex
         // than the one it was handed to (the clients of this store share one registry):
@@ -154,10 +157,10 @@ impl Store {
                 .get(name)
                 .and_then(Name::holder)
                 .is_some_and(|holder| holder.handed);
-        (
+        Ok((
             answer,
             pass_on.then(|| (channel::mutex(&lock.name), Wake::One)),
-        )
+        ))
     }
 
     /// The release of grant `grant` of `lock` (a mutex or a fair lock), with the lease a
@@ -223,10 +226,7 @@ impl Store {
     ) -> Option<RequestId> {
         let name = lock.name.as_str();
         self.names.get(name)?;
-        let event = Event::Renew {
-            owner: lock.owner.clone(),
-            lease: ticks(lease),
-        };
+        let event = machine::renew(lock, lease);
         match self.step(name, lock.kind, event, now).reply {
             Reply::Renewed { origin } => Some(origin),
             _ => None,
@@ -243,7 +243,12 @@ impl Store {
             return (false, None);
         }
         let reply = self
-            .step(lock.name.as_str(), lock.kind, Event::ForceRelease, now)
+            .step(
+                lock.name.as_str(),
+                lock.kind,
+                machine::force_release(lock),
+                now,
+            )
             .reply;
         if reply == Reply::Forced(true) {
             (true, self.wake_next(lock, now))
@@ -260,7 +265,7 @@ impl Store {
         now: Instant,
     ) -> Option<(u32, Duration)> {
         let clock = self.clock(now);
-        machine::inspect(self.names.get(lock.name.as_str())?, &lock.owner, clock)
+        machine::inspect(self.names.get(lock.name.as_str())?, lock, clock)
     }
 
     /// Adds what the machine of `name` knows to `info`: its holder, how many wait, and
@@ -274,7 +279,7 @@ impl Store {
         let clock = self.clock(now);
         self.names
             .get(name)
-            .is_some_and(|machine| machine::describe(machine, clock, info))
+            .is_some_and(|machine| machine::describe(machine, (clock, false), info))
     }
 
     /// The notice of a hand-over of `lock`, for the waiter's client.

@@ -60,7 +60,7 @@ impl Backend for MemoryBackend {
         let mut store = self.store_for(&lock.name, Object::Lock)?;
         store.check_lease(request.lease)?;
         if matches!(lock.kind, LockKind::Mutex | LockKind::Fair) {
-            let (reply, pass_on) = store.acquire_exclusive(lock, request, now);
+            let (reply, pass_on) = store.acquire_exclusive(lock, request, now)?;
             drop(store);
             self.wake(pass_on);
             return Ok(reply);
@@ -91,7 +91,17 @@ impl Backend for MemoryBackend {
         let reply = if lock.kind == LockKind::Read {
             acquire_read(&mut store, lock, request, now)
         } else {
-            let reply = acquire_write(&mut store, lock, request, now)?;
+            let reply = match acquire_write(&mut store, lock, request, now) {
+                Ok(reply) => reply,
+                // The refusal of a reader's write attempt ends its acquisition: a late
+                // copy of the attempt, after the reads ended, must grant nobody.
+                Err(refused) => {
+                    store.unregister_waiter(name, request.id);
+                    let ended = (now, request.retry_window.saturating_mul(2));
+                    store.remember(name, request.id, Answer::Ended(Release::NotHeld), ended);
+                    return Err(refused);
+                }
+            };
             waiting_to_be_handed(&mut store, lock, request, reply, now)
         };
         if matches!(reply, Acquire::Acquired { .. }) {

@@ -11,8 +11,10 @@
 //!
 //! # The bound
 //!
-//! Three acquisitions of three owners (two suffice for every exclusion finding so far;
-//! the third, of the first's owner, re-enters or follows it), one lease and one place
+//! Three acquisitions of two owners (two suffice for every exclusion finding so far;
+//! the third, of the first's owner, re-enters or follows it; on a read-write lock the
+//! first two write and the third reads as the second's owner, so that a writer meets a
+//! reader of another owner and reads beside its own write), one lease and one place
 //! (the lease shorter, as in the kill -9 finding), two steps of time (a third of the
 //! place, and a whole lease), late copies within a horizon shorter than the longest
 //! lease, and sequences of up to [`Bound::depth`] events. States
@@ -22,8 +24,9 @@
 //!
 //! # The invariants
 //!
-//! - **Exclusion**: at most one owner believes it holds, among holders not revoked by a
-//!   force-release (those learn at their next renewal: revocation with notice).
+//! - **Exclusion**: while an owner believes it writes, no other owner believes it holds,
+//!   among holders not revoked by a force-release (those learn at their next renewal:
+//!   revocation with notice).
 //! - **One grant per acquisition**: a fresh grant (a new token) is never made twice to
 //!   one id.
 //! - **No grant for nobody**: no live hold has only grants of acquisitions that are over
@@ -33,7 +36,7 @@
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 
-use super::{Defect, Event, Name, Reply};
+use super::{Defect, Event, Name, Reply, Side};
 
 /// How far the check goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +46,8 @@ pub struct Bound {
     pub depth: usize,
     /// Whether the lock is fair.
     pub fair: bool,
+    /// Whether the lock is a read-write lock (its third acquisition reads).
+    pub read_write: bool,
 }
 
 impl Default for Bound {
@@ -50,6 +55,7 @@ impl Default for Bound {
         Self {
             depth: 9,
             fair: false,
+            read_write: false,
         }
     }
 }
@@ -93,8 +99,8 @@ enum Action {
     /// A client of another library starts (1) or stops (0) waiting: it listens and
     /// never registers.
     Others(u32),
-    /// An operator force-releases the lock.
-    Force,
+    /// An operator force-releases the lock's side.
+    Force(Side),
     /// Time passes.
     Elapse(u64),
     /// The replica catches up.
@@ -107,6 +113,8 @@ enum Action {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct World {
     store: Name,
+    /// Whether the lock is a read-write lock.
+    read_write: bool,
     beliefs: [Belief; ACQUISITIONS],
     /// When each acquisition last sent an attempt, if it did (a late copy needs one).
     sent: [Option<u64>; ACQUISITIONS],
@@ -147,6 +155,7 @@ pub struct Coverage {
 pub fn explore(bound: Bound, defect: Option<Defect>) -> Result<Coverage, Violation> {
     let start = World {
         store: Name::new(bound.fair, LEASE).with_defect(defect),
+        read_write: bound.read_write,
         beliefs: [Belief::Idle; ACQUISITIONS],
         sent: [None; ACQUISITIONS],
         granted: [false; ACQUISITIONS],
@@ -190,14 +199,16 @@ pub fn explore(bound: Bound, defect: Option<Defect>) -> Result<Coverage, Violati
     Ok(coverage)
 }
 
-/// The stores' states of every world reached within `depth` actions, on a mutex and on
-/// a fair lock (for tests of what is kept of a state, such as its bytes).
+/// The stores' states of every world reached within `depth` actions, on a mutex, on a
+/// fair lock and on a read-write lock (for tests of what is kept of a state, such as
+/// its bytes).
 #[cfg(test)]
 pub(crate) fn reachable_states(depth: usize) -> Vec<Name> {
     let mut states = Vec::new();
-    for fair in [false, true] {
+    for (fair, read_write) in [(false, false), (true, false), (false, true)] {
         let start = World {
             store: Name::new(fair, LEASE),
+            read_write,
             beliefs: [Belief::Idle; ACQUISITIONS],
             sent: [None; ACQUISITIONS],
             granted: [false; ACQUISITIONS],
@@ -268,9 +279,12 @@ fn actions(world: &World) -> Vec<Action> {
             all.push(Action::LateCopy(i));
         }
     }
+    if world.read_write {
+        all.push(Action::Force(Side::Read));
+    }
     all.extend([
         Action::Others(u32::from(!world.others)),
-        Action::Force,
+        Action::Force(Side::Write),
         Action::Elapse(PLACE / 3),
         Action::Elapse(LEASE),
         Action::Replicate,
@@ -285,26 +299,28 @@ impl World {
         let now = self.store.now();
         let event = match action {
             Action::Ask(i) | Action::LateCopy(i) => Event::Attempt {
+                side: self.side(i),
                 id: id(i),
-                owner: owner(i),
+                owner: self.owner(i),
                 lease: LEASE,
-                place: Some(PLACE),
+                place: (self.side(i) == Side::Write).then_some(PLACE),
                 ask: (),
             },
             Action::Release(i) => Event::Release {
+                side: self.side(i),
                 id: id(i),
-                owner: owner(i),
+                owner: self.owner(i),
                 lease: LEASE,
             },
             Action::GiveUp(i) => Event::Cancel {
                 id: id(i),
-                owner: owner(i),
+                owner: self.owner(i),
             },
             Action::Others(listening) => {
                 self.others = listening > 0;
                 Event::Others(listening)
             }
-            Action::Force => Event::ForceRelease,
+            Action::Force(side) => Event::ForceRelease(side),
             Action::Elapse(ms) => Event::Elapse(ms),
             Action::Replicate => Event::Replicate,
             Action::Failover => Event::Failover,
@@ -313,7 +329,9 @@ impl World {
         let step = self.store.step(event);
         let fresh = self.store.last_token() != token_before;
         let shown = format!("t={now} {action:?}: {:?}", step.reply);
-        if let Some(orphan) = self.orphaned(action, fresh && step.handed.is_none()) {
+        let granted =
+            fresh && step.handed.is_none() || matches!(step.reply, Reply::Acquired { .. });
+        if let Some(orphan) = self.orphaned(action, granted) {
             self.broken = Some(orphan);
         }
         if let Action::Ask(i) | Action::LateCopy(i) | Action::Release(i) | Action::GiveUp(i) =
@@ -328,7 +346,7 @@ impl World {
                 self.granted[i] &= self.store.knows(id(i));
             }
         }
-        if action == Action::Force && step.reply == Reply::Forced(true) {
+        if matches!(action, Action::Force(_)) && step.reply == Reply::Forced(true) {
             for belief in &mut self.beliefs {
                 if let Belief::Holding { revoked, .. } = belief {
                     *revoked = true;
@@ -378,8 +396,10 @@ impl World {
             }
             (Action::Ask(_), Reply::Busy) => self.beliefs[i] = Belief::Waiting { asked: now },
             // A take-up answered Ended: the guard learns it lost the lock. A waiting
-            // acquisition answered Ended ends too (a client goes on under a new id).
-            (Action::Ask(_), Reply::Ended) | (Action::Release(_) | Action::GiveUp(_), _) => {
+            // acquisition answered Ended ends too (a client goes on under a new id), and
+            // so does a reader's write attempt, refused as a deadlock.
+            (Action::Ask(_), Reply::Ended | Reply::WouldDeadlock)
+            | (Action::Release(_) | Action::GiveUp(_), _) => {
                 self.beliefs[i] = Belief::Over;
                 self.to_take_up[i] = false;
             }
@@ -401,18 +421,17 @@ impl World {
         self.granted[i] = true;
     }
 
-    /// A grant that nobody will release or renew: one made to an acquisition that is
-    /// over (a late copy of an attempt of one that gave up or released), or one left
-    /// behind by an acquisition that gave up.
-    fn orphaned(&self, action: Action, fresh: bool) -> Option<String> {
-        let grants = self.store.holder()?.grants;
+    /// A grant that nobody will release or renew: one made (or found alive) for an
+    /// acquisition that is over (a late copy of an attempt of one that gave up or
+    /// released), or one left behind by an acquisition that gave up.
+    fn orphaned(&self, action: Action, granted: bool) -> Option<String> {
         match action {
-            Action::LateCopy(i) if fresh && self.beliefs[i] == Belief::Over => Some(format!(
+            Action::LateCopy(i) if granted && self.beliefs[i] == Belief::Over => Some(format!(
                 "a grant for nobody: a late copy of acquisition {}'s attempt took the lock \
                  after it was over",
                 id(i)
             )),
-            Action::GiveUp(i) if grants.contains(&id(i)) => Some(format!(
+            Action::GiveUp(i) if self.store.grant_lives(id(i)) => Some(format!(
                 "a grant for nobody: acquisition {} gave up and its grant lives on",
                 id(i)
             )),
@@ -420,28 +439,47 @@ impl World {
         }
     }
 
-    /// Two owners that both believe they hold (revoked holders aside), if any.
+    /// A writer and another owner that both believe they hold (revoked holders aside),
+    /// if any.
     fn excluded(&self) -> Option<String> {
         let now = self.store.now();
-        let mut holding = self.beliefs.iter().enumerate().filter_map(|(i, belief)| {
-            matches!(belief, Belief::Holding { until, revoked: false } if *until > now)
-                .then_some(owner(i))
-        });
-        let first = holding.next()?;
-        holding.find(|other| *other != first).map(|other| {
-            format!("TWO OWNERS at t={now}: owners {first} and {other} both believe they hold")
-        })
+        let holding: Vec<(u32, Side)> = (0..ACQUISITIONS)
+            .filter(|i| {
+                matches!(self.beliefs[*i], Belief::Holding { until, revoked: false } if until > now)
+            })
+            .map(|i| (self.owner(i), self.side(i)))
+            .collect();
+        let (writer, _) = holding.iter().find(|(_, side)| *side == Side::Write)?;
+        let (other, side) = holding.iter().find(|(owner, _)| owner != writer)?;
+        Some(format!(
+            "TWO OWNERS at t={now}: owner {writer} believes it writes and owner {other} \
+             that it holds ({side:?})"
+        ))
+    }
+
+    /// The owner of acquisition `i`: the third is the first's on an exclusive lock (it
+    /// re-enters, or follows it), the second's on a read-write lock (it reads).
+    fn owner(&self, i: usize) -> u32 {
+        match (i, self.read_write) {
+            (2, false) => 1,
+            (2, true) => 2,
+            _ => id(i),
+        }
+    }
+
+    /// The side acquisition `i` asks for: the third reads on a read-write lock.
+    fn side(&self, i: usize) -> Side {
+        if i == 2 && self.read_write {
+            Side::Read
+        } else {
+            Side::Write
+        }
     }
 }
 
 /// The id of acquisition `i`.
 fn id(i: usize) -> u32 {
     u32::try_from(i).unwrap_or(u32::MAX).saturating_add(1)
-}
-
-/// The owner of acquisition `i`: the third is the first's (it re-enters, or follows it).
-fn owner(i: usize) -> u32 {
-    if i == 2 { 1 } else { id(i) }
 }
 
 /// The acquisition of id `id`.
@@ -454,13 +492,18 @@ mod tests {
     use super::*;
 
     /// The rules as written hold in every sequence within the bound: eight events for
-    /// the mutex (1.8 million states), seven for the fair lock.
+    /// the mutex (1.8 million states), seven for the fair lock and the read-write lock.
     #[test]
     fn every_sequence_within_the_bound_keeps_the_invariants() {
-        for (fair, depth) in [(false, 8), (true, 7)] {
-            match explore(Bound { depth, fair }, None) {
+        for (fair, read_write, depth) in [(false, false, 8), (true, false, 7), (false, true, 7)] {
+            let bound = Bound {
+                depth,
+                fair,
+                read_write,
+            };
+            match explore(bound, None) {
                 Ok(coverage) => {
-                    println!("fair {fair}, depth {depth}: {coverage:?}");
+                    println!("{bound:?}: {coverage:?}");
                     assert!(coverage.states > 100_000, "{coverage:?}");
                 }
                 Err(violation) => panic!("{violation:#?}"),
@@ -479,10 +522,12 @@ mod tests {
             Defect::HandedHoldLastsThePlace,
             Defect::N3ReleaseEndsAnyGrant,
             Defect::N2ReleaseCountsDown,
+            Defect::WriteBesideReaders,
         ] {
             let bound = Bound {
                 depth: 7,
                 fair: false,
+                read_write: defect == Defect::WriteBesideReaders,
             };
             match explore(bound, Some(defect)) {
                 Ok(coverage) => panic!("{defect:?} was not caught in {coverage:?}"),

@@ -1,6 +1,19 @@
 //! What happens to a lock name, what the store answers, and the defects of the past the
 //! checks plant back: the vocabulary of the protocol's machine ([`super::Name`]).
 
+/// Which side of a lock an event concerns. A mutex's and a fair lock's holds are write
+/// holds; a read-write lock's readers hold beside each other, each grant with a lease of
+/// its own, and never wait in line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Side {
+    /// An exclusive hold: a mutex's, a fair lock's, a read-write lock's writer's.
+    #[default]
+    Write,
+    /// A read-write lock's shared hold.
+    Read,
+}
+
 /// Something that happens to a lock name. `I` names acquisitions, `O` owners, and `A`
 /// is what a store keeps of a waiting attempt to tell it of a hand-over (the checks
 /// keep nothing).
@@ -8,8 +21,11 @@
 #[non_exhaustive]
 pub enum Event<I = u32, O = u32, A = ()> {
     /// An attempt of acquisition `id` of `owner` with `lease`; `place` is how long it
-    /// keeps its place when it waits (`None`: a try, which never waits).
+    /// keeps its place when it waits (`None`: a try, which never waits; a reader never
+    /// keeps one).
     Attempt {
+        /// The side it asks for.
+        side: Side,
         /// The acquisition.
         id: I,
         /// Its owner (reentry is per owner).
@@ -24,6 +40,8 @@ pub enum Event<I = u32, O = u32, A = ()> {
     /// The release of grant `id` by `owner`; a hold that other grants keep gets `lease`
     /// (never shortened).
     Release {
+        /// The side of the grant.
+        side: Side,
         /// The grant (the id of the acquisition that got it).
         id: I,
         /// Its owner.
@@ -38,8 +56,10 @@ pub enum Event<I = u32, O = u32, A = ()> {
         /// Its owner.
         owner: O,
     },
-    /// `owner` renews its hold with `lease`.
+    /// `owner` renews its hold of `side` with `lease` (a reader's every grant).
     Renew {
+        /// The side renewed.
+        side: Side,
         /// The owner.
         owner: O,
         /// The lease to re-arm.
@@ -48,8 +68,9 @@ pub enum Event<I = u32, O = u32, A = ()> {
     /// The store counts this many clients of other libraries (the older protocol: they
     /// wait on the lock's channel and never register) waiting for a mutex now.
     Others(u32),
-    /// An operator deletes the lock whoever holds it.
-    ForceRelease,
+    /// An operator deletes the lock's holds of one side, whoever holds them: the writer
+    /// (with its own read holds), or the readers when no writer holds.
+    ForceRelease(Side),
     /// Time passes.
     Elapse(u64),
     /// The store's replica catches up with every write so far.
@@ -92,6 +113,9 @@ pub enum Reply<I = u32> {
     },
     /// The owner holds nothing to renew.
     Gone,
+    /// A write attempt of an owner that reads and does not write: it would wait for
+    /// itself.
+    WouldDeadlock,
     /// Whether a force-release found the lock held.
     Forced(bool),
     /// The event needs no answer.
@@ -121,6 +145,22 @@ pub struct Step<I = u32, O = u32, A = ()> {
     pub reply: Reply<I>,
     /// The waiter the freed lock was handed to.
     pub handed: Option<HandOver<I, O, A>>,
+}
+
+/// An owner's read hold, as [`Name::readers`](super::Name::readers) shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Reader<'a, I, O> {
+    /// The owner.
+    pub owner: &'a O,
+    /// Its live read grants.
+    pub holds: usize,
+    /// The grant that began it.
+    pub origin: I,
+    /// When its last grant's lease ends.
+    pub expires: u64,
+    /// The hold's fencing token.
+    pub token: u64,
 }
 
 /// The lock's holder, as [`Name::holder`](super::Name::holder) shows it.
@@ -166,4 +206,7 @@ pub enum Defect {
     /// hold down whatever grant it names, and a copy of it runs again (a release
     /// delayed or retried past its holder's next hold ends that hold).
     N2ReleaseCountsDown,
+    /// A write attempt is granted beside another owner's read holds (the writer
+    /// looks at the writer's hold alone).
+    WriteBesideReaders,
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::events::{Defect, Event, HandOver, Holder, Reply, Step};
+use super::events::{Defect, Event, HandOver, Holder, Reader, Reply, Side, Step};
 
 /// The owner's hold of the lock.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -18,6 +18,18 @@ struct Hold<I, O> {
     since: u64,
     /// Handed to its origin and not taken up yet.
     handed: bool,
+}
+
+/// An owner's read hold of a read-write lock: each of its grants has a lease of its own
+/// (a reader's hold ends grant by grant, as the older protocol's read locks do).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Reading<I, O> {
+    owner: O,
+    /// Its live grants, in the order granted, each with when its lease ends.
+    grants: Vec<(I, u64)>,
+    /// The grant that began it.
+    origin: I,
+    token: u64,
 }
 
 /// A waiting acquisition.
@@ -56,6 +68,9 @@ pub struct Name<I = u32, O = u32, A = ()> {
     /// How long a record outlives its last change, if the store forgets.
     retention: Option<u64>,
     hold: Option<Hold<I, O>>,
+    /// A read-write lock's read holds, one per owner, in the order begun. Beside a
+    /// hold only its owner's (a writer may read).
+    readers: Vec<Reading<I, O>>,
     waiters: Vec<Waiter<I, O, A>>,
     /// What the store knows of each acquisition id, and since when (0 unless it forgets).
     records: BTreeMap<I, (Record<I>, u64)>,
@@ -91,6 +106,7 @@ where
             quarantine: longest_lease,
             retention: None,
             hold: None,
+            readers: Vec::new(),
             waiters: Vec::new(),
             records: BTreeMap::new(),
             token: 0,
@@ -177,22 +193,43 @@ where
         let mut handed = None;
         let reply = match event {
             Event::Attempt {
+                side: Side::Read,
+                id,
+                owner,
+                lease,
+                ..
+            } => self.read(id, owner, lease),
+            Event::Attempt {
                 id,
                 owner,
                 lease,
                 place,
                 ask,
+                ..
             } => self.attempt(id, owner, lease, place.map(|place| (place, ask))),
-            Event::Release { id, owner, lease } => self.release(id, &owner, lease, &mut handed),
+            Event::Release {
+                side: Side::Read,
+                id,
+                owner,
+                ..
+            } => self.release_read(id, &owner, &mut handed),
+            Event::Release {
+                id, owner, lease, ..
+            } => self.release(id, &owner, lease, &mut handed),
             Event::Cancel { id, owner } => self.cancel(id, &owner, &mut handed),
-            Event::Renew { owner, lease } => self.renew(&owner, lease),
+            Event::Renew {
+                side: Side::Read,
+                owner,
+                lease,
+            } => self.renew_reads(&owner, lease),
+            Event::Renew { owner, lease, .. } => self.renew(&owner, lease),
             Event::Others(listening) => {
                 self.others = listening;
                 Reply::Done
             }
             // Waiters are woken to ask, not handed the lock: an operator's revocation
             // runs no hand-over.
-            Event::ForceRelease => Reply::Forced(self.hold.take().is_some()),
+            Event::ForceRelease(side) => Reply::Forced(self.force_release(side)),
             Event::Elapse(ms) => {
                 self.now = self.now.saturating_add(ms);
                 self.expire();
@@ -222,22 +259,40 @@ where
         self.records.insert(id, (record, since));
     }
 
-    /// A hold whose lease ended is gone; its grants end with it. Nobody is handed the
-    /// lock: waiters find it free when they next ask. A store that forgets drops the
-    /// records of ids whose grants are not alive once their retention passed.
+    /// A hold whose lease ended is gone; its grants end with it, and so does each read
+    /// grant whose own lease ended. Nobody is handed the lock: waiters find it free when
+    /// they next ask. A store that forgets drops the records of ids whose grants are not
+    /// alive once their retention passed.
     fn expire(&mut self) {
-        if self.hold.as_ref().is_some_and(|h| h.expires <= self.now)
+        let now = self.now;
+        let mut ended = Vec::new();
+        if self.hold.as_ref().is_some_and(|h| h.expires <= now)
             && let Some(hold) = self.hold.take()
         {
-            for id in hold.grants {
-                self.record(id, Record::Ended);
-            }
+            ended.extend(hold.grants);
+        }
+        for reading in &mut self.readers {
+            reading.grants.retain(|&(id, expires)| {
+                let lives = expires > now;
+                if !lives {
+                    ended.push(id);
+                }
+                lives
+            });
+        }
+        self.readers.retain(|reading| !reading.grants.is_empty());
+        for id in ended {
+            self.record(id, Record::Ended);
         }
         if let Some(retention) = self.retention {
-            let before = self.now.saturating_sub(retention);
-            let hold = &self.hold;
+            let before = now.saturating_sub(retention);
+            let (hold, readers) = (&self.hold, &self.readers);
             self.records.retain(|id, (_, since)| {
-                *since >= before || hold.as_ref().is_some_and(|h| h.grants.contains(id))
+                *since >= before
+                    || hold.as_ref().is_some_and(|h| h.grants.contains(id))
+                    || readers
+                        .iter()
+                        .any(|r| r.grants.iter().any(|(grant, _)| grant == id))
             });
         }
     }
@@ -300,6 +355,16 @@ where
             self.record(id, Record::Granted(reply));
             return reply;
         }
+        // A reader that asks to write would wait for its own read holds to end. The
+        // refusal ends the acquisition: a late copy of this attempt grants nothing.
+        if self.readers.iter().any(|r| r.owner == owner) {
+            self.waiters.retain(|w| w.id != id);
+            self.record(id, Record::Ended);
+            return Reply::WouldDeadlock;
+        }
+        if !self.readers.is_empty() && !self.planted(Defect::WriteBesideReaders) {
+            return self.wait(id, owner, lease, waits);
+        }
         if self.fair && self.head_other_than(&owner) {
             return self.wait(id, owner, lease, waits);
         }
@@ -314,6 +379,62 @@ where
             .retain(|w| w.id != id && !(fair && w.owner == owner));
         self.grant(id, owner, now.saturating_add(lease), false);
         self.acquired()
+    }
+
+    /// A read attempt: granted beside other readers and beside its owner's own write
+    /// hold, never beside another owner's. A reader never waits in line (a release wakes
+    /// every reader), and reads are served while writers wait, as the older protocol's are.
+    fn read(&mut self, id: I, owner: O, lease: u64) -> Reply<I> {
+        if lease > self.longest_lease {
+            return Reply::Refused;
+        }
+        let now = self.now;
+        match self.records.get(&id).map(|(record, _)| *record) {
+            Some(Record::Ended) => return Reply::Ended,
+            // As for writers: nothing is granted or found again during a quarantine.
+            _ if self.quarantine_until > now => return Reply::Busy,
+            Some(Record::Granted(first) | Record::Handed(first)) => {
+                let alive = self
+                    .readers
+                    .iter_mut()
+                    .filter(|r| r.owner == owner)
+                    .flat_map(|r| r.grants.iter_mut())
+                    .find(|(grant, _)| *grant == id);
+                let Some((_, expires)) = alive else {
+                    return Reply::Ended;
+                };
+                *expires = (*expires).max(now.saturating_add(lease));
+                self.record(id, Record::Granted(first));
+                return first;
+            }
+            None => {}
+        }
+        if self.hold.as_ref().is_some_and(|h| h.owner != owner) {
+            return Reply::Busy;
+        }
+        let at = match self.readers.iter().position(|r| r.owner == owner) {
+            Some(at) => at,
+            None => {
+                self.token += 1;
+                self.readers.push(Reading {
+                    owner,
+                    grants: Vec::new(),
+                    origin: id,
+                    token: self.token,
+                });
+                self.readers.len() - 1
+            }
+        };
+        self.longest_granted = self.longest_granted.max(lease);
+        let reading = &mut self.readers[at];
+        reading.grants.push((id, now.saturating_add(lease)));
+        let reply = Reply::Acquired {
+            holds: u32::try_from(reading.grants.len()).unwrap_or(u32::MAX),
+            token: reading.token,
+            origin: reading.origin,
+        };
+        self.record(id, Record::Granted(reply));
+        reply
     }
 
     /// Whether a fair lock's first waiter that keeps its place is another owner's (a fair
@@ -417,6 +538,32 @@ where
         Reply::Released
     }
 
+    /// Ends read grant `id` of `owner`; the owner's read hold ends with its last grant,
+    /// and the lock, once nobody holds it, goes to the next writer.
+    fn release_read(
+        &mut self,
+        id: I,
+        owner: &O,
+        handed: &mut Option<HandOver<I, O, A>>,
+    ) -> Reply<I> {
+        self.record(id, Record::Ended);
+        let Some(at) = self
+            .readers
+            .iter()
+            .position(|r| r.owner == *owner && r.grants.iter().any(|(grant, _)| *grant == id))
+        else {
+            return Reply::NotHeld;
+        };
+        let reading = &mut self.readers[at];
+        reading.grants.retain(|(grant, _)| *grant != id);
+        if let Some(left) = u32::try_from(reading.grants.len()).ok().filter(|n| *n > 0) {
+            return Reply::StillHeld(left);
+        }
+        self.readers.remove(at);
+        *handed = self.serve();
+        Reply::Released
+    }
+
     /// The acquisition gave up, so its client holds nothing of it: its place goes, a
     /// grant it got without learning of it (handed, or granted to a late copy of one of
     /// its attempts) ends, its own grant alone, and so does its id.
@@ -430,11 +577,13 @@ where
                     self.hold = None;
                 }
             }
+            for reading in self.readers.iter_mut().filter(|r| r.owner == *owner) {
+                reading.grants.retain(|(grant, _)| *grant != id);
+            }
+            self.readers.retain(|reading| !reading.grants.is_empty());
             self.record(id, Record::Ended);
         }
-        if self.hold.is_none() {
-            *handed = self.serve();
-        }
+        *handed = self.serve();
         Reply::Done
     }
 
@@ -453,9 +602,50 @@ where
         }
     }
 
+    /// Re-arms every read grant of `owner` (never shortening one); answers with the
+    /// grant that began its read hold.
+    fn renew_reads(&mut self, owner: &O, lease: u64) -> Reply<I> {
+        if lease > self.longest_lease {
+            return Reply::Refused;
+        }
+        let until = self.now.saturating_add(lease);
+        match self.readers.iter_mut().find(|r| r.owner == *owner) {
+            Some(reading) => {
+                for (_, expires) in &mut reading.grants {
+                    *expires = (*expires).max(until);
+                }
+                Reply::Renewed {
+                    origin: reading.origin,
+                }
+            }
+            None => Reply::Gone,
+        }
+    }
+
+    /// Deletes the holds of `side`: the writer's (its own read holds go with it), or
+    /// the readers' when no writer holds; whether there were any.
+    fn force_release(&mut self, side: Side) -> bool {
+        match side {
+            Side::Write if self.hold.is_some() => {
+                self.hold = None;
+                self.readers.clear();
+                true
+            }
+            Side::Read if self.hold.is_none() && !self.readers.is_empty() => {
+                self.readers.clear();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Hands the free lock to the first waiter that still keeps its place and waits (none
-    /// during the quarantine), for its place or its lease, whichever is shorter.
+    /// during the quarantine, nobody while anyone holds), for its place or its lease,
+    /// whichever is shorter.
     fn serve(&mut self) -> Option<HandOver<I, O, A>> {
+        if self.hold.is_some() || !self.readers.is_empty() {
+            return None;
+        }
         let now = self.now;
         // A waiter the store knows anything of waits no more: it was granted (a
         // reentry into its owner's hold, a late copy), handed the lock, or it ended.

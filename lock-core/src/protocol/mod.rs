@@ -1,5 +1,6 @@
 //! The grant rules of one lock name, written once: a pure state machine of what a store
-//! holds for an exclusive lock (a mutex or a fair lock), the events that change it and the replies it gives.
+//! holds for a lock (a mutex, a fair lock, or a read-write lock), the events that change
+//! it and the replies it gives.
 //!
 //! Every store (the memory store here, and each backend's server-side code) is held to
 //! these rules: the exhaustive check in [`check`] enumerates every sequence of events
@@ -43,6 +44,14 @@
 //!   take the lock, and an attempt that finds it held ends the offer: one of them took
 //!   it. Without offers such a waiter lost every release to our registered waiters
 //!   and starved (issue 48). A fair lock offers nothing: every waiter registers.
+//! - **Readers.** A read-write lock's readers ([`Side::Read`]) hold beside each other,
+//!   one read hold per owner, each grant with a lease of its own (it ends grant by
+//!   grant, and a renewal re-arms them all). A reader is never granted beside another
+//!   owner's write hold, a writer never beside another owner's read hold; a writer may
+//!   read, and its read holds outlast its write hold. A reader never waits in line and
+//!   is served while writers wait (as the older protocol's are); the last holder out hands the
+//!   lock to the first waiting writer. An owner that reads and asks to write is refused
+//!   ([`Reply::WouldDeadlock`]: it would wait for itself), and that ends its acquisition.
 //! - **Expiry.** A hold ends when its lease does, and its grants with it; a waiter loses
 //!   its place when it has not asked for its place's time.
 //! - **Failover.** A failover may lose every write since the last replication; the
@@ -55,13 +64,13 @@
 //! retry window from its grant or its end ([`Name::forgetting_after`]): a copy of a
 //! request is assumed to arrive within that.
 //!
-//! The memory store executes this machine for its mutexes and fair locks. A read-write
-//! lock's two sides are their own code there, as on the servers: the machine has no
-//! readers.
+//! The memory store executes this machine for its mutexes and fair locks, the MySQL
+//! store for every lock kind. The memory store's read-write lock is its own code still,
+//! held to these rules by the differential test, as the servers' scripts are.
 
 pub mod check;
 mod events;
 mod machine;
 
-pub use events::{Defect, Event, HandOver, Holder, Reply, Step};
+pub use events::{Defect, Event, HandOver, Holder, Reader, Reply, Side, Step};
 pub use machine::{Field, Name};

@@ -11,12 +11,23 @@
 -- Reply: '<holds>:<token>:<origin>' when held; {0, pttl} when a writer holds it; {4, ms} while
 -- the restart quarantine lasts; {5, 0} when this acquisition is over (its grant ended).
 local again = grant_replayed()
-if again then
+if type(again) == 'table' then
+    -- The acquisition is over.
     return again
 end
 local quarantined = quarantine_left(KEYS[3], ARGV[5])
 if quarantined > 0 then
     return {4, quarantined}
+end
+if again then
+    -- Found again: the grant back while it lives; nothing once it ended, by its release,
+    -- its own lease, or an operator's force-release (which deletes the lock, not the
+    -- owner's grants hash).
+    if grant_alive(now_ms()) and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+        return again
+    end
+    redis.call('set', KEYS[#KEYS], 'r-1', 'px', ARGV[#ARGV])
+    return {5, 0}
 end
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false or mode == 'read'

@@ -4,7 +4,8 @@
 -- extended as the hold keys are); ARGV[1] lease_ms: lease (ms); ARGV[2i] owner: owner of KEYS[2i
 -- - 1];
 -- ARGV[2i + 1] hold_prefix: the hold-key prefix of that owner ('{name}:<owner>:rwlock_timeout').
--- Reply: one integer per lock, 1 renewed, 0 not held.
+-- Reply: one per lock: the grant that began the owner's read hold (1 when its record
+-- names none), or 0 when it holds nothing.
 local lease = tonumber(ARGV[1])
 local renewed = {}
 local until_ms = now_ms() + lease
@@ -34,7 +35,7 @@ for i = 1, #KEYS / 2 do
         if lease_left(grants) < lease then
             redis.call('pexpire', grants, lease)
         end
-        renewed[i] = 1
+        renewed[i] = redis.call('hget', grants, 'o') or 1
     else
         renewed[i] = 0
     end

@@ -49,6 +49,9 @@ if mode == 'read' then
     -- Only the owner's live read holds make an upgrade wait for itself; its read holds
     -- whose leases ended are dropped here, and a lock left with no holder is free.
     if live_reads(KEYS[1], ARGV[2], ARGV[5]) > 0 then
+        -- The refusal ends the acquisition (its grant's release answers not held): a
+        -- late copy of this attempt, once the owner's reads ended, grants nothing.
+        released(-1)
         return {3, 0}
     end
     if redis.call('hlen', KEYS[1]) == 1 then

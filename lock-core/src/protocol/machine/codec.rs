@@ -7,11 +7,11 @@
 
 use std::collections::BTreeMap;
 
-use super::{Hold, Name, Record, Reply, Waiter};
+use super::{Hold, Name, Reading, Record, Reply, Waiter};
 use crate::backend::{Owner, RequestId};
 
 /// The layout's version, the first byte of every encoded machine.
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 
 /// A value that a machine's ids, owners and asks are made of, as bytes.
 pub trait Field: Sized {
@@ -163,6 +163,7 @@ impl<I: Field> Field for Reply<I> {
                 held.put(out);
             }
             Self::Done => out.push(10),
+            Self::WouldDeadlock => out.push(11),
         }
     }
 
@@ -185,6 +186,7 @@ impl<I: Field> Field for Reply<I> {
             8 => Self::Gone,
             9 => Self::Forced(bool::take(input)?),
             10 => Self::Done,
+            11 => Self::WouldDeadlock,
             _ => return None,
         })
     }
@@ -241,6 +243,33 @@ impl<I: Field, O: Field> Field for Hold<I, O> {
             expires: u64::take(input)?,
             since: u64::take(input)?,
             handed: bool::take(input)?,
+        })
+    }
+}
+
+impl<I: Field, O: Field> Field for Reading<I, O> {
+    fn put(&self, out: &mut Vec<u8>) {
+        self.owner.put(out);
+        put_len(self.grants.len(), out);
+        for (grant, expires) in &self.grants {
+            grant.put(out);
+            expires.put(out);
+        }
+        self.origin.put(out);
+        self.token.put(out);
+    }
+
+    fn take(input: &mut &[u8]) -> Option<Self> {
+        let owner = O::take(input)?;
+        let count = take_len(input)?;
+        let grants = (0..count)
+            .map(|_| Some((I::take(input)?, u64::take(input)?)))
+            .collect::<Option<_>>()?;
+        Some(Self {
+            owner,
+            grants,
+            origin: I::take(input)?,
+            token: u64::take(input)?,
         })
     }
 }
@@ -302,6 +331,10 @@ where
         self.quarantine.put(out);
         self.retention.put(out);
         self.hold.put(out);
+        put_len(self.readers.len(), out);
+        for reading in &self.readers {
+            reading.put(out);
+        }
         put_len(self.waiters.len(), out);
         for waiter in &self.waiters {
             waiter.put(out);
@@ -335,6 +368,10 @@ where
         let retention = <Option<u64> as Field>::take(input)?;
         let hold = <Option<Hold<I, O>> as Field>::take(input)?;
         let count = take_len(input)?;
+        let readers = (0..count)
+            .map(|_| Reading::take(input))
+            .collect::<Option<Vec<_>>>()?;
+        let count = take_len(input)?;
         let waiters = (0..count)
             .map(|_| Waiter::take(input))
             .collect::<Option<Vec<_>>>()?;
@@ -363,6 +400,7 @@ where
             quarantine,
             retention,
             hold,
+            readers,
             waiters,
             records,
             token,
@@ -411,6 +449,7 @@ mod tests {
         let (first, second) = (RequestId::random(), RequestId::random());
         for (id, owner, ask) in [(first, "a:1", None), (second, "b:ü", Some(7))] {
             name.step(Event::Attempt {
+                side: crate::protocol::Side::Write,
                 id,
                 owner: Owner::new(owner, "h"),
                 lease: 1_000,
@@ -429,7 +468,7 @@ mod tests {
     fn damaged_bytes_are_refused() {
         let name = Name::<u32, u32>::new(false, 100);
         let mut bytes = name.encode();
-        bytes[0] = 2;
+        bytes[0] = 1;
         assert!(Name::<u32, u32>::decode(&bytes).is_none());
         assert!(Name::<u32, u32>::decode(&[]).is_none());
         assert!(Name::<u32, u32>::decode(&[1, 0xff, 0xff]).is_none());

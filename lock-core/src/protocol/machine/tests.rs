@@ -4,6 +4,7 @@ use super::*;
 
 fn attempt(id: u32, owner: u32) -> Event {
     Event::Attempt {
+        side: Side::Write,
         id,
         owner,
         lease: 30,
@@ -26,6 +27,7 @@ fn a_waiter_that_reentered_is_not_handed_the_lock_again() {
     assert_eq!(name.step(attempt(1, 1)).reply, Reply::Busy);
     assert_eq!(name.step(attempt(3, 1)).reply, Reply::Busy);
     let release = Event::Release {
+        side: Side::Write,
         id: 2,
         owner: 2,
         lease: 30,
@@ -37,13 +39,17 @@ fn a_waiter_that_reentered_is_not_handed_the_lock_again() {
         matches!(reentry, Reply::Acquired { holds: 2, .. }),
         "{reentry:?}"
     );
-    assert_eq!(name.step(Event::ForceRelease).reply, Reply::Forced(true));
+    assert_eq!(
+        name.step(Event::ForceRelease(Side::Write)).reply,
+        Reply::Forced(true)
+    );
     let step = name.step(Event::Cancel { id: 1, owner: 1 });
     assert_eq!(step.handed, None, "acquisition 3 was granted once already");
 }
 
 fn try_once(id: u32, owner: u32) -> Event {
     Event::Attempt {
+        side: Side::Write,
         id,
         owner,
         lease: 30,
@@ -54,6 +60,7 @@ fn try_once(id: u32, owner: u32) -> Event {
 
 fn release(id: u32, owner: u32) -> Event {
     Event::Release {
+        side: Side::Write,
         id,
         owner,
         lease: 30,
@@ -122,4 +129,102 @@ fn a_fair_lock_offers_nothing() {
         .handed
         .map(|hand_over| hand_over.id);
     assert_eq!(handed, Some(2));
+}
+
+fn read(id: u32, owner: u32, lease: u64) -> Event {
+    Event::Attempt {
+        side: Side::Read,
+        id,
+        owner,
+        lease,
+        place: None,
+        ask: (),
+    }
+}
+
+fn release_read(id: u32, owner: u32) -> Event {
+    Event::Release {
+        side: Side::Read,
+        id,
+        owner,
+        lease: 30,
+    }
+}
+
+/// Readers of two owners read together; a writer waits for the last of them, and is
+/// handed the lock when it releases. Each owner's read hold has a token of its own.
+#[test]
+fn readers_share_and_the_last_one_out_hands_the_lock_to_a_writer() {
+    let mut name: Name = Name::new(false, 100);
+    let first = name.step(read(1, 1, 30)).reply;
+    let second = name.step(read(2, 2, 30)).reply;
+    let (Reply::Acquired { token: a, .. }, Reply::Acquired { token: b, .. }) = (first, second)
+    else {
+        panic!("{first:?} {second:?}");
+    };
+    assert_ne!(a, b);
+    assert_eq!(name.step(attempt(3, 3)).reply, Reply::Busy);
+    assert_eq!(name.waiting(), 1);
+    let step = name.step(release_read(1, 1));
+    assert_eq!((step.reply, step.handed), (Reply::Released, None));
+    let step = name.step(release_read(2, 2));
+    assert_eq!(step.handed.map(|hand_over| hand_over.id), Some(3));
+    assert_eq!(name.step(read(4, 1, 30)).reply, Reply::Busy);
+}
+
+/// A writer may read (its read holds outlast its write hold, and let other readers in
+/// once it stops writing); a reader that asks to write is refused, and its acquisition
+/// is over: a late copy of the attempt grants nothing.
+#[test]
+fn a_writer_reads_and_a_reader_may_not_write() {
+    let mut name: Name = Name::new(false, 100);
+    assert!(matches!(
+        name.step(attempt(1, 1)).reply,
+        Reply::Acquired { .. }
+    ));
+    assert!(matches!(
+        name.step(read(2, 1, 30)).reply,
+        Reply::Acquired { .. }
+    ));
+    assert_eq!(name.step(read(3, 2, 30)).reply, Reply::Busy);
+    assert_eq!(name.step(release(1, 1)).reply, Reply::Released);
+    assert!(name.holder().is_none() && name.is_held());
+    assert!(matches!(
+        name.step(read(3, 2, 30)).reply,
+        Reply::Acquired { .. }
+    ));
+    assert_eq!(name.step(attempt(4, 2)).reply, Reply::WouldDeadlock);
+    assert_eq!(name.step(release_read(3, 2)).reply, Reply::Released);
+    assert_eq!(name.step(release_read(2, 1)).reply, Reply::Released);
+    assert_eq!(name.step(attempt(4, 2)).reply, Reply::Ended);
+}
+
+/// Each read grant has a lease of its own: the hold ends grant by grant, a renewal
+/// re-arms every grant of the owner, and a force-release of the readers frees the
+/// lock (not while a writer holds it).
+#[test]
+fn read_grants_expire_one_by_one_and_renew_together() {
+    let mut name: Name = Name::new(false, 100);
+    name.step(read(1, 1, 10));
+    name.step(read(2, 1, 40));
+    name.step(Event::Elapse(20));
+    assert_eq!(name.step(read(1, 1, 10)).reply, Reply::Ended);
+    assert_eq!(name.readers().map(|r| r.holds).sum::<usize>(), 1);
+    let renew = Event::Renew {
+        side: Side::Read,
+        owner: 1,
+        lease: 60,
+    };
+    assert_eq!(name.step(renew).reply, Reply::Renewed { origin: 1 });
+    name.step(Event::Elapse(50));
+    assert!(name.grant_lives(2));
+    assert_eq!(
+        name.step(Event::ForceRelease(Side::Write)).reply,
+        Reply::Forced(false)
+    );
+    assert_eq!(
+        name.step(Event::ForceRelease(Side::Read)).reply,
+        Reply::Forced(true)
+    );
+    assert!(!name.is_held());
 }

@@ -1,7 +1,7 @@
 //! What a store reads of a name's machine: its clock, its holder and waiters, its
 //! records, and whether it holds anything at all.
 
-use super::{Holder, Name, Record};
+use super::{Holder, Name, Reader, Record};
 
 impl<I, O, A> Name<I, O, A>
 where
@@ -45,6 +45,47 @@ where
             token: hold.token,
             handed: hold.handed,
         })
+    }
+
+    /// A read-write lock's read holds, one per owner, in the order begun.
+    pub fn readers(&self) -> impl Iterator<Item = Reader<'_, I, O>> {
+        self.readers.iter().map(|reading| Reader {
+            owner: &reading.owner,
+            holds: reading.grants.len(),
+            origin: reading.origin,
+            expires: reading
+                .grants
+                .iter()
+                .map(|(_, expires)| *expires)
+                .max()
+                .unwrap_or(0),
+            token: reading.token,
+        })
+    }
+
+    /// Whether grant `id` lives: in the writer's hold, or in a reader's.
+    #[must_use]
+    pub fn grant_lives(&self, id: I) -> bool {
+        self.hold.as_ref().is_some_and(|h| h.grants.contains(&id))
+            || self
+                .readers
+                .iter()
+                .any(|r| r.grants.iter().any(|(grant, _)| *grant == id))
+    }
+
+    /// Until when anyone holds the lock (the writer's lease, or its last reader's), if
+    /// anyone does.
+    #[must_use]
+    pub fn held_until(&self) -> Option<u64> {
+        let writer = self.hold.as_ref().map(|hold| hold.expires);
+        let readers = self.readers().map(|reader| reader.expires).max();
+        writer.max(readers)
+    }
+
+    /// Whether anyone holds the lock, writer or reader.
+    #[must_use]
+    pub fn is_held(&self) -> bool {
+        self.hold.is_some() || !self.readers.is_empty()
     }
 
     /// The first waiter that keeps its place, and until when it keeps it.
@@ -97,7 +138,7 @@ where
     /// no quarantine and no replica (only its last token).
     #[must_use]
     pub fn at_rest(&self) -> bool {
-        self.hold.is_none()
+        !self.is_held()
             && self.records.is_empty()
             && self.waiting() == 0
             && self.quarantine_until <= self.now
