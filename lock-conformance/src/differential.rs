@@ -115,12 +115,36 @@ pub async fn a_store_keeps_the_grant_rules_of_the_read_write_lock(fx: &dyn Fixtu
 /// the sequence that led there. For tests that plant a defect in a store's server-side
 /// code and require this test to catch it.
 pub async fn first_disagreement(fx: &dyn Fixture, kind: LockKind) -> Option<String> {
+    let backends = Backends::new(fx).await;
     for seed in 0..SEQUENCES {
-        if let Err(disagreement) = run(fx, kind, seed).await {
+        if let Err(disagreement) = run(fx, &backends, kind, seed).await {
             return Some(disagreement);
         }
     }
     None
+}
+
+/// The store's clients, one per owner and one for the client of another library, made
+/// once for every sequence (each sequence has a lock name of its own): a client's
+/// connections cost a server more than a sequence's requests.
+struct Backends {
+    owners: HashMap<u32, Arc<dyn Backend>>,
+    outsider: Arc<dyn Backend>,
+}
+
+impl Backends {
+    async fn new(fx: &dyn Fixture) -> Self {
+        // Offers to other libraries outlast a sequence, as in the rules (whose time stands).
+        let options = ProtocolOptions::default().reservation(secs(60));
+        let mut owners = HashMap::new();
+        for owner in [1, 2, 3] {
+            owners.insert(owner, fx.backend_with(options).await);
+        }
+        Self {
+            owners,
+            outsider: fx.backend().await,
+        }
+    }
 }
 
 /// One sequence's store side: a client per owner, the acquisitions, and the client of
@@ -135,11 +159,9 @@ struct Sequence {
 }
 
 impl Sequence {
-    async fn new(fx: &dyn Fixture, kind: LockKind, fair: bool) -> Self {
+    fn new(backends: &Backends, kind: LockKind, fair: bool) -> Self {
         let kind = kind_of(kind, 0);
         let name = LockName::new(&unique("differential")).unwrap();
-        // Offers to other libraries outlast a sequence, as in the rules (whose time stands).
-        let options = ProtocolOptions::default().reservation(secs(60));
         let mut clients = HashMap::new();
         for owner in [1, 2, 3] {
             let holder = Owner::new(
@@ -147,7 +169,7 @@ impl Sequence {
                 "seq",
             );
             let client = Client {
-                backend: fx.backend_with(options).await,
+                backend: Arc::clone(&backends.owners[&owner]),
                 lock: LockRef::new(kind, name.clone(), holder),
                 listening: None,
             };
@@ -177,7 +199,7 @@ impl Sequence {
             .collect();
         Self {
             clients,
-            outsider: (fx.backend().await, None),
+            outsider: (Arc::clone(&backends.outsider), None),
             owners: owners(kind, fair),
             kind,
             acquisitions,
@@ -348,11 +370,16 @@ impl Sequence {
     }
 }
 
-async fn run(fx: &dyn Fixture, kind: LockKind, seed: u64) -> Result<(), String> {
+async fn run(
+    fx: &dyn Fixture,
+    backends: &Backends,
+    kind: LockKind,
+    seed: u64,
+) -> Result<(), String> {
     let fair = kind == LockKind::Fair || fx.fair_mutex();
     // Clients of other libraries wait for a mutex only (a release offers it to them).
     let others = kind == LockKind::Mutex;
-    let mut sequence = Sequence::new(fx, kind, fair).await;
+    let mut sequence = Sequence::new(backends, kind, fair);
     let mut machine = Name::new(fair, 60_000);
     let mut tokens = Tokens::default();
     let mut rng = StdRng::seed_from_u64(seed);

@@ -60,12 +60,27 @@ impl PostgresFixture {
     async fn servers(&self) -> &Servers {
         self.servers
             .get_or_init(|| async {
-                let postgres = PostgresServer::start().await;
-                let pooler = match self.route {
+                let postgres = match self.route {
                     Route::DirectAsServiceRole => {
-                        least_privileged(&postgres).await;
-                        None
+                        let setup = least_privileged_sql();
+                        PostgresServer::start_prepared(&setup, async |postgres| {
+                            run_as_superuser(postgres, &setup).await;
+                        })
+                        .await
                     }
+                    // The tables' owner would make them on connect; they are made once
+                    // for every test, by the same migration (`tests/schema.rs` makes
+                    // them on connect).
+                    Route::TransactionPooler => {
+                        let migration = schema::migration_sql(&SchemaName::default());
+                        PostgresServer::start_prepared(&migration, async |postgres| {
+                            run_as_superuser(postgres, &migration).await;
+                        })
+                        .await
+                    }
+                };
+                let pooler = match self.route {
+                    Route::DirectAsServiceRole => None,
                     Route::TransactionPooler => Some(PgBouncer::start(&postgres).await),
                 };
                 Servers { postgres, pooler }
@@ -140,19 +155,24 @@ impl Fixture for PostgresFixture {
     }
 }
 
-/// Makes the tables with the printed migration, as their owner, and a role with an
-/// operator's grants (a service's, and force-release, which the suite's scenarios
-/// run), which may create nothing. That a service's grants alone refuse force-release
-/// is lock-postgres's `tests/schema.rs`.
-async fn least_privileged(postgres: &PostgresServer) {
-    let admin = lock_testkit::postgres_client(&postgres.url()).await;
+/// The statements that make the tables with the printed migration, as their owner, and
+/// a role with an operator's grants (a service's, and force-release, which the suite's
+/// scenarios run), which may create nothing. That a service's grants alone refuse
+/// force-release is lock-postgres's `tests/schema.rs`.
+fn least_privileged_sql() -> String {
     let schema = SchemaName::default();
     let grants = schema::operator_grants_sql(&schema, SERVICE_ROLE).expect("a valid role");
+    format!(
+        "{}\nCREATE ROLE {SERVICE_ROLE} LOGIN;\n{grants}",
+        schema::migration_sql(&schema)
+    )
+}
+
+/// Runs `statements` on `postgres` as its superuser.
+async fn run_as_superuser(postgres: &PostgresServer, statements: &str) {
+    let admin = lock_testkit::postgres_client(&postgres.url()).await;
     admin
-        .batch_execute(&format!(
-            "{}\nCREATE ROLE {SERVICE_ROLE} LOGIN;\n{grants}",
-            schema::migration_sql(&schema)
-        ))
+        .batch_execute(statements)
         .await
         .expect("the printed migration and grants run");
 }

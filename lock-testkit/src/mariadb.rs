@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::binary::find_executable;
 use crate::ports::{self, PortTaken};
 use crate::postgres::still_starting;
-use crate::scratch::{ScratchDir, scratch_dir};
+use crate::scratch::{self, ScratchDir, scratch_dir};
 use crate::signal::{Signal, send};
 use crate::template;
 
@@ -214,8 +214,7 @@ impl MariaDbServer {
         let mut key = std::hash::DefaultHasher::new();
         std::hash::Hash::hash(&(&self.bin, is_root()), &mut key);
         let key = std::hash::Hasher::finish(&key);
-        let template =
-            std::env::temp_dir().join(format!("lock-testkit-mariadb-template-{key:016x}"));
+        let template = scratch::base().join(format!("lock-testkit-mariadb-template-{key:016x}"));
         if template.join("mysql").is_dir() {
             return template;
         }

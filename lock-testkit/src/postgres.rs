@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::ports::{self, PortTaken};
-use crate::scratch::{ScratchDir, scratch_dir};
+use crate::scratch::{self, ScratchDir, scratch_dir};
 use crate::signal::{Signal, children, send};
 use crate::template;
 use crate::tls::TestCertificates;
@@ -197,7 +197,52 @@ impl PostgresServer {
         self.stop();
     }
 
+    /// As [`Self::start`], with what `prepare` does to a new server already done: it
+    /// runs once per installation and `key` (the statements it runs, say), on a server
+    /// that is then shut down cleanly and kept as a template; every later call starts
+    /// from a copy of it. A schema made once instead of by every test of a suite: the
+    /// lock functions' migration costs a PostgreSQL server about a second of CPU, a copy
+    /// milliseconds.
+    pub async fn start_prepared(key: &str, prepare: impl AsyncFnOnce(&Self)) -> Self {
+        let mut server = Self::unlaunched();
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(&(server.template(), key), &mut hasher);
+        let hash = std::hash::Hasher::finish(&hasher);
+        let prepared = scratch::base().join(format!("lock-testkit-pg-prepared-{hash:016x}"));
+        if prepared.join("PG_VERSION").is_file() {
+            template::copy(&prepared, &server.data());
+            server.launch_on_a_free_port().await;
+            return server;
+        }
+        server.init_db();
+        server.launch_on_a_free_port().await;
+        prepare(&server).await;
+        server.shut_down();
+        let making = prepared.with_extension(format!("{}.making", std::process::id()));
+        remove_if_there(&making);
+        template::copy(&server.data(), &making);
+        template::put_in_place(&making, &prepared, |dir| dir.join("PG_VERSION").is_file());
+        let relaunched = server.launch().await;
+        assert!(
+            relaunched.is_ok(),
+            "postgres could not start again: another process took its port {}",
+            server.port
+        );
+        server
+    }
+
     async fn start_with(tls: Option<&TestCertificates>) -> Self {
+        let mut server = Self::unlaunched();
+        server.init_db();
+        if let Some(certificates) = tls {
+            server.require_tls(certificates);
+        }
+        server.launch_on_a_free_port().await;
+        server
+    }
+
+    /// A server with a scratch directory and no data directory yet.
+    fn unlaunched() -> Self {
         let bin = postgres_bin_dir().unwrap_or_else(|| panic!("{NOT_FOUND}"));
         let dir = scratch_dir();
         let run_as = unprivileged_user();
@@ -205,19 +250,26 @@ impl PostgresServer {
             std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))
                 .unwrap_or_else(|e| panic!("chown {}: {e}", dir.path().display()));
         }
-        let mut server = Self {
+        Self {
             bin,
             port: 0,
             child: None,
             dir,
             run_as,
-        };
-        server.init_db();
-        if let Some(certificates) = tls {
-            server.require_tls(certificates);
         }
-        server.launch_on_a_free_port().await;
-        server
+    }
+
+    /// Shuts the server down cleanly (a fast shutdown, with its checkpoint) and waits
+    /// for it: its data directory is then whole, to be copied.
+    fn shut_down(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        send(child.id(), Signal::SIGINT);
+        let status = child
+            .wait()
+            .unwrap_or_else(|e| panic!("waiting for postgres to shut down: {e}"));
+        assert!(status.success(), "postgres shut down with {status}");
     }
 
     /// Launches the server on a free port, trying another while one is taken.
@@ -372,7 +424,7 @@ impl PostgresServer {
         let mut key = std::hash::DefaultHasher::new();
         std::hash::Hash::hash(&(&self.bin, INITDB_ARGS, self.run_as), &mut key);
         let key = std::hash::Hasher::finish(&key);
-        let template = std::env::temp_dir().join(format!("lock-testkit-pg-template-{key:016x}"));
+        let template = scratch::base().join(format!("lock-testkit-pg-template-{key:016x}"));
         if template.join("PG_VERSION").is_file() {
             return template;
         }
