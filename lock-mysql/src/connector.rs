@@ -85,6 +85,8 @@ impl ConnectorSettings {
 pub struct Connector {
     url: String,
     settings: ConnectorSettings,
+    /// The PEM root certificates TLS trusts instead of the built-in ones.
+    root_certificate: Option<Vec<u8>>,
 }
 
 impl Connector {
@@ -94,7 +96,19 @@ impl Connector {
         Self {
             url: url.into(),
             settings: ConnectorSettings::default(),
+            root_certificate: None,
         }
+    }
+
+    /// Trusts exactly the PEM root certificate(s) `pem` for TLS instead of the built-in
+    /// web roots (feature `tls`), as for a server with a certificate of a private CA, and
+    /// requires TLS. Without it, TLS is the URL's `require_ssl=true`. The server's
+    /// certificate is verified, its name included, unless the URL says `verify_ca=false`
+    /// or `verify_identity=false`.
+    #[cfg(feature = "tls")]
+    pub fn root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.root_certificate = Some(pem.into());
+        self
     }
 
     /// The pool size, the timeouts and the tables (see [`ConnectorSettings`]).
@@ -159,14 +173,42 @@ impl Connector {
     ///
     /// Cancel-safe: a dropped future leaves at most the tables created.
     pub async fn connect(self) -> Result<MysqlBackend, Error> {
-        let Self { url, settings } = self;
+        let Self {
+            url,
+            settings,
+            root_certificate,
+        } = self;
         let opts = parse_url(&url)?;
+        let opts = (with_roots(opts.0, root_certificate), opts.1);
         check(&settings)?;
         let bound = settings.connect_timeout;
         tokio::time::timeout(bound, open(opts, settings))
             .await
             .map_err(|_| Error::connection("connecting to MySQL", Silent { bound }))?
     }
+}
+
+/// `opts` requiring TLS that trusts exactly `pem`'s roots, when given.
+#[cfg(feature = "tls")]
+fn with_roots(opts: Opts, pem: Option<Vec<u8>>) -> Opts {
+    let Some(pem) = pem else {
+        return opts;
+    };
+    let ssl = opts
+        .ssl_opts()
+        .cloned()
+        .unwrap_or_default()
+        .with_root_certs(vec![pem.into()])
+        .with_disable_built_in_roots(true);
+    mysql_async::OptsBuilder::from_opts(opts)
+        .ssl_opts(ssl)
+        .into()
+}
+
+/// `opts` as they are: without the `tls` feature no root certificate can be given.
+#[cfg(not(feature = "tls"))]
+fn with_roots(opts: Opts, _: Option<Vec<u8>>) -> Opts {
+    opts
 }
 
 /// Refuses settings that cannot work.
@@ -253,6 +295,13 @@ fn parse_url(url: &str) -> Result<(Opts, bool), Error> {
         .map_or_else(|| url.to_owned(), |rest| format!("mysql://{rest}"));
     let opts = Opts::from_url(&url)
         .map_err(|err| Error::invalid_config("the MySQL URL cannot be read", Some(err.into())))?;
+    if cfg!(not(feature = "tls")) && opts.ssl_opts().is_some() {
+        return Err(Error::invalid_config(
+            "the MySQL URL asks for TLS (require_ssl=true), and lock-mysql was built \
+             without its `tls` feature (distlock's `tls`)",
+            None,
+        ));
+    }
     if opts.db_name().is_none_or(str::is_empty) {
         return Err(Error::invalid_config(
             "the MySQL URL names no database: the lock tables go into the one it names \

@@ -112,7 +112,7 @@ mod memory {
     use super::MemoryNodes;
     lock_conformance::conformance_suite!(
         MemoryNodes::start(),
-        without [Fair, Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests, HandsOver],
+        without [Fair, Reservation, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests, HandsOver, WriterHandOver],
         on paused time
     );
 }
@@ -121,7 +121,7 @@ mod redis {
     use super::RedisNodes;
     lock_conformance::conformance_suite!(
         RedisNodes::start(),
-        without [Fair, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests, HandsOver]
+        without [Fair, RedisControl, Failover, CountDownLatch, Semaphore, ExpirableSemaphore, WakesOneClient, OrderedRequests, HandsOver, WriterHandOver]
     );
 }
 

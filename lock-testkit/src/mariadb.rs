@@ -13,6 +13,7 @@ use crate::postgres::still_starting;
 use crate::scratch::{self, ScratchDir, scratch_dir};
 use crate::signal::{Signal, send};
 use crate::template;
+use crate::tls::TestCertificates;
 
 /// The message shown when no MariaDB server binaries can be found.
 pub(crate) const NOT_FOUND: &str = "MariaDB's server and tools (mariadbd, mariadb-install-db, \
@@ -84,6 +85,8 @@ pub struct MariaDbServer {
     port: u16,
     child: Option<Child>,
     dir: ScratchDir,
+    /// What the server is started with beyond the common settings.
+    extra: Vec<String>,
 }
 
 impl std::fmt::Debug for MariaDbServer {
@@ -99,12 +102,31 @@ impl MariaDbServer {
     /// Gives the server a data directory and starts it; returns once it accepts
     /// connections. Panics (with what to install) when the programs are missing.
     pub async fn start() -> Self {
+        Self::start_with(Vec::new()).await
+    }
+
+    /// As [`Self::start`], with TLS on (the server certificate of `certificates`, for
+    /// `127.0.0.1`) and required of every TCP connection (`require_secure_transport`;
+    /// the Unix socket, which the tests' administration uses, stays as it is).
+    pub async fn start_with_tls(certificates: &TestCertificates) -> Self {
+        let file = |name: &str| certificates.file(name).display().to_string();
+        Self::start_with(vec![
+            format!("--ssl-ca={}", file("ca.crt")),
+            format!("--ssl-cert={}", file("server.crt")),
+            format!("--ssl-key={}", file("server.key")),
+            "--require-secure-transport=ON".to_owned(),
+        ])
+        .await
+    }
+
+    async fn start_with(extra: Vec<String>) -> Self {
         let bin = mariadb_binaries().unwrap_or_else(|| panic!("{NOT_FOUND}"));
         let mut server = Self {
             bin,
             port: 0,
             child: None,
             dir: scratch_dir(),
+            extra,
         };
         server.init_db();
         for _ in 0..ports::PORT_ATTEMPTS {
@@ -267,6 +289,7 @@ impl MariaDbServer {
                 "--innodb-flush-log-at-trx-commit=2",
                 "--max-connections=300",
             ])
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
