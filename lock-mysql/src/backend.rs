@@ -20,11 +20,7 @@ use lock_core::{Error, Introspect, Owner};
 
 use crate::notify::Notifications;
 use crate::state::State;
-use crate::store::{Ask, Mailbox, Notice, Store};
-
-/// How long nothing is granted after a failover, for a name whose machine is new (no
-/// failover is detected yet: a name's machine begins with no quarantine).
-const QUARANTINE: Duration = Duration::from_secs(30);
+use crate::store::{Ask, Mailbox, Notice, Serving, Store};
 
 /// A MySQL or MariaDB lock store. Build one with [`crate::Connector`].
 #[derive(Debug)]
@@ -147,22 +143,24 @@ fn notices(
     notices
 }
 
-/// A new machine for a name whose row is made at `clock`: its tokens begin at the
-/// microseconds since the epoch, so that they go on rising past a counter a restore
-/// from a backup took back.
+/// A new machine for a name whose row is made at `clock` on the server `serving` names:
+/// its tokens begin at the microseconds since the epoch, so that they go on rising past
+/// a counter a restore from a backup took back; its leases are at most `quarantine`, the
+/// failover quarantine.
 ///
 /// A mutex's waiters are served in arrival order, as a fair lock's (the machine's fair
 /// rules for both kinds, as PostgreSQL's mutex and fair lock share one queue): a free
 /// mutex goes to its first waiter before a newcomer. The machine's other mutex rules
 /// exist for clients of other libraries that listen without registering (Redisson's),
 /// which MySQL has none of, and which a store that keeps no listeners could not count.
-fn fresh(clock: u64) -> State {
-    State::new(machine::new_machine(
+fn fresh(clock: u64, serving: Serving, quarantine: Duration) -> State {
+    let machine = machine::new_machine(
         LockKind::Fair,
-        None,
-        QUARANTINE,
+        Some(quarantine),
+        quarantine,
         (clock, clock, 0),
-    ))
+    );
+    State::fresh(machine, serving)
 }
 
 impl MysqlBackend {
@@ -184,6 +182,7 @@ impl MysqlBackend {
         F: Fn(Option<&Machine<Ask>>, Option<Reply<RequestId>>, u64) -> R + Send + Sync + 'static,
     {
         let (kind, name) = (lock.kind, lock.name.as_str().to_owned());
+        let quarantine = self.store.quarantine();
         let (reader_waiting, place) = match waits {
             Some((mailbox, place)) if kind == LockKind::Read => (Some(mailbox), place),
             _ => (None, 0),
@@ -191,7 +190,7 @@ impl MysqlBackend {
         self.store
             .transact_one(&name.clone(), during, move |slot, clock| {
                 if slot.state.is_none() && create {
-                    slot.state = Some(fresh(clock));
+                    slot.state = Some(fresh(clock, slot.serving, quarantine));
                 }
                 let Some(state) = slot.state.as_mut() else {
                     return (answer(None, None, clock), Vec::new());
@@ -264,10 +263,14 @@ impl Backend for MysqlBackend {
     }
 
     async fn raise_fencing(&self, lock: &LockRef, token: u64) -> Result<(), Error> {
+        let quarantine = self.store.quarantine();
         let name = lock.name.as_str().to_owned();
         self.store
             .transact_one(&name, "raising a fencing token", move |slot, clock| {
-                let state = slot.state.get_or_insert_with(|| fresh(clock));
+                let serving = slot.serving;
+                let state = slot
+                    .state
+                    .get_or_insert_with(|| fresh(clock, serving, quarantine));
                 state.machine.raise_token(token);
                 ((), Vec::new())
             })

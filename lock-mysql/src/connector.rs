@@ -38,6 +38,9 @@ pub struct ConnectorSettings {
     pub connect_timeout: Duration,
     /// The lock tables, by their prefix. Default: `distlock_`.
     pub tables: Tables,
+    /// How long nothing is granted after a replica took over from the server before
+    /// it, and the longest lease the names this client creates grant. Default: 60 s.
+    pub failover_quarantine: Duration,
 }
 
 impl Default for ConnectorSettings {
@@ -47,9 +50,13 @@ impl Default for ConnectorSettings {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             tables: Tables::default(),
+            failover_quarantine: DEFAULT_FAILOVER_QUARANTINE,
         }
     }
 }
+
+/// The failover quarantine by default, PostgreSQL's.
+const DEFAULT_FAILOVER_QUARANTINE: Duration = Duration::from_secs(60);
 
 impl ConnectorSettings {
     /// The most connections kept (default 16).
@@ -69,6 +76,16 @@ impl ConnectorSettings {
     /// How long connecting may take (default 10 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long nothing is granted after a replica took over (default 60 s): every
+    /// hold the old server may have granted in writes the replica lacks runs out
+    /// meanwhile, so no lease may be longer. A name keeps the value of the client that
+    /// first used it (its row's machine refuses longer leases); give every client of
+    /// one database the same.
+    pub fn failover_quarantine(mut self, quarantine: Duration) -> Self {
+        self.failover_quarantine = quarantine;
         self
     }
 
@@ -238,7 +255,11 @@ async fn open(opts: (Opts, bool), settings: ConnectorSettings) -> Result<MysqlBa
     )
     .await?;
     Ok(MysqlBackend {
-        store: Store::new(pool, settings.tables, settings.response_timeout),
+        store: Store::new(
+            pool,
+            settings.tables,
+            (settings.response_timeout, settings.failover_quarantine),
+        ),
         notifications,
     })
 }
@@ -254,10 +275,12 @@ async fn prepare_tables(conn: &mut mysql_async::Conn, tables: &Tables) -> Result
         Err(err) => return Err(failed(err, "creating the lock tables")),
     }
     let check = format!(
-        "SELECT 1 FROM {} WHERE 1 = 0; SELECT 1 FROM {} WHERE 1 = 0; SELECT 1 FROM {} WHERE 1 = 0",
+        "SELECT 1 FROM {} WHERE 1 = 0; SELECT 1 FROM {} WHERE 1 = 0; SELECT 1 FROM {} WHERE 1 = 0; \
+         SELECT 1 FROM {} WHERE 1 = 0",
         tables.names(),
         tables.wakes(),
-        tables.clients()
+        tables.clients(),
+        tables.epoch()
     );
     match conn.query_drop(check).await {
         Ok(()) => Ok(()),

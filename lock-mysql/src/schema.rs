@@ -1,12 +1,14 @@
 //! The lock tables: their names (a prefix in the connection's database) and the
 //! statements that create them.
 //!
-//! Three tables. `<prefix>names` keeps one row per lock name ever used: the name's state
+//! Four tables. `<prefix>names` keeps one row per lock name ever used: the name's state
 //! machine as bytes (see lock-core's `protocol` module) and, for introspection, until
 //! when its hold lasts. `<prefix>wakes` is each client's mailbox: a release that hands a
 //! lock over (or frees it for a waiter) writes the waiter's notice there in its own
 //! transaction, then interrupts the waiter's listening statement. `<prefix>clients`
-//! keeps what clients say about themselves, for introspection.
+//! keeps what clients say about themselves, for introspection. `<prefix>epoch` is one
+//! row: the server that wrote the tables last (`@@server_id`) and until when nothing is
+//! granted after a replica took over (see `store`).
 
 use std::fmt;
 
@@ -87,6 +89,11 @@ impl Tables {
         format!("`{}clients`", self.prefix)
     }
 
+    /// The table of the serving server's identity and the failover quarantine, quoted.
+    pub(crate) fn epoch(&self) -> String {
+        format!("`{}epoch`", self.prefix)
+    }
+
     /// The statements that create the tables where they are missing (MariaDB 10.11 and
     /// MySQL 8.0 both accept them). `name` keeps the lock's name; `lock_key` is the
     /// name itself when it is short, else a digest of it (see `Key`).
@@ -116,10 +123,17 @@ CREATE TABLE IF NOT EXISTS {clients} (
     host VARBINARY(1024) NOT NULL,
     pid INT UNSIGNED NOT NULL,
     until BIGINT UNSIGNED NOT NULL
-) ENGINE = InnoDB;",
+) ENGINE = InnoDB;
+CREATE TABLE IF NOT EXISTS {epoch} (
+    id TINYINT UNSIGNED NOT NULL PRIMARY KEY,
+    server_id INT UNSIGNED NOT NULL,
+    quarantine_until BIGINT UNSIGNED NOT NULL
+) ENGINE = InnoDB;
+INSERT IGNORE INTO {epoch} (id, server_id, quarantine_until) VALUES (1, @@server_id, 0);",
             names = self.names(),
             wakes = self.wakes(),
-            clients = self.clients()
+            clients = self.clients(),
+            epoch = self.epoch()
         )
     }
 }

@@ -8,7 +8,7 @@ use lock_core::backend::machine::Machine;
 use lock_core::backend::{Release, RequestId};
 use lock_core::protocol::Field;
 
-use crate::store::{Ask, Mailbox};
+use crate::store::{Ask, Mailbox, Serving};
 
 /// The layout's version, the first byte of every row's state.
 const VERSION: u8 = 2;
@@ -25,6 +25,8 @@ pub(crate) struct State {
     readers_waiting: Vec<(Mailbox, u64)>,
     /// Whether the name was last asked for as a read-write lock (its holder writes).
     pub(crate) read_write: bool,
+    /// The server that wrote the row last (`@@server_id`).
+    server: u32,
 }
 
 impl State {
@@ -34,7 +36,29 @@ impl State {
             releases: Vec::new(),
             readers_waiting: Vec::new(),
             read_write: false,
+            server: 0,
         }
+    }
+
+    /// A new name's state, on the server `serving` names: nothing is granted during
+    /// its quarantine.
+    pub(crate) fn fresh(mut machine: Machine<Ask>, serving: Serving) -> Self {
+        machine.hold_back_until(serving.quarantine_until);
+        let mut state = Self::new(machine);
+        state.server = serving.server;
+        state
+    }
+
+    /// The state as the server `serving` names takes it up: nothing granted during the
+    /// quarantine; and, when another server wrote it last, its fencing tokens raised
+    /// past `token_floor` (a token the other server issued after this row's copy was
+    /// made may be lost with it).
+    pub(crate) fn serve_on(&mut self, serving: Serving, token_floor: u64) {
+        if self.server != serving.server {
+            self.machine.raise_token(token_floor);
+            self.server = serving.server;
+        }
+        self.machine.hold_back_until(serving.quarantine_until);
     }
 
     /// Keeps `mailbox`, whose client has a reader waiting, until `until`, and forgets
@@ -102,6 +126,7 @@ impl State {
             until.put(&mut out);
         }
         self.read_write.put(&mut out);
+        self.server.put(&mut out);
         out
     }
 
@@ -139,11 +164,13 @@ impl State {
             readers_waiting.push((Mailbox { key }, u64::take(&mut input)?));
         }
         let read_write = bool::take(&mut input)?;
+        let server = u32::take(&mut input)?;
         input.is_empty().then_some(Self {
             machine,
             releases,
             readers_waiting,
             read_write,
+            server,
         })
     }
 }
@@ -172,6 +199,13 @@ mod tests {
         };
         state.reader_waits(mailbox, (10, 50));
         state.read_write = true;
+        state.serve_on(
+            crate::store::Serving {
+                server: 7,
+                quarantine_until: 0,
+            },
+            100,
+        );
         let bytes = state.encode();
         assert_eq!(State::decode(&bytes), Some(state.clone()));
         assert_eq!(

@@ -7,6 +7,15 @@
 //! 2. The changed rows written, the waiters' notices put in their mailboxes, `COMMIT`,
 //!    and then the waiters' listening statements interrupted (see [`crate::notify`]).
 //!
+//! The first round trip also reads which server answers (`@@server_id`) and the epoch
+//! row. A server other than the one the epoch names took over from it (a replica
+//! promoted after its primary died, which may lack the last grants): the first
+//! transaction to see it starts the failover quarantine, in which nothing is granted for
+//! the longest lease any hold may have (the same rule as PostgreSQL's, third review R4),
+//! and each name's fencing tokens jump past the server's clock when its row is first
+//! touched on the new server (a name's tokens begin at its creation's microseconds and
+//! grow by one a grant, so none issued before can be that high).
+//!
 //! Values go into the statements as hexadecimal literals, so one round trip carries
 //! several statements without any text escaping. Each operation runs in a task of its
 //! own: a caller that gives up does not leave a transaction half-sent, and a transaction
@@ -102,6 +111,16 @@ pub(crate) struct Slot {
     pub(crate) state: Option<State>,
     /// The row's bytes as read (`None`: no row).
     stored: Option<Vec<u8>>,
+    /// The server the transaction runs on, and its quarantine.
+    pub(crate) serving: Serving,
+}
+
+/// The server a transaction runs on (`@@server_id`), and until when nothing is granted
+/// after it took over from another (0: no quarantine).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Serving {
+    pub(crate) server: u32,
+    pub(crate) quarantine_until: u64,
 }
 
 /// The store: the pool, the tables, and the bound of every transaction.
@@ -116,18 +135,32 @@ struct Inner {
     batches: Batches,
     tables: Tables,
     response_timeout: Duration,
+    quarantine: Duration,
 }
 
 impl Store {
-    pub(crate) fn new(pool: Pool, tables: Tables, response_timeout: Duration) -> Self {
+    /// A store over `pool` and `tables`, whose transactions take at most
+    /// `response_timeout`, and whose failover quarantine (the longest lease a name it
+    /// creates grants) is `quarantine`.
+    pub(crate) fn new(
+        pool: Pool,
+        tables: Tables,
+        (response_timeout, quarantine): (Duration, Duration),
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 pool,
                 batches: Batches::default(),
                 tables,
                 response_timeout,
+                quarantine,
             }),
         }
+    }
+
+    /// The failover quarantine, and the longest lease of the names this client creates.
+    pub(crate) fn quarantine(&self) -> Duration {
+        self.inner.quarantine
     }
 
     pub(crate) fn tables(&self) -> &Tables {
@@ -330,22 +363,45 @@ impl Store {
                 key: key(name),
                 state: None,
                 stored: None,
+                serving: Serving::default(),
             })
             .collect();
         let keys: Vec<String> = slots.iter().map(|slot| hex(&slot.key)).collect();
-        // One statement for the rows and the clock: a row of the clock alone when no
-        // name has a row yet. The clock is read as the result is made, after the row
-        // locks were granted.
+        let tables = &self.inner.tables;
+        // The serving server and the epoch, read without a lock (every transaction
+        // reads them); then one statement for the rows and the clock: a row of the clock
+        // alone when no name has a row yet. The clock is read as the result is made,
+        // after the row locks were granted.
         let read = format!(
-            "START TRANSACTION; SELECT named.lock_key, named.state, ({NOW}) FROM (SELECT 1) AS one \
+            "START TRANSACTION; \
+             SELECT @@server_id, (SELECT server_id FROM {epoch} WHERE id = 1), \
+             (SELECT quarantine_until FROM {epoch} WHERE id = 1); \
+             SELECT named.lock_key, named.state, ({NOW}) FROM (SELECT 1) AS one \
              LEFT JOIN {} AS named ON named.lock_key IN ({}) FOR UPDATE",
-            self.inner.tables.names(),
-            keys.join(", ")
+            tables.names(),
+            keys.join(", "),
+            epoch = tables.epoch(),
         );
         let mut result = conn.query_iter(read).await?;
         result.map(drop).await?;
+        let epoch: Vec<Row> = result.map(|row| row).await?;
         let rows: Vec<Row> = result.map(|row| row).await?;
         drop(result);
+        let (server, epoch) = match epoch.into_iter().next() {
+            Some(mut row) => (
+                row.take_opt::<u32, usize>(0).and_then(Result::ok),
+                (
+                    row.take_opt::<Option<u32>, usize>(1)
+                        .and_then(Result::ok)
+                        .flatten(),
+                    row.take_opt::<Option<u64>, usize>(2)
+                        .and_then(Result::ok)
+                        .flatten(),
+                ),
+            ),
+            None => (None, (None, None)),
+        };
+        let server = server.ok_or(Failure::Unreadable)?;
         let mut clock = None;
         for mut row in rows {
             clock = row.take_opt::<u64, usize>(2).and_then(Result::ok);
@@ -364,7 +420,59 @@ impl Store {
             slot.stored = Some(state);
         }
         let clock = clock.ok_or(Failure::Unreadable)?;
+        let serving = self.serving(conn, server, epoch, clock).await?;
+        let quarantine = lock_core::backend::machine::ticks(self.inner.quarantine);
+        for slot in &mut slots {
+            slot.serving = serving;
+            if let Some(state) = slot.state.as_mut() {
+                state.serve_on(serving, clock.saturating_add(quarantine));
+            }
+        }
         Ok((slots, clock))
+    }
+
+    /// Who serves, and its quarantine: the epoch as read, or, where it names another
+    /// server, a quarantine this transaction starts (none where it names no server: the
+    /// tables are new).
+    async fn serving(
+        &self,
+        conn: &mut Pooled,
+        server: u32,
+        (named, quarantine_until): (Option<u32>, Option<u64>),
+        clock: u64,
+    ) -> Result<Serving, Failure> {
+        let mut serving = Serving {
+            server,
+            quarantine_until: quarantine_until.unwrap_or(0),
+        };
+        if named == Some(server) {
+            return Ok(serving);
+        }
+        let until = match named {
+            Some(before) => {
+                let until =
+                    clock.saturating_add(lock_core::backend::machine::ticks(self.inner.quarantine));
+                tracing::warn!(
+                    target: lock_core::TRACING_TARGET,
+                    before,
+                    now = server,
+                    quarantine = ?self.inner.quarantine,
+                    "the MySQL server changed (a replica took over?): no lock is granted \
+                     until every hold the old server may have granted has run out"
+                );
+                until
+            }
+            None => 0,
+        };
+        let epoch = self.inner.tables.epoch();
+        conn.query_drop(format!(
+            "INSERT INTO {epoch} (id, server_id, quarantine_until) VALUES (1, {server}, {until}) \
+             ON DUPLICATE KEY UPDATE quarantine_until = GREATEST(quarantine_until, \
+             VALUES(quarantine_until)), server_id = VALUES(server_id)"
+        ))
+        .await?;
+        serving.quarantine_until = serving.quarantine_until.max(until);
+        Ok(serving)
     }
 
     /// The second round trip: writes the rows whose state changed and the notices,

@@ -25,7 +25,7 @@ async fn least_privileged() -> MariaDbServer {
         tables.create_sql(),
         format!("CREATE USER '{SERVICE_USER}'@'%' IDENTIFIED BY '{SERVICE_PASSWORD}';"),
     ];
-    for table in ["names", "wakes", "clients"] {
+    for table in ["names", "wakes", "clients", "epoch"] {
         script.push(format!(
             "GRANT SELECT, INSERT, UPDATE, DELETE ON {MARIADB_TEST_DATABASE}.{}{table} \
              TO '{SERVICE_USER}'@'%';",

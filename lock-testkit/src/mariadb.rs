@@ -119,6 +119,48 @@ impl MariaDbServer {
         .await
     }
 
+    /// A replication primary: as [`Self::start`], writing a binary log, as server
+    /// `server_id`.
+    pub async fn start_primary(server_id: u32) -> Self {
+        Self::start_with(vec![
+            format!("--server-id={server_id}"),
+            "--log-bin=binlog".to_owned(),
+            "--binlog-format=ROW".to_owned(),
+        ])
+        .await
+    }
+
+    /// An asynchronous replica of `primary`, as server `server_id`: it applies the
+    /// primary's binary log from its beginning (so it catches up with everything the
+    /// primary did since it started) until [`Self::stop_replicating`].
+    pub async fn start_replica(primary: &Self, server_id: u32) -> Self {
+        let replica = Self::start_with(vec![format!("--server-id={server_id}")]).await;
+        replica.execute(&format!(
+            "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, \
+             MASTER_USER = 'root', MASTER_PASSWORD = '', MASTER_USE_GTID = slave_pos; \
+             START SLAVE",
+            primary.port
+        ));
+        replica
+    }
+
+    /// Stops applying the primary's log: what the primary writes from now on, this
+    /// replica lacks.
+    pub fn stop_replicating(&self) {
+        self.execute("STOP SLAVE");
+    }
+
+    /// Makes a replica a primary of its own (as a failover does after the primary died):
+    /// it forgets its primary and takes writes.
+    pub fn promote(&self) {
+        self.execute("STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = 0");
+    }
+
+    /// Kills the server (SIGKILL, as a crash would) and leaves it down.
+    pub fn crash(&mut self) {
+        self.stop();
+    }
+
     async fn start_with(extra: Vec<String>) -> Self {
         let bin = mariadb_binaries().unwrap_or_else(|| panic!("{NOT_FOUND}"));
         let mut server = Self {
@@ -186,6 +228,12 @@ impl MariaDbServer {
             String::from_utf8_lossy(&output.stderr)
         );
         String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Runs `sql`, which prints nothing, for its effect (see [`Self::sql`]).
+    fn execute(&self, sql: &str) {
+        let printed = self.sql(sql);
+        assert!(printed.trim().is_empty(), "{sql:?} printed {printed}");
     }
 
     /// Kills the server (SIGKILL, as a crash would) and starts it again on the same

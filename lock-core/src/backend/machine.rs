@@ -95,7 +95,8 @@ pub fn attempt<A>(lock: &LockRef, request: &AcquireRequest, ask: A) -> Event<Req
 ///
 /// # Errors
 ///
-/// [`Error::WouldDeadlock`] for a write attempt of an owner that reads.
+/// [`Error::WouldDeadlock`] for a write attempt of an owner that reads; an invalid
+/// argument for a lease longer than the machine grants.
 pub fn acquire_answer<A: Clone>(
     machine: &Machine<A>,
     (lock, request): (&LockRef, &AcquireRequest),
@@ -120,6 +121,16 @@ pub fn acquire_answer<A: Clone>(
             return Err(Error::WouldDeadlock {
                 name: lock.name.as_str().to_owned(),
             });
+        }
+        Reply::Refused => {
+            let longest = span(machine.longest_lease());
+            return Err(Error::invalid_argument(
+                "lease",
+                format!(
+                    "this store grants leases of {longest:?} at most, not {:?}",
+                    request.lease
+                ),
+            ));
         }
         _ => Acquire::Ended,
     })

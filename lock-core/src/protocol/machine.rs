@@ -181,6 +181,12 @@ where
         self.defect == Some(defect)
     }
 
+    /// Grants nothing before `until` (a store that found it took over from a replica
+    /// that may have been behind: the holds of the writes it lost run out meanwhile).
+    pub fn hold_back_until(&mut self, until: u64) {
+        self.quarantine_until = self.quarantine_until.max(until);
+    }
+
     /// Makes the next token greater than `token` (a composite lock's parts agree on
     /// one).
     pub fn raise_token(&mut self, token: u64) {

@@ -15,6 +15,12 @@ where
         self.now
     }
 
+    /// The longest lease a hold may have.
+    #[must_use]
+    pub fn longest_lease(&self) -> u64 {
+        self.longest_lease
+    }
+
     /// The fencing token issued last.
     #[must_use]
     pub fn last_token(&self) -> u64 {

@@ -1,0 +1,95 @@
+//! A replica promoted after its primary died (the third review's R4, on MySQL): the
+//! replica lacks the primary's last grants, whose holders still believe they hold. The
+//! first transaction on the promoted server finds the epoch naming another server and
+//! starts the failover quarantine: nothing is granted until every lease the old server
+//! may have granted ran out, and the name's fencing tokens jump past every token the
+//! old server issued.
+//!
+//! Without the quarantine, the new client is granted the lock at once while the old
+//! holder still believes it holds; without the tokens' jump, its token repeats the old
+//! holder's (the replica's counter is behind by exactly that grant).
+
+use std::time::Duration;
+
+use lock_core::Locks;
+use lock_mysql::{Connector, ConnectorSettings};
+use lock_testkit::MariaDbServer;
+use tokio::time::{Instant, sleep};
+
+const QUARANTINE: Duration = Duration::from_secs(3);
+
+async fn client(url: &str) -> Locks {
+    let settings = ConnectorSettings::default()
+        .failover_quarantine(QUARANTINE)
+        .response_timeout(Duration::from_secs(1))
+        .connect_timeout(Duration::from_secs(5));
+    Locks::builder(std::sync::Arc::new(
+        Connector::new(url)
+            .settings(settings)
+            .connect()
+            .await
+            .unwrap(),
+    ))
+    .fencing(true)
+    .watchdog_lease(Duration::from_secs(2))
+    .build()
+    .unwrap()
+}
+
+/// Waits until `replica` has applied everything `primary` wrote so far.
+async fn caught_up(primary: &MariaDbServer, replica: &MariaDbServer) {
+    let position = primary.sql("SELECT @@gtid_binlog_pos");
+    let position = position.trim();
+    let waited = replica.sql(&format!("SELECT MASTER_GTID_WAIT('{position}', 10)"));
+    assert_eq!(
+        waited.trim(),
+        "0",
+        "the replica did not catch up with {position}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_replica_grants_nothing_until_lost_holds_ran_out_and_tokens_go_on() {
+    let mut primary = MariaDbServer::start_primary(1).await;
+    let replica = MariaDbServer::start_replica(&primary, 2).await;
+
+    let first = client(&primary.url()).await;
+    let guard = first.mutex("orders").lock().await.unwrap();
+    guard.unlock().await.unwrap();
+    caught_up(&primary, &replica).await;
+    replica.stop_replicating();
+
+    // A grant the replica never sees: its holder believes it holds for its lease.
+    let lost = client(&primary.url()).await;
+    let lease = Duration::from_millis(2_500);
+    let held = lost.mutex("orders").lock_with_lease(lease).await.unwrap();
+    let lost_token = held.fencing_token().expect("a token");
+    let believed_until = Instant::now() + lease;
+    primary.crash();
+    replica.promote();
+
+    let after = client(&replica.url()).await;
+    let early = after.mutex("orders").try_lock().await.unwrap();
+    assert!(
+        early.is_none() || Instant::now() >= believed_until,
+        "granted on the promoted replica while the lost hold's owner believes it holds"
+    );
+    let started = Instant::now();
+    let guard = tokio::time::timeout(Duration::from_secs(10), after.mutex("orders").lock())
+        .await
+        .expect("granted once the quarantine ends")
+        .unwrap();
+    assert!(
+        Instant::now() >= believed_until,
+        "granted {:?} after asking, before the lost hold's lease ran out",
+        started.elapsed()
+    );
+    let token = guard.fencing_token().expect("a token");
+    assert!(
+        token > lost_token,
+        "token {token} does not follow the lost hold's {lost_token}"
+    );
+    guard.unlock().await.unwrap();
+    drop(held);
+    sleep(Duration::from_millis(10)).await;
+}
