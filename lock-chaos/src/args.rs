@@ -36,6 +36,8 @@ pub(crate) enum BackendKind {
     Redlock,
     /// PostgreSQL.
     Postgres,
+    /// MariaDB (the MySQL backend), a primary with a replica.
+    Mysql,
 }
 
 /// What the workers take.
@@ -101,6 +103,9 @@ impl RunArgs {
             }
             (BackendKind::Postgres, Kind::Semaphore) => {
                 return Err("the PostgreSQL backend has no semaphores yet".into());
+            }
+            (BackendKind::Mysql, Kind::Semaphore) => {
+                return Err("the MySQL backend has no semaphores yet".into());
             }
             _ => {}
         }

@@ -1,7 +1,7 @@
 //! `lock-chaos`: fault injection for distlock, in the spirit of Jepsen.
 //!
 //! ```text
-//! lock-chaos run [--seconds S] [--backend redis|fred|redlock|postgres]
+//! lock-chaos run [--seconds S] [--backend redis|fred|redlock|postgres|mysql]
 //!                [--kind mutex|fair|rw|semaphore] [--permits P]
 //!                [--workers W] [--names K] [--lease-ms L] [--seed N]
 //! ```

@@ -1,9 +1,9 @@
-//! The servers a run's locks live on: Redis nodes, or one PostgreSQL primary with a
-//! streaming standby. The faults that act on a server (restart, pause, killing client
+//! The servers a run's locks live on: Redis nodes, one PostgreSQL primary with a
+//! streaming standby, or one MariaDB primary with a replica. The faults that act on a server (restart, pause, killing client
 //! connections, a failover) go through here.
 
 use lock_testkit::Signal;
-use lock_testkit::{PostgresServer, RedisServer};
+use lock_testkit::{MariaDbServer, PostgresServer, RedisServer};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -13,12 +13,15 @@ use crate::args::BackendKind;
 pub(crate) enum Node {
     Redis(RedisServer),
     Postgres(Replicated),
+    Mysql(Replicated<MariaDbServer>),
 }
 
-/// A PostgreSQL primary and its asynchronous streaming standby.
-pub(crate) struct Replicated {
-    primary: PostgresServer,
-    standby: PostgresServer,
+/// A primary and its asynchronous standby (a MariaDB replica's server id is `next_id`,
+/// then one more for the next).
+pub(crate) struct Replicated<S = PostgresServer> {
+    primary: S,
+    standby: S,
+    next_id: u32,
 }
 
 impl Node {
@@ -38,7 +41,21 @@ impl Node {
                     .await
                     .unwrap_or_else(|err| panic!("setting the failover quarantine: {err}"));
                 let standby = PostgresServer::start_standby(&primary).await;
-                Node::Postgres(Replicated { primary, standby })
+                Node::Postgres(Replicated {
+                    primary,
+                    standby,
+                    next_id: 0,
+                })
+            }
+            // The quarantine is the workers' setting (`worker::connect`).
+            BackendKind::Mysql => {
+                let primary = MariaDbServer::start_primary(1).await;
+                let standby = MariaDbServer::start_replica(&primary, 2).await;
+                Node::Mysql(Replicated {
+                    primary,
+                    standby,
+                    next_id: 3,
+                })
             }
             BackendKind::Redis | BackendKind::Fred | BackendKind::Redlock => {
                 Node::Redis(RedisServer::start().await)
@@ -50,6 +67,7 @@ impl Node {
         match self {
             Node::Redis(server) => server.port(),
             Node::Postgres(pair) => pair.primary.port(),
+            Node::Mysql(pair) => pair.primary.port(),
         }
     }
 
@@ -58,6 +76,10 @@ impl Node {
         match self {
             Node::Redis(_) => format!("redis://127.0.0.1:{port}"),
             Node::Postgres(_) => format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            Node::Mysql(_) => format!(
+                "mysql://root@127.0.0.1:{port}/{}",
+                lock_testkit::MARIADB_TEST_DATABASE
+            ),
         }
     }
 
@@ -67,6 +89,8 @@ impl Node {
             // Functions, which clients call on Redis 7 by default.
             Node::Redis(_) => b"FCALL",
             Node::Postgres(_) => b"SELECT distlock.",
+            // The first round trip of a lock transaction.
+            Node::Mysql(_) => b"START TRANSACTION",
         }
     }
 
@@ -74,6 +98,7 @@ impl Node {
         match self {
             Node::Redis(server) => server.pid(),
             Node::Postgres(pair) => pair.primary.pid(),
+            Node::Mysql(pair) => pair.primary.pid(),
         }
     }
 
@@ -83,6 +108,7 @@ impl Node {
         match self {
             Node::Redis(server) => server.restart().await,
             Node::Postgres(pair) => pair.primary.restart().await,
+            Node::Mysql(pair) => pair.primary.restart().await,
         }
     }
 
@@ -90,6 +116,7 @@ impl Node {
         match self {
             Node::Redis(server) => server.pause(),
             Node::Postgres(pair) => pair.primary.pause(),
+            Node::Mysql(pair) => pair.primary.pause(),
         }
     }
 
@@ -97,6 +124,7 @@ impl Node {
         match self {
             Node::Redis(server) => server.resume(),
             Node::Postgres(pair) => pair.primary.resume(),
+            Node::Mysql(pair) => pair.primary.resume(),
         }
     }
 
@@ -105,24 +133,42 @@ impl Node {
     /// the node's proxy must lead from now on; `None` for a node without a standby.
     /// [`Self::replace_standby`] makes the next standby.
     pub(crate) fn fail_over(&mut self) -> Option<u16> {
-        let Node::Postgres(pair) = self else {
-            return None;
-        };
         let started = std::time::Instant::now();
-        tokio::task::block_in_place(|| {
-            pair.primary.crash();
-            pair.standby.promote();
-        });
+        let port = match self {
+            Node::Postgres(pair) => {
+                tokio::task::block_in_place(|| {
+                    pair.primary.crash();
+                    pair.standby.promote();
+                });
+                std::mem::swap(&mut pair.primary, &mut pair.standby);
+                pair.primary.port()
+            }
+            Node::Mysql(pair) => {
+                tokio::task::block_in_place(|| {
+                    pair.primary.crash();
+                    pair.standby.promote();
+                });
+                std::mem::swap(&mut pair.primary, &mut pair.standby);
+                pair.primary.port()
+            }
+            Node::Redis(_) => return None,
+        };
         eprintln!("chaos: failover: promoted after {:?}", started.elapsed());
-        std::mem::swap(&mut pair.primary, &mut pair.standby);
-        Some(pair.primary.port())
+        Some(port)
     }
 
     /// After [`Self::fail_over`]: a new standby of the promoted server, in place of the
     /// crashed one.
     pub(crate) async fn replace_standby(&mut self) {
-        if let Node::Postgres(pair) = self {
-            pair.standby = PostgresServer::start_standby(&pair.primary).await;
+        match self {
+            Node::Postgres(pair) => {
+                pair.standby = PostgresServer::start_standby(&pair.primary).await;
+            }
+            Node::Mysql(pair) => {
+                pair.standby = MariaDbServer::start_replica(&pair.primary, pair.next_id).await;
+                pair.next_id += 1;
+            }
+            Node::Redis(_) => {}
         }
     }
 
@@ -133,6 +179,7 @@ impl Node {
         let outcome = match self {
             Node::Redis(server) => kill_redis_clients(server, rng).await,
             Node::Postgres(pair) => terminate_postgres_backends(&pair.primary, rng).await,
+            Node::Mysql(_) => Ok(()),
         };
         if let Err(err) = outcome {
             eprintln!("chaos: killing client connections: {err}");

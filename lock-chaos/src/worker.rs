@@ -82,6 +82,14 @@ pub(crate) async fn backend(args: &WorkerArgs) -> Result<Arc<dyn Backend>, Strin
             let postgres = distlock::postgres::Connector::new(args.urls[0].clone()).pool_size(4);
             shared(postgres.connect().await)
         }
+        BackendKind::Mysql => {
+            // The runner's quarantine: two leases (see `Node::start`).
+            let settings = distlock::mysql::ConnectorSettings::default()
+                .pool_size(4)
+                .failover_quarantine(args.lease() * 2);
+            let mysql = distlock::mysql::Connector::new(args.urls[0].clone()).settings(settings);
+            shared(mysql.connect().await)
+        }
     }
 }
 

@@ -134,7 +134,15 @@ impl MariaDbServer {
     /// primary's binary log from its beginning (so it catches up with everything the
     /// primary did since it started) until [`Self::stop_replicating`].
     pub async fn start_replica(primary: &Self, server_id: u32) -> Self {
-        let replica = Self::start_with(vec![format!("--server-id={server_id}")]).await;
+        // A replica logs what it applies too, so that once promoted, a replica of its own
+        // gets everything from its log.
+        let replica = Self::start_with(vec![
+            format!("--server-id={server_id}"),
+            "--log-bin=binlog".to_owned(),
+            "--log-slave-updates=ON".to_owned(),
+            "--binlog-format=ROW".to_owned(),
+        ])
+        .await;
         replica.execute(&format!(
             "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, \
              MASTER_USER = 'root', MASTER_PASSWORD = '', MASTER_USE_GTID = slave_pos; \
