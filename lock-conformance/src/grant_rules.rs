@@ -230,6 +230,40 @@ async fn a_late_copy_of_an_ended_grant_takes_nothing(fx: &dyn Fixture, released:
     free_for_others(fx, LockKind::Mutex, &name, "after the late copy").await;
 }
 
+/// A reader's write attempt is refused (it would wait for its own reads), and the
+/// refusal ends that acquisition: a late copy of the attempt, arriving once the reads
+/// ended, takes nothing. Found by the read-write lock's differential test in the memory
+/// store, Redis's script and PostgreSQL's function alike: the copy took the write lock
+/// for an acquisition its client had given up on.
+pub async fn a_late_copy_of_a_refused_upgrade_takes_nothing(fx: &dyn Fixture) {
+    let name = LockName::new(&unique("late-upgrade")).unwrap();
+    let backend = fx.backend().await;
+    let owner = Owner::new("00000000-0000-0000-0000-0000000feed5", "reader");
+    let reader = LockRef::new(LockKind::Read, name.clone(), owner.clone());
+    let writer = LockRef::new(LockKind::Write, name.clone(), owner);
+    let lease = secs(10);
+    let read = AcquireRequest::new(lease).fencing(true);
+    let granted = backend.acquire(&reader, read).await.unwrap();
+    assert!(matches!(granted, Acquire::Acquired { .. }), "{granted:?}");
+    let upgrade = AcquireRequest::new(lease).fencing(true);
+    let refused = backend.acquire(&writer, upgrade).await;
+    assert!(
+        matches!(refused, Err(lock_core::Error::WouldDeadlock { .. })),
+        "{refused:?}"
+    );
+    let released = backend
+        .release(&reader, ReleaseRequest::new(lease, read.id))
+        .await
+        .unwrap();
+    assert_eq!(released, lock_core::backend::Release::Released);
+    let late = backend.acquire(&writer, upgrade).await;
+    assert!(
+        !matches!(late, Ok(Acquire::Acquired { .. })),
+        "a late copy of a refused upgrade took the write lock: {late:?}"
+    );
+    backend.force_release(&writer).await.unwrap();
+}
+
 /// R2 for the mutex.
 pub async fn a_late_copy_of_a_cancelled_mutex_acquisition_takes_nothing(fx: &dyn Fixture) {
     a_late_copy_of_a_cancelled_acquisition_takes_nothing(fx, LockKind::Mutex).await;

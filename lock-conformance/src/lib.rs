@@ -118,6 +118,7 @@ macro_rules! conformance_suite {
             a_late_copy_of_a_cancelled_mutex_acquisition_takes_nothing: [RetrySafe],
             a_late_copy_of_a_lapsed_grant_takes_nothing: [RetrySafe],
             a_late_copy_of_a_released_grant_takes_nothing: [RetrySafe],
+            a_late_copy_of_a_refused_upgrade_takes_nothing: [RetrySafe, ReadWrite],
             a_late_copy_of_a_cancelled_fair_acquisition_takes_nothing: [RetrySafe, Fair],
             a_handed_hold_lasts_no_longer_than_its_waiters_lease: [HandsOver],
             a_store_keeps_the_grant_rules: [HandsOver, RetrySafe, Fencing, Introspection],

@@ -707,6 +707,9 @@ BEGIN
     IF p_kind = 'write' AND EXISTS (SELECT 1 FROM distlock.holds
                                      WHERE name = p_name AND owner = p_owner AND kind = 'read')
        AND NOT EXISTS (SELECT 1 FROM distlock.holds WHERE name = p_name AND kind <> 'read') THEN
+        -- The refusal ends the acquisition: a late copy of this attempt, once the
+        -- owner's reads ended, grants nothing.
+        PERFORM distlock.end_acquisitions(p_name, ARRAY[p_request], v_now);
         RETURN ARRAY[3, 0, 0];
     END IF;
     v_reply := distlock.busy(p_name, v_now);
@@ -955,7 +958,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 
         $functions$;
         DELETE FROM distlock.functions;
-        INSERT INTO distlock.functions VALUES (3, 'f4cede3c0e103d5558d84ecc842d93e3a92844aa');
+        INSERT INTO distlock.functions VALUES (3, '6640231537e4cb83db21d8f528813aa964444017');
     END IF;
 END $distlock$;
 COMMIT;

@@ -97,6 +97,9 @@ BEGIN
     IF p_kind = 'write' AND EXISTS (SELECT 1 FROM {schema}.holds
                                      WHERE name = p_name AND owner = p_owner AND kind = 'read')
        AND NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name AND kind <> 'read') THEN
+        -- The refusal ends the acquisition: a late copy of this attempt, once the
+        -- owner's reads ended, grants nothing.
+        PERFORM {schema}.end_acquisitions(p_name, ARRAY[p_request], v_now);
         RETURN ARRAY[3, 0, 0];
     END IF;
     v_reply := {schema}.busy(p_name, v_now);
