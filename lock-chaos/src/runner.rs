@@ -420,9 +420,21 @@ async fn inject(run: &mut Run, rng: &mut ChaCha8Rng, fault: Fault) -> Result<(),
                 }
             }
             let learn_ms = run.args.lease_ms + LEARN_SLACK_MS;
-            run.tell_store(&format!("FORCED {name} {learn_ms}")).await?;
-            if let Err(err) = forced {
-                eprintln!("chaos: a force-unlock of {name} failed: {err}");
+            match forced {
+                // The writer's side was not held (readers held the name): the deletion
+                // revoked nobody, and the readers keep their holds.
+                Ok(false) => {
+                    run.tell_store(&format!("UNFORCED {name}")).await?;
+                }
+                Ok(true) => {
+                    run.tell_store(&format!("FORCED {name} {learn_ms}")).await?;
+                }
+                // It may have taken effect with its answer lost: every holder counts as
+                // revoked.
+                Err(err) => {
+                    run.tell_store(&format!("FORCED {name} {learn_ms}")).await?;
+                    eprintln!("chaos: a force-unlock of {name} failed: {err}");
+                }
             }
         }
         Fault::KillMinority => {

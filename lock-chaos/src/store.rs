@@ -17,6 +17,7 @@
 //! | `FAULT kind` | (from the runner) a fault begins, for the report's examples | none |
 //! | `FORCING name` | (from the runner) an operator's force-unlock of the name begins | `OK` |
 //! | `FORCED name ms` | (from the runner) it ended: every section open now was revoked, and must learn it within `ms` of the force-unlock's start | none |
+//! | `UNFORCED name` | (from the runner) it ended and found nothing of its side held (a read-write lock's readers, when it deleted the writer's side): nobody was revoked | none |
 //! | `REPORT` | the analysis so far | one JSON line |
 
 use std::collections::HashMap;
@@ -132,6 +133,10 @@ impl State {
                         .get_or_insert((began, learn_by));
                 }
                 self.forced += 1;
+                None
+            }
+            ["UNFORCED", name] => {
+                self.names.entry((*name).to_owned()).or_default().forcing = None;
                 None
             }
             ["FAULT", fault] => {

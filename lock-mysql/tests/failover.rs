@@ -28,16 +28,16 @@ async fn client(url: &str) -> Locks {
             .settings(settings)
             .connect()
             .await
-            .unwrap(),
+            .expect("connects"),
     ))
     .fencing(true)
     .watchdog_lease(Duration::from_secs(2))
     .build()
-    .unwrap()
+    .expect("valid settings")
 }
 
 /// Waits until `replica` has applied everything `primary` wrote so far.
-async fn caught_up(primary: &MariaDbServer, replica: &MariaDbServer) {
+fn caught_up(primary: &MariaDbServer, replica: &MariaDbServer) {
     let position = primary.sql("SELECT @@gtid_binlog_pos");
     let position = position.trim();
     let waited = replica.sql(&format!("SELECT MASTER_GTID_WAIT('{position}', 10)"));
@@ -56,7 +56,7 @@ async fn a_promoted_replica_grants_nothing_until_lost_holds_ran_out_and_tokens_g
     let first = client(&primary.url()).await;
     let guard = first.mutex("orders").lock().await.unwrap();
     guard.unlock().await.unwrap();
-    caught_up(&primary, &replica).await;
+    caught_up(&primary, &replica);
     replica.stop_replicating();
 
     // A grant the replica never sees: its holder believes it holds for its lease.

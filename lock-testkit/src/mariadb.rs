@@ -11,7 +11,7 @@ use crate::binary::find_executable;
 use crate::ports::{self, PortTaken};
 use crate::postgres::still_starting;
 use crate::scratch::{self, ScratchDir, scratch_dir};
-use crate::signal::{Signal, send};
+use crate::signal::{Signal, send, wait_until_stopped};
 use crate::template;
 use crate::tls::TestCertificates;
 
@@ -257,8 +257,11 @@ impl MariaDbServer {
     }
 
     /// Pauses the server (SIGSTOP): it keeps its connections and answers nothing.
+    /// Returns once every thread of it has stopped: a signal to a process stops its
+    /// threads one by one, and a thread that has not stopped yet still answers.
     pub fn pause(&self) {
         send(self.pid(), Signal::SIGSTOP);
+        wait_until_stopped(self.pid());
     }
 
     /// Resumes a paused server (SIGCONT).

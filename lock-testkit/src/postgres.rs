@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::ports::{self, PortTaken};
 use crate::scratch::{self, ScratchDir, scratch_dir};
-use crate::signal::{Signal, children, send};
+use crate::signal::{Signal, children, send, wait_until_stopped};
 use crate::template;
 use crate::tls::TestCertificates;
 
@@ -330,14 +330,18 @@ impl PostgresServer {
         );
     }
 
-    /// Pauses every process of the server: the postmaster first (so that it starts no
-    /// new backend), then each of its children. A signal to the process group would
+    /// Pauses every process of the server and returns once each has stopped: the
+    /// postmaster first (so that it starts no new backend), then each of its children. A signal to the process group would
     /// miss the children, which PostgreSQL moves into sessions of their own.
     pub fn pause(&self) {
         let postmaster = self.pid();
         send(postmaster, Signal::SIGSTOP);
-        for child in children(postmaster) {
-            send(child, Signal::SIGSTOP);
+        let children = children(postmaster);
+        for child in &children {
+            send(*child, Signal::SIGSTOP);
+        }
+        for process in std::iter::once(postmaster).chain(children) {
+            wait_until_stopped(process);
         }
     }
 

@@ -212,8 +212,10 @@ impl RedisServer {
     }
 
     /// Stops the process with SIGSTOP: it keeps its connections but answers nothing.
+    /// Returns once every thread has stopped.
     pub fn pause(&self) {
         self.signal(Signal::SIGSTOP);
+        crate::signal::wait_until_stopped(self.pid());
     }
 
     /// Continues a paused process with SIGCONT.

@@ -30,6 +30,32 @@ pub(crate) fn send(pid: u32, sig: Signal) {
     }
 }
 
+/// Returns once every thread of process `pid` has stopped (after a SIGSTOP), or after
+/// five seconds. A signal to a process stops its threads one by one as each next leaves
+/// the kernel: on a loaded machine a server was seen answering a request sent after its
+/// SIGSTOP (about one pause in fifty, beside a dozen other tests).
+pub(crate) fn wait_until_stopped(pid: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !all_threads_stopped(pid) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Whether every thread of process `pid` is stopped (state `T` or `t` in its `stat`); a
+/// process that is gone counts as stopped.
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.filter_map(Result::ok).all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            // The state follows the command's closing parenthesis.
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+        })
+    })
+}
+
 /// The processes whose parent is `parent`.
 pub(crate) fn children(parent: u32) -> Vec<u32> {
     let Ok(parent) = i32::try_from(parent) else {
