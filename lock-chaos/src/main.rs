@@ -22,9 +22,10 @@
 //! - `overlaps_both_valid`: two workers held one name and both guards said `is_held()`;
 //! - `stale_writes_accepted`: the store accepted a write out of token order;
 //! - `stuck_waiters`: a waiter sat through a long free period without being served;
-//! - `revoked_not_learnt`: a worker whose hold a force-unlock revoked still found its
-//!   guard held more than its lease after the force-unlock began (until then it may
-//!   overlap the next holder: revocation with notice, its fencing token the older);
+//! - `revoked_not_learnt`: a worker whose hold a force-unlock revoked (one held when the
+//!   force-unlock began, and found held by it) still found its guard held more than its
+//!   lease after the force-unlock began (until then it may overlap the next holder:
+//!   revocation with notice, its fencing token the older);
 //! - `orphaned_holds`: once every worker is dead, a name the operator cannot take within
 //!   four leases and two seconds (a hold nobody will release or renew, beyond its lease);
 //! - `over_capacity` (kind `semaphore`, an expirable semaphore of P permits per name,
