@@ -47,6 +47,17 @@ impl Inside {
         sleep(hold).await;
         self.now.fetch_sub(1, Ordering::SeqCst);
     }
+
+    /// A visit that stays until `gate` lets it through: what a test checks meanwhile
+    /// cannot race the visit's own time (a fixed stay ended, under load, between a
+    /// check that both permits were taken and the call that relied on it).
+    async fn visit_until(&self, gate: &tokio::sync::Semaphore) {
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        gate.acquire().await.expect("the gate stays open").forget();
+        sleep(Duration::from_millis(20)).await;
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 async fn server_and_client() -> (RedisServer, Locks) {
@@ -278,10 +289,15 @@ async fn read_kind_shares_and_other_kinds_work() {
 }
 
 #[distributed_lock("pool:{pool}", client = locks, kind = semaphore(permits = 2))]
-async fn pooled(locks: &Locks, pool: &str, inside: &Inside) -> Result<(), AppError> {
+async fn pooled(
+    locks: &Locks,
+    pool: &str,
+    inside: &Inside,
+    gate: &tokio::sync::Semaphore,
+) -> Result<(), AppError> {
     let permit = distlock::current_permits().expect("the body sees its permit");
     assert!(permit.is_held());
-    inside.visit(Duration::from_millis(200)).await;
+    inside.visit_until(gate).await;
     Ok(())
 }
 
@@ -296,10 +312,13 @@ async fn pooled_or_not(locks: &Locks, pool: &str) -> Result<(), AppError> {
 async fn semaphore_kind_runs_at_most_n_at_once() {
     let (_server, locks) = server_and_client().await;
     let inside = Arc::new(Inside::default());
+    // Closed until the refusal below was checked: the two calls that hold the permits
+    // stay inside until then.
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let calls: Vec<_> = (0..6)
         .map(|_| {
-            let (locks, inside) = (locks.clone(), Arc::clone(&inside));
-            tokio::spawn(async move { pooled(&locks, "p", &inside).await })
+            let (locks, inside, gate) = (locks.clone(), Arc::clone(&inside), Arc::clone(&gate));
+            tokio::spawn(async move { pooled(&locks, "p", &inside, &gate).await })
         })
         .collect();
     // Until two calls hold the permits (a fixed pause is too short on a loaded machine).
@@ -316,6 +335,7 @@ async fn semaphore_kind_runs_at_most_n_at_once() {
         matches!(&refused, Err(AppError::Lock(err)) if err.is_timeout()),
         "{refused:?}"
     );
+    gate.add_permits(6);
     for call in calls {
         timeout(Duration::from_secs(10), call)
             .await

@@ -241,7 +241,7 @@ impl ExpirableSemaphore {
             return Err(Error::ShutDown);
         }
         let starvation = Starvation::new(client, name, true);
-        let Some(_head) = client.semaphore_turns.wait(name, wait.deadline()).await else {
+        let Some(_head) = super::semaphore_turn(client, name, wait).await else {
             return Ok(None);
         };
         let (lease, renew) = lease.terms(&client.config);

@@ -188,7 +188,7 @@ impl Semaphore {
             return Ok(Some(Permits::new(client, name, 0, RequestId::random())));
         }
         let starvation = Starvation::new(client, name, false);
-        let Some(head) = client.semaphore_turns.wait(name, wait.deadline()).await else {
+        let Some(head) = super::semaphore_turn(client, name, wait).await else {
             return Ok(None);
         };
         let mut taking = Taking {
@@ -196,7 +196,7 @@ impl Semaphore {
             name,
             permits,
             starvation,
-            head: Some(head),
+            head,
             beyond_peak: false,
         };
         let served = wait::run(&mut taking, wait, &mut None).await?;
