@@ -141,12 +141,15 @@ pub async fn read_hold_expiry_lets_a_writer_in(fx: &dyn Fixture) {
 }
 
 /// A writer's release wakes every waiting reader at once: 20 readers that each hold for
-/// 200 ms all finish within a few hold times, not twenty (woken one by one, they would
-/// take four seconds; the bound leaves room for a loaded machine, where waking 20
-/// clients once took 621 ms).
+/// 500 ms all finish within ten hold times, not twenty (woken one by one, they would take
+/// ten seconds). The rest of the bound is room for what each reader's attempt costs on a
+/// loaded machine: waking 20 clients once took 621 ms on Redis, and MySQL, whose
+/// attempts on one name are transactions on one row, one at a time, served 20 woken
+/// readers 1.6 s after the release beside nine other copies of this test. How fast is
+/// the bench's question.
 pub async fn write_release_wakes_all_readers(fx: &dyn Fixture) {
     let name = unique("rw-wake");
-    let hold = ms(200);
+    let hold = ms(500);
     let writer = fx.client().await;
     let write = writer.rw_lock(&name).writer().lock().await.unwrap();
     let mut readers = Vec::new();
@@ -163,13 +166,13 @@ pub async fn write_release_wakes_all_readers(fx: &dyn Fixture) {
     let released = Instant::now();
     write.unlock().await.unwrap();
     for reader in readers {
-        timeout(secs(5), reader)
+        timeout(secs(10), reader)
             .await
             .expect("reader done")
             .unwrap();
     }
     assert!(
-        released.elapsed() < hold * 5,
+        released.elapsed() < hold * 10,
         "20 readers took {:?} after the write release",
         released.elapsed()
     );
