@@ -24,6 +24,50 @@ pub(crate) struct Replicated<S = PostgresServer> {
     next_id: u32,
 }
 
+/// A server that can be crashed and a standby promoted in its place.
+pub(crate) trait Standby {
+    fn crash(&mut self);
+    fn promote(&self);
+    fn port(&self) -> u16;
+}
+
+impl Standby for PostgresServer {
+    fn crash(&mut self) {
+        PostgresServer::crash(self);
+    }
+    fn promote(&self) {
+        PostgresServer::promote(self);
+    }
+    fn port(&self) -> u16 {
+        PostgresServer::port(self)
+    }
+}
+
+impl Standby for MariaDbServer {
+    fn crash(&mut self) {
+        MariaDbServer::crash(self);
+    }
+    fn promote(&self) {
+        MariaDbServer::promote(self);
+    }
+    fn port(&self) -> u16 {
+        MariaDbServer::port(self)
+    }
+}
+
+impl<S: Standby> Replicated<S> {
+    /// The primary crashes and the standby is promoted, and becomes the primary; its
+    /// port.
+    fn fail_over(&mut self) -> u16 {
+        tokio::task::block_in_place(|| {
+            self.primary.crash();
+            self.standby.promote();
+        });
+        std::mem::swap(&mut self.primary, &mut self.standby);
+        self.primary.port()
+    }
+}
+
 impl Node {
     /// Starts a server for `backend`; PostgreSQL's failover quarantine (and so its
     /// longest lease) is `quarantine`, set before the standby is made, so that every
@@ -135,22 +179,8 @@ impl Node {
     pub(crate) fn fail_over(&mut self) -> Option<u16> {
         let started = std::time::Instant::now();
         let port = match self {
-            Node::Postgres(pair) => {
-                tokio::task::block_in_place(|| {
-                    pair.primary.crash();
-                    pair.standby.promote();
-                });
-                std::mem::swap(&mut pair.primary, &mut pair.standby);
-                pair.primary.port()
-            }
-            Node::Mysql(pair) => {
-                tokio::task::block_in_place(|| {
-                    pair.primary.crash();
-                    pair.standby.promote();
-                });
-                std::mem::swap(&mut pair.primary, &mut pair.standby);
-                pair.primary.port()
-            }
+            Node::Postgres(pair) => pair.fail_over(),
+            Node::Mysql(pair) => pair.fail_over(),
             Node::Redis(_) => return None,
         };
         eprintln!("chaos: failover: promoted after {:?}", started.elapsed());

@@ -29,6 +29,7 @@ mod introspect;
 mod notify;
 mod pool;
 pub mod schema;
+mod serving;
 mod state;
 mod store;
 

@@ -34,6 +34,8 @@ use crate::batch::{Batches, Op};
 use crate::error::{Silent, Unreadable, failed, worth_another_run};
 use crate::pool::{Pool, Pooled, discard};
 use crate::schema::{Tables, hex, key};
+pub(crate) use crate::serving::Serving;
+use crate::serving::serving;
 use crate::state::State;
 
 /// The server's clock in microseconds since the epoch (the machines' time), read when
@@ -113,14 +115,6 @@ pub(crate) struct Slot {
     stored: Option<Vec<u8>>,
     /// The server the transaction runs on, and its quarantine.
     pub(crate) serving: Serving,
-}
-
-/// The server a transaction runs on (`@@server_id`), and until when nothing is granted
-/// after it took over from another (0: no quarantine).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Serving {
-    pub(crate) server: u32,
-    pub(crate) quarantine_until: u64,
 }
 
 /// The store: the pool, the tables, and the bound of every transaction.
@@ -420,7 +414,14 @@ impl Store {
             slot.stored = Some(state);
         }
         let clock = clock.ok_or(Failure::Unreadable)?;
-        let serving = self.serving(conn, server, epoch, clock).await?;
+        let serving = serving(
+            conn,
+            (&self.inner.tables, self.inner.quarantine),
+            server,
+            epoch,
+            clock,
+        )
+        .await?;
         let quarantine = lock_core::backend::machine::ticks(self.inner.quarantine);
         for slot in &mut slots {
             slot.serving = serving;
@@ -429,50 +430,6 @@ impl Store {
             }
         }
         Ok((slots, clock))
-    }
-
-    /// Who serves, and its quarantine: the epoch as read, or, where it names another
-    /// server, a quarantine this transaction starts (none where it names no server: the
-    /// tables are new).
-    async fn serving(
-        &self,
-        conn: &mut Pooled,
-        server: u32,
-        (named, quarantine_until): (Option<u32>, Option<u64>),
-        clock: u64,
-    ) -> Result<Serving, Failure> {
-        let mut serving = Serving {
-            server,
-            quarantine_until: quarantine_until.unwrap_or(0),
-        };
-        if named == Some(server) {
-            return Ok(serving);
-        }
-        let until = match named {
-            Some(before) => {
-                let until =
-                    clock.saturating_add(lock_core::backend::machine::ticks(self.inner.quarantine));
-                tracing::warn!(
-                    target: lock_core::TRACING_TARGET,
-                    before,
-                    now = server,
-                    quarantine = ?self.inner.quarantine,
-                    "the MySQL server changed (a replica took over?): no lock is granted \
-                     until every hold the old server may have granted has run out"
-                );
-                until
-            }
-            None => 0,
-        };
-        let epoch = self.inner.tables.epoch();
-        conn.query_drop(format!(
-            "INSERT INTO {epoch} (id, server_id, quarantine_until) VALUES (1, {server}, {until}) \
-             ON DUPLICATE KEY UPDATE quarantine_until = GREATEST(quarantine_until, \
-             VALUES(quarantine_until)), server_id = VALUES(server_id)"
-        ))
-        .await?;
-        serving.quarantine_until = serving.quarantine_until.max(until);
-        Ok(serving)
     }
 
     /// The second round trip: writes the rows whose state changed and the notices,
@@ -591,7 +548,7 @@ async fn in_a_task<R: Send + 'static>(
 
 /// Why one run of a transaction failed.
 #[derive(Debug)]
-enum Failure {
+pub(crate) enum Failure {
     Driver(mysql_async::Error),
     /// A row this version cannot read.
     Unreadable,

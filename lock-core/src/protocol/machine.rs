@@ -387,62 +387,6 @@ where
         self.acquired()
     }
 
-    /// A read attempt: granted beside other readers and beside its owner's own write
-    /// hold, never beside another owner's. A reader never waits in line (a release wakes
-    /// every reader), and reads are served while writers wait, as the older protocol's are.
-    fn read(&mut self, id: I, owner: O, lease: u64) -> Reply<I> {
-        if lease > self.longest_lease {
-            return Reply::Refused;
-        }
-        let now = self.now;
-        match self.records.get(&id).map(|(record, _)| *record) {
-            Some(Record::Ended) => return Reply::Ended,
-            // As for writers: nothing is granted or found again during a quarantine.
-            _ if self.quarantine_until > now => return Reply::Busy,
-            Some(Record::Granted(first) | Record::Handed(first)) => {
-                let alive = self
-                    .readers
-                    .iter_mut()
-                    .filter(|r| r.owner == owner)
-                    .flat_map(|r| r.grants.iter_mut())
-                    .find(|(grant, _)| *grant == id);
-                let Some((_, expires)) = alive else {
-                    return Reply::Ended;
-                };
-                *expires = (*expires).max(now.saturating_add(lease));
-                self.record(id, Record::Granted(first));
-                return first;
-            }
-            None => {}
-        }
-        if self.hold.as_ref().is_some_and(|h| h.owner != owner) {
-            return Reply::Busy;
-        }
-        let at = match self.readers.iter().position(|r| r.owner == owner) {
-            Some(at) => at,
-            None => {
-                self.token += 1;
-                self.readers.push(Reading {
-                    owner,
-                    grants: Vec::new(),
-                    origin: id,
-                    token: self.token,
-                });
-                self.readers.len() - 1
-            }
-        };
-        self.longest_granted = self.longest_granted.max(lease);
-        let reading = &mut self.readers[at];
-        reading.grants.push((id, now.saturating_add(lease)));
-        let reply = Reply::Acquired {
-            holds: u32::try_from(reading.grants.len()).unwrap_or(u32::MAX),
-            token: reading.token,
-            origin: reading.origin,
-        };
-        self.record(id, Record::Granted(reply));
-        reply
-    }
-
     /// Whether a fair lock's first waiter that keeps its place is another owner's (a fair
     /// queue has one place per owner).
     fn head_other_than(&mut self, owner: &O) -> bool {
@@ -544,32 +488,6 @@ where
         Reply::Released
     }
 
-    /// Ends read grant `id` of `owner`; the owner's read hold ends with its last grant,
-    /// and the lock, once nobody holds it, goes to the next writer.
-    fn release_read(
-        &mut self,
-        id: I,
-        owner: &O,
-        handed: &mut Option<HandOver<I, O, A>>,
-    ) -> Reply<I> {
-        self.record(id, Record::Ended);
-        let Some(at) = self
-            .readers
-            .iter()
-            .position(|r| r.owner == *owner && r.grants.iter().any(|(grant, _)| *grant == id))
-        else {
-            return Reply::NotHeld;
-        };
-        let reading = &mut self.readers[at];
-        reading.grants.retain(|(grant, _)| *grant != id);
-        if let Some(left) = u32::try_from(reading.grants.len()).ok().filter(|n| *n > 0) {
-            return Reply::StillHeld(left);
-        }
-        self.readers.remove(at);
-        *handed = self.serve();
-        Reply::Released
-    }
-
     /// The acquisition gave up, so its client holds nothing of it: its place goes, a
     /// grant it got without learning of it (handed, or granted to a late copy of one of
     /// its attempts) ends, its own grant alone, and so does its id.
@@ -605,43 +523,6 @@ where
                 }
             }
             _ => Reply::Gone,
-        }
-    }
-
-    /// Re-arms every read grant of `owner` (never shortening one); answers with the
-    /// grant that began its read hold.
-    fn renew_reads(&mut self, owner: &O, lease: u64) -> Reply<I> {
-        if lease > self.longest_lease {
-            return Reply::Refused;
-        }
-        let until = self.now.saturating_add(lease);
-        match self.readers.iter_mut().find(|r| r.owner == *owner) {
-            Some(reading) => {
-                for (_, expires) in &mut reading.grants {
-                    *expires = (*expires).max(until);
-                }
-                Reply::Renewed {
-                    origin: reading.origin,
-                }
-            }
-            None => Reply::Gone,
-        }
-    }
-
-    /// Deletes the holds of `side`: the writer's (its own read holds go with it), or
-    /// the readers' when no writer holds; whether there were any.
-    fn force_release(&mut self, side: Side) -> bool {
-        match side {
-            Side::Write if self.hold.is_some() => {
-                self.hold = None;
-                self.readers.clear();
-                true
-            }
-            Side::Read if self.hold.is_none() && !self.readers.is_empty() => {
-                self.readers.clear();
-                true
-            }
-            _ => false,
         }
     }
 
@@ -693,39 +574,12 @@ where
             ask: waiter.ask,
         })
     }
-
-    /// The replica takes over with what it had; nothing is granted for the longest lease
-    /// a lost hold may have had.
-    fn fail_over(&mut self) {
-        let (fair, longest_lease, quarantine) = (self.fair, self.longest_lease, self.quarantine);
-        let (offer, others) = (self.offer, self.others);
-        let fresh = || {
-            Self::new(fair, longest_lease)
-                .quarantining_for(quarantine)
-                .offering_for(offer)
-        };
-        let replica = self.replica.take().map_or_else(fresh, |r| *r);
-        let quarantine = if self.planted(Defect::R4QuarantineOfKnownLeases) {
-            replica.longest_granted
-        } else {
-            self.quarantine
-        };
-        let (now, token, defect, retention) = (self.now, self.token, self.defect, self.retention);
-        *self = replica;
-        self.now = now;
-        self.defect = defect;
-        self.retention = retention;
-        // Who listens is no write: the promoted store counts its listeners anew.
-        self.others = others;
-        // Tokens never go backwards: a store seeds them from a clock; the machine keeps
-        // the highest it issued.
-        self.token = self.token.max(token);
-        self.quarantine_until = now.saturating_add(quarantine);
-    }
 }
 
 mod codec;
 pub use codec::Field;
+mod failover;
+mod readers;
 #[cfg(test)]
 mod tests;
 mod views;
