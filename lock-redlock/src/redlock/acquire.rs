@@ -16,7 +16,7 @@ use super::RedLock;
 use super::gates::{NodeGates, exclusive, share};
 use super::quorum::Granted;
 use crate::error::timed_out;
-use crate::origin::common_origin;
+use crate::origin::majority_origin;
 
 /// Whether the grants of one acquire attempt count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,7 +147,7 @@ impl RedLock {
             .checked_sub(started.elapsed() + self.drift(request.lease))
             .is_some_and(|v| !v.is_zero());
         let majority = granted >= self.quorum.majority() && valid;
-        let (holds, token, origin) = granted_together(&answers);
+        let (holds, token, origin) = granted_together(&answers, self.quorum.majority());
         // Nodes count tokens separately. The token is the largest the majority gave;
         // raising a majority's counters to it makes every later majority (which shares
         // a node with this one) give a larger one.
@@ -233,9 +233,10 @@ impl RedLock {
 }
 
 /// What the granting nodes agree on: the largest hold count and token among them, and
-/// the grant's origin when they all name the same one.
+/// the grant's origin when a majority of `majority` names the same one.
 fn granted_together(
     answers: &[Option<Granted>],
+    majority: usize,
 ) -> (u32, Option<u64>, Option<lock_core::RequestId>) {
     let yes = || {
         answers.iter().flatten().filter_map(|a| match a {
@@ -253,6 +254,6 @@ fn granted_together(
     (
         holds,
         token,
-        common_origin(yes().map(|(_, _, origin)| origin)),
+        majority_origin(yes().map(|(_, _, origin)| origin), majority),
     )
 }

@@ -46,7 +46,7 @@ impl Granted {
 #[derive(Debug)]
 pub(super) enum RenewalVerdict {
     /// A majority renewed it; the nodes listed had lost it and get it back. `origin`:
-    /// the grant that began the hold on every node that renewed, when they agree.
+    /// the grant that began the hold on a majority of the nodes, when one did.
     Renewed {
         repair: Vec<usize>,
         origin: Option<RequestId>,
@@ -202,7 +202,7 @@ impl Quorum {
         if renewed >= self.majority {
             RenewalVerdict::Renewed {
                 repair: gone,
-                origin: crate::origin::common_origin(origins.into_iter()),
+                origin: crate::origin::majority_origin(origins.into_iter(), self.majority),
             }
         } else if gone.len() > self.spare() {
             RenewalVerdict::Gone
