@@ -8,7 +8,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use lock_core::{Error, Locks};
 use tokio_postgres::Config;
 
-use crate::advisory::{AdvisoryBackend, Sessions};
+use crate::advisory::{AdvisoryBackend, AdvisoryServer};
 use crate::backend::PostgresBackend;
 use crate::direct::DirectConnect;
 use crate::error::pool_failed;
@@ -243,18 +243,15 @@ impl Connector {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(settings.connect_timeout);
         }
-        let sessions = Sessions::new(config, tls, settings.pool_size);
+        let server = AdvisoryServer::new(config, tls, settings.schema, settings.response_timeout);
+        let backend = AdvisoryBackend::new(server, settings.pool_size);
         let bound = settings.connect_timeout;
-        tokio::time::timeout(bound, sessions.prepare(&settings.schema))
+        tokio::time::timeout(bound, crate::advisory::prepare(&backend))
             .await
             .map_err(|_| {
                 Error::connection("connecting to PostgreSQL", silent("connect timeout", bound))
             })??;
-        Ok(AdvisoryBackend::new(
-            sessions,
-            settings.schema,
-            settings.response_timeout,
-        ))
+        Ok(backend)
     }
 
     /// Connects an [`AdvisoryBackend`] (see [`Connector::connect_advisory`]) and returns

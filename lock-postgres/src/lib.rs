@@ -32,7 +32,7 @@ mod timeouts;
 mod tls;
 pub mod transaction;
 
-pub use advisory::AdvisoryBackend;
+pub use advisory::{AdvisoryBackend, AdvisoryServer, AdvisorySession};
 pub use backend::{MAX_NAME_BYTES, MAX_OWNER_BYTES, PostgresBackend};
 pub use connector::{Connector, ConnectorSettings, QUERIES_APPLICATION_NAME};
 pub use error::{SchemaError, ServerMessage};

@@ -122,9 +122,10 @@ mod sessions {
         let (b, _) = client(&server, lease, Duration::from_secs(2)).await;
         let guard = a.mutex("ended").lock().await.unwrap();
         let pid = a_backend
-            .carrier_pid(&LockName::new("ended").unwrap())
+            .carrier(&LockName::new("ended").unwrap())
             .await
-            .unwrap();
+            .unwrap()
+            .pid();
         let admin = postgres_client(&server.url()).await;
         let ended: bool = admin
             .query_one("SELECT pg_terminate_backend($1)", &[&pid])

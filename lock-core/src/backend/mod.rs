@@ -13,6 +13,7 @@ mod latch;
 mod lock;
 pub mod machine;
 mod semaphore;
+pub mod session;
 mod unsupported;
 
 pub use capabilities::{Capabilities, HoldModel};

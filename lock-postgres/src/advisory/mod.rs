@@ -1,6 +1,7 @@
 //! [`AdvisoryBackend`]: locks as PostgreSQL's session advisory locks
 //! (`pg_advisory_lock`, `pg_advisory_lock_shared` for readers), the model of
-//! madelson/DistributedLock, with lock-core's guards, watchdog and reentrancy around them.
+//! madelson/DistributedLock, with lock-core's guards, watchdog and reentrancy around them:
+//! lock-core's [`SessionLocks`] over this module's statements ([`AdvisorySession`]).
 //!
 //! - **Where they live**: on dedicated connections (`session.rs`) that nothing resets or
 //!   shares; at most the pool size of them carry the locks taken without waiting (a name
@@ -28,572 +29,180 @@
 //! transaction-mode pooler it refuses to start, and a statement that ran in another
 //! server process breaks its session with that error.
 
-mod held;
 pub(crate) mod key;
 mod session;
-mod sessions;
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::backend::{
-    Acquire, AcquireRequest, Backend, Capabilities, HoldModel, LockRef, LockState, Release,
-    ReleaseRequest, Renewal,
-};
-use lock_core::notify::{InProcess, Listener, Subscriptions, Wake};
+use lock_core::backend::session::{SessionLocks, SessionServer};
+use lock_core::backend::{Capabilities, HoldModel, LockRef};
 use lock_core::{Error, LockName};
-use tokio::sync::{Mutex as AsyncMutex, Notify};
-use tokio::time::Instant;
+use tokio_postgres::Config;
 
 use crate::backend::check_fits;
+use crate::notify::connect_within;
 use crate::schema::SchemaName;
-use held::{Decision, Held, Unlock};
-use session::{Session, Taken};
-pub(crate) use sessions::Sessions;
+use crate::timeouts::silent;
+use crate::tls::MakeTls;
+pub use session::AdvisorySession;
+use session::pooled_error;
 
-/// How long a waiter that may not wait inside the server (a composite lock's part, or
-/// one beyond the client's waiting statements) waits before it asks again, at most.
-const ASK_AGAIN_WITHIN: Duration = Duration::from_millis(100);
+/// Locks as PostgreSQL's session advisory locks: see the [module](self).
+pub type AdvisoryBackend = SessionLocks<AdvisoryServer>;
 
-/// One name's record, behind the lock that orders this client's operations on it.
-type Slot = Arc<AsyncMutex<Option<Held>>>;
+/// The application name of advisory sessions, unless the URL sets one.
+const SESSIONS_APPLICATION_NAME: &str = "distlock-advisory";
 
-/// Locks as PostgreSQL session advisory locks: see the [module](self).
-pub struct AdvisoryBackend {
-    state: Arc<State>,
+/// The PostgreSQL server advisory sessions are opened on.
+pub struct AdvisoryServer {
+    config: Config,
+    tls: MakeTls,
+    schema: SchemaName,
+    response_timeout: Duration,
 }
 
-impl fmt::Debug for AdvisoryBackend {
+impl fmt::Debug for AdvisoryServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AdvisoryBackend")
-            .field("schema", &self.state.schema)
-            .field("sessions", &self.state.sessions)
+        f.debug_struct("AdvisoryServer")
+            .field("schema", &self.schema)
             .finish_non_exhaustive()
     }
 }
 
-/// What the backend's operations share with the tasks they run in.
-struct State {
-    sessions: Sessions,
-    names: Mutex<HashMap<LockName, Slot>>,
-    /// This client's waiters that cannot wait inside the server listen here; the
-    /// client's own releases wake them.
-    subscriptions: Subscriptions,
-    schema: SchemaName,
-    response_timeout: Duration,
-    /// Rung when a lease is set that ends before the task that ends leases next looks,
-    /// so that it looks again.
-    leases_changed: Arc<Notify>,
-    /// When the task that ends leases looks next (`None`: when told).
-    next_look: Mutex<Option<Instant>>,
+impl AdvisoryServer {
+    /// Sessions of `config`'s server, their fencing counter in `schema`.
+    pub(crate) fn new(
+        mut config: Config,
+        tls: MakeTls,
+        schema: SchemaName,
+        response_timeout: Duration,
+    ) -> Self {
+        if config.get_application_name().is_none() {
+            config.application_name(SESSIONS_APPLICATION_NAME);
+        }
+        Self {
+            config,
+            tls,
+            schema,
+            response_timeout,
+        }
+    }
+
+    /// How long connecting, and the checks that come with it, may take.
+    fn connect_bound(&self) -> Duration {
+        self.config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(crate::DEFAULT_CONNECT_TIMEOUT)
+    }
 }
 
-impl AdvisoryBackend {
-    /// What advisory locks support: the mutex and the read-write lock, fencing tokens,
-    /// holds that last as long as their session, and waiting inside the server.
-    pub const CAPABILITIES: Capabilities = Capabilities::new(HoldModel::Session)
+#[async_trait]
+impl SessionServer for AdvisoryServer {
+    type Session = AdvisorySession;
+
+    /// The mutex and the read-write lock, fencing tokens, holds that last as long as
+    /// their session, and waiting inside the server.
+    const CAPABILITIES: Capabilities = Capabilities::new(HoldModel::Session)
         .read_write(true)
         .fencing(true)
         .shared(true)
         .waits_in_store(true);
 
-    /// A backend on `sessions`' server, after the connector checked it.
-    pub(crate) fn new(sessions: Sessions, schema: SchemaName, response_timeout: Duration) -> Self {
-        let leases_changed = Arc::new(Notify::new());
-        let state = Arc::new(State {
-            sessions,
-            names: Mutex::default(),
-            subscriptions: Subscriptions::new(Arc::new(InProcess)),
-            schema,
-            response_timeout,
-            leases_changed: Arc::clone(&leases_changed),
-            next_look: Mutex::new(None),
-        });
-        tokio::spawn(end_leases(Arc::downgrade(&state), leases_changed));
-        Self { state }
+    fn key(&self, name: &LockName) -> i64 {
+        key::of(name)
     }
 
-    /// The server process of the session that carries `name`'s locks taken without
-    /// waiting (for diagnostics and tests: `pg_terminate_backend` of it loses every lock
-    /// on it).
-    ///
-    /// # Errors
-    ///
-    /// As opening a session, when it must be opened again.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe.
-    pub async fn carrier_pid(&self, name: &LockName) -> Result<i32, Error> {
-        Ok(self.state.sessions.carrier(key::of(name)).await?.pid())
+    fn slot(&self, key: &i64) -> u64 {
+        u64::from_ne_bytes(key.to_ne_bytes())
     }
 
-    /// The names this client's waiters listen on (for diagnostics).
-    #[must_use]
-    pub fn subscribed_channels(&self) -> Vec<String> {
-        self.state.subscriptions.channels()
+    fn check(&self, lock: &LockRef) -> Result<(), Error> {
+        check_fits(lock)
     }
 
-    /// Runs `operation` on the state in a task of its own, so that a caller that goes
-    /// away never leaves a server lock taken or given back without its record.
-    async fn run<T, F>(&self, operation: impl FnOnce(Arc<State>) -> F) -> Result<T, Error>
-    where
-        T: Send + 'static,
-        F: Future<Output = Result<T, Error>> + Send + 'static,
-    {
-        let task = tokio::spawn(operation(Arc::clone(&self.state)));
-        task.await
-            .map_err(|err| Error::protocol(format!("an advisory lock operation failed: {err}")))?
-    }
-}
-
-/// Ends the leases that ran out, whenever the earliest one does, until the backend goes.
-async fn end_leases(state: Weak<State>, changed: Arc<Notify>) {
-    loop {
-        let notified = changed.notified();
-        let next = {
-            let Some(state) = state.upgrade() else { return };
-            let next = state.end_leases().await;
-            *state
-                .next_look
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = next;
-            next
-        };
-        let until = next.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
-        tokio::select! {
-            () = tokio::time::sleep_until(until) => {}
-            () = notified => {}
-        }
-    }
-}
-
-impl State {
-    /// The record of `name`, made empty when there is none.
-    fn slot(&self, name: &LockName) -> Slot {
-        let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
-        Arc::clone(names.entry(name.clone()).or_default())
-    }
-
-    /// Forgets an empty record nobody else is using.
-    fn forget_if_unused(&self, name: &LockName, slot: &Slot) {
-        let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
-        let unused =
-            Arc::strong_count(slot) == 2 && slot.try_lock().is_ok_and(|record| record.is_none());
-        if unused {
-            names.remove(name);
-        }
-    }
-
-    /// Brings a record up to date: a broken session's holds are gone (the server ended
-    /// them), and grants whose lease ran out end (their locks given back).
-    async fn settle(&self, name: &LockName, record: &mut Option<Held>) {
-        if record
-            .as_ref()
-            .is_some_and(|held| held.session().is_broken())
-        {
-            *record = None;
-            self.subscriptions.deliver(name.as_str(), Wake::All);
-            return;
-        }
-        let ended = Held::expire(record, Instant::now());
-        self.give_back(name, record.as_ref(), ended).await;
-    }
-
-    /// Gives the server locks in `unlocks` back, wakes this client's waiters when the
-    /// name came free, and takes back a waiter's session that holds nothing now.
-    async fn give_back(&self, name: &LockName, record: Option<&Held>, unlocks: Vec<Unlock>) {
-        if unlocks.is_empty() {
-            return;
-        }
-        let key = key::of(name);
-        for Unlock { session, shared } in unlocks {
-            let given = session
-                .unlock(key, shared, self.response_timeout, &self.schema)
-                .await;
-            if let Err(err) = given {
-                // The session is broken by then: the server ends it, and the lock with it.
-                tracing::warn!(
+    async fn open(&self) -> Result<Arc<AdvisorySession>, Error> {
+        let during = "opening an advisory session";
+        let (client, connection) = connect_within(&self.config, &self.tls)
+            .await
+            .map_err(|failure| failure.into_error(during))?;
+        let connection = async move {
+            if let Err(err) = connection.await {
+                tracing::debug!(
                     target: lock_core::TRACING_TARGET,
-                    name = name.as_str(),
                     error = %err,
-                    "an advisory lock could not be given back; its session is given up"
+                    "an advisory session's connection ended"
                 );
             }
-            let holds_nothing = record.is_none_or(|held| !Arc::ptr_eq(held.session(), &session));
-            if holds_nothing {
-                self.sessions.give_back(session);
-            }
-        }
-        self.subscriptions.deliver(name.as_str(), Wake::All);
-    }
-
-    async fn acquire(&self, lock: LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
-        let slot = self.slot(&lock.name);
-        let answer = self.acquire_in(&lock, request, &slot).await;
-        self.forget_if_unused(&lock.name, &slot);
-        answer
-    }
-
-    async fn acquire_in(
-        &self,
-        lock: &LockRef,
-        request: AcquireRequest,
-        slot: &Slot,
-    ) -> Result<Acquire, Error> {
-        let mut record = slot.lock().await;
-        self.settle(&lock.name, &mut record).await;
-        let now = Instant::now();
-        let until = now + request.lease;
-        let name = lock.name.as_str();
-        let fencing = request.fencing.then_some(name);
-        let shared = lock.kind == lock_core::LockKind::Read;
-        let bound = self.response_timeout;
-        let busy_for = match Held::decide(record.as_ref(), lock, now) {
-            Decision::Here => {
-                let held = record
-                    .as_mut()
-                    .ok_or_else(|| Error::protocol("a grant here without a record"))?;
-                let fresh = held.join(lock, request.id, until);
-                if fresh && request.fencing {
-                    let token = held.session().token(name, bound, &self.schema).await;
-                    match token {
-                        Ok(token) => held.set_token(lock, token),
-                        Err(err) => {
-                            let (_, unlocks) = Held::end(&mut record, lock, request.id, until);
-                            self.give_back(&lock.name, record.as_ref(), unlocks).await;
-                            return Err(err);
-                        }
-                    }
-                }
-                return Ok(self.acquired(lock, record.as_ref(), (fresh, until)));
-            }
-            Decision::Server { shared, on } => {
-                let session = match on {
-                    Some(session) => session,
-                    None => self.sessions.carrier(key::of(&lock.name)).await?,
-                };
-                let taken = session
-                    .try_lock(key::of(&lock.name), shared, fencing, bound, &self.schema)
-                    .await?;
-                if let Taken::Granted(token) = taken {
-                    return self
-                        .record(lock, &mut record, &session, (request, until, token))
-                        .await;
-                }
-                None
-            }
-            Decision::HeldHere { ends_in } => Some(ends_in),
-            Decision::WouldDeadlock => return Err(Error::would_deadlock(name)),
         };
-        let Some(wait) = request.may_block_for() else {
-            let ttl = busy_for.map_or(ASK_AGAIN_WITHIN, |left| left.min(ASK_AGAIN_WITHIN));
-            return Ok(Acquire::Busy {
-                ttl: Some(ttl),
-                reserved: false,
-            });
-        };
-        let Some(leave) = self.sessions.may_wait() else {
-            // As many statements wait inside the server as the client allows: this
-            // waiter asks again soon instead (or when this client releases the name).
-            return Ok(Acquire::Busy {
-                ttl: Some(ASK_AGAIN_WITHIN),
-                reserved: false,
-            });
-        };
-        // The wait happens with the name's record free: this client's own releases of the
-        // name must reach the server while it lasts.
-        drop(record);
-        let session = self.sessions.for_a_waiter().await?;
-        let key = key::of(&lock.name);
-        let waited = session
-            .lock(key, shared, fencing, (wait, bound), &self.schema)
-            .await;
-        drop(leave);
-        let token = match waited {
-            Ok(Taken::Granted(token)) => token,
-            Ok(Taken::Busy) => {
-                self.sessions.give_back(session);
-                return Ok(Acquire::Busy {
-                    ttl: Some(Duration::ZERO),
-                    reserved: false,
-                });
-            }
-            Err(err) => {
-                self.sessions.give_back(session);
-                return Err(err);
-            }
-        };
-        let mut record = slot.lock().await;
-        self.settle(&lock.name, &mut record).await;
-        self.record(lock, &mut record, &session, (request, until, token))
-            .await
-    }
-
-    /// Records a grant the server made on `session`.
-    async fn record(
-        &self,
-        lock: &LockRef,
-        record: &mut Option<Held>,
-        session: &Arc<Session>,
-        (request, until, token): (AcquireRequest, Instant, Option<u64>),
-    ) -> Result<Acquire, Error> {
-        match Held::granted(record, lock, session, (request.id, until, token)) {
-            Ok((fresh, extra)) => {
-                if let Some(extra) = extra {
-                    self.give_back(&lock.name, record.as_ref(), vec![extra])
-                        .await;
-                }
-                Ok(self.acquired(lock, record.as_ref(), (fresh, until)))
-            }
-            Err(unlock) => {
-                tracing::error!(
-                    target: lock_core::TRACING_TARGET,
-                    name = lock.name.as_str(),
-                    "the server granted an advisory lock this client's record says it holds \
-                     on another session; the grant is given back"
-                );
-                self.give_back(&lock.name, record.as_ref(), vec![unlock])
-                    .await;
-                Ok(Acquire::Busy {
-                    ttl: Some(Duration::ZERO),
-                    reserved: false,
-                })
-            }
-        }
-    }
-
-    /// A lease ending at `until` was set: the task that ends leases looks again if it
-    /// would look later (most leases end after the earliest one it waits for, and cost
-    /// it nothing).
-    fn lease_set(&self, until: Instant) {
-        let mut next = self
-            .next_look
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if next.is_none_or(|next| until < next) {
-            *next = Some(until);
-            self.leases_changed.notify_one();
-        }
-    }
-
-    /// The reply to a grant now in the record, whose lease ends at `until`.
-    fn acquired(
-        &self,
-        lock: &LockRef,
-        record: Option<&Held>,
-        (fresh, until): (bool, Instant),
-    ) -> Acquire {
-        self.lease_set(until);
-        let hold = record.and_then(|held| held.hold(lock));
-        Acquire::Acquired {
-            holds: hold.map_or(1, held::Hold::count),
-            token: hold.and_then(held::Hold::token).filter(|_| fresh),
-            origin: hold.map(held::Hold::origin),
-        }
-    }
-
-    async fn release(&self, lock: LockRef, request: ReleaseRequest) -> Release {
-        let slot = self.slot(&lock.name);
-        let answer = {
-            let mut record = slot.lock().await;
-            self.settle(&lock.name, &mut record).await;
-            let until = Instant::now() + request.lease;
-            let session = record.as_ref().map(|held| Arc::clone(held.session()));
-            let (left, unlocks) = Held::end(&mut record, &lock, request.grant, until);
-            self.give_back(&lock.name, record.as_ref(), unlocks).await;
-            // A session found dead while giving the lock back had lost it already (the
-            // server ended it, and its holds with it): the hold was not this release's.
-            let lost = session.is_some_and(|session| session.is_broken());
-            match left {
-                None => Release::NotHeld,
-                Some(_) if lost => Release::NotHeld,
-                Some(0) => Release::Released,
-                Some(holds) => Release::StillHeld { holds },
-            }
-        };
-        self.forget_if_unused(&lock.name, &slot);
-        answer
-    }
-
-    async fn renew(&self, locks: Vec<LockRef>, lease: Duration) -> Vec<Renewal> {
-        // Each session the holds are on is checked once, then the holds are renewed.
-        let mut sessions: Vec<Arc<Session>> = Vec::new();
-        for lock in &locks {
-            let slot = self.slot(&lock.name);
-            let mut record = slot.lock().await;
-            self.settle(&lock.name, &mut record).await;
-            if let Some(held) = record.as_ref()
-                && !sessions
-                    .iter()
-                    .any(|seen| Arc::ptr_eq(seen, held.session()))
-            {
-                sessions.push(Arc::clone(held.session()));
-            }
-        }
-        for session in &sessions {
-            if let Err(err) = session.ping(self.response_timeout, &self.schema).await {
-                tracing::warn!(
-                    target: lock_core::TRACING_TARGET,
-                    pid = session.pid(),
-                    error = %err,
-                    "an advisory session did not answer; its locks are lost"
-                );
-            }
-        }
-        let until = Instant::now() + lease;
-        let mut renewed = Vec::with_capacity(locks.len());
-        for lock in &locks {
-            let slot = self.slot(&lock.name);
-            let origin = {
-                let mut record = slot.lock().await;
-                self.settle(&lock.name, &mut record).await;
-                record.as_mut().and_then(|held| held.renew(lock, until))
-            };
-            self.forget_if_unused(&lock.name, &slot);
-            renewed.push(origin.map_or(Renewal::Gone, |origin| Renewal::Renewed {
-                origin: Some(origin),
-            }));
-        }
-        renewed
-    }
-
-    async fn inspect(&self, lock: LockRef) -> Result<LockState, Error> {
-        let slot = self.slot(&lock.name);
-        let here = {
-            let mut record = slot.lock().await;
-            self.settle(&lock.name, &mut record).await;
-            let now = Instant::now();
-            record
-                .as_ref()
-                .filter(|held| held.has_side(lock.kind))
-                .map(|held| {
-                    let holds = held.hold(&lock).map_or(0, held::Hold::count);
-                    let ttl = held.ends().map(|end| end.saturating_duration_since(now));
-                    LockState::new(true, holds, ttl)
-                })
-        };
-        self.forget_if_unused(&lock.name, &slot);
-        if let Some(state) = here {
-            return Ok(state);
-        }
-        let key = key::of(&lock.name);
-        let carrier = self.sessions.carrier(key).await?;
-        let shared = lock.kind == lock_core::LockKind::Read;
-        let held = carrier
-            .held_elsewhere(
-                key::of(&lock.name),
-                shared,
-                self.response_timeout,
-                &self.schema,
-            )
-            .await?;
-        Ok(LockState::new(held, 0, None))
-    }
-
-    async fn force_release(&self, lock: LockRef) -> Result<bool, Error> {
-        let slot = self.slot(&lock.name);
-        let here = {
-            let mut record = slot.lock().await;
-            self.settle(&lock.name, &mut record).await;
-            let (was, unlocks) = Held::clear(&mut record, lock.kind);
-            self.give_back(&lock.name, record.as_ref(), unlocks).await;
-            was
-        };
-        self.forget_if_unused(&lock.name, &slot);
-        if here {
-            return Ok(true);
-        }
-        let key = key::of(&lock.name);
-        let carrier = self.sessions.carrier(key).await?;
-        let shared = lock.kind == lock_core::LockKind::Read;
-        carrier
-            .end_holders(key, shared, self.response_timeout, &self.schema)
-            .await
-    }
-
-    /// Ends every lease that ran out and answers when the next one does.
-    async fn end_leases(&self) -> Option<Instant> {
-        let slots: Vec<(LockName, Slot)> = self
-            .names
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .map(|(name, slot)| (name.clone(), Arc::clone(slot)))
-            .collect();
-        let mut next: Option<Instant> = None;
-        for (name, slot) in slots {
-            let end = {
-                let mut record = slot.lock().await;
-                self.settle(&name, &mut record).await;
-                record.as_ref().and_then(Held::next_end)
-            };
-            self.forget_if_unused(&name, &slot);
-            next = match (next, end) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-        }
-        next
+        let connection = tokio::spawn(connection).abort_handle();
+        let bound = self.connect_bound();
+        // One unnamed statement, one round trip: a statement prepared first and run
+        // after could meet another server process behind a pooler, and fail there
+        // before the check below can name the pooler.
+        let pid = tokio::time::timeout(
+            bound,
+            client.query_typed("SELECT pg_catalog.pg_backend_pid()", &[]),
+        )
+        .await
+        .map_err(|_| Error::connection(during, silent("connect timeout", bound)))?
+        .map_err(|err| Error::connection(during, err))?
+        .first()
+        .ok_or_else(|| Error::protocol(format!("{during}: no row")))?
+        .try_get::<_, i32>(0)
+        .map_err(|err| Error::protocol(format!("{during}: {err}")))?;
+        Ok(AdvisorySession::new(
+            client,
+            pid,
+            connection,
+            (self.response_timeout, self.schema.clone()),
+        ))
     }
 }
 
-#[async_trait]
-impl Backend for AdvisoryBackend {
-    fn capabilities(&self) -> Capabilities {
-        Self::CAPABILITIES
+/// Creates or migrates the lock tables (the fencing counter lives there), or checks
+/// them, on a connection of its own, and checks that a session is one server process
+/// from statement to statement: two connections that find themselves in one server
+/// process are a transaction-mode pooler's, where a session lock would be taken by
+/// whichever client's statement ran there.
+pub(crate) async fn prepare(backend: &AdvisoryBackend) -> Result<(), Error> {
+    let sessions = backend.sessions();
+    let server = sessions.server();
+    let during = "migrating the lock tables";
+    let (mut client, connection) = connect_within(&server.config, &server.tls)
+        .await
+        .map_err(|failure| failure.into_error(during))?;
+    let driven = tokio::spawn(connection);
+    let migrated = crate::schema::migrate(&mut client, &server.schema).await;
+    drop(client);
+    if let Ok(Err(err)) = driven.await {
+        tracing::debug!(
+            target: lock_core::TRACING_TARGET,
+            error = %err,
+            "the migration's connection ended with an error"
+        );
     }
-
-    /// Cancel-safe: the operation runs in a task of its own, which records (or gives
-    /// back) what the server granted even when the caller went away.
-    async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
-        check_fits(lock)?;
-        let lock = lock.clone();
-        self.run(move |state| async move { state.acquire(lock, request).await })
-            .await
+    migrated?;
+    let carrier = sessions.carrier(0).await?;
+    let other = sessions.for_a_waiter().await?;
+    if carrier.pid() == other.pid() {
+        carrier.break_off();
+        return Err(pooled_error());
     }
-
-    async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
-        check_fits(lock)?;
-        let lock = lock.clone();
-        self.run(move |state| async move { Ok(state.release(lock, request).await) })
-            .await
-    }
-
-    async fn renew(&self, locks: &[LockRef], lease: Duration) -> Vec<Renewal> {
-        let locks = locks.to_vec();
-        let count = locks.len();
-        let renewed = self
-            .run(move |state| async move { Ok(state.renew(locks, lease).await) })
-            .await;
-        match renewed {
-            Ok(renewed) => renewed,
-            Err(err) => (0..count).map(|_| Renewal::Failed(err.clone())).collect(),
+    // Each asked again, in turn: a pooler that gave them two server processes hands
+    // the next statement the one used last (PgBouncer's default), so one of them
+    // now lands in the other's process. Later statements check their process too;
+    // this makes the refusal come at connect.
+    for session in [&carrier, &other] {
+        if let Err(err) = session.still_own_process(server.connect_bound()).await {
+            carrier.break_off();
+            other.break_off();
+            return Err(err);
         }
     }
-
-    async fn inspect(&self, lock: &LockRef) -> Result<LockState, Error> {
-        check_fits(lock)?;
-        let lock = lock.clone();
-        self.run(move |state| async move { state.inspect(lock).await })
-            .await
-    }
-
-    /// Frees `lock`: this client's holds of it are given back; a hold of another client
-    /// is ended with the server session it is on (`pg_terminate_backend`), which ends
-    /// every other lock of that session too (its client finds them lost). That needs the
-    /// right to signal the session (the same role, or `pg_signal_backend`).
-    async fn force_release(&self, lock: &LockRef) -> Result<bool, Error> {
-        check_fits(lock)?;
-        let lock = lock.clone();
-        self.run(move |state| async move { state.force_release(lock).await })
-            .await
-    }
-
-    async fn listen(&self, lock: &LockRef) -> Result<Listener, Error> {
-        self.state.subscriptions.listen(lock.name.as_str()).await
-    }
+    sessions.give_back(other);
+    Ok(())
 }

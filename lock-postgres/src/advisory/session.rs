@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use lock_core::Error;
+use lock_core::backend::session::{LockSession, Taken};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row, Statement};
@@ -24,8 +26,8 @@ use crate::error::{ends_the_session, failed};
 use crate::schema::SchemaName;
 use crate::timeouts::silent;
 
-/// One dedicated server session.
-pub(super) struct Session {
+/// One dedicated server session of advisory locks.
+pub struct AdvisorySession {
     client: Client,
     /// The server process of the session (`pg_backend_pid()`): every lock statement
     /// checks that it ran there, which a transaction-mode pooler would not promise.
@@ -39,36 +41,37 @@ pub(super) struct Session {
     statements: Mutex<HashMap<String, Statement>>,
     /// The session's `lock_timeout`, in milliseconds (0: the server's default).
     lock_timeout_ms: AtomicU64,
+    /// How long a statement may go unanswered.
+    bound: Duration,
+    /// The schema of the fencing counter.
+    schema: SchemaName,
 }
 
-impl Drop for Session {
+impl Drop for AdvisorySession {
     fn drop(&mut self) {
         self.connection.abort();
     }
 }
 
-impl fmt::Debug for Session {
+impl fmt::Debug for AdvisorySession {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Session")
+        f.debug_struct("AdvisorySession")
             .field("pid", &self.pid)
             .field("broken", &self.is_broken())
             .finish_non_exhaustive()
     }
 }
 
-/// What a lock statement found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Taken {
-    /// Granted, with the fencing token when one was asked for.
-    Granted(Option<u64>),
-    /// Someone else's session holds it (a try), or the wait ran out.
-    Busy,
-}
-
-impl Session {
+impl AdvisorySession {
     /// A session on `client`, whose server process is `pid` and whose connection is
-    /// driven by the task `connection`.
-    pub(super) fn new(client: Client, pid: i32, connection: tokio::task::AbortHandle) -> Arc<Self> {
+    /// driven by the task `connection`; its statements go unanswered for at most
+    /// `bound`, and its fencing counter is in `schema`.
+    pub(super) fn new(
+        client: Client,
+        pid: i32,
+        connection: tokio::task::AbortHandle,
+        (bound, schema): (Duration, SchemaName),
+    ) -> Arc<Self> {
         Arc::new(Self {
             client,
             pid,
@@ -76,17 +79,16 @@ impl Session {
             connection,
             statements: Mutex::default(),
             lock_timeout_ms: AtomicU64::new(0),
+            bound,
+            schema,
         })
     }
 
-    /// The server process of the session.
-    pub(super) fn pid(&self) -> i32 {
+    /// The server process of the session (`pg_terminate_backend` of it loses every
+    /// lock on it).
+    #[must_use]
+    pub fn pid(&self) -> i32 {
         self.pid
-    }
-
-    /// Whether the session is gone, with every lock it held.
-    pub(super) fn is_broken(&self) -> bool {
-        self.broken.load(Ordering::Acquire) || self.client.is_closed()
     }
 
     /// Gives the session up: its locks are to be counted lost. Its connection closes at
@@ -104,12 +106,10 @@ impl Session {
         during: &'static str,
         statement: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
-        bound: Duration,
-        schema: &SchemaName,
     ) -> Result<Vec<Row>, Error> {
-        self.send(statement, params, bound)
+        self.send(statement, params, self.bound)
             .await
-            .map_err(|failure| failure.into_error(during, bound, schema))
+            .map_err(|failure| failure.into_error(during, self.bound, &self.schema))
     }
 
     /// As [`Self::query`], with the driver's error kept for the caller to read.
@@ -196,15 +196,37 @@ impl Session {
         Err(pooled_error())
     }
 
-    /// Takes `key`'s lock (`shared` for a reader) if it is free: one statement, which
-    /// also issues the fencing token when `fencing` names the lock's name.
-    pub(super) async fn try_lock(
+    /// Runs `statement`, made around [`HOLDERS`], for `key`'s lock, `shared` or not.
+    async fn about_holders(
         &self,
-        key: i64,
+        during: &'static str,
+        statement: &str,
+        (key, shared): (i64, bool),
+    ) -> Result<Vec<Row>, Error> {
+        let (high, low) = key::halves(key);
+        let params: [(&(dyn ToSql + Sync), Type); 3] = [
+            (&high, Type::INT8),
+            (&low, Type::INT8),
+            (&shared, Type::BOOL),
+        ];
+        self.query(during, statement, &params).await
+    }
+}
+
+#[async_trait]
+impl LockSession for AdvisorySession {
+    type Key = i64;
+
+    fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::Acquire) || self.client.is_closed()
+    }
+
+    /// One statement, which also issues the fencing token when asked.
+    async fn try_lock(
+        &self,
+        key: &i64,
         shared: bool,
         fencing: Option<&str>,
-        bound: Duration,
-        schema: &SchemaName,
     ) -> Result<Taken, Error> {
         let during = "taking an advisory lock";
         let function = if shared {
@@ -212,6 +234,7 @@ impl Session {
         } else {
             "pg_try_advisory_lock"
         };
+        let schema = &self.schema;
         let statement = format!(
             "SELECT t.pid, CASE WHEN t.got AND $2 THEN {schema}.advisory_token($3) END AS token, \
              t.got FROM (SELECT pg_catalog.{function}($1) AS got, \
@@ -223,12 +246,10 @@ impl Session {
                 during,
                 &statement,
                 &[
-                    (&key, Type::INT8),
+                    (key, Type::INT8),
                     (&fencing.is_some(), Type::BOOL),
                     (&name, Type::TEXT),
                 ],
-                bound,
-                schema,
             )
             .await?;
         let row = first(&rows, during)?;
@@ -240,15 +261,13 @@ impl Session {
         Ok(Taken::Granted(token(row, during)?))
     }
 
-    /// Waits inside the server for `key`'s lock, for at most `wait` (`lock_timeout`),
-    /// then issues the fencing token when `fencing` names the lock's name.
-    pub(super) async fn lock(
+    /// Under the session's `lock_timeout`, set to `wait` when it differs.
+    async fn lock(
         &self,
-        key: i64,
+        key: &i64,
         shared: bool,
         fencing: Option<&str>,
-        (wait, bound): (Duration, Duration),
-        schema: &SchemaName,
+        wait: Duration,
     ) -> Result<Taken, Error> {
         let during = "waiting for an advisory lock";
         let function = if shared {
@@ -262,16 +281,14 @@ impl Session {
         if self.lock_timeout_ms.load(Ordering::Acquire) != millis {
             let timeout = format!("{millis}ms");
             let set = "SELECT pg_catalog.set_config('lock_timeout', $1, false)";
-            self.query(during, set, &[(&timeout, Type::TEXT)], bound, schema)
-                .await?;
+            self.query(during, set, &[(&timeout, Type::TEXT)]).await?;
             self.lock_timeout_ms.store(millis, Ordering::Release);
         }
         let statement = format!(
             "SELECT pg_catalog.pg_backend_pid() AS pid FROM (SELECT pg_catalog.{function}($1)) AS t"
         );
-        let waited = self
-            .send(&statement, &[(&key, Type::INT8)], wait + bound)
-            .await;
+        let bound = wait + self.bound;
+        let waited = self.send(&statement, &[(key, Type::INT8)], bound).await;
         let rows = match waited {
             Ok(rows) => rows,
             Err(Unanswered::Failed(err))
@@ -281,18 +298,18 @@ impl Session {
             {
                 return Ok(Taken::Busy);
             }
-            Err(failure) => return Err(failure.into_error(during, wait + bound, schema)),
+            Err(failure) => return Err(failure.into_error(during, bound, &self.schema)),
         };
         self.same_process(first(&rows, during)?, during)?;
         let Some(name) = fencing else {
             return Ok(Taken::Granted(None));
         };
-        match self.token(name, bound, schema).await {
+        match self.token(name).await {
             Ok(token) => Ok(Taken::Granted(Some(token))),
             Err(err) => {
                 // The lock is this session's, but the caller cannot have it without its
                 // token: it is given back, or the session with it.
-                if let Err(unlock) = self.unlock(key, shared, bound, schema).await {
+                if let Err(unlock) = self.unlock(key, shared).await {
                     tracing::warn!(
                         target: lock_core::TRACING_TARGET,
                         error = %unlock,
@@ -306,30 +323,17 @@ impl Session {
         }
     }
 
-    /// Issues the next fencing token of `name`.
-    pub(super) async fn token(
-        &self,
-        name: &str,
-        bound: Duration,
-        schema: &SchemaName,
-    ) -> Result<u64, Error> {
+    async fn token(&self, name: &str) -> Result<u64, Error> {
         let during = "issuing a fencing token";
-        let statement = format!("SELECT {schema}.advisory_token($1) AS token");
+        let statement = format!("SELECT {}.advisory_token($1) AS token", self.schema);
         let rows = self
-            .query(during, &statement, &[(&name, Type::TEXT)], bound, schema)
+            .query(during, &statement, &[(&name, Type::TEXT)])
             .await?;
         token(first(&rows, during)?, during)?
             .ok_or_else(|| Error::protocol(format!("{during}: no token")))
     }
 
-    /// Gives back one hold of `key`'s lock (`shared`: the reader's).
-    pub(super) async fn unlock(
-        &self,
-        key: i64,
-        shared: bool,
-        bound: Duration,
-        schema: &SchemaName,
-    ) -> Result<(), Error> {
+    async fn unlock(&self, key: &i64, shared: bool) -> Result<(), Error> {
         let during = "giving back an advisory lock";
         let function = if shared {
             "pg_advisory_unlock_shared"
@@ -338,9 +342,7 @@ impl Session {
         };
         let statement =
             format!("SELECT pg_catalog.{function}($1) AS held, pg_catalog.pg_backend_pid() AS pid");
-        let rows = self
-            .query(during, &statement, &[(&key, Type::INT8)], bound, schema)
-            .await?;
+        let rows = self.query(during, &statement, &[(key, Type::INT8)]).await?;
         let row = first(&rows, during)?;
         self.same_process(row, during)?;
         let held: bool = column(row, "held", during)?;
@@ -359,85 +361,50 @@ impl Session {
         Ok(())
     }
 
-    /// Runs `statement`, made around [`HOLDERS`], for `key`'s lock, `shared` or not.
-    async fn about_holders(
-        &self,
-        during: &'static str,
-        statement: &str,
-        (key, shared): (i64, bool),
-        bound: Duration,
-        schema: &SchemaName,
-    ) -> Result<Vec<Row>, Error> {
-        let (high, low) = key::halves(key);
-        let params: [(&(dyn ToSql + Sync), Type); 3] = [
-            (&high, Type::INT8),
-            (&low, Type::INT8),
-            (&shared, Type::BOOL),
-        ];
-        self.query(during, statement, &params, bound, schema).await
-    }
-
-    /// Whether any server session holds `key`'s lock, `shared` or exclusive (read from
-    /// `pg_locks`).
-    pub(super) async fn held_elsewhere(
-        &self,
-        key: i64,
-        shared: bool,
-        bound: Duration,
-        schema: &SchemaName,
-    ) -> Result<bool, Error> {
+    /// Read from `pg_locks`.
+    async fn held_elsewhere(&self, key: &i64, shared: bool) -> Result<bool, Error> {
         let during = "reading the advisory locks";
         let statement = format!("SELECT EXISTS ({HOLDERS}) AS held");
         let rows = self
-            .about_holders(during, &statement, (key, shared), bound, schema)
+            .about_holders(during, &statement, (*key, shared))
             .await?;
         column(first(&rows, during)?, "held", during)
     }
 
-    /// Ends every other server session that holds `key`'s lock, `shared` or exclusive,
-    /// and waits (within `bound`) until the server freed their locks; answers whether
-    /// there was one.
-    pub(super) async fn end_holders(
-        &self,
-        key: i64,
-        shared: bool,
-        bound: Duration,
-        schema: &SchemaName,
-    ) -> Result<bool, Error> {
+    /// By `pg_terminate_backend`, which needs the right to signal the session (the same
+    /// role, or `pg_signal_backend`).
+    async fn end_holders(&self, key: &i64, shared: bool) -> Result<bool, Error> {
         let during = "ending the sessions that hold an advisory lock";
         let statement = format!(
             "SELECT count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(h.pid)) AS ended \
              FROM ({HOLDERS}) AS h"
         );
         let rows = self
-            .about_holders(during, &statement, (key, shared), bound, schema)
+            .about_holders(during, &statement, (*key, shared))
             .await?;
         let ended: i64 = column(first(&rows, during)?, "ended", during)?;
         if ended == 0 {
             return Ok(false);
         }
         // A terminated session ends a moment later: the lock is free once it has.
-        let deadline = tokio::time::Instant::now() + bound;
-        while self.held_elsewhere(key, shared, bound, schema).await? {
+        let deadline = tokio::time::Instant::now() + self.bound;
+        while self.held_elsewhere(key, shared).await? {
             if tokio::time::Instant::now() >= deadline {
-                return Err(Error::connection(during, silent("response timeout", bound)));
+                return Err(Error::connection(
+                    during,
+                    silent("response timeout", self.bound),
+                ));
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         Ok(true)
     }
 
-    /// Checks that the session is alive and still the same server process.
-    pub(super) async fn ping(&self, bound: Duration, schema: &SchemaName) -> Result<(), Error> {
+    /// Also checks that it is still the same server process.
+    async fn ping(&self) -> Result<(), Error> {
         let during = "checking an advisory session";
         let rows = self
-            .query(
-                during,
-                "SELECT pg_catalog.pg_backend_pid() AS pid",
-                &[],
-                bound,
-                schema,
-            )
+            .query(during, "SELECT pg_catalog.pg_backend_pid() AS pid", &[])
             .await?;
         self.same_process(first(&rows, during)?, during)
     }

@@ -1,19 +1,18 @@
 //! What this client holds of one name, and the rules between its own owners.
 //!
-//! PostgreSQL knows sessions, not owners: a session that holds an advisory lock gets it
-//! again at once, whoever asks through it. So the client keeps, per name, which of its
+//! The server knows sessions, not owners: a session that holds a lock gets it again at
+//! once, whoever asks through it. So the client keeps, per name, which of its
 //! owners hold it and on which session, and decides between its own owners itself; the
 //! server decides between sessions. The server's state of a name follows from this
 //! record alone: its session holds the exclusive lock once while an exclusive hold is
 //! recorded, and the shared lock once while any reader is.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::backend::{LockKind, LockRef, Owner, RequestId};
 use tokio::time::Instant;
 
-use super::session::Session;
-use std::sync::Arc;
+use crate::backend::{LockKind, LockRef, Owner, RequestId};
 
 /// One owner's hold: the grants it is made of, each with the end of its lease.
 #[derive(Debug)]
@@ -79,22 +78,19 @@ fn exclusive(kind: LockKind) -> bool {
 /// A server lock this client must give back: its session, and whether it is the shared
 /// one.
 #[derive(Debug)]
-pub(super) struct Unlock {
-    pub(super) session: Arc<Session>,
+pub(super) struct Unlock<S> {
+    pub(super) session: Arc<S>,
     pub(super) shared: bool,
 }
 
 /// What an acquisition needs, by the record alone.
 #[derive(Debug)]
-pub(super) enum Decision {
+pub(super) enum Decision<S> {
     /// The owner holds it already (or joins readers this client holds): granted here.
     Here,
     /// Take the server lock (`shared` for a reader), on `on` when the record says on
     /// which session (a writer's own read hold), on any session otherwise.
-    Server {
-        shared: bool,
-        on: Option<Arc<Session>>,
-    },
+    Server { shared: bool, on: Option<Arc<S>> },
     /// Another owner of this client holds it, for about `ends_in` more.
     HeldHere { ends_in: Duration },
     /// The owner asks for the exclusive lock while it holds a read lock of the name: it
@@ -104,20 +100,20 @@ pub(super) enum Decision {
 
 /// This client's holds of one name, on one session.
 #[derive(Debug)]
-pub(super) struct Held {
-    session: Arc<Session>,
+pub(super) struct Held<S> {
+    session: Arc<S>,
     exclusive: Option<Hold>,
     readers: Vec<Hold>,
 }
 
-impl Held {
+impl<S> Held<S> {
     /// The session the server locks of this name are held on.
-    pub(super) fn session(&self) -> &Arc<Session> {
+    pub(super) fn session(&self) -> &Arc<S> {
         &self.session
     }
 
     /// What `lock` needs to be granted, judged by the record.
-    pub(super) fn decide(record: Option<&Self>, lock: &LockRef, now: Instant) -> Decision {
+    pub(super) fn decide(record: Option<&Self>, lock: &LockRef, now: Instant) -> Decision<S> {
         let Some(this) = record else {
             return Decision::Server {
                 shared: !exclusive(lock.kind),
@@ -219,9 +215,9 @@ impl Held {
     pub(super) fn granted(
         record: &mut Option<Self>,
         lock: &LockRef,
-        session: &Arc<Session>,
+        session: &Arc<S>,
         grant: (RequestId, Instant, Option<u64>),
-    ) -> Result<(bool, Option<Unlock>), Unlock> {
+    ) -> Result<(bool, Option<Unlock<S>>), Unlock<S>> {
         let shared = !exclusive(lock.kind);
         let held = record.get_or_insert_with(|| Self {
             session: Arc::clone(session),
@@ -273,7 +269,7 @@ impl Held {
         lock: &LockRef,
         grant: RequestId,
         until: Instant,
-    ) -> (Option<u32>, Vec<Unlock>) {
+    ) -> (Option<u32>, Vec<Unlock<S>>) {
         let Some(this) = record.as_mut() else {
             return (None, Vec::new());
         };
@@ -299,7 +295,7 @@ impl Held {
     /// Ends every hold of the name of `kind`'s side, exclusive or shared (a
     /// force-release), returning whether there was one and the server locks to give
     /// back.
-    pub(super) fn clear(record: &mut Option<Self>, kind: LockKind) -> (bool, Vec<Unlock>) {
+    pub(super) fn clear(record: &mut Option<Self>, kind: LockKind) -> (bool, Vec<Unlock<S>>) {
         let Some(held) = record.as_mut() else {
             return (false, Vec::new());
         };
@@ -326,7 +322,7 @@ impl Held {
     }
 
     /// Ends the grants whose lease is over, returning the server locks to give back.
-    pub(super) fn expire(record: &mut Option<Self>, now: Instant) -> Vec<Unlock> {
+    pub(super) fn expire(record: &mut Option<Self>, now: Instant) -> Vec<Unlock<S>> {
         let Some(held) = record.as_mut() else {
             return Vec::new();
         };
@@ -347,7 +343,7 @@ impl Held {
 
     /// Removes holds without grants, and the record when nothing is left; returns the
     /// server locks that no hold needs any more.
-    fn tidy(record: &mut Option<Self>) -> Vec<Unlock> {
+    fn tidy(record: &mut Option<Self>) -> Vec<Unlock<S>> {
         let Some(held) = record.as_mut() else {
             return Vec::new();
         };
