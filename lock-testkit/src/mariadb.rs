@@ -302,7 +302,7 @@ impl MariaDbServer {
         // Unique to this server: servers of one process may make it at once too.
         let making = self.dir.path().join("template.making");
         let output = Command::new(&self.bin.install_db)
-            .args(common_args(&making))
+            .args(common_args(&making, &self.dir.path().join("template.tmp")))
             .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
             .stdin(Stdio::null())
             .output()
@@ -334,7 +334,7 @@ impl MariaDbServer {
             .unwrap_or_else(|e| panic!("open the server's log: {e}"));
         let mut command = Command::new(&self.bin.server);
         command
-            .args(common_args(&self.data()))
+            .args(common_args(&self.data(), &self.dir.path().join("tmp")))
             .arg(format!("--port={}", self.port))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--socket={}", self.socket().display()))
@@ -421,12 +421,19 @@ impl Drop for MariaDbServer {
     }
 }
 
-/// The options both `mariadb-install-db` and the server take: the data directory,
-/// the test tuning, and, as root, running as root (the server refuses to otherwise).
-fn common_args(data: &Path) -> Vec<String> {
+/// The options both `mariadb-install-db` and the server take: the data directory, the
+/// directory of temporary files, the test tuning, and, as root, running as root (the
+/// server refuses to otherwise).
+fn common_args(data: &Path, tmp: &Path) -> Vec<String> {
+    std::fs::create_dir_all(tmp).unwrap_or_else(|e| panic!("create {}: {e}", tmp.display()));
     let mut args = vec![
         "--no-defaults".to_owned(),
         format!("--datadir={}", data.display()),
+        // A directory of the server's own: a server that starts (or a bootstrap) deletes
+        // every temporary table file it finds in its tmpdir, other servers' included,
+        // and in a shared /tmp two bootstraps side by side failed each other's
+        // (`Unknown table 'mysql.tmp_user_sys'`, `Can't find file '/tmp/#sql-temptable..'`).
+        format!("--tmpdir={}", tmp.display()),
         "--skip-name-resolve".to_owned(),
         // Small, but not so small that writes queue behind page flushing: at 16 MB a
         // row inserted and deleted per lock ran at less than half the rate it runs at
