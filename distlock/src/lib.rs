@@ -23,7 +23,7 @@
 //! | `redis` (default) | [`redis`] | the `redis` crate: standalone Redis, Redis Cluster, Sentinel |
 //! | `fred` | `fred` | the `fred` crate: the same deployments and URL forms |
 //! | `postgres` | `postgres` | PostgreSQL: lease rows in tables it creates, LISTEN/NOTIFY; or session advisory locks |
-//! | `mysql` | `mysql` | MySQL and MariaDB: the protocol's machine per name in a table it creates, mailbox wake-ups |
+//! | `mysql` | `mysql` | MySQL and MariaDB: the protocol's machine per name in a table it creates, mailbox wake-ups; or user-level locks (`GET_LOCK`) |
 //! | `tls` | | `rediss://` for the enabled Redis adapters |
 //! | `redlock` | `redlock` | MultiLock and RedLock over any of the others |
 //! | `macros` (default) | [`distributed_lock`] | the attribute macro |
@@ -40,21 +40,21 @@
 //! is sent. Both Redis adapters declare the same. (A test compares this table with the
 //! declarations.)
 //!
-//! | capability | memory | Redis | PostgreSQL | PostgreSQL advisory | MySQL | RedLock | MultiLock |
-//! |---|---|---|---|---|---|---|---|
-//! | reentrant mutex | yes | yes | yes | yes | yes | yes | yes |
-//! | fair mutex | yes | yes | yes | no | yes | no | no |
-//! | read-write lock | yes | yes | yes | yes | yes | yes | yes |
-//! | fencing tokens | yes | yes | yes | yes | yes | yes | yes |
-//! | semaphore | yes | yes | no | no | no | no | no |
-//! | expirable semaphore | yes | yes | no | no | no | no | no |
-//! | count-down latch | yes | yes | no | no | no | no | no |
-//! | retried requests answered once | yes | yes | yes | no | yes | yes | yes |
-//! | starving waiters reserve the lock | no | yes | no | no | no | yes | yes |
-//! | a release wakes one client | yes | yes | no | no | no | no | no |
-//! | a waiter waits inside the server | no | no | no | yes | no | no | no |
-//! | shared between processes | no | yes | yes | yes | yes | yes | yes |
-//! | an abandoned hold ends | after its lease | after its lease | after its lease | with its session | after its lease | after its lease | after its lease |
+//! | capability | memory | Redis | PostgreSQL | PostgreSQL advisory | MySQL | MySQL `GET_LOCK` | RedLock | MultiLock |
+//! |---|---|---|---|---|---|---|---|---|
+//! | reentrant mutex | yes | yes | yes | yes | yes | yes | yes | yes |
+//! | fair mutex | yes | yes | yes | no | yes | no | no | no |
+//! | read-write lock | yes | yes | yes | yes | yes | no | yes | yes |
+//! | fencing tokens | yes | yes | yes | yes | yes | yes | yes | yes |
+//! | semaphore | yes | yes | no | no | no | no | no | no |
+//! | expirable semaphore | yes | yes | no | no | no | no | no | no |
+//! | count-down latch | yes | yes | no | no | no | no | no | no |
+//! | retried requests answered once | yes | yes | yes | no | yes | no | yes | yes |
+//! | starving waiters reserve the lock | no | yes | no | no | no | no | yes | yes |
+//! | a release wakes one client | yes | yes | no | no | no | no | no | no |
+//! | a waiter waits inside the server | no | no | no | yes | no | yes | no | no |
+//! | shared between processes | no | yes | yes | yes | yes | yes | yes | yes |
+//! | an abandoned hold ends | after its lease | after its lease | after its lease | with its session | after its lease | with its session | after its lease | after its lease |
 //!
 //! RedLock and MultiLock show what they make of Redis nodes; over other parts they
 //! declare what all their parts have in common, less what spans no set of nodes (fair
@@ -67,7 +67,9 @@
 //! default settings. Use the `redis` adapter unless the service already uses `fred`;
 //! PostgreSQL when the service has a database and no Redis (its advisory mode,
 //! `Connector::connect_advisory`, when no lock needs a fair queue or must outlive a
-//! failover, and every lock should cost no write); RedLock only where a lock
+//! failover, and every lock should cost no write); MySQL or MariaDB likewise (its
+//! `GET_LOCK` mode, `Connector::connect_session_locks`, on the same terms, and never on
+//! Galera or Group Replication); RedLock only where a lock
 //! must survive the loss of a Redis master without replication (read its crate
 //! documentation first); the memory backend for tests and single-process services.
 //!

@@ -42,6 +42,7 @@ fn columns() -> Vec<Capabilities> {
         distlock::postgres::PostgresBackend::CAPABILITIES,
         distlock::postgres::AdvisoryBackend::CAPABILITIES,
         distlock::mysql::MysqlBackend::CAPABILITIES,
+        distlock::mysql::GetLockBackend::CAPABILITIES,
         redlock.capabilities(),
         multi.capabilities(),
     ]

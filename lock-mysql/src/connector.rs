@@ -12,6 +12,7 @@ use crate::error::{Silent, code, failed};
 use crate::notify::Notifications;
 use crate::pool::{Manager, Pool, connect};
 use crate::schema::Tables;
+use crate::session::{GetLockBackend, GetLockServer};
 use crate::store::Store;
 
 /// How many connections a backend keeps at most by default.
@@ -205,6 +206,71 @@ impl Connector {
     }
 }
 
+impl Connector {
+    /// Connects a [`GetLockBackend`]: locks as MySQL's user-level locks (`GET_LOCK`) on
+    /// dedicated connections (see [`crate::session`]), the tables created or checked as
+    /// by [`Connector::connect`] for the fencing counters. The pool size is the most
+    /// sessions that carry the locks taken without waiting (a name always on the same
+    /// one, opened when first needed); a lock that waits inside the server waits on a
+    /// session of its own.
+    ///
+    /// # Errors
+    ///
+    /// As [`Connector::connect`], and
+    /// [`ErrorKind::InvalidConfig`](lock_core::ErrorKind::InvalidConfig) on a Galera node
+    /// or a Group Replication member, whose nodes do not share user-level locks.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a dropped future leaves at most the tables created and sessions
+    /// that close.
+    pub async fn connect_session_locks(self) -> Result<GetLockBackend, Error> {
+        let Self {
+            url,
+            settings,
+            root_certificate,
+        } = self;
+        let opts = parse_url(&url)?;
+        let opts = (with_roots(opts.0, root_certificate), opts.1);
+        check(&settings)?;
+        let bound = settings.connect_timeout;
+        let opened = async {
+            let manager = Manager::new(opts, settings.connect_timeout, settings.response_timeout);
+            let mut conn = connect(manager.opts(), settings.connect_timeout).await?;
+            prepare_tables(&mut conn, &settings.tables).await?;
+            crate::session::refuse_clusters(&mut conn).await?;
+            drop(conn);
+            let server = GetLockServer::new(
+                manager.opts().clone(),
+                (settings.connect_timeout, settings.response_timeout),
+                settings.tables,
+            );
+            let backend = GetLockBackend::new(server, settings.pool_size);
+            // The first carrier, opened now: a login refused or a server that does not
+            // answer is the connect's error, not the first lock's.
+            backend.sessions().carrier(0).await?;
+            Ok(backend)
+        };
+        tokio::time::timeout(bound, opened)
+            .await
+            .map_err(|_| Error::connection("connecting to MySQL", Silent { bound }))?
+    }
+
+    /// Connects a [`GetLockBackend`] (see [`Connector::connect_session_locks`]) and
+    /// returns a client with the default client [`Config`](lock_core::Config).
+    ///
+    /// # Errors
+    ///
+    /// As [`Connector::connect_session_locks`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe, as [`Connector::connect_session_locks`].
+    pub async fn session_locks(self) -> Result<Locks, Error> {
+        Ok(Locks::new(Arc::new(self.connect_session_locks().await?)))
+    }
+}
+
 /// `opts` requiring TLS that trusts exactly `pem`'s roots, when given.
 #[cfg(feature = "tls")]
 fn with_roots(opts: Opts, pem: Option<Vec<u8>>) -> Opts {
@@ -274,14 +340,15 @@ async fn prepare_tables(conn: &mut mysql_async::Conn, tables: &Tables) -> Result
         Err(mysql_async::Error::Server(server)) if denies_a_privilege(&server) => {}
         Err(err) => return Err(failed(err, "creating the lock tables")),
     }
-    let check = format!(
-        "SELECT 1 FROM {} WHERE 1 = 0; SELECT 1 FROM {} WHERE 1 = 0; SELECT 1 FROM {} WHERE 1 = 0; \
-         SELECT 1 FROM {} WHERE 1 = 0",
+    let check = [
         tables.names(),
         tables.wakes(),
         tables.clients(),
-        tables.epoch()
-    );
+        tables.epoch(),
+        tables.tokens(),
+    ]
+    .map(|table| format!("SELECT 1 FROM {table} WHERE 1 = 0"))
+    .join("; ");
     match conn.query_drop(check).await {
         Ok(()) => Ok(()),
         Err(unreadable) => Err(Error::invalid_config(

@@ -30,12 +30,14 @@ mod notify;
 mod pool;
 pub mod schema;
 mod serving;
+pub mod session;
 mod state;
 mod store;
 
 pub use backend::MysqlBackend;
 pub use connector::{Connector, ConnectorSettings};
 pub use schema::Tables;
+pub use session::{GetLockBackend, GetLockServer, GetLockSession};
 
 use std::sync::Arc;
 

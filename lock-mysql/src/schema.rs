@@ -1,14 +1,15 @@
 //! The lock tables: their names (a prefix in the connection's database) and the
 //! statements that create them.
 //!
-//! Four tables. `<prefix>names` keeps one row per lock name ever used: the name's state
+//! Five tables. `<prefix>names` keeps one row per lock name ever used: the name's state
 //! machine as bytes (see lock-core's `protocol` module) and, for introspection, until
 //! when its hold lasts. `<prefix>wakes` is each client's mailbox: a release that hands a
 //! lock over (or frees it for a waiter) writes the waiter's notice there in its own
 //! transaction, then interrupts the waiter's listening statement. `<prefix>clients`
 //! keeps what clients say about themselves, for introspection. `<prefix>epoch` is one
 //! row: the server that wrote the tables last (`@@server_id`) and until when nothing is
-//! granted after a replica took over (see `store`).
+//! granted after a replica took over (see `store`). `<prefix>tokens` keeps the fencing
+//! counters of the user-level lock mode (see `session`).
 
 use std::fmt;
 
@@ -94,6 +95,11 @@ impl Tables {
         format!("`{}epoch`", self.prefix)
     }
 
+    /// The table of the user-level lock mode's fencing counters, quoted.
+    pub(crate) fn tokens(&self) -> String {
+        format!("`{}tokens`", self.prefix)
+    }
+
     /// The statements that create the tables where they are missing (MariaDB 10.11 and
     /// MySQL 8.0 both accept them). `name` keeps the lock's name; `lock_key` is the
     /// name itself when it is short, else a digest of it (see `Key`).
@@ -129,7 +135,12 @@ CREATE TABLE IF NOT EXISTS {epoch} (
     server_id INT UNSIGNED NOT NULL,
     quarantine_until BIGINT UNSIGNED NOT NULL
 ) ENGINE = InnoDB;
-INSERT IGNORE INTO {epoch} (id, server_id, quarantine_until) VALUES (1, @@server_id, 0);",
+INSERT IGNORE INTO {epoch} (id, server_id, quarantine_until) VALUES (1, @@server_id, 0);
+CREATE TABLE IF NOT EXISTS {tokens} (
+    lock_key VARBINARY(255) NOT NULL PRIMARY KEY,
+    token BIGINT UNSIGNED NOT NULL
+) ENGINE = InnoDB;",
+            tokens = self.tokens(),
             names = self.names(),
             wakes = self.wakes(),
             clients = self.clients(),

@@ -4,39 +4,17 @@
 //! `Tables::create_sql` prints, as root, and the user given only the grants the README
 //! lists (it may not create them, nor anything else).
 
+mod common;
+
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use async_trait::async_trait;
+use common::least_privileged;
 use lock_conformance::Fixture;
 use lock_core::Backend;
-use lock_mysql::{Connector, MysqlBackend, Tables};
-use lock_testkit::{MARIADB_TEST_DATABASE, MariaDbServer};
+use lock_mysql::{Connector, MysqlBackend};
+use lock_testkit::MariaDbServer;
 use tokio::sync::OnceCell;
-
-/// The least-privileged user the suite's clients connect as.
-const SERVICE_USER: &str = "lock_service";
-const SERVICE_PASSWORD: &str = "service-secret";
-
-/// Starts the server, makes the tables as root, and a user with the README's grants.
-async fn least_privileged() -> MariaDbServer {
-    let server = MariaDbServer::start().await;
-    let tables = Tables::default();
-    let mut script = vec![
-        tables.create_sql(),
-        format!("CREATE USER '{SERVICE_USER}'@'%' IDENTIFIED BY '{SERVICE_PASSWORD}';"),
-    ];
-    for table in ["names", "wakes", "clients", "epoch"] {
-        script.push(format!(
-            "GRANT SELECT, INSERT, UPDATE, DELETE ON {MARIADB_TEST_DATABASE}.{}{table} \
-             TO '{SERVICE_USER}'@'%';",
-            tables.prefix()
-        ));
-    }
-    let script = script.join("\n");
-    let said = server.sql(&script);
-    assert!(said.trim().is_empty(), "{said}");
-    server
-}
 
 /// One MariaDB server, started on first use; every backend is a new client of it.
 #[derive(Debug)]
@@ -62,11 +40,7 @@ impl MysqlFixture {
 impl Fixture for MysqlFixture {
     async fn backend(&self) -> Arc<dyn Backend> {
         let server = self.server.get_or_init(least_privileged).await;
-        let url = format!(
-            "mysql://{SERVICE_USER}:{SERVICE_PASSWORD}@127.0.0.1:{}/{MARIADB_TEST_DATABASE}",
-            server.port()
-        );
-        let backend = Connector::new(url)
+        let backend = Connector::new(common::service_url(server))
             .pool_size(4)
             .connect()
             .await

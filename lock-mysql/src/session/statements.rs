@@ -1,0 +1,345 @@
+//! [`GetLockSession`]: one dedicated connection whose user-level locks (`GET_LOCK`) the
+//! client holds, and the statements sent on it.
+//!
+//! The connection is the client's alone: no pool resets it (a reset frees every lock it
+//! holds) or hands it to anyone else. Its statements go one at a time: a carrier's are
+//! tries, which the server answers at once; a waiter's session waits in one statement
+//! and holds nothing else.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::Error;
+use lock_core::backend::session::{LockSession, Taken};
+use mysql_async::prelude::{FromRow, Queryable};
+use mysql_async::{Conn, Params};
+use tokio::sync::Mutex as AsyncMutex;
+
+use crate::error::{Silent, failed};
+
+/// The server's clock as microseconds since the epoch: the least fencing token issued
+/// now, so that tokens keep growing on a promoted replica that lacks the last ones.
+const MICROS_NOW: &str = "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED)";
+
+/// One dedicated server session of user-level locks.
+pub struct GetLockSession {
+    /// `None` once the session is given up: dropping the connection closes it, and the
+    /// server frees its locks.
+    conn: AsyncMutex<Option<Conn>>,
+    /// The server's id of the session (`CONNECTION_ID()`).
+    id: u64,
+    broken: AtomicBool,
+    /// How long a statement may go unanswered.
+    bound: Duration,
+    /// The table of the fencing counters, quoted.
+    tokens: String,
+}
+
+impl fmt::Debug for GetLockSession {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GetLockSession")
+            .field("id", &self.id)
+            .field("broken", &self.is_broken())
+            .finish_non_exhaustive()
+    }
+}
+
+impl GetLockSession {
+    /// A session on `conn`, whose server id is `id`; its statements go unanswered for
+    /// at most `bound`, and its fencing counters are in the table `tokens`.
+    pub(super) fn new(conn: Conn, id: u64, bound: Duration, tokens: String) -> Self {
+        Self {
+            conn: AsyncMutex::new(Some(conn)),
+            id,
+            broken: AtomicBool::new(false),
+            bound,
+            tokens,
+        }
+    }
+
+    /// The server's id of the session (`KILL` of it loses every lock on it).
+    #[must_use]
+    pub fn connection_id(&self) -> u64 {
+        self.id
+    }
+
+    /// Runs `statement` within `bound` and reads its first row. A failure that leaves
+    /// the session in doubt (a broken connection, no answer) gives it up; a refusal by
+    /// the server does not.
+    async fn first<T: FromRow + Send + 'static>(
+        &self,
+        during: &'static str,
+        statement: &str,
+        params: Params,
+        bound: Duration,
+    ) -> Result<Option<T>, Error> {
+        let mut conn = self.conn.lock().await;
+        let Some(open) = conn.as_mut() else {
+            return Err(given_up(during));
+        };
+        let answered =
+            tokio::time::timeout(bound, open.exec_first::<T, _, _>(statement, params)).await;
+        self.judge(&mut conn, answered, during, bound)
+    }
+
+    /// Runs `statement` within the bound and answers the id it set
+    /// (`LAST_INSERT_ID(expr)`).
+    async fn insert(
+        &self,
+        during: &'static str,
+        statement: &str,
+        params: Params,
+    ) -> Result<Option<u64>, Error> {
+        let mut conn = self.conn.lock().await;
+        let Some(open) = conn.as_mut() else {
+            return Err(given_up(during));
+        };
+        let answered = tokio::time::timeout(self.bound, async {
+            open.exec_drop(statement, params).await?;
+            Ok(open.last_insert_id())
+        })
+        .await;
+        self.judge(&mut conn, answered, during, self.bound)
+    }
+
+    /// A statement's outcome as the caller's, giving the session up when it is in doubt.
+    fn judge<T>(
+        &self,
+        conn: &mut Option<Conn>,
+        answered: Result<Result<T, mysql_async::Error>, tokio::time::error::Elapsed>,
+        during: &'static str,
+        bound: Duration,
+    ) -> Result<T, Error> {
+        match answered {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(err @ mysql_async::Error::Server(_))) => Err(failed(err, during)),
+            Ok(Err(err)) => {
+                self.give_up(conn);
+                Err(failed(err, during))
+            }
+            Err(_) => {
+                self.give_up(conn);
+                Err(Error::connection(during, Silent { bound }))
+            }
+        }
+    }
+
+    /// Gives the session up: its locks are to be counted lost. Dropping the connection
+    /// closes its socket, so the server ends the session and frees its locks as soon as
+    /// it reads the close.
+    fn give_up(&self, conn: &mut Option<Conn>) {
+        self.broken.store(true, Ordering::Release);
+        drop(conn.take());
+    }
+
+    /// Gives the session up from outside a statement.
+    async fn break_off(&self) {
+        let mut conn = self.conn.lock().await;
+        self.give_up(&mut conn);
+    }
+
+    /// The session that holds `key`'s lock, if any.
+    async fn holder(&self, key: &str) -> Result<Option<u64>, Error> {
+        let during = "reading who holds a user-level lock";
+        let holder: Option<Option<u64>> = self
+            .first(
+                during,
+                "SELECT IS_USED_LOCK(?)",
+                Params::from((key,)),
+                self.bound,
+            )
+            .await?;
+        Ok(holder.flatten())
+    }
+
+    /// What `GET_LOCK` answered (`None`: NULL, or no row), and the token when one was
+    /// asked for.
+    async fn taken(
+        &self,
+        got: Option<i64>,
+        key: &str,
+        fencing: Option<&str>,
+        during: &'static str,
+    ) -> Result<Taken, Error> {
+        match got {
+            Some(1) => {}
+            Some(_) => return Ok(Taken::Busy),
+            None => {
+                return Err(Error::backend(
+                    during,
+                    Refused("GET_LOCK answered NULL (the session was killed)"),
+                ));
+            }
+        }
+        let Some(name) = fencing else {
+            return Ok(Taken::Granted(None));
+        };
+        match self.token(name).await {
+            Ok(token) => Ok(Taken::Granted(Some(token))),
+            Err(err) => {
+                // The lock is this session's, but the caller cannot have it without its
+                // token: it is given back, or the session with it.
+                if let Err(unlock) = self.unlock(&key.to_owned(), false).await {
+                    tracing::warn!(
+                        target: lock_core::TRACING_TARGET,
+                        error = %unlock,
+                        "a user-level lock granted without its fencing token could not be \
+                         given back; its session is given up"
+                    );
+                    self.break_off().await;
+                }
+                Err(err)
+            }
+        }
+    }
+}
+
+/// The error of a statement on a session given up.
+fn given_up(during: &'static str) -> Error {
+    Error::connection(during, Refused("the session was given up"))
+}
+
+/// Why the server's answer is not one the lock can use.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Refused(&'static str);
+
+#[async_trait]
+impl LockSession for GetLockSession {
+    type Key = String;
+
+    fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::Acquire)
+    }
+
+    /// `GET_LOCK(key, 0)`; the token, when asked, in a second statement.
+    async fn try_lock(
+        &self,
+        key: &String,
+        _shared: bool,
+        fencing: Option<&str>,
+    ) -> Result<Taken, Error> {
+        let during = "taking a user-level lock";
+        let got = self
+            .first(
+                during,
+                "SELECT GET_LOCK(?, 0)",
+                Params::from((key.as_str(),)),
+                self.bound,
+            )
+            .await?;
+        self.taken(got, key, fencing, during).await
+    }
+
+    /// `GET_LOCK(key, wait)`, in seconds with microseconds (MariaDB keeps them).
+    async fn lock(
+        &self,
+        key: &String,
+        _shared: bool,
+        fencing: Option<&str>,
+        wait: Duration,
+    ) -> Result<Taken, Error> {
+        let during = "waiting for a user-level lock";
+        let seconds = wait.as_secs_f64().max(0.000_001);
+        let got: Option<Option<i64>> = self
+            .first(
+                during,
+                "SELECT GET_LOCK(?, ?)",
+                Params::from((key.as_str(), seconds)),
+                wait + self.bound,
+            )
+            .await?;
+        self.taken(got.flatten(), key, fencing, during).await
+    }
+
+    /// One statement: the name's counter becomes the larger of its next value and the
+    /// server's clock in microseconds, in the same autocommitted write.
+    async fn token(&self, name: &str) -> Result<u64, Error> {
+        let during = "issuing a fencing token";
+        let statement = format!(
+            "INSERT INTO {tokens} (lock_key, token) VALUES (?, LAST_INSERT_ID({MICROS_NOW})) \
+             ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(GREATEST(token + 1, {MICROS_NOW}))",
+            tokens = self.tokens
+        );
+        let key = crate::schema::key(name);
+        self.insert(during, &statement, Params::from((key,)))
+            .await?
+            .filter(|token| *token > 0)
+            .ok_or_else(|| Error::protocol(format!("{during}: no token")))
+    }
+
+    async fn unlock(&self, key: &String, _shared: bool) -> Result<(), Error> {
+        let during = "giving back a user-level lock";
+        let released: Option<Option<i64>> = self
+            .first(
+                during,
+                "SELECT RELEASE_LOCK(?)",
+                Params::from((key.as_str(),)),
+                self.bound,
+            )
+            .await?;
+        if released.flatten() != Some(1) {
+            // The record said this session held it; the server says not. Only a lost
+            // session could do that, so the session is not trusted any further.
+            tracing::warn!(
+                target: lock_core::TRACING_TARGET,
+                key = key.as_str(),
+                "the server says this session did not hold a user-level lock it recorded; \
+                 the session is given up"
+            );
+            self.break_off().await;
+        }
+        Ok(())
+    }
+
+    async fn held_elsewhere(&self, key: &String, _shared: bool) -> Result<bool, Error> {
+        Ok(self.holder(key).await?.is_some_and(|id| id != self.id))
+    }
+
+    /// By `KILL CONNECTION`, which needs the same database user or the right to end
+    /// other users' sessions (`CONNECTION_ADMIN`, or `SUPER`).
+    async fn end_holders(&self, key: &String, _shared: bool) -> Result<bool, Error> {
+        let during = "ending the session that holds a user-level lock";
+        let Some(holder) = self.holder(key).await?.filter(|id| *id != self.id) else {
+            return Ok(false);
+        };
+        let _: Option<u8> = self
+            .first(
+                during,
+                &format!("KILL CONNECTION {holder}"),
+                Params::Empty,
+                self.bound,
+            )
+            .await?;
+        // A killed session ends a moment later: the lock is free of it once it has.
+        let deadline = tokio::time::Instant::now() + self.bound;
+        while self.holder(key).await? == Some(holder) {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Error::connection(during, Silent { bound: self.bound }));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(true)
+    }
+
+    /// Also checks that the statement ran in this session, as a proxy that moves a
+    /// connection's statements between server sessions would not promise.
+    async fn ping(&self) -> Result<(), Error> {
+        let during = "checking a user-level lock session";
+        let id: Option<u64> = self
+            .first(during, "SELECT CONNECTION_ID()", Params::Empty, self.bound)
+            .await?;
+        if id == Some(self.id) {
+            return Ok(());
+        }
+        self.break_off().await;
+        Err(Error::invalid_config(
+            "user-level locks need a connection that is one server session: a statement \
+             ran in another session than its connection's, as behind a proxy that \
+             multiplexes connections. Point the URL at the server",
+            None,
+        ))
+    }
+}
