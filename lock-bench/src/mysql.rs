@@ -23,6 +23,7 @@ const POOL_SIZE: usize = 16;
 
 /// The contenders' names in the report.
 const OURS: &str = "lock (mysql)";
+const OURS_SESSION: &str = "lock (mysql GET_LOCK mode)";
 const ROW: &str = "row floor (INSERT, DELETE)";
 const GET_LOCK: &str = "GET_LOCK";
 
@@ -33,6 +34,16 @@ async fn ours(server: &MariaDbServer) -> distlock::Locks {
         .locks()
         .await
         .expect("connect to MariaDB")
+}
+
+/// Our user-level lock mode, on as many carrier sessions as the floors' pools have
+/// connections.
+async fn ours_session(server: &MariaDbServer) -> distlock::Locks {
+    distlock::mysql::Connector::new(server.url())
+        .pool_size(POOL_SIZE)
+        .session_locks()
+        .await
+        .expect("connect to MariaDB in the GET_LOCK mode")
 }
 
 /// A pool of [`POOL_SIZE`] connections to `server`, over TCP.
@@ -190,8 +201,8 @@ async fn close(pool: Pool) {
 }
 
 /// Uncontended pairs per second (64 tasks, distinct names, one pool of 16 connections)
-/// of ours, the row floor and `GET_LOCK`, and the contended run (8 clients, one name,
-/// hold 1 ms, think 1 ms) of ours and `GET_LOCK`.
+/// of ours (both modes), the row floor and `GET_LOCK`, and the contended run (8 clients,
+/// one name, hold 1 ms, think 1 ms) of ours (both modes) and `GET_LOCK`.
 pub(crate) async fn mysql(server: &MariaDbServer, scale: Scale) -> Results {
     let duration = Duration::from_secs_f64(scale.seconds);
     let client = ours(server).await;
@@ -208,8 +219,25 @@ pub(crate) async fn mysql(server: &MariaDbServer, scale: Scale) -> Results {
     let get_lock_rate = bare_pairs_per_second(server, Bare::GetLock, duration).await;
     let mut get_lock_figures = get_lock_contended(server, scale.seconds).await;
     get_lock_figures.extend(figures(&[("pairs_per_s", get_lock_rate)]));
+    let session = ours_session(server).await;
+    let session_rate = pairs_per_second(&session, duration).await;
+    drop(session);
+    let mut session_clients = Vec::new();
+    for _ in 0..8 {
+        session_clients.push(ours_session(server).await);
+    }
+    let mut session_figures = contend_with(
+        session_clients,
+        1,
+        "bench:c:mysql-get-lock",
+        Kind::Mutex,
+        scale.seconds,
+    )
+    .await;
+    session_figures.extend(figures(&[("pairs_per_s", session_rate)]));
     let mut results = Results::new();
     results.insert(OURS.into(), ours_figures);
+    results.insert(OURS_SESSION.into(), session_figures);
     results.insert(ROW.into(), figures(&[("pairs_per_s", row_rate)]));
     results.insert(GET_LOCK.into(), get_lock_figures);
     results

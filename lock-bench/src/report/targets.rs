@@ -147,6 +147,15 @@ fn mysql_targets(all: &All, targets: &mut Targets) {
         ),
         |r| r <= 2.0,
     );
+    targets.check(
+        "mysql GET_LOCK mode uncontended pairs/s vs GET_LOCK",
+        ">= 0.9x",
+        ratio(
+            m("lock (mysql GET_LOCK mode)", "pairs_per_s"),
+            m("GET_LOCK", "pairs_per_s"),
+        ),
+        |r| r >= 0.9,
+    );
 }
 
 /// The contended mutex's idle time per hand-off wanted (8 clients, hold 1 ms, think 1

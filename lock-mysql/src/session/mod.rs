@@ -1,8 +1,7 @@
 //! [`GetLockBackend`]: locks as MySQL's user-level locks (`GET_LOCK`), the model of
 //! madelson/DistributedLock's MySQL lock, with lock-core's guards, watchdog and
-//! reentrancy around them: lock-core's
-//! [`SessionLocks`](lock_core::backend::session::SessionLocks) over this module's
-//! statements ([`GetLockSession`]).
+//! reentrancy around them: lock-core's [`SessionLocks`] over this module's statements
+//! ([`GetLockSession`]).
 //!
 //! - **Where they live**: on dedicated connections that no pool resets (a reset frees
 //!   every user-level lock of the session); at most the pool size of them carry the
