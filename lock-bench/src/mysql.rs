@@ -46,13 +46,19 @@ async fn ours_session(server: &MariaDbServer) -> distlock::Locks {
         .expect("connect to MariaDB in the GET_LOCK mode")
 }
 
-/// A pool of [`POOL_SIZE`] connections to `server`, over TCP.
+/// A pool of [`POOL_SIZE`] connections to `server`, over TCP. A connection goes back
+/// as it is, its prepared statements kept: by default the driver resets it, one more
+/// round trip per pair and every statement prepared again, which made bare `GET_LOCK`
+/// half as fast as our mode of it (8.9k against 18.6k pairs/s in a quick run).
 fn pool(server: &MariaDbServer) -> Pool {
     let opts = Opts::from_url(&server.url()).expect("the server's URL");
     let constraints = PoolConstraints::new(POOL_SIZE, POOL_SIZE).expect("a pool's bounds");
+    let pool_opts = PoolOpts::default()
+        .with_constraints(constraints)
+        .with_reset_connection(false);
     let opts = OptsBuilder::from_opts(opts)
         .prefer_socket(false)
-        .pool_opts(PoolOpts::default().with_constraints(constraints));
+        .pool_opts(pool_opts);
     Pool::new(opts)
 }
 

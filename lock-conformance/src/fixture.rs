@@ -129,3 +129,47 @@ impl Fixture for MemoryFixture {
         self.store.subscribed_channels()
     }
 }
+
+/// The backends a fixture made, kept weakly, for [`Fixture::subscribed_channels`]: the
+/// channels the live ones listen on, sorted, each once.
+#[derive(Debug)]
+pub struct Tracked<T> {
+    backends: std::sync::Mutex<Vec<std::sync::Weak<T>>>,
+}
+
+impl<T> Default for Tracked<T> {
+    fn default() -> Self {
+        Self {
+            backends: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl<T> Tracked<T> {
+    /// Keeps (weakly) and returns `backend`.
+    pub fn keep(&self, backend: T) -> Arc<T> {
+        let backend = Arc::new(backend);
+        self.backends
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(Arc::downgrade(&backend));
+        backend
+    }
+
+    /// The channels `of` says each live backend listens on, sorted, each once.
+    pub fn channels(&self, of: impl Fn(&T) -> Vec<String>) -> Vec<String> {
+        let backends = self
+            .backends
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let mut channels: Vec<String> = backends
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .flat_map(|backend| of(&backend))
+            .collect();
+        channels.sort();
+        channels.dedup();
+        channels
+    }
+}

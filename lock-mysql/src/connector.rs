@@ -191,14 +191,7 @@ impl Connector {
     ///
     /// Cancel-safe: a dropped future leaves at most the tables created.
     pub async fn connect(self) -> Result<MysqlBackend, Error> {
-        let Self {
-            url,
-            settings,
-            root_certificate,
-        } = self;
-        let opts = parse_url(&url)?;
-        let opts = (with_roots(opts.0, root_certificate), opts.1);
-        check(&settings)?;
+        let (opts, settings) = self.checked()?;
         let bound = settings.connect_timeout;
         tokio::time::timeout(bound, open(opts, settings))
             .await
@@ -225,14 +218,7 @@ impl Connector {
     /// Cancel-safe: a dropped future leaves at most the tables created and sessions
     /// that close.
     pub async fn connect_session_locks(self) -> Result<GetLockBackend, Error> {
-        let Self {
-            url,
-            settings,
-            root_certificate,
-        } = self;
-        let opts = parse_url(&url)?;
-        let opts = (with_roots(opts.0, root_certificate), opts.1);
-        check(&settings)?;
+        let (opts, settings) = self.checked()?;
         let bound = settings.connect_timeout;
         let opened = async {
             let manager = Manager::new(opts, settings.connect_timeout, settings.response_timeout);
@@ -268,6 +254,21 @@ impl Connector {
     /// Cancel-safe, as [`Connector::connect_session_locks`].
     pub async fn session_locks(self) -> Result<Locks, Error> {
         Ok(Locks::new(Arc::new(self.connect_session_locks().await?)))
+    }
+}
+
+impl Connector {
+    /// The connection options the URL and the root certificate give (and whether the URL
+    /// asks for the Unix socket), and the settings, once both are checked.
+    fn checked(self) -> Result<((Opts, bool), ConnectorSettings), Error> {
+        let Self {
+            url,
+            settings,
+            root_certificate,
+        } = self;
+        let (opts, socket) = parse_url(&url)?;
+        check(&settings)?;
+        Ok(((with_roots(opts, root_certificate), socket), settings))
     }
 }
 

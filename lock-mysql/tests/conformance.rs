@@ -6,11 +6,11 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use common::least_privileged;
-use lock_conformance::Fixture;
+use lock_conformance::{Fixture, Tracked};
 use lock_core::Backend;
 use lock_mysql::{Connector, MysqlBackend};
 use lock_testkit::MariaDbServer;
@@ -20,7 +20,7 @@ use tokio::sync::OnceCell;
 #[derive(Debug)]
 struct MysqlFixture {
     server: OnceCell<MariaDbServer>,
-    backends: Mutex<Vec<Weak<MysqlBackend>>>,
+    backends: Tracked<MysqlBackend>,
 }
 
 impl MysqlFixture {
@@ -31,7 +31,7 @@ impl MysqlFixture {
     async fn start() -> Self {
         Self {
             server: OnceCell::new(),
-            backends: Mutex::default(),
+            backends: Tracked::default(),
         }
     }
 }
@@ -45,12 +45,7 @@ impl Fixture for MysqlFixture {
             .connect()
             .await
             .unwrap_or_else(|err| panic!("connecting: {err}"));
-        let backend = Arc::new(backend);
-        self.backends
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Arc::downgrade(&backend));
-        backend
+        self.backends.keep(backend)
     }
 
     /// A name's tokens begin at the microseconds since the epoch when its row is
@@ -65,19 +60,7 @@ impl Fixture for MysqlFixture {
     }
 
     async fn subscribed_channels(&self) -> Vec<String> {
-        let backends = self
-            .backends
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        let mut channels: Vec<String> = backends
-            .iter()
-            .filter_map(Weak::upgrade)
-            .flat_map(|backend| backend.subscribed_channels())
-            .collect();
-        channels.sort();
-        channels.dedup();
-        channels
+        self.backends.channels(MysqlBackend::subscribed_channels)
     }
 }
 

@@ -4,10 +4,10 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use lock_conformance::Fixture;
+use lock_conformance::{Fixture, Tracked};
 use lock_core::Backend;
 use lock_mysql::{Connector, GetLockBackend};
 use lock_testkit::MariaDbServer;
@@ -17,7 +17,7 @@ use tokio::sync::OnceCell;
 #[derive(Debug)]
 struct SessionFixture {
     server: OnceCell<MariaDbServer>,
-    backends: Mutex<Vec<Weak<GetLockBackend>>>,
+    backends: Tracked<GetLockBackend>,
 }
 
 impl SessionFixture {
@@ -28,7 +28,7 @@ impl SessionFixture {
     async fn start() -> Self {
         Self {
             server: OnceCell::new(),
-            backends: Mutex::default(),
+            backends: Tracked::default(),
         }
     }
 }
@@ -42,12 +42,7 @@ impl Fixture for SessionFixture {
             .connect_session_locks()
             .await
             .unwrap_or_else(|err| panic!("connecting in session mode: {err}"));
-        let backend = Arc::new(backend);
-        self.backends
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Arc::downgrade(&backend));
-        backend
+        self.backends.keep(backend)
     }
 
     /// Tokens are at least the server's clock in microseconds.
@@ -56,19 +51,7 @@ impl Fixture for SessionFixture {
     }
 
     async fn subscribed_channels(&self) -> Vec<String> {
-        let backends = self
-            .backends
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        let mut channels: Vec<String> = backends
-            .iter()
-            .filter_map(Weak::upgrade)
-            .flat_map(|backend| backend.subscribed_channels())
-            .collect();
-        channels.sort();
-        channels.dedup();
-        channels
+        self.backends.channels(GetLockBackend::subscribed_channels)
     }
 }
 
@@ -130,9 +113,9 @@ mod sessions {
         let (b, _) = client(&server, lease).await;
         let guard = a.mutex("ended").lock().await.unwrap();
         let id = a_backend
-            .carrier(&LockName::new("ended").unwrap())
+            .session_of(&LockName::new("ended").unwrap())
             .await
-            .unwrap()
+            .expect("the lock is held")
             .connection_id();
         let said = server.sql(&format!("KILL CONNECTION {id}"));
         assert!(said.trim().is_empty(), "{said}");

@@ -2,10 +2,10 @@
 //! its capabilities select, on a server the fixture starts (never the one on 5432), each
 //! backend a client of its own with its own sessions.
 
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use lock_conformance::Fixture;
+use lock_conformance::{Fixture, Tracked};
 use lock_core::Backend;
 use lock_postgres::{AdvisoryBackend, Connector};
 use lock_testkit::PostgresServer;
@@ -15,7 +15,7 @@ use tokio::sync::OnceCell;
 #[derive(Debug)]
 struct AdvisoryFixture {
     server: OnceCell<PostgresServer>,
-    backends: Mutex<Vec<Weak<AdvisoryBackend>>>,
+    backends: Tracked<AdvisoryBackend>,
 }
 
 impl AdvisoryFixture {
@@ -26,7 +26,7 @@ impl AdvisoryFixture {
     async fn start() -> Self {
         Self {
             server: OnceCell::new(),
-            backends: Mutex::default(),
+            backends: Tracked::default(),
         }
     }
 }
@@ -39,12 +39,7 @@ impl Fixture for AdvisoryFixture {
             .connect_advisory()
             .await
             .unwrap_or_else(|err| panic!("connecting in advisory mode: {err}"));
-        let backend = Arc::new(backend);
-        self.backends
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Arc::downgrade(&backend));
-        backend
+        self.backends.keep(backend)
     }
 
     /// Tokens are at least the microseconds since the epoch, as the tables' own.
@@ -53,19 +48,7 @@ impl Fixture for AdvisoryFixture {
     }
 
     async fn subscribed_channels(&self) -> Vec<String> {
-        let backends = self
-            .backends
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        let mut channels: Vec<String> = backends
-            .iter()
-            .filter_map(Weak::upgrade)
-            .flat_map(|backend| backend.subscribed_channels())
-            .collect();
-        channels.sort();
-        channels.dedup();
-        channels
+        self.backends.channels(AdvisoryBackend::subscribed_channels)
     }
 }
 
@@ -122,9 +105,9 @@ mod sessions {
         let (b, _) = client(&server, lease, Duration::from_secs(2)).await;
         let guard = a.mutex("ended").lock().await.unwrap();
         let pid = a_backend
-            .carrier(&LockName::new("ended").unwrap())
+            .session_of(&LockName::new("ended").unwrap())
             .await
-            .unwrap()
+            .expect("the lock is held")
             .pid();
         let admin = postgres_client(&server.url()).await;
         let ended: bool = admin

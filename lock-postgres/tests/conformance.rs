@@ -6,10 +6,10 @@
 //! transaction mode (its notification connection going to the server, as the README
 //! says to set it up).
 
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use lock_conformance::Fixture;
+use lock_conformance::{Fixture, Tracked};
 use lock_core::Backend;
 use lock_postgres::schema::{self, SchemaName};
 use lock_postgres::{Connector, PostgresBackend};
@@ -41,7 +41,7 @@ struct Servers {
 struct PostgresFixture {
     route: Route,
     servers: OnceCell<Servers>,
-    backends: Mutex<Vec<Weak<PostgresBackend>>>,
+    backends: Tracked<PostgresBackend>,
 }
 
 impl PostgresFixture {
@@ -53,7 +53,7 @@ impl PostgresFixture {
         Self {
             route,
             servers: OnceCell::new(),
-            backends: Mutex::default(),
+            backends: Tracked::default(),
         }
     }
 
@@ -114,12 +114,7 @@ impl Fixture for PostgresFixture {
             "{:?}",
             self.route
         );
-        let backend = Arc::new(backend);
-        self.backends
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Arc::downgrade(&backend));
-        backend
+        self.backends.keep(backend)
     }
 
     /// Tokens are at least the microseconds since the epoch (a failover's rolled-back
@@ -139,19 +134,7 @@ impl Fixture for PostgresFixture {
     }
 
     async fn subscribed_channels(&self) -> Vec<String> {
-        let backends = self
-            .backends
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        let mut channels: Vec<String> = backends
-            .iter()
-            .filter_map(Weak::upgrade)
-            .flat_map(|backend| backend.subscribed_channels())
-            .collect();
-        channels.sort();
-        channels.dedup();
-        channels
+        self.backends.channels(PostgresBackend::subscribed_channels)
     }
 }
 

@@ -85,9 +85,8 @@ impl<S: SessionServer> Sessions<S> {
         &self.server
     }
 
-    /// The session that carries the locks taken without waiting of names `spread` to
-    /// `slot` ([`SessionServer::slot`]), opened when first needed and again after it
-    /// broke.
+    /// The carrier of the names [`SessionServer::slot`] puts at `slot` (modulo their
+    /// number), opened when first needed and again after it broke.
     ///
     /// # Errors
     ///

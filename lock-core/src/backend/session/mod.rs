@@ -195,20 +195,21 @@ impl<S: SessionServer> SessionLocks<S> {
         &self.state.sessions
     }
 
-    /// The session that carries `name`'s locks taken without waiting (for diagnostics
-    /// and tests: ending it loses every lock on it).
-    ///
-    /// # Errors
-    ///
-    /// As opening a session, when it must be opened again.
+    /// The session this client holds `name`'s lock on, if it holds it (for diagnostics
+    /// and tests: ending the session loses every lock on it).
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe.
-    pub async fn carrier(&self, name: &LockName) -> Result<Arc<S::Session>, Error> {
-        let sessions = &self.state.sessions;
-        let slot = sessions.server().slot(&sessions.server().key(name));
-        sessions.carrier(slot).await
+    pub async fn session_of(&self, name: &LockName) -> Option<Arc<S::Session>> {
+        let slot = self.state.slot(name);
+        let session = slot
+            .lock()
+            .await
+            .as_ref()
+            .map(|held| Arc::clone(held.session()));
+        self.state.forget_if_unused(name, &slot);
+        session
     }
 
     /// The names this client's waiters listen on (for diagnostics).
