@@ -16,6 +16,7 @@ use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
 use tokio::time::Instant;
 
 use crate::contended::{Kind, contend_with, summarize, work_until};
+use crate::scenarios::measure::cpu_seconds;
 use crate::scenarios::{Figures, Results, Scale, figures, pairs_per_second, pairs_per_second_of};
 
 /// Connections per pool, as the PostgreSQL scenario's.
@@ -199,6 +200,16 @@ async fn get_lock_contended(server: &MariaDbServer, seconds: f64) -> Figures {
     figures
 }
 
+/// This process's CPU time since `before` (seconds) per pair of a run of `duration` at
+/// `rate` pairs per second, in microseconds.
+fn cpu_per_pair(before: f64, rate: f64, duration: Duration) -> f64 {
+    let pairs = rate * duration.as_secs_f64();
+    if pairs <= 0.0 {
+        return 0.0;
+    }
+    (cpu_seconds() - before) * 1e6 / pairs
+}
+
 /// Closes `pool`'s connections, so that the next contender starts on an idle server.
 async fn close(pool: Pool) {
     if let Err(err) = pool.disconnect().await {
@@ -222,11 +233,18 @@ pub(crate) async fn mysql(server: &MariaDbServer, scale: Scale) -> Results {
         contend_with(clients, 1, "bench:c:mysql", Kind::Mutex, scale.seconds).await;
     ours_figures.extend(figures(&[("pairs_per_s", ours_rate)]));
     let row_rate = bare_pairs_per_second(server, Bare::Row, duration).await;
+    let client_before = cpu_seconds();
     let get_lock_rate = bare_pairs_per_second(server, Bare::GetLock, duration).await;
+    let get_lock_cpu = cpu_per_pair(client_before, get_lock_rate, duration);
     let mut get_lock_figures = get_lock_contended(server, scale.seconds).await;
-    get_lock_figures.extend(figures(&[("pairs_per_s", get_lock_rate)]));
+    get_lock_figures.extend(figures(&[
+        ("pairs_per_s", get_lock_rate),
+        ("client_cpu_us_per_pair", get_lock_cpu),
+    ]));
     let session = ours_session(server).await;
+    let client_before = cpu_seconds();
     let session_rate = pairs_per_second(&session, duration).await;
+    let session_cpu = cpu_per_pair(client_before, session_rate, duration);
     drop(session);
     let mut session_clients = Vec::new();
     for _ in 0..8 {
@@ -240,7 +258,10 @@ pub(crate) async fn mysql(server: &MariaDbServer, scale: Scale) -> Results {
         scale.seconds,
     )
     .await;
-    session_figures.extend(figures(&[("pairs_per_s", session_rate)]));
+    session_figures.extend(figures(&[
+        ("pairs_per_s", session_rate),
+        ("client_cpu_us_per_pair", session_cpu),
+    ]));
     let mut results = Results::new();
     results.insert(OURS.into(), ours_figures);
     results.insert(OURS_SESSION.into(), session_figures);

@@ -11,7 +11,7 @@ use lock_testkit::RedisServer;
 use tokio::time::Instant;
 
 mod handoff;
-mod measure;
+pub(crate) mod measure;
 mod paced;
 mod redlock;
 mod uncontended;
