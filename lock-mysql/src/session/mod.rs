@@ -129,9 +129,9 @@ impl SessionServer for GetLockServer {
     async fn open(&self) -> Result<Arc<GetLockSession>, Error> {
         let during = "opening a user-level lock session";
         let mut conn = crate::pool::connect(&self.opts, self.connect_timeout).await?;
-        let id = tokio::time::timeout(
+        let identity = tokio::time::timeout(
             self.connect_timeout,
-            conn.query_first::<u64, _>("SELECT CONNECTION_ID()"),
+            conn.query_first::<(u64, String), _>("SELECT CONNECTION_ID(), VERSION()"),
         )
         .await
         .map_err(|_| {
@@ -144,9 +144,10 @@ impl SessionServer for GetLockServer {
         })?
         .map_err(|err| failed(err, during))?
         .ok_or_else(|| Error::protocol(format!("{during}: no row")))?;
+        let (id, version) = identity;
+        let mariadb = version.contains("MariaDB");
         Ok(Arc::new(GetLockSession::new(
-            conn,
-            id,
+            (conn, id, mariadb),
             self.response_timeout,
             self.tables.tokens(),
         )))

@@ -35,6 +35,9 @@ pub struct GetLockSession {
     bound: Duration,
     /// The table of the fencing counters, quoted.
     tokens: String,
+    /// Whether `GET_LOCK` keeps a timeout's fraction of a second (MariaDB does; MySQL's
+    /// documentation speaks of whole seconds).
+    fractional_waits: bool,
 }
 
 impl fmt::Debug for GetLockSession {
@@ -47,15 +50,21 @@ impl fmt::Debug for GetLockSession {
 }
 
 impl GetLockSession {
-    /// A session on `conn`, whose server id is `id`; its statements go unanswered for
+    /// A session on `conn`, whose server id is `id` and whose `GET_LOCK` keeps
+    /// fractions of a second when `fractional_waits`; its statements go unanswered for
     /// at most `bound`, and its fencing counters are in the table `tokens`.
-    pub(super) fn new(conn: Conn, id: u64, bound: Duration, tokens: String) -> Self {
+    pub(super) fn new(
+        (conn, id, fractional_waits): (Conn, u64, bool),
+        bound: Duration,
+        tokens: String,
+    ) -> Self {
         Self {
             conn: AsyncMutex::new(Some(conn)),
             id,
             broken: AtomicBool::new(false),
             bound,
             tokens,
+            fractional_waits,
         }
     }
 
@@ -233,7 +242,9 @@ impl LockSession for GetLockSession {
         self.taken(got, key, fencing, during).await
     }
 
-    /// `GET_LOCK(key, wait)`, in seconds with microseconds (MariaDB keeps them).
+    /// `GET_LOCK(key, wait)`, in seconds with microseconds where the server keeps them
+    /// (MariaDB), else in whole seconds rounded up: a wait shorter than a second cut to
+    /// none would come back at once, again and again until the caller's deadline.
     async fn lock(
         &self,
         key: &String,
@@ -242,7 +253,11 @@ impl LockSession for GetLockSession {
         wait: Duration,
     ) -> Result<Taken, Error> {
         let during = "waiting for a user-level lock";
-        let seconds = wait.as_secs_f64().max(0.000_001);
+        let seconds = if self.fractional_waits {
+            wait.as_secs_f64().max(0.000_001)
+        } else {
+            wait.as_secs_f64().ceil().max(1.0)
+        };
         let got: Option<Option<i64>> = self
             .first(
                 during,
