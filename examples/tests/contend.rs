@@ -5,7 +5,7 @@
 // reason: a test reports failures by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use lock_testkit::{PostgresServer, RedisServer};
+use lock_testkit::{MariaDbServer, PostgresServer, RedisServer};
 
 /// Runs `contend` with `args` and returns its JSON line.
 async fn contend(args: &[&str]) -> serde_json::Value {
@@ -86,6 +86,37 @@ async fn postgres_advisory_mode_does_work_without_violations() {
         assert!(
             report["ops"].as_u64().is_some_and(|ops| ops >= 4),
             "no {kind} work in advisory mode: {report}"
+        );
+    }
+}
+
+/// MySQL's two modes: the table mode and the `GET_LOCK` mode, on one MariaDB server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mutex_on_mysql_does_work_without_violations_in_both_modes() {
+    let server = MariaDbServer::start().await;
+    for backend in ["mysql", "mysql-get-lock"] {
+        let report = contend(&[
+            "--url",
+            &server.url(),
+            "--backend",
+            backend,
+            "--kind",
+            "mutex",
+            "--workers",
+            "4",
+            "--hold-ms",
+            "1",
+            "--think-ms",
+            "1",
+            "--seconds",
+            "1",
+        ])
+        .await;
+        assert_eq!(report["violations"], 0, "{backend}: {report}");
+        assert_eq!(report["backend"], backend, "{report}");
+        assert!(
+            report["ops"].as_u64().is_some_and(|ops| ops >= 4),
+            "no work on {backend}: {report}"
         );
     }
 }

@@ -3,7 +3,7 @@
 //! contract, so its flags and output fields only ever grow.
 //!
 //! ```text
-//! contend --url URL [--backend redis|fred|postgres|postgres-advisory|mysql|redlock|memory] [--kind mutex|fair|read|write|mixed|multi|semaphore|latch] [--name NAME]
+//! contend --url URL [--backend redis|fred|postgres|postgres-advisory|mysql|mysql-get-lock|redlock|memory] [--kind mutex|fair|read|write|mixed|multi|semaphore|latch] [--name NAME]
 //!         --workers N --hold-ms H --think-ms T --seconds S
 //!         [--distinct] [--lease-ms L] [--check-key KEY] [--permits P]
 //! ```
@@ -94,6 +94,10 @@ enum BackendKind {
     PostgresAdvisory,
     /// MySQL or MariaDB (`mysql://user@host/database`).
     Mysql,
+    /// MySQL's or MariaDB's user-level locks (`Connector::connect_session_locks`).
+    #[value(name = "mysql-get-lock")]
+    #[serde(rename = "mysql-get-lock")]
+    MysqlGetLock,
     Redlock,
     Memory,
 }
@@ -162,6 +166,12 @@ async fn client(args: &Args, memory: &distlock::memory::MemoryBackend) -> Result
         BackendKind::Mysql => distlock::mysql::connect_backend(url()?)
             .await
             .map_err(|e| e.chain().to_string())?,
+        BackendKind::MysqlGetLock => Arc::new(
+            distlock::mysql::Connector::new(url()?)
+                .connect_session_locks()
+                .await
+                .map_err(|e| e.chain().to_string())?,
+        ),
         BackendKind::PostgresAdvisory => Arc::new(
             distlock::postgres::Connector::new(url()?)
                 .connect_advisory()
