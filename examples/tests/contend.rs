@@ -1,6 +1,6 @@
 //! `contend` as the benchmark runs it: the synchronizer kinds against a Redis the test
-//! starts, through both adapters, and the mutex on a PostgreSQL it starts, each
-//! reporting work done and no violation.
+//! starts, through both adapters, and the mutex on a PostgreSQL and a MariaDB it starts
+//! (each in both modes), each reporting work done and no violation.
 
 // reason: a test reports failures by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -21,6 +21,34 @@ async fn contend(args: &[&str]) -> serde_json::Value {
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{stdout:?}: {e}"))
+}
+
+/// Runs `contend` for a second with four workers (hold 1 ms, think 1 ms) on `url` with
+/// `backend` and `kind`, and checks that it did work without a violation.
+async fn works_without_violations(url: &str, backend: &str, kind: &str) {
+    let report = contend(&[
+        "--url",
+        url,
+        "--backend",
+        backend,
+        "--kind",
+        kind,
+        "--workers",
+        "4",
+        "--hold-ms",
+        "1",
+        "--think-ms",
+        "1",
+        "--seconds",
+        "1",
+    ])
+    .await;
+    assert_eq!(report["violations"], 0, "{backend} {kind}: {report}");
+    assert_eq!(report["backend"], backend, "{report}");
+    assert!(
+        report["ops"].as_u64().is_some_and(|ops| ops >= 4),
+        "no {kind} work on {backend}: {report}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,29 +92,7 @@ async fn latch_and_semaphore_kinds_do_work_without_violations() {
 async fn postgres_advisory_mode_does_work_without_violations() {
     let server = PostgresServer::start().await;
     for kind in ["mutex", "mixed"] {
-        let report = contend(&[
-            "--url",
-            &server.url(),
-            "--backend",
-            "postgres-advisory",
-            "--kind",
-            kind,
-            "--workers",
-            "4",
-            "--hold-ms",
-            "1",
-            "--think-ms",
-            "1",
-            "--seconds",
-            "1",
-        ])
-        .await;
-        assert_eq!(report["violations"], 0, "{kind}: {report}");
-        assert_eq!(report["backend"], "postgres-advisory", "{report}");
-        assert!(
-            report["ops"].as_u64().is_some_and(|ops| ops >= 4),
-            "no {kind} work in advisory mode: {report}"
-        );
+        works_without_violations(&server.url(), "postgres-advisory", kind).await;
     }
 }
 
@@ -95,55 +101,12 @@ async fn postgres_advisory_mode_does_work_without_violations() {
 async fn the_mutex_on_mysql_does_work_without_violations_in_both_modes() {
     let server = MariaDbServer::start().await;
     for backend in ["mysql", "mysql-get-lock"] {
-        let report = contend(&[
-            "--url",
-            &server.url(),
-            "--backend",
-            backend,
-            "--kind",
-            "mutex",
-            "--workers",
-            "4",
-            "--hold-ms",
-            "1",
-            "--think-ms",
-            "1",
-            "--seconds",
-            "1",
-        ])
-        .await;
-        assert_eq!(report["violations"], 0, "{backend}: {report}");
-        assert_eq!(report["backend"], backend, "{report}");
-        assert!(
-            report["ops"].as_u64().is_some_and(|ops| ops >= 4),
-            "no work on {backend}: {report}"
-        );
+        works_without_violations(&server.url(), backend, "mutex").await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mutex_on_postgres_does_work_without_violations() {
     let server = PostgresServer::start().await;
-    let report = contend(&[
-        "--url",
-        &server.url(),
-        "--backend",
-        "postgres",
-        "--kind",
-        "mutex",
-        "--workers",
-        "4",
-        "--hold-ms",
-        "1",
-        "--think-ms",
-        "1",
-        "--seconds",
-        "1",
-    ])
-    .await;
-    assert_eq!(report["violations"], 0, "{report}");
-    assert!(
-        report["ops"].as_u64().is_some_and(|ops| ops >= 4),
-        "no work on postgres: {report}"
-    );
+    works_without_violations(&server.url(), "postgres", "mutex").await;
 }
