@@ -173,3 +173,32 @@ impl<T> Tracked<T> {
         channels
     }
 }
+
+/// What a fixture on one server keeps: the server, started on first use, and the
+/// backends made on it ([`Tracked`]).
+#[derive(Debug)]
+pub struct OnDemand<S, B> {
+    server: tokio::sync::OnceCell<S>,
+    backends: Tracked<B>,
+}
+
+impl<S, B> Default for OnDemand<S, B> {
+    fn default() -> Self {
+        Self {
+            server: tokio::sync::OnceCell::new(),
+            backends: Tracked::default(),
+        }
+    }
+}
+
+impl<S, B> OnDemand<S, B> {
+    /// The server, started by `start` on first use.
+    pub async fn server<F: Future<Output = S>>(&self, start: impl FnOnce() -> F) -> &S {
+        self.server.get_or_init(start).await
+    }
+
+    /// The backends made on the server.
+    pub fn backends(&self) -> &Tracked<B> {
+        &self.backends
+    }
+}

@@ -34,7 +34,7 @@ mod semaphore;
 pub mod timing;
 mod wakes;
 
-pub use fixture::{Fixture, RedisControl, Tracked};
+pub use fixture::{Fixture, OnDemand, RedisControl, Tracked};
 pub use selection::{Deployment, Need};
 
 /// Expands to one test per scenario for the fixture built by `$make` (an async

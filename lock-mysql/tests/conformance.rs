@@ -10,18 +10,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use common::least_privileged;
-use lock_conformance::{Fixture, Tracked};
+use lock_conformance::{Fixture, OnDemand};
 use lock_core::Backend;
 use lock_mysql::{Connector, MysqlBackend};
 use lock_testkit::MariaDbServer;
-use tokio::sync::OnceCell;
 
 /// One MariaDB server, started on first use; every backend is a new client of it.
 #[derive(Debug)]
-struct MysqlFixture {
-    server: OnceCell<MariaDbServer>,
-    backends: Tracked<MysqlBackend>,
-}
+struct MysqlFixture(OnDemand<MariaDbServer, MysqlBackend>);
 
 impl MysqlFixture {
     #[allow(
@@ -29,23 +25,20 @@ impl MysqlFixture {
         reason = "the suite's macro awaits every constructor"
     )]
     async fn start() -> Self {
-        Self {
-            server: OnceCell::new(),
-            backends: Tracked::default(),
-        }
+        Self(OnDemand::default())
     }
 }
 
 #[async_trait]
 impl Fixture for MysqlFixture {
     async fn backend(&self) -> Arc<dyn Backend> {
-        let server = self.server.get_or_init(least_privileged).await;
+        let server = self.0.server(least_privileged).await;
         let backend = Connector::new(common::service_url(server))
             .pool_size(4)
             .connect()
             .await
             .unwrap_or_else(|err| panic!("connecting: {err}"));
-        self.backends.keep(backend)
+        self.0.backends().keep(backend)
     }
 
     /// A name's tokens begin at the microseconds since the epoch when its row is
@@ -60,7 +53,9 @@ impl Fixture for MysqlFixture {
     }
 
     async fn subscribed_channels(&self) -> Vec<String> {
-        self.backends.channels(MysqlBackend::subscribed_channels)
+        self.0
+            .backends()
+            .channels(MysqlBackend::subscribed_channels)
     }
 }
 

@@ -7,18 +7,14 @@ mod common;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lock_conformance::{Fixture, Tracked};
+use lock_conformance::{Fixture, OnDemand};
 use lock_core::Backend;
 use lock_mysql::{Connector, GetLockBackend};
 use lock_testkit::MariaDbServer;
-use tokio::sync::OnceCell;
 
 /// One MariaDB server, started on first use; every backend is a new client of it.
 #[derive(Debug)]
-struct SessionFixture {
-    server: OnceCell<MariaDbServer>,
-    backends: Tracked<GetLockBackend>,
-}
+struct SessionFixture(OnDemand<MariaDbServer, GetLockBackend>);
 
 impl SessionFixture {
     #[allow(
@@ -26,23 +22,20 @@ impl SessionFixture {
         reason = "the suite's macro awaits every constructor"
     )]
     async fn start() -> Self {
-        Self {
-            server: OnceCell::new(),
-            backends: Tracked::default(),
-        }
+        Self(OnDemand::default())
     }
 }
 
 #[async_trait]
 impl Fixture for SessionFixture {
     async fn backend(&self) -> Arc<dyn Backend> {
-        let server = self.server.get_or_init(common::least_privileged).await;
+        let server = self.0.server(common::least_privileged).await;
         let backend = Connector::new(common::service_url(server))
             .pool_size(4)
             .connect_session_locks()
             .await
             .unwrap_or_else(|err| panic!("connecting in session mode: {err}"));
-        self.backends.keep(backend)
+        self.0.backends().keep(backend)
     }
 
     /// Tokens are at least the server's clock in microseconds.
@@ -51,7 +44,9 @@ impl Fixture for SessionFixture {
     }
 
     async fn subscribed_channels(&self) -> Vec<String> {
-        self.backends.channels(GetLockBackend::subscribed_channels)
+        self.0
+            .backends()
+            .channels(GetLockBackend::subscribed_channels)
     }
 }
 

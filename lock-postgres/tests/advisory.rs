@@ -5,18 +5,14 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lock_conformance::{Fixture, Tracked};
+use lock_conformance::{Fixture, OnDemand};
 use lock_core::Backend;
 use lock_postgres::{AdvisoryBackend, Connector};
 use lock_testkit::PostgresServer;
-use tokio::sync::OnceCell;
 
 /// One PostgreSQL server, started on first use; every backend is a new client of it.
 #[derive(Debug)]
-struct AdvisoryFixture {
-    server: OnceCell<PostgresServer>,
-    backends: Tracked<AdvisoryBackend>,
-}
+struct AdvisoryFixture(OnDemand<PostgresServer, AdvisoryBackend>);
 
 impl AdvisoryFixture {
     #[allow(
@@ -24,22 +20,19 @@ impl AdvisoryFixture {
         reason = "the suite's macro awaits every constructor"
     )]
     async fn start() -> Self {
-        Self {
-            server: OnceCell::new(),
-            backends: Tracked::default(),
-        }
+        Self(OnDemand::default())
     }
 }
 
 #[async_trait]
 impl Fixture for AdvisoryFixture {
     async fn backend(&self) -> Arc<dyn Backend> {
-        let server = self.server.get_or_init(PostgresServer::start).await;
+        let server = self.0.server(PostgresServer::start).await;
         let backend = Connector::new(server.url())
             .connect_advisory()
             .await
             .unwrap_or_else(|err| panic!("connecting in advisory mode: {err}"));
-        self.backends.keep(backend)
+        self.0.backends().keep(backend)
     }
 
     /// Tokens are at least the microseconds since the epoch, as the tables' own.
@@ -48,7 +41,9 @@ impl Fixture for AdvisoryFixture {
     }
 
     async fn subscribed_channels(&self) -> Vec<String> {
-        self.backends.channels(AdvisoryBackend::subscribed_channels)
+        self.0
+            .backends()
+            .channels(AdvisoryBackend::subscribed_channels)
     }
 }
 
