@@ -114,11 +114,12 @@ impl SessionServer for GetLockServer {
         server_name(name.as_str())
     }
 
+    /// Any spread does: the carrier is this client's choice alone, so a process-local
+    /// hash serves, where a digest would cost every operation more.
     fn slot(&self, key: &String) -> u64 {
-        let digest = sha1_smol::Sha1::from(key.as_str()).digest().bytes();
-        let mut first = [0_u8; 8];
-        first.copy_from_slice(&digest[..8]);
-        u64::from_be_bytes(first)
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(key, &mut hasher);
+        std::hash::Hasher::finish(&hasher)
     }
 
     /// Every name maps to a server name, and the owner is never stored.
