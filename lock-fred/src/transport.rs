@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fred::bytes::{Bytes, BytesMut};
 use fred::clients::{Pipeline, SubscriberClient};
-use fred::interfaces::FunctionInterface;
+use fred::interfaces::{EventInterface, FunctionInterface};
 use fred::prelude::{Client, ClientLike, Options, Pool, PubsubInterface, ServerInterface, Value};
 use fred::types::{ClusterHash, CustomCommand};
 use lock_core::Error;
@@ -194,8 +194,15 @@ impl FredTransport {
     /// and otherwise its shape says whether the connection is subscribed at all (a
     /// subscribed RESP2 connection answers `["pong", ""]`, any other `PONG`). Calls are
     /// serialized so that no refusal reaches another call's `PING`.
+    ///
+    /// A connection replaced between the two (killed, then connected again) answers a
+    /// plain `PONG` too: the `SUBSCRIBE` went down the old connection and the `PING`
+    /// was sent again on the new one. fred tells of the new connection before it sends
+    /// anything queued, so a reconnection seen by the time the `PONG` arrives makes the
+    /// answer a lost connection, which the caller retries, not a refusal.
     async fn subscribe_confirmed(&self, channel: &str) -> Result<(), fred::error::Error> {
         let _one_at_a_time = self.subscribing.lock().await;
+        let reconnects = self.subscriber.reconnect_rx();
         // In a cluster fred sends every SUBSCRIBE to the node that owns the slot of the
         // client's id, and an SSUBSCRIBE to the shard of its channel; the PING must take
         // the same connection.
@@ -219,6 +226,10 @@ impl FredTransport {
             .await?;
         match pong {
             Value::Array(_) => Ok(()),
+            _ if !reconnects.is_empty() => Err(fred::error::Error::new(
+                fred::error::ErrorKind::IO,
+                "the connection was replaced before the subscription was confirmed",
+            )),
             _ => Err(fred::error::Error::new(
                 fred::error::ErrorKind::Unknown,
                 "NOPERM the subscription was not confirmed (the server dropped it)",

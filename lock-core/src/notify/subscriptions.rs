@@ -9,8 +9,11 @@ use foldhash::HashMap;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
+use tokio::time::Instant;
+
 use super::{PubSub, Wake, report};
-use crate::Error;
+use crate::backend::DEFAULT_RETRY_WINDOW;
+use crate::{Error, retry};
 
 mod listener;
 pub(crate) use listener::WakeHandle;
@@ -392,7 +395,14 @@ impl Worker {
         match command {
             Command::Subscribe(entry) => {
                 self.current = Some(Arc::clone(&entry));
-                let state = match pubsub.subscribe(&entry.channel).await {
+                // A connection lost under the request (killed, then connected again)
+                // leaves the subscription unknown, as it does a lock request: it is
+                // sent again within the same window, so that a waiter does not fail
+                // for a reconnection the client rides out.
+                let until = Instant::now() + DEFAULT_RETRY_WINDOW;
+                let subscribed =
+                    retry::until_answered(until, || pubsub.subscribe(&entry.channel)).await;
+                let state = match subscribed {
                     Ok(()) => SubState::Ready,
                     Err(err) => SubState::Failed(err),
                 };
@@ -524,5 +534,78 @@ mod tests {
         let mut seen = log(&rec);
         seen.sort();
         assert_eq!(seen, vec!["+x", "+x", "+y", "+y"]);
+    }
+
+    /// Fails its first `lost` subscribe requests as a dropped connection would, and
+    /// refuses every one with `refused`.
+    #[derive(Debug)]
+    struct Unsteady {
+        lost: std::sync::atomic::AtomicUsize,
+        refused: bool,
+        asked: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Unsteady {
+        fn new(lost: usize, refused: bool) -> Self {
+            Self {
+                lost: lost.into(),
+                refused,
+                asked: 0.into(),
+            }
+        }
+
+        fn asked(&self) -> usize {
+            self.asked.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    #[async_trait]
+    impl PubSub for Unsteady {
+        async fn subscribe(&self, _channel: &str) -> Result<(), Error> {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.asked.fetch_add(1, SeqCst);
+            if self.refused {
+                return Err(Error::backend("subscribing", "NOPERM"));
+            }
+            let lost = self.lost.load(SeqCst);
+            if lost > 0 {
+                self.lost.store(lost - 1, SeqCst);
+                return Err(Error::connection("subscribing", "connection reset"));
+            }
+            Ok(())
+        }
+        async fn unsubscribe(&self, _channel: &str) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    // Would fail if a subscription lost with its connection failed its listener: the
+    // fred adapter's sentinel suite saw a waiter fail that way when its connection was
+    // killed between `SUBSCRIBE` and its confirmation.
+    #[tokio::test(start_paused = true)]
+    async fn a_subscription_lost_with_its_connection_is_sent_again() {
+        let pubsub = Arc::new(Unsteady::new(3, false));
+        let subs = Subscriptions::new(pubsub.clone());
+        let listener = subs.listen("c").await;
+        assert!(listener.is_ok(), "{listener:?}");
+        assert_eq!(pubsub.asked(), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_subscription_fails_at_once_and_an_outage_within_the_window() {
+        let refused = Arc::new(Unsteady::new(0, true));
+        let err = Subscriptions::new(refused.clone()).listen("c").await;
+        assert!(err.is_err_and(|err| err.is_backend()));
+        assert_eq!(refused.asked(), 1);
+        let outage = Arc::new(Unsteady::new(usize::MAX, false));
+        let began = tokio::time::Instant::now();
+        let err = Subscriptions::new(outage.clone()).listen("c").await;
+        assert!(err.is_err_and(|err| err.kind() == crate::ErrorKind::Connection));
+        assert!(
+            began.elapsed() <= DEFAULT_RETRY_WINDOW,
+            "{:?}",
+            began.elapsed()
+        );
+        assert!(outage.asked() > 1);
     }
 }
