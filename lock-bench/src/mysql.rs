@@ -16,7 +16,7 @@ use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
 use tokio::time::Instant;
 
 use crate::contended::{Kind, contend_with, summarize, work_until};
-use crate::scenarios::measure::cpu_seconds;
+use crate::scenarios::measure::{cpu_seconds, cpu_seconds_of};
 use crate::scenarios::{Figures, Results, Scale, figures, pairs_per_second, pairs_per_second_of};
 
 /// Connections per pool, as the PostgreSQL scenario's.
@@ -200,16 +200,6 @@ async fn get_lock_contended(server: &MariaDbServer, seconds: f64) -> Figures {
     figures
 }
 
-/// This process's CPU time since `before` (seconds) per pair of a run of `duration` at
-/// `rate` pairs per second, in microseconds.
-fn cpu_per_pair(before: f64, rate: f64, duration: Duration) -> f64 {
-    let pairs = rate * duration.as_secs_f64();
-    if pairs <= 0.0 {
-        return 0.0;
-    }
-    (cpu_seconds() - before) * 1e6 / pairs
-}
-
 /// Closes `pool`'s connections, so that the next contender starts on an idle server.
 async fn close(pool: Pool) {
     if let Err(err) = pool.disconnect().await {
@@ -223,7 +213,9 @@ async fn close(pool: Pool) {
 pub(crate) async fn mysql(server: &MariaDbServer, scale: Scale) -> Results {
     let duration = Duration::from_secs_f64(scale.seconds);
     let client = ours(server).await;
+    let cpu = Cpu::start(server);
     let ours_rate = pairs_per_second(&client, duration).await;
+    let ours_cpu = cpu.per_pair(ours_rate, duration);
     drop(client);
     let mut clients = Vec::new();
     for _ in 0..8 {
@@ -232,19 +224,21 @@ pub(crate) async fn mysql(server: &MariaDbServer, scale: Scale) -> Results {
     let mut ours_figures =
         contend_with(clients, 1, "bench:c:mysql", Kind::Mutex, scale.seconds).await;
     ours_figures.extend(figures(&[("pairs_per_s", ours_rate)]));
+    ours_figures.extend(ours_cpu);
+    let cpu = Cpu::start(server);
     let row_rate = bare_pairs_per_second(server, Bare::Row, duration).await;
-    let client_before = cpu_seconds();
+    let mut row_figures = figures(&[("pairs_per_s", row_rate)]);
+    row_figures.extend(cpu.per_pair(row_rate, duration));
+    let cpu = Cpu::start(server);
     let get_lock_rate = bare_pairs_per_second(server, Bare::GetLock, duration).await;
-    let get_lock_cpu = cpu_per_pair(client_before, get_lock_rate, duration);
+    let get_lock_cpu = cpu.per_pair(get_lock_rate, duration);
     let mut get_lock_figures = get_lock_contended(server, scale.seconds).await;
-    get_lock_figures.extend(figures(&[
-        ("pairs_per_s", get_lock_rate),
-        ("client_cpu_us_per_pair", get_lock_cpu),
-    ]));
+    get_lock_figures.extend(figures(&[("pairs_per_s", get_lock_rate)]));
+    get_lock_figures.extend(get_lock_cpu);
     let session = ours_session(server).await;
-    let client_before = cpu_seconds();
+    let cpu = Cpu::start(server);
     let session_rate = pairs_per_second(&session, duration).await;
-    let session_cpu = cpu_per_pair(client_before, session_rate, duration);
+    let session_cpu = cpu.per_pair(session_rate, duration);
     drop(session);
     let mut session_clients = Vec::new();
     for _ in 0..8 {
@@ -258,14 +252,52 @@ pub(crate) async fn mysql(server: &MariaDbServer, scale: Scale) -> Results {
         scale.seconds,
     )
     .await;
-    session_figures.extend(figures(&[
-        ("pairs_per_s", session_rate),
-        ("client_cpu_us_per_pair", session_cpu),
-    ]));
+    session_figures.extend(figures(&[("pairs_per_s", session_rate)]));
+    session_figures.extend(session_cpu);
     let mut results = Results::new();
     results.insert(OURS.into(), ours_figures);
     results.insert(OURS_SESSION.into(), session_figures);
-    results.insert(ROW.into(), figures(&[("pairs_per_s", row_rate)]));
+    results.insert(ROW.into(), row_figures);
     results.insert(GET_LOCK.into(), get_lock_figures);
     results
+}
+
+/// The CPU time this process and the server have used since a run began.
+struct Cpu {
+    server_pid: u32,
+    client: f64,
+    server: f64,
+}
+
+impl Cpu {
+    fn start(server: &MariaDbServer) -> Self {
+        Self {
+            server_pid: server.pid(),
+            client: cpu_seconds(),
+            server: cpu_seconds_of(server.pid()),
+        }
+    }
+
+    /// The client's and the server's CPU time per pair of a run of `duration` at
+    /// `rate` pairs per second, in microseconds.
+    fn per_pair(&self, rate: f64, duration: Duration) -> Figures {
+        let pairs = rate * duration.as_secs_f64();
+        let per_pair = |seconds: f64| {
+            if pairs <= 0.0 {
+                0.0
+            } else {
+                seconds * 1e6 / pairs
+            }
+        };
+        figures(&[
+            (
+                "client_cpu_us_per_pair",
+                per_pair(cpu_seconds() - self.client),
+            ),
+            (
+                "server_cpu_us_per_pair",
+                per_pair(cpu_seconds_of(self.server_pid) - self.server),
+            ),
+        ])
+    }
 }

@@ -90,6 +90,16 @@ pub(crate) fn cpu_seconds() -> f64 {
     ticks as f64 / procfs::ticks_per_second() as f64
 }
 
+/// CPU time of the process `pid` (user + system), in seconds; 0 where it cannot be read.
+pub(crate) fn cpu_seconds_of(pid: u32) -> f64 {
+    let ticks = i32::try_from(pid)
+        .ok()
+        .and_then(|pid| procfs::process::Process::new(pid).ok())
+        .and_then(|process| process.stat().ok())
+        .map_or(0, |stat| stat.utime + stat.stime);
+    ticks as f64 / procfs::ticks_per_second() as f64
+}
+
 /// Script calls the server ran, in either form (scripts or functions).
 pub(crate) async fn script_calls(server: &RedisServer) -> u64 {
     let stats = server.command_stats().await;
