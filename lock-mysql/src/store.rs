@@ -17,9 +17,10 @@
 //! grow by one a grant, so none issued before can be that high).
 //!
 //! Values go into the statements as hexadecimal literals, so one round trip carries
-//! several statements without any text escaping. Each operation runs in a task of its
-//! own: a caller that gives up does not leave a transaction half-sent, and a transaction
-//! that fails or runs out of time closes its connection, which rolls it back.
+//! several statements without any text escaping. Each operation runs to its end
+//! ([`to_the_end`]): a caller that gives up does not leave a transaction half-sent, and
+//! a transaction that fails or runs out of time closes its connection, which rolls it
+//! back.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -27,6 +28,7 @@ use std::time::Duration;
 use lock_core::Error;
 use lock_core::backend::RequestId;
 use lock_core::protocol::Field;
+use lock_core::runtime::to_the_end;
 use mysql_async::Row;
 use mysql_async::prelude::Queryable;
 
@@ -200,7 +202,7 @@ impl Store {
     ///
     /// # Cancel safety
     ///
-    /// Cancel-safe: the transaction runs in a task of its own, to its end.
+    /// Cancel-safe: the transaction runs to its end, in a task of its own once its caller goes away.
     pub(crate) async fn transact<R, F>(
         &self,
         names: Vec<String>,
@@ -212,7 +214,7 @@ impl Store {
         F: Fn(&mut [Slot], u64) -> (R, Vec<Notice>) + Send + Sync + 'static,
     {
         let store = self.clone();
-        in_a_task(during, async move { store.run(names, during, step).await }).await
+        to_the_end(async move { store.run(names, during, step).await }).await
     }
 
     pub(crate) async fn run<R, F>(
@@ -258,7 +260,7 @@ impl Store {
     ///
     /// # Cancel safety
     ///
-    /// Cancel-safe: it only reads, in a task of its own.
+    /// Cancel-safe: it only reads, to its end (see [`to_the_end`]).
     pub(crate) async fn read(
         &self,
         name: &str,
@@ -297,10 +299,10 @@ impl Store {
     ///
     /// # Cancel safety
     ///
-    /// Cancel-safe: it runs in a task of its own.
+    /// Cancel-safe: it runs to its end (see [`to_the_end`]).
     pub(crate) async fn rows(&self, sql: String, during: &'static str) -> Result<Vec<Row>, Error> {
         let store = self.clone();
-        in_a_task(during, async move {
+        to_the_end(async move {
             let bound = store.inner.response_timeout;
             let mut conn = store.connection(during).await?;
             match tokio::time::timeout(bound, conn.query::<Row, _>(sql)).await {
@@ -533,17 +535,6 @@ fn wake(notice: &Notice) -> [String; 4] {
         "EXECUTE distlock_wake".to_owned(),
         "DEALLOCATE PREPARE distlock_wake".to_owned(),
     ]
-}
-
-/// Runs `work` in a task of its own, so that a caller who gives up does not stop it
-/// half-way (a transaction half-sent).
-async fn in_a_task<R: Send + 'static>(
-    during: &'static str,
-    work: impl Future<Output = Result<R, Error>> + Send + 'static,
-) -> Result<R, Error> {
-    tokio::spawn(work)
-        .await
-        .map_err(|err| Error::backend(during, std::io::Error::other(err.to_string())))?
 }
 
 /// Why one run of a transaction failed.

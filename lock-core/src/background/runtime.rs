@@ -175,6 +175,75 @@ impl BackgroundJobs {
     }
 }
 
+/// Runs `work` to its end even when its caller goes away: the caller polls it (no task
+/// while the caller waits, so no hand-off between threads for each operation), and if
+/// the returned future is dropped before `work` ended, the rest of `work` runs in a task
+/// of the current runtime, its output dropped. Outside a runtime (one shutting down) the
+/// rest is dropped, as the runtime would drop a task of its own.
+///
+/// A store's operation that takes something the caller's record must show (a session
+/// lock taken on the server, then recorded) uses it so that no drop can come between the
+/// two.
+///
+/// # Cancel safety
+///
+/// Cancel-safe by construction: dropping the future leaves `work` running.
+pub fn to_the_end<F>(work: F) -> ToTheEnd<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    ToTheEnd(Some(Box::pin(work)))
+}
+
+/// The future [`to_the_end`] returns.
+#[must_use = "futures do nothing unless polled"]
+pub struct ToTheEnd<F: Future + Send + 'static>(Option<std::pin::Pin<Box<F>>>)
+where
+    F::Output: Send + 'static;
+
+impl<F: Future + Send + 'static> std::fmt::Debug for ToTheEnd<F>
+where
+    F::Output: Send + 'static,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToTheEnd")
+            .field("running", &self.0.is_some())
+            .finish()
+    }
+}
+
+impl<F: Future + Send + 'static> Future for ToTheEnd<F>
+where
+    F::Output: Send + 'static,
+{
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let this = self.get_mut();
+        let Some(work) = this.0.as_mut() else {
+            panic!("a ToTheEnd future polled after its end");
+        };
+        let output = std::task::ready!(work.as_mut().poll(cx));
+        this.0 = None;
+        std::task::Poll::Ready(output)
+    }
+}
+
+impl<F: Future + Send + 'static> Drop for ToTheEnd<F>
+where
+    F::Output: Send + 'static,
+{
+    fn drop(&mut self) {
+        if let (Some(work), Ok(runtime)) = (self.0.take(), Handle::try_current()) {
+            drop(runtime.spawn(work));
+        }
+    }
+}
+
 /// Runs `job` on `runtime`, counted as running until it ends.
 pub(crate) fn spawn_counted<F>(runtime: &Handle, ticket: JobTicket, job: F) -> JoinHandle<F::Output>
 where
@@ -185,4 +254,40 @@ where
         let _ticket = ticket;
         job.await
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use super::to_the_end;
+
+    #[tokio::test(start_paused = true)]
+    async fn work_polled_to_its_end_gives_its_output() {
+        let output = to_the_end(async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            7
+        })
+        .await;
+        assert_eq!(output, 7);
+    }
+
+    // Would fail if dropping the future dropped the work with it: the second half would
+    // never run.
+    #[tokio::test(start_paused = true)]
+    async fn work_whose_caller_goes_away_still_ends() {
+        let ended = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&ended);
+        let work = to_the_end(async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            flag.store(true, Ordering::SeqCst);
+        });
+        let gave_up = tokio::time::timeout(Duration::from_millis(1), work).await;
+        assert!(gave_up.is_err(), "the caller gave up before the end");
+        assert!(!ended.load(Ordering::SeqCst));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(ended.load(Ordering::SeqCst), "the rest ran in a task");
+    }
 }

@@ -27,12 +27,12 @@ mod carriers;
 mod contract;
 mod held;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use foldhash::HashMap;
 use tokio::sync::{Mutex as AsyncMutex, Notify};
 use tokio::time::Instant;
 
@@ -40,6 +40,7 @@ use crate::backend::{
     Acquire, AcquireRequest, Backend, Capabilities, LockKind, LockRef, LockState, Release,
     ReleaseRequest, Renewal,
 };
+use crate::background::runtime::to_the_end;
 use crate::notify::{InProcess, Listener, Subscriptions, Wake};
 use crate::{Error, LockName};
 pub use carriers::Sessions;
@@ -134,16 +135,14 @@ impl<S: SessionServer> SessionLocks<S> {
         self.state.subscriptions.channels()
     }
 
-    /// Runs `operation` on the state in a task of its own, so that a caller that goes
-    /// away never leaves a server lock taken or given back without its record.
+    /// Runs `operation` on the state to its end (see [`to_the_end`]), so that a caller
+    /// that goes away never leaves a server lock taken or given back without its record.
     async fn run<T, F>(&self, operation: impl FnOnce(Arc<State<S>>) -> F) -> Result<T, Error>
     where
         T: Send + 'static,
         F: Future<Output = Result<T, Error>> + Send + 'static,
     {
-        let task = tokio::spawn(operation(Arc::clone(&self.state)));
-        task.await
-            .map_err(|err| Error::protocol(format!("a session lock operation failed: {err}")))?
+        to_the_end(operation(Arc::clone(&self.state))).await
     }
 }
 

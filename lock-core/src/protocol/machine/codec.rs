@@ -399,6 +399,9 @@ where
             longest_lease,
             quarantine,
             retention,
+            // Not kept: a store that loads the machine looks its records through at
+            // the first step.
+            next_forget: super::LookAt::default(),
             hold,
             readers,
             waiters,

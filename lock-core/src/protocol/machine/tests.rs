@@ -228,3 +228,39 @@ fn read_grants_expire_one_by_one_and_renew_together() {
     );
     assert!(!name.is_held());
 }
+
+/// A store that forgets keeps an ended acquisition's record for its retention, and
+/// forgets it within a quarter of that after (records are looked through every quarter
+/// of the retention, not at every step). Would fail if records were forgotten early (a
+/// late copy granted afresh within the retention), or never.
+#[test]
+fn an_ended_record_lasts_its_retention_and_is_forgotten_soon_after() {
+    let mut name: Name = Name::new(false, 100).forgetting_after(1_000);
+    assert!(matches!(
+        name.step(try_once(1, 1)).reply,
+        Reply::Acquired { .. }
+    ));
+    let release = Event::Release {
+        side: Side::Write,
+        id: 1,
+        owner: 1,
+        lease: 30,
+    };
+    assert_eq!(name.step(release).reply, Reply::Released);
+    // Other names' traffic steps the machine often meanwhile: its looks come due.
+    for _ in 0..9 {
+        name.step(Event::Elapse(100));
+        assert_eq!(name.step(try_once(1, 1)).reply, Reply::Ended);
+    }
+    name.step(Event::Elapse(100));
+    assert_eq!(
+        name.step(try_once(1, 1)).reply,
+        Reply::Ended,
+        "kept for its whole retention"
+    );
+    name.step(Event::Elapse(300));
+    assert!(
+        matches!(name.step(try_once(1, 1)).reply, Reply::Acquired { .. }),
+        "forgotten within a quarter of the retention after it"
+    );
+}
