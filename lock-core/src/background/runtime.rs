@@ -8,8 +8,10 @@
 //! must finish before its owner shuts down.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
@@ -193,14 +195,41 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    ToTheEnd(Some(Box::pin(work)))
+    ToTheEnd::going_on(work, Rest::OnTheCurrentRuntime)
 }
 
 /// The future [`to_the_end`] returns.
 #[must_use = "futures do nothing unless polled"]
-pub struct ToTheEnd<F: Future + Send + 'static>(Option<std::pin::Pin<Box<F>>>)
+pub struct ToTheEnd<F: Future + Send + 'static>
 where
-    F::Output: Send + 'static;
+    F::Output: Send + 'static,
+{
+    /// The work and where its rest goes; `None` once it ended.
+    work: Option<(Pin<Box<F>>, Rest)>,
+}
+
+/// The rest of a [`ToTheEnd`]'s work whose caller went away, its output dropped.
+pub(crate) type Detached = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Where the rest of a [`ToTheEnd`] goes when its caller goes away.
+pub(crate) enum Rest {
+    /// A task of the current runtime, if there is one.
+    OnTheCurrentRuntime,
+    /// Where its owner sends it (a client's supervisor, which counts it among its jobs
+    /// from the start).
+    Elsewhere(Box<dyn FnOnce(Detached) + Send>),
+}
+
+impl<F: Future + Send + 'static> ToTheEnd<F>
+where
+    F::Output: Send + 'static,
+{
+    pub(crate) fn going_on(work: F, rest: Rest) -> Self {
+        Self {
+            work: Some((Box::pin(work), rest)),
+        }
+    }
+}
 
 impl<F: Future + Send + 'static> std::fmt::Debug for ToTheEnd<F>
 where
@@ -208,8 +237,8 @@ where
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ToTheEnd")
-            .field("running", &self.0.is_some())
-            .finish()
+            .field("finished", &self.work.is_none())
+            .finish_non_exhaustive()
     }
 }
 
@@ -219,17 +248,15 @@ where
 {
     type Output = F::Output;
 
-    fn poll(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<F::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.get_mut();
-        let Some(work) = this.0.as_mut() else {
-            panic!("a ToTheEnd future polled after its end");
+        let Some((work, _)) = this.work.as_mut() else {
+            // Polled again after it ended: like a fused future, it has nothing more.
+            return Poll::Pending;
         };
         let output = std::task::ready!(work.as_mut().poll(cx));
-        this.0 = None;
-        std::task::Poll::Ready(output)
+        this.work = None;
+        Poll::Ready(output)
     }
 }
 
@@ -238,8 +265,18 @@ where
     F::Output: Send + 'static,
 {
     fn drop(&mut self) {
-        if let (Some(work), Ok(runtime)) = (self.0.take(), Handle::try_current()) {
-            drop(runtime.spawn(work));
+        let Some((work, rest)) = self.work.take() else {
+            return;
+        };
+        match rest {
+            Rest::OnTheCurrentRuntime => {
+                if let Ok(runtime) = Handle::try_current() {
+                    drop(runtime.spawn(work));
+                }
+            }
+            Rest::Elsewhere(send) => send(Box::pin(async move {
+                work.await;
+            })),
         }
     }
 }

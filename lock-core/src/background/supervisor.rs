@@ -13,15 +13,13 @@
 //! thread) it runs on the runtime the client was built in, as long as that one lives.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll};
 
 use tokio::task::JoinHandle;
 
 use crate::Error;
-use crate::background::runtime::{BackgroundJobs, JobTicket, spawn_counted};
+use crate::background::runtime::{BackgroundJobs, Rest, ToTheEnd, spawn_counted};
 
 /// Owns where and how a client's background work runs.
 #[derive(Debug)]
@@ -64,10 +62,12 @@ impl Supervisor {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        AwaitedJob {
-            job: Some((Box::pin(job), self.jobs.ticket())),
-            supervisor: Arc::clone(self),
-        }
+        let (ticket, supervisor) = (self.jobs.ticket(), Arc::clone(self));
+        let rest = Rest::Elsewhere(Box::new(move |rest| match supervisor.jobs.runtime() {
+            Ok(runtime) => drop(spawn_counted(&runtime, ticket, rest)),
+            Err(err) => crate::events::job_dropped(&err),
+        }));
+        ToTheEnd::going_on(job, rest)
     }
 
     /// Refuses new acquisitions from now on.
@@ -91,59 +91,5 @@ impl Supervisor {
     }
 }
 
-/// See [`Supervisor::awaited_job`].
-pub(crate) struct AwaitedJob<F: Future + Send + 'static>
-where
-    F::Output: Send + 'static,
-{
-    /// The job and its count among the running ones; `None` once finished.
-    job: Option<(Pin<Box<F>>, JobTicket)>,
-    supervisor: Arc<Supervisor>,
-}
-
-impl<F> Future for AwaitedJob<F>
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.get_mut();
-        let Some((job, _)) = this.job.as_mut() else {
-            // Polled again after it finished: like a fused future, it has nothing more.
-            return Poll::Pending;
-        };
-        let output = std::task::ready!(job.as_mut().poll(cx));
-        this.job = None;
-        Poll::Ready(output)
-    }
-}
-
-impl<F> Drop for AwaitedJob<F>
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    fn drop(&mut self) {
-        let Some((job, ticket)) = self.job.take() else {
-            return;
-        };
-        match self.supervisor.jobs.runtime() {
-            Ok(runtime) => drop(spawn_counted(&runtime, ticket, job)),
-            Err(err) => crate::events::job_dropped(&err),
-        }
-    }
-}
-
-impl<F> std::fmt::Debug for AwaitedJob<F>
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AwaitedJob")
-            .field("finished", &self.job.is_none())
-            .finish_non_exhaustive()
-    }
-}
+/// A job its caller polls (see [`Supervisor::awaited_job`]).
+pub(crate) type AwaitedJob<F> = ToTheEnd<F>;
