@@ -54,24 +54,6 @@ enum Record<I> {
     Ended,
 }
 
-/// When a machine next does work it may put off (looking its records through). Not
-/// part of the state: two machines that differ only by it are equal, and a store does
-/// not keep it.
-#[derive(Debug, Clone, Copy, Default)]
-struct LookAt(u64);
-
-impl PartialEq for LookAt {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for LookAt {}
-
-impl std::hash::Hash for LookAt {
-    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
-}
-
 /// The state of one lock name: an exclusive lock, fair (waiters are served in
 /// arrival order) or not.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -284,51 +266,6 @@ where
             0
         };
         self.records.insert(id, (record, since));
-    }
-
-    /// A hold whose lease ended is gone; its grants end with it, and so does each read
-    /// grant whose own lease ended. Nobody is handed the lock: waiters find it free when
-    /// they next ask. A store that forgets drops the records of ids whose grants are not
-    /// alive once their retention passed.
-    fn expire(&mut self) {
-        let now = self.now;
-        let mut ended = Vec::new();
-        if self.hold.as_ref().is_some_and(|h| h.expires <= now)
-            && let Some(hold) = self.hold.take()
-        {
-            ended.extend(hold.grants);
-        }
-        for reading in &mut self.readers {
-            reading.grants.retain(|&(id, expires)| {
-                let lives = expires > now;
-                if !lives {
-                    ended.push(id);
-                }
-                lives
-            });
-        }
-        self.readers.retain(|reading| !reading.grants.is_empty());
-        for id in ended {
-            self.record(id, Record::Ended);
-        }
-        // Records are looked through every quarter of the retention, not at every step:
-        // a hot name keeps thousands, and a look at each step made the memory store's
-        // pair cost 55 us. A record kept past its retention is safe (it answers a late
-        // copy as the first time, or ends it), only kept longer.
-        if let Some(retention) = self.retention
-            && now >= self.next_forget.0
-        {
-            self.next_forget = LookAt(now.saturating_add(retention / 4));
-            let before = now.saturating_sub(retention);
-            let (hold, readers) = (&self.hold, &self.readers);
-            self.records.retain(|id, (_, since)| {
-                *since >= before
-                    || hold.as_ref().is_some_and(|h| h.grants.contains(id))
-                    || readers
-                        .iter()
-                        .any(|r| r.grants.iter().any(|(grant, _)| grant == id))
-            });
-        }
     }
 
     fn attempt(&mut self, id: I, owner: O, lease: u64, waits: Option<(u64, A)>) -> Reply<I> {
@@ -606,6 +543,8 @@ where
 
 mod codec;
 pub use codec::Field;
+mod expiry;
+use expiry::LookAt;
 mod failover;
 mod readers;
 #[cfg(test)]

@@ -1,0 +1,74 @@
+//! How time ends a name's holds and read grants, and when a store that forgets drops
+//! its records.
+
+use super::{Name, Record};
+
+/// When a machine next does work it may put off (looking its records through). Not
+/// part of the state: two machines that differ only by it are equal, and a store does
+/// not keep it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct LookAt(pub(super) u64);
+
+impl PartialEq for LookAt {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for LookAt {}
+
+impl std::hash::Hash for LookAt {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
+}
+
+impl<I, O, A> Name<I, O, A>
+where
+    I: Copy + Ord,
+    O: Clone + PartialEq,
+    A: Clone,
+{
+    /// A hold whose lease ended is gone; its grants end with it, and so does each read
+    /// grant whose own lease ended. Nobody is handed the lock: waiters find it free when
+    /// they next ask. A store that forgets drops the records of ids whose grants are not
+    /// alive once their retention passed.
+    pub(super) fn expire(&mut self) {
+        let now = self.now;
+        let mut ended = Vec::new();
+        if self.hold.as_ref().is_some_and(|h| h.expires <= now)
+            && let Some(hold) = self.hold.take()
+        {
+            ended.extend(hold.grants);
+        }
+        for reading in &mut self.readers {
+            reading.grants.retain(|&(id, expires)| {
+                let lives = expires > now;
+                if !lives {
+                    ended.push(id);
+                }
+                lives
+            });
+        }
+        self.readers.retain(|reading| !reading.grants.is_empty());
+        for id in ended {
+            self.record(id, Record::Ended);
+        }
+        // Records are looked through every quarter of the retention, not at every step:
+        // a hot name keeps thousands, and a look at each step made the memory store's
+        // pair cost 55 us. A record kept past its retention is safe (it answers a late
+        // copy as the first time, or ends it), only kept longer.
+        if let Some(retention) = self.retention
+            && now >= self.next_forget.0
+        {
+            self.next_forget = LookAt(now.saturating_add(retention / 4));
+            let before = now.saturating_sub(retention);
+            let (hold, readers) = (&self.hold, &self.readers);
+            self.records.retain(|id, (_, since)| {
+                *since >= before
+                    || hold.as_ref().is_some_and(|h| h.grants.contains(id))
+                    || readers
+                        .iter()
+                        .any(|r| r.grants.iter().any(|(grant, _)| grant == id))
+            });
+        }
+    }
+}
