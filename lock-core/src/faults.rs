@@ -400,6 +400,9 @@ impl<S: FateSource> Backend for FaultLayer<S> {
 
     async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
         let lock = lock.clone();
+        // This layer sends copies of requests of its own (late copies nobody hears), so
+        // no acquisition it passed on is settled.
+        let request = request.settled(false);
         self.through(Operation::Release, move |inner| {
             let lock = lock.clone();
             async move { inner.release(&lock, request).await }

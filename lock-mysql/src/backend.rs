@@ -297,6 +297,12 @@ impl Backend for MysqlBackend {
                 let before = Before::of(&state.machine);
                 let step = state.machine.step(event.clone());
                 let notices = notices((kind, &name), before, &step, (state, clock));
+                if request.settled {
+                    state.machine.forget_settled(request.grant);
+                }
+                if let Some(earlier) = request.answered_before {
+                    state.forget_answer(earlier);
+                }
                 let answer = machine::release_answer(step.reply);
                 let until = clock.saturating_add(kept_for);
                 state.remember(request.id, answer, (clock, until));

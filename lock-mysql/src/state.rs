@@ -91,6 +91,11 @@ impl State {
 
     /// Keeps `answer` to release `id` until `until`, and forgets answers kept past
     /// `clock`.
+    /// Forgets the answer to release `id`: its client got it, and never sends it again.
+    pub(crate) fn forget_answer(&mut self, id: RequestId) {
+        self.releases.retain(|(answered, _, _)| *answered != id);
+    }
+
     pub(crate) fn remember(&mut self, id: RequestId, answer: Release, (clock, until): (u64, u64)) {
         self.releases.retain(|(_, _, kept)| *kept > clock);
         self.releases.push((id, answer, until));

@@ -348,6 +348,9 @@ impl Backend for MultiLock {
     }
 
     async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
+        // The parts' requests were sent by this lock, not by its caller: whether each
+        // was sent once, or answered, is not the caller's to say.
+        let request = request.passed_on();
         let outcomes = join_all((0..self.parts.len()).map(|i| {
             let part = self.part(i, lock);
             async move { self.parts[i].0.release(&part, request).await }

@@ -248,6 +248,17 @@ pub struct ReleaseRequest {
     pub id: RequestId,
     /// How long the caller may send the request again.
     pub retry_window: Duration,
+    /// Every attempt of the grant's acquisition was sent once and answered, as the
+    /// caller saw it: no copy of one is on its way, so once this release ends the grant
+    /// the store need not remember the acquisition (a store that keeps what it knows of
+    /// each id in the name's state drops it, and the state stays small however often
+    /// the name is taken). False unless the caller knows: a layer that sends requests
+    /// of its own (a composite lock's parts) passes false on.
+    pub settled: bool,
+    /// An earlier release of the same name by the same client whose answer the caller
+    /// got: it is never sent again, so a store that keeps release answers in the name's
+    /// state may forget that one now.
+    pub answered_before: Option<RequestId>,
 }
 
 impl ReleaseRequest {
@@ -259,7 +270,33 @@ impl ReleaseRequest {
             grant,
             id: RequestId::random(),
             retry_window: DEFAULT_RETRY_WINDOW,
+            settled: false,
+            answered_before: None,
         }
+    }
+
+    /// Names an earlier release of the same name whose answer the caller got (see
+    /// [`ReleaseRequest::answered_before`](field@ReleaseRequest::answered_before)).
+    #[must_use]
+    pub fn answered_before(mut self, earlier: Option<RequestId>) -> Self {
+        self.answered_before = earlier;
+        self
+    }
+
+    /// The request as a layer that sends requests of its own (a composite lock to its
+    /// parts) passes it on: it vouches for neither the acquisition's sends nor the
+    /// earlier release's.
+    #[must_use]
+    pub fn passed_on(self) -> Self {
+        self.settled(false).answered_before(None)
+    }
+
+    /// Says whether every attempt of the grant's acquisition was sent once and answered
+    /// (see [`ReleaseRequest::settled`](field@ReleaseRequest::settled)).
+    #[must_use]
+    pub fn settled(mut self, settled: bool) -> Self {
+        self.settled = settled;
+        self
     }
 
     /// Sets how long the caller may retry the request (and the backend remember it).

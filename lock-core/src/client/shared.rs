@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use crate::background::supervisor::Supervisor;
 use crate::background::watchdog::{Host, Renewed, Watchdog};
 use crate::config::Config;
+use crate::locks::answered::AnsweredReleases;
 use crate::locks::hold::Hold;
 use crate::locks::turns::Turns;
 use crate::notify::Listener;
@@ -45,6 +46,8 @@ pub(crate) struct Inner {
     pub(crate) writer_turns: Turns<LockName, Option<Listener>>,
     /// The expirable permits this client's guards hold, by id.
     pub(crate) leased: crate::sync::leased::LeasedRegistry,
+    /// The latest answered release of each name, which its next release names.
+    pub(crate) answered_releases: AnsweredReleases,
     /// What this client says about itself in the store.
     pub(crate) client_info: ClientInfo,
     /// When this client was made, and when it last said what it is, in milliseconds
@@ -70,6 +73,7 @@ impl Inner {
             mutex_turns: Turns::default(),
             writer_turns: Turns::default(),
             leased: LeasedRegistry::default(),
+            answered_releases: AnsweredReleases::default(),
             client_info,
             created: Instant::now(),
             announced: AtomicU64::new(0),

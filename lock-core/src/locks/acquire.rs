@@ -156,6 +156,7 @@ async fn ask(
         queued,
         unreached: None,
         bell,
+        resent: false,
     };
     let Some(served) = wait::run(&mut asking, wait, slot).await? else {
         return Ok(None);
@@ -193,6 +194,8 @@ struct Asking<'a> {
     /// The store's error while it cannot be reached.
     unreached: Option<Error>,
     bell: Option<Bell<'a>>,
+    /// An attempt under the request's id was sent more than once.
+    resent: bool,
 }
 
 impl Asking<'_> {
@@ -238,7 +241,8 @@ impl Driver for Asking<'_> {
         self.latest = Some(numbered);
         let renew = self.lease.1;
         let (client, lock, wait) = (self.client, self.lock, self.wait);
-        let outcome = attempt(client, lock, numbered, renew, wait, self.queued.as_mut()).await;
+        let queued = (self.queued.as_mut(), &mut self.resent);
+        let outcome = attempt(client, lock, numbered, renew, wait, queued).await;
         Ok(match rides_out(wait, outcome, lock, &mut self.unreached)? {
             Attempt::Acquired(guard) => Step::Held(guard),
             // Reserved: the lock is free but kept for a starving waiter, who may be
@@ -250,11 +254,13 @@ impl Driver for Asking<'_> {
             // Its id is over (a handed hold lapsed or revoked): it asks at once anew.
             Attempt::Ended => {
                 self.request = self.request.fresh_id();
+                self.resent = false;
                 Step::Again
             }
             // Its id may be undone (see `rides_out`): a pause, then a fresh id.
             Attempt::Unreached => {
                 self.request = self.request.fresh_id();
+                self.resent = false;
                 Step::busy(Some(OUTAGE_PAUSE))
             }
         })

@@ -51,7 +51,7 @@ pub(super) async fn attempt(
     request: AcquireRequest,
     renew: bool,
     wait: Wait,
-    queued: Option<&mut QueuedWaiter>,
+    (queued, resent): (Option<&mut QueuedWaiter>, &mut bool),
 ) -> Result<Attempt, Error> {
     let lease = request.lease;
     let request = if client.backend.capabilities().hands_over {
@@ -78,11 +78,20 @@ pub(super) async fn attempt(
         request,
     };
     let call = Box::pin(async move {
-        retry::until_answered(answer_by, || backend.acquire(&lock_ref, request)).await
+        let mut sends = 0_u32;
+        let answer = retry::until_answered(answer_by, || {
+            sends += 1;
+            backend.acquire(&lock_ref, request)
+        })
+        .await;
+        answer.map(|answer| (answer, sends > 1))
     });
-    let reply = InFlight::new(call, undo, &client.supervisor)
+    let (reply, sent_again) = InFlight::new(call, undo, &client.supervisor)
         .keeping(done)
         .await?;
+    // An attempt sent more than once may have a copy on its way: its acquisition's
+    // release is not settled (see `ReleaseRequest::settled`).
+    *resent |= sent_again;
     match reply {
         Acquire::Acquired {
             holds,
@@ -95,7 +104,8 @@ pub(super) async fn attempt(
                 origin,
             };
             let valid = (request.id, sent, lease);
-            let guard = guard(client, lock, granted, valid, (lease, renew));
+            let mut guard = guard(client, lock, granted, valid, (lease, renew));
+            guard.settled = !*resent;
             if !renew && !guard.is_held() {
                 // The caller's lease ran out (less the drift margin) before its grant
                 // arrived: a guard already lost is no answer. Dropping it releases the
@@ -127,9 +137,9 @@ struct UndoGrant {
     request: AcquireRequest,
 }
 
-impl Settle<Acquire> for UndoGrant {
-    async fn settle(self, answer: Option<Acquire>) {
-        if matches!(answer, None | Some(Acquire::Acquired { .. })) {
+impl Settle<(Acquire, bool)> for UndoGrant {
+    async fn settle(self, answer: Option<(Acquire, bool)>) {
+        if matches!(answer, None | Some((Acquire::Acquired { .. }, _))) {
             let Self {
                 backend,
                 lock,
@@ -261,7 +271,7 @@ mod tests {
         let call = Box::pin(async move {
             let reply = backend.acquire(&lock_ref, request).await;
             answer_comes.await.expect("the test sends the answer");
-            reply
+            reply.map(|reply| (reply, false))
         });
         let undo = UndoGrant {
             backend: Arc::clone(&client.backend),

@@ -41,6 +41,10 @@ pub struct Guard {
     /// expiry on the server, whatever the owner's other read holds do.
     own_deadline: Option<Instant>,
     released: bool,
+    /// Every attempt of the grant's acquisition was sent once and answered (see
+    /// [`ReleaseRequest::settled`](field@ReleaseRequest::settled)); false for a hold
+    /// handed over, whose take-up may be on its way.
+    pub(crate) settled: bool,
 }
 
 impl fmt::Debug for Guard {
@@ -82,6 +86,7 @@ impl Guard {
             acquired_at: Instant::now(),
             own_deadline,
             released: false,
+            settled: false,
         }
     }
 
@@ -262,7 +267,11 @@ fn release_job(
     let hold = Arc::clone(&guard.hold);
     let lock = guard.lock_ref();
     let window = client.config.retry_window;
-    let request = ReleaseRequest::new(guard.lease, guard.grant).retry_window(window);
+    let request = ReleaseRequest::new(guard.lease, guard.grant)
+        .retry_window(window)
+        .settled(guard.settled)
+        .answered_before(client.answered_releases.take(&lock.name));
+    let answered = Arc::clone(client);
     // The line a release of this kind may let in.
     let lines = match lock.kind {
         LockKind::Mutex | LockKind::Fair => client.mutex_turns.clone(),
@@ -295,6 +304,9 @@ fn release_job(
             // The backend holds nothing more for the owner, yet guards of this hold
             // remain: they must not go on believing they hold it.
             hold.mark_lost(LostReason::OwnerGone);
+        }
+        if outcome.is_ok() {
+            answered.answered_releases.answered(&lock.name, request.id);
         }
         match (unawaited, &outcome) {
             (Some(of), Err(err)) => events::release_failed(&lock, of, err),

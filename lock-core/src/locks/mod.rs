@@ -3,6 +3,7 @@
 //! their leases.
 
 pub(crate) mod acquire;
+pub(crate) mod answered;
 mod attempt;
 pub(crate) mod guard;
 pub(crate) mod handed;

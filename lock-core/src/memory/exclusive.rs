@@ -10,7 +10,9 @@ use tokio::time::Instant;
 use super::handover::{Notice, Served};
 use super::{Store, channel};
 use crate::backend::machine::{self, Machine, span, ticks};
-use crate::backend::{Acquire, AcquireRequest, LockKind, LockRef, Release, RequestId};
+use crate::backend::{
+    Acquire, AcquireRequest, LockKind, LockRef, Release, ReleaseRequest, RequestId,
+};
 use crate::notify::{Handed, Wake};
 use crate::protocol::{Event, HandOver, Name, Reply};
 use crate::{LockInfo, LockName, Owner};
@@ -163,20 +165,25 @@ impl Store {
         ))
     }
 
-    /// The release of grant `grant` of `lock` (a mutex or a fair lock), with the lease a
-    /// hold other grants keep gets.
+    /// The release `request` of a grant of `lock` (a mutex or a fair lock); a settled
+    /// one leaves no record of its acquisition.
     pub(super) fn release_exclusive(
         &mut self,
         lock: &LockRef,
-        (grant, lease): (RequestId, Duration),
+        request: &ReleaseRequest,
         now: Instant,
     ) -> (Release, Served) {
-        let name = lock.name.as_str();
+        let (name, grant) = (lock.name.as_str(), request.grant);
         if self.names.get(name).is_some_and(|m| m.handed_to(grant)) {
             self.hand_overs.released_before_taken_up += 1;
         }
-        let event = machine::release(lock, grant, lease);
+        let event = machine::release(lock, grant, request.lease);
         let step = self.step(name, lock.kind, event, now);
+        if request.settled
+            && let Some(machine) = self.names.get_mut(name)
+        {
+            machine.forget_settled(grant);
+        }
         let outcome = machine::release_answer(step.reply);
         let served = match step.handed {
             Some(hand_over) => Served::Handed(self.notice(lock, hand_over)),

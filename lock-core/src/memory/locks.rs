@@ -161,7 +161,7 @@ impl Backend for MemoryBackend {
             let (outcome, served) = match lock.kind {
                 LockKind::Mutex | LockKind::Fair => {
                     store.count_others(lock, listening, now);
-                    store.release_exclusive(lock, (request.grant, request.lease), now)
+                    store.release_exclusive(lock, &request, now)
                 }
                 LockKind::Read | LockKind::Write => {
                     let (outcome, wakeup) = if lock.kind == LockKind::Read {

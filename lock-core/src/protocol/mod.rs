@@ -62,7 +62,11 @@
 //! microseconds); ids and owners are any types (the checks use small numbers). The
 //! checks keep every id granted or ended for good; a store keeps each for twice the
 //! retry window from its grant or its end ([`Name::forgetting_after`]): a copy of a
-//! request is assumed to arrive within that.
+//! request is assumed to arrive within that. An acquisition whose every attempt its
+//! client sent once and heard answered has no copy on its way: its release says so
+//! (`ReleaseRequest::settled`), and the store forgets it at once
+//! ([`Name::forget_settled`]), so a name taken often keeps no more than a name taken
+//! once.
 //!
 //! The memory store executes this machine for its mutexes and fair locks, the MySQL
 //! store for every lock kind. The memory store's read-write lock is its own code still,

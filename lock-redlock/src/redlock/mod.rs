@@ -290,6 +290,9 @@ impl Backend for RedLock {
     /// [`RedLock::last_release`] reports every node once all have answered.
     async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
         self.forget_grant(lock, request.grant);
+        // The nodes' requests were sent by this lock (a node's may have timed out and
+        // still arrive, or still be sent again), not by its caller.
+        let request = request.passed_on();
         let timeout = self.node_timeout(request.lease);
         let mut calls = self.on_all_indexed(timeout, |index, node| {
             let (lock, gates) = (lock.clone(), Arc::clone(&self.gates));

@@ -71,4 +71,20 @@ where
             });
         }
     }
+
+    /// Forgets what the store knows of acquisition `id` now, rather than a retention
+    /// after its end: its caller says no copy of any of its attempts can reach the store
+    /// any more (each was sent once and answered, and the acquisition is over). Kept
+    /// while its grant is alive or it waits (it is not over then).
+    pub fn forget_settled(&mut self, id: I) {
+        let alive = self.hold.as_ref().is_some_and(|h| h.grants.contains(&id))
+            || self
+                .readers
+                .iter()
+                .any(|r| r.grants.iter().any(|(grant, _)| *grant == id))
+            || self.waiters.iter().any(|w| w.id == id);
+        if !alive {
+            self.records.remove(&id);
+        }
+    }
 }

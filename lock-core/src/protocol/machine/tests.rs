@@ -264,3 +264,39 @@ fn an_ended_record_lasts_its_retention_and_is_forgotten_soon_after() {
         "forgotten within a quarter of the retention after it"
     );
 }
+
+/// A settled release leaves no record of its acquisition; a grant still alive keeps
+/// its own. Would fail if `forget_settled` dropped the record of a live grant (a take-up
+/// or a late copy would then be granted afresh beside it) or kept a settled one.
+#[test]
+fn a_settled_release_leaves_no_record_and_a_live_grant_keeps_its_own() {
+    let mut name: Name = Name::new(false, 100).forgetting_after(1_000);
+    assert!(matches!(
+        name.step(try_once(1, 1)).reply,
+        Reply::Acquired { holds: 1, .. }
+    ));
+    assert!(matches!(
+        name.step(try_once(2, 1)).reply,
+        Reply::Acquired { holds: 2, .. }
+    ));
+    name.forget_settled(2);
+    assert!(
+        matches!(
+            name.step(try_once(2, 1)).reply,
+            Reply::Acquired { holds: 2, .. }
+        ),
+        "a live grant's retry gets its first answer"
+    );
+    let release = |id| Event::Release {
+        side: Side::Write,
+        id,
+        owner: 1,
+        lease: 30,
+    };
+    assert_eq!(name.step(release(2)).reply, Reply::StillHeld(1));
+    name.forget_settled(2);
+    assert_eq!(name.records.len(), 1, "only grant 1's record is left");
+    assert_eq!(name.step(release(1)).reply, Reply::Released);
+    name.forget_settled(1);
+    assert!(name.records.is_empty());
+}
