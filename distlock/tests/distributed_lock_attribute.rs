@@ -321,15 +321,18 @@ async fn semaphore_kind_runs_at_most_n_at_once() {
             tokio::spawn(async move { pooled(&locks, "p", &inside, &gate).await })
         })
         .collect();
-    // Until two calls hold the permits (a fixed pause is too short on a loaded machine).
-    let semaphore = locks.expirable_semaphore("pool:p");
+    // Until two calls are inside, holding the permits (a fixed pause is too short on a
+    // loaded machine; "no permit available" is also what the store says before the
+    // first call made the semaphore, which let the refused call in once under load).
     timeout(Duration::from_secs(10), async {
-        while semaphore.available().await.unwrap() > 0 {
+        while inside.now.load(Ordering::SeqCst) < 2 {
             sleep(Duration::from_millis(1)).await;
         }
     })
     .await
     .expect("two calls take the permits");
+    let semaphore = locks.expirable_semaphore("pool:p");
+    assert_eq!(semaphore.available().await.unwrap(), 0);
     let refused = pooled_or_not(&locks, "p").await;
     assert!(
         matches!(&refused, Err(AppError::Lock(err)) if err.is_timeout()),
