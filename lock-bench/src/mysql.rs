@@ -212,54 +212,73 @@ async fn close(pool: Pool) {
 /// one name, hold 1 ms, think 1 ms) of ours (both modes) and `GET_LOCK`.
 pub(crate) async fn mysql(server: &MariaDbServer, scale: Scale) -> Results {
     let duration = Duration::from_secs_f64(scale.seconds);
-    let client = ours(server).await;
-    let cpu = Cpu::start(server);
-    let ours_rate = pairs_per_second(&client, duration).await;
-    let ours_cpu = cpu.per_pair(ours_rate, duration);
-    drop(client);
-    let mut clients = Vec::new();
-    for _ in 0..8 {
-        clients.push(ours(server).await);
-    }
-    let mut ours_figures =
-        contend_with(clients, 1, "bench:c:mysql", Kind::Mutex, scale.seconds).await;
-    ours_figures.extend(figures(&[("pairs_per_s", ours_rate)]));
-    ours_figures.extend(ours_cpu);
-    let cpu = Cpu::start(server);
-    let row_rate = bare_pairs_per_second(server, Bare::Row, duration).await;
-    let mut row_figures = figures(&[("pairs_per_s", row_rate)]);
-    row_figures.extend(cpu.per_pair(row_rate, duration));
-    let cpu = Cpu::start(server);
-    let get_lock_rate = bare_pairs_per_second(server, Bare::GetLock, duration).await;
-    let get_lock_cpu = cpu.per_pair(get_lock_rate, duration);
-    let mut get_lock_figures = get_lock_contended(server, scale.seconds).await;
-    get_lock_figures.extend(figures(&[("pairs_per_s", get_lock_rate)]));
-    get_lock_figures.extend(get_lock_cpu);
-    let session = ours_session(server).await;
-    let cpu = Cpu::start(server);
-    let session_rate = pairs_per_second(&session, duration).await;
-    let session_cpu = cpu.per_pair(session_rate, duration);
-    drop(session);
-    let mut session_clients = Vec::new();
-    for _ in 0..8 {
-        session_clients.push(ours_session(server).await);
-    }
-    let mut session_figures = contend_with(
-        session_clients,
-        1,
-        "bench:c:mysql-get-lock",
-        Kind::Mutex,
-        scale.seconds,
+    let ours_figures =
+        ours_uncontended_and_contended(server, scale, || ours(server), "bench:c:mysql").await;
+    let row_figures = uncontended(
+        server,
+        duration,
+        bare_pairs_per_second(server, Bare::Row, duration),
     )
     .await;
-    session_figures.extend(figures(&[("pairs_per_s", session_rate)]));
-    session_figures.extend(session_cpu);
+    let get_lock_alone = uncontended(
+        server,
+        duration,
+        bare_pairs_per_second(server, Bare::GetLock, duration),
+    )
+    .await;
+    let mut get_lock_figures = get_lock_contended(server, scale.seconds).await;
+    get_lock_figures.extend(get_lock_alone);
+    let session_figures = ours_uncontended_and_contended(
+        server,
+        scale,
+        || ours_session(server),
+        "bench:c:mysql-get-lock",
+    )
+    .await;
     let mut results = Results::new();
     results.insert(OURS.into(), ours_figures);
     results.insert(OURS_SESSION.into(), session_figures);
     results.insert(ROW.into(), row_figures);
     results.insert(GET_LOCK.into(), get_lock_figures);
     results
+}
+
+/// A client of ours (made by `connect`) uncontended, then eight of them on `name`
+/// contended.
+async fn ours_uncontended_and_contended<F>(
+    server: &MariaDbServer,
+    scale: Scale,
+    connect: impl Fn() -> F,
+    name: &'static str,
+) -> Figures
+where
+    F: Future<Output = distlock::Locks>,
+{
+    let duration = Duration::from_secs_f64(scale.seconds);
+    let client = connect().await;
+    let alone = uncontended(server, duration, pairs_per_second(&client, duration)).await;
+    drop(client);
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(connect().await);
+    }
+    let mut figures = contend_with(clients, 1, name, Kind::Mutex, scale.seconds).await;
+    figures.extend(alone);
+    figures
+}
+
+/// The pairs per second `run` measures over `duration`, with the client's and the
+/// server's CPU per pair meanwhile.
+async fn uncontended(
+    server: &MariaDbServer,
+    duration: Duration,
+    run: impl Future<Output = f64>,
+) -> Figures {
+    let cpu = Cpu::start(server);
+    let rate = run.await;
+    let mut measured = figures(&[("pairs_per_s", rate)]);
+    measured.extend(cpu.per_pair(rate, duration));
+    measured
 }
 
 /// The CPU time this process and the server have used since a run began.
