@@ -10,20 +10,23 @@ use crate::notify::InProcess;
 #[derive(Debug, Default)]
 struct Recorder(Mutex<Vec<String>>);
 
+impl Recorder {
+    fn record(&self, request: String) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(request);
+    }
+}
+
 #[async_trait]
 impl PubSub for Recorder {
     async fn subscribe(&self, channel: &str) -> Result<(), Error> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(format!("+{channel}"));
+        self.record(format!("+{channel}"));
         Ok(())
     }
     async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(format!("-{channel}"));
+        self.record(format!("-{channel}"));
         Ok(())
     }
 }

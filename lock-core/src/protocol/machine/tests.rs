@@ -240,13 +240,7 @@ fn an_ended_record_lasts_its_retention_and_is_forgotten_soon_after() {
         name.step(try_once(1, 1)).reply,
         Reply::Acquired { .. }
     ));
-    let release = Event::Release {
-        side: Side::Write,
-        id: 1,
-        owner: 1,
-        lease: 30,
-    };
-    assert_eq!(name.step(release).reply, Reply::Released);
+    assert_eq!(name.step(release(1, 1)).reply, Reply::Released);
     // Other names' traffic steps the machine often meanwhile: its looks come due.
     for _ in 0..9 {
         name.step(Event::Elapse(100));
@@ -287,16 +281,10 @@ fn a_settled_release_leaves_no_record_and_a_live_grant_keeps_its_own() {
         ),
         "a live grant's retry gets its first answer"
     );
-    let release = |id| Event::Release {
-        side: Side::Write,
-        id,
-        owner: 1,
-        lease: 30,
-    };
-    assert_eq!(name.step(release(2)).reply, Reply::StillHeld(1));
+    assert_eq!(name.step(release(2, 1)).reply, Reply::StillHeld(1));
     name.forget_settled(2);
     assert_eq!(name.records.len(), 1, "only grant 1's record is left");
-    assert_eq!(name.step(release(1)).reply, Reply::Released);
+    assert_eq!(name.step(release(1, 1)).reply, Reply::Released);
     name.forget_settled(1);
     assert!(name.records.is_empty());
 }
