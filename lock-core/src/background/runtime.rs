@@ -208,16 +208,12 @@ where
     work: Option<(Pin<Box<F>>, Rest)>,
 }
 
-/// The rest of a [`ToTheEnd`]'s work whose caller went away, its output dropped.
-pub(crate) type Detached = Pin<Box<dyn Future<Output = ()> + Send>>;
-
 /// Where the rest of a [`ToTheEnd`] goes when its caller goes away.
 pub(crate) enum Rest {
     /// A task of the current runtime, if there is one.
     OnTheCurrentRuntime,
-    /// Where its owner sends it (a client's supervisor, which counts it among its jobs
-    /// from the start).
-    Elsewhere(Box<dyn FnOnce(Detached) + Send>),
+    /// A job of `jobs` (a client's supervisor's), counted among them from the start.
+    Counted(JobTicket, Arc<BackgroundJobs>),
 }
 
 impl<F: Future + Send + 'static> ToTheEnd<F>
@@ -274,9 +270,10 @@ where
                     drop(runtime.spawn(work));
                 }
             }
-            Rest::Elsewhere(send) => send(Box::pin(async move {
-                work.await;
-            })),
+            Rest::Counted(ticket, jobs) => match jobs.runtime() {
+                Ok(runtime) => drop(spawn_counted(&runtime, ticket, work)),
+                Err(err) => crate::events::job_dropped(&err),
+            },
         }
     }
 }

@@ -19,12 +19,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::task::JoinHandle;
 
 use crate::Error;
-use crate::background::runtime::{BackgroundJobs, Rest, ToTheEnd, spawn_counted};
+use crate::background::runtime::{BackgroundJobs, Rest, ToTheEnd};
 
 /// Owns where and how a client's background work runs.
 #[derive(Debug)]
 pub(crate) struct Supervisor {
-    jobs: BackgroundJobs,
+    jobs: Arc<BackgroundJobs>,
     closed: AtomicBool,
 }
 
@@ -32,7 +32,7 @@ impl Supervisor {
     /// A supervisor whose home is the current runtime, if any.
     pub(crate) fn new() -> Self {
         Self {
-            jobs: BackgroundJobs::new(),
+            jobs: Arc::new(BackgroundJobs::new()),
             closed: AtomicBool::new(false),
         }
     }
@@ -62,11 +62,7 @@ impl Supervisor {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let (ticket, supervisor) = (self.jobs.ticket(), Arc::clone(self));
-        let rest = Rest::Elsewhere(Box::new(move |rest| match supervisor.jobs.runtime() {
-            Ok(runtime) => drop(spawn_counted(&runtime, ticket, rest)),
-            Err(err) => crate::events::job_dropped(&err),
-        }));
+        let rest = Rest::Counted(self.jobs.ticket(), Arc::clone(&self.jobs));
         ToTheEnd::going_on(job, rest)
     }
 
