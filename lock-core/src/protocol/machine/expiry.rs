@@ -72,6 +72,42 @@ where
         }
     }
 
+    /// The first time after now at which time alone may change what the machine does:
+    /// a lease or a read grant ends, a waiter loses its place, the quarantine or an
+    /// offer ends, or a record comes due to be forgotten (`u64::MAX`: never). Until then,
+    /// an event decides as it would now, apart from the times it writes (a lease counted
+    /// from a later time ends later): a store that knows the time only within a window
+    /// before this may step the machine at the window's end. Of a machine brought to its
+    /// time (any step does; a failover's replica may keep overdue holds until then).
+    #[must_use]
+    pub fn steady_until(&self) -> u64 {
+        let now = self.now;
+        let holds = self.hold.iter().map(|hold| hold.expires);
+        let reads = self
+            .readers
+            .iter()
+            .flat_map(|reading| reading.grants.iter().map(|(_, expires)| *expires));
+        let places = self.waiters.iter().map(|waiter| waiter.keeps_until);
+        let ends = [self.quarantine_until, self.offered_until];
+        // A record is kept while `since >= now - retention`: it may go at the first
+        // instant past `since + retention`.
+        // Records overdue are forgotten at the next look.
+        let records = self.retention.into_iter().flat_map(|retention| {
+            self.records
+                .values()
+                .map(move |(_, since)| since.saturating_add(retention).saturating_add(1))
+                .chain([self.next_forget.0])
+        });
+        holds
+            .chain(reads)
+            .chain(places)
+            .chain(ends)
+            .chain(records)
+            .filter(|at| *at > now)
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
     /// Forgets what the store knows of acquisition `id` now, rather than a retention
     /// after its end: its caller says no copy of any of its attempts can reach the store
     /// any more (each was sent once and answered, and the acquisition is over). Kept

@@ -288,3 +288,86 @@ fn a_settled_release_leaves_no_record_and_a_live_grant_keeps_its_own() {
     name.forget_settled(1);
     assert!(name.records.is_empty());
 }
+
+/// Before the time [`Name::steady_until`] names, time changes nothing but the clock, and
+/// every event is answered as it would be now: what lets a store that knows the time only
+/// within a window step the machine at the window's end. Runs random sequences of every
+/// kind of event; would fail if any boundary (a lease, a read grant, a waiter's place,
+/// the quarantine, an offer, a record's retention) were left out.
+#[test]
+fn before_its_next_boundary_a_machine_decides_as_it_does_now() {
+    let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
+    let mut next = move |bound: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % bound
+    };
+    for run in 0..300 {
+        let mut name: Name = Name::new(run % 2 == 0, 100)
+            .forgetting_after(60)
+            .offering_for(7);
+        for _ in 0..40 {
+            let (id, owner) = (
+                u32::try_from(next(6)).unwrap_or(0),
+                u32::try_from(next(3)).unwrap_or(0),
+            );
+            let side = if next(4) == 0 {
+                Side::Read
+            } else {
+                Side::Write
+            };
+            let event = match next(10) {
+                0..=2 => Event::Attempt {
+                    side,
+                    id,
+                    owner,
+                    lease: 10 + next(40),
+                    place: (next(3) > 0).then(|| 5 + next(30)),
+                    ask: (),
+                },
+                3 | 4 => Event::Release {
+                    side,
+                    id,
+                    owner,
+                    lease: 20,
+                },
+                5 => Event::Cancel { id, owner },
+                6 => Event::Renew {
+                    side,
+                    owner,
+                    lease: 10 + next(40),
+                },
+                7 => Event::Others(u32::try_from(next(2)).unwrap_or(0)),
+                8 => {
+                    if next(5) == 0 {
+                        Event::Failover
+                    } else {
+                        Event::Replicate
+                    }
+                }
+                _ => Event::Elapse(next(25)),
+            };
+            // As a store does: the machine brought to its time first (a failover leaves
+            // the replica's holds as they were, overdue ones too, until the next step).
+            name.step(Event::Elapse(0));
+            let steady = name.steady_until();
+            let now = name.now;
+            assert!(steady > now);
+            let within = (steady - now - 1).min(40);
+            for elapsed in [within / 2, within] {
+                let mut later = name.clone();
+                later.step(Event::Elapse(elapsed));
+                let mut same = later.clone();
+                same.now = now;
+                assert_eq!(same, name, "time alone changed the machine before {steady}");
+                assert_eq!(
+                    later.step(event),
+                    name.clone().step(event),
+                    "{event:?} answered otherwise {elapsed} later, before {steady}"
+                );
+            }
+            name.step(event);
+        }
+    }
+}
