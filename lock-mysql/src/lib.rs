@@ -33,6 +33,7 @@ mod serving;
 pub mod session;
 mod state;
 mod store;
+mod swap;
 
 pub use backend::MysqlBackend;
 pub use connector::{Connector, ConnectorSettings};

@@ -101,6 +101,20 @@ impl State {
         self.releases.push((id, answer, until));
     }
 
+    /// The first time after the machine's now at which time alone may change what an
+    /// operation on this state does (see [`lock_core::protocol::Name::steady_until`]):
+    /// the machine's next boundary, or a kept release answer or reader's mailbox that
+    /// runs out.
+    pub(crate) fn steady_until(&self) -> u64 {
+        let now = self.machine.now();
+        let answers = self.releases.iter().map(|(_, _, until)| *until);
+        let readers = self.readers_waiting.iter().map(|(_, until)| *until);
+        answers
+            .chain(readers)
+            .filter(|until| *until > now)
+            .fold(self.machine.steady_until(), u64::min)
+    }
+
     pub(crate) fn encode(&self) -> Vec<u8> {
         let machine = self.machine.encode();
         let mut out = Vec::with_capacity(machine.len() + 16 + self.releases.len() * 29);

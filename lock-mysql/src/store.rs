@@ -25,6 +25,8 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use lock_core::Error;
 use lock_core::backend::RequestId;
 use lock_core::protocol::Field;
@@ -39,10 +41,15 @@ use crate::schema::{Tables, hex, key};
 pub(crate) use crate::serving::Serving;
 use crate::serving::serving;
 use crate::state::State;
+use crate::swap::{self, Seen, Sighting};
 
 /// The server's clock in microseconds since the epoch (the machines' time), read when
 /// the statement runs.
 pub(crate) const NOW: &str = "SELECT CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS UNSIGNED)";
+
+/// The server's clock in microseconds when the statement began: the same on a replica
+/// that applies the statement as on the server that ran it.
+pub(crate) const NOW_STARTED: &str = "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED)";
 
 /// The longest state written as a literal in the commit's round trip; a longer one is
 /// sent as a bound parameter of its own statement first.
@@ -119,6 +126,31 @@ pub(crate) struct Slot {
     pub(crate) serving: Serving,
 }
 
+impl Slot {
+    /// A name whose row this client committed last, as it committed it.
+    pub(crate) fn kept(
+        name: &str,
+        key: Vec<u8>,
+        state: State,
+        stored: Vec<u8>,
+        serving: Serving,
+    ) -> Self {
+        Self {
+            name: name.to_owned(),
+            key,
+            state: Some(state),
+            stored: Some(stored),
+            serving,
+        }
+    }
+
+    /// The state as stepped and the row's bytes as read, when the name had a row and
+    /// still has a state.
+    pub(crate) fn kept_state(self) -> Option<(State, Vec<u8>)> {
+        self.state.zip(self.stored)
+    }
+}
+
 /// The store: the pool, the tables, and the bound of every transaction.
 #[derive(Debug, Clone)]
 pub(crate) struct Store {
@@ -129,6 +161,7 @@ pub(crate) struct Store {
 struct Inner {
     pool: Pool,
     batches: Batches,
+    seen: Seen,
     tables: Tables,
     response_timeout: Duration,
     quarantine: Duration,
@@ -147,6 +180,7 @@ impl Store {
             inner: Arc::new(Inner {
                 pool,
                 batches: Batches::default(),
+                seen: Seen::default(),
                 tables,
                 response_timeout,
                 quarantine,
@@ -231,6 +265,35 @@ impl Store {
         names.dedup();
         let bound = self.inner.response_timeout;
         let mut last = None;
+        if let [name] = names.as_slice()
+            && let Some(seen) = self.inner.seen.take(name)
+            && let Some(swap) = swap::prepare(&self.inner.tables, name, seen, &step)
+        {
+            let mut conn = self.connection(during).await?;
+            match tokio::time::timeout(bound, swap.send(&mut conn)).await {
+                Ok(Ok(Some((answer, seen)))) => {
+                    self.inner.seen.keep(name, seen);
+                    return Ok(answer);
+                }
+                // The row changed, or the server or its clock is not the one the
+                // swap assumed: the transaction reads them afresh.
+                Ok(Ok(None)) => {}
+                Ok(Err(Failure::Driver(err))) => {
+                    discard(conn);
+                    if !worth_another_run(&err) {
+                        return Err(failed(err, during));
+                    }
+                }
+                Ok(Err(Failure::Unreadable)) => {
+                    discard(conn);
+                    return Err(Error::incompatible(name.clone(), Unreadable));
+                }
+                Err(_) => {
+                    discard(conn);
+                    return Err(Error::connection(during, Silent { bound }));
+                }
+            }
+        }
         for _ in 0..RUNS {
             let mut conn = self.connection(during).await?;
             match tokio::time::timeout(bound, self.once(&mut conn, &names, &step)).await {
@@ -340,8 +403,25 @@ impl Store {
         F: Fn(&mut [Slot], u64) -> (R, Vec<Notice>),
     {
         let (mut slots, clock) = self.lock_rows(conn, names).await?;
+        let read_at = Instant::now();
         let (answer, notices) = step(&mut slots, clock);
-        self.commit(conn, &slots, &notices).await?;
+        let states: Vec<Option<Vec<u8>>> = slots
+            .iter()
+            .map(|slot| slot.state.as_ref().map(State::encode))
+            .collect();
+        self.commit(conn, &slots, &states, &notices).await?;
+        for (slot, written) in slots.into_iter().zip(states) {
+            if let (Some(state), Some(stored)) = (slot.state, written) {
+                let seen = Sighting {
+                    stored,
+                    state,
+                    serving: slot.serving,
+                    clock,
+                    at: read_at,
+                };
+                self.inner.seen.keep(&slot.name, seen);
+            }
+        }
         Ok(answer)
     }
 
@@ -441,14 +521,16 @@ impl Store {
         &self,
         conn: &mut Pooled,
         slots: &[Slot],
+        states: &[Option<Vec<u8>>],
         notices: &[Notice],
     ) -> Result<(), Failure> {
         let tables = &self.inner.tables;
         let mut statements = Vec::new();
-        for slot in slots {
-            let Some(kept) = &slot.state else { continue };
-            let state = kept.encode();
-            if slot.stored.as_ref() == Some(&state) {
+        for (slot, state) in slots.iter().zip(states) {
+            let (Some(kept), Some(state)) = (&slot.state, state) else {
+                continue;
+            };
+            if slot.stored.as_ref() == Some(state) {
                 continue;
             }
             let held_until = kept.machine.held_until().unwrap_or(0);
@@ -466,7 +548,7 @@ impl Store {
                 statements.push(format!(
                     "UPDATE {} SET state = {}, held_until = {held_until} WHERE lock_key = {}",
                     tables.names(),
-                    hex(&state),
+                    hex(state),
                     hex(&slot.key)
                 ));
             } else {
@@ -475,7 +557,7 @@ impl Store {
                     tables.names(),
                     hex(&slot.key),
                     hex(slot.name.as_bytes()),
-                    hex(&state)
+                    hex(state)
                 ));
             }
         }

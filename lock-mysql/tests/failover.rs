@@ -19,7 +19,11 @@ use tokio::time::{Instant, sleep};
 const QUARANTINE: Duration = Duration::from_secs(3);
 
 async fn client(url: &str) -> Locks {
-    let settings = ConnectorSettings::default()
+    client_of(url, ConnectorSettings::default()).await
+}
+
+async fn client_of(url: &str, settings: ConnectorSettings) -> Locks {
+    let settings = settings
         .failover_quarantine(QUARANTINE)
         .response_timeout(Duration::from_secs(1))
         .connect_timeout(Duration::from_secs(5));
@@ -82,6 +86,79 @@ async fn a_promoted_replica_grants_nothing_until_lost_holds_ran_out_and_tokens_g
     assert!(
         Instant::now() >= believed_until,
         "granted {:?} after asking, before the lost hold's lease ran out",
+        started.elapsed()
+    );
+    let token = guard.fencing_token().expect("a token");
+    assert!(
+        token > lost_token,
+        "token {token} does not follow the lost hold's {lost_token}"
+    );
+    guard.unlock().await.unwrap();
+    drop(held);
+    sleep(Duration::from_millis(10)).await;
+}
+
+/// The same, for a client that wrote the name's row last and would change it in one
+/// statement (`swap`): the promoted replica holds the very bytes that client wrote, and
+/// the epoch row it copied names the old server, so only the statement's check of the
+/// serving server (`@@server_id`) tells the two apart. Reached through a proxy that
+/// leads to the promoted server after the failover, as a service's address would.
+/// Without that check, the client is granted the lock at once on the promoted replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_wrote_the_row_last_is_quarantined_on_the_promoted_replica_too() {
+    let mut primary = MariaDbServer::start_primary(1).await;
+    let replica = MariaDbServer::start_replica(&primary, 2).await;
+    let address =
+        |server: &MariaDbServer| -> std::net::SocketAddr { ([127, 0, 0, 1], server.port()).into() };
+    let proxy = lock_testkit::FaultProxy::start(address(&primary)).await;
+    let through_proxy = primary
+        .url()
+        .replace(&primary.port().to_string(), &proxy.port().to_string());
+
+    // One connection, so that the first statement after the failover that finds it
+    // broken leaves the next one to reach the promoted server.
+    let ours = client_of(&through_proxy, ConnectorSettings::default().pool_size(1)).await;
+    for _ in 0..5 {
+        ours.mutex("orders")
+            .lock()
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+    }
+    caught_up(&primary, &replica);
+    replica.stop_replicating();
+
+    // The primary's grant the replica never sees, to another client.
+    let lost = client(&primary.url()).await;
+    let lease = Duration::from_millis(2_500);
+    let held = lost.mutex("orders").lock_with_lease(lease).await.unwrap();
+    let lost_token = held.fencing_token().expect("a token");
+    let believed_until = Instant::now() + lease;
+    primary.crash();
+    replica.promote();
+    proxy.redirect(address(&replica));
+
+    let started = Instant::now();
+    // A read (which writes nothing, so starts no quarantine) meets the connection to the
+    // old server broken; the next one reaches the promoted server.
+    while ours.mutex("elsewhere").is_locked().await.is_err() {
+        assert!(started.elapsed() < Duration::from_secs(10), "no connection");
+    }
+    let guard = loop {
+        if let Ok(Some(guard)) = ours.mutex("orders").try_lock().await {
+            break guard;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "never granted on the promoted replica"
+        );
+        sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        Instant::now() >= believed_until,
+        "granted {:?} after the failover, before the lost hold's lease ran out",
         started.elapsed()
     );
     let token = guard.fencing_token().expect("a token");

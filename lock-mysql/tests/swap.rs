@@ -1,0 +1,97 @@
+//! A name whose row this client wrote last changes in one statement, a compare-and-set
+//! (`swap`), and only while nobody else wrote the row since: otherwise the operation
+//! takes the two-round-trip transaction and decides on the row as it is. On a real
+//! MariaDB the test starts.
+
+// reason: a test reports failures by panicking.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use lock_core::Locks;
+use lock_mysql::Connector;
+use lock_testkit::MariaDbServer;
+
+/// How many transactions the server began so far.
+fn transactions(server: &MariaDbServer) -> u64 {
+    let status = server.sql("SHOW GLOBAL STATUS LIKE 'Com_begin'");
+    status
+        .split_whitespace()
+        .last()
+        .and_then(|count| count.parse().ok())
+        .expect("a count")
+}
+
+async fn client(server: &MariaDbServer) -> Locks {
+    Locks::builder(std::sync::Arc::new(
+        Connector::new(server.url())
+            .connect()
+            .await
+            .expect("connects"),
+    ))
+    .fencing(true)
+    .build()
+    .expect("valid settings")
+}
+
+/// Would fail if every operation took the transaction (two per pair).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_this_client_wrote_last_changes_in_one_statement() {
+    let server = MariaDbServer::start().await;
+    let locks = client(&server).await;
+    let mutex = locks.mutex("hot");
+    mutex.lock().await.unwrap().unlock().await.unwrap();
+    let before = transactions(&server);
+    for _ in 0..100 {
+        mutex.lock().await.unwrap().unlock().await.unwrap();
+    }
+    let began = transactions(&server) - before;
+    assert!(
+        began < 20,
+        "{began} transactions for 100 pairs on a name nobody else touched"
+    );
+}
+
+/// Would fail if the statement changed the row whatever it held since (the client
+/// would be granted the lock beside the other client's hold, and issue the same
+/// token again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_clients_write_sends_the_operation_to_the_transaction() {
+    let server = MariaDbServer::start().await;
+    let (ours, theirs) = (client(&server).await, client(&server).await);
+    let mut last_token = 0;
+    for _ in 0..3 {
+        let guard = ours.mutex("shared").lock().await.unwrap();
+        last_token = guard.fencing_token().expect("a token");
+        guard.unlock().await.unwrap();
+    }
+    let held = theirs.mutex("shared").lock().await.unwrap();
+    let their_token = held.fencing_token().expect("a token");
+    assert!(their_token > last_token);
+    assert!(
+        ours.mutex("shared").try_lock().await.unwrap().is_none(),
+        "granted beside another client's hold"
+    );
+    held.unlock().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(5), ours.mutex("shared").lock())
+        .await
+        .expect("granted once free")
+        .unwrap();
+    let token = guard.fencing_token().expect("a token");
+    assert!(
+        token > their_token,
+        "token {token} does not follow {their_token}"
+    );
+    guard.unlock().await.unwrap();
+    // And the swaps go on from the row as the transaction left it.
+    for _ in 0..3 {
+        ours.mutex("shared")
+            .lock()
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+    }
+    assert!(theirs.mutex("shared").try_lock().await.unwrap().is_some());
+}
