@@ -14,6 +14,7 @@ use crate::pool::{Manager, Pool, connect};
 use crate::schema::Tables;
 use crate::session::{GetLockBackend, GetLockServer};
 use crate::store::Store;
+use crate::swap::Logging;
 
 /// How many connections a backend keeps at most by default.
 const DEFAULT_POOL_SIZE: usize = 16;
@@ -310,6 +311,9 @@ async fn open(opts: (Opts, bool), settings: ConnectorSettings) -> Result<MysqlBa
     let listen_opts = manager.opts().clone();
     let mut conn = connect(manager.opts(), settings.connect_timeout).await?;
     prepare_tables(&mut conn, &settings.tables).await?;
+    let logging = Logging::of(&mut conn)
+        .await
+        .map_err(|err| failed(err, "reading how the server logs"))?;
     drop(conn);
     let pool = Pool::builder(manager)
         .max_size(settings.pool_size)
@@ -324,7 +328,7 @@ async fn open(opts: (Opts, bool), settings: ConnectorSettings) -> Result<MysqlBa
     Ok(MysqlBackend {
         store: Store::new(
             pool,
-            settings.tables,
+            (settings.tables, logging),
             (settings.response_timeout, settings.failover_quarantine),
         ),
         notifications,

@@ -7,6 +7,9 @@
 //! 2. The changed rows written, the waiters' notices put in their mailboxes, `COMMIT`,
 //!    and then the waiters' listening statements interrupted (see [`crate::notify`]).
 //!
+//! A name whose row this client wrote last changes in one statement instead, a
+//! compare-and-set that falls back to this transaction (see [`crate::swap`]).
+//!
 //! The first round trip also reads which server answers (`@@server_id`) and the epoch
 //! row. A server other than the one the epoch names took over from it (a replica
 //! promoted after its primary died, which may lack the last grants): the first
@@ -41,7 +44,7 @@ use crate::schema::{Tables, hex, key};
 pub(crate) use crate::serving::Serving;
 use crate::serving::serving;
 use crate::state::State;
-use crate::swap::{self, Seen, Sighting};
+use crate::swap::{self, Logging, Seen, Sighting};
 
 /// The server's clock in microseconds since the epoch (the machines' time), read when
 /// the statement runs.
@@ -163,6 +166,8 @@ struct Inner {
     batches: Batches,
     seen: Seen,
     tables: Tables,
+    /// The swap's statement.
+    swap: swap::Statement,
     response_timeout: Duration,
     quarantine: Duration,
 }
@@ -173,7 +178,7 @@ impl Store {
     /// creates grants) is `quarantine`.
     pub(crate) fn new(
         pool: Pool,
-        tables: Tables,
+        (tables, logging): (Tables, Logging),
         (response_timeout, quarantine): (Duration, Duration),
     ) -> Self {
         Self {
@@ -181,6 +186,7 @@ impl Store {
                 pool,
                 batches: Batches::default(),
                 seen: Seen::default(),
+                swap: swap::Statement::new(&tables, logging),
                 tables,
                 response_timeout,
                 quarantine,
@@ -264,22 +270,30 @@ impl Store {
         names.sort();
         names.dedup();
         let bound = self.inner.response_timeout;
-        let mut last = None;
+        // A connection the swap leaves to the transaction.
+        let mut left = None;
+        // A name this client wrote last: one statement (see [`crate::swap`]).
         if let [name] = names.as_slice()
             && let Some(seen) = self.inner.seen.take(name)
-            && let Some(swap) = swap::prepare(&self.inner.tables, name, seen, &step)
         {
+            // The connection first: the window for the server's clock starts when the
+            // statement can be sent, not before a wait for the pool.
             let mut conn = self.connection(during).await?;
-            match tokio::time::timeout(bound, swap.send(&mut conn)).await {
+            let Some(swap) = swap::prepare(name, seen, &step) else {
+                return self.transaction(names, during, step, Some(conn)).await;
+            };
+            match tokio::time::timeout(bound, swap.send(&mut conn, &self.inner.swap)).await {
                 Ok(Ok(Some((answer, seen)))) => {
                     self.inner.seen.keep(name, seen);
                     return Ok(answer);
                 }
                 // The row changed, or the server or its clock is not the one the
                 // swap assumed: the transaction reads them afresh.
-                Ok(Ok(None)) => {}
+                Ok(Ok(None)) => left = Some(conn),
                 Ok(Err(Failure::Driver(err))) => {
                     discard(conn);
+                    // A statement the server refused (a deadlock's victim) changed
+                    // nothing: the transaction runs.
                     if !worth_another_run(&err) {
                         return Err(failed(err, during));
                     }
@@ -294,8 +308,29 @@ impl Store {
                 }
             }
         }
+        self.transaction(names, during, step, left).await
+    }
+
+    /// The operation as a transaction (see the module's docs), run again after a
+    /// deadlock or a lost race for a first write; on `left`, a connection of the pool,
+    /// first, if given.
+    async fn transaction<R, F>(
+        &self,
+        names: Vec<String>,
+        during: &'static str,
+        step: F,
+        mut left: Option<Pooled>,
+    ) -> Result<R, Error>
+    where
+        F: Fn(&mut [Slot], u64) -> (R, Vec<Notice>),
+    {
+        let bound = self.inner.response_timeout;
+        let mut last = None;
         for _ in 0..RUNS {
-            let mut conn = self.connection(during).await?;
+            let mut conn = match left.take() {
+                Some(conn) => conn,
+                None => self.connection(during).await?,
+            };
             match tokio::time::timeout(bound, self.once(&mut conn, &names, &step)).await {
                 Ok(Ok(answer)) => return Ok(answer),
                 Ok(Err(Failure::Driver(err))) => {

@@ -34,10 +34,28 @@ async fn client(server: &MariaDbServer) -> Locks {
     .expect("valid settings")
 }
 
+/// A server whose binary log replicates statements, where the swap names the server
+/// through a user variable (a replica would compare its own `@@server_id` otherwise).
+async fn logging_statements() -> MariaDbServer {
+    let server = MariaDbServer::start().await;
+    let format =
+        server.sql("SET GLOBAL binlog_format = 'STATEMENT'; SELECT @@GLOBAL.binlog_format");
+    assert_eq!(format.trim(), "STATEMENT");
+    server
+}
+
 /// Would fail if every operation took the transaction (two per pair).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_this_client_wrote_last_changes_in_one_statement() {
-    let server = MariaDbServer::start().await;
+    one_statement_a_change(MariaDbServer::start().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_statement_a_change_where_statements_are_logged() {
+    one_statement_a_change(logging_statements().await).await;
+}
+
+async fn one_statement_a_change(server: MariaDbServer) {
     let locks = client(&server).await;
     let mutex = locks.mutex("hot");
     mutex.lock().await.unwrap().unlock().await.unwrap();
@@ -57,7 +75,15 @@ async fn a_name_this_client_wrote_last_changes_in_one_statement() {
 /// token again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_clients_write_sends_the_operation_to_the_transaction() {
-    let server = MariaDbServer::start().await;
+    another_clients_write(MariaDbServer::start().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_clients_write_where_statements_are_logged() {
+    another_clients_write(logging_statements().await).await;
+}
+
+async fn another_clients_write(server: MariaDbServer) {
     let (ours, theirs) = (client(&server).await, client(&server).await);
     let mut last_token = 0;
     for _ in 0..3 {
