@@ -4,7 +4,8 @@
 //! hand-overs, on the database a service already runs. Each lock name is one row whose
 //! value is lock-core's protocol state machine as bytes; an operation locks the row,
 //! steps the machine in the client at the server's clock, and writes it back in the
-//! same transaction, in two round trips. The grant
+//! same transaction, in two round trips; a name whose row the client wrote last
+//! changes in one statement, a compare-and-set on the bytes it wrote. The grant
 //! rules are lock-core's own, checked exhaustively there, not a copy in SQL.
 //!
 //! Waiting needs no polling: a release that hands a lock over writes the waiter's notice
