@@ -263,7 +263,10 @@ impl Kept {
         }
     }
 
-    /// Reads the notices in the mailbox, deletes them, and delivers them.
+    /// Reads the notices in the mailbox, delivers them, and deletes them. Delivered
+    /// first, so that a hand-over reaches its waiter a round trip sooner: a notice
+    /// whose deletion fails is read and delivered again, which a waiter takes as it
+    /// takes any wake-up (a hand-over is confirmed by its take-up, not by the notice).
     async fn empty(&self, conn: &mut Conn) -> Result<(), mysql_async::Error> {
         let rows: Vec<Row> = conn
             .query_iter(&self.statements.read)
@@ -276,12 +279,11 @@ impl Kept {
         else {
             return Ok(());
         };
-        conn.query_drop(format!("{}{last}", self.statements.empty))
-            .await?;
         for mut row in rows {
             self.deliver(&mut row);
         }
-        Ok(())
+        conn.query_drop(format!("{}{last}", self.statements.empty))
+            .await
     }
 
     /// Delivers one notice: a hand-over to the waiter it names, else a wake-up to one
