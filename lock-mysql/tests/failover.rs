@@ -52,6 +52,26 @@ fn caught_up(primary: &MariaDbServer, replica: &MariaDbServer) {
     );
 }
 
+/// A grant on the promoted server (asked for from `started`): not before the lost
+/// hold's owner stopped believing it holds, with a token past the lost hold's.
+async fn granted_after_the_lost_hold(
+    guard: lock_core::Guard,
+    (believed_until, lost_token): (Instant, u64),
+    started: Instant,
+) {
+    assert!(
+        Instant::now() >= believed_until,
+        "granted {:?} after asking, before the lost hold's lease ran out",
+        started.elapsed()
+    );
+    let token = guard.fencing_token().expect("a token");
+    assert!(
+        token > lost_token,
+        "token {token} does not follow the lost hold's {lost_token}"
+    );
+    guard.unlock().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promoted_replica_grants_nothing_until_lost_holds_ran_out_and_tokens_go_on() {
     let mut primary = MariaDbServer::start_primary(1).await;
@@ -83,17 +103,7 @@ async fn a_promoted_replica_grants_nothing_until_lost_holds_ran_out_and_tokens_g
         .await
         .expect("granted once the quarantine ends")
         .unwrap();
-    assert!(
-        Instant::now() >= believed_until,
-        "granted {:?} after asking, before the lost hold's lease ran out",
-        started.elapsed()
-    );
-    let token = guard.fencing_token().expect("a token");
-    assert!(
-        token > lost_token,
-        "token {token} does not follow the lost hold's {lost_token}"
-    );
-    guard.unlock().await.unwrap();
+    granted_after_the_lost_hold(guard, (believed_until, lost_token), started).await;
     drop(held);
     sleep(Duration::from_millis(10)).await;
 }
@@ -156,17 +166,7 @@ async fn a_client_that_wrote_the_row_last_is_quarantined_on_the_promoted_replica
         );
         sleep(Duration::from_millis(50)).await;
     };
-    assert!(
-        Instant::now() >= believed_until,
-        "granted {:?} after the failover, before the lost hold's lease ran out",
-        started.elapsed()
-    );
-    let token = guard.fencing_token().expect("a token");
-    assert!(
-        token > lost_token,
-        "token {token} does not follow the lost hold's {lost_token}"
-    );
-    guard.unlock().await.unwrap();
+    granted_after_the_lost_hold(guard, (believed_until, lost_token), started).await;
     drop(held);
     sleep(Duration::from_millis(10)).await;
 }
