@@ -69,7 +69,7 @@ async fn granted_after_the_lost_hold(
         token > lost_token,
         "token {token} does not follow the lost hold's {lost_token}"
     );
-    guard.unlock().await.unwrap();
+    guard.unlock().await.expect("unlocks");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
