@@ -18,9 +18,10 @@ use lock_core::notify::Listener;
 use lock_core::protocol::{Event, HandOver, Reply, Step};
 use lock_core::{Error, Introspect, Owner};
 
+use crate::mailbox::{Ask, Mailbox, Notice};
 use crate::notify::Notifications;
 use crate::state::State;
-use crate::store::{Ask, Mailbox, Notice, Serving, Store};
+use crate::store::{Serving, Store};
 
 /// A MySQL or MariaDB lock store. Build one with [`crate::Connector`].
 #[derive(Debug)]

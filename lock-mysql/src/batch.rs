@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use lock_core::Error;
 use tokio::sync::oneshot;
 
-use crate::store::{Notice, Slot, Store};
+use crate::mailbox::Notice;
+use crate::store::{Slot, Store};
 
 /// An operation on one name: a step of its machine that keeps its own answer and
 /// returns its notices. It may run more than once (a deadlock's victim runs again).

@@ -27,6 +27,7 @@ mod batch;
 mod connector;
 mod error;
 mod introspect;
+mod mailbox;
 mod notify;
 mod pool;
 pub mod schema;

@@ -35,9 +35,9 @@ use tokio::sync::watch;
 
 use crate::backend::READ_WRITE_CHANNEL;
 use crate::error::code;
+use crate::mailbox::Mailbox;
 use crate::pool::connect;
 use crate::schema::{Tables, hex};
-use crate::store::Mailbox;
 
 /// How long the listening statement sleeps when nothing interrupts it.
 const NAP: Duration = Duration::from_secs(5);

@@ -8,7 +8,8 @@ use lock_core::backend::machine::Machine;
 use lock_core::backend::{Release, RequestId};
 use lock_core::protocol::Field;
 
-use crate::store::{Ask, Mailbox, Serving};
+use crate::mailbox::{Ask, Mailbox};
+use crate::store::Serving;
 
 /// The layout's version, the first byte of every row's state.
 const VERSION: u8 = 2;
@@ -213,7 +214,7 @@ mod tests {
         let (first, second) = (RequestId::random(), RequestId::random());
         state.remember(first, Release::StillHeld { holds: 2 }, (10, 100));
         state.remember(second, Release::Released, (10, 200));
-        let mailbox = crate::store::Mailbox {
+        let mailbox = crate::mailbox::Mailbox {
             key: RequestId::random(),
         };
         state.reader_waits(mailbox, (10, 50));

@@ -44,10 +44,11 @@ use lock_core::protocol::Event;
 use mysql_async::prelude::Queryable;
 use tokio::time::Instant;
 
+use crate::mailbox::Notice;
 use crate::pool::Pooled;
 use crate::schema::{Tables, hex, key};
 use crate::state::State;
-use crate::store::{Failure, NOW_STARTED, Notice, Serving, Slot};
+use crate::store::{Failure, NOW_STARTED, Serving, Slot};
 
 /// How wide the window for the server's clock is: the uncertainty of the last reading
 /// plus this round trip must fit in it. A wider one only lets a crashed holder's row
@@ -281,8 +282,9 @@ mod tests {
     use tokio::time::Instant;
 
     use super::{Sighting, WINDOW, prepare};
+    use crate::mailbox::{Ask, Mailbox, Notice};
     use crate::state::State;
-    use crate::store::{Ask, Mailbox, Notice, Serving, Slot};
+    use crate::store::{Serving, Slot};
 
     fn attempt(owner: &str, lease: u64) -> Event<RequestId, Owner, Ask> {
         Event::Attempt {

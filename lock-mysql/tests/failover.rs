@@ -52,6 +52,30 @@ fn caught_up(primary: &MariaDbServer, replica: &MariaDbServer) {
     );
 }
 
+/// Stops `replica` replicating once it caught up, grants "orders" on `primary` to
+/// another client (a grant the replica never sees, whose holder believes it holds for
+/// its lease), and fails over: the primary dies, the replica is promoted. The client,
+/// its guard, the guard's token, and until when it believes it holds.
+async fn fail_over_past_a_grant(
+    primary: &mut MariaDbServer,
+    replica: &MariaDbServer,
+) -> (Locks, lock_core::Guard, u64, Instant) {
+    caught_up(primary, replica);
+    replica.stop_replicating();
+    let lost = client(&primary.url()).await;
+    let lease = Duration::from_millis(2_500);
+    let held = lost
+        .mutex("orders")
+        .lock_with_lease(lease)
+        .await
+        .expect("granted on the primary");
+    let token = held.fencing_token().expect("a token");
+    let believed_until = Instant::now() + lease;
+    primary.crash();
+    replica.promote();
+    (lost, held, token, believed_until)
+}
+
 /// A grant on the promoted server (asked for from `started`): not before the lost
 /// hold's owner stopped believing it holds, with a token past the lost hold's.
 async fn granted_after_the_lost_hold(
@@ -80,17 +104,8 @@ async fn a_promoted_replica_grants_nothing_until_lost_holds_ran_out_and_tokens_g
     let first = client(&primary.url()).await;
     let guard = first.mutex("orders").lock().await.unwrap();
     guard.unlock().await.unwrap();
-    caught_up(&primary, &replica);
-    replica.stop_replicating();
-
-    // A grant the replica never sees: its holder believes it holds for its lease.
-    let lost = client(&primary.url()).await;
-    let lease = Duration::from_millis(2_500);
-    let held = lost.mutex("orders").lock_with_lease(lease).await.unwrap();
-    let lost_token = held.fencing_token().expect("a token");
-    let believed_until = Instant::now() + lease;
-    primary.crash();
-    replica.promote();
+    let (_lost, held, lost_token, believed_until) =
+        fail_over_past_a_grant(&mut primary, &replica).await;
 
     let after = client(&replica.url()).await;
     let early = after.mutex("orders").try_lock().await.unwrap();
@@ -137,17 +152,8 @@ async fn a_client_that_wrote_the_row_last_is_quarantined_on_the_promoted_replica
             .await
             .unwrap();
     }
-    caught_up(&primary, &replica);
-    replica.stop_replicating();
-
-    // The primary's grant the replica never sees, to another client.
-    let lost = client(&primary.url()).await;
-    let lease = Duration::from_millis(2_500);
-    let held = lost.mutex("orders").lock_with_lease(lease).await.unwrap();
-    let lost_token = held.fencing_token().expect("a token");
-    let believed_until = Instant::now() + lease;
-    primary.crash();
-    replica.promote();
+    let (_lost, held, lost_token, believed_until) =
+        fail_over_past_a_grant(&mut primary, &replica).await;
     proxy.redirect(address(&replica));
 
     let started = Instant::now();
