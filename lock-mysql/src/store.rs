@@ -234,17 +234,13 @@ impl Store {
                 // The row changed, or the server or its clock is not the one the
                 // swap assumed: the transaction reads them afresh.
                 Ok(Ok(None)) => left = Some(conn),
-                Ok(Err(Failure::Driver(err))) => {
+                Ok(Err(err)) => {
                     discard(conn);
                     // A statement the server refused (a deadlock's victim) changed
                     // nothing: the transaction runs.
                     if !worth_another_run(&err) {
                         return Err(failed(err, during));
                     }
-                }
-                Ok(Err(Failure::Unreadable)) => {
-                    discard(conn);
-                    return Err(Error::incompatible(name.clone(), Unreadable));
                 }
                 Err(_) => {
                     discard(conn);

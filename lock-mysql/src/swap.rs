@@ -48,7 +48,7 @@ use crate::mailbox::Notice;
 use crate::pool::Pooled;
 use crate::schema::{Tables, hex, key};
 use crate::state::State;
-use crate::store::{Failure, NOW_STARTED, Serving, Slot};
+use crate::store::{NOW_STARTED, Serving, Slot};
 
 /// How wide the window for the server's clock is: the uncertainty of the last reading
 /// plus this round trip must fit in it. A wider one only lets a crashed holder's row
@@ -226,7 +226,7 @@ impl<R> Swap<R> {
         self,
         conn: &mut Pooled,
         statement: &Statement,
-    ) -> Result<Option<(R, Sighting)>, Failure> {
+    ) -> Result<Option<(R, Sighting)>, mysql_async::Error> {
         let (earliest, latest) = self.window;
         let Serving {
             server,

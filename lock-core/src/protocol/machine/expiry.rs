@@ -90,8 +90,7 @@ where
         let places = self.waiters.iter().map(|waiter| waiter.keeps_until);
         let ends = [self.quarantine_until, self.offered_until];
         // A record is kept while `since >= now - retention`: it may go at the first
-        // instant past `since + retention`.
-        // Records overdue are forgotten at the next look.
+        // instant past `since + retention`, and one overdue goes at the next look.
         let records = self.retention.into_iter().flat_map(|retention| {
             self.records
                 .values()
