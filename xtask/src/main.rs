@@ -51,8 +51,8 @@ enum Task {
     /// it only the tests whose names contain it (`cargo xtask test -p lock-postgres
     /// failover`; a test's name, not its file's); `--test TARGET` (a file: `--test
     /// handover`) or `-E EXPR` pick test targets or tests by nextest's filter expressions,
-    /// and then no doctests run. After `--`, arguments go to
-    /// `cargo test` instead of nextest.
+    /// and then no doctests run. `--no-run` builds the tests and runs none. After `--`,
+    /// arguments go to `cargo test` instead of nextest.
     Test {
         #[arg(
             trailing_var_arg = true,

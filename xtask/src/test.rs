@@ -76,6 +76,9 @@ pub(crate) fn test(extra: &[String]) -> Result<ExitCode, String> {
     // `cargo test`, which runs one binary after another. Arguments for libtest (after
     // `--`) need `cargo test`.
     let nextest = !extra.iter().any(|arg| arg == "--") && has_nextest();
+    // `--no-run` builds what the run would (nextest and cargo test both take it), so
+    // that a later run starts at once; the doctests are built as they run.
+    let builds_only = extra.iter().any(|arg| arg == "--no-run");
     let status = if nextest {
         // The `dev` profile, which the doctests below build with: under nextest's
         // default (`test`) every dependency would be compiled a second time for them.
@@ -89,6 +92,7 @@ pub(crate) fn test(extra: &[String]) -> Result<ExitCode, String> {
         run.envs(servers);
         let status = run_streaming(run)?;
         match (status.success(), doctest_args(extra)) {
+            (true, _) if builds_only => status,
             // nextest does not run doctests.
             (true, Some(doc_args)) => {
                 let mut doc = workspace_command(&["test", "--doc"], &doc_args);
@@ -108,6 +112,7 @@ pub(crate) fn test(extra: &[String]) -> Result<ExitCode, String> {
         run_streaming(run)?
     };
     let verdict = match status.code() {
+        _ if status.success() && builds_only => "tests built",
         _ if status.success() => "tests passed",
         Some(NEXTEST_NO_TESTS_RUN) if nextest => {
             "no test matched the filters (a name matches test names, not file names: name a \
