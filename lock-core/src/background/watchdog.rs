@@ -40,6 +40,13 @@ pub(crate) struct Watchdog {
     hasten: Arc<Notify>,
 }
 
+impl Drop for Watchdog {
+    /// Ends the task's pause: it finds its client gone and ends.
+    fn drop(&mut self) {
+        self.hasten.notify_one();
+    }
+}
+
 /// What the watchdog's task needs of its client: where it runs, what it renews through,
 /// and the settings. Lent at each call, so that the watchdog never holds its client
 /// (which owns it), and its task holds neither.
@@ -89,8 +96,8 @@ struct State {
     /// How long the task pauses between rounds now: the shortest renewal interval of
     /// the holds it renewed last (`None` before its first round).
     pause: Option<Duration>,
-    /// The renewal task, kept to notice its end: it ends by itself when nothing is left
-    /// to renew, and dies with its runtime, or by a panic, while holds still need it.
+    /// The renewal task, kept to notice its end: it ends when its client is gone, and
+    /// dies with its runtime, or by a panic, while holds may still need it.
     task: Option<JoinHandle<()>>,
 }
 
@@ -163,16 +170,15 @@ impl Watchdog {
     }
 
     /// The holds due for renewal at `now`, each with the lease it is renewed for, and the
-    /// pause until the next round; forgets the holds that no longer need renewal. Stops
-    /// (returns `None`) when nothing is left to renew.
-    fn due(&self, now: Instant, config: &Config) -> Option<Round> {
+    /// pause until the next round; forgets the holds that no longer need renewal.
+    ///
+    /// With nothing left to renew, the task stays, and looks again after the longest
+    /// pause (a registration that needs it sooner hastens it): a task that ended there
+    /// was started again by the next acquisition, a spawn and a wake-up for every
+    /// uncontended lock and unlock.
+    fn due(&self, now: Instant, config: &Config) -> Round {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.holds.retain(|_, (_, hold)| hold.needs_renewal());
-        if state.holds.is_empty() {
-            // The task returns: a later registration starts a new one.
-            state.task = None;
-            return None;
-        }
         let mut pause = config.renew_interval;
         let mut due: Vec<(u64, Renewed, Duration)> = Vec::new();
         for (order, hold) in state.holds.values() {
@@ -194,7 +200,7 @@ impl Watchdog {
             .into_iter()
             .map(|(_, hold, lease)| (hold, lease))
             .collect();
-        Some(Round { due, pause })
+        Round { due, pause }
     }
 }
 
@@ -205,8 +211,7 @@ struct Round {
 }
 
 /// Renews what is due every round, until the client is gone (its watchdog or its
-/// backend dropped) or nothing is left to renew. Holds nothing of the client between
-/// rounds.
+/// backend dropped). Holds nothing of the client between rounds.
 async fn run(
     watchdog: Weak<Watchdog>,
     hasten: Arc<Notify>,
@@ -222,9 +227,7 @@ async fn run(
         let Some(renewing) = watchdog.upgrade() else {
             return;
         };
-        let Some(round) = renewing.due(Instant::now(), &config) else {
-            return;
-        };
+        let round = renewing.due(Instant::now(), &config);
         // Do not keep the client's parts alive across the round trip.
         drop(renewing);
         let Some(backend) = backend.upgrade() else {
@@ -371,6 +374,9 @@ async fn renew_permits(
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::task::JoinHandle;
 
     use crate::Locks;
     use crate::memory::MemoryBackend;
@@ -404,5 +410,70 @@ mod tests {
         );
         outer.unlock().await.expect("unlock");
         assert_eq!(locks.inner.watchdog.len(), 0);
+    }
+
+    /// The task outlives the holds it renewed: one task serves one hold after another,
+    /// rather than one task each (a spawn and a wake-up for every uncontended pair).
+    /// Would fail if the task ended when nothing was left to renew.
+    #[tokio::test]
+    async fn one_task_serves_one_hold_after_another() {
+        let locks = Locks::new(Arc::new(MemoryBackend::new()));
+        let task_id = || {
+            let state = locks
+                .inner
+                .watchdog
+                .state
+                .lock()
+                .expect("the watchdog's state");
+            state
+                .task
+                .as_ref()
+                .filter(|task| !task.is_finished())
+                .map(JoinHandle::id)
+        };
+        let mut ids = Vec::new();
+        for _ in 0..5 {
+            let guard = locks.mutex("one-after-another").lock().await.expect("lock");
+            ids.push(task_id().expect("a running task while a hold needs it"));
+            guard.unlock().await.expect("unlock");
+            // A round after the release, which finds nothing to renew.
+            let round = locks
+                .inner
+                .watchdog
+                .due(tokio::time::Instant::now(), &locks.inner.config);
+            assert!(round.due.is_empty());
+        }
+        assert!(
+            ids.windows(2).all(|pair| pair[0] == pair[1]),
+            "a task was started for each hold: {ids:?}"
+        );
+    }
+
+    /// A client's watchdog task ends once the client is gone.
+    #[tokio::test]
+    async fn the_task_ends_with_its_client() {
+        let locks = Locks::new(Arc::new(MemoryBackend::new()));
+        locks
+            .mutex("ends")
+            .lock()
+            .await
+            .expect("lock")
+            .unlock()
+            .await
+            .expect("unlock");
+        let task = {
+            let mut state = locks
+                .inner
+                .watchdog
+                .state
+                .lock()
+                .expect("the watchdog's state");
+            state.task.take().expect("the task")
+        };
+        drop(locks);
+        tokio::time::timeout(Duration::from_secs(2), task)
+            .await
+            .expect("the task ends within 2 s of its client")
+            .expect("the task ends without a panic");
     }
 }

@@ -51,6 +51,10 @@ use held::{Decision, Held, Unlock};
 /// one beyond the client's waiting statements) waits before it asks again, at most.
 const ASK_AGAIN_WITHIN: Duration = Duration::from_millis(100);
 
+/// How long the task that ends leases waits when no lease is left before it looks
+/// again.
+const IDLE_LOOK: Duration = Duration::from_secs(1);
+
 /// One name's record, behind the lock that orders this client's operations on it.
 type Slot<T> = Arc<AsyncMutex<Option<Held<T>>>>;
 
@@ -77,7 +81,7 @@ struct State<S: SessionServer> {
     /// Rung when a lease is set that ends before the task that ends leases next looks,
     /// so that it looks again.
     leases_changed: Arc<Notify>,
-    /// When the task that ends leases looks next (`None`: when told).
+    /// When the task that ends leases looks next (`None`: before its first look).
     next_look: Mutex<Option<Instant>>,
 }
 
@@ -147,19 +151,26 @@ impl<S: SessionServer> SessionLocks<S> {
 }
 
 /// Ends the leases that ran out, whenever the earliest one does, until the backend goes.
+///
+/// With no lease left, it looks again after [`IDLE_LOOK`]: a lease set meanwhile wakes
+/// it only if it ends sooner. Told to wait for the next lease instead, it was woken by
+/// every grant after a release, and looked through every name, for each uncontended
+/// lock and unlock.
 async fn end_leases<S: SessionServer>(state: Weak<State<S>>, changed: Arc<Notify>) {
     loop {
         let notified = changed.notified();
-        let next = {
+        let until = {
             let Some(state) = state.upgrade() else { return };
-            let next = state.end_leases().await;
+            let until = state
+                .end_leases()
+                .await
+                .unwrap_or_else(|| Instant::now() + IDLE_LOOK);
             *state
                 .next_look
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner) = next;
-            next
+                .unwrap_or_else(PoisonError::into_inner) = Some(until);
+            until
         };
-        let until = next.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         tokio::select! {
             () = tokio::time::sleep_until(until) => {}
             () = notified => {}
