@@ -113,17 +113,22 @@ fn kind_of(result: Result<(), lock_core::Error>) -> Option<ErrorKind> {
 
 /// Review #11: with a renewal interval close to the lease, a hold taken just after a
 /// watchdog round must still be renewed before it expires.
+///
+/// Each renewal of the first hold comes 150 ms before its lease ends: with 50 ms (a
+/// 300 ms lease renewed every 250 ms), a round trip slowed by a loaded machine lost it
+/// (PostgreSQL's advisory mode, once, under CI's load).
 pub async fn watchdog_renews_a_hold_taken_between_rounds(fx: &dyn Fixture) {
     let locks = Locks::builder(fx.backend().await)
-        .watchdog_lease(ms(300))
-        .renew_interval(ms(250))
+        .watchdog_lease(ms(900))
+        .renew_interval(ms(750))
         .build()
         .expect("an interval below the lease is valid");
     let first = locks.mutex(&unique("wd-first")).lock().await.unwrap();
-    // The rounds now come at 250 ms, 500 ms, ...; this hold is 120 ms old at the first.
-    sleep(ms(130)).await;
+    // The rounds now come at 750 ms, 1 500 ms, ...; this hold is 360 ms old at the
+    // first, and would have expired before the second.
+    sleep(ms(390)).await;
     let second = locks.mutex(&unique("wd-second")).lock().await.unwrap();
-    sleep(ms(700)).await;
+    sleep(ms(2100)).await;
     assert!(first.is_held(), "the first hold expired under the watchdog");
     assert!(
         second.is_held(),
