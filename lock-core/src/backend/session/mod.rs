@@ -26,6 +26,8 @@
 mod carriers;
 mod contract;
 mod held;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -81,7 +83,7 @@ struct State<S: SessionServer> {
     /// Rung when a lease is set that ends before the task that ends leases next looks,
     /// so that it looks again.
     leases_changed: Arc<Notify>,
-    /// When the task that ends leases looks next (`None`: before its first look).
+    /// When the task that ends leases looks next (`None`: while it looks, and before).
     next_look: Mutex<Option<Instant>>,
 }
 
@@ -161,14 +163,17 @@ async fn end_leases<S: SessionServer>(state: Weak<State<S>>, changed: Arc<Notify
         let notified = changed.notified();
         let until = {
             let Some(state) = state.upgrade() else { return };
-            let until = state
+            // While it looks, every lease set rings it again. Judged against the time
+            // of this look, a lease set on a name it had passed (or not yet seen) ended
+            // only at the look after, up to IDLE_LOOK late.
+            *state.next_look() = None;
+            let looked = state
                 .end_leases()
                 .await
                 .unwrap_or_else(|| Instant::now() + IDLE_LOOK);
-            *state
-                .next_look
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = Some(until);
+            let mut next = state.next_look();
+            let until = next.map_or(looked, |set| set.min(looked));
+            *next = Some(until);
             until
         };
         tokio::select! {
@@ -181,6 +186,13 @@ async fn end_leases<S: SessionServer>(state: Weak<State<S>>, changed: Arc<Notify
 impl<S: SessionServer> State<S> {
     fn server(&self) -> &S {
         self.sessions.server()
+    }
+
+    /// When the task that ends leases looks next.
+    fn next_look(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.next_look
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The record of `name`, made empty when there is none.
@@ -377,10 +389,7 @@ impl<S: SessionServer> State<S> {
     /// would look later (most leases end after the earliest one it waits for, and cost
     /// it nothing).
     fn lease_set(&self, until: Instant) {
-        let mut next = self
-            .next_look
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut next = self.next_look();
         if next.is_none_or(|next| until < next) {
             *next = Some(until);
             self.leases_changed.notify_one();
