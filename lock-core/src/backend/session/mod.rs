@@ -15,9 +15,9 @@
 //!   grants the lock to the waiter the moment it comes free, with no notification and no
 //!   second request.
 //! - **Holds end** when the session ends (the server frees them), when released, or when
-//!   their lease runs out unrenewed: the client gives the lock back then (the watchdog
-//!   renews, and each renewal checks the session is alive, so a dead session is a lost
-//!   hold within one renewal interval).
+//!   their lease runs out unrenewed: the client gives the lock back then (`leases.rs`;
+//!   the watchdog renews, and each renewal checks the session is alive, so a dead
+//!   session is a lost hold within one renewal interval).
 //!
 //! What such a backend cannot do: leases held by the server (a lease is a deadline the
 //! client keeps), fair locks, retried requests answered once (a lost answer is a broken
@@ -26,11 +26,12 @@
 mod carriers;
 mod contract;
 mod held;
+mod leases;
 #[cfg(test)]
 mod tests;
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -52,10 +53,6 @@ use held::{Decision, Held, Unlock};
 /// How long a waiter that may not wait inside the server (a composite lock's part, or
 /// one beyond the client's waiting statements) waits before it asks again, at most.
 const ASK_AGAIN_WITHIN: Duration = Duration::from_millis(100);
-
-/// How long the task that ends leases waits when no lease is left before it looks
-/// again.
-const IDLE_LOOK: Duration = Duration::from_secs(1);
 
 /// One name's record, behind the lock that orders this client's operations on it.
 type Slot<T> = Arc<AsyncMutex<Option<Held<T>>>>;
@@ -108,7 +105,7 @@ impl<S: SessionServer> SessionLocks<S> {
             leases_changed: Arc::clone(&leases_changed),
             next_look: Mutex::new(None),
         });
-        tokio::spawn(end_leases(Arc::downgrade(&state), leases_changed));
+        tokio::spawn(leases::end_leases(Arc::downgrade(&state), leases_changed));
         Self { state }
     }
 
@@ -152,47 +149,9 @@ impl<S: SessionServer> SessionLocks<S> {
     }
 }
 
-/// Ends the leases that ran out, whenever the earliest one does, until the backend goes.
-///
-/// With no lease left, it looks again after [`IDLE_LOOK`]: a lease set meanwhile wakes
-/// it only if it ends sooner. Told to wait for the next lease instead, it was woken by
-/// every grant after a release, and looked through every name, for each uncontended
-/// lock and unlock.
-async fn end_leases<S: SessionServer>(state: Weak<State<S>>, changed: Arc<Notify>) {
-    loop {
-        let notified = changed.notified();
-        let until = {
-            let Some(state) = state.upgrade() else { return };
-            // While it looks, every lease set rings it again. Judged against the time
-            // of this look, a lease set on a name it had passed (or not yet seen) ended
-            // only at the look after, up to IDLE_LOOK late.
-            *state.next_look() = None;
-            let looked = state
-                .end_leases()
-                .await
-                .unwrap_or_else(|| Instant::now() + IDLE_LOOK);
-            let mut next = state.next_look();
-            let until = next.map_or(looked, |set| set.min(looked));
-            *next = Some(until);
-            until
-        };
-        tokio::select! {
-            () = tokio::time::sleep_until(until) => {}
-            () = notified => {}
-        }
-    }
-}
-
 impl<S: SessionServer> State<S> {
     fn server(&self) -> &S {
         self.sessions.server()
-    }
-
-    /// When the task that ends leases looks next.
-    fn next_look(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
-        self.next_look
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The record of `name`, made empty when there is none.
@@ -385,17 +344,6 @@ impl<S: SessionServer> State<S> {
         }
     }
 
-    /// A lease ending at `until` was set: the task that ends leases looks again if it
-    /// would look later (most leases end after the earliest one it waits for, and cost
-    /// it nothing).
-    fn lease_set(&self, until: Instant) {
-        let mut next = self.next_look();
-        if next.is_none_or(|next| until < next) {
-            *next = Some(until);
-            self.leases_changed.notify_one();
-        }
-    }
-
     /// The reply to a grant now in the record, whose lease ends at `until`.
     fn acquired(
         &self,
@@ -520,31 +468,6 @@ impl<S: SessionServer> State<S> {
         let carrier = self.sessions.carrier(self.server().slot(&key)).await?;
         let shared = lock.kind == LockKind::Read;
         carrier.end_holders(&key, shared).await
-    }
-
-    /// Ends every lease that ran out and answers when the next one does.
-    async fn end_leases(&self) -> Option<Instant> {
-        let slots: Vec<(LockName, Slot<S::Session>)> = self
-            .names
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .map(|(name, slot)| (name.clone(), Arc::clone(slot)))
-            .collect();
-        let mut next: Option<Instant> = None;
-        for (name, slot) in slots {
-            let end = {
-                let mut record = slot.lock().await;
-                self.settle(&name, &mut record).await;
-                record.as_ref().and_then(Held::next_end)
-            };
-            self.forget_if_unused(&name, &slot);
-            next = match (next, end) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-        }
-        next
     }
 }
 
