@@ -115,7 +115,7 @@ impl Store {
     }
 
     /// Forgets expired answers when the kept ones have doubled since the last look, so
-    /// that they take at most twice the memory of the live ones. A look every few
+    /// that they take at most twice the memory of the live ones (or of `FIRST_LOOK_AT`). A look every few
     /// hundred answers instead went through every answer kept in the retry window each
     /// time, most of the memory store's time under load (62 % of a run at 60k pairs/s);
     /// a look at each doubling costs each answer a constant share.
