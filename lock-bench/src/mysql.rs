@@ -4,6 +4,10 @@
 //! give it back, each its own commit), and `GET_LOCK`/`RELEASE_LOCK` (the session lock
 //! madelson/DistributedLock uses), uncontended and, for `GET_LOCK`, contended.
 //!
+//! Bare `GET_LOCK` sends one call a statement, as DistributedLock does; our `GET_LOCK`
+//! mode sends the calls that queue on a carrier connection together (see lock-mysql's
+//! `session::combined`), which is what it is measured for.
+//!
 //! The test server commits with `innodb_flush_log_at_trx_commit = 2` (the log written at
 //! every commit, flushed once a second), as every contender here does; the figures are
 //! ratios within one run.

@@ -66,6 +66,7 @@ mod sessions {
     use std::sync::Arc;
     use std::time::Duration;
 
+    use lock_core::backend::session::{LockSession, Taken};
     use lock_core::{LockName, Locks};
     use lock_mysql::{Connector, GetLockBackend};
     use lock_testkit::MariaDbServer;
@@ -205,5 +206,142 @@ mod sessions {
                 server.restart().await;
             }
         }
+    }
+
+    /// The server's count of executed prepared statements.
+    fn executed(server: &MariaDbServer) -> u64 {
+        let said = server.sql("SHOW GLOBAL STATUS LIKE 'Com_stmt_execute'");
+        said.split_whitespace()
+            .nth(1)
+            .and_then(|count| count.parse().ok())
+            .unwrap_or_else(|| panic!("a count: {said:?}"))
+    }
+
+    /// The server session that holds `key`'s user-level lock, if any.
+    fn holder(server: &MariaDbServer, key: &str) -> Option<u64> {
+        server
+            .sql(&format!("SELECT IS_USED_LOCK('{key}')"))
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// A carrier session of `a` (the one that holds `carrier`), with its connection
+    /// kept busy for `busy` by a wait for a lock `b` holds: the session, the guards of
+    /// `carrier` and of b's lock, and the waiting task.
+    async fn busy_carrier(
+        (a, a_backend): (&Locks, &GetLockBackend),
+        b: &Locks,
+        busy: Duration,
+    ) -> (
+        Arc<lock_mysql::GetLockSession>,
+        [lock_core::Guard; 2],
+        tokio::task::JoinHandle<()>,
+    ) {
+        let carrier = a.mutex("carrier").lock().await.unwrap();
+        let session = a_backend
+            .session_of(&LockName::new("carrier").unwrap())
+            .await
+            .expect("the carrier holds a lock");
+        let blocker = b.mutex("blocker").lock().await.unwrap();
+        let waiting = Arc::clone(&session);
+        let wait = tokio::spawn(async move {
+            let waited = waiting
+                .lock(&"blocker".to_owned(), false, None, busy)
+                .await
+                .unwrap();
+            assert!(matches!(waited, Taken::Busy), "b holds it");
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        (session, [carrier, blocker], wait)
+    }
+
+    /// Tries and releases that queue behind a running statement go to the server
+    /// together: twelve calls in three statements (six at most), each answered as its own, the
+    /// grants held by the carrier's session and the releases freeing them. Fails if
+    /// every call went alone (twelve statements) or a call got another's answer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn calls_that_queue_share_a_statement() {
+        let server = MariaDbServer::start().await;
+        let lease = Duration::from_secs(30);
+        let (a, a_backend) = client(&server, lease).await;
+        let (b, _) = client(&server, lease).await;
+        let taken_by_b = b.mutex("taken-by-b").lock().await.unwrap();
+        let (session, _guards, wait) =
+            busy_carrier((&a, &a_backend), &b, Duration::from_millis(400)).await;
+        let before = executed(&server);
+        let keys: Vec<String> = (0..11)
+            .map(|n| format!("shared-{n}"))
+            .chain(["taken-by-b".to_owned()])
+            .collect();
+        let tries: Vec<_> = keys
+            .iter()
+            .map(|key| {
+                let (session, key) = (Arc::clone(&session), key.clone());
+                tokio::spawn(async move { session.try_lock(&key, false, None).await })
+            })
+            .collect();
+        wait.await.unwrap();
+        let mut answers = Vec::new();
+        for taken in tries {
+            answers.push(taken.await.unwrap().unwrap());
+        }
+        // Three when every call queued before the wait ended, as it does unless the
+        // machine stalls the spawned tasks for most of 400 ms; a few more then.
+        let statements = executed(&server) - before;
+        assert!(
+            (3..=6).contains(&statements),
+            "12 calls, at most 4 a statement: {statements} statements"
+        );
+        for (key, taken) in keys.iter().zip(&answers) {
+            if key == "taken-by-b" {
+                assert!(matches!(taken, Taken::Busy), "{key}: {taken:?}");
+            } else {
+                assert!(matches!(taken, Taken::Granted(None)), "{key}: {taken:?}");
+                assert_eq!(holder(&server, key), Some(session.connection_id()), "{key}");
+            }
+        }
+        let releases: Vec<_> = keys[..11]
+            .iter()
+            .map(|key| {
+                let (session, key) = (Arc::clone(&session), key.clone());
+                tokio::spawn(async move { session.unlock(&key, false).await })
+            })
+            .collect();
+        for released in releases {
+            released.await.unwrap().unwrap();
+        }
+        assert!(!session.is_broken(), "every release found its lock");
+        for key in &keys[..11] {
+            assert_eq!(holder(&server, key), None, "{key} is free");
+        }
+        drop(taken_by_b);
+    }
+
+    /// A try whose caller goes away while it waits for the connection never leaves
+    /// the lock taken. Fails if a queued call were sent, and its grant kept, after its
+    /// caller had gone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_whose_caller_went_away_leaves_no_lock() {
+        let server = MariaDbServer::start().await;
+        let lease = Duration::from_secs(30);
+        let (a, a_backend) = client(&server, lease).await;
+        let (b, _) = client(&server, lease).await;
+        let (session, _guards, wait) =
+            busy_carrier((&a, &a_backend), &b, Duration::from_millis(300)).await;
+        let gone = {
+            let session = Arc::clone(&session);
+            tokio::spawn(async move { session.try_lock(&"orphan".to_owned(), false, None).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        gone.abort();
+        wait.await.unwrap();
+        let next = session
+            .try_lock(&"next".to_owned(), false, None)
+            .await
+            .unwrap();
+        assert!(matches!(next, Taken::Granted(None)), "{next:?}");
+        assert_eq!(holder(&server, "orphan"), None, "nobody holds the orphan");
+        assert!(!session.is_broken());
     }
 }

@@ -24,6 +24,7 @@
 //! once, hand-over, introspection, synchronizers. It refuses Galera and Group
 //! Replication at connect: their nodes do not share user-level locks.
 
+mod combined;
 mod statements;
 
 use std::fmt;

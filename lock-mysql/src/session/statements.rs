@@ -3,8 +3,9 @@
 //!
 //! The connection is the client's alone: no pool resets it (a reset frees every lock it
 //! holds) or hands it to anyone else. Its statements go one at a time: a carrier's are
-//! tries, which the server answers at once; a waiter's session waits in one statement
-//! and holds nothing else.
+//! tries and releases, which the server answers at once and which the callers that
+//! queue meanwhile send together (see [`super::combined`]); a waiter's session waits in
+//! one statement and holds nothing else.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,9 +15,11 @@ use async_trait::async_trait;
 use lock_core::Error;
 use lock_core::backend::session::{LockSession, Taken};
 use mysql_async::prelude::{FromRow, Queryable};
-use mysql_async::{Conn, Params};
+use mysql_async::{Conn, Params, Row};
 use tokio::sync::Mutex as AsyncMutex;
+use tokio::sync::oneshot::error::TryRecvError;
 
+use super::combined::{Answer, Call, Queue, Queued, statement};
 use crate::error::{Silent, failed};
 
 /// The server's clock as microseconds since the epoch: the least fencing token issued
@@ -28,6 +31,8 @@ pub struct GetLockSession {
     /// `None` once the session is given up: dropping the connection closes it, and the
     /// server frees its locks.
     conn: AsyncMutex<Option<Conn>>,
+    /// The tries and releases waiting for the connection.
+    queue: Queue,
     /// The server's id of the session (`CONNECTION_ID()`).
     id: u64,
     broken: AtomicBool,
@@ -60,6 +65,7 @@ impl GetLockSession {
     ) -> Self {
         Self {
             conn: AsyncMutex::new(Some(conn)),
+            queue: Queue::default(),
             id,
             broken: AtomicBool::new(false),
             bound,
@@ -149,6 +155,119 @@ impl GetLockSession {
         self.give_up(&mut conn);
     }
 
+    /// Asks `call` of `key` together with whatever other callers queue meanwhile (see
+    /// [`super::combined`]): the server's answer, 1, 0 or NULL.
+    async fn call(&self, call: Call, key: &str, during: &'static str) -> Answer {
+        let mut answered = self.queue.push(call, key, during);
+        let mut conn = self.conn.lock().await;
+        loop {
+            match answered.try_recv() {
+                Ok(answer) => return answer,
+                // Its statement was cut off, which gave the session up.
+                Err(TryRecvError::Closed) => return Err(given_up(during)),
+                Err(TryRecvError::Empty) => {}
+            }
+            let calls = self.queue.next_statement();
+            if calls.is_empty() {
+                return Err(Error::protocol(format!(
+                    "{during}: the call left the queue"
+                )));
+            }
+            self.send(&mut conn, calls).await;
+        }
+    }
+
+    /// Sends `calls` as one statement and answers each of them.
+    async fn send(&self, conn: &mut Option<Conn>, mut calls: Vec<Queued>) {
+        let Some(mut open) = conn.take() else {
+            answer_all(calls, |_| None, given_up);
+            return;
+        };
+        let (text, params) = statement(&mut calls);
+        // The connection is out of the session while the statement runs: if the caller
+        // sending it goes away meanwhile, the connection goes with it and the server
+        // frees the session's locks, since which of them the statement took is unknown.
+        let cut_off = CutOff(Some(&self.broken));
+        let answered =
+            tokio::time::timeout(self.bound, open.exec_first::<Row, _, _>(text, params)).await;
+        cut_off.finished();
+        *conn = Some(open);
+        match answered {
+            Ok(Ok(Some(mut row))) => {
+                let columns: Vec<_> = (0..calls.len())
+                    .map(|index| row.take_opt::<Option<i64>, usize>(index))
+                    .collect();
+                if columns.iter().all(|column| matches!(column, Some(Ok(_)))) {
+                    let mut orphans = Vec::new();
+                    for (queued, column) in calls.into_iter().zip(columns) {
+                        let value = column.and_then(Result::ok).flatten();
+                        orphans.extend(queued.answer(Ok(value)));
+                    }
+                    self.give_back_orphans(conn, orphans).await;
+                } else {
+                    self.give_up(conn);
+                    answer_all(
+                        calls,
+                        |_| None,
+                        |during| {
+                            Error::protocol(format!("{during}: an answer that is not a number"))
+                        },
+                    );
+                }
+            }
+            Ok(Ok(None)) => {
+                self.give_up(conn);
+                answer_all(
+                    calls,
+                    |_| None,
+                    |during| Error::protocol(format!("{during}: no row")),
+                );
+            }
+            Ok(Err(err @ mysql_async::Error::Server(_))) if calls.len() == 1 => {
+                answer_all(calls, |during| Some(failed(err, during)), given_up);
+            }
+            Ok(Err(err)) => {
+                self.give_up(conn);
+                let err = std::sync::Arc::new(err);
+                answer_all(
+                    calls,
+                    |_| None,
+                    |during| Error::connection(during, std::sync::Arc::clone(&err)),
+                );
+            }
+            Err(_) => {
+                self.give_up(conn);
+                let bound = self.bound;
+                answer_all(
+                    calls,
+                    |_| None,
+                    |during| Error::connection(during, Silent { bound }),
+                );
+            }
+        }
+    }
+
+    /// Gives back the locks granted to callers that went away, or the session.
+    async fn give_back_orphans(&self, conn: &mut Option<Conn>, keys: Vec<String>) {
+        for key in keys {
+            let Some(open) = conn.as_mut() else { return };
+            let released = tokio::time::timeout(
+                self.bound,
+                open.exec_drop("SELECT RELEASE_LOCK(?)", (key.as_str(),)),
+            )
+            .await;
+            if !matches!(released, Ok(Ok(()))) {
+                tracing::warn!(
+                    target: lock_core::TRACING_TARGET,
+                    key = key.as_str(),
+                    "a user-level lock granted to a caller that went away could not be \
+                     given back; its session is given up"
+                );
+                self.give_up(conn);
+            }
+        }
+    }
+
     /// The session that holds `key`'s lock, if any.
     async fn holder(&self, key: &str) -> Result<Option<u64>, Error> {
         let during = "reading who holds a user-level lock";
@@ -210,6 +329,45 @@ fn given_up(during: &'static str) -> Error {
     Error::connection(during, Refused("the session was given up"))
 }
 
+/// Answers every call of a statement that failed: the first with `first`'s error when
+/// it has one, the others (and the first otherwise) with `rest`'s.
+fn answer_all(
+    calls: Vec<Queued>,
+    first: impl FnOnce(&'static str) -> Option<Error>,
+    rest: impl Fn(&'static str) -> Error,
+) {
+    let mut first = Some(first);
+    for queued in calls {
+        let during = queued.during;
+        let err = first
+            .take()
+            .and_then(|first| first(during))
+            .unwrap_or_else(|| rest(during));
+        // A failed call grants nothing, so nothing comes back to give back.
+        if let Some(key) = queued.answer(Err(err)) {
+            tracing::error!(target: lock_core::TRACING_TARGET, key, "a failed call came back granted");
+        }
+    }
+}
+
+/// Gives the session up when dropped before [`CutOff::finished`]: the statement it
+/// stood for was cut off.
+struct CutOff<'a>(Option<&'a AtomicBool>);
+
+impl CutOff<'_> {
+    fn finished(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CutOff<'_> {
+    fn drop(&mut self) {
+        if let Some(broken) = self.0 {
+            broken.store(true, Ordering::Release);
+        }
+    }
+}
+
 /// Why the server's answer is not one the lock can use.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -223,7 +381,8 @@ impl LockSession for GetLockSession {
         self.broken.load(Ordering::Acquire)
     }
 
-    /// `GET_LOCK(key, 0)`; the token, when asked, in a second statement.
+    /// `GET_LOCK(key, 0)`, in one statement with the calls other callers queue
+    /// meanwhile; the token, when asked, in a statement of its own.
     async fn try_lock(
         &self,
         key: &String,
@@ -231,14 +390,7 @@ impl LockSession for GetLockSession {
         fencing: Option<&str>,
     ) -> Result<Taken, Error> {
         let during = "taking a user-level lock";
-        let got = self
-            .first(
-                during,
-                "SELECT GET_LOCK(?, 0)",
-                Params::from((key.as_str(),)),
-                self.bound,
-            )
-            .await?;
+        let got = self.call(Call::Try, key, during).await?;
         self.taken(got, key, fencing, during).await
     }
 
@@ -287,15 +439,8 @@ impl LockSession for GetLockSession {
 
     async fn unlock(&self, key: &String, _shared: bool) -> Result<(), Error> {
         let during = "giving back a user-level lock";
-        let released: Option<Option<i64>> = self
-            .first(
-                during,
-                "SELECT RELEASE_LOCK(?)",
-                Params::from((key.as_str(),)),
-                self.bound,
-            )
-            .await?;
-        if released.flatten() != Some(1) {
+        let released = self.call(Call::Release, key, during).await?;
+        if released != Some(1) {
             // The record said this session held it; the server says not. Only a lost
             // session could do that, so the session is not trusted any further.
             tracing::warn!(
