@@ -14,6 +14,9 @@ pub(crate) mod code {
     /// `ER_TABLEACCESS_DENIED_ERROR`: a statement needs a privilege on a table the user
     /// lacks.
     pub(crate) const TABLE_ACCESS_DENIED: u16 = 1142;
+    /// `ER_BAD_NULL_ERROR`: a `NOT NULL` column set to `NULL` (a combined swap's row
+    /// whose guards failed; the statement is rolled back).
+    pub(crate) const BAD_NULL: u16 = 1048;
     /// `ER_DUP_ENTRY`: a row with this key exists (two clients created one name's row at
     /// once; the loser runs its transaction again).
     pub(crate) const DUPLICATE_KEY: u16 = 1062;

@@ -36,6 +36,7 @@ pub mod session;
 mod state;
 mod store;
 mod swap;
+mod swaps;
 
 pub use backend::MysqlBackend;
 pub use connector::{Connector, ConnectorSettings};

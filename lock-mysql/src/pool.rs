@@ -56,9 +56,12 @@ impl Manager {
 
 /// The session settings of every connection: `READ COMMITTED` (under `REPEATABLE READ`
 /// the gap locks of one name's statements deadlocked with another name's), the server's
-/// clock read in UTC, and a row-lock wait of `lock_wait` seconds at most.
+/// clock read in UTC, a row-lock wait of `lock_wait` seconds at most, and a strict
+/// `sql_mode` of its own (a combined swap counts on a refused `NULL` to roll back its
+/// statement, where a lax mode would store an empty state; see [`crate::swaps`]).
 fn session_setup(lock_wait: u64) -> Vec<String> {
     vec![
+        "SET SESSION sql_mode = 'STRICT_TRANS_TABLES,NO_ENGINE_SUBSTITUTION'".to_owned(),
         "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED".to_owned(),
         "SET time_zone = '+00:00'".to_owned(),
         format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}"),

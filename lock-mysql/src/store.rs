@@ -43,7 +43,8 @@ use crate::schema::{Tables, hex, key};
 pub(crate) use crate::serving::Serving;
 use crate::serving::serving;
 use crate::state::State;
-use crate::swap::{self, Logging, Seen, Sighting};
+use crate::swap::{self, Logging, Seen, Sighting, Swap};
+use crate::swaps::{self, Swapped, Swaps};
 
 /// The server's clock in microseconds since the epoch (the machines' time), read when
 /// the statement runs.
@@ -109,6 +110,8 @@ struct Inner {
     pool: Pool,
     batches: Batches,
     seen: Seen,
+    /// The swaps waiting for a statement.
+    swaps: Swaps,
     tables: Tables,
     /// The swap's statement.
     swap: swap::Statement,
@@ -130,6 +133,7 @@ impl Store {
                 pool,
                 batches: Batches::default(),
                 seen: Seen::default(),
+                swaps: Swaps::default(),
                 swap: swap::Statement::new(&tables, logging),
                 tables,
                 response_timeout,
@@ -213,42 +217,59 @@ impl Store {
         // One order for every transaction's row locks.
         names.sort();
         names.dedup();
-        let bound = self.inner.response_timeout;
         // A connection the swap leaves to the transaction.
         let mut left = None;
         // A name this client wrote last: one statement (see [`crate::swap`]).
         if let [name] = names.as_slice()
             && let Some(seen) = self.inner.seen.take(name)
         {
-            // The connection first: the window for the server's clock starts when the
-            // statement can be sent, not before a wait for the pool.
-            let mut conn = self.connection(during).await?;
             let Some(swap) = swap::prepare(name, seen, &step) else {
-                return self.transaction(names, during, step, Some(conn)).await;
+                return self.transaction(names, during, step, None).await;
             };
-            match tokio::time::timeout(bound, swap.send(&mut conn, &self.inner.swap)).await {
-                Ok(Ok(Some((answer, seen)))) => {
+            let swapped = if self.inner.swap.combines() {
+                swaps::send(self, (&self.inner.swaps, &self.inner.swap), swap, during).await?
+            } else {
+                self.send_logged(swap, during).await?
+            };
+            match swapped {
+                Swapped::Applied(answer, seen) => {
                     self.inner.seen.keep(name, seen);
                     return Ok(answer);
                 }
                 // The row changed, or the server or its clock is not the one the
                 // swap assumed: the transaction reads them afresh.
-                Ok(Ok(None)) => left = Some(conn),
-                Ok(Err(err)) => {
-                    discard(conn);
-                    // A statement the server refused (a deadlock's victim) changed
-                    // nothing: the transaction runs.
-                    if !worth_another_run(&err) {
-                        return Err(failed(err, during));
-                    }
-                }
-                Err(_) => {
-                    discard(conn);
-                    return Err(Error::connection(during, Silent { bound }));
-                }
+                Swapped::NotApplied(conn) => left = conn,
             }
         }
         self.transaction(names, during, step, left).await
+    }
+
+    /// Sends `swap` alone, as the text statements logging replicates.
+    async fn send_logged<R>(
+        &self,
+        swap: Swap<R>,
+        during: &'static str,
+    ) -> Result<Swapped<R>, Error> {
+        let bound = self.inner.response_timeout;
+        let mut conn = self.connection(during).await?;
+        match tokio::time::timeout(bound, swap.send_logged(&mut conn, &self.inner.swap)).await {
+            Ok(Ok(Some((answer, seen)))) => Ok(Swapped::Applied(answer, seen)),
+            Ok(Ok(None)) => Ok(Swapped::NotApplied(Some(conn))),
+            Ok(Err(err)) => {
+                discard(conn);
+                // A statement the server refused (a deadlock's victim) changed nothing:
+                // the transaction runs.
+                if worth_another_run(&err) {
+                    Ok(Swapped::NotApplied(None))
+                } else {
+                    Err(failed(err, during))
+                }
+            }
+            Err(_) => {
+                discard(conn);
+                Err(Error::connection(during, Silent { bound }))
+            }
+        }
     }
 
     /// The operation as a transaction (see the module's docs), run again after a
@@ -356,6 +377,11 @@ impl Store {
             }
         })
         .await
+    }
+
+    /// How long a statement may go unanswered.
+    pub(crate) fn response_timeout(&self) -> Duration {
+        self.inner.response_timeout
     }
 
     /// A connection of the pool, within the response timeout.

@@ -3,7 +3,8 @@
 //! The client keeps the rows it committed last ([`Seen`]), with the server's clock as
 //! it read it then. An operation on such a name steps the machine on that copy, at the
 //! end of a window in which the server's clock should lie now, and sends one autocommit
-//! `UPDATE` that the server applies only if
+//! `UPDATE` (alone, or with the swaps other callers queue meanwhile, each row under its
+//! own guards: see [`crate::swaps`]) that the server applies only if
 //!
 //! - the row still holds the copy's bytes (nobody else wrote it since; a row that went
 //!   and came back to the same bytes is the same state, and steps the same),
@@ -16,7 +17,8 @@
 //!
 //! The window is placed by the clock the last transaction on the name read, and when:
 //! the server's clock is at least that reading plus the time passed since its answer
-//! came, and at most the round trip's length more. A swap keeps that reading rather
+//! came, and at most the wait for a statement and its way to the server more (a swap
+//! that waited half the window is not sent). A swap keeps that reading rather
 //! than making one (a `SELECT` more per operation, the costliest part of a statement on
 //! a busy server being its round of the server's network and parsing work).
 //!
@@ -42,6 +44,7 @@ use std::time::Duration;
 use lock_core::backend::machine::ticks;
 use lock_core::protocol::Event;
 use mysql_async::prelude::Queryable;
+use mysql_async::{Params, Value};
 use tokio::time::Instant;
 
 use crate::mailbox::Notice;
@@ -53,7 +56,7 @@ use crate::store::{NOW_STARTED, Serving, Slot};
 /// How wide the window for the server's clock is: the uncertainty of the last reading
 /// plus this round trip must fit in it. A wider one only lets a crashed holder's row
 /// say it holds longer by as much.
-const WINDOW: Duration = Duration::from_millis(50);
+pub(crate) const WINDOW: Duration = Duration::from_millis(50);
 
 /// The most rows a client keeps; past it, it forgets them all and starts again (a
 /// forgotten row costs its next operation the transaction, nothing else).
@@ -120,7 +123,7 @@ impl Logging {
     }
 }
 
-/// The swap's statement on one client's tables.
+/// The swap's statements on one client's tables.
 #[derive(Debug, Clone)]
 pub(crate) struct Statement {
     logging: Logging,
@@ -129,43 +132,128 @@ pub(crate) struct Statement {
     /// The prepared form (rows logging), its values bound as parameters: no literal of
     /// twice the state's length for the server to parse at every operation.
     prepared: String,
+    /// The prepared forms that change two rows or more (see [`crate::swaps`]), by
+    /// their number of rows less two.
+    combined: Vec<String>,
 }
 
 impl Statement {
     pub(crate) fn new(tables: &Tables, logging: Logging) -> Self {
         let (names, epoch) = (tables.names(), tables.epoch());
-        let prepared = format!(
-            "UPDATE {names} SET state = ?, held_until = ? \
-             WHERE lock_key = ? AND state = ? AND {NOW_STARTED} BETWEEN ? AND ? \
-             AND @@server_id = ? \
+        let serving = format!(
+            "@@server_id = ? \
              AND (SELECT server_id = ? AND quarantine_until = ? FROM {epoch} WHERE id = 1)"
         );
+        let prepared = format!(
+            "UPDATE {names} SET state = ?, held_until = ? \
+             WHERE lock_key = ? AND state = ? AND {NOW_STARTED} BETWEEN ? AND ? AND {serving}"
+        );
+        let combined = (2..=MOST_COMBINED)
+            .map(|rows| combined_text(&names, &serving, rows))
+            .collect();
         Self {
             logging,
             names,
             epoch,
             prepared,
+            combined,
         }
     }
+
+    /// Whether swaps may share a statement: not where the binary log replicates
+    /// statements, whose text names the server by a user variable.
+    pub(crate) fn combines(&self) -> bool {
+        self.logging == Logging::Rows
+    }
+
+    /// The prepared statement that makes `changes`, on one serving server, and its
+    /// parameters; `None` for more than [`MOST_COMBINED`] changes.
+    pub(crate) fn prepared(&self, changes: &[&Change]) -> Option<(&str, Params)> {
+        let first = changes.first()?;
+        let Serving {
+            server,
+            quarantine_until,
+        } = first.serving;
+        let serving = [server.into(), server.into(), quarantine_until.into()];
+        if let [only] = changes {
+            let (earliest, latest) = only.window;
+            let params: Vec<Value> = vec![
+                only.written.as_slice().into(),
+                only.held_until.into(),
+                only.key.as_slice().into(),
+                only.before.as_slice().into(),
+                earliest.into(),
+                latest.into(),
+            ];
+            let params = params.into_iter().chain(serving).collect();
+            return Some((self.prepared.as_str(), Params::Positional(params)));
+        }
+        let text = self.combined.get(changes.len().checked_sub(2)?)?;
+        let mut params: Vec<Value> = Vec::with_capacity(changes.len() * 8 + 3);
+        for change in changes {
+            let (earliest, latest) = change.window;
+            params.extend([
+                change.key.as_slice().into(),
+                change.before.as_slice().into(),
+                earliest.into(),
+                latest.into(),
+                change.written.as_slice().into(),
+            ]);
+        }
+        for change in changes {
+            params.extend([change.key.as_slice().into(), change.held_until.into()]);
+        }
+        params.extend(changes.iter().map(|change| change.key.as_slice().into()));
+        params.extend(serving);
+        Some((text.as_str(), Params::Positional(params)))
+    }
+}
+
+/// The most rows one statement changes: each number of rows is a prepared statement of
+/// its own in the driver's cache (32 by default).
+pub(crate) const MOST_COMBINED: usize = 4;
+
+/// The statement that changes `rows` rows, each under its own guards: a row whose
+/// guards fail is set to `NULL`, which the `NOT NULL` column refuses (the connection's
+/// `sql_mode` is strict), so the server rolls the whole statement back.
+fn combined_text(names: &str, serving: &str, rows: usize) -> String {
+    let states = format!(" WHEN ? THEN IF(state = ? AND {NOW_STARTED} BETWEEN ? AND ?, ?, NULL)")
+        .repeat(rows);
+    let held = " WHEN ? THEN ?".repeat(rows);
+    let keys = vec!["?"; rows].join(", ");
+    format!(
+        "UPDATE {names} SET state = CASE lock_key{states} END, \
+         held_until = CASE lock_key{held} END \
+         WHERE lock_key IN ({keys}) AND {serving}"
+    )
+}
+
+/// What a swap changes of one row, and the guards it changes it under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Change {
+    pub(crate) key: Vec<u8>,
+    /// The row's bytes it replaces.
+    pub(crate) before: Vec<u8>,
+    /// The bytes it writes.
+    pub(crate) written: Vec<u8>,
+    pub(crate) held_until: u64,
+    /// The window for the server's clock.
+    pub(crate) window: (u64, u64),
+    pub(crate) serving: Serving,
 }
 
 /// An operation stepped on a kept row, ready to be sent.
 pub(crate) struct Swap<R> {
-    answer: R,
+    pub(crate) answer: R,
     /// The row once the statement applies, with the clock reading it was placed by.
-    after: Sighting,
-    key: Vec<u8>,
-    /// The row's bytes it replaces.
-    before: Vec<u8>,
-    held_until: u64,
-    /// The window for the server's clock.
-    window: (u64, u64),
+    pub(crate) after: Sighting,
+    pub(crate) change: Change,
 }
 
 impl<R> std::fmt::Debug for Swap<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Swap")
-            .field("window", &self.window)
+            .field("window", &self.change.window)
             .finish_non_exhaustive()
     }
 }
@@ -205,6 +293,14 @@ where
     let held_until = state.machine.held_until().unwrap_or(0);
     Some(Swap {
         answer,
+        change: Change {
+            key,
+            before,
+            written: written.clone(),
+            held_until,
+            window: (earliest, latest),
+            serving,
+        },
         after: Sighting {
             stored: written,
             state,
@@ -212,60 +308,45 @@ where
             clock,
             at,
         },
-        key,
-        before,
-        held_until,
-        window: (earliest, latest),
     })
 }
 
 impl<R> Swap<R> {
-    /// Sends the statement: the answer and the row as now committed if the server
-    /// applied it, `None` if it left the row as it was.
-    pub(crate) async fn send(
+    /// Sends the statement alone, as the text that names the server by a user
+    /// variable (statements logging): the answer and the row as now committed if the
+    /// server applied it, `None` if it left the row as it was.
+    pub(crate) async fn send_logged(
         self,
         conn: &mut Pooled,
         statement: &Statement,
     ) -> Result<Option<(R, Sighting)>, mysql_async::Error> {
-        let (earliest, latest) = self.window;
-        let Serving {
-            server,
-            quarantine_until,
-        } = self.after.serving;
-        match statement.logging {
-            Logging::Rows => {
-                let params = (
-                    self.after.stored.as_slice(),
-                    self.held_until,
-                    self.key.as_slice(),
-                    self.before.as_slice(),
-                    earliest,
-                    latest,
-                    server,
+        let Change {
+            key,
+            before,
+            written,
+            held_until,
+            window: (earliest, latest),
+            serving:
+                Serving {
                     server,
                     quarantine_until,
-                );
-                conn.exec_drop(statement.prepared.as_str(), params).await?;
-            }
-            Logging::Statements => {
-                let text = format!(
-                    "SET @distlock_server = @@server_id; \
-                     UPDATE {names} SET state = {written}, held_until = {held_until} \
-                     WHERE lock_key = {key} AND state = {before} \
-                     AND {NOW_STARTED} BETWEEN {earliest} AND {latest} \
-                     AND @distlock_server = {server} \
-                     AND (SELECT server_id = {server} AND quarantine_until = {quarantine_until} \
-                     FROM {epoch} WHERE id = 1)",
-                    names = statement.names,
-                    written = hex(&self.after.stored),
-                    held_until = self.held_until,
-                    key = hex(&self.key),
-                    before = hex(&self.before),
-                    epoch = statement.epoch,
-                );
-                conn.query_drop(text).await?;
-            }
-        }
+                },
+        } = &self.change;
+        let text = format!(
+            "SET @distlock_server = @@server_id; \
+             UPDATE {names} SET state = {written}, held_until = {held_until} \
+             WHERE lock_key = {key} AND state = {before} \
+             AND {NOW_STARTED} BETWEEN {earliest} AND {latest} \
+             AND @distlock_server = {server} \
+             AND (SELECT server_id = {server} AND quarantine_until = {quarantine_until} \
+             FROM {epoch} WHERE id = 1)",
+            names = statement.names,
+            written = hex(written),
+            key = hex(key),
+            before = hex(before),
+            epoch = statement.epoch,
+        );
+        conn.query_drop(text).await?;
         // The last statement's count, the `UPDATE`'s: the rows it changed, which are
         // the rows it matched (the state it writes differs from the one it compares).
         Ok((conn.affected_rows() == 1).then_some((self.answer, self.after)))

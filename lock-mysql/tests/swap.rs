@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lock_core::Locks;
 use lock_mysql::Connector;
-use lock_testkit::MariaDbServer;
+use lock_testkit::{FaultProxy, MariaDbServer, ProxyFault};
 
 /// How many transactions the server began so far.
 fn transactions(server: &MariaDbServer) -> u64 {
@@ -120,4 +120,84 @@ async fn another_clients_write(server: MariaDbServer) {
             .unwrap();
     }
     assert!(theirs.mutex("shared").try_lock().await.unwrap().is_some());
+}
+
+/// How many prepared statements the server ran so far.
+fn executed(server: &MariaDbServer) -> u64 {
+    let status = server.sql("SHOW GLOBAL STATUS LIKE 'Com_stmt_execute'");
+    status
+        .split_whitespace()
+        .last()
+        .and_then(|count| count.parse().ok())
+        .expect("a count")
+}
+
+/// Swaps of several names that queue for the client's one connection go to the server
+/// several to a statement, and every pair still holds and frees its own name. The
+/// connection's replies come 3 ms late, so that the callers queue behind it rather than
+/// behind the client's own work. Would fail if each swap went alone (a statement per
+/// operation, 400 in all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swaps_that_queue_share_a_statement() {
+    let server = MariaDbServer::start().await;
+    let proxy = FaultProxy::start(([127, 0, 0, 1], server.port()).into()).await;
+    let url = server
+        .url()
+        .replace(&server.port().to_string(), &proxy.port().to_string());
+    let locks = Locks::builder(std::sync::Arc::new(
+        Connector::new(url)
+            .pool_size(1)
+            .connect()
+            .await
+            .expect("connects"),
+    ))
+    .build()
+    .expect("valid settings");
+    let names: Vec<String> = (0..8).map(|n| format!("queued-{n}")).collect();
+    for name in &names {
+        locks
+            .mutex(name)
+            .lock()
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+    }
+    proxy.set(ProxyFault::DelayReplies(Duration::from_millis(3)));
+    let (began, ran) = (transactions(&server), executed(&server));
+    let rounds = 25;
+    let tasks: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let (locks, name) = (locks.clone(), name.clone());
+            tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let guard = locks.mutex(&name).lock().await.unwrap();
+                    assert!(guard.is_held());
+                    guard.unlock().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let operations = names.len() as u64 * rounds * 2;
+    let (began, ran) = (transactions(&server) - began, executed(&server) - ran);
+    assert!(
+        began < operations / 4,
+        "{began} transactions for {operations} operations"
+    );
+    assert!(
+        ran < operations / 2,
+        "{ran} statements for {operations} operations on one connection"
+    );
+    proxy.set(ProxyFault::Forward);
+    for name in &names {
+        assert!(
+            locks.mutex(name).try_lock().await.unwrap().is_some(),
+            "{name} is free"
+        );
+    }
 }
