@@ -1,6 +1,7 @@
 //! [`PostgresBackend`]: lock-core's `Backend` over the lock tables.
 
 use std::fmt;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,6 +16,7 @@ use tokio_postgres::types::{FromSql, ToSql, Type};
 
 use crate::calls::Param;
 use crate::calls::{self, Arg, arg};
+use crate::channel;
 use crate::direct::Preparing;
 use crate::error::{failed, pool_failed};
 use crate::notify::Notifications;
@@ -37,6 +39,16 @@ pub struct PostgresBackend {
     /// The longest lease the database grants (`distlock.failover_quarantine_ms`), read
     /// when connecting.
     pub(crate) longest_lease: Duration,
+    /// The texts of the hot calls, each made once by its call site.
+    pub(crate) texts: CallTexts,
+}
+
+/// The statement texts of the calls every lock and unlock makes, each made once (see
+/// [`PostgresBackend::call_once_built`]).
+#[derive(Debug, Default)]
+pub(crate) struct CallTexts {
+    acquire: OnceLock<String>,
+    release: OnceLock<String>,
 }
 
 impl fmt::Debug for PostgresBackend {
@@ -77,32 +89,41 @@ impl PostgresBackend {
         self.preparing.allowed()
     }
 
-    /// The channel a waiter of `lock` listens on, a hash, as channel names are short
-    /// identifiers: for a mutex its client's (a release hands the lock over to the first
-    /// waiter in the queue and wakes its client alone, where the client's waiters for the
-    /// name take turns on one listener), for a fair lock the waiter's own, for a
-    /// read-write lock the name's.
+    /// The channel a waiter of `lock` listens on (see [`crate::channel`]).
     fn channel(&self, lock: &LockRef) -> String {
-        let name = lock.name.as_str();
-        let key = match lock.kind {
-            LockKind::Fair => format!("{}:{}:{name}:{}", self.schema, name.len(), lock.owner),
-            LockKind::Mutex => {
-                let owner = lock.owner.as_str();
-                let client = owner.split_once(':').map_or(owner, |(client, _)| client);
-                format!("{}:client:{}:{name}:{client}", self.schema, name.len())
-            }
-            _ => format!("{}:{name}", self.schema),
-        };
-        format!("dl_{}", sha1_smol::Sha1::from(key).digest())
+        channel::of_lock(&self.schema, lock)
     }
 
     /// The channel of `lock`'s name (what a release of a read-write lock wakes).
     fn name_channel(&self, lock: &LockRef) -> String {
-        self.channel(&LockRef::new(
-            LockKind::Write,
-            lock.name.clone(),
-            lock.owner.clone(),
-        ))
+        channel::of_name(&self.schema, &lock.name)
+    }
+
+    /// Calls the entry point `function` with named `args`, as [`Self::call`], its text
+    /// made once into `text`: one cell per call site, whose arguments are always the same
+    /// parameters (the text depends on nothing else), so that a hot call does not build
+    /// its statement anew every time.
+    async fn call_once_built<T>(
+        &self,
+        text: &OnceLock<String>,
+        during: &'static str,
+        function: &str,
+        args: &[Arg<'_>],
+    ) -> Result<T, Error>
+    where
+        T: for<'a> FromSql<'a>,
+    {
+        let statement = text.get_or_init(|| {
+            let (call, _) = calls::named(function, args);
+            format!("SELECT {}.{call}", self.schema)
+        });
+        let params = calls::params(args);
+        let rows = self.query(during, statement, &params).await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| Error::protocol(format!("{during}: no row")))?;
+        row.try_get(0)
+            .map_err(|err| Error::protocol(format!("{during}: {err}")))
     }
 
     /// Calls the entry point `function` with named `args` on a pooled connection and
@@ -260,7 +281,8 @@ impl Backend for PostgresBackend {
             .wait
             .map_or(0, |wait| i32::try_from(wait.attempt).unwrap_or(i32::MAX));
         let reply: Vec<i64> = self
-            .call(
+            .call_once_built(
+                &self.texts.acquire,
                 "acquiring",
                 "acquire",
                 &[
@@ -335,7 +357,8 @@ impl Backend for PostgresBackend {
         check_fits(lock)?;
         let grant = request.grant.to_string();
         let reply: Vec<i64> = self
-            .call(
+            .call_once_built(
+                &self.texts.release,
                 "releasing",
                 "release",
                 &[

@@ -40,7 +40,10 @@ pub(crate) fn arg<'a>(
 
 /// The wire type of an argument sent as `sql` (its first type, before any cast).
 fn wire_type(sql: &str) -> Type {
-    match sql.split("::").next().unwrap_or(sql) {
+    // The type before the first `::` cast; a type name holds no colon, so the first one
+    // starts the cast (a search for one character is far cheaper than for two).
+    let first = sql.find(':').map_or(sql, |colon| &sql[..colon]);
+    match first {
         "bigint" => Type::INT8,
         "integer" => Type::INT4,
         "boolean" => Type::BOOL,
@@ -70,6 +73,13 @@ pub(crate) fn named<'a>(function: &str, args: &[Arg<'a>]) -> (String, Vec<Param<
     }
     call.push(')');
     (call, params)
+}
+
+/// The typed parameters of `args`, in the order of [`named`]'s placeholders.
+pub(crate) fn params<'a>(args: &[Arg<'a>]) -> Vec<Param<'a>> {
+    args.iter()
+        .map(|arg| (arg.value, wire_type(arg.sql)))
+        .collect()
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use lock_core::{Error, Locks};
 use tokio_postgres::Config;
 
 use crate::advisory::{AdvisoryBackend, AdvisoryServer};
-use crate::backend::PostgresBackend;
+use crate::backend::{CallTexts, PostgresBackend};
 use crate::direct::DirectConnect;
 use crate::error::pool_failed;
 use crate::notify::Notifications;
@@ -311,6 +311,7 @@ async fn open(
         preparing,
         response_timeout: settings.response_timeout,
         longest_lease: Duration::MAX,
+        texts: CallTexts::default(),
     };
     let longest: i64 = backend
         .call("reading the longest lease", "lease_limit", &[])

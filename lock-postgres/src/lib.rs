@@ -22,6 +22,7 @@
 pub mod advisory;
 mod backend;
 mod calls;
+mod channel;
 mod connector;
 mod direct;
 pub mod error;
