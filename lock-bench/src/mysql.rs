@@ -4,7 +4,7 @@
 //! give it back, each its own commit), and `GET_LOCK`/`RELEASE_LOCK` (the session lock
 //! madelson/DistributedLock uses), uncontended and, for `GET_LOCK`, contended.
 //!
-//! Bare `GET_LOCK` sends one call a statement, as DistributedLock does; our `GET_LOCK`
+//! Bare `GET_LOCK` sends one call a statement, as madelson/DistributedLock does; our `GET_LOCK`
 //! mode sends the calls that queue on a carrier connection together (see lock-mysql's
 //! `session::combined`), which is what it is measured for.
 //!

@@ -43,7 +43,7 @@ use crate::schema::{Tables, hex, key};
 pub(crate) use crate::serving::Serving;
 use crate::serving::serving;
 use crate::state::State;
-use crate::swap::{self, Logging, Seen, Sighting, Swap};
+use crate::swap::{self, Logging, Seen, Sighting};
 use crate::swaps::{self, Swapped, Swaps};
 
 /// The server's clock in microseconds since the epoch (the machines' time), read when
@@ -98,6 +98,10 @@ impl Slot {
         self.state.zip(self.stored)
     }
 }
+
+/// How many times an operation is stepped on a kept row when its swap waited too long
+/// for a statement (see [`crate::swaps`]), before it takes the transaction.
+const SWAP_ROUNDS: usize = 3;
 
 /// The store: the pool, the tables, and the bound of every transaction.
 #[derive(Debug, Clone)]
@@ -221,55 +225,46 @@ impl Store {
         let mut left = None;
         // A name this client wrote last: one statement (see [`crate::swap`]).
         if let [name] = names.as_slice()
-            && let Some(seen) = self.inner.seen.take(name)
+            && let Some(mut seen) = self.inner.seen.take(name)
         {
-            let Some(swap) = swap::prepare(name, seen, &step) else {
-                return self.transaction(names, during, step, None).await;
-            };
-            let swapped = if self.inner.swap.combines() {
-                swaps::send(self, (&self.inner.swaps, &self.inner.swap), swap, during).await?
-            } else {
-                self.send_logged(swap, during).await?
-            };
-            match swapped {
-                Swapped::Applied(answer, seen) => {
-                    self.inner.seen.keep(name, seen);
-                    return Ok(answer);
+            for round in 0..SWAP_ROUNDS {
+                let queues = (&self.inner.swaps, &self.inner.swap);
+                let combines = self.inner.swap.combines();
+                // Alone, the connection first: the window for the server's clock starts
+                // when the statement can be sent, not before a wait for the pool.
+                let alone = !combines || self.inner.swaps.slow();
+                let conn = if alone {
+                    Some(self.connection(during).await?)
+                } else {
+                    None
+                };
+                let Some(swap) = swap::prepare(name, seen, &step) else {
+                    return self.transaction(names, during, step, conn).await;
+                };
+                let bound = self.inner.response_timeout;
+                let swapped = match conn {
+                    None => swaps::send(self, queues, swap, during, round > 0).await?,
+                    Some(conn) if combines => {
+                        swaps::send_alone(conn, queues, swap, (during, bound)).await?
+                    }
+                    Some(conn) => swaps::send_logged(conn, queues, swap, (during, bound)).await?,
+                };
+                match swapped {
+                    Swapped::Applied(answer, seen) => {
+                        self.inner.seen.keep(name, seen);
+                        return Ok(answer);
+                    }
+                    // The row changed, or the server or its clock is not the one the
+                    // swap assumed: the transaction reads them afresh.
+                    Swapped::NotApplied(conn) => {
+                        left = conn;
+                        break;
+                    }
+                    Swapped::Stale(row) => seen = row,
                 }
-                // The row changed, or the server or its clock is not the one the
-                // swap assumed: the transaction reads them afresh.
-                Swapped::NotApplied(conn) => left = conn,
             }
         }
         self.transaction(names, during, step, left).await
-    }
-
-    /// Sends `swap` alone, as the text statements logging replicates.
-    async fn send_logged<R>(
-        &self,
-        swap: Swap<R>,
-        during: &'static str,
-    ) -> Result<Swapped<R>, Error> {
-        let bound = self.inner.response_timeout;
-        let mut conn = self.connection(during).await?;
-        match tokio::time::timeout(bound, swap.send_logged(&mut conn, &self.inner.swap)).await {
-            Ok(Ok(Some((answer, seen)))) => Ok(Swapped::Applied(answer, seen)),
-            Ok(Ok(None)) => Ok(Swapped::NotApplied(Some(conn))),
-            Ok(Err(err)) => {
-                discard(conn);
-                // A statement the server refused (a deadlock's victim) changed nothing:
-                // the transaction runs.
-                if worth_another_run(&err) {
-                    Ok(Swapped::NotApplied(None))
-                } else {
-                    Err(failed(err, during))
-                }
-            }
-            Err(_) => {
-                discard(conn);
-                Err(Error::connection(during, Silent { bound }))
-            }
-        }
     }
 
     /// The operation as a transaction (see the module's docs), run again after a

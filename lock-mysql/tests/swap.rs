@@ -201,3 +201,67 @@ async fn swaps_that_queue_share_a_statement() {
         );
     }
 }
+
+/// Where statements are slow (replies 40 ms late, longer than a queued swap may wait),
+/// operations stop queueing their swaps and take a connection first, so that they still
+/// change their rows in one statement each. Would fail if they went on queueing: twelve
+/// callers make three statements' worth of swaps, and those behind the first statement
+/// would wait past their windows again and again, then take the transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_distant_server_keeps_its_swaps() {
+    let server = MariaDbServer::start().await;
+    let proxy = FaultProxy::start(([127, 0, 0, 1], server.port()).into()).await;
+    let url = server
+        .url()
+        .replace(&server.port().to_string(), &proxy.port().to_string());
+    let locks = Locks::builder(std::sync::Arc::new(
+        Connector::new(url)
+            .pool_size(1)
+            .connect()
+            .await
+            .expect("connects"),
+    ))
+    .build()
+    .expect("valid settings");
+    let names: Vec<String> = (0..12).map(|n| format!("distant-{n}")).collect();
+    for name in &names {
+        locks
+            .mutex(name)
+            .lock()
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+    }
+    proxy.set(ProxyFault::DelayReplies(Duration::from_millis(40)));
+    let began = transactions(&server);
+    let rounds = 2;
+    let tasks: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let (locks, name) = (locks.clone(), name.clone());
+            tokio::spawn(async move {
+                for _ in 0..rounds {
+                    locks
+                        .mutex(&name)
+                        .lock()
+                        .await
+                        .unwrap()
+                        .unlock()
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let operations = names.len() as u64 * rounds * 2;
+    let began = transactions(&server) - began;
+    assert!(
+        began < operations / 4,
+        "{began} transactions for {operations} operations"
+    );
+}

@@ -20,7 +20,12 @@
 //!   that went unanswered.
 //!
 //! A swap that waited so long that its window for the server's clock may have passed is
-//! not sent (it would fail the statement for all): it takes its transaction.
+//! not sent (it would fail the statement for all): its caller steps the operation again
+//! on the row and queues it at the front, a few times at most, then takes the
+//! transaction. Where statements are slow (a distant server), queueing would make most
+//! swaps stale: after a statement slower than [`SLOW`], operations take a connection
+//! first and step their machines once they have it, each alone, until a statement is
+//! quick again.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,12 +39,19 @@ use tokio::time::Instant;
 
 use crate::error::{Silent, code, failed, worth_another_run};
 use crate::pool::{Pooled, discard};
+use crate::state::State;
 use crate::store::Store;
 use crate::swap::{Change, MOST_COMBINED, Sighting, Statement, Swap};
 
 /// How long a swap may wait before it is no longer sent: half its window (50 ms), the
 /// other half left for the statement's way to the server.
 const STALE: Duration = Duration::from_millis(25);
+
+/// While statements take longer than this (a moving average of the last few), the client
+/// stops queueing swaps: a queued swap that waits behind two such statements goes
+/// stale. Each operation then takes a connection first and steps its machine once it has
+/// it, as it would alone, which no waiting can make stale.
+const SLOW: Duration = Duration::from_millis(10);
 
 /// What became of a queued swap.
 #[derive(Debug)]
@@ -50,6 +62,9 @@ enum Outcome {
     NotApplied,
     /// Whether the server changed its row is unknown, or the statement failed.
     Failed(Error),
+    /// It waited so long that its window for the server's clock may have passed, and
+    /// was not sent: it is to be stepped again on its row (see [`Swapped::Stale`]).
+    Stale(Change),
 }
 
 /// A swap waiting for a statement.
@@ -80,19 +95,50 @@ impl Queued {
 pub(crate) struct Swaps {
     queue: Mutex<VecDeque<Queued>>,
     next_id: AtomicU64,
+    /// How long statements take, in microseconds: a moving average that gives the latest
+    /// statement an eighth of its weight.
+    round_trip: AtomicU64,
 }
 
 impl Swaps {
-    fn push(&self, change: Change, during: &'static str) -> (u64, oneshot::Receiver<Outcome>) {
+    /// Whether operations should take a connection before they step their machines
+    /// rather than queue their swaps: statements are slow now (see [`SLOW`]).
+    pub(crate) fn slow(&self) -> bool {
+        u128::from(self.round_trip.load(Ordering::Relaxed)) > SLOW.as_micros()
+    }
+
+    /// Counts a statement that took `took` into the moving average. Two callers that
+    /// count at once may each miss the other's statement, which an average can afford.
+    fn took(&self, took: Duration) {
+        let took = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let average = self.round_trip.load(Ordering::Relaxed);
+        let average = average - average / 8 + took / 8;
+        self.round_trip.store(average, Ordering::Relaxed);
+    }
+
+    /// Queues a swap at the back, or at the front when it comes again after it went
+    /// stale (so that waiting again does not make it stale again).
+    fn push(
+        &self,
+        change: Change,
+        during: &'static str,
+        again: bool,
+    ) -> (u64, oneshot::Receiver<Outcome>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (outcome, answered) = oneshot::channel();
-        self.lock().push_back(Queued {
+        let queued = Queued {
             id,
             change,
             during,
             since: Instant::now(),
             outcome,
-        });
+        };
+        let mut queue = self.lock();
+        if again {
+            queue.push_front(queued);
+        } else {
+            queue.push_back(queued);
+        }
         (id, answered)
     }
 
@@ -116,8 +162,15 @@ impl Swaps {
             if candidate.outcome.is_closed() {
                 queue.remove(index);
             } else if candidate.since.elapsed() > STALE {
-                if let Some(stale) = queue.remove(index) {
-                    stale.answer(Outcome::NotApplied);
+                if let Some(Queued {
+                    change, outcome, ..
+                }) = queue.remove(index)
+                    && outcome.send(Outcome::Stale(change)).is_err()
+                {
+                    tracing::debug!(
+                        target: lock_core::TRACING_TARGET,
+                        "a stale swap's caller went away"
+                    );
                 }
             } else if statement.first().is_some_and(|first| {
                 first.change.serving != candidate.change.serving
@@ -147,6 +200,9 @@ impl Swaps {
 pub(crate) enum Swapped<R> {
     Applied(R, Sighting),
     NotApplied(Option<Pooled>),
+    /// Not sent, as it waited too long: the row as the swap found it, to step the
+    /// operation on again (decoded from its bytes, as a transaction would read it).
+    Stale(Sighting),
 }
 
 /// Sends `swap` in a statement, alone or with the swaps other callers queue meanwhile.
@@ -160,13 +216,14 @@ pub(crate) async fn send<R>(
     (swaps, statement): (&Swaps, &Statement),
     swap: Swap<R>,
     during: &'static str,
+    again: bool,
 ) -> Result<Swapped<R>, Error> {
     let Swap {
         answer,
         after,
         change,
     } = swap;
-    let (id, mut outcome) = swaps.push(change, during);
+    let (id, mut outcome) = swaps.push(change, during, again);
 
     let bound = store.response_timeout();
     let mut held: Option<Pooled> = None;
@@ -205,7 +262,68 @@ pub(crate) async fn send<R>(
             let came = (&mut outcome).await.map_err(|_| in_doubt(during))?;
             return finish(came, (answer, after), None);
         }
-        held = send_statement(conn, statement_swaps, statement, bound).await;
+        held = send_statement(conn, statement_swaps, (swaps, statement), bound).await;
+    }
+}
+
+/// Sends `swap` alone on `conn`, taken before the swap was stepped (see [`SLOW`]).
+///
+/// # Cancel safety
+///
+/// Not cancel-safe, as [`send`].
+pub(crate) async fn send_alone<R>(
+    conn: Pooled,
+    (swaps, statement): (&Swaps, &Statement),
+    swap: Swap<R>,
+    (during, bound): (&'static str, Duration),
+) -> Result<Swapped<R>, Error> {
+    let Swap {
+        answer,
+        after,
+        change,
+    } = swap;
+    let (outcome, mut answered) = oneshot::channel();
+    let alone = Queued {
+        id: 0,
+        change,
+        during,
+        since: Instant::now(),
+        outcome,
+    };
+    let held = send_statement(conn, vec![alone], (swaps, statement), bound).await;
+    let came = answered.try_recv().map_err(|_| in_doubt(during))?;
+    finish(came, (answer, after), held)
+}
+
+/// Sends `swap` alone on `conn`, as the text that statements logging replicates (see
+/// [`crate::swap`]).
+///
+/// # Cancel safety
+///
+/// Not cancel-safe, as [`send`].
+pub(crate) async fn send_logged<R>(
+    mut conn: Pooled,
+    (_, statement): (&Swaps, &Statement),
+    swap: Swap<R>,
+    (during, bound): (&'static str, Duration),
+) -> Result<Swapped<R>, Error> {
+    match tokio::time::timeout(bound, swap.send_logged(&mut conn, statement)).await {
+        Ok(Ok(Some((answer, seen)))) => Ok(Swapped::Applied(answer, seen)),
+        Ok(Ok(None)) => Ok(Swapped::NotApplied(Some(conn))),
+        Ok(Err(err)) => {
+            discard(conn);
+            // A statement the server refused (a deadlock's victim) changed nothing: the
+            // transaction runs.
+            if worth_another_run(&err) {
+                Ok(Swapped::NotApplied(None))
+            } else {
+                Err(failed(err, during))
+            }
+        }
+        Err(_) => {
+            discard(conn);
+            Err(Error::connection(during, Silent { bound }))
+        }
     }
 }
 
@@ -219,6 +337,16 @@ fn finish<R>(
         Outcome::Applied => Ok(Swapped::Applied(answer, after)),
         Outcome::NotApplied => Ok(Swapped::NotApplied(conn)),
         Outcome::Failed(err) => Err(err),
+        Outcome::Stale(change) => Ok(match State::decode(&change.before) {
+            Some(state) => Swapped::Stale(Sighting {
+                stored: change.before,
+                state,
+                serving: change.serving,
+                clock: after.clock,
+                at: after.at,
+            }),
+            None => Swapped::NotApplied(conn),
+        }),
     }
 }
 
@@ -227,7 +355,7 @@ fn finish<R>(
 async fn send_statement(
     mut conn: Pooled,
     swaps: Vec<Queued>,
-    statement: &Statement,
+    (queue, statement): (&Swaps, &Statement),
     bound: Duration,
 ) -> Option<Pooled> {
     let changes: Vec<&Change> = swaps.iter().map(|queued| &queued.change).collect();
@@ -238,11 +366,13 @@ async fn send_statement(
         return Some(conn);
     };
     let named = changes.len() as u64;
+    let started = Instant::now();
     let sent = tokio::time::timeout(
         bound,
         mysql_async::prelude::Queryable::exec_drop(&mut *conn, text, params),
     )
     .await;
+    queue.took(started.elapsed());
     match sent {
         Ok(Ok(())) => {
             // The rows it changed are the rows it matched: each writes bytes other
@@ -320,210 +450,4 @@ struct PartlyApplied;
 struct Unanswered;
 
 #[cfg(test)]
-mod tests {
-    use tokio::time::Instant;
-
-    use super::{Outcome, STALE, Swaps};
-    use crate::store::Serving;
-    use crate::swap::{Change, MOST_COMBINED};
-
-    fn change(key: &str, server: u32) -> Change {
-        Change {
-            key: key.as_bytes().to_vec(),
-            before: vec![1],
-            written: vec![2],
-            held_until: 0,
-            window: (0, 0),
-            serving: Serving {
-                server,
-                quarantine_until: 0,
-            },
-        }
-    }
-
-    fn keys(swaps: &[super::Queued]) -> Vec<String> {
-        swaps
-            .iter()
-            .map(|queued| String::from_utf8_lossy(&queued.change.key).into_owned())
-            .collect()
-    }
-
-    /// A statement takes swaps under one serving, on distinct rows, at most
-    /// `MOST_COMBINED`, and leaves the rest queued in order. Fails if two servings or
-    /// one row twice could share a statement.
-    #[test]
-    fn a_statement_takes_one_servings_distinct_rows() {
-        let swaps = Swaps::default();
-        let mut waiting = Vec::new();
-        for (key, server) in [("a", 1), ("b", 2), ("a", 1), ("c", 1)] {
-            waiting.push(swaps.push(change(key, server), "test").1);
-        }
-        assert_eq!(keys(&swaps.next_statement()), ["a", "c"]);
-        assert_eq!(keys(&swaps.next_statement()), ["b"]);
-        assert_eq!(keys(&swaps.next_statement()), ["a"]);
-        assert!(swaps.next_statement().is_empty());
-        for n in 0..=MOST_COMBINED {
-            waiting.push(swaps.push(change(&n.to_string(), 1), "test").1);
-        }
-        assert_eq!(swaps.next_statement().len(), MOST_COMBINED);
-        assert_eq!(swaps.next_statement().len(), 1);
-    }
-
-    /// A swap whose caller went away is not sent; one that waited past `STALE` takes
-    /// its transaction; a withdrawn one is gone, and only once.
-    #[test]
-    fn gone_stale_and_withdrawn_swaps_are_not_sent() {
-        let swaps = Swaps::default();
-        let (_, gone) = swaps.push(change("gone", 1), "test");
-        drop(gone);
-        let (_, mut stale) = swaps.push(change("stale", 1), "test");
-        if let Some(queued) = swaps.lock().back_mut() {
-            queued.since = Instant::now()
-                .checked_sub(STALE * 2)
-                .expect("a clock past STALE");
-        }
-        let (withdrawn, _kept) = swaps.push(change("withdrawn", 1), "test");
-        let (_, _fresh) = swaps.push(change("fresh", 1), "test");
-        assert!(swaps.withdraw(withdrawn));
-        assert!(!swaps.withdraw(withdrawn));
-        assert_eq!(keys(&swaps.next_statement()), ["fresh"]);
-        assert!(matches!(stale.try_recv(), Ok(Outcome::NotApplied)));
-    }
-}
-
-/// The statement on a real server, whose global `sql_mode` is lax: the connection's own
-/// strict mode is what rolls a failed row's statement back.
-#[cfg(test)]
-mod on_a_server {
-    // reason: a test reports failures by panicking.
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-    use std::time::Duration;
-
-    use lock_testkit::MariaDbServer;
-    use mysql_async::Opts;
-    use mysql_async::prelude::Queryable;
-    use tokio::sync::oneshot;
-
-    use super::{Outcome, Swaps, send_statement};
-    use crate::pool::{Manager, Pool};
-    use crate::schema::Tables;
-    use crate::store::Serving;
-    use crate::swap::{Change, Logging, Statement};
-
-    fn change(key: &str, before: &[u8], written: &[u8], serving: Serving) -> Change {
-        Change {
-            key: key.as_bytes().to_vec(),
-            before: before.to_vec(),
-            written: written.to_vec(),
-            held_until: 0,
-            window: (0, u64::MAX),
-            serving,
-        }
-    }
-
-    /// Sends `changes` as one statement and answers what became of each.
-    async fn send(pool: &Pool, statement: &Statement, changes: Vec<Change>) -> Vec<Outcome> {
-        let swaps = Swaps::default();
-        let answered: Vec<oneshot::Receiver<Outcome>> = changes
-            .into_iter()
-            .map(|change| swaps.push(change, "test").1)
-            .collect();
-        let queued = swaps.next_statement();
-        assert_eq!(queued.len(), answered.len(), "one statement");
-        let conn = pool.get().await.unwrap();
-        assert!(
-            send_statement(conn, queued, statement, Duration::from_secs(5))
-                .await
-                .is_some()
-        );
-        let mut outcomes = Vec::new();
-        for outcome in answered {
-            outcomes.push(outcome.await.unwrap());
-        }
-        outcomes
-    }
-
-    fn states(server: &MariaDbServer) -> String {
-        server.sql("SELECT lock_key, HEX(state) FROM distlock_names ORDER BY lock_key")
-    }
-
-    /// Would fail if a statement with a failed row kept its other rows' changes (as a
-    /// lax `sql_mode` does, storing an empty state), or if one serving another server
-    /// changed anything.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_combined_statement_applies_to_all_its_rows_or_none() {
-        let server = MariaDbServer::start().await;
-        let said = server.sql("SET GLOBAL sql_mode = ''");
-        assert!(said.trim().is_empty(), "{said}");
-        let manager = Manager::new(
-            (Opts::from_url(&server.url()).unwrap(), false),
-            Duration::from_secs(5),
-            Duration::from_secs(5),
-        );
-        let pool = Pool::builder(manager).max_size(1).build().unwrap();
-        let tables = Tables::default();
-        {
-            let mut conn = pool.get().await.unwrap();
-            conn.query_drop(tables.create_sql()).await.unwrap();
-            conn.query_drop(
-                "INSERT INTO distlock_names (lock_key, name, state) \
-                 VALUES ('k1', 'k1', x'A1'), ('k2', 'k2', x'A2')",
-            )
-            .await
-            .unwrap();
-        }
-        let statement = Statement::new(&tables, Logging::Rows);
-        let serving = Serving {
-            server: server.sql("SELECT @@server_id").trim().parse().unwrap(),
-            quarantine_until: 0,
-        };
-
-        let one_row_moved = vec![
-            change("k1", &[0xA1], &[0xB1], serving),
-            change("k2", &[0xEE], &[0xB2], serving),
-        ];
-        let outcomes = send(&pool, &statement, one_row_moved).await;
-        assert!(
-            outcomes.iter().all(|o| matches!(o, Outcome::NotApplied)),
-            "{outcomes:?}"
-        );
-        assert_eq!(states(&server), "k1\tA1\nk2\tA2\n");
-
-        let elsewhere = Serving {
-            server: serving.server + 1,
-            ..serving
-        };
-        let another_server = vec![
-            change("k1", &[0xA1], &[0xB1], elsewhere),
-            change("k2", &[0xA2], &[0xB2], elsewhere),
-        ];
-        let outcomes = send(&pool, &statement, another_server).await;
-        assert!(
-            outcomes.iter().all(|o| matches!(o, Outcome::NotApplied)),
-            "{outcomes:?}"
-        );
-        assert_eq!(states(&server), "k1\tA1\nk2\tA2\n");
-
-        let both = vec![
-            change("k1", &[0xA1], &[0xB1], serving),
-            change("k2", &[0xA2], &[0xB2], serving),
-        ];
-        let outcomes = send(&pool, &statement, both).await;
-        assert!(
-            outcomes.iter().all(|o| matches!(o, Outcome::Applied)),
-            "{outcomes:?}"
-        );
-        assert_eq!(states(&server), "k1\tB1\nk2\tB2\n");
-
-        let a_row_deleted = vec![
-            change("k1", &[0xB1], &[0xC1], serving),
-            change("gone", &[0xB3], &[0xC3], serving),
-        ];
-        let outcomes = send(&pool, &statement, a_row_deleted).await;
-        assert!(
-            outcomes.iter().all(|o| matches!(o, Outcome::Failed(_))),
-            "in doubt: {outcomes:?}"
-        );
-    }
-}
+mod tests;
