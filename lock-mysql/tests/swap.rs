@@ -12,14 +12,19 @@ use lock_core::Locks;
 use lock_mysql::Connector;
 use lock_testkit::{FaultProxy, MariaDbServer, ProxyFault};
 
-/// How many transactions the server began so far.
-fn transactions(server: &MariaDbServer) -> u64 {
-    let status = server.sql("SHOW GLOBAL STATUS LIKE 'Com_begin'");
+/// The server's count `variable` of its global status so far.
+fn counted(server: &MariaDbServer, variable: &str) -> u64 {
+    let status = server.sql(&format!("SHOW GLOBAL STATUS LIKE '{variable}'"));
     status
         .split_whitespace()
         .last()
         .and_then(|count| count.parse().ok())
         .expect("a count")
+}
+
+/// How many transactions the server began so far.
+fn transactions(server: &MariaDbServer) -> u64 {
+    counted(server, "Com_begin")
 }
 
 async fn client(server: &MariaDbServer) -> Locks {
@@ -124,22 +129,12 @@ async fn another_clients_write(server: MariaDbServer) {
 
 /// How many prepared statements the server ran so far.
 fn executed(server: &MariaDbServer) -> u64 {
-    let status = server.sql("SHOW GLOBAL STATUS LIKE 'Com_stmt_execute'");
-    status
-        .split_whitespace()
-        .last()
-        .and_then(|count| count.parse().ok())
-        .expect("a count")
+    counted(server, "Com_stmt_execute")
 }
 
-/// Swaps of several names that queue for the client's one connection go to the server
-/// several to a statement, and every pair still holds and frees its own name. The
-/// connection's replies come 3 ms late, so that the callers queue behind it rather than
-/// behind the client's own work. Would fail if each swap went alone (a statement per
-/// operation, 400 in all).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn swaps_that_queue_share_a_statement() {
-    let server = MariaDbServer::start().await;
+/// A client of `server` with one connection, reached through a proxy, that has taken
+/// and released each of `names` once (so that it wrote their rows last).
+async fn warmed_behind_a_proxy(server: &MariaDbServer, names: &[String]) -> (Locks, FaultProxy) {
     let proxy = FaultProxy::start(([127, 0, 0, 1], server.port()).into()).await;
     let url = server
         .url()
@@ -153,8 +148,7 @@ async fn swaps_that_queue_share_a_statement() {
     ))
     .build()
     .expect("valid settings");
-    let names: Vec<String> = (0..8).map(|n| format!("queued-{n}")).collect();
-    for name in &names {
+    for name in names {
         locks
             .mutex(name)
             .lock()
@@ -164,9 +158,12 @@ async fn swaps_that_queue_share_a_statement() {
             .await
             .unwrap();
     }
-    proxy.set(ProxyFault::DelayReplies(Duration::from_millis(3)));
-    let (began, ran) = (transactions(&server), executed(&server));
-    let rounds = 25;
+    (locks, proxy)
+}
+
+/// A task per name, each taking and releasing its name `rounds` times at once with the
+/// others; answers how many operations they made.
+async fn pairs_on_each(locks: &Locks, names: &[String], rounds: u64) -> u64 {
     let tasks: Vec<_> = names
         .iter()
         .map(|name| {
@@ -183,7 +180,22 @@ async fn swaps_that_queue_share_a_statement() {
     for task in tasks {
         task.await.unwrap();
     }
-    let operations = names.len() as u64 * rounds * 2;
+    names.len() as u64 * rounds * 2
+}
+
+/// Swaps of several names that queue for the client's one connection go to the server
+/// several to a statement, and every pair still holds and frees its own name. The
+/// connection's replies come 3 ms late, so that the callers queue behind it rather than
+/// behind the client's own work. Would fail if each swap went alone (a statement per
+/// operation, 400 in all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swaps_that_queue_share_a_statement() {
+    let server = MariaDbServer::start().await;
+    let names: Vec<String> = (0..8).map(|n| format!("queued-{n}")).collect();
+    let (locks, proxy) = warmed_behind_a_proxy(&server, &names).await;
+    proxy.set(ProxyFault::DelayReplies(Duration::from_millis(3)));
+    let (began, ran) = (transactions(&server), executed(&server));
+    let operations = pairs_on_each(&locks, &names, 25).await;
     let (began, ran) = (transactions(&server) - began, executed(&server) - ran);
     assert!(
         began < operations / 4,
@@ -210,55 +222,11 @@ async fn swaps_that_queue_share_a_statement() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_distant_server_keeps_its_swaps() {
     let server = MariaDbServer::start().await;
-    let proxy = FaultProxy::start(([127, 0, 0, 1], server.port()).into()).await;
-    let url = server
-        .url()
-        .replace(&server.port().to_string(), &proxy.port().to_string());
-    let locks = Locks::builder(std::sync::Arc::new(
-        Connector::new(url)
-            .pool_size(1)
-            .connect()
-            .await
-            .expect("connects"),
-    ))
-    .build()
-    .expect("valid settings");
     let names: Vec<String> = (0..12).map(|n| format!("distant-{n}")).collect();
-    for name in &names {
-        locks
-            .mutex(name)
-            .lock()
-            .await
-            .unwrap()
-            .unlock()
-            .await
-            .unwrap();
-    }
+    let (locks, proxy) = warmed_behind_a_proxy(&server, &names).await;
     proxy.set(ProxyFault::DelayReplies(Duration::from_millis(40)));
     let began = transactions(&server);
-    let rounds = 2;
-    let tasks: Vec<_> = names
-        .iter()
-        .map(|name| {
-            let (locks, name) = (locks.clone(), name.clone());
-            tokio::spawn(async move {
-                for _ in 0..rounds {
-                    locks
-                        .mutex(&name)
-                        .lock()
-                        .await
-                        .unwrap()
-                        .unlock()
-                        .await
-                        .unwrap();
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.unwrap();
-    }
-    let operations = names.len() as u64 * rounds * 2;
+    let operations = pairs_on_each(&locks, &names, 2).await;
     let began = transactions(&server) - began;
     assert!(
         began < operations / 4,

@@ -119,11 +119,7 @@ impl PostgresBackend {
         });
         let params = calls::params(args);
         let rows = self.query(during, statement, &params).await?;
-        let row = rows
-            .first()
-            .ok_or_else(|| Error::protocol(format!("{during}: no row")))?;
-        row.try_get(0)
-            .map_err(|err| Error::protocol(format!("{during}: {err}")))
+        first_value(&rows, during)
     }
 
     /// Calls the entry point `function` with named `args` on a pooled connection and
@@ -137,14 +133,9 @@ impl PostgresBackend {
     where
         T: for<'a> FromSql<'a>,
     {
-        let (call, params) = calls::named(function, args);
-        let statement = format!("SELECT {}.{call}", self.schema);
-        let rows = self.query(during, &statement, &params).await?;
-        let row = rows
-            .first()
-            .ok_or_else(|| Error::protocol(format!("{during}: no row")))?;
-        row.try_get(0)
-            .map_err(|err| Error::protocol(format!("{during}: {err}")))
+        // A cell of its own: the text is built for this call alone.
+        self.call_once_built(&OnceLock::new(), during, function, args)
+            .await
     }
 
     /// Calls the entry point `function`, which returns nothing, with named `args`.
@@ -198,6 +189,18 @@ impl PostgresBackend {
             }
         }
     }
+}
+
+/// The first value of the first row: an entry point's answer.
+fn first_value<T>(rows: &[tokio_postgres::Row], during: &'static str) -> Result<T, Error>
+where
+    T: for<'a> FromSql<'a>,
+{
+    let row = rows
+        .first()
+        .ok_or_else(|| Error::protocol(format!("{during}: no row")))?;
+    row.try_get(0)
+        .map_err(|err| Error::protocol(format!("{during}: {err}")))
 }
 
 /// Refuses a name PostgreSQL cannot store (a NUL character) before anything is sent.
