@@ -71,17 +71,20 @@ pub(crate) fn over_capacity_valid(sections: &[Section]) -> u64 {
 }
 
 /// Acquisitions whose wait spanned a period of more than `stuck_after` in which nobody
-/// held the name (a waiter that should have been served and was not): the longest such
-/// period of each.
+/// held the name and the store could serve (a waiter that should have been served and
+/// was not): the longest such period of each. `outages` are the periods in which the
+/// store was out of reach (a failover's promotion, a restart): nobody could be served
+/// then, so they count as busy.
 pub(crate) fn stuck_waiters(
     sections: &[Section],
     waits: &[(u64, u64)],
-    now: u64,
+    (now, outages): (u64, &[(u64, u64)]),
     stuck_after: u64,
 ) -> Vec<(u64, u64)> {
     let mut busy: Vec<(u64, u64)> = sections
         .iter()
         .map(|s| (s.enter, s.leave.unwrap_or(now)))
+        .chain(outages.iter().copied())
         .collect();
     busy.sort_unstable();
     let mut merged: Vec<(u64, u64)> = Vec::new();

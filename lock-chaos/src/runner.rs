@@ -184,6 +184,14 @@ impl Run {
         Ok(locks)
     }
 
+    /// Tells the store that the servers of a node were out of reach since `since` (a
+    /// restart, a failover's promotion: a slow one under load took 5 s once), when no
+    /// waiter could be served.
+    async fn tell_outage(&self, since: Instant) -> Result<(), String> {
+        let out = since.elapsed().as_millis();
+        self.tell_store(&format!("OUTAGE {out}")).await.map(drop)
+    }
+
     async fn tell_store(&self, line: &str) -> Result<Option<String>, String> {
         let mut socket = TcpStream::connect(&self.store_addr)
             .await
@@ -335,6 +343,22 @@ fn pick(rng: &mut ChaCha8Rng, backend: BackendKind, kind: Kind) -> Fault {
     choices[rng.random_range(0..choices.len())]
 }
 
+/// A failover of one node: its primary crashes, its standby is promoted, and every
+/// name leads to the promoted server from now on (connections to the crashed one are
+/// broken already); then a new standby.
+async fn fail_over(run: &mut Run, rng: &mut ChaCha8Rng) -> Result<(), String> {
+    let i = rng.random_range(0..run.nodes.len());
+    let out = Instant::now();
+    if let Some(port) = run.nodes[i].fail_over() {
+        let address = format!("127.0.0.1:{port}");
+        let upstream = address.parse().map_err(|e| format!("{address}: {e}"))?;
+        run.proxies[i].redirect(upstream);
+        run.tell_outage(out).await?;
+        run.nodes[i].replace_standby().await;
+    }
+    Ok(())
+}
+
 async fn inject(run: &mut Run, rng: &mut ChaCha8Rng, fault: Fault) -> Result<(), String> {
     let lease = run.args.lease();
     match fault {
@@ -364,7 +388,9 @@ async fn inject(run: &mut Run, rng: &mut ChaCha8Rng, fault: Fault) -> Result<(),
         }
         Fault::RestartNode => {
             let i = rng.random_range(0..run.nodes.len());
+            let out = Instant::now();
             run.nodes[i].restart().await;
+            run.tell_outage(out).await?;
         }
         Fault::PauseNode => {
             let node = &run.nodes[rng.random_range(0..run.nodes.len())];
@@ -388,17 +414,7 @@ async fn inject(run: &mut Run, rng: &mut ChaCha8Rng, fault: Fault) -> Result<(),
             let marker = run.nodes[i].lock_request_marker().to_vec();
             run.proxies[i].set(ProxyFault::HoldRequest(marker, LATE_BY));
         }
-        Fault::Failover => {
-            // Every name leads to the promoted server from now on; connections to the
-            // crashed one are broken already.
-            let i = rng.random_range(0..run.nodes.len());
-            if let Some(port) = run.nodes[i].fail_over() {
-                let address = format!("127.0.0.1:{port}");
-                let upstream = address.parse().map_err(|e| format!("{address}: {e}"))?;
-                run.proxies[i].redirect(upstream);
-                run.nodes[i].replace_standby().await;
-            }
-        }
+        Fault::Failover => fail_over(run, rng).await?,
         Fault::ForceUnlock => {
             // An operator deletes a name's lock whoever holds it: its holder is revoked,
             // and must learn it within its lease (its renewals find the hold gone).

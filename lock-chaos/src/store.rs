@@ -15,6 +15,7 @@
 //! | `WAIT name worker ms` | the acquisition that just entered waited `ms` | none |
 //! | `DEAD worker` | (from the runner) the worker was killed | none |
 //! | `FAULT kind` | (from the runner) a fault begins, for the report's examples | none |
+//! | `OUTAGE ms` | (from the runner) the servers were out of reach for the last `ms` (a failover's promotion, a restart): no waiter counts as stuck then | none |
 //! | `FORCING name` | (from the runner) an operator's force-unlock of the name begins | `OK` |
 //! | `FORCED name ms` | (from the runner) it ended: every section open now was revoked, and must learn it within `ms` of the force-unlock's start | none |
 //! | `UNFORCED name` | (from the runner) it ended and found nothing of its side held (a read-write lock's readers, when it deleted the writer's side): nobody was revoked | none |
@@ -54,6 +55,8 @@ struct State {
     forced: u64,
     /// The faults injected so far, when each began (µs on the store's clock).
     faults: Vec<(u64, String)>,
+    /// When the servers were out of reach (µs on the store's clock).
+    outages: Vec<(u64, u64)>,
 }
 
 impl State {
@@ -143,6 +146,14 @@ impl State {
                 self.faults.push((now, (*fault).to_owned()));
                 None
             }
+            ["OUTAGE", ms] => match ms.parse::<u64>() {
+                Ok(ms) => {
+                    self.outages
+                        .push((now.saturating_sub(ms.saturating_mul(1000)), now));
+                    None
+                }
+                Err(_) => Some(format!("ERR outage {ms:?}")),
+            },
             ["DEAD", worker] => {
                 for entry in self.names.values_mut() {
                     Self::close_open(entry, worker, now);
@@ -224,7 +235,12 @@ impl State {
                 )
             }));
             over_capacity += over_capacity_valid(&name.sections);
-            let gaps = stuck_waiters(&name.sections, &name.waits, now, stuck_after);
+            let gaps = stuck_waiters(
+                &name.sections,
+                &name.waits,
+                (now, &self.outages),
+                stuck_after,
+            );
             stuck += gaps.len() as u64;
             stuck_examples.extend(gaps.into_iter().take(3).map(|(from, to)| {
                 format!(
@@ -544,7 +560,39 @@ mod tests {
             leave: Some(100),
             revoked: None,
         }];
-        assert_eq!(stuck_waiters(&sections, &[(50, 150)], 200, 40).len(), 1);
-        assert_eq!(stuck_waiters(&sections, &[(50, 120)], 200, 40).len(), 0);
+        assert_eq!(
+            stuck_waiters(&sections, &[(50, 150)], (200, &[]), 40).len(),
+            1
+        );
+        assert_eq!(
+            stuck_waiters(&sections, &[(50, 120)], (200, &[]), 40).len(),
+            0
+        );
+    }
+
+    /// A free period the servers spent out of reach does not make a waiter stuck; the
+    /// free time after it does, once it is long enough. Fails if outages were ignored
+    /// (the first) or excused the time after them (the second).
+    #[test]
+    fn an_outage_is_not_a_stuck_waiter() {
+        let sections = vec![Section {
+            worker: "a".into(),
+            write_mode: true,
+            capacity: None,
+            enter: 0,
+            checking: None,
+            valid: None,
+            leave: Some(100),
+            revoked: None,
+        }];
+        let outage = [(100, 130)];
+        assert_eq!(
+            stuck_waiters(&sections, &[(50, 150)], (200, &outage), 40).len(),
+            0
+        );
+        assert_eq!(
+            stuck_waiters(&sections, &[(50, 180)], (200, &outage), 40).len(),
+            1
+        );
     }
 }
