@@ -218,22 +218,26 @@ async fn run(
     backend: Weak<dyn Backend>,
     config: Config,
 ) {
-    let mut pause = config.renew_interval;
+    let mut next = Instant::now() + config.renew_interval;
     loop {
         tokio::select! {
-            () = tokio::time::sleep(pause) => {}
+            () = tokio::time::sleep_until(next) => {}
             () = hasten.notified() => {}
         }
         let Some(renewing) = watchdog.upgrade() else {
             return;
         };
-        let round = renewing.due(Instant::now(), &config);
+        // The next round is a pause after this one began, not after it ended: a slow
+        // store's renewals would otherwise come later and later, each a round trip behind
+        // the pause, until a lease ran out between two of them.
+        let began = Instant::now();
+        let round = renewing.due(began, &config);
         // Do not keep the client's parts alive across the round trip.
         drop(renewing);
         let Some(backend) = backend.upgrade() else {
             return;
         };
-        pause = round.pause;
+        next = began + round.pause;
         if round.due.is_empty() {
             continue;
         }
@@ -242,7 +246,7 @@ async fn run(
         metrics::renewals("gone", tally.gone);
         metrics::renewals("failed", tally.failed);
         if tally.failed > 0 {
-            pause = (pause / 4).max(MIN_RETRY);
+            next = Instant::now() + (round.pause / 4).max(MIN_RETRY);
         }
     }
 }
