@@ -18,6 +18,10 @@
 //! cancellation ([`Event::Others`]). Leases and offers are long: time and failovers are
 //! the exhaustive check's and the simulation's.
 //!
+//! In every other sequence, an owner with one acquisition that writes is the owner of
+//! that acquisition's request alone ([`Owner::of_request`]), as an acquisition outside
+//! any holder's scope is: a store may keep fewer records for its hold.
+//!
 //! Fencing tokens are compared by order (a store's are clock-seeded), and replies that
 //! carry no more than "busy" are compared as such.
 
@@ -161,22 +165,13 @@ struct Sequence {
 }
 
 impl Sequence {
-    fn new(backends: &Backends, kind: LockKind, fair: bool) -> Self {
+    /// `sole`: an owner with one acquisition in the sequence, which writes, is the owner of
+    /// that acquisition's request alone (`Owner::of_request`), as an acquisition outside
+    /// any holder's scope is; else every owner is a holder's.
+    fn new(backends: &Backends, kind: LockKind, fair: bool, sole: bool) -> Self {
+        let owners = owners(kind, fair);
         let kind = kind_of(kind, 0);
         let name = LockName::new(&unique("differential")).unwrap();
-        let mut clients = HashMap::new();
-        for owner in [1, 2, 3] {
-            let holder = Owner::new(
-                &format!("0000000{owner}-d1ff-0000-0000-000000000000"),
-                "seq",
-            );
-            let client = Client {
-                backend: Arc::clone(&backends.owners[&owner]),
-                lock: LockRef::new(kind, name.clone(), holder),
-                listening: None,
-            };
-            clients.insert(owner, client);
-        }
         let acquisitions: Vec<Acquisition> = (0..3)
             .map(|i| {
                 let request = AcquireRequest::new(Duration::from_millis(LEASE_MS))
@@ -199,10 +194,29 @@ impl Sequence {
             .enumerate()
             .map(|(i, a)| (a.request.id, model_id(i)))
             .collect();
+        let mut clients = HashMap::new();
+        for owner in [1, 2, 3] {
+            let client_id = format!("0000000{owner}-d1ff-0000-0000-000000000000");
+            let mut asking = (0..3).filter(|&i| owners[i] == owner);
+            let only = match (asking.next(), asking.next()) {
+                (Some(i), None) if sole && kind_of(kind, i) != LockKind::Read => Some(i),
+                _ => None,
+            };
+            let holder = match only {
+                Some(i) => Owner::of_request(&client_id, acquisitions[i].request.id),
+                None => Owner::new(&client_id, "seq"),
+            };
+            let client = Client {
+                backend: Arc::clone(&backends.owners[&owner]),
+                lock: LockRef::new(kind, name.clone(), holder),
+                listening: None,
+            };
+            clients.insert(owner, client);
+        }
         Self {
             clients,
             outsider: (Arc::clone(&backends.outsider), None),
-            owners: owners(kind, fair),
+            owners,
             kind,
             acquisitions,
             ids,
@@ -381,7 +395,8 @@ async fn run(
     let fair = kind == LockKind::Fair || fx.fair_mutex();
     // Clients of other libraries wait for a mutex only (a release offers it to them).
     let others = kind == LockKind::Mutex;
-    let mut sequence = Sequence::new(backends, kind, fair);
+    // Every other sequence has owners of one request alone.
+    let mut sequence = Sequence::new(backends, kind, fair, seed % 2 == 1);
     let mut machine = Name::new(fair, 60_000);
     let mut tokens = Tokens::default();
     let mut rng = StdRng::seed_from_u64(seed);

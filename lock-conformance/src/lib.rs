@@ -153,6 +153,7 @@ macro_rules! conformance_suite {
             a_late_cancellation_keeps_a_later_acquisitions_place: [Fair],
             starving_waiter_goes_before_newcomers: [Reservation, RedisControl],
             redisson_data_layout: [RedisControl],
+            a_lock_outside_any_scope_keeps_no_grants_hash: [RedisControl],
             waiters_wake_after_pubsub_connection_is_killed: [RedisControl],
             lock_survives_script_flush: [RedisControl],
             restart_while_held_is_reported_lost: [RedisControl],

@@ -3,7 +3,8 @@
 
 use crate::timing::{ms, secs};
 
-use lock_core::{ErrorKind, Holder, Locks};
+use lock_core::{ErrorKind, Holder, LockName, Locks, Owner};
+use lock_redis_protocol::layout;
 use tokio::time::{Instant, sleep, timeout};
 
 use super::{eventually, handover_gap, kind, spawn_waiter, unique};
@@ -38,6 +39,44 @@ pub async fn redisson_data_layout(fx: &dyn Fixture) {
         .expect("waiter woke")
         .unwrap()
         .unwrap();
+}
+
+/// An acquisition outside any holder's scope holds as the owner of its request alone
+/// (`Owner::of_request`), and its hold keeps two keys where a holder's keeps three: the
+/// lock's hash and the grant's latch, with no grants hash. A holder's hold keeps its
+/// grants hash (it may re-enter). Both release to nothing but their latches.
+pub async fn a_lock_outside_any_scope_keeps_no_grants_hash(fx: &dyn Fixture) {
+    let redis = fx.redis().expect("a Redis fixture");
+    let locks = fx.client().await;
+    let name = unique("sole");
+    let lock_name = LockName::new(&name).unwrap();
+    let name = name.as_str();
+    let exists = |key: String| async move {
+        let found = redis.run(name, &["EXISTS", &key]).await;
+        found == redis::Value::Int(1)
+    };
+
+    let guard = locks.mutex(name).lock().await.unwrap();
+    let fields = redis.hash(name).await;
+    let [(field, holds)] = fields.as_slice() else {
+        panic!("one holder, saw {fields:?}");
+    };
+    assert_eq!(holds, "1");
+    let request = Owner::from_stored(field)
+        .sole_request()
+        .unwrap_or_else(|| panic!("{field} is the owner of one request"));
+    assert!(!exists(layout::grants_key(&lock_name, field, false)).await);
+    assert!(exists(layout::grant_latch_key(&lock_name, request)).await);
+    guard.unlock().await.unwrap();
+    assert!(redis.hash(name).await.is_empty());
+
+    let holder = Holder::new("worker-8").unwrap();
+    let guard = locks.mutex(name).with_holder(holder).lock().await.unwrap();
+    let field = format!("{}:worker-8", locks.client_id());
+    assert!(exists(layout::grants_key(&lock_name, &field, false)).await);
+    guard.unlock().await.unwrap();
+    assert!(redis.hash(name).await.is_empty());
+    assert!(!exists(layout::grants_key(&lock_name, &field, false)).await);
 }
 
 /// After the notification connection is killed, waiters still wake promptly.

@@ -49,6 +49,36 @@ impl Owner {
         Self::from_pieces(&[client_id, ":", holder])
     }
 
+    /// The owner of request `request` alone: `"<client-uuid>:once-<request id>"`. An
+    /// acquisition outside any holder's scope owns its hold under such an owner, and moves
+    /// to a fresh owner when it moves to a fresh id ([`Owner::for_request`]), so that its
+    /// owner, its request and its grant are one: a store may then keep no record of which
+    /// grant began the hold (one record less per grant).
+    /// [`Holder::new`](crate::Holder::new) refuses holders that would look like it.
+    #[must_use]
+    pub fn of_request(client_id: &str, request: RequestId) -> Self {
+        let digits = request.hex_digits();
+        // Always ASCII digits.
+        let hex = std::str::from_utf8(&digits).unwrap_or_default();
+        Self::from_pieces(&[client_id, ":", SOLE_PREFIX, hex])
+    }
+
+    /// The request this owner is the owner of alone (see [`Owner::of_request`]), if it is.
+    #[must_use]
+    pub fn sole_request(&self) -> Option<RequestId> {
+        let (_, holder) = self.0.rsplit_once(':')?;
+        RequestId::from_hex(holder.strip_prefix(SOLE_PREFIX)?)
+    }
+
+    /// The owner of `request` alone on this owner's client, when this owner is one
+    /// request's alone; `None` for any other owner (which keeps its requests).
+    #[must_use]
+    pub fn for_request(&self, request: RequestId) -> Option<Self> {
+        self.sole_request()?;
+        let (client_id, _) = self.0.rsplit_once(':')?;
+        Some(Self::of_request(client_id, request))
+    }
+
     /// The owner string made of `pieces`, in one allocation (an owner is made for every
     /// operation outside a holder's scope).
     pub(crate) fn from_pieces(pieces: &[&str]) -> Self {
@@ -79,6 +109,9 @@ impl fmt::Display for Owner {
         f.write_str(&self.0)
     }
 }
+
+/// How the holder of an owner of one request alone starts ([`Owner::of_request`]).
+pub(crate) const SOLE_PREFIX: &str = "once-";
 
 /// `pieces` joined into a string kept on the stack when it is short, so that turning it
 /// into an `Arc<str>` is its only allocation.
@@ -190,18 +223,24 @@ impl RequestId {
     /// shows it, without the formatting machinery (backends put it in keys on every
     /// request).
     pub fn push_hex(self, out: &mut String) {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
         // Filled in place and appended at once: pushing digit by digit checked the
         // string's room 32 times.
+        let hex = self.hex_digits();
+        // Always ASCII digits.
+        if let Ok(hex) = std::str::from_utf8(&hex) {
+            out.push_str(hex);
+        }
+    }
+
+    /// The id's 32 lowercase hex digits, on the stack.
+    fn hex_digits(self) -> [u8; 32] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
         let mut hex = [0u8; 32];
         for (pair, byte) in hex.chunks_exact_mut(2).zip(self.0.to_be_bytes()) {
             pair[0] = DIGITS[usize::from(byte >> 4)];
             pair[1] = DIGITS[usize::from(byte & 0xf)];
         }
-        // Always ASCII digits.
-        if let Ok(hex) = std::str::from_utf8(&hex) {
-            out.push_str(hex);
-        }
+        hex
     }
 }
 

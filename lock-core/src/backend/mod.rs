@@ -18,8 +18,8 @@ mod unsupported;
 
 pub use capabilities::{Capabilities, HoldModel};
 pub use expirable::{ExpirableSemaphoreBackend, Issue, IssueRequest, PermitId, ReturnRequest};
-pub(crate) use identity::concat;
 pub use identity::{LockKind, LockRef, Owner, RequestId};
+pub(crate) use identity::{SOLE_PREFIX, concat};
 pub use introspect::{ClientInfo, HeldAs, HolderInfo, Introspect, LockInfo, client_id_of};
 pub use latch::{LatchBackend, LatchRequest};
 pub use lock::{

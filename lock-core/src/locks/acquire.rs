@@ -126,6 +126,10 @@ async fn ask(
     let mut request = AcquireRequest::new(lease_duration)
         .fencing(client.config.fencing)
         .retry_window(client.config.retry_window);
+    // The owner of one request alone asks under that request's id.
+    if let Some(id) = lock.owner.sole_request() {
+        request.id = id;
+    }
     // A caller that will wait says so (a fair lock queues it, a try never queues) and
     // tells the backend when it gives up, even when its caller goes away, unless it ends
     // up holding the lock.
@@ -146,7 +150,7 @@ async fn ask(
     };
     let mut asking = Asking {
         client,
-        lock: &lock,
+        lock,
         wait,
         started,
         lease: (lease_duration, renew),
@@ -167,8 +171,8 @@ async fn ask(
         bell.served();
     }
     if served.waited {
-        metrics::waited(lock.kind, started.elapsed());
-        events::acquired_after_waiting(&lock, started.elapsed(), guard.fencing_token());
+        metrics::waited(asking.lock.kind, started.elapsed());
+        events::acquired_after_waiting(&asking.lock, started.elapsed(), guard.fencing_token());
     } else {
         events::acquired_at_once(&guard.hold().lock, guard.fencing_token());
     }
@@ -179,7 +183,9 @@ async fn ask(
 /// wake-ups bring (a hand-over), and the store it could not reach.
 struct Asking<'a> {
     client: &'a Arc<Inner>,
-    lock: &'a LockRef,
+    /// The lock as the acquisition asks for it: an owner of one request alone moves to
+    /// a fresh owner with a fresh id (see [`Asking::fresh_id`]).
+    lock: LockRef,
     wait: Wait,
     started: Instant,
     /// The lease asked for, and whether the watchdog renews it.
@@ -199,6 +205,24 @@ struct Asking<'a> {
 }
 
 impl Asking<'_> {
+    /// Moves the acquisition to a fresh id, once its id is over or may be undone. An
+    /// owner of one request alone moves to the fresh id's owner: the old owner's grant,
+    /// if a late copy gets one, is another owner's hold, never joined to this one (see
+    /// `Owner::of_request`). Its standing with the store under the old owner (a fair
+    /// queue's place) is given up, and it waits on as the new owner.
+    fn fresh_id(&mut self) {
+        self.request = self.request.fresh_id();
+        self.resent = false;
+        if let Some(owner) = self.lock.owner.for_request(self.request.id) {
+            self.lock.owner = owner;
+            if let Some(queued) = self.queued.take() {
+                // Dropping it gives the old owner's standing up, in the background.
+                self.queued = Some(QueuedWaiter::new(self.client, &self.lock, self.request));
+                drop(queued);
+            }
+        }
+    }
+
     /// Lets the attempt wait inside a store that can ([`Capabilities::waits_in_store`]):
     /// for the caller's time left, at most [`STORE_WAIT_SLICE`].
     ///
@@ -240,7 +264,7 @@ impl Driver for Asking<'_> {
         let numbered = self.asked.next(request);
         self.latest = Some(numbered);
         let renew = self.lease.1;
-        let (client, lock, wait) = (self.client, self.lock, self.wait);
+        let (client, lock, wait) = (self.client, &self.lock, self.wait);
         let queued = (self.queued.as_mut(), &mut self.resent);
         let outcome = attempt(client, lock, numbered, renew, wait, queued).await;
         Ok(match rides_out(wait, outcome, lock, &mut self.unreached)? {
@@ -253,14 +277,12 @@ impl Driver for Asking<'_> {
             },
             // Its id is over (a handed hold lapsed or revoked): it asks at once anew.
             Attempt::Ended => {
-                self.request = self.request.fresh_id();
-                self.resent = false;
+                self.fresh_id();
                 Step::Again
             }
             // Its id may be undone (see `rides_out`): a pause, then a fresh id.
             Attempt::Unreached => {
-                self.request = self.request.fresh_id();
-                self.resent = false;
+                self.fresh_id();
                 Step::busy(Some(OUTAGE_PAUSE))
             }
         })
@@ -285,7 +307,7 @@ impl Driver for Asking<'_> {
         let latest = self.latest.filter(|latest| latest.id == self.request.id)?;
         woken(
             self.client,
-            (self.lock, listener),
+            (&self.lock, listener),
             &self.asked,
             latest,
             self.lease,

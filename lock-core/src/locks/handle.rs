@@ -16,7 +16,7 @@ use crate::locks::acquire;
 use crate::locks::holder;
 use crate::locks::lease::Lease;
 use crate::wait::Wait;
-use crate::{Error, Guard, Holder, LockKind, LockRef, Owner};
+use crate::{Error, Guard, Holder, LockKind, LockRef, Owner, RequestId};
 
 /// A handle on one lock. Cheap to create and clone; does no I/O by itself.
 ///
@@ -112,7 +112,11 @@ impl Lock {
         let client_id = &self.named.client.client_id;
         let owner = match self.holder.clone().or_else(Holder::ambient) {
             Some(holder) => Owner::new(client_id, holder.as_str()),
-            None => holder::unique_owner(client_id),
+            // A reader's hold counts the grants of its owner's reads, which a store
+            // records whatever the owner (see `Owner::of_request`).
+            None if self.kind == LockKind::Read => holder::unique_owner(client_id),
+            // The owner of its acquisition's request alone: `acquire` asks under that id.
+            None => Owner::of_request(client_id, RequestId::random()),
         };
         Ok(LockRef::new(self.kind, name, owner))
     }

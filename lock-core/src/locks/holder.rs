@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::Error;
-use crate::backend::{Owner, concat};
+use crate::backend::{Owner, SOLE_PREFIX, concat};
 
 tokio::task_local! {
     static AMBIENT: Holder;
@@ -47,14 +47,25 @@ pub struct Holder(Arc<str>);
 impl Holder {
     /// A holder with an explicit id, for re-entering across tasks on purpose.
     ///
-    /// The id must be non-empty and contain no whitespace and no `:`. The owner string
-    /// is `"<client-uuid>:<holder>"`, and a writer's field is `"<owner>:write"`: a holder
-    /// `a:write` would be read as the writer of holder `a`.
+    /// The id must be non-empty, contain no whitespace and no `:`, and not start with
+    /// `once-`. The owner string is `"<client-uuid>:<holder>"`, and a writer's field is
+    /// `"<owner>:write"`: a holder `a:write` would be read as the writer of holder `a`;
+    /// a holder `once-...` as the owner of one request alone
+    /// ([`Owner::of_request`](crate::Owner::of_request)), which never re-enters.
     pub fn new(id: &str) -> Result<Self, Error> {
         if id.is_empty() || id.chars().any(|c| c.is_whitespace() || c == ':') {
             return Err(Error::invalid_argument(
                 "holder",
                 "a holder id must be non-empty and contain no whitespace and no `:`",
+            ));
+        }
+        if id.starts_with(SOLE_PREFIX) {
+            return Err(Error::invalid_argument(
+                "holder",
+                format!(
+                    "a holder id must not start with `{SOLE_PREFIX}`: the library names the \
+                     owners of single requests so"
+                ),
             ));
         }
         Ok(Self(Arc::from(id)))

@@ -62,7 +62,12 @@ impl Backend for MemoryBackend {
         if matches!(lock.kind, LockKind::Mutex | LockKind::Fair) {
             let (reply, pass_on) = store.acquire_exclusive(lock, request, now)?;
             drop(store);
-            self.wake(pass_on);
+            // Passed on to itself, the wake-up would come straight back, at one instant,
+            // until the hold is taken up: an acquisition that moved to a fresh id after
+            // it was handed the lock is its client's only listener, and spun.
+            if self.listening(lock) > 1 {
+                self.wake(pass_on);
+            }
             return Ok(reply);
         }
         let name = lock.name.as_str();

@@ -55,16 +55,16 @@ if redis.call('exists', KEYS[1]) == 0 then
         redis.call('hdel', KEYS[4], ARGV[2])
         redis.call('hincrby', KEYS[1], ARGV[2], 1)
         redis.call('pexpire', KEYS[1], ARGV[1])
-        local origin = record_grant(true, ARGV[1])
-        return granted(1, token(true), origin)
+        local origin, sole = record_grant(true, ARGV[1])
+        return granted(1, token(true), origin, sole)
     end
 elseif redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
-    local origin = record_grant(false, ARGV[1])
-    return granted(holds, token(false), origin)
+    local origin, sole = record_grant(false, ARGV[1])
+    return granted(holds, token(false), origin, sole)
 end
 
 -- Busy, or free while another waiter is first. A waiting caller takes (or keeps) its

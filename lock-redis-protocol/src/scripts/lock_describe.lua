@@ -18,7 +18,17 @@ local holders = {}
 for i = 1, #fields, 2 do
     local field, holds = fields[i], fields[i + 1]
     if field ~= 'mode' then
-        local since = redis.call('hget', ARGV[1] .. field, 's') or ''
+        local since = redis.call('hget', ARGV[1] .. field, 's')
+        local sole = not since and sole_request(field)
+        if sole then
+            -- A sole grant's latch keeps when its hold began (see sole_grant).
+            local s, us = string.match(redis.call('get', latch_of(KEYS[1], sole)) or '',
+                '@(%d+)%.(%d+)$')
+            if s then
+                since = string.format('%d', tonumber(s) * 1000 + math.floor(tonumber(us) / 1000))
+            end
+        end
+        since = since or ''
         local lease = -1
         if mode == 'read' and string.sub(field, -6) ~= ':write' then
             for n = 1, tonumber(holds) or 0 do

@@ -86,12 +86,12 @@ if redis.call('exists', KEYS[1]) == 0 then
     end
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
-    local origin = record_grant(true, ARGV[1])
+    local origin, sole = record_grant(true, ARGV[1])
     local token = 0
     if ARGV[6] == '1' then
         token = next_token(KEYS[3])
     end
-    return granted(1, token, origin)
+    return granted(1, token, origin, sole)
 end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
@@ -99,12 +99,12 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
-    local origin = record_grant(false, ARGV[1])
+    local origin, sole = record_grant(false, ARGV[1])
     local token = 0
     if ARGV[6] == '1' then
         token = tonumber(redis.call('get', KEYS[3]) or 0)
     end
-    return granted(holds, token, origin)
+    return granted(holds, token, origin, sole)
 end
 -- Busy. While the lock is offered to the clients of other libraries (see the prelude's
 -- wake_mutex_waiters), one of them has taken it: the offer is used up, and the next

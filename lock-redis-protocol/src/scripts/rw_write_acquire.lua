@@ -68,16 +68,16 @@ if mode == false then
     end
     redis.call('hset', KEYS[1], 'mode', 'write', writer, 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
-    local origin = record_grant(true, ARGV[1])
-    return granted(1, token(true), origin)
+    local origin, sole = record_grant(true, ARGV[1])
+    return granted(1, token(true), origin, sole)
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], writer) == 1 then
     local holds = redis.call('hincrby', KEYS[1], writer, 1)
     if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
-    local origin = record_grant(false, ARGV[1])
-    return granted(holds, token(false), origin)
+    local origin, sole = record_grant(false, ARGV[1])
+    return granted(holds, token(false), origin, sole)
 end
 
 -- Busy. A caller that will wait registers its client, so that a release can hand the

@@ -14,6 +14,27 @@
 -- the acquire request, then the release's answer as 'r<answer>' for retries of the
 -- release (and so that a late copy of the acquire request grants nothing). Its lifetime
 -- is twice the retry window, the longest a copy of a request is assumed to take.
+-- An exclusive hold of an owner of one request ('<client>:once-<id>', for an acquisition
+-- outside any holder's scope; a writer's field is '<owner>:write') has one grant, <id>,
+-- for as long as the owner's field is there: no other request asks as that owner, and
+-- a late copy of <id> is answered by its latch. Such a hold keeps no grants hash (a
+-- sole grant): the grant is alive while the field is there, it is its own origin, and
+-- its latch keeps when the hold began, after its answer: '<answer>@<s>.<us>'.
+
+-- Whether the request this script runs for (ARGV[#ARGV - 1]) is a sole grant: the
+-- grants hash KEYS[#KEYS - 1] is of the owner of that request alone. (A suffix compare:
+-- a pattern match costs a script more.)
+local function sole_grant()
+    local grants, tail = KEYS[#KEYS - 1], ':once-' .. ARGV[#ARGV - 1]
+    local at = #grants - #tail
+    return string.sub(grants, at + 1) == tail or string.sub(grants, at - 5) == tail .. ':write'
+end
+
+-- The request an exclusive hold's field names when its owner is that request's alone
+-- (see sole_grant), else nil.
+local function sole_request(field)
+    return string.match(field, ':once%-(%x+)$') or string.match(field, ':once%-(%x+):write$')
+end
 
 -- The grant this acquire request got before, or {5, 0} (ended) when that grant already
 -- ended or its acquisition gave up: an acquisition is granted at most once, and never
@@ -28,9 +49,13 @@ end
 
 -- Records the grant in the owner's grants hash, with `lease_ms` on it. A `fresh` grant
 -- begins the hold (it is its origin); any other joins the hold's origin. `expiry` is a
--- read grant's own expiry (server ms), nil for other grants. Returns the origin.
+-- read grant's own expiry (server ms), nil for other grants. Returns the origin, and for
+-- a sole grant (which records nothing here) its lease, for granted.
 local function record_grant(fresh, lease_ms, expiry)
     local grants, id = KEYS[#KEYS - 1], ARGV[#ARGV - 1]
+    if not expiry and sole_grant() then
+        return id, lease_ms
+    end
     local origin = id
     if not fresh then
         origin = redis.call('hget', grants, 'o')
@@ -61,9 +86,17 @@ end
 -- request sent again gets back (one bulk string is cheaper for the server to write and
 -- for a client to read than an array). '%d', not concatenation: Lua writes numbers with
 -- 14 significant digits, and a fencing token has 16 or more.
-local function granted(holds, token, origin)
+-- `sole`: a sole grant's lease (see record_grant), whose latch also keeps when the hold
+-- began and lives at least as long as the lease.
+local function granted(holds, token, origin, sole)
     local grant = string.format('%d:%d:', holds, token) .. origin
-    redis.call('set', KEYS[#KEYS], grant, 'px', ARGV[#ARGV])
+    if sole then
+        local time = redis.call('time')
+        redis.call('set', KEYS[#KEYS], grant .. '@' .. time[1] .. '.' .. time[2], 'px',
+            math.max(tonumber(ARGV[#ARGV]), tonumber(sole)))
+    else
+        redis.call('set', KEYS[#KEYS], grant, 'px', ARGV[#ARGV])
+    end
     return grant
 end
 
@@ -83,9 +116,13 @@ local function release_replayed()
 end
 
 -- Whether the named grant is alive in its grants hash (`now` in server ms, for a read
--- grant's own expiry).
+-- grant's own expiry; 0 for an exclusive grant, which a sole grant is: then its caller
+-- looks for the owner's field).
 -- (Two HGETs, not one HMGET: the documented minimal ACL allows HGET already.)
 local function grant_alive(now)
+    if now == 0 and sole_grant() then
+        return true
+    end
     local grant = redis.call('hget', KEYS[#KEYS - 1], ARGV[#ARGV - 1])
     if not grant then
         return false

@@ -9,9 +9,9 @@ end
 
 -- Makes the waiting acquisition `request` the holder of the free lock `lock` under the
 -- field `field` (its owner's; '<owner>:write' for a writer, with `mode` 'write', else nil),
--- as its own acquire script would have (the field, its grants hash begun by it, a fresh
--- token when `fencing` is '1'), with a lease of the waiter's place (`place_ms`) or its
--- lease (`lease_ms`), whichever is shorter: a holder that dies before its take-up (or
+-- as its own acquire script would have (the field, its grants hash begun by it unless it
+-- is a sole grant, a fresh token when `fencing` is '1'), with a lease of the waiter's
+-- place (`place_ms`) or its lease (`lease_ms`), whichever is shorter: a holder that dies before its take-up (or
 -- after it) is replaced within its own lease. The latch says 'h<holds>:<token>:<origin>'
 -- (handed, not taken up; see find_grant) and outlives the hold by a latch lifetime
 -- (`latch_ms`, two retry windows), so that a take-up that comes after the hold lapsed
@@ -26,15 +26,21 @@ local function grant_handed(lock, field, request, fencing, place_ms, lease_ms, l
         redis.call('hset', lock, field, 1)
     end
     redis.call('pexpire', lock, hold_ms)
-    -- Fields an earlier hold of the owner left are not alive under this origin.
-    redis.call('hset', grants, 'o', request, request, request, 's', now_ms())
-    redis.call('pexpire', grants, hold_ms)
+    local since = ''
+    if sole_request(field) == request then
+        local time = redis.call('time')
+        since = '@' .. time[1] .. '.' .. time[2]
+    else
+        -- Fields an earlier hold of the owner left are not alive under this origin.
+        redis.call('hset', grants, 'o', request, request, request, 's', now_ms())
+        redis.call('pexpire', grants, hold_ms)
+    end
     local token = 0
     if fencing == '1' then
         token = next_token(token_key)
     end
-    redis.call('set', latch_of(lock, request), string.format('h1:%d:', token) .. request,
-        'px', hold_ms + tonumber(latch_ms))
+    redis.call('set', latch_of(lock, request),
+        string.format('h1:%d:', token) .. request .. since, 'px', hold_ms + tonumber(latch_ms))
     return token
 end
 
@@ -87,16 +93,24 @@ local function find_grant(key, field, lease_ms)
         redis.call('set', latch, 'r-1', 'px', ARGV[#ARGV])
         return {5, 0}
     end
+    local sole = sole_grant()
     if lease_left(key) < tonumber(lease_ms) then
         redis.call('pexpire', key, lease_ms)
-        redis.call('pexpire', KEYS[#KEYS - 1], lease_ms)
+        if not sole then
+            redis.call('pexpire', KEYS[#KEYS - 1], lease_ms)
+        end
     end
-    local grant = redis.call('get', latch)
-    if string.sub(grant, 1, 1) == 'h' then
-        grant = string.sub(grant, 2)
+    local kept = redis.call('get', latch)
+    if string.sub(kept, 1, 1) == 'h' then
+        kept = string.sub(kept, 2)
     end
-    redis.call('set', latch, grant, 'px', ARGV[#ARGV])
-    return grant
+    if not sole then
+        redis.call('set', latch, kept, 'px', ARGV[#ARGV])
+        return kept
+    end
+    -- A sole grant's latch keeps when its hold began, for as long as the hold's lease.
+    redis.call('set', latch, kept, 'px', math.max(tonumber(ARGV[#ARGV]), tonumber(lease_ms)))
+    return string.match(kept, '^[^@]*')
 end
 
 -- Wakes a mutex's waiters once it is free (`m`: its keys and settings, see the mutex
@@ -192,9 +206,12 @@ local function end_acquisition(lock, owner, request, latch_ms)
         return false
     end
     local grants = grants_of(lock, owner)
-    local origin = string.match(redis.call('hget', grants, request) or '', '^(%x+)')
-    if not (origin and origin == redis.call('hget', grants, 'o')
-            and redis.call('hexists', lock, owner) == 1) then
+    local alive = sole_request(owner) == request
+    if not alive then
+        local origin = string.match(redis.call('hget', grants, request) or '', '^(%x+)')
+        alive = origin and origin == redis.call('hget', grants, 'o')
+    end
+    if not (alive and redis.call('hexists', lock, owner) == 1) then
         return false
     end
     local held = tonumber(redis.call('hget', lock, owner) or '0')
