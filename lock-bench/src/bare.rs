@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use fred::prelude::{Builder, ClientLike, Config, ConnectionConfig, Options, TcpConfig, Value};
 use fred::types::{ClusterHash, CustomCommand};
-use lock_core::LockName;
 use lock_core::backend::RequestId;
+use lock_core::{LockName, Owner};
 use lock_redis_protocol::calls::{self, FixedCall};
 use lock_redis_protocol::settings::DEFAULT_RESPONSE_TIMEOUT;
 use lock_redis_protocol::{layout, script};
@@ -26,7 +26,7 @@ const TASKS: usize = 64;
 /// declared struct (so every input sits where its script reads it).
 #[derive(Debug)]
 pub(crate) struct Pair {
-    owner: &'static str,
+    owner: String,
     lock: String,
     reservation: String,
     waiting: String,
@@ -40,17 +40,28 @@ pub(crate) struct Pair {
 
 impl Pair {
     /// A pair on `name` by `owner`, its grant with an id (and so latch keys) of its own.
-    pub(crate) fn new(name: &str, owner: &'static str) -> Self {
-        let name = LockName::new(name).expect("a valid lock name");
+    pub(crate) fn new(name: &str, owner: &str) -> Self {
+        Self::with_grant(name, owner.to_owned(), RequestId::random())
+    }
+
+    /// A pair on `name` as the adapters send one outside any holder's scope: by the owner
+    /// of its request alone on client `client` (`Owner::of_request`).
+    pub(crate) fn sole(name: &str, client: &str) -> Self {
         let grant = RequestId::random();
+        let owner = Owner::of_request(client, grant);
+        Self::with_grant(name, owner.as_str().to_owned(), grant)
+    }
+
+    fn with_grant(name: &str, owner: String, grant: RequestId) -> Self {
+        let name = LockName::new(name).expect("a valid lock name");
         Self {
+            grants: layout::grants_key(&name, &owner, false),
             owner,
             lock: layout::lock_key(&name).to_owned(),
             reservation: layout::reservation_key(&name),
             waiting: layout::waiting_clients_key(&name),
             requests: layout::waiting_requests_key(&name),
             token: layout::token_key(&name),
-            grants: layout::grants_key(&name, owner, false),
             latch: layout::grant_latch_key(&name, grant),
             channel: layout::mutex_channel(&name),
             grant: grant.to_string(),
@@ -71,7 +82,7 @@ impl Pair {
             grants: &self.grants,
             latch: &self.latch,
             lease_ms: "30000",
-            owner: self.owner,
+            owner: &self.owner,
             starving: "0",
             reservation_ms: "100",
             waited_ms: "0",
@@ -98,7 +109,7 @@ impl Pair {
             grants: &self.grants,
             latch: &self.latch,
             lease_ms: "30000",
-            owner: self.owner,
+            owner: &self.owner,
             channel: &self.channel,
             publish: "publish",
             numsub: "numsub",
@@ -263,8 +274,8 @@ impl BareLock {
     /// latches of its own, as a client makes them.
     pub(crate) fn commands(self, loaded: &Loaded, name: &str) -> [redis::Cmd; 2] {
         match self {
-            Self::OurScripts => Pair::new(name, "bench-owner").redis_commands(&loaded.ours),
-            Self::OurFunctions => Pair::new(name, "bench-owner").redis_function_calls(),
+            Self::OurScripts => Pair::sole(name, "bench-client").redis_commands(&loaded.ours),
+            Self::OurFunctions => Pair::sole(name, "bench-client").redis_function_calls(),
             Self::Redisson => {
                 let owner = "bench-owner:1";
                 let channel = format!("redisson_lock__channel:{{{name}}}");
@@ -411,7 +422,7 @@ pub(crate) async fn fred_pairs_per_second(
             let name = format!("bench:bare-fred:{task}");
             let command = || CustomCommand::new_static("EVALSHA", ClusterHash::FirstKey, false);
             while pairs.keep_going() {
-                let [acquire, release] = Pair::new(&name, "bench-owner").fred_arguments(&scripts);
+                let [acquire, release] = Pair::sole(&name, "bench-client").fred_arguments(&scripts);
                 let client = client.with_options(&options);
                 let acquired: Value = client
                     .custom(command(), acquire)

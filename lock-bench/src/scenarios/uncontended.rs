@@ -224,7 +224,7 @@ async fn server_limit(server: &RedisServer, duration: Duration) -> f64 {
                 for _ in 0..LIMIT_PIPELINE {
                     let name = format!("bench:limit:{connection}:{pairs}");
                     pairs += 1;
-                    for command in Pair::new(&name, "bench-owner").redis_commands(&scripts) {
+                    for command in Pair::sole(&name, "bench-client").redis_commands(&scripts) {
                         pipe.add_command(command);
                     }
                 }
