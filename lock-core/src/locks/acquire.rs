@@ -215,10 +215,9 @@ impl Asking<'_> {
         self.resent = false;
         if let Some(owner) = self.lock.owner.for_request(self.request.id) {
             self.lock.owner = owner;
-            if let Some(queued) = self.queued.take() {
-                // Dropping it gives the old owner's standing up, in the background.
+            if self.queued.is_some() {
+                // The old one, dropped, gives the old owner's standing up in the background.
                 self.queued = Some(QueuedWaiter::new(self.client, &self.lock, self.request));
-                drop(queued);
             }
         }
     }

@@ -21,13 +21,25 @@
 -- sole grant): the grant is alive while the field is there, it is its own origin, and
 -- its latch keeps when the hold began, after its answer: '<answer>@<s>.<us>'.
 
+-- Whether `field` (an owner's field, or a key that ends with one) is the owner of request
+-- `id` alone, and so its hold's grant a sole grant. (A suffix compare: a pattern match
+-- costs a script more.)
+local function owned_alone(field, id)
+    local tail = ':once-' .. id
+    local at = #field - #tail
+    return string.sub(field, at + 1) == tail or string.sub(field, at - 5) == tail .. ':write'
+end
+
 -- Whether the request this script runs for (ARGV[#ARGV - 1]) is a sole grant: the
--- grants hash KEYS[#KEYS - 1] is of the owner of that request alone. (A suffix compare:
--- a pattern match costs a script more.)
+-- grants hash KEYS[#KEYS - 1] is of the owner of that request alone.
 local function sole_grant()
-    local grants, tail = KEYS[#KEYS - 1], ':once-' .. ARGV[#ARGV - 1]
-    local at = #grants - #tail
-    return string.sub(grants, at + 1) == tail or string.sub(grants, at - 5) == tail .. ':write'
+    return owned_alone(KEYS[#KEYS - 1], ARGV[#ARGV - 1])
+end
+
+-- When a sole grant's hold began, as its latch keeps it after the grant's answer.
+local function hold_began()
+    local time = redis.call('time')
+    return '@' .. time[1] .. '.' .. time[2]
 end
 
 -- The request an exclusive hold's field names when its owner is that request's alone
@@ -91,8 +103,7 @@ end
 local function granted(holds, token, origin, sole)
     local grant = string.format('%d:%d:', holds, token) .. origin
     if sole then
-        local time = redis.call('time')
-        redis.call('set', KEYS[#KEYS], grant .. '@' .. time[1] .. '.' .. time[2], 'px',
+        redis.call('set', KEYS[#KEYS], grant .. hold_began(), 'px',
             math.max(tonumber(ARGV[#ARGV]), tonumber(sole)))
     else
         redis.call('set', KEYS[#KEYS], grant, 'px', ARGV[#ARGV])

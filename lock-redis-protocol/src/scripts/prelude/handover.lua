@@ -27,9 +27,8 @@ local function grant_handed(lock, field, request, fencing, place_ms, lease_ms, l
     end
     redis.call('pexpire', lock, hold_ms)
     local since = ''
-    if sole_request(field) == request then
-        local time = redis.call('time')
-        since = '@' .. time[1] .. '.' .. time[2]
+    if owned_alone(field, request) then
+        since = hold_began()
     else
         -- Fields an earlier hold of the owner left are not alive under this origin.
         redis.call('hset', grants, 'o', request, request, request, 's', now_ms())
@@ -206,7 +205,7 @@ local function end_acquisition(lock, owner, request, latch_ms)
         return false
     end
     local grants = grants_of(lock, owner)
-    local alive = sole_request(owner) == request
+    local alive = owned_alone(owner, request)
     if not alive then
         local origin = string.match(redis.call('hget', grants, request) or '', '^(%x+)')
         alive = origin and origin == redis.call('hget', grants, 'o')
