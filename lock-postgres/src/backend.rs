@@ -1,62 +1,46 @@
 //! [`PostgresBackend`]: lock-core's `Backend` over the lock tables.
 
 use std::fmt;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deadpool_postgres::Pool;
 use lock_core::Error;
 use lock_core::backend::{
     Acquire, AcquireRequest, Backend, Capabilities, HoldModel, LockKind, LockRef, LockState,
     Release, ReleaseRequest, Renewal, RequestId,
 };
 use lock_core::notify::Listener;
-use tokio_postgres::types::{FromSql, ToSql, Type};
+use tokio_postgres::types::{FromSql, Type};
 
-use crate::calls::Param;
-use crate::calls::{self, Arg, arg};
+use crate::calls::{self, Arg, Param, arg};
 use crate::channel;
-use crate::direct::Preparing;
-use crate::error::{failed, pool_failed};
+use crate::combine::{Arguments, Call, Combiner};
 use crate::notify::Notifications;
 use crate::schema::SchemaName;
-use crate::timeouts::silent;
+use crate::statements::Statements;
 
 /// Locks in PostgreSQL tables.
 ///
-/// Every operation is one statement (a call of one of the library's functions) on a
-/// pooled connection, atomic and without session state; waiting is by LISTEN/NOTIFY on a
-/// dedicated connection ([`Notifications`]). Expiries are on the database's clock.
+/// Every operation is one call of one of the library's functions on a pooled
+/// connection, atomic and without session state; under load, acquires and releases that
+/// wait for the pool share a statement ([`crate::combine`]). Waiting is by LISTEN/NOTIFY
+/// on a dedicated connection ([`Notifications`]). Expiries are on the database's clock.
 pub struct PostgresBackend {
-    pub(crate) pool: Pool,
+    pub(crate) statements: Statements,
     pub(crate) schema: SchemaName,
     pub(crate) notifications: Notifications,
-    /// Whether statements are prepared (only on connections proved to be the server's
-    /// own sessions, see [`crate::direct`]).
-    pub(crate) preparing: Preparing,
-    pub(crate) response_timeout: Duration,
     /// The longest lease the database grants (`distlock.failover_quarantine_ms`), read
     /// when connecting.
     pub(crate) longest_lease: Duration,
-    /// The texts of the hot calls, each made once by its call site.
-    pub(crate) texts: CallTexts,
-}
-
-/// The statement texts of the calls every lock and unlock makes, each made once (see
-/// [`PostgresBackend::call_once_built`]).
-#[derive(Debug, Default)]
-pub(crate) struct CallTexts {
-    acquire: OnceLock<String>,
-    release: OnceLock<String>,
+    /// The acquires and releases waiting for a statement.
+    pub(crate) combiner: Combiner,
 }
 
 impl fmt::Debug for PostgresBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresBackend")
-            .field("schema", &self.schema)
-            .field("pool", &self.pool.status())
-            .field("preparing", &self.preparing.allowed())
+            .field("statements", &self.statements)
+            .field("combiner", &self.combiner)
             .finish_non_exhaustive()
     }
 }
@@ -86,7 +70,7 @@ impl PostgresBackend {
     /// server their parse and plan.
     #[must_use]
     pub fn prepares_statements(&self) -> bool {
-        self.preparing.allowed()
+        self.statements.preparing.allowed()
     }
 
     /// The channel a waiter of `lock` listens on (see [`crate::channel`]).
@@ -97,29 +81,6 @@ impl PostgresBackend {
     /// The channel of `lock`'s name (what a release of a read-write lock wakes).
     fn name_channel(&self, lock: &LockRef) -> String {
         channel::of_name(&self.schema, &lock.name)
-    }
-
-    /// Calls the entry point `function` with named `args`, as [`Self::call`], its text
-    /// made once into `text`: one cell per call site, whose arguments are always the same
-    /// parameters (the text depends on nothing else), so that a hot call does not build
-    /// its statement anew every time.
-    async fn call_once_built<T>(
-        &self,
-        text: &OnceLock<String>,
-        during: &'static str,
-        function: &str,
-        args: &[Arg<'_>],
-    ) -> Result<T, Error>
-    where
-        T: for<'a> FromSql<'a>,
-    {
-        let statement = text.get_or_init(|| {
-            let (call, _) = calls::named(function, args);
-            format!("SELECT {}.{call}", self.schema)
-        });
-        let params = calls::params(args);
-        let rows = self.query(during, statement, &params).await?;
-        first_value(&rows, during)
     }
 
     /// Calls the entry point `function` with named `args` on a pooled connection and
@@ -133,9 +94,10 @@ impl PostgresBackend {
     where
         T: for<'a> FromSql<'a>,
     {
-        // A cell of its own: the text is built for this call alone.
-        self.call_once_built(&OnceLock::new(), during, function, args)
-            .await
+        let (call, params) = calls::named(function, args);
+        let statement = format!("SELECT {}.{call}", self.schema);
+        let rows = self.query(during, &statement, &params).await?;
+        first_value(&rows, during)
     }
 
     /// Calls the entry point `function`, which returns nothing, with named `args`.
@@ -150,44 +112,96 @@ impl PostgresBackend {
         self.query(during, &statement, &params).await.map(drop)
     }
 
-    /// Runs `statement` with typed parameters on a pooled connection: prepared once per
-    /// connection where every connection is the server's own session, else as one
-    /// unnamed statement, one round trip that leaves nothing a transaction-mode pooler
-    /// could lose between statements (see [`crate::direct`]).
+    /// Runs `statement` with typed parameters on a pooled connection (see
+    /// [`Statements::query`]).
     pub(crate) async fn query(
         &self,
         during: &'static str,
         statement: &str,
         params: &[Param<'_>],
     ) -> Result<Vec<tokio_postgres::Row>, Error> {
-        let deadline = tokio::time::Instant::now() + self.response_timeout;
-        let silent =
-            || Error::connection(during, silent("response timeout", self.response_timeout));
-        let client = tokio::time::timeout_at(deadline, self.pool.get())
-            .await
-            .map_err(|_| silent())?
-            .map_err(|err| pool_failed(err, during, &self.schema))?;
-        let outcome = if self.preparing.allowed() {
-            let prepared = async {
-                let types: Vec<Type> = params.iter().map(|(_, ty)| ty.clone()).collect();
-                let values: Vec<&(dyn ToSql + Sync)> =
-                    params.iter().map(|(value, _)| *value).collect();
-                let statement = client.prepare_typed_cached(statement, &types).await?;
-                client.query(&statement, &values).await
-            };
-            tokio::time::timeout_at(deadline, prepared).await
-        } else {
-            tokio::time::timeout_at(deadline, client.query_typed(statement, params)).await
+        self.statements.query(during, statement, params).await
+    }
+}
+
+impl PostgresBackend {
+    /// Calls the entry point `function`, which returns `bigint[]`, on `lock` with
+    /// `arguments`, in a statement it may share with other callers' calls (see
+    /// [`crate::combine`]).
+    async fn combined(
+        &self,
+        during: &'static str,
+        function: &'static str,
+        lock: &LockRef,
+        arguments: impl Arguments,
+    ) -> Result<Vec<i64>, Error> {
+        let call = Call {
+            function,
+            name: lock.name.as_str().to_owned(),
+            during,
+            arguments: Box::new(arguments),
         };
-        match outcome {
-            Ok(result) => result.map_err(|err| failed(err, during, &self.schema)),
-            Err(_) => {
-                // The statement may still be on its way: its connection leaves the pool
-                // (closed when dropped), so that no later statement queues behind it.
-                drop(deadpool_postgres::Object::take(client));
-                Err(silent())
-            }
-        }
+        self.combiner.call(&self.statements, call).await
+    }
+}
+
+/// The arguments of `acquire`.
+struct AcquireArgs {
+    name: String,
+    owner: String,
+    kind: &'static str,
+    lease_ms: i64,
+    fencing: bool,
+    request: String,
+    window_ms: i64,
+    waits: bool,
+    place_ms: i64,
+    channel: String,
+    handover: bool,
+    attempt: i32,
+}
+
+impl Arguments for AcquireArgs {
+    fn args(&self) -> Vec<Arg<'_>> {
+        vec![
+            arg("p_name", &self.name, "text"),
+            arg("p_owner", &self.owner, "text"),
+            arg("p_kind", &self.kind, "text"),
+            arg("p_lease_ms", &self.lease_ms, "bigint"),
+            arg("p_fencing", &self.fencing, "boolean"),
+            arg("p_request", &self.request, "text::uuid"),
+            arg("p_window_ms", &self.window_ms, "bigint"),
+            arg("p_waits", &self.waits, "boolean"),
+            arg("p_place_ms", &self.place_ms, "bigint"),
+            arg("p_channel", &self.channel, "text"),
+            arg("p_handover", &self.handover, "boolean"),
+            arg("p_attempt", &self.attempt, "integer"),
+        ]
+    }
+}
+
+/// The arguments of `release`.
+struct ReleaseArgs {
+    name: String,
+    owner: String,
+    kind: &'static str,
+    lease_ms: i64,
+    window_ms: i64,
+    grant: String,
+    channel: String,
+}
+
+impl Arguments for ReleaseArgs {
+    fn args(&self) -> Vec<Arg<'_>> {
+        vec![
+            arg("p_name", &self.name, "text"),
+            arg("p_owner", &self.owner, "text"),
+            arg("p_kind", &self.kind, "text"),
+            arg("p_lease_ms", &self.lease_ms, "bigint"),
+            arg("p_window_ms", &self.window_ms, "bigint"),
+            arg("p_grant", &self.grant, "text::uuid"),
+            arg("p_channel", &self.channel, "text"),
+        ]
     }
 }
 
@@ -283,28 +297,24 @@ impl Backend for PostgresBackend {
         let attempt = request
             .wait
             .map_or(0, |wait| i32::try_from(wait.attempt).unwrap_or(i32::MAX));
-        let reply: Vec<i64> = self
-            .call_once_built(
-                &self.texts.acquire,
-                "acquiring",
-                "acquire",
-                &[
-                    arg("p_name", &lock.name.as_str(), "text"),
-                    arg("p_owner", &lock.owner.as_str(), "text"),
-                    arg("p_kind", &lock.kind.as_str(), "text"),
-                    arg("p_lease_ms", &millis(request.lease), "bigint"),
-                    arg("p_fencing", &request.fencing, "boolean"),
-                    arg("p_request", &request.id.to_string(), "text::uuid"),
-                    arg("p_window_ms", &millis(request.retry_window), "bigint"),
-                    arg("p_waits", &request.waits(), "boolean"),
-                    arg("p_place_ms", &place_kept_for.unwrap_or(1), "bigint"),
-                    arg("p_channel", &self.channel(lock), "text"),
-                    // A part of a composite lock is not handed over: each part could go
-                    // to another client, and none win them all.
-                    arg("p_handover", &request.waits_to_be_woken_alone(), "boolean"),
-                    arg("p_attempt", &attempt, "integer"),
-                ],
-            )
+        let arguments = AcquireArgs {
+            name: lock.name.as_str().to_owned(),
+            owner: lock.owner.as_str().to_owned(),
+            kind: lock.kind.as_str(),
+            lease_ms: millis(request.lease),
+            fencing: request.fencing,
+            request: request.id.to_string(),
+            window_ms: millis(request.retry_window),
+            waits: request.waits(),
+            place_ms: place_kept_for.unwrap_or(1),
+            channel: self.channel(lock),
+            // A part of a composite lock is not handed over: each part could go to
+            // another client, and none win them all.
+            handover: request.waits_to_be_woken_alone(),
+            attempt,
+        };
+        let reply = self
+            .combined("acquiring", "acquire", lock, arguments)
             .await?;
         match reply.as_slice() {
             [1, holds, token, high, low] => Ok(Acquire::Acquired {
@@ -358,28 +368,19 @@ impl Backend for PostgresBackend {
 
     async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
         check_fits(lock)?;
-        let grant = request.grant.to_string();
-        let reply: Vec<i64> = self
-            .call_once_built(
-                &self.texts.release,
-                "releasing",
-                "release",
-                &[
-                    arg("p_name", &lock.name.as_str(), "text"),
-                    arg("p_owner", &lock.owner.as_str(), "text"),
-                    arg("p_kind", &lock.kind.as_str(), "text"),
-                    arg("p_lease_ms", &millis(request.lease), "bigint"),
-                    // Kept twice the window: a copy of the grant's acquire that comes
-                    // later than its own retries could must still find the grant ended.
-                    arg(
-                        "p_window_ms",
-                        &millis(request.retry_window.saturating_mul(2)),
-                        "bigint",
-                    ),
-                    arg("p_grant", &grant, "text::uuid"),
-                    arg("p_channel", &self.name_channel(lock), "text"),
-                ],
-            )
+        let arguments = ReleaseArgs {
+            name: lock.name.as_str().to_owned(),
+            owner: lock.owner.as_str().to_owned(),
+            kind: lock.kind.as_str(),
+            lease_ms: millis(request.lease),
+            // Kept twice the window: a copy of the grant's acquire that comes later than
+            // its own retries could must still find the grant ended.
+            window_ms: millis(request.retry_window.saturating_mul(2)),
+            grant: request.grant.to_string(),
+            channel: self.name_channel(lock),
+        };
+        let reply = self
+            .combined("releasing", "release", lock, arguments)
             .await?;
         match reply.as_slice() {
             [0, _] => Ok(Release::NotHeld),

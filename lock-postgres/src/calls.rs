@@ -56,6 +56,16 @@ fn wire_type(sql: &str) -> Type {
 /// `function(p_a => $1::type, ...)`, to follow `SELECT <schema>.`, and its typed
 /// parameters in the order of the placeholders.
 pub(crate) fn named<'a>(function: &str, args: &[Arg<'a>]) -> (String, Vec<Param<'a>>) {
+    named_from(function, args, 1)
+}
+
+/// As [`named`], its placeholders numbered from `first` (a call that follows others in
+/// one statement).
+pub(crate) fn named_from<'a>(
+    function: &str,
+    args: &[Arg<'a>],
+    first: usize,
+) -> (String, Vec<Param<'a>>) {
     let mut call = String::with_capacity(function.len() + 2 + args.len() * 32);
     call.push_str(function);
     call.push('(');
@@ -66,7 +76,7 @@ pub(crate) fn named<'a>(function: &str, args: &[Arg<'a>]) -> (String, Vec<Param<
         }
         call.push_str(arg.param);
         call.push_str(" => $");
-        call.push_str(&(i + 1).to_string());
+        call.push_str(&(first + i).to_string());
         call.push_str("::");
         call.push_str(arg.sql);
         params.push((arg.value, wire_type(arg.sql)));

@@ -9,11 +9,13 @@ use lock_core::{Error, Locks};
 use tokio_postgres::Config;
 
 use crate::advisory::{AdvisoryBackend, AdvisoryServer};
-use crate::backend::{CallTexts, PostgresBackend};
+use crate::backend::PostgresBackend;
+use crate::combine::Combiner;
 use crate::direct::DirectConnect;
 use crate::error::pool_failed;
 use crate::notify::Notifications;
 use crate::schema::{self, SchemaName};
+use crate::statements::Statements;
 use crate::timeouts::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, silent};
 use crate::tls::{MakeTls, Trust, another};
 
@@ -305,13 +307,16 @@ async fn open(
     }
     let notifications = Notifications::connect_with(listen_config, tls).await?;
     let mut backend = PostgresBackend {
-        pool,
+        statements: Statements {
+            pool,
+            schema: settings.schema.clone(),
+            preparing,
+            response_timeout: settings.response_timeout,
+        },
         schema: settings.schema,
         notifications,
-        preparing,
-        response_timeout: settings.response_timeout,
         longest_lease: Duration::MAX,
-        texts: CallTexts::default(),
+        combiner: Combiner::default(),
     };
     let longest: i64 = backend
         .call("reading the longest lease", "lease_limit", &[])

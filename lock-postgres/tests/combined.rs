@@ -1,0 +1,113 @@
+//! Acquires and releases that wait for the pool share a statement (`combine` in the
+//! crate), on a server the test starts: fewer transactions than calls, every call its
+//! own answer, and a refused call refused alone.
+
+// reason: a test reports failures by panicking.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use lock_core::{ErrorKind, Locks};
+use lock_postgres::Connector;
+use lock_testkit::{PostgresServer, postgres_client};
+
+/// Lock-and-unlock pairs each task runs.
+const PAIRS: usize = 5;
+/// Tasks on one client whose pool has one connection.
+const TASKS: usize = 32;
+
+/// The transaction ids the server assigned so far: every statement that writes takes
+/// one (and so does this query).
+async fn xids(client: &lock_postgres::tokio_postgres::Client) -> i64 {
+    client
+        .query_one("SELECT pg_catalog.txid_current()", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// 32 tasks on one pooled connection each lock and unlock names of their own: every
+/// call is answered as its own (each task holds its own name, and its unlock finds its
+/// hold), in well under one transaction per call. Fails if calls that wait for the pool
+/// were sent one to a statement, or if a combined statement gave a call another's
+/// reply (an unlock would find no hold).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_that_wait_for_the_pool_share_a_statement() {
+    let server = PostgresServer::start().await;
+    let backend = Connector::new(server.url())
+        .pool_size(1)
+        .connect()
+        .await
+        .unwrap();
+    let locks = Arc::new(Locks::new(Arc::new(backend)));
+    let admin = postgres_client(&server.url()).await;
+
+    let before = xids(&admin).await;
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let locks = Arc::clone(&locks);
+            tokio::spawn(async move {
+                for pair in 0..PAIRS {
+                    let mutex = locks.mutex(&format!("combined:{task}:{pair}"));
+                    let guard = mutex.try_lock().await.unwrap().expect("a name of its own");
+                    assert!(guard.is_held());
+                    guard.unlock().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let transactions = xids(&admin).await - before;
+
+    let calls = i64::try_from(TASKS * PAIRS * 2).unwrap();
+    assert!(
+        transactions <= calls * 3 / 4,
+        "{calls} calls took {transactions} transactions"
+    );
+}
+
+/// A call the server refuses, among calls that share its statement, gets the refusal,
+/// and the others their grants. The refusal is planted: a check on the hold rows that
+/// refuses one name. Fails if a refused statement's error went to every call in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_call_is_refused_alone() {
+    let server = PostgresServer::start().await;
+    let backend = Connector::new(server.url())
+        .pool_size(1)
+        .connect()
+        .await
+        .unwrap();
+    let locks = Arc::new(Locks::new(Arc::new(backend)));
+    let admin = postgres_client(&server.url()).await;
+    admin
+        .batch_execute(
+            "ALTER TABLE distlock.holds ADD CONSTRAINT planted_refusal CHECK (name <> 'refused')",
+        )
+        .await
+        .unwrap();
+
+    let tasks: Vec<_> = (0..16)
+        .map(|task| {
+            let locks = Arc::clone(&locks);
+            tokio::spawn(async move {
+                let name = if task == 8 {
+                    "refused".to_owned()
+                } else {
+                    format!("accepted:{task}")
+                };
+                let taken = locks.mutex(&name).try_lock().await;
+                (name, taken)
+            })
+        })
+        .collect();
+    for task in tasks {
+        let (name, taken) = task.await.unwrap();
+        match taken {
+            Err(err) if name == "refused" => assert_eq!(err.kind(), ErrorKind::Backend, "{err}"),
+            Ok(Some(guard)) if name != "refused" => guard.unlock().await.unwrap(),
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+}
