@@ -23,8 +23,9 @@ use crate::statements::Statements;
 ///
 /// Every operation is one call of one of the library's functions on a pooled
 /// connection, atomic and without session state; under load, acquires and releases that
-/// wait for the pool share a statement ([`crate::combine`]). Waiting is by LISTEN/NOTIFY
-/// on a dedicated connection ([`Notifications`]). Expiries are on the database's clock.
+/// wait for the pool share a statement (the crate's README says how). Waiting is by
+/// LISTEN/NOTIFY on a dedicated connection ([`Notifications`]). Expiries are on the
+/// database's clock.
 pub struct PostgresBackend {
     pub(crate) statements: Statements,
     pub(crate) schema: SchemaName,

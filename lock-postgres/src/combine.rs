@@ -34,6 +34,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use deadpool_postgres::Object;
 use lock_core::Error;
 use tokio::sync::oneshot;
+use tokio::sync::oneshot::error::TryRecvError;
 use tokio::time::Instant;
 use tokio_postgres::Row;
 
@@ -117,6 +118,11 @@ impl Combiner {
         let deadline = Instant::now() + statements.response_timeout;
         let (id, mut reply) = self.push(call);
         loop {
+            match reply.try_recv() {
+                Ok(replied) => return replied,
+                Err(TryRecvError::Closed) => return Err(cut_off(during)),
+                Err(TryRecvError::Empty) => {}
+            }
             // Whichever comes first: the reply from a statement another caller sent, or
             // a connection to send one on.
             let mut getting = Box::pin(statements.getting(deadline));

@@ -166,7 +166,7 @@ impl PostgresServer {
         server.launch_on_a_free_port().await;
         prepare(&server).await;
         server.shut_down();
-        let making = prepared.with_extension(format!("{}.making", std::process::id()));
+        let making = template::making(&prepared);
         remove_if_there(&making);
         template::copy(&server.data(), &making);
         template::put_in_place(&making, &prepared, |dir| dir.join("PG_VERSION").is_file());
@@ -380,7 +380,7 @@ impl PostgresServer {
         if template.join("PG_VERSION").is_file() {
             return template;
         }
-        let making = template.with_extension(format!("{}.making", std::process::id()));
+        let making = template::making(&template);
         // Left by a run that died while making it.
         remove_if_there(&making);
         let mut initdb = self.command("initdb");

@@ -2,8 +2,18 @@
 //! (`initdb`, `mariadb-install-db`) takes seconds of CPU, a copy milliseconds, and a test
 //! run starts hundreds of servers.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Where a server makes `template` before [`put_in_place`] renames it: a path of its
+/// own, as tests that run as threads of one process (`cargo test`) may each make the
+/// same template at once, and as processes (nextest) too.
+pub(crate) fn making(template: &Path) -> PathBuf {
+    static MADE_HERE: AtomicU64 = AtomicU64::new(0);
+    let attempt = MADE_HERE.fetch_add(1, Ordering::Relaxed);
+    template.with_extension(format!("{}-{attempt}.making", std::process::id()))
+}
 
 /// Puts `making`, a data directory just made, in place as `template`, unless a server
 /// starting at the same time put its own there first (`made` says whether a directory
