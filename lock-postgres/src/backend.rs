@@ -146,12 +146,41 @@ impl PostgresBackend {
     }
 }
 
-/// The arguments of `acquire`.
-struct AcquireArgs {
+/// The arguments every hot call starts with: the lock and the lease.
+struct LockArgs {
     name: String,
     owner: String,
     kind: &'static str,
     lease_ms: i64,
+}
+
+impl LockArgs {
+    fn of(lock: &LockRef, lease: Duration) -> Self {
+        Self {
+            name: lock.name.as_str().to_owned(),
+            owner: lock.owner.as_str().to_owned(),
+            kind: lock.kind.as_str(),
+            lease_ms: millis(lease),
+        }
+    }
+
+    /// The lock's arguments, followed by `rest`.
+    fn with<'a>(&'a self, rest: &[Arg<'a>]) -> Vec<Arg<'a>> {
+        let mut args = Vec::with_capacity(4 + rest.len());
+        args.extend([
+            arg("p_name", &self.name, "text"),
+            arg("p_owner", &self.owner, "text"),
+            arg("p_kind", &self.kind, "text"),
+            arg("p_lease_ms", &self.lease_ms, "bigint"),
+        ]);
+        args.extend_from_slice(rest);
+        args
+    }
+}
+
+/// The arguments of `acquire`.
+struct AcquireArgs {
+    lock: LockArgs,
     fencing: bool,
     request: String,
     window_ms: i64,
@@ -164,11 +193,7 @@ struct AcquireArgs {
 
 impl Arguments for AcquireArgs {
     fn args(&self) -> Vec<Arg<'_>> {
-        vec![
-            arg("p_name", &self.name, "text"),
-            arg("p_owner", &self.owner, "text"),
-            arg("p_kind", &self.kind, "text"),
-            arg("p_lease_ms", &self.lease_ms, "bigint"),
+        self.lock.with(&[
             arg("p_fencing", &self.fencing, "boolean"),
             arg("p_request", &self.request, "text::uuid"),
             arg("p_window_ms", &self.window_ms, "bigint"),
@@ -177,16 +202,13 @@ impl Arguments for AcquireArgs {
             arg("p_channel", &self.channel, "text"),
             arg("p_handover", &self.handover, "boolean"),
             arg("p_attempt", &self.attempt, "integer"),
-        ]
+        ])
     }
 }
 
 /// The arguments of `release`.
 struct ReleaseArgs {
-    name: String,
-    owner: String,
-    kind: &'static str,
-    lease_ms: i64,
+    lock: LockArgs,
     window_ms: i64,
     grant: String,
     channel: String,
@@ -194,15 +216,11 @@ struct ReleaseArgs {
 
 impl Arguments for ReleaseArgs {
     fn args(&self) -> Vec<Arg<'_>> {
-        vec![
-            arg("p_name", &self.name, "text"),
-            arg("p_owner", &self.owner, "text"),
-            arg("p_kind", &self.kind, "text"),
-            arg("p_lease_ms", &self.lease_ms, "bigint"),
+        self.lock.with(&[
             arg("p_window_ms", &self.window_ms, "bigint"),
             arg("p_grant", &self.grant, "text::uuid"),
             arg("p_channel", &self.channel, "text"),
-        ]
+        ])
     }
 }
 
@@ -299,10 +317,7 @@ impl Backend for PostgresBackend {
             .wait
             .map_or(0, |wait| i32::try_from(wait.attempt).unwrap_or(i32::MAX));
         let arguments = AcquireArgs {
-            name: lock.name.as_str().to_owned(),
-            owner: lock.owner.as_str().to_owned(),
-            kind: lock.kind.as_str(),
-            lease_ms: millis(request.lease),
+            lock: LockArgs::of(lock, request.lease),
             fencing: request.fencing,
             request: request.id.to_string(),
             window_ms: millis(request.retry_window),
@@ -370,10 +385,7 @@ impl Backend for PostgresBackend {
     async fn release(&self, lock: &LockRef, request: ReleaseRequest) -> Result<Release, Error> {
         check_fits(lock)?;
         let arguments = ReleaseArgs {
-            name: lock.name.as_str().to_owned(),
-            owner: lock.owner.as_str().to_owned(),
-            kind: lock.kind.as_str(),
-            lease_ms: millis(request.lease),
+            lock: LockArgs::of(lock, request.lease),
             // Kept twice the window: a copy of the grant's acquire that comes later than
             // its own retries could must still find the grant ended.
             window_ms: millis(request.retry_window.saturating_mul(2)),

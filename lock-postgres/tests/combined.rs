@@ -26,6 +26,19 @@ async fn xids(client: &lock_postgres::tokio_postgres::Client) -> i64 {
         .get(0)
 }
 
+/// A client whose pool has one connection, and a connection of the test's own.
+async fn one_connection_client(
+    server: &PostgresServer,
+) -> (Arc<Locks>, lock_postgres::tokio_postgres::Client) {
+    let backend = Connector::new(server.url())
+        .pool_size(1)
+        .connect()
+        .await
+        .unwrap();
+    let admin = postgres_client(&server.url()).await;
+    (Arc::new(Locks::new(Arc::new(backend))), admin)
+}
+
 /// 32 tasks on one pooled connection each lock and unlock names of their own: every
 /// call is answered as its own (each task holds its own name, and its unlock finds its
 /// hold), in well under one transaction per call. Fails if calls that wait for the pool
@@ -34,13 +47,7 @@ async fn xids(client: &lock_postgres::tokio_postgres::Client) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_that_wait_for_the_pool_share_a_statement() {
     let server = PostgresServer::start().await;
-    let backend = Connector::new(server.url())
-        .pool_size(1)
-        .connect()
-        .await
-        .unwrap();
-    let locks = Arc::new(Locks::new(Arc::new(backend)));
-    let admin = postgres_client(&server.url()).await;
+    let (locks, admin) = one_connection_client(&server).await;
 
     let before = xids(&admin).await;
     let tasks: Vec<_> = (0..TASKS)
@@ -74,13 +81,7 @@ async fn calls_that_wait_for_the_pool_share_a_statement() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_call_is_refused_alone() {
     let server = PostgresServer::start().await;
-    let backend = Connector::new(server.url())
-        .pool_size(1)
-        .connect()
-        .await
-        .unwrap();
-    let locks = Arc::new(Locks::new(Arc::new(backend)));
-    let admin = postgres_client(&server.url()).await;
+    let (locks, admin) = one_connection_client(&server).await;
     admin
         .batch_execute(
             "ALTER TABLE distlock.holds ADD CONSTRAINT planted_refusal CHECK (name <> 'refused')",
