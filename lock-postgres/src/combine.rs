@@ -93,8 +93,9 @@ impl Queued {
 pub(crate) struct Combiner {
     queue: Mutex<VecDeque<Queued>>,
     next_id: AtomicU64,
-    /// Statement texts by the entry points of their columns, in order.
-    texts: Mutex<HashMap<Vec<&'static str>, Arc<str>>>,
+    /// Statement texts by the entry points of their columns, in order (`""` past the
+    /// last).
+    texts: Mutex<HashMap<[&'static str; MOST_COMBINED], Arc<str>>>,
 }
 
 impl std::fmt::Debug for Combiner {
@@ -201,28 +202,35 @@ impl Combiner {
 
     /// The text of a statement of `queued`'s calls, made once per shape.
     fn text(&self, queued: &[Queued], schema: &SchemaName) -> Arc<str> {
-        let shape: Vec<&'static str> = queued.iter().map(|q| q.call.function).collect();
-        let mut texts = lock(&self.texts);
-        if let Some(text) = texts.get(&shape) {
-            return Arc::clone(text);
+        let mut shape = [""; MOST_COMBINED];
+        for (slot, queued) in shape.iter_mut().zip(queued) {
+            *slot = queued.call.function;
         }
-        let mut text = String::from("SELECT ");
-        let mut first = 1;
-        for (i, queued) in queued.iter().enumerate() {
-            if i > 0 {
-                text.push_str(", ");
-            }
-            let args = queued.call.arguments.args();
-            let (call, _) = calls::named_from(queued.call.function, &args, first);
-            first += args.len();
-            text.push_str(schema.as_str());
-            text.push('.');
-            text.push_str(&call);
-        }
-        let text: Arc<str> = text.into();
-        texts.insert(shape, Arc::clone(&text));
-        text
+        Arc::clone(
+            lock(&self.texts)
+                .entry(shape)
+                .or_insert_with(|| statement_text(queued, schema).into()),
+        )
     }
+}
+
+/// `SELECT s.f(...), s.g(...)`: `queued`'s calls as the columns of one statement, their
+/// placeholders numbered on from one call to the next.
+fn statement_text(queued: &[Queued], schema: &SchemaName) -> String {
+    let mut text = String::from("SELECT ");
+    let mut first = 1;
+    for (i, queued) in queued.iter().enumerate() {
+        if i > 0 {
+            text.push_str(", ");
+        }
+        let args = queued.call.arguments.args();
+        let (call, _) = calls::named_from(queued.call.function, &args, first);
+        first += args.len();
+        text.push_str(schema.as_str());
+        text.push('.');
+        text.push_str(&call);
+    }
+    text
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -284,10 +292,11 @@ async fn alone(statements: &Statements, mut conn: Object, queued: Vec<Queued>) {
         let (during, schema) = (next.call.during, &statements.schema);
         let deadline = Instant::now() + statements.response_timeout;
         let outcome = {
+            let text = statement_text(std::slice::from_ref(&next), schema);
             let args = next.call.arguments.args();
-            let (call, params) = calls::named_from(next.call.function, &args, 1);
-            let text = format!("SELECT {schema}.{call}");
-            statements.query_on(conn, (&text, &params), deadline).await
+            statements
+                .query_on(conn, (&text, &calls::params(&args)), deadline)
+                .await
         };
         match outcome {
             Ok((rows, back)) => {
