@@ -1,6 +1,7 @@
 //! Acquires and releases that wait for the pool share a statement (`combine` in the
 //! crate), on a server the test starts: fewer transactions than calls, every call its
-//! own answer, and a refused call refused alone.
+//! own answer, a refused call refused alone, and no connection of the pool lost to a
+//! caller that stopped waiting for one.
 
 // reason: a test reports failures by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -111,4 +112,57 @@ async fn a_refused_call_is_refused_alone() {
             other => panic!("{name}: {other:?}"),
         }
     }
+}
+
+/// The sessions opened on the server so far (each of this test's connections included).
+async fn sessions(client: &lock_postgres::tokio_postgres::Client) -> i64 {
+    // A backend counts its session when it flushes its statistics, at the latest when it
+    // exits: a connection closed at once is counted by then.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    client
+        .query_one(
+            "SELECT sessions FROM pg_catalog.pg_stat_database \
+              WHERE datname = pg_catalog.current_database()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// 64 tasks on a pool of four connections, which opens three of them while callers
+/// whose replies another statement carried stop waiting for one: the pool opens no
+/// more connections than it keeps. Fails if a wait for the pool is dropped while the
+/// pool opens a connection (the connection closes as soon as the server made its
+/// session: hundreds were opened).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_for_the_pool_no_longer_wanted_closes_no_connection() {
+    let server = PostgresServer::start().await;
+    let backend = Connector::new(server.url())
+        .pool_size(4)
+        .connect()
+        .await
+        .unwrap();
+    let locks = Arc::new(Locks::new(Arc::new(backend)));
+    let admin = postgres_client(&server.url()).await;
+
+    let before = sessions(&admin).await;
+    let tasks: Vec<_> = (0..64)
+        .map(|task| {
+            let locks = Arc::clone(&locks);
+            tokio::spawn(async move {
+                for pair in 0..PAIRS {
+                    let mutex = locks.mutex(&format!("pool:{task}:{pair}"));
+                    let guard = mutex.try_lock().await.unwrap().expect("a name of its own");
+                    guard.unlock().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let opened = sessions(&admin).await - before;
+    // The pool had one connection (the migration's); it may open the other three.
+    assert!(opened <= 3, "{opened} sessions opened for a pool of four");
 }
