@@ -17,10 +17,11 @@ use crate::scenarios::{
     all_served, counted_client, served_then_released, spawn_try_waiter, unique,
 };
 
-/// Several clients wait for one mutex; each release is followed by one attempt, by one
-/// waiting client, and every client is served in turn. Before releases woke one client
-/// alone, every waiting client asked after each release (here: four attempts per
-/// release instead of one).
+/// Several clients wait for one mutex; each release is followed by one attempt at most,
+/// by one waiting client (none where the release hands the lock over: the waiter holds
+/// from the message, and takes the hold up only if it keeps it for a while), and every
+/// client is served in turn. Before releases woke one client alone, every waiting client
+/// asked after each release (here: four attempts per release instead of one).
 pub async fn a_release_wakes_one_waiting_client(fx: &dyn Fixture) {
     const CLIENTS: usize = 4;
     let holder = fx.client().await;
@@ -77,9 +78,9 @@ pub async fn a_release_wakes_one_waiting_client(fx: &dyn Fixture) {
         // Attempts the release caused, and any that lag behind.
         sleep(ms(150)).await;
         let asked = attempts() - before;
-        assert_eq!(
-            asked, 1,
-            "release {round} was followed by {asked} attempts by waiting clients, not one"
+        assert!(
+            asked <= 1,
+            "release {round} was followed by {asked} attempts by waiting clients, not one at most"
         );
         served.push(next);
     }

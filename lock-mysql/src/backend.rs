@@ -382,4 +382,9 @@ impl Backend for MysqlBackend {
             .listen(&channel(lock.kind, lock.name.as_str(), &lock.owner))
             .await
     }
+
+    fn listener_at_hand(&self, lock: &LockRef) -> Option<Listener> {
+        self.notifications
+            .listening(&channel(lock.kind, lock.name.as_str(), &lock.owner))
+    }
 }

@@ -27,7 +27,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::backend::RequestId;
-use lock_core::notify::{Handed, InProcess, Listener, PubSub, ReaderTask, Subscriptions, Wake};
+use lock_core::notify::{
+    Handed, InProcess, LINGER, Listener, PubSub, ReaderTask, Subscriptions, Wake,
+};
 use lock_core::{Error, Pauses};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Row};
@@ -76,7 +78,10 @@ impl Notifications {
         };
         let lock_name = mailbox.lock_name();
         let conn = open(&opts, connect_timeout, &lock_name).await?;
-        let subscriptions = Subscriptions::new(Arc::new(InProcess) as Arc<dyn PubSub>);
+        // A lingering channel spares a waiter that comes back within it an acquire
+        // statement (it asks once, listening).
+        let subscriptions =
+            Subscriptions::lingering(Arc::new(InProcess) as Arc<dyn PubSub>, LINGER);
         let (alive, watched) = watch::channel(());
         let kept = Kept {
             opts,
@@ -105,6 +110,13 @@ impl Notifications {
     pub(crate) async fn listen(&self, channel: &str) -> Result<Listener, Error> {
         self.reader.ensure_running()?;
         self.subscriptions.listen(channel).await
+    }
+
+    /// A listener on `channel` without a request, when the channel is subscribed
+    /// already (see [`Subscriptions::listening`]).
+    pub(crate) fn listening(&self, channel: &str) -> Option<Listener> {
+        self.reader.ensure_running().ok()?;
+        self.subscriptions.listening(channel)
     }
 
     /// The registry waiters listen through.

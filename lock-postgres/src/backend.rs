@@ -526,6 +526,11 @@ impl Backend for PostgresBackend {
         self.notifications.listen(&self.channel(lock)).await
     }
 
+    fn listener_at_hand(&self, lock: &LockRef) -> Option<Listener> {
+        check_fits(lock).ok()?;
+        self.notifications.listening(&self.channel(lock))
+    }
+
     fn introspection(&self) -> &dyn lock_core::Introspect {
         self
     }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::notify::{Handed, Listener, PubSub, ReaderTask, Subscriptions, Wake};
+use lock_core::notify::{Handed, LINGER, Listener, PubSub, ReaderTask, Subscriptions, Wake};
 use lock_core::{Error, Pauses};
 use tokio::sync::watch;
 use tokio_postgres::{AsyncMessage, Client, Config};
@@ -128,7 +128,10 @@ impl Notifications {
             .map_err(|failure| failure.into_error("opening the notification connection"))?;
         let listening = Arc::new(Listening::default());
         listening.set(Some(Arc::new(client)));
-        let subscriptions = Subscriptions::new(Arc::clone(&listening) as Arc<dyn PubSub>);
+        // A lingering channel spares a waiter that comes back within it an `UNLISTEN`, a
+        // `LISTEN` and an acquire statement on the name (it asks once, listening).
+        let subscriptions =
+            Subscriptions::lingering(Arc::clone(&listening) as Arc<dyn PubSub>, LINGER);
         let (alive, watched) = watch::channel(());
         let kept = Kept {
             config,
@@ -162,6 +165,13 @@ impl Notifications {
     pub async fn listen(&self, channel: &str) -> Result<Listener, Error> {
         self.reader.ensure_running()?;
         self.subscriptions.listen(channel).await
+    }
+
+    /// A listener on `channel` without a request, when the channel is subscribed
+    /// already (see [`Subscriptions::listening`]).
+    pub(crate) fn listening(&self, channel: &str) -> Option<Listener> {
+        self.reader.ensure_running().ok()?;
+        self.subscriptions.listening(channel)
     }
 
     /// The registry waiters listen through.

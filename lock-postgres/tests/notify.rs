@@ -322,3 +322,78 @@ async fn a_release_notifies_only_when_someone_waits() {
         .expect("acquired");
     granted.unlock().await.unwrap();
 }
+
+/// The query the waiters' notification connection sent last, as the server shows it.
+async fn last_listener_query(admin: &Client) -> String {
+    admin
+        .query_one(
+            "SELECT coalesce(max(query), '') FROM pg_stat_activity WHERE application_name = $1",
+            &[&APPLICATION_NAME],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+// Would fail if the last waiter's leaving sent UNLISTEN at once (the query seen between
+// the waits), or if a lingering channel were never given up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_lingers_for_a_waiter_that_comes_back_then_is_unlistened() {
+    let server = PostgresServer::start().await;
+    let admin = postgres_client(&server.url()).await;
+    let holder = connect(&server.url()).await;
+    let backend = std::sync::Arc::new(
+        lock_postgres::Connector::new(server.url())
+            .connect()
+            .await
+            .unwrap(),
+    );
+    let waiting = lock_core::Locks::new(backend.clone());
+    let name = "linger:name";
+    hand_over(&admin, &holder, &waiting, name).await;
+    let channels = backend.subscribed_channels();
+    assert_eq!(
+        channels.len(),
+        1,
+        "the waiter's channel lingers: {channels:?}"
+    );
+    let listened = last_listener_query(&admin).await;
+    assert!(listened.starts_with("LISTEN "), "{listened}");
+    // Back within the linger: served as before, with nothing more sent on the
+    // notification connection.
+    let held = holder.mutex(name).lock().await.unwrap();
+    let waiter = {
+        let mutex = waiting.mutex(name);
+        tokio::spawn(async move { mutex.lock().await.map(drop) })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    held.unlock().await.unwrap();
+    timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter was woken")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        last_listener_query(&admin).await,
+        listened,
+        "no UNLISTEN, no LISTEN"
+    );
+    assert_eq!(backend.subscribed_channels(), channels);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !backend.subscribed_channels().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the channel lingers on: {:?}",
+            backend.subscribed_channels()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !last_listener_query(&admin).await.starts_with("UNLISTEN ") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server never saw the UNLISTEN"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -484,6 +484,20 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// one's listener on to the next (only a fair lock may wake each waiter on its own).
     async fn listen(&self, lock: &LockRef) -> Result<Listener, Error>;
 
+    /// A listener as [`Backend::listen`] gives, at once and without a request, when this
+    /// client is subscribed to `lock`'s channel already (another waiter listens there,
+    /// or the subscription lingers: see [`Subscriptions::listening`]). A waiter that
+    /// gets one makes its first attempt listening, and asks once instead of twice.
+    ///
+    /// The default, `None`, makes every waiter ask before it listens. A layer keeps it
+    /// unless it passes [`Backend::listen`] on unchanged.
+    ///
+    /// [`Subscriptions::listening`]: crate::notify::Subscriptions::listening
+    fn listener_at_hand(&self, lock: &LockRef) -> Option<Listener> {
+        let _ = lock;
+        None
+    }
+
     /// Waits for the work this backend started in the background on its own (a composite
     /// lock giving back a grant that came too late, or finishing a release it answered
     /// before every node did). [`Locks::shutdown`](crate::Locks::shutdown) awaits it after

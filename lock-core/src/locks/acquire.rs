@@ -294,6 +294,10 @@ impl Driver for Asking<'_> {
         async move { retry::until_answered(retry_until, || backend.listen(&lock)).await }
     }
 
+    fn at_hand(&self) -> Option<Listener> {
+        self.client.backend.listener_at_hand(&self.lock)
+    }
+
     fn listening(&mut self, listener: &Listener) {
         if let Some(bell) = &self.bell {
             bell.hang(listener.wake_handle());

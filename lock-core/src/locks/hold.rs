@@ -9,6 +9,7 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::RequestId;
@@ -32,6 +33,9 @@ pub(crate) struct Hold {
     origin: Option<RequestId>,
     pub(crate) lease: LeaseClock,
     counts: Mutex<Counts>,
+    /// Told when the last guard leaves: a take-up still waiting for its time has
+    /// nothing left to take up.
+    released: Notify,
 }
 
 impl Hold {
@@ -54,6 +58,7 @@ impl Hold {
             origin,
             lease: LeaseClock::new(sent, valid_for, on_lost),
             counts: Mutex::new(Counts::default()),
+            released: Notify::new(),
         }
     }
 
@@ -114,7 +119,20 @@ impl Hold {
         if renew {
             c.renewing = c.renewing.saturating_sub(1);
         }
+        if c.guards == 0 {
+            // A permit, kept for a waiter that comes later: a hold whose last guard
+            // left is never joined again (the client forgets it).
+            self.released.notify_one();
+        }
         c.guards
+    }
+
+    /// Resolves once the last guard has left.
+    pub(crate) async fn released(&self) {
+        if self.guards() == 0 {
+            return;
+        }
+        self.released.notified().await;
     }
 
     /// How many guards share the hold.

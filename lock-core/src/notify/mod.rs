@@ -11,6 +11,7 @@
 //! sleeping through a release whose message was lost with the old connection.
 
 use std::fmt;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -23,6 +24,15 @@ mod subscriptions;
 pub use reader::ReaderTask;
 pub(crate) use subscriptions::WakeHandle;
 pub use subscriptions::{Handed, Listener, Subscriptions, WeakSubscriptions};
+
+/// How long a channel stays subscribed after its last listener left, in the registries
+/// of stores that never count subscribers as waiters (see [`Subscriptions::lingering`]):
+/// a client whose waiters come back to a contended name within it subscribes once, not
+/// once per wait, and its waiters make their first attempt listening (one request per
+/// wait instead of two). Long beside a contended lock's cycle, short beside a client's
+/// life: a second of a subscription nobody uses costs a store nothing, as no release
+/// sends to a waiter that left.
+pub const LINGER: Duration = Duration::from_secs(1);
 
 /// How many local listeners a notification wakes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

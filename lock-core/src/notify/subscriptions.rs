@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use foldhash::HashMap;
 use tokio::sync::{Notify, mpsc};
@@ -19,8 +20,18 @@ mod listener;
 pub(crate) use listener::WakeHandle;
 pub use listener::{Handed, Listener, WeakSubscriptions};
 
-/// Channel -> (entry, number of live listeners).
-type ChannelMap = HashMap<Arc<str>, (Arc<Entry>, usize)>;
+/// Channel -> its subscription.
+type ChannelMap = HashMap<Arc<str>, Channel>;
+
+/// One channel's subscription in the registry.
+struct Channel {
+    entry: Arc<Entry>,
+    /// Live listeners; none while the subscription lingers.
+    listeners: usize,
+    /// Since when the subscription has had no listener, while it lingers (see
+    /// [`Subscriptions::lingering`]).
+    idle_since: Option<Instant>,
+}
 
 #[derive(Debug, Clone)]
 enum SubState {
@@ -89,6 +100,8 @@ impl Entry {
 enum Command {
     Subscribe(Arc<Entry>),
     Unsubscribe(Arc<str>),
+    /// The channel's last listener left at this instant: it lingers from then on.
+    Idle(Arc<str>, Instant),
     Resubscribe,
 }
 
@@ -99,6 +112,10 @@ struct WorkerParts {
     commands: mpsc::UnboundedReceiver<Command>,
     /// Commands a dead worker left, in order, done first by the next one.
     backlog: VecDeque<Command>,
+    /// Lingering channels by when they went idle, oldest first (one linger for all, so
+    /// also by when they end). A channel listened to again since stays in until its
+    /// turn, and is then left alone.
+    lingering: VecDeque<(Arc<str>, Instant)>,
     pubsub: Arc<dyn PubSub>,
 }
 
@@ -113,6 +130,8 @@ struct Shared {
     channels: Mutex<ChannelMap>,
     commands: mpsc::UnboundedSender<Command>,
     worker: Mutex<WorkerSlot>,
+    /// How long a channel stays subscribed after its last listener left.
+    linger: Duration,
 }
 
 impl Shared {
@@ -138,9 +157,22 @@ impl fmt::Debug for Subscriptions {
 }
 
 impl Subscriptions {
-    /// A registry that (un)subscribes through `pubsub`.
+    /// A registry that (un)subscribes through `pubsub`: a channel's last listener to go
+    /// unsubscribes it.
     #[must_use]
     pub fn new(pubsub: Arc<dyn PubSub>) -> Self {
+        Self::lingering(pubsub, Duration::ZERO)
+    }
+
+    /// A registry that keeps a channel subscribed for `linger` after its last listener
+    /// left: a client whose waiters come back to the same name soon (a contended lock)
+    /// finds it still subscribed, which spares the store an unsubscribe and a subscribe
+    /// per wait, and lets a waiter listen before its first attempt (see
+    /// [`Subscriptions::listening`]). Only for stores that never count subscribers as
+    /// waiters: one whose release decides by how many listen would count a lingering
+    /// subscription as a waiter.
+    #[must_use]
+    pub fn lingering(pubsub: Arc<dyn PubSub>, linger: Duration) -> Self {
         let (commands, rx) = mpsc::unbounded_channel();
         Self {
             shared: Arc::new(Shared {
@@ -150,10 +182,12 @@ impl Subscriptions {
                     parts: Some(WorkerParts {
                         commands: rx,
                         backlog: VecDeque::new(),
+                        lingering: VecDeque::new(),
                         pubsub,
                     }),
                     task: None,
                 }),
+                linger,
             }),
         }
     }
@@ -170,9 +204,10 @@ impl Subscriptions {
         self.start_worker()?;
         let entry = {
             let mut channels = self.shared.channels();
-            if let Some((entry, count)) = channels.get_mut(channel) {
-                *count += 1;
-                Arc::clone(entry)
+            if let Some(known) = channels.get_mut(channel) {
+                known.listeners += 1;
+                known.idle_since = None;
+                Arc::clone(&known.entry)
             } else {
                 let name: Arc<str> = Arc::from(channel);
                 let entry = Arc::new(Entry::new(Arc::clone(&name)));
@@ -185,7 +220,12 @@ impl Subscriptions {
                     // Nobody would ever confirm the subscription: fail instead of waiting.
                     return Err(Error::protocol("the subscription worker stopped"));
                 }
-                channels.insert(name, (Arc::clone(&entry), 1));
+                let subscription = Channel {
+                    entry: Arc::clone(&entry),
+                    listeners: 1,
+                    idle_since: None,
+                };
+                channels.insert(name, subscription);
                 entry
             }
         };
@@ -197,6 +237,34 @@ impl Subscriptions {
             SubState::Failed(err) => Err(err),
             _ => Ok(listener),
         }
+    }
+
+    /// A listener on `channel` at once, without a request, when the channel is
+    /// subscribed and confirmed already (another waiter listens, or it lingers). Such a
+    /// listener was listening before anything its caller sends next: a waiter may make
+    /// its first attempt listening.
+    #[must_use]
+    pub fn listening(&self, channel: &str) -> Option<Listener> {
+        // The worker ends lingers and sends a reconnection's subscriptions again: a
+        // channel kept from a runtime that stopped needs it running again.
+        self.start_worker().ok()?;
+        let mut channels = self.shared.channels();
+        let known = channels.get_mut(channel)?;
+        let state = known
+            .entry
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if !matches!(state, SubState::Ready) {
+            return None;
+        }
+        known.listeners += 1;
+        known.idle_since = None;
+        Some(Listener {
+            entry: Arc::clone(&known.entry),
+            shared: Arc::clone(&self.shared),
+        })
     }
 
     /// A handle that delivers messages without keeping the registry alive, for a
@@ -211,7 +279,7 @@ impl Subscriptions {
         self.shared
             .channels()
             .get(channel)
-            .map(|(e, _)| Arc::clone(e))
+            .map(|known| Arc::clone(&known.entry))
     }
 
     /// Delivers a message received on `channel`.
@@ -265,8 +333,8 @@ impl Subscriptions {
     /// Wakes every listener of every channel (for example when messages may have been
     /// dropped by a lagging receiver).
     pub fn wake_all(&self) {
-        for (entry, _) in self.shared.channels().values() {
-            entry.notify.notify_waiters();
+        for known in self.shared.channels().values() {
+            known.entry.notify.notify_waiters();
         }
     }
 
@@ -276,10 +344,11 @@ impl Subscriptions {
         self.shared
             .channels()
             .get(channel)
-            .map_or(0, |(_, count)| *count)
+            .map_or(0, |known| known.listeners)
     }
 
-    /// The channels that currently have listeners, sorted.
+    /// The channels subscribed now (those with listeners, and those that linger),
+    /// sorted.
     #[must_use]
     pub fn channels(&self) -> Vec<String> {
         let mut names: Vec<String> = self
@@ -359,7 +428,7 @@ impl Drop for Worker {
                     fail(entry);
                     false
                 }
-                Command::Unsubscribe(_) | Command::Resubscribe => true,
+                Command::Unsubscribe(_) | Command::Idle(..) | Command::Resubscribe => true,
             });
             parts.backlog = left;
         }
@@ -379,15 +448,46 @@ impl Worker {
             let Some(parts) = self.parts.as_mut() else {
                 return;
             };
+            let linger = self.shared.upgrade().map_or(Duration::ZERO, |s| s.linger);
+            let lingers_until = parts.lingering.front().map(|(_, since)| *since + linger);
             let command = match parts.backlog.pop_front() {
                 Some(command) => command,
-                None => match parts.commands.recv().await {
-                    Some(command) => command,
-                    None => return,
-                },
+                None => {
+                    let next = next_command(&mut parts.commands, lingers_until);
+                    match next.await {
+                        Next::Command(command) => command,
+                        Next::LingerEnded => {
+                            let pubsub = Arc::clone(&parts.pubsub);
+                            if let Some((channel, since)) = parts.lingering.pop_front() {
+                                self.linger_ended(&channel, since, &*pubsub).await;
+                            }
+                            continue;
+                        }
+                        Next::Closed => return,
+                    }
+                }
             };
             let pubsub = Arc::clone(&parts.pubsub);
             self.handle(command, &*pubsub).await;
+        }
+    }
+
+    /// Unsubscribes `channel` if it still lingers from `since` (nobody listened since).
+    async fn linger_ended(&self, channel: &Arc<str>, since: Instant, pubsub: &dyn PubSub) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        {
+            let mut channels = shared.channels();
+            match channels.get(channel) {
+                Some(known) if known.listeners == 0 && known.idle_since == Some(since) => {
+                    channels.remove(channel);
+                }
+                _ => return,
+            }
+        }
+        if let Err(err) = pubsub.unsubscribe(channel).await {
+            report::unsubscribe_failed(channel, &err);
         }
     }
 
@@ -409,6 +509,11 @@ impl Worker {
                 self.current = None;
                 entry.settle(state);
             }
+            Command::Idle(channel, since) => {
+                if let Some(parts) = self.parts.as_mut() {
+                    parts.lingering.push_back((channel, since));
+                }
+            }
             Command::Unsubscribe(channel) => {
                 // A failure leaves a subscription nobody listens to; the connection is
                 // likely gone, and with it the subscription.
@@ -423,7 +528,7 @@ impl Worker {
                 let entries: Vec<Arc<Entry>> = shared
                     .channels()
                     .values()
-                    .map(|(e, _)| Arc::clone(e))
+                    .map(|known| Arc::clone(&known.entry))
                     .collect();
                 let mut failed = 0;
                 for entry in &entries {
@@ -440,6 +545,30 @@ impl Worker {
                 }
             }
         }
+    }
+}
+
+/// What the worker does next.
+enum Next {
+    Command(Command),
+    /// The oldest lingering channel's linger ended.
+    LingerEnded,
+    /// The registry is gone.
+    Closed,
+}
+
+/// The next command, or the end of the oldest linger (`lingers_until`) if it comes first.
+async fn next_command(
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    lingers_until: Option<Instant>,
+) -> Next {
+    let Some(until) = lingers_until else {
+        return commands.recv().await.map_or(Next::Closed, Next::Command);
+    };
+    tokio::select! {
+        biased;
+        command = commands.recv() => command.map_or(Next::Closed, Next::Command),
+        () = tokio::time::sleep_until(until) => Next::LingerEnded,
     }
 }
 

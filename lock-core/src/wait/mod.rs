@@ -4,7 +4,9 @@
 //! Try once; if busy and the caller may wait, subscribe to the name's notifications and
 //! try again (a release between the first try and the subscription would otherwise be
 //! missed); then sleep until a notification arrives, the store's hint runs out or the
-//! caller's wait does, and try again. The notification future is armed before every
+//! caller's wait does, and try again. A waiter that listens already when it starts (its
+//! line passed a listener on, or its backend has one at hand: [`Driver::at_hand`]) skips
+//! the first try: it asks once, listening. The notification future is armed before every
 //! attempt, so a release that lands during the attempt still wakes the waiter. Every
 //! attempt and the subscription end with the caller's wait.
 //!
@@ -123,6 +125,12 @@ pub(crate) trait Driver: Send {
     /// Cancel-safe.
     fn subscribe(&self) -> impl Future<Output = Result<Listener, Error>> + Send + 'static;
 
+    /// A subscription to the name's notifications that needs no request (see
+    /// [`Backend::listener_at_hand`](crate::backend::Backend::listener_at_hand)); `None` by default.
+    fn at_hand(&self) -> Option<Listener> {
+        None
+    }
+
     /// The waiter listens on `listener` from now on.
     fn listening(&mut self, listener: &Listener) {
         let _ = listener;
@@ -161,26 +169,35 @@ pub(crate) async fn run<D: Driver>(
     wait: Wait,
     slot: &mut Option<Listener>,
 ) -> Result<Option<Served<D::Held>>, Error> {
-    // Attempts are boxed: a waiter spends its life between attempts, and its resident
-    // state should not reserve room for one (thousands of waiters add up).
-    // Bounded by the caller's wait as every later attempt is: a store that does not
-    // answer (paused, or a connection being re-established) must not hold a bounded
-    // wait past its deadline for a response timeout or two. A try is never cut short.
-    let Some(first) = Box::pin(within(wait, ATTEMPT_SLACK, driver.attempt())).await else {
-        return ran_out(driver);
-    };
-    if let Step::Held(held) = first? {
-        return Ok(Some(Served {
-            held,
-            waited: false,
-        }));
+    // A waiter that listens already asks once, listening; one that does not asks first,
+    // and subscribes only when it must wait.
+    if slot.is_none() && !wait.is_over() {
+        *slot = driver.at_hand();
     }
-    if wait.is_over() {
-        return ran_out(driver);
-    }
+    // Whether an attempt was made before this one: a grant then came after a wait.
+    let mut asked_before = false;
     let listener = match slot.take() {
         Some(listener) => slot.insert(listener),
         None => {
+            // Attempts are boxed: a waiter spends its life between attempts, and its
+            // resident state should not reserve room for one (thousands of waiters add
+            // up). Bounded by the caller's wait as every later attempt is: a store that
+            // does not answer (paused, or a connection being re-established) must not
+            // hold a bounded wait past its deadline for a response timeout or two. A try
+            // is never cut short.
+            let Some(first) = Box::pin(within(wait, ATTEMPT_SLACK, driver.attempt())).await else {
+                return ran_out(driver);
+            };
+            if let Step::Held(held) = first? {
+                return Ok(Some(Served {
+                    held,
+                    waited: false,
+                }));
+            }
+            if wait.is_over() {
+                return ran_out(driver);
+            }
+            asked_before = true;
             let Some(subscribed) = Box::pin(within(wait, Duration::ZERO, driver.subscribe())).await
             else {
                 return ran_out(driver);
@@ -193,13 +210,19 @@ pub(crate) async fn run<D: Driver>(
         let notified = listener.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        // The first attempt here closes the race with a release before the
-        // subscription; later ones follow a notification or a hint's time.
+        // The first attempt here is the first made listening (after a first try, it
+        // closes the race with a release before the subscription); later ones follow a
+        // notification or a hint's time.
         let Some(step) = Box::pin(within(wait, ATTEMPT_SLACK, driver.attempt())).await else {
             return ran_out(driver);
         };
         let retry_in = match step? {
-            Step::Held(held) => return Ok(Some(Served { held, waited: true })),
+            Step::Held(held) => {
+                return Ok(Some(Served {
+                    held,
+                    waited: asked_before,
+                }));
+            }
             Step::Busy {
                 retry_in,
                 wake_others,
@@ -213,6 +236,7 @@ pub(crate) async fn run<D: Driver>(
             }
             Step::Again => continue,
         };
+        asked_before = true;
         let Some(sleep) = sleep_for(retry_in, wait.left()) else {
             return ran_out(driver);
         };
@@ -266,7 +290,87 @@ pub(crate) async fn within<T>(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::notify::{InProcess, Subscriptions, Wake};
+
+    /// Busy until a notification came, then held; counts its attempts and subscriptions.
+    struct Counting {
+        subscriptions: Subscriptions,
+        at_hand: bool,
+        attempts: usize,
+        subscribed: Arc<std::sync::atomic::AtomicUsize>,
+        released: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Driver for Counting {
+        type Held = ();
+
+        async fn attempt(&mut self) -> Result<Step<()>, Error> {
+            self.attempts += 1;
+            if self.released.load(std::sync::atomic::Ordering::SeqCst) {
+                return Ok(Step::Held(()));
+            }
+            Ok(Step::busy(Some(Duration::from_secs(60))))
+        }
+
+        fn subscribe(&self) -> impl Future<Output = Result<Listener, Error>> + Send + 'static {
+            let (subscriptions, subscribed) =
+                (self.subscriptions.clone(), Arc::clone(&self.subscribed));
+            async move {
+                subscribed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                subscriptions.listen("name").await
+            }
+        }
+
+        fn at_hand(&self) -> Option<Listener> {
+            self.at_hand
+                .then(|| self.subscriptions.listening("name"))
+                .flatten()
+        }
+    }
+
+    /// A waiter's attempts and subscriptions until a release 10 ms in, with a listener
+    /// at hand (the channel lingers) or not.
+    async fn wait_for_a_release(at_hand: bool) -> (usize, usize, bool) {
+        let subscriptions = Subscriptions::lingering(Arc::new(InProcess), Duration::from_secs(1));
+        drop(subscriptions.listen("name").await.expect("listen"));
+        let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut driver = Counting {
+            subscriptions: subscriptions.clone(),
+            at_hand,
+            attempts: 0,
+            subscribed: Arc::default(),
+            released: Arc::clone(&released),
+        };
+        let release = async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            released.store(true, std::sync::atomic::Ordering::SeqCst);
+            subscriptions.deliver("name", Wake::One);
+        };
+        let mut slot = None;
+        let (served, ()) = tokio::join!(run(&mut driver, Wait::Forever, &mut slot), release);
+        let served = served.expect("no error").expect("served");
+        let subscribed = driver.subscribed.load(std::sync::atomic::Ordering::SeqCst);
+        (driver.attempts, subscribed, served.waited)
+    }
+
+    // Would fail if a waiter with a listener at hand asked before it listened (three
+    // attempts and a subscription, as without one).
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_that_listens_already_asks_once_before_it_waits() {
+        assert_eq!(
+            wait_for_a_release(false).await,
+            (3, 1, true),
+            "without one: a try, a subscription, an attempt listening, and the one woken"
+        );
+        assert_eq!(
+            wait_for_a_release(true).await,
+            (2, 0, true),
+            "with one: an attempt listening, and the one woken"
+        );
+    }
 
     #[test]
     fn a_waiter_sleeps_until_the_hint_or_its_wait_runs_out() {

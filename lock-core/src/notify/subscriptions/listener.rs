@@ -5,6 +5,8 @@
 use std::fmt;
 use std::sync::{Arc, PoisonError};
 
+use tokio::time::Instant;
+
 use super::{Command, Entry, Shared, Subscriptions};
 use crate::backend::RequestId;
 use crate::notify::Wake;
@@ -112,7 +114,8 @@ impl WeakSubscriptions {
 }
 
 /// One waiter's share of a channel subscription. Dropping it releases the share; the last
-/// one to go unsubscribes the channel.
+/// one to go unsubscribes the channel (at once, or when its linger ends: see
+/// [`Subscriptions::lingering`]).
 pub struct Listener {
     pub(super) entry: Arc<Entry>,
     pub(super) shared: Arc<Shared>,
@@ -185,21 +188,28 @@ impl WakeHandle {
 impl Drop for Listener {
     fn drop(&mut self) {
         let mut channels = self.shared.channels();
-        let last = match channels.get_mut(&*self.entry.channel) {
-            Some((entry, count)) if Arc::ptr_eq(entry, &self.entry) => {
-                *count -= 1;
-                *count == 0
-            }
-            _ => false,
+        let Some(known) = channels.get_mut(&*self.entry.channel) else {
+            return;
         };
-        if last {
-            channels.remove(&*self.entry.channel);
-            // Cannot fail while the registry lives (see `reconnected`).
-            let _ = self
-                .shared
-                .commands
-                .send(Command::Unsubscribe(Arc::clone(&self.entry.channel)));
+        if !Arc::ptr_eq(&known.entry, &self.entry) {
+            return;
         }
+        known.listeners -= 1;
+        if known.listeners > 0 {
+            return;
+        }
+        let channel = Arc::clone(&self.entry.channel);
+        let command = if self.shared.linger.is_zero() {
+            channels.remove(&channel);
+            Command::Unsubscribe(channel)
+        } else {
+            let now = Instant::now();
+            known.idle_since = Some(now);
+            Command::Idle(channel, now)
+        };
+        // Sent while the map is locked, so commands reach the worker in map order. It
+        // cannot fail while the registry lives (see `reconnected`).
+        let _ = self.shared.commands.send(command);
     }
 }
 

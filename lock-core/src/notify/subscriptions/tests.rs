@@ -166,3 +166,76 @@ async fn a_refused_subscription_fails_at_once_and_an_outage_within_the_window() 
     );
     assert!(outage.asked() > 1);
 }
+
+// Would fail if the last listener's going unsubscribed at once (the log would show
+// "-c", "+c" between the two waits), or if a lingering channel were never unsubscribed.
+#[tokio::test(start_paused = true)]
+async fn a_lingering_channel_is_listened_to_again_without_a_request_until_its_linger_ends() {
+    let rec = Arc::new(Recorder::default());
+    let linger = Duration::from_millis(500);
+    let subs = Subscriptions::lingering(rec.clone(), linger);
+    assert!(subs.listening("c").is_none(), "nothing subscribed yet");
+    drop(subs.listen("c").await.expect("listen"));
+    tokio::time::sleep(linger / 2).await;
+    assert_eq!(subs.channels(), ["c"], "it lingers");
+    assert_eq!(subs.listeners("c"), 0, "with nobody listening");
+    let again = subs.listening("c").expect("at hand while it lingers");
+    tokio::time::sleep(linger * 2).await;
+    assert_eq!(log(&rec), ["+c"], "listened to again: no request, no end");
+    drop(again);
+    tokio::time::sleep(linger / 2).await;
+    assert_eq!(
+        log(&rec),
+        ["+c"],
+        "a second linger, counted from the second leave"
+    );
+    tokio::time::sleep(linger).await;
+    assert_eq!(
+        log(&rec),
+        ["+c", "-c"],
+        "unsubscribed once its linger ended"
+    );
+    assert!(subs.channels().is_empty());
+    assert!(subs.listening("c").is_none(), "no longer at hand");
+    let fresh = subs.listen("c").await.expect("listen");
+    assert_eq!(log(&rec), ["+c", "-c", "+c"]);
+    drop(fresh);
+}
+
+/// Holds every subscription unconfirmed until told.
+#[derive(Debug, Default)]
+struct Unconfirmed(Notify);
+
+#[async_trait]
+impl PubSub for Unconfirmed {
+    async fn subscribe(&self, _channel: &str) -> Result<(), Error> {
+        self.0.notified().await;
+        Ok(())
+    }
+    async fn unsubscribe(&self, _channel: &str) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+// Would fail if a subscription the server has not confirmed were handed out at once: a
+// waiter listening on it could miss a release sent before the confirmation.
+#[tokio::test(start_paused = true)]
+async fn a_subscription_not_confirmed_yet_is_not_at_hand() {
+    let pubsub = Arc::new(Unconfirmed::default());
+    let subs = Subscriptions::lingering(pubsub.clone(), Duration::from_secs(1));
+    let listening = tokio::spawn({
+        let subs = subs.clone();
+        async move { subs.listen("c").await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        subs.listeners("c"),
+        1,
+        "the first listener waits for its confirmation"
+    );
+    assert!(subs.listening("c").is_none(), "unconfirmed: not at hand");
+    pubsub.0.notify_one();
+    let first = listening.await.expect("task").expect("confirmed");
+    assert!(subs.listening("c").is_some(), "confirmed: at hand");
+    drop(first);
+}
