@@ -82,6 +82,7 @@ impl Store {
         if let Some(machine) = self.names.get(name).filter(|m| m.at_rest()) {
             let token = machine.last_token();
             self.names.remove(name);
+            self.wake_passes.remove(name);
             let kept = self.tokens.entry(name.to_owned()).or_insert(0);
             *kept = (*kept).max(token);
         }
@@ -118,12 +119,13 @@ impl Store {
             .collect()
     }
 
-    /// An attempt of `request` on the mutex or fair lock `lock`.
+    /// An attempt of `request` on the mutex or fair lock `lock`, whose channel has
+    /// `listening` listeners.
     pub(super) fn acquire_exclusive(
         &mut self,
         lock: &LockRef,
         request: AcquireRequest,
-        now: Instant,
+        (now, listening): (Instant, usize),
     ) -> Result<(Acquire, Option<(String, Wake)>), crate::Error> {
         let name = lock.name.as_str();
         self.retention = self.retention.max(request.retry_window.saturating_mul(2));
@@ -151,14 +153,23 @@ impl Store {
         };
         // The one wake-up of a hand-over may have reached another waiter of the mutex
         // than the one it was handed to (the clients of this store share one registry):
-        // that waiter asks, and passes the wake-up on, until the hold is taken up.
-        let pass_on = matches!(answer, Acquire::Busy { .. })
+        // that waiter asks, and passes the wake-up on, while the hold is not taken up,
+        // as many times as the channel has listeners. Each waiter it reaches in turn
+        // (the registry wakes the longest asleep first), the one it was handed to among
+        // them; unbounded, the passes would go round for as long as that one holds
+        // without taking the hold up (a third of the handed lease).
+        let handed = matches!(answer, Acquire::Busy { .. })
             && lock.kind == LockKind::Mutex
             && self
                 .names
                 .get(name)
                 .and_then(Name::holder)
                 .is_some_and(|holder| holder.handed);
+        let pass_on = handed && {
+            let left = self.wake_passes.entry(name.to_owned()).or_insert(listening);
+            *left = left.saturating_sub(1);
+            *left > 0
+        };
         Ok((
             answer,
             pass_on.then(|| (channel::mutex(&lock.name), Wake::One)),
@@ -296,6 +307,8 @@ impl Store {
         hand_over: HandOver<RequestId, Owner, AcquireRequest>,
     ) -> Notice {
         self.hand_overs.made += 1;
+        // A fresh hand-over's wake-up may be passed on afresh.
+        self.wake_passes.remove(lock.name.as_str());
         let (channel, wake) = if lock.kind == LockKind::Fair {
             self.hand_overs.made_of_fair_locks += 1;
             (
