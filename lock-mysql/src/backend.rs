@@ -384,6 +384,10 @@ impl Backend for MysqlBackend {
     }
 
     fn listener_at_hand(&self, lock: &LockRef) -> Option<Listener> {
+        // Most acquisitions find nothing subscribed: they build no channel name.
+        if self.notifications.subscriptions().is_empty() {
+            return None;
+        }
         self.notifications
             .listening(&channel(lock.kind, lock.name.as_str(), &lock.owner))
     }

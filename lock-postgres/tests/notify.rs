@@ -124,6 +124,17 @@ async fn clients_outliving_their_connect_runtime_still_hand_over() {
     hand_over(&admin, &b, &a, "runtime:second").await;
 }
 
+/// A client, and its backend for what only the backend tells.
+async fn connect_backend(
+    url: &str,
+) -> (
+    std::sync::Arc<lock_postgres::PostgresBackend>,
+    lock_core::Locks,
+) {
+    let backend = std::sync::Arc::new(lock_postgres::Connector::new(url).connect().await.unwrap());
+    (backend.clone(), lock_core::Locks::new(backend))
+}
+
 async fn connect(url: &str) -> lock_core::Locks {
     let backend = lock_postgres::Connector::new(url).connect().await.unwrap();
     lock_core::Locks::new(std::sync::Arc::new(backend))
@@ -216,13 +227,7 @@ async fn past_the_notify_queue_limit_releases_skip_the_notify_and_waiters_are_se
         }
         // New clients: new sessions, which read the database's settings.
         let holder = connect(&server.url()).await;
-        let waiting_backend = std::sync::Arc::new(
-            lock_postgres::Connector::new(server.url())
-                .connect()
-                .await
-                .unwrap(),
-        );
-        let waiting = lock_core::Locks::new(waiting_backend.clone());
+        let (waiting_backend, waiting) = connect_backend(&server.url()).await;
         let held = holder
             .mutex(name)
             .lock_with_lease(Duration::from_millis(600))
@@ -342,13 +347,7 @@ async fn a_channel_lingers_for_a_waiter_that_comes_back_then_is_unlistened() {
     let server = PostgresServer::start().await;
     let admin = postgres_client(&server.url()).await;
     let holder = connect(&server.url()).await;
-    let backend = std::sync::Arc::new(
-        lock_postgres::Connector::new(server.url())
-            .connect()
-            .await
-            .unwrap(),
-    );
-    let waiting = lock_core::Locks::new(backend.clone());
+    let (backend, waiting) = connect_backend(&server.url()).await;
     let name = "linger:name";
     hand_over(&admin, &holder, &waiting, name).await;
     let channels = backend.subscribed_channels();

@@ -78,17 +78,21 @@ impl Entry {
         self.settled.notify_waiters();
     }
 
+    /// The subscription's state now.
+    fn state(&self) -> SubState {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// The subscription's outcome, once it is known.
     async fn settled(&self) -> SubState {
         loop {
             let settled = self.settled.notified();
             tokio::pin!(settled);
             settled.as_mut().enable();
-            let state = self
-                .state
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
+            let state = self.state();
             if !matches!(state, SubState::Pending) {
                 return state;
             }
@@ -239,6 +243,14 @@ impl Subscriptions {
         }
     }
 
+    /// Whether no channel is subscribed (none listened to, none lingering): a caller
+    /// that would build a channel's name only to ask [`Subscriptions::listening`] asks
+    /// this first.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.shared.channels().is_empty()
+    }
+
     /// A listener on `channel` at once, without a request, when the channel is
     /// subscribed and confirmed already (another waiter listens, or it lingers). Such a
     /// listener was listening before anything its caller sends next: a waiter may make
@@ -250,13 +262,7 @@ impl Subscriptions {
         self.start_worker().ok()?;
         let mut channels = self.shared.channels();
         let known = channels.get_mut(channel)?;
-        let state = known
-            .entry
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if !matches!(state, SubState::Ready) {
+        if !matches!(known.entry.state(), SubState::Ready) {
             return None;
         }
         known.listeners += 1;

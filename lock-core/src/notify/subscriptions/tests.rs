@@ -175,10 +175,12 @@ async fn a_lingering_channel_is_listened_to_again_without_a_request_until_its_li
     let linger = Duration::from_millis(500);
     let subs = Subscriptions::lingering(rec.clone(), linger);
     assert!(subs.listening("c").is_none(), "nothing subscribed yet");
+    assert!(subs.is_empty());
     drop(subs.listen("c").await.expect("listen"));
     tokio::time::sleep(linger / 2).await;
     assert_eq!(subs.channels(), ["c"], "it lingers");
     assert_eq!(subs.listeners("c"), 0, "with nobody listening");
+    assert!(!subs.is_empty(), "a lingering channel is subscribed");
     let again = subs.listening("c").expect("at hand while it lingers");
     tokio::time::sleep(linger * 2).await;
     assert_eq!(log(&rec), ["+c"], "listened to again: no request, no end");
@@ -196,6 +198,7 @@ async fn a_lingering_channel_is_listened_to_again_without_a_request_until_its_li
         "unsubscribed once its linger ended"
     );
     assert!(subs.channels().is_empty());
+    assert!(subs.is_empty());
     assert!(subs.listening("c").is_none(), "no longer at hand");
     let fresh = subs.listen("c").await.expect("listen");
     assert_eq!(log(&rec), ["+c", "-c", "+c"]);
