@@ -170,6 +170,14 @@ async fn hand_over(admin: &Client, a: &lock_core::Locks, b: &lock_core::Locks, n
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    released_to(held, waiter).await;
+}
+
+/// Releases `held`, and the `waiter` waiting for it must be served within 5 s.
+async fn released_to(
+    held: lock_core::Guard,
+    waiter: tokio::task::JoinHandle<Result<(), lock_core::Error>>,
+) {
     held.unlock().await.unwrap();
     timeout(Duration::from_secs(5), waiter)
         .await
@@ -366,12 +374,7 @@ async fn a_channel_lingers_for_a_waiter_that_comes_back_then_is_unlistened() {
         tokio::spawn(async move { mutex.lock().await.map(drop) })
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
-    held.unlock().await.unwrap();
-    timeout(Duration::from_secs(5), waiter)
-        .await
-        .expect("the waiter was woken")
-        .unwrap()
-        .unwrap();
+    released_to(held, waiter).await;
     assert_eq!(
         last_listener_query(&admin).await,
         listened,
