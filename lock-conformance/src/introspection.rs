@@ -4,8 +4,9 @@
 use crate::timing::{ms, secs};
 use std::time::{Duration, SystemTime};
 
-use lock_core::{HeldAs, Locks};
-use tokio::time::sleep;
+use lock_core::backend::Acquire;
+use lock_core::{AcquireRequest, HeldAs, LockKind, LockName, LockRef, Locks, Owner};
+use tokio::time::{Instant, sleep};
 
 use crate::Fixture;
 use crate::scenarios::unique;
@@ -35,8 +36,11 @@ pub async fn who_holds_a_lock_is_told(fx: &dyn Fixture) {
         "{free:?}"
     );
 
-    let before = SystemTime::now() - secs(60);
+    // The store's clock and ours are one machine's in these tests; a second each way
+    // for the store's rounding.
+    let before = SystemTime::now() - secs(1);
     let guard = holder.mutex(&name).lock().await.unwrap();
+    let after = SystemTime::now() + secs(1);
     // The client describes itself in a job of its first acquisition.
     sleep(ms(100)).await;
     let held = operator.describe(&name).await.unwrap();
@@ -53,8 +57,9 @@ pub async fn who_holds_a_lock_is_told(fx: &dyn Fixture) {
     assert_eq!(client.pid, std::process::id());
     assert!(!client.host.is_empty());
     assert!(
-        who.since.is_some_and(|since| since > before),
-        "since {:?}",
+        who.since
+            .is_some_and(|since| since > before && since < after),
+        "since {:?}, granted between {before:?} and {after:?}",
         who.since
     );
     let lease = held.lease_left.expect("a held lock has a lease");
@@ -108,6 +113,47 @@ pub async fn who_holds_a_lock_is_told(fx: &dyn Fixture) {
         fair.unlock().await.unwrap();
         waiter.await.unwrap().unwrap().unlock().await.unwrap();
     }
+}
+
+/// A hold's start time is its grant's, also once the acquire request was sent again
+/// (a retry after a lost reply) and found its grant: the store's record of when the hold
+/// began must not move to the retry. The owner is one request's alone, the owner of every
+/// acquisition outside a holder's scope (on Redis such a hold keeps its start in its
+/// grant's latch, which a retry writes again).
+pub async fn a_hold_found_again_keeps_when_it_began(fx: &dyn Fixture) {
+    let backend = fx.backend().await;
+    let operator = named(fx, "conformance-operator").await;
+    let name = unique("began");
+    let request = AcquireRequest::new(secs(30));
+    let owner = Owner::of_request("00000000-0000-0000-0000-0000000be9a2", request.id);
+    let lock = LockRef::new(LockKind::Mutex, LockName::new(&name).unwrap(), owner);
+    // The hold's age as described, against the runtime's clock: a store that keeps time
+    // with the runtime (the memory store, under a paused clock) and one that keeps the
+    // wall clock age alike. A quarter of a second for the store's rounding.
+    let asked = Instant::now();
+    let first = backend.acquire(&lock, request).await.unwrap();
+    let granted = Instant::now();
+    assert!(
+        matches!(first, Acquire::Acquired { holds: 1, .. }),
+        "{first:?}"
+    );
+    sleep(ms(600)).await;
+    let again = backend.acquire(&lock, request).await.unwrap();
+    assert_eq!(again, first, "a request sent again gets its grant back");
+    let held = operator.describe(&name).await.unwrap();
+    let described = Instant::now();
+    assert_eq!(held.holders.len(), 1, "{held:?}");
+    let since = held.holders[0].since.expect("a held lock's start");
+    let age = SystemTime::now()
+        .duration_since(since)
+        .unwrap_or(Duration::ZERO);
+    let (least, most) = (described - granted, described - asked);
+    assert!(
+        age + ms(250) > least && age < most + ms(250),
+        "the hold was {age:?} old when described, granted {least:?} to {most:?} before \
+         (and sent again 600 ms after)"
+    );
+    assert!(operator.mutex(&name).force_unlock().await.unwrap());
 }
 
 /// A hold written in Redisson's layout by a peer that is not this library (no grants

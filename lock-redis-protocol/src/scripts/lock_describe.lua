@@ -22,10 +22,10 @@ for i = 1, #fields, 2 do
         local sole = not since and sole_request(field)
         if sole then
             -- A sole grant's latch keeps when its hold began (see sole_grant).
-            local s, us = string.match(redis.call('get', latch_of(KEYS[1], sole)) or '',
-                '@(%d+)%.(%d+)$')
-            if s then
-                since = string.format('%d', tonumber(s) * 1000 + math.floor(tonumber(us) / 1000))
+            local latch = latch_of(KEYS[1], sole)
+            local began = began_ms(latch, redis.call('get', latch) or '')
+            if began then
+                since = string.format('%d', began)
             end
         end
         since = since or ''

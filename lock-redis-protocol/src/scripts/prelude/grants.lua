@@ -19,7 +19,10 @@
 -- for as long as the owner's field is there: no other request asks as that owner, and
 -- a late copy of <id> is answered by its latch. Such a hold keeps no grants hash (a
 -- sole grant): the grant is alive while the field is there, it is its own origin, and
--- its latch keeps when the hold began, after its answer: '<answer>@<s>.<us>'.
+-- its latch keeps when the hold began, after its answer: '<answer>+<px>' when the hold
+-- began as the latch was set to expire in <px> ms (the grant's own write: the server's
+-- clock is read only when somebody asks), or '<answer>@<s>.<us>' (server time) once a
+-- later write of the latch would lose that.
 
 -- Whether `field` (an owner's field, or a key that ends with one) is the owner of request
 -- `id` alone, and so its hold's grant a sole grant. (A suffix compare: a pattern match
@@ -36,10 +39,21 @@ local function sole_grant()
     return owned_alone(KEYS[#KEYS - 1], ARGV[#ARGV - 1])
 end
 
--- When a sole grant's hold began, as its latch keeps it after the grant's answer.
+-- When a sole grant's hold began, as its latch keeps it after the grant's answer: now.
 local function hold_began()
     local time = redis.call('time')
     return '@' .. time[1] .. '.' .. time[2]
+end
+
+-- When the hold of the sole grant whose latch is `latch` began (server ms), from what the
+-- latch keeps after the grant's answer (`kept`, see sole_grant); nil when it keeps none.
+local function began_ms(latch, kept)
+    local px = string.match(kept, '%+(%d+)$')
+    if px then
+        return now_ms() - (tonumber(px) - redis.call('pttl', latch))
+    end
+    local s, us = string.match(kept, '@(%d+)%.(%d+)$')
+    return s and tonumber(s) * 1000 + math.floor(tonumber(us) / 1000)
 end
 
 -- The request an exclusive hold's field names when its owner is that request's alone
@@ -99,12 +113,16 @@ end
 -- for a client to read than an array). '%d', not concatenation: Lua writes numbers with
 -- 14 significant digits, and a fencing token has 16 or more.
 -- `sole`: a sole grant's lease (see record_grant), whose latch also keeps when the hold
--- began and lives at least as long as the lease.
+-- began (as the expiry it is set with: no read of the clock, no number written) and
+-- lives at least as long as the lease.
 local function granted(holds, token, origin, sole)
     local grant = string.format('%d:%d:', holds, token) .. origin
     if sole then
-        redis.call('set', KEYS[#KEYS], grant .. hold_began(), 'px',
-            math.max(tonumber(ARGV[#ARGV]), tonumber(sole)))
+        local px = ARGV[#ARGV]
+        if tonumber(sole) > tonumber(px) then
+            px = sole
+        end
+        redis.call('set', KEYS[#KEYS], grant .. '+' .. px, 'px', px)
     else
         redis.call('set', KEYS[#KEYS], grant, 'px', ARGV[#ARGV])
     end
