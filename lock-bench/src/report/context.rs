@@ -84,13 +84,6 @@ fn handoff_context(all: &All) -> Vec<(&'static str, Option<f64>)> {
                 h("loopback", "ping_after_pause_ms_p50"),
             ),
         ),
-        (
-            "handoff p50 vs the bare server-side hand-over p50",
-            ratio(
-                h("lock (redis)", "handoff_ms_p50"),
-                h("bare server-side hand-over", "handoff_ms_p50"),
-            ),
-        ),
     ]
 }
 
@@ -131,27 +124,27 @@ fn uncontended_context(all: &All) -> Vec<(&'static str, Option<f64>)> {
             ),
         ),
         (
-            "server time in commands per pair, bare: our functions (FCALL) vs our scripts \
+            "server time in scripts per pair, bare: our functions (FCALL) vs our scripts \
              (EVALSHA)",
             ratio(
-                u("bare functions (redis-rs)", "server_command_us_per_pair"),
-                u("bare scripts (redis-rs)", "server_command_us_per_pair"),
+                u("bare functions (redis-rs)", "server_script_us_per_pair"),
+                u("bare scripts (redis-rs)", "server_script_us_per_pair"),
             ),
         ),
         (
-            "server time in commands per pair at 4k pairs/s: our functions vs our scripts",
+            "server time in scripts per pair at 4k pairs/s: our functions vs our scripts",
             ratio(
                 figure(
                     all,
                     "paced",
                     "lock (redis, functions)",
-                    "server_command_us_per_pair",
+                    "server_script_us_per_pair",
                 ),
                 figure(
                     all,
                     "paced",
                     "lock (redis, scripts)",
-                    "server_command_us_per_pair",
+                    "server_script_us_per_pair",
                 ),
             ),
         ),
