@@ -19,7 +19,7 @@ use tracing::Instrument;
 
 use super::attempt::{Attempt, QueuedWaiter, attempt};
 use super::handed::{Asked, woken};
-use crate::backend::AcquireRequest;
+use crate::backend::{AcquireRequest, RequestId};
 use crate::client::shared::Inner;
 use crate::locks::guard::Guard;
 use crate::locks::lease::Lease;
@@ -296,6 +296,10 @@ impl Driver for Asking<'_> {
 
     fn at_hand(&self) -> Option<Listener> {
         self.client.backend.listener_at_hand(&self.lock)
+    }
+
+    fn acquisition(&self) -> Option<RequestId> {
+        Some(self.request.id)
     }
 
     fn listening(&mut self, listener: &Listener) {

@@ -14,7 +14,7 @@ use crate::backend::{
     Acquire, AcquireRequest, LockKind, LockRef, Release, ReleaseRequest, RequestId,
 };
 use crate::notify::{Handed, Wake};
-use crate::protocol::{Event, HandOver, Name, Reply};
+use crate::protocol::{Event, HandOver, Reply};
 use crate::{LockInfo, LockName, Owner};
 
 /// One mutex's (or fair lock's) state: the protocol's machine over the store's ids and
@@ -82,7 +82,6 @@ impl Store {
         if let Some(machine) = self.names.get(name).filter(|m| m.at_rest()) {
             let token = machine.last_token();
             self.names.remove(name);
-            self.wake_passes.remove(name);
             let kept = self.tokens.entry(name.to_owned()).or_insert(0);
             *kept = (*kept).max(token);
         }
@@ -119,19 +118,18 @@ impl Store {
             .collect()
     }
 
-    /// An attempt of `request` on the mutex or fair lock `lock`, whose channel has
-    /// `listening` listeners.
+    /// An attempt of `request` on the mutex or fair lock `lock`.
     pub(super) fn acquire_exclusive(
         &mut self,
         lock: &LockRef,
         request: AcquireRequest,
-        (now, listening): (Instant, usize),
-    ) -> Result<(Acquire, Option<(String, Wake)>), crate::Error> {
+        now: Instant,
+    ) -> Result<Acquire, crate::Error> {
         let name = lock.name.as_str();
         self.retention = self.retention.max(request.retry_window.saturating_mul(2));
         // A read-write lock of the same name excludes it, as one key does on a server.
         if let Some(entry) = self.live(name, now) {
-            return Ok((super::kinds::busy(entry, now), None));
+            return Ok(super::kinds::busy(entry, now));
         }
         let taking_up = self
             .names
@@ -143,37 +141,14 @@ impl Store {
             self.hand_overs.taken_up += u64::from(taking_up);
         }
         let clock = self.clock(now);
-        let answer = match self.names.get(name) {
-            Some(machine) => machine::acquire_answer(machine, (lock, &request), reply, clock)?,
+        match self.names.get(name) {
+            Some(machine) => machine::acquire_answer(machine, (lock, &request), reply, clock),
             // A name at rest (forgotten) answers no busy reply that needs its machine.
             None => {
                 let rested = Exclusive::new(false, 0);
-                machine::acquire_answer(&rested, (lock, &request), reply, clock)?
+                machine::acquire_answer(&rested, (lock, &request), reply, clock)
             }
-        };
-        // The one wake-up of a hand-over may have reached another waiter of the mutex
-        // than the one it was handed to (the clients of this store share one registry):
-        // that waiter asks, and passes the wake-up on, while the hold is not taken up,
-        // as many times as the channel has listeners. Each waiter it reaches in turn
-        // (the registry wakes the longest asleep first), the one it was handed to among
-        // them; unbounded, the passes would go round for as long as that one holds
-        // without taking the hold up (a third of the handed lease).
-        let handed = matches!(answer, Acquire::Busy { .. })
-            && lock.kind == LockKind::Mutex
-            && self
-                .names
-                .get(name)
-                .and_then(Name::holder)
-                .is_some_and(|holder| holder.handed);
-        let pass_on = handed && {
-            let left = self.wake_passes.entry(name.to_owned()).or_insert(listening);
-            *left = left.saturating_sub(1);
-            *left > 0
-        };
-        Ok((
-            answer,
-            pass_on.then(|| (channel::mutex(&lock.name), Wake::One)),
-        ))
+        }
     }
 
     /// The release `request` of a grant of `lock` (a mutex or a fair lock); a settled
@@ -307,8 +282,6 @@ impl Store {
         hand_over: HandOver<RequestId, Owner, AcquireRequest>,
     ) -> Notice {
         self.hand_overs.made += 1;
-        // A fresh hand-over's wake-up may be passed on afresh.
-        self.wake_passes.remove(lock.name.as_str());
         let (channel, wake) = if lock.kind == LockKind::Fair {
             self.hand_overs.made_of_fair_locks += 1;
             (

@@ -57,19 +57,10 @@ impl Backend for MemoryBackend {
     /// arrival order), so a starving attempt needs no reservation and is treated as any other.
     async fn acquire(&self, lock: &LockRef, request: AcquireRequest) -> Result<Acquire, Error> {
         let now = Instant::now();
-        let listening = self.listening(lock);
         let mut store = self.store_for(&lock.name, Object::Lock)?;
         store.check_lease(request.lease)?;
         if matches!(lock.kind, LockKind::Mutex | LockKind::Fair) {
-            let (reply, pass_on) = store.acquire_exclusive(lock, request, (now, listening))?;
-            drop(store);
-            // Passed on to itself, the wake-up would come straight back, at one instant,
-            // until the hold is taken up: an acquisition that moved to a fresh id after
-            // it was handed the lock is its client's only listener, and spun.
-            if listening > 1 {
-                self.wake(pass_on);
-            }
-            return Ok(reply);
+            return store.acquire_exclusive(lock, request, now);
         }
         let name = lock.name.as_str();
         let answered = store.answered(name, request.id, now);

@@ -63,10 +63,6 @@ struct Store {
     /// Read-write locks: the writers waiting to be handed each one on release.
     waiters: HashMap<String, handover::Waiters>,
     hand_overs: HandOvers,
-    /// How many more times the one wake-up of a mutex's latest hand-over may be passed
-    /// on by waiters it reached instead of the one it was handed to (see the exclusive
-    /// module), by name; counted from the first pass.
-    wake_passes: HashMap<String, usize>,
     tokens: HashMap<String, u64>,
     /// What became of each grant, by its id, for retries and late copies of its
     /// requests (as a networked backend's latches), until the answer expires.

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::{PubSub, Wake, report};
-use crate::backend::DEFAULT_RETRY_WINDOW;
+use crate::backend::{DEFAULT_RETRY_WINDOW, RequestId};
 use crate::{Error, retry};
 
 mod listener;
@@ -51,6 +51,10 @@ struct Entry {
     settled: Notify,
     /// The latest hand-over announced on the channel, until its waiter takes it.
     handed: Mutex<Option<Handed>>,
+    /// The waiting acquisitions listening here, each with its own bell: a hand-over to
+    /// one of them wakes that one (see [`Listener::expect`]). A few at most, in the order
+    /// they came.
+    expected: Mutex<Vec<(RequestId, Arc<Notify>)>>,
 }
 
 impl Entry {
@@ -61,7 +65,18 @@ impl Entry {
             state: Mutex::new(SubState::Pending),
             settled: Notify::new(),
             handed: Mutex::new(None),
+            expected: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The bell of `acquisition`, when it waits listening here.
+    fn bell_of(&self, acquisition: RequestId) -> Option<Arc<Notify>> {
+        self.expected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|(expected, _)| *expected == acquisition)
+            .map(|(_, bell)| Arc::clone(bell))
     }
 
     /// Wakes one listener, or every one.
@@ -234,6 +249,7 @@ impl Subscriptions {
             }
         };
         let listener = Listener {
+            expecting: None,
             entry,
             shared: Arc::clone(&self.shared),
         };
@@ -268,6 +284,7 @@ impl Subscriptions {
         known.listeners += 1;
         known.idle_since = None;
         Some(Listener {
+            expecting: None,
             entry: Arc::clone(&known.entry),
             shared: Arc::clone(&self.shared),
         })
@@ -297,13 +314,23 @@ impl Subscriptions {
 
     /// Delivers a hand-over announced for a waiter listening on `channel`: the store made
     /// `handed.acquisition` the holder (see [`Handed`]). Kept for that waiter to take
-    /// ([`Listener::take_handed`]), and `wake` says whom to wake: one listener where the
-    /// message reached the one client whose waiter it names, every one where the
-    /// registry is shared by several clients.
+    /// ([`Listener::take_handed`]). The waiter it names, when it waits listening here,
+    /// is woken, and for [`Wake::One`] nobody else: several waiters of one lock may
+    /// listen on one registry (the clients of one in-process store share theirs), and
+    /// the store handed the lock to one of them. Otherwise `wake` says whom to wake (the
+    /// waiter named may be about to listen: it finds its hold when it next asks).
     pub fn deliver_handed(&self, channel: &str, handed: Handed, wake: Wake) {
         if let Some(entry) = self.entry(channel) {
             *entry.handed.lock().unwrap_or_else(PoisonError::into_inner) = Some(handed);
-            entry.wake(wake);
+            match entry.bell_of(handed.acquisition) {
+                Some(bell) => {
+                    bell.notify_one();
+                    if wake == Wake::All {
+                        entry.wake(wake);
+                    }
+                }
+                None => entry.wake(wake),
+            }
         }
     }
 

@@ -22,6 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::Error;
+use crate::backend::RequestId;
 use crate::notify::Listener;
 
 pub(crate) use in_flight::{InFlight, Settle};
@@ -131,6 +132,13 @@ pub(crate) trait Driver: Send {
         None
     }
 
+    /// The acquisition a store may hand the thing to while the waiter waits (the id its
+    /// attempts carry now), so that such a hand-over wakes this waiter alone; `None` by
+    /// default.
+    fn acquisition(&self) -> Option<RequestId> {
+        None
+    }
+
     /// The waiter listens on `listener` from now on.
     fn listening(&mut self, listener: &Listener) {
         let _ = listener;
@@ -207,6 +215,9 @@ pub(crate) async fn run<D: Driver>(
     };
     driver.listening(listener);
     loop {
+        if let Some(acquisition) = driver.acquisition() {
+            listener.expect(acquisition);
+        }
         let notified = listener.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
@@ -247,6 +258,7 @@ pub(crate) async fn run<D: Driver>(
         let brought = tokio::select! {
             biased;
             () = &mut notified => driver.woken(listener),
+            () = listener.handed_here() => driver.woken(listener),
             () = tokio::time::sleep(sleep) => None,
             () = driver.also_wake() => None,
         };

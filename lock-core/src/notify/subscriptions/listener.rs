@@ -119,6 +119,8 @@ impl WeakSubscriptions {
 pub struct Listener {
     pub(super) entry: Arc<Entry>,
     pub(super) shared: Arc<Shared>,
+    /// The acquisition waiting on this listener, and its bell (see [`Listener::expect`]).
+    pub(super) expecting: Option<(RequestId, Arc<tokio::sync::Notify>)>,
 }
 
 impl fmt::Debug for Listener {
@@ -159,6 +161,53 @@ impl Listener {
         None
     }
 
+    /// The waiting acquisition `acquisition` listens here from now on (in place of the
+    /// one before, when a line of waiters passes the listener on): a hand-over to it
+    /// rings its own bell ([`Listener::handed_here`]), and wakes no other listener.
+    pub fn expect(&mut self, acquisition: RequestId) {
+        if self
+            .expecting
+            .as_ref()
+            .is_some_and(|(expected, _)| *expected == acquisition)
+        {
+            return;
+        }
+        self.unexpect();
+        let bell = Arc::new(tokio::sync::Notify::new());
+        self.entry
+            .expected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((acquisition, Arc::clone(&bell)));
+        self.expecting = Some((acquisition, bell));
+    }
+
+    /// Resolves when a hand-over to the acquisition this listener expects is delivered
+    /// (also one delivered since it began to expect it, before this was called); never
+    /// when it expects none.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a hand-over delivered while it is not polled rings the bell for the
+    /// next call.
+    pub async fn handed_here(&self) {
+        match &self.expecting {
+            Some((_, bell)) => bell.notified().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Stops expecting any acquisition.
+    fn unexpect(&mut self) {
+        if let Some((_, bell)) = self.expecting.take() {
+            self.entry
+                .expected
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .retain(|(_, other)| !Arc::ptr_eq(other, &bell));
+        }
+    }
+
     /// Wakes every listener of this channel in this client that is currently waiting.
     pub fn wake_all(&self) {
         self.entry.notify.notify_waiters();
@@ -187,6 +236,7 @@ impl WakeHandle {
 
 impl Drop for Listener {
     fn drop(&mut self) {
+        self.unexpect();
         let mut channels = self.shared.channels();
         let Some(known) = channels.get_mut(&*self.entry.channel) else {
             return;

@@ -242,3 +242,44 @@ async fn a_subscription_not_confirmed_yet_is_not_at_hand() {
     assert!(subs.listening("c").is_some(), "confirmed: at hand");
     drop(first);
 }
+
+// Would fail if a hand-over woke the listener that has waited longest (as `Wake::One`
+// does) rather than the acquisition it names: the clients of one in-process store share
+// one registry, and the longest asleep is often another client's waiter.
+#[tokio::test]
+async fn a_hand_over_wakes_the_waiter_it_names_alone() {
+    let subs = Subscriptions::new(Arc::new(InProcess));
+    let longest = subs.listen("c").await.expect("listen");
+    let mut named = subs.listen("c").await.expect("listen");
+    let (other, acquisition) = (RequestId::random(), RequestId::random());
+    let mut unnamed = subs.listen("c").await.expect("listen");
+    unnamed.expect(other);
+    named.expect(acquisition);
+    let asleep = longest.notified();
+    tokio::pin!(asleep);
+    asleep.as_mut().enable();
+    subs.deliver_handed("c", Handed::new(acquisition, 1, None), Wake::One);
+    tokio::time::timeout(Duration::from_millis(500), named.handed_here())
+        .await
+        .expect("the waiter the hand-over names is woken");
+    assert_eq!(
+        named.take_handed(acquisition),
+        Some(Handed::new(acquisition, 1, None))
+    );
+    let woken_besides = tokio::time::timeout(Duration::from_millis(30), async {
+        tokio::select! {
+            () = &mut asleep => "the longest asleep",
+            () = unnamed.handed_here() => "another acquisition",
+        }
+    })
+    .await;
+    assert!(woken_besides.is_err(), "{woken_besides:?} was woken too");
+
+    // A hand-over to an acquisition nobody expects wakes one listener, as before: its
+    // waiter may be about to listen, and finds its hold when it asks.
+    drop(named);
+    subs.deliver_handed("c", Handed::new(acquisition, 2, None), Wake::One);
+    tokio::time::timeout(Duration::from_millis(500), &mut asleep)
+        .await
+        .expect("one listener is woken");
+}
