@@ -156,6 +156,44 @@ pub async fn a_hold_found_again_keeps_when_it_began(fx: &dyn Fixture) {
     assert!(operator.mutex(&name).force_unlock().await.unwrap());
 }
 
+/// A hold handed over to a waiter began when the release handed it over: described
+/// before the waiter took it up (a third of the lease later), it shows that start.
+pub async fn a_handed_hold_began_at_its_hand_over(fx: &dyn Fixture) {
+    let holder = named(fx, "conformance-holder").await;
+    let waiting = named(fx, "conformance-waiter").await;
+    let operator = named(fx, "conformance-operator").await;
+    let name = unique("handed-began");
+    let waiter_id = waiting.client_id().to_owned();
+    let held = holder.mutex(&name).lock().await.unwrap();
+    let waiter = tokio::spawn({
+        let name = name.clone();
+        async move { waiting.mutex(&name).lock().await }
+    });
+    sleep(ms(600)).await;
+    let released = Instant::now();
+    held.unlock().await.unwrap();
+    let guard = waiter.await.unwrap().unwrap();
+    let info = operator.describe(&name).await.unwrap();
+    let described = Instant::now();
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    assert_eq!(info.holders[0].client_id(), waiter_id, "{info:?}");
+    let since = info.holders[0].since.expect("a held lock's start");
+    assert!(
+        since < SystemTime::now() + ms(250),
+        "the hold began at {since:?}, after it was described"
+    );
+    let age = SystemTime::now()
+        .duration_since(since)
+        .unwrap_or(Duration::ZERO);
+    assert!(
+        age < described - released + ms(250),
+        "the hold was {age:?} old when described, handed over at most {:?} before \
+         (its waiter waited 600 ms)",
+        described - released
+    );
+    guard.unlock().await.unwrap();
+}
+
 /// A hold written in Redisson's layout by a peer that is not this library (no grants
 /// hash, no client key) is described all the same: its owner, holds and lease, with no
 /// client and no start time.

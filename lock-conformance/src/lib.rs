@@ -98,6 +98,7 @@ macro_rules! conformance_suite {
             a_revoked_holder_learns_it_though_its_owner_holds_again: [],
             who_holds_a_lock_is_told: [Introspection],
             a_hold_found_again_keeps_when_it_began: [Introspection],
+            a_handed_hold_began_at_its_hand_over: [Introspection],
             a_redisson_peers_hold_is_described: [Introspection, RedisControl],
             bad_arguments_are_typed_errors: [],
             a_lease_too_short_for_its_round_trip_is_refused: [],

@@ -39,12 +39,6 @@ local function sole_grant()
     return owned_alone(KEYS[#KEYS - 1], ARGV[#ARGV - 1])
 end
 
--- When a sole grant's hold began, as its latch keeps it after the grant's answer: now.
-local function hold_began()
-    local time = redis.call('time')
-    return '@' .. time[1] .. '.' .. time[2]
-end
-
 -- When the hold of the sole grant whose latch is `latch` began (server ms), from what the
 -- latch keeps after the grant's answer (`kept`, see sole_grant); nil when it keeps none.
 local function began_ms(latch, kept)

@@ -26,9 +26,11 @@ local function grant_handed(lock, field, request, fencing, place_ms, lease_ms, l
         redis.call('hset', lock, field, 1)
     end
     redis.call('pexpire', lock, hold_ms)
+    local latch_px = string.format('%d', hold_ms + tonumber(latch_ms))
     local since = ''
     if owned_alone(field, request) then
-        since = hold_began()
+        -- When the hold began, as the expiry the latch is set with (see sole_grant).
+        since = '+' .. latch_px
     else
         -- Fields an earlier hold of the owner left are not alive under this origin.
         redis.call('hset', grants, 'o', request, request, request, 's', now_ms())
@@ -39,7 +41,7 @@ local function grant_handed(lock, field, request, fencing, place_ms, lease_ms, l
         token = next_token(token_key)
     end
     redis.call('set', latch_of(lock, request),
-        string.format('h1:%d:', token) .. request .. since, 'px', hold_ms + tonumber(latch_ms))
+        string.format('h1:%d:', token) .. request .. since, 'px', latch_px)
     return token
 end
 
