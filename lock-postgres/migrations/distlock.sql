@@ -562,8 +562,11 @@ BEGIN
         RETURN distlock.grant_hold(p_name, p_owner, 'mutex', p_lease_ms, p_fencing, p_request,
                                    true, p_now);
     END IF;
-    v_queued := EXISTS (SELECT 1 FROM distlock.waiters WHERE name = p_name AND owner = p_owner);
-    IF v_queued OR p_waits THEN
+    -- Whether the caller waits in the queue from now on: it asks to, or it was queued
+    -- before (looked up only when it does not ask: one statement less per waiter).
+    v_queued := p_waits OR EXISTS (SELECT 1 FROM distlock.waiters
+                                    WHERE name = p_name AND owner = p_owner);
+    IF v_queued THEN
         INSERT INTO distlock.waiters AS w
                (name, owner, channel, alive_until, request, lease_ms, fencing, attempt)
         VALUES (p_name, p_owner, p_channel, p_now + p_place_ms * interval '1 millisecond',
@@ -581,7 +584,7 @@ BEGIN
     v_sleep := coalesce((distlock.busy(p_name, p_now))[2],
         ceil(extract(epoch FROM v_head.alive_until - p_now) * 1000)::bigint,
         p_place_ms);
-    IF v_queued OR p_waits THEN
+    IF v_queued THEN
         v_sleep := least(v_sleep, greatest(1, p_place_ms / 3));
     END IF;
     RETURN ARRAY[0, v_sleep, 0];
@@ -627,6 +630,12 @@ DECLARE
     v_own distlock.holds%ROWTYPE;
     v_others boolean;
     v_quarantine timestamptz;
+    -- The common cases' look found the lease within the limit and no quarantine on:
+    -- the general path need not check either again.
+    v_settled boolean := false;
+    -- That look also looked for the request's grant, alive again, and found none:
+    -- `begin_op` only ends grants, so the general path need not look again.
+    v_looked boolean := false;
 BEGIN
     PERFORM pg_catalog.pg_advisory_xact_lock(distlock.name_key(p_name));
     -- The common cases, each decided in one look when the lease is within the limit and
@@ -639,6 +648,7 @@ BEGIN
     IF p_lease_ms <= distlock.longest_lease()
        AND EXISTS (SELECT 1 FROM distlock.epoch
                     WHERE timeline = distlock.timeline() AND quarantine_until <= v_now) THEN
+        v_settled := true;
         IF NOT EXISTS (SELECT 1 FROM distlock.holds WHERE name = p_name)
            AND NOT EXISTS (SELECT 1 FROM distlock.waiters WHERE name = p_name)
            AND NOT EXISTS (SELECT 1 FROM distlock.answers WHERE request = p_request) THEN
@@ -656,22 +666,29 @@ BEGIN
                 PERFORM distlock.durable();
                 RETURN distlock.granted(v_own);
             END IF;
+            v_looked := true;
         END IF;
     END IF;
-    PERFORM distlock.check_lease(p_lease_ms);
+    IF NOT v_settled THEN
+        PERFORM distlock.check_lease(p_lease_ms);
+    END IF;
     PERFORM distlock.begin_op(p_name, NULL, v_now);
     -- Nothing is granted during a failover's quarantine, nor found again, nor re-entered:
     -- the hold found may be one whose release, or revocation, the failover lost.
-    v_quarantine := distlock.quarantine(v_now, p_lease_ms);
+    IF NOT v_settled THEN
+        v_quarantine := distlock.quarantine(v_now, p_lease_ms);
+    END IF;
     IF v_quarantine IS NOT NULL THEN
         IF EXISTS (SELECT 1 FROM distlock.answers WHERE request = p_request) THEN
             RETURN ARRAY[5, 0, 0];
         END IF;
         RETURN ARRAY[0, greatest(1, ceil(extract(epoch FROM v_quarantine - v_now) * 1000))::bigint, 0];
     END IF;
-    v_own := distlock.found_again(p_name, p_owner, v_stored, p_request, p_lease_ms, v_now);
-    IF v_own.owner IS NOT NULL THEN
-        RETURN distlock.granted(v_own);
+    IF NOT v_looked THEN
+        v_own := distlock.found_again(p_name, p_owner, v_stored, p_request, p_lease_ms, v_now);
+        IF v_own.owner IS NOT NULL THEN
+            RETURN distlock.granted(v_own);
+        END IF;
     END IF;
     SELECT * INTO v_own FROM distlock.holds
      WHERE name = p_name AND kind = v_stored AND owner = p_owner;
@@ -958,7 +975,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 
         $functions$;
         DELETE FROM distlock.functions;
-        INSERT INTO distlock.functions VALUES (3, '6640231537e4cb83db21d8f528813aa964444017');
+        INSERT INTO distlock.functions VALUES (3, '6072783591617ef8cffe976ce26714d9e6039fd9');
     END IF;
 END $distlock$;
 COMMIT;

@@ -17,6 +17,12 @@ DECLARE
     v_own {schema}.holds%ROWTYPE;
     v_others boolean;
     v_quarantine timestamptz;
+    -- The common cases' look found the lease within the limit and no quarantine on:
+    -- the general path need not check either again.
+    v_settled boolean := false;
+    -- That look also looked for the request's grant, alive again, and found none:
+    -- `begin_op` only ends grants, so the general path need not look again.
+    v_looked boolean := false;
 BEGIN
     PERFORM pg_catalog.pg_advisory_xact_lock({schema}.name_key(p_name));
     -- The common cases, each decided in one look when the lease is within the limit and
@@ -29,6 +35,7 @@ BEGIN
     IF p_lease_ms <= {schema}.longest_lease()
        AND EXISTS (SELECT 1 FROM {schema}.epoch
                     WHERE timeline = {schema}.timeline() AND quarantine_until <= v_now) THEN
+        v_settled := true;
         IF NOT EXISTS (SELECT 1 FROM {schema}.holds WHERE name = p_name)
            AND NOT EXISTS (SELECT 1 FROM {schema}.waiters WHERE name = p_name)
            AND NOT EXISTS (SELECT 1 FROM {schema}.answers WHERE request = p_request) THEN
@@ -46,22 +53,29 @@ BEGIN
                 PERFORM {schema}.durable();
                 RETURN {schema}.granted(v_own);
             END IF;
+            v_looked := true;
         END IF;
     END IF;
-    PERFORM {schema}.check_lease(p_lease_ms);
+    IF NOT v_settled THEN
+        PERFORM {schema}.check_lease(p_lease_ms);
+    END IF;
     PERFORM {schema}.begin_op(p_name, NULL, v_now);
     -- Nothing is granted during a failover's quarantine, nor found again, nor re-entered:
     -- the hold found may be one whose release, or revocation, the failover lost.
-    v_quarantine := {schema}.quarantine(v_now, p_lease_ms);
+    IF NOT v_settled THEN
+        v_quarantine := {schema}.quarantine(v_now, p_lease_ms);
+    END IF;
     IF v_quarantine IS NOT NULL THEN
         IF EXISTS (SELECT 1 FROM {schema}.answers WHERE request = p_request) THEN
             RETURN ARRAY[5, 0, 0];
         END IF;
         RETURN ARRAY[0, greatest(1, ceil(extract(epoch FROM v_quarantine - v_now) * 1000))::bigint, 0];
     END IF;
-    v_own := {schema}.found_again(p_name, p_owner, v_stored, p_request, p_lease_ms, v_now);
-    IF v_own.owner IS NOT NULL THEN
-        RETURN {schema}.granted(v_own);
+    IF NOT v_looked THEN
+        v_own := {schema}.found_again(p_name, p_owner, v_stored, p_request, p_lease_ms, v_now);
+        IF v_own.owner IS NOT NULL THEN
+            RETURN {schema}.granted(v_own);
+        END IF;
     END IF;
     SELECT * INTO v_own FROM {schema}.holds
      WHERE name = p_name AND kind = v_stored AND owner = p_owner;
