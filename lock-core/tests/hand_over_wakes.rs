@@ -8,34 +8,17 @@
 // reason: a test panics on unexpected errors.
 #![allow(clippy::unwrap_used)]
 
+mod counting;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lock_core::Locks;
 use lock_core::backend::DEFAULT_PLACE_KEPT_FOR;
-use lock_core::faults::{Fate, FateSource, FaultLayer, Operation};
 use lock_core::memory::MemoryBackend;
 use tokio::time::{Instant, sleep};
 
-/// Counts the acquire requests a client sends, and lets them all through.
-#[derive(Debug, Default)]
-struct CountingAcquires(AtomicUsize);
-
-impl FateSource for CountingAcquires {
-    fn fate(&self, operation: Operation) -> Fate {
-        if operation == Operation::Acquire {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-        Fate::none()
-    }
-}
-
-/// A client of `store` whose acquire requests are counted.
-fn counted(store: &Arc<MemoryBackend>) -> (Locks, FaultLayer<CountingAcquires>) {
-    let layer = FaultLayer::<CountingAcquires>::new(store.clone());
-    (Locks::new(Arc::new(layer.clone())), layer)
-}
+use counting::counted;
 
 // Would fail if a hand-over woke the listener asleep longest (the second waiter): the
 // first, handed the lock, would sleep on until its next hint (a third of its place, about
@@ -55,7 +38,7 @@ async fn a_hand_over_wakes_its_waiter_though_another_slept_longer() {
     sleep(hint / 2).await;
     let second_waits = tokio::spawn(async move { second.mutex(name).lock().await });
     sleep(hint * 3 / 4).await;
-    let asked_before = second_asked.0.load(Ordering::SeqCst);
+    let asked_before = second_asked.count();
     let released = Instant::now();
     held.unlock().await.unwrap();
     let guard = first_waits.await.unwrap().unwrap();
@@ -65,7 +48,7 @@ async fn a_hand_over_wakes_its_waiter_though_another_slept_longer() {
         "the waiter handed the lock held {waited:?} after the release"
     );
     assert_eq!(
-        second_asked.0.load(Ordering::SeqCst),
+        second_asked.count(),
         asked_before,
         "the other waiter was woken to ask"
     );

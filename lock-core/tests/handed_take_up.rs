@@ -6,27 +6,17 @@
 // reason: a test panics on unexpected errors.
 #![allow(clippy::unwrap_used)]
 
+mod counting;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lock_core::Locks;
-use lock_core::faults::{Fate, FateSource, FaultLayer, Operation};
 use lock_core::memory::MemoryBackend;
 use tokio::time::sleep;
 
-/// Counts the acquire requests a client sends, and lets them all through.
-#[derive(Debug, Default)]
-struct CountingAcquires(AtomicUsize);
-
-impl FateSource for CountingAcquires {
-    fn fate(&self, operation: Operation) -> Fate {
-        if operation == Operation::Acquire {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-        Fate::none()
-    }
-}
+use counting::{CountingAcquires, counted};
+use lock_core::faults::FaultLayer;
 
 /// A holder's client and a waiter's, whose acquire requests are counted, on one store;
 /// the waiter is handed `name` and the count of its requests then is returned with its
@@ -34,8 +24,7 @@ impl FateSource for CountingAcquires {
 async fn handed(name: &str) -> (FaultLayer<CountingAcquires>, lock_core::Guard, usize) {
     let store: Arc<MemoryBackend> = Arc::new(MemoryBackend::new());
     let holder = Locks::new(store.clone());
-    let counted = FaultLayer::<CountingAcquires>::new(store);
-    let waiting = Locks::new(Arc::new(counted.clone()));
+    let (waiting, counted) = counted(&store);
     let held = holder.mutex(name).lock().await.unwrap();
     let waiter = tokio::spawn({
         let name = name.to_owned();
@@ -44,7 +33,7 @@ async fn handed(name: &str) -> (FaultLayer<CountingAcquires>, lock_core::Guard, 
     sleep(Duration::from_millis(100)).await;
     held.unlock().await.unwrap();
     let guard = waiter.await.unwrap().unwrap();
-    let asked = counted.0.load(Ordering::SeqCst);
+    let asked = counted.count();
     (counted, guard, asked)
 }
 
@@ -55,7 +44,7 @@ async fn a_handed_hold_released_before_its_take_up_is_due_costs_no_take_up() {
     assert_eq!(asked, 2, "a try, and an attempt listening");
     guard.unlock().await.unwrap();
     sleep(Duration::from_secs(10)).await;
-    assert_eq!(counted.0.load(Ordering::SeqCst), 2, "no take-up was sent");
+    assert_eq!(counted.count(), 2, "no take-up was sent");
 }
 
 // Would fail if a take-up were never sent (the count), or came too late for the handed
@@ -64,9 +53,9 @@ async fn a_handed_hold_released_before_its_take_up_is_due_costs_no_take_up() {
 async fn a_handed_hold_kept_past_its_due_time_is_taken_up() {
     let (counted, guard, asked) = handed("kept").await;
     sleep(Duration::from_millis(500)).await;
-    assert_eq!(counted.0.load(Ordering::SeqCst), asked, "not due yet");
+    assert_eq!(counted.count(), asked, "not due yet");
     sleep(Duration::from_secs(2)).await;
-    assert_eq!(counted.0.load(Ordering::SeqCst), asked + 1, "taken up");
+    assert_eq!(counted.count(), asked + 1, "taken up");
     sleep(Duration::from_secs(10)).await;
     assert!(guard.is_held(), "held past the handed lease");
     guard.unlock().await.unwrap();
