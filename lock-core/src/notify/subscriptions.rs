@@ -7,16 +7,18 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use foldhash::HashMap;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use tokio::time::Instant;
 
 use super::{PubSub, Wake, report};
-use crate::backend::{DEFAULT_RETRY_WINDOW, RequestId};
+use crate::backend::DEFAULT_RETRY_WINDOW;
 use crate::{Error, retry};
 
+mod entry;
 mod listener;
+use entry::{Entry, SubState};
 pub(crate) use listener::WakeHandle;
 pub use listener::{Handed, Listener, WeakSubscriptions};
 
@@ -31,89 +33,6 @@ struct Channel {
     /// Since when the subscription has had no listener, while it lingers (see
     /// [`Subscriptions::lingering`]).
     idle_since: Option<Instant>,
-}
-
-#[derive(Debug, Clone)]
-enum SubState {
-    Pending,
-    Ready,
-    Failed(Error),
-}
-
-struct Entry {
-    channel: Arc<str>,
-    notify: Notify,
-    /// Whether the server confirmed the subscription. A mutex and a `Notify` rather than
-    /// a `watch` channel, which wakes its waiters in an order it picks at random:
-    /// listeners confirmed together go on in the order they came, so that a simulated
-    /// run replays exactly.
-    state: Mutex<SubState>,
-    settled: Notify,
-    /// The latest hand-over announced on the channel, until its waiter takes it.
-    handed: Mutex<Option<Handed>>,
-    /// The waiting acquisitions listening here, each with its own bell: a hand-over to
-    /// one of them wakes that one (see [`Listener::expect`]). A few at most, in the order
-    /// they came.
-    expected: Mutex<Vec<(RequestId, Arc<Notify>)>>,
-}
-
-impl Entry {
-    fn new(channel: Arc<str>) -> Self {
-        Self {
-            channel,
-            notify: Notify::new(),
-            state: Mutex::new(SubState::Pending),
-            settled: Notify::new(),
-            handed: Mutex::new(None),
-            expected: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// The bell of `acquisition`, when it waits listening here.
-    fn bell_of(&self, acquisition: RequestId) -> Option<Arc<Notify>> {
-        self.expected
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .find(|(expected, _)| *expected == acquisition)
-            .map(|(_, bell)| Arc::clone(bell))
-    }
-
-    /// Wakes one listener, or every one.
-    fn wake(&self, wake: Wake) {
-        match wake {
-            Wake::One => self.notify.notify_one(),
-            Wake::All => self.notify.notify_waiters(),
-        }
-    }
-
-    /// Records the subscription's outcome and wakes those waiting for it.
-    fn settle(&self, state: SubState) {
-        *self.state.lock().unwrap_or_else(PoisonError::into_inner) = state;
-        self.settled.notify_waiters();
-    }
-
-    /// The subscription's state now.
-    fn state(&self) -> SubState {
-        self.state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// The subscription's outcome, once it is known.
-    async fn settled(&self) -> SubState {
-        loop {
-            let settled = self.settled.notified();
-            tokio::pin!(settled);
-            settled.as_mut().enable();
-            let state = self.state();
-            if !matches!(state, SubState::Pending) {
-                return state;
-            }
-            settled.await;
-        }
-    }
 }
 
 enum Command {

@@ -5,6 +5,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::*;
+use tokio::sync::Notify;
+
+use crate::backend::RequestId;
 use crate::notify::InProcess;
 
 #[derive(Debug, Default)]
