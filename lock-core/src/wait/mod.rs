@@ -216,7 +216,7 @@ pub(crate) async fn run<D: Driver>(
     driver.listening(listener);
     loop {
         if let Some(acquisition) = driver.acquisition() {
-            listener.expect(acquisition);
+            listener.expect_hand_over(acquisition);
         }
         let notified = listener.notified();
         tokio::pin!(notified);

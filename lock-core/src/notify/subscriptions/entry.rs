@@ -33,8 +33,8 @@ pub(super) struct Entry {
     /// The latest hand-over announced on the channel, until its waiter takes it.
     pub(super) handed: Mutex<Option<Handed>>,
     /// The waiting acquisitions listening here, each with its own bell: a hand-over to
-    /// one of them wakes that one (see `Listener::expect`). A few at most, in the order
-    /// they came.
+    /// one of them wakes that one (see `Listener::expect_hand_over`). A few at most, in
+    /// the order they came.
     pub(super) expected: Mutex<Vec<(RequestId, Arc<Notify>)>>,
 }
 

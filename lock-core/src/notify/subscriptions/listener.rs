@@ -119,7 +119,8 @@ impl WeakSubscriptions {
 pub struct Listener {
     pub(super) entry: Arc<Entry>,
     pub(super) shared: Arc<Shared>,
-    /// The acquisition waiting on this listener, and its bell (see [`Listener::expect`]).
+    /// The acquisition waiting on this listener, and its bell (see
+    /// [`Listener::expect_hand_over`]).
     pub(super) expecting: Option<(RequestId, Arc<tokio::sync::Notify>)>,
 }
 
@@ -164,7 +165,7 @@ impl Listener {
     /// The waiting acquisition `acquisition` listens here from now on (in place of the
     /// one before, when a line of waiters passes the listener on): a hand-over to it
     /// rings its own bell ([`Listener::handed_here`]), and wakes no other listener.
-    pub fn expect(&mut self, acquisition: RequestId) {
+    pub fn expect_hand_over(&mut self, acquisition: RequestId) {
         if self
             .expecting
             .as_ref()

@@ -256,8 +256,8 @@ async fn a_hand_over_wakes_the_waiter_it_names_alone() {
     let mut named = subs.listen("c").await.expect("listen");
     let (other, acquisition) = (RequestId::random(), RequestId::random());
     let mut unnamed = subs.listen("c").await.expect("listen");
-    unnamed.expect(other);
-    named.expect(acquisition);
+    unnamed.expect_hand_over(other);
+    named.expect_hand_over(acquisition);
     let asleep = longest.notified();
     tokio::pin!(asleep);
     asleep.as_mut().enable();
