@@ -631,11 +631,10 @@ DECLARE
     v_others boolean;
     v_quarantine timestamptz;
     -- The common cases' look found the lease within the limit and no quarantine on:
-    -- the general path need not check either again.
+    -- the general path need not check either again. For any kind but a reader it also
+    -- looked for the request's grant alive again, and found none: `begin_op` only ends
+    -- grants, so the general path need not look again either.
     v_settled boolean := false;
-    -- That look also looked for the request's grant, alive again, and found none:
-    -- `begin_op` only ends grants, so the general path need not look again.
-    v_looked boolean := false;
 BEGIN
     PERFORM pg_catalog.pg_advisory_xact_lock(distlock.name_key(p_name));
     -- The common cases, each decided in one look when the lease is within the limit and
@@ -666,7 +665,6 @@ BEGIN
                 PERFORM distlock.durable();
                 RETURN distlock.granted(v_own);
             END IF;
-            v_looked := true;
         END IF;
     END IF;
     IF NOT v_settled THEN
@@ -684,7 +682,7 @@ BEGIN
         END IF;
         RETURN ARRAY[0, greatest(1, ceil(extract(epoch FROM v_quarantine - v_now) * 1000))::bigint, 0];
     END IF;
-    IF NOT v_looked THEN
+    IF NOT (v_settled AND v_stored <> 'read') THEN
         v_own := distlock.found_again(p_name, p_owner, v_stored, p_request, p_lease_ms, v_now);
         IF v_own.owner IS NOT NULL THEN
             RETURN distlock.granted(v_own);
@@ -975,7 +973,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 
         $functions$;
         DELETE FROM distlock.functions;
-        INSERT INTO distlock.functions VALUES (3, '6072783591617ef8cffe976ce26714d9e6039fd9');
+        INSERT INTO distlock.functions VALUES (3, 'd76a09dbb3a41d6e858b2d98b9d3bd0a502e751a');
     END IF;
 END $distlock$;
 COMMIT;

@@ -18,11 +18,10 @@ DECLARE
     v_others boolean;
     v_quarantine timestamptz;
     -- The common cases' look found the lease within the limit and no quarantine on:
-    -- the general path need not check either again.
+    -- the general path need not check either again. For any kind but a reader it also
+    -- looked for the request's grant alive again, and found none: `begin_op` only ends
+    -- grants, so the general path need not look again either.
     v_settled boolean := false;
-    -- That look also looked for the request's grant, alive again, and found none:
-    -- `begin_op` only ends grants, so the general path need not look again.
-    v_looked boolean := false;
 BEGIN
     PERFORM pg_catalog.pg_advisory_xact_lock({schema}.name_key(p_name));
     -- The common cases, each decided in one look when the lease is within the limit and
@@ -53,7 +52,6 @@ BEGIN
                 PERFORM {schema}.durable();
                 RETURN {schema}.granted(v_own);
             END IF;
-            v_looked := true;
         END IF;
     END IF;
     IF NOT v_settled THEN
@@ -71,7 +69,7 @@ BEGIN
         END IF;
         RETURN ARRAY[0, greatest(1, ceil(extract(epoch FROM v_quarantine - v_now) * 1000))::bigint, 0];
     END IF;
-    IF NOT v_looked THEN
+    IF NOT (v_settled AND v_stored <> 'read') THEN
         v_own := {schema}.found_again(p_name, p_owner, v_stored, p_request, p_lease_ms, v_now);
         IF v_own.owner IS NOT NULL THEN
             RETURN {schema}.granted(v_own);

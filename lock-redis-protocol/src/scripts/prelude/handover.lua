@@ -111,13 +111,14 @@ local function find_grant(key, field, lease_ms)
     end
     -- A sole grant's latch keeps when its hold began, for as long as the hold's lease:
     -- as server time, since this write moves the latch's expiry.
-    local answer = string.match(kept, '^[^@+]*')
+    local grant = string.match(kept, '^[^@+]*')
+    local value = grant
     local began = began_ms(latch, kept)
     if began then
-        answer = answer .. string.format('@%d.%d', math.floor(began / 1000), began % 1000 * 1000)
+        value = grant .. string.format('@%d.%d', math.floor(began / 1000), began % 1000 * 1000)
     end
-    redis.call('set', latch, answer, 'px', math.max(tonumber(ARGV[#ARGV]), tonumber(lease_ms)))
-    return string.match(kept, '^[^@+]*')
+    redis.call('set', latch, value, 'px', math.max(tonumber(ARGV[#ARGV]), tonumber(lease_ms)))
+    return grant
 end
 
 -- Wakes a mutex's waiters once it is free (`m`: its keys and settings, see the mutex
