@@ -6,10 +6,13 @@
 //! sessions, where a statement prepared in one is unknown, or another statement, in the
 //! next. So the pool prepares statements only while every connection it opened was
 //! proved to be a session of the server itself: [`DirectConnect`] opens the TCP
-//! connection, remembers the socket's local address, and compares it with the client
-//! address the server saw (`inet_client_addr()`, `inet_client_port()`). Through a pooler
-//! or a proxy the server sees the proxy's socket instead, and no two sockets of one host
-//! share an address. A Unix socket, several hosts, a `hostaddr` or a
+//! connection, remembers both of the socket's ends, and compares them with the ends the
+//! server saw (`inet_client_addr()`, `inet_client_port()`, `inet_server_addr()`,
+//! `inet_server_port()`). Through a pooler or a proxy the server sees the proxy's socket
+//! instead, and no two live TCP connections share both ends. (The local end alone is not
+//! enough: a host gives one local port to two connections to different peers, so a
+//! pooler on this host may reach the server from the very port this client reached the
+//! pooler from.) A Unix socket, several hosts, a `hostaddr` or a
 //! `target_session_attrs` prove nothing (tokio-postgres connects those itself), and one
 //! connection that proves nothing turns preparing off for the pool, for good.
 
@@ -107,20 +110,23 @@ impl DirectConnect {
     }
 
     /// Opens the TCP connection to `host`:`port` itself, as tokio-postgres would, and
-    /// returns the client with the socket's local address.
+    /// returns the client with the socket's two ends.
     async fn connect_proving(
         &self,
         config: &Config,
         host: &str,
         port: u16,
-    ) -> Option<Result<(Client, JoinHandle<()>, SocketAddr), tokio_postgres::Error>> {
+    ) -> Option<Result<(Client, JoinHandle<()>, Ends), tokio_postgres::Error>> {
         let connecting = TcpStream::connect((host, port));
         let stream = match config.get_connect_timeout() {
             Some(timeout) => tokio::time::timeout(*timeout, connecting).await.ok()?,
             None => connecting.await,
         }
         .ok()?;
-        let local = stream.local_addr().ok()?;
+        let ends = Ends {
+            local: stream.local_addr().ok()?,
+            peer: stream.peer_addr().ok()?,
+        };
         configure(&stream, config).ok()?;
         let mut tls = another(&self.tls);
         let tls = MakeTlsConnect::<TcpStream>::make_tls_connect(&mut tls, host).ok()?;
@@ -128,7 +134,7 @@ impl DirectConnect {
             config
                 .connect_raw(stream, tls)
                 .await
-                .map(|(client, connection)| (client, drive(connection), local)),
+                .map(|(client, connection)| (client, drive(connection), ends)),
         )
     }
 }
@@ -149,32 +155,52 @@ impl Connect for DirectConnect {
                     .stop("a connection was opened without its socket's address");
                 return Ok(connected);
             };
-            let (client, driver, local) = connected?;
+            let (client, driver, ends) = connected?;
             // One unnamed statement: a named one could be lost behind a pooler, the
             // very case this asks about.
             let rows = client
                 .query_typed(
                     "SELECT pg_catalog.host(pg_catalog.inet_client_addr()), \
-                            pg_catalog.inet_client_port()",
+                            pg_catalog.inet_client_port(), \
+                            pg_catalog.host(pg_catalog.inet_server_addr()), \
+                            pg_catalog.inet_server_port()",
                     &[],
                 )
                 .await?;
-            let seen = rows.first().and_then(|row| {
-                let ip = row.try_get::<_, Option<String>>(0).ok()??;
-                let port = row.try_get::<_, Option<i32>>(1).ok()??;
+            let end = |row: &tokio_postgres::Row, at: usize| {
+                let ip = row.try_get::<_, Option<String>>(at).ok()??;
+                let port = row.try_get::<_, Option<i32>>(at + 1).ok()??;
                 Some((ip.parse::<IpAddr>().ok()?, port))
-            });
-            let direct = seen.is_some_and(|(ip, port)| {
-                ip.to_canonical() == local.ip().to_canonical() && i32::from(local.port()) == port
-            });
-            if !direct {
+            };
+            let seen = rows
+                .first()
+                .and_then(|row| Some((end(row, 0)?, end(row, 2)?)));
+            if !seen.is_some_and(|seen| ends.are(seen)) {
                 self.preparing.stop(&format!(
-                    "the server saw this connection come from {seen:?}, not from {local}: a \
-                     pooler or proxy is in between"
+                    "the server saw this connection as {seen:?}, not as {ends:?}: a pooler \
+                     or proxy is in between"
                 ));
             }
             Ok((client, driver))
         })
+    }
+}
+
+/// A TCP connection's two ends, as this client's socket has them.
+#[derive(Debug, Clone, Copy)]
+struct Ends {
+    local: SocketAddr,
+    peer: SocketAddr,
+}
+
+impl Ends {
+    /// Whether the server's view of its session's connection, (client end, server end),
+    /// is this socket's.
+    fn are(&self, (client, server): ((IpAddr, i32), (IpAddr, i32))) -> bool {
+        let same = |(ip, port): (IpAddr, i32), end: SocketAddr| {
+            ip.to_canonical() == end.ip().to_canonical() && port == i32::from(end.port())
+        };
+        same(client, self.local) && same(server, self.peer)
     }
 }
 
@@ -221,6 +247,22 @@ mod tests {
 
     fn config(url: &str) -> Config {
         url.parse().expect("a test URL")
+    }
+
+    // Would fail if only the local end were compared: a pooler on this host reached the
+    // server from the local port this client reached the pooler from.
+    #[test]
+    fn a_pooler_that_shares_our_local_port_proves_nothing() {
+        let localhost: IpAddr = "127.0.0.1".parse().expect("an address");
+        let ends = Ends {
+            local: SocketAddr::new(localhost, 40_000),
+            peer: SocketAddr::new(localhost, 6432),
+        };
+        assert!(ends.are(((localhost, 40_000), (localhost, 6432))));
+        assert!(!ends.are(((localhost, 40_000), (localhost, 5432))));
+        assert!(!ends.are(((localhost, 40_001), (localhost, 6432))));
+        let mapped: IpAddr = "::ffff:127.0.0.1".parse().expect("an address");
+        assert!(ends.are(((mapped, 40_000), (mapped, 6432))));
     }
 
     #[test]
