@@ -367,8 +367,20 @@ async fn a_channel_lingers_for_a_waiter_that_comes_back_then_is_unlistened() {
     let listened = last_listener_query(&admin).await;
     assert!(listened.starts_with("LISTEN "), "{listened}");
     // Back within the linger: served as before, with nothing more sent on the
-    // notification connection.
-    let held = holder.mutex(name).lock().await.unwrap();
+    // notification connection. The waiter's guard was dropped, and its release runs in
+    // the background: the holder takes the lock with tries, which never listen (a
+    // `lock()` that found it still held would listen on a channel of its own).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let held = loop {
+        if let Some(held) = holder.mutex(name).try_lock().await.unwrap() {
+            break held;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the dropped guard's release never came"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     let waiter = {
         let mutex = waiting.mutex(name);
         tokio::spawn(async move { mutex.lock().await.map(drop) })
